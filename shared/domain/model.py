@@ -1,0 +1,336 @@
+"""The scheduling vocabulary: frozen value types shared by the codecs, the core, the store and the services.
+
+Pure data, no I/O. Units are in the names (``mem_mib``, ``cores_pct``); capacities are integers.
+Everything here mirrors a concept of HAMi's protocol (see ``../shared/hami-compat.md``); the
+section that defines each one is named in its docstring.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+NVIDIA = "NVIDIA"
+"""HAMi's common word for NVIDIA GPUs: the ``Type`` of every NVIDIA request and pod device entry."""
+
+MEM_PCT_UNSET = 101
+"""HAMi's sentinel for "no memory percentage requested" (hami-compat §1.2)."""
+
+
+class NodePolicy(enum.Enum):
+    """Node ordering (hami-compat §6.2): binpack prefers the busiest node, spread the idlest."""
+
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+class GpuPolicyToken(enum.Enum):
+    """One token of a GPU policy chain (hami-compat §6.1, §6.3).
+
+    ``binpack``, ``spread`` and ``numa`` are sort keys; ``topology-aware`` and ``mutex`` act as filters in Fit.
+    """
+
+    BINPACK = "binpack"
+    SPREAD = "spread"
+    TOPOLOGY_AWARE = "topology-aware"
+    MUTEX = "mutex"
+    NUMA = "numa"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPolicy:
+    """A GPU policy as written: a single token or a comma chain such as ``binpack,numa``."""
+
+    tokens: tuple[GpuPolicyToken, ...]
+
+    @property
+    def is_chain(self) -> bool:
+        """HAMi treats a value containing ``,`` or exactly ``numa`` as a sort-key chain (§6.3)."""
+        return len(self.tokens) > 1 or self.tokens == (GpuPolicyToken.NUMA,)
+
+    def contains(self, token: GpuPolicyToken) -> bool:
+        return token in self.tokens
+
+    def __str__(self) -> str:
+        return ",".join(t.value for t in self.tokens)
+
+
+class BindPhase(enum.Enum):
+    """``hami.io/bind-phase`` values (hami-compat §3)."""
+
+    ALLOCATING = "allocating"
+    SUCCESS = "success"
+    FAILED = "failed"
+
+
+class DeviceMode(enum.Enum):
+    """The ``mode`` field of a registered device (hami-compat §2.1)."""
+
+    HAMI_CORE = "hami-core"
+    MIG = "mig"
+    MPS = "mps"
+
+
+class Reason(enum.Enum):
+    """Failure reason strings, byte-exact to HAMi's ``pkg/device/common/common.go`` (hami-compat §6.6)."""
+
+    CARD_TYPE_MISMATCH = "CardTypeMismatch"
+    CARD_UUID_MISMATCH = "CardUuidMismatch"
+    CARD_TIME_SLICING_EXHAUSTED = "CardTimeSlicingExhausted"
+    CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
+    CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
+    CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
+    CARD_NOT_HEALTH = "CardNotHealth"
+    CARD_CORDONED = "CardCordoned"
+    NUMA_NOT_FIT = "NumaNotFit"
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"
+    CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
+    CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
+    NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
+    NODE_UNFIT_POD = "NodeUnfitPod"
+    NODE_FIT_POD = "NodeFitPod"
+    RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
+    MODE_NOT_FIT = "ModeNotFit"
+
+
+# --------------------------------------------------------------------------------------------
+# Node inventory (what the registrar decodes from node annotations)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MigPlacement:
+    """A MIG placement on a GPU's slice grid: ``{"start": s, "size": n}`` (hami-compat §7.1)."""
+
+    start: int
+    size: int
+
+    def overlaps(self, other: MigPlacement) -> bool:
+        return self.start < other.start + other.size and other.start < self.start + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One entry of a device's ``migProfiles`` (hami-compat §7.1)."""
+
+    name: str
+    memory_mib: int
+    core_pct: int
+    slice_count: int
+    placements: tuple[MigPlacement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MigTemplate:
+    """One template of a legacy ``knownMigGeometries`` geometry (hami-compat §7.2)."""
+
+    name: str
+    memory_mib: int
+    core_pct: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """One registered physical GPU, as decoded from ``hami.io/node-nvidia-register`` (hami-compat §2.1).
+
+    ``count`` is the split count (max concurrent tasks), ``devmem_mib`` the registered memory (already scaled
+    by the device plugin), ``devcore`` the core total (100 unless core scaling is on).
+    """
+
+    id: str
+    index: int
+    count: int
+    devmem_mib: int
+    devcore: int
+    type: str
+    numa: int
+    mode: str
+    health: bool
+    mig_profiles: tuple[MigProfile, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInventory:
+    """One vendor's devices on one node, with what else the registrar learnt from the node.
+
+    ``pair_scores[a][b]`` is the topology pair score between device UUIDs (hami-compat §2.3); missing pairs
+    score 0. ``cordoned`` holds the UUIDs listed in ``hami.io/device-cordon`` (§2.4).
+    """
+
+    node: str
+    vendor: str
+    devices: tuple[DeviceInfo, ...]
+    pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    cordoned: frozenset[str] = frozenset()
+
+    def device(self, uuid: str) -> DeviceInfo | None:
+        for d in self.devices:
+            if d.id == uuid:
+                return d
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Requests (what a pod asks for)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequest:
+    """HAMi's ``ContainerDeviceRequest`` for one container and one vendor (hami-compat §1.2).
+
+    ``nums == 0`` means the container requests nothing from this vendor. ``mem_pct == MEM_PCT_UNSET`` (101)
+    means no percentage; ``mem_mib`` is already multiplied by ``memoryFactor``.
+    """
+
+    nums: int
+    mem_mib: int = 0
+    mem_pct: int = MEM_PCT_UNSET
+    cores_pct: int = 0
+    type: str = NVIDIA
+
+    @property
+    def empty(self) -> bool:
+        return self.nums <= 0
+
+
+EMPTY_REQUEST = ContainerRequest(nums=0)
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """The device requests of a whole pod: one entry per container, init containers first (decision 2)."""
+
+    containers: tuple[ContainerRequest, ...]
+    init_count: int
+
+    @property
+    def any(self) -> bool:
+        return any(not c.empty for c in self.containers)
+
+    def is_init(self, container_index: int) -> bool:
+        return container_index < self.init_count
+
+
+# --------------------------------------------------------------------------------------------
+# Allocations (what a pod was given)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerDevice:
+    """One device entry of the pod device list: ``<UUID>,<Type>,<Usedmem>,<Usedcores>:`` (hami-compat §3.1).
+
+    ``uuid`` is the physical GPU UUID. ``legacy_mig`` is the ``[g-s]`` suffix of legacy MIG (§7.2), kept
+    apart so the physical UUID can be looked up directly; the codec re-attaches it.
+    """
+
+    uuid: str
+    used_mem_mib: int
+    used_cores: int
+    type: str = NVIDIA
+    legacy_mig: tuple[int, int] | None = None
+
+
+PodDevices = tuple[tuple[ContainerDevice, ...], ...]
+"""Per container (init first, then app), the devices given to it. Empty tuples keep the index mapping."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigAllocation:
+    """One element of ``hami.io/vgpu-mig-allocations`` (hami-compat §7.1).
+
+    The runtime fields are written by the device plugin after Allocate: all three or none.
+    """
+
+    container_index: int
+    device_index: int
+    gpu_uuid: str
+    profile: str
+    placement: MigPlacement
+    mig_uuid: str | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """What is in use on one physical device (hami-compat §5.4).
+
+    ``used`` counts slots (tasks), ``used_mem_mib`` and ``used_cores`` are sums. ``mig_in_use`` holds the
+    dynamic-MIG placements occupied on this GPU; ``legacy_geometry``/``legacy_slots`` the legacy-MIG state.
+    """
+
+    used: int = 0
+    used_mem_mib: int = 0
+    used_cores: int = 0
+    mig_in_use: tuple[MigPlacement, ...] = ()
+    legacy_geometry: int | None = None
+    legacy_slots: frozenset[int] = frozenset()
+
+
+ZERO_USAGE = DeviceUsage()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCharge:
+    """The collapsed footprint of one pod on one physical device: what it adds to that device's usage.
+
+    ``slots`` = max(1 if any init container uses it, number of app-container occurrences); memory and
+    cores = max(peak over init containers, sum over app containers) (hami-compat §5.4).
+    ``exclusive`` marks a whole-card claim (cores 100 on a 100-core card) that needs an idle device.
+    """
+
+    uuid: str
+    slots: int
+    mem_mib: int
+    cores_pct: int
+    exclusive: bool = False
+    mig_placements: tuple[MigPlacement, ...] = ()
+    legacy_mig: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A pod's placement on one node: the device list it was given and its collapsed per-device charges."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    node: str
+    devices: PodDevices
+    charges: tuple[DeviceCharge, ...]
+    mig: tuple[MigAllocation, ...] = ()
+
+    @property
+    def quota_mem_mib(self) -> int:
+        return sum(c.mem_mib for c in self.charges)
+
+    @property
+    def quota_cores_pct(self) -> int:
+        return sum(c.cores_pct for c in self.charges)
+
+
+# --------------------------------------------------------------------------------------------
+# Quotas
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    """One namespace's honoured hard limits (hami-compat §8); ``None`` means no limit, ``0`` blocks."""
+
+    mem_mib: int | None = None
+    cores_pct: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaState:
+    """A namespace's limits and its current usage (memory MiB and cores % summed over its allocations)."""
+
+    limits: QuotaLimits = QuotaLimits()
+    used_mem_mib: int = 0
+    used_cores_pct: int = 0
