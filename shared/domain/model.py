@@ -334,3 +334,92 @@ class QuotaState:
     limits: QuotaLimits = QuotaLimits()
     used_mem_mib: int = 0
     used_cores_pct: int = 0
+
+
+# --------------------------------------------------------------------------------------------
+# Per-pod scheduling options (hami-compat §1.4) and the NVIDIA device config (§11)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringWeights:
+    """``hami.io/device-scoring-weights``: ``slot=<int>,core=<int>,memory=<int>`` (defaults 1,1,1)."""
+
+    slot: int = 1
+    core: int = 1
+    memory: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PodConstraints:
+    """What a pod's annotations say about where it may go and how devices are ordered (hami-compat §1.4).
+
+    Empty ``use_*`` collections mean "no constraint". Type tokens are stored upper-cased (substring match
+    against the upper-cased device type). ``node_policy``/``gpu_policy`` are ``None`` when not overridden.
+    """
+
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+    use_uuids: frozenset[str] = frozenset()
+    nouse_uuids: frozenset[str] = frozenset()
+    numa_bind: bool = False
+    vgpu_mode: str | None = None
+    node_policy: NodePolicy | None = None
+    gpu_policy: GpuPolicy | None = None
+    weights: ScoringWeights = ScoringWeights()
+
+
+NO_CONSTRAINTS = PodConstraints()
+
+
+@dataclass(frozen=True, slots=True)
+class MigAllowlistEntry:
+    """``nvidia.migProfileAllowlist[]``: model substrings and the allowed profile names (hami-compat §7.1)."""
+
+    models: tuple[str, ...]
+    profiles: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MigGeometryEntry:
+    """``nvidia.knownMigGeometries[]``: model substrings and their whole-GPU geometries (hami-compat §7.2)."""
+
+    models: tuple[str, ...]
+    geometries: tuple[tuple[MigTemplate, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaConfig:
+    """The ``nvidia:`` section of HAMi's device config file, with HAMi's defaults (hami-compat §1.1, §11)."""
+
+    resource_count_name: str = "nvidia.com/gpu"
+    resource_memory_name: str = "nvidia.com/gpumem"
+    resource_memory_percentage_name: str = "nvidia.com/gpumem-percentage"
+    resource_core_name: str = "nvidia.com/gpucores"
+    resource_priority_name: str = "nvidia.com/priority"
+    default_memory: int = 0
+    default_cores: int = 0
+    default_gpu_num: int = 1
+    memory_factor: int = 1
+    overwrite_env: bool = False
+    gpu_core_policy: str = "default"
+    runtime_class_name: str = ""
+    disable_core_limit: bool = False
+    mig_profile_allowlist: tuple[MigAllowlistEntry, ...] = ()
+    known_mig_geometries: tuple[MigGeometryEntry, ...] = ()
+
+    @property
+    def resource_names(self) -> frozenset[str]:
+        """Every resource name this vendor manages (what makes a pod "ours")."""
+        return frozenset(
+            {
+                self.resource_count_name,
+                self.resource_memory_name,
+                self.resource_memory_percentage_name,
+                self.resource_core_name,
+                self.resource_priority_name,
+            }
+        )
+
+
+DEFAULT_NVIDIA_CONFIG = NvidiaConfig()
