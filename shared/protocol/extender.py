@@ -1,0 +1,178 @@
+"""kube-scheduler extender v1 wire shapes (``k8s.io/kube-scheduler/extender/v1``), pure: no I/O.
+
+The Go structs carry **no JSON tags**, so ``encoding/json`` writes the Go field names (``Pod``, ``NodeNames``,
+``FailedNodes``, ``Error`` ...) and reads keys case-insensitively. We accept any case on input, at every level
+Go decodes into a struct (``ExtenderArgs``, the ``NodeList``'s ``items``, ``ExtenderBindingArgs``), and answer
+with exactly the bytes Go would (every field present, ``null`` for nil, map keys sorted). The pod and node
+objects stay the API's camelCase JSON dicts (hami-compat §5.1, §5.2; design §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from shared.errors import DecodeError
+from shared.protocol import gojson
+
+MAX_BODY_BYTES: Final = 1 << 20
+"""HAMi's request body cap (``io.LimitReader(r.Body, 1<<20)``); enforced by the HTTP layer."""
+
+EMPTY_BODY_MESSAGE: Final = "Please send a request body"
+"""HAMi's HTTP 400 text for a request without a body."""
+
+MISSING_POD_MESSAGE: Final = "extender args missing pod"
+"""HAMi's ``Error`` text when ``ExtenderArgs.Pod`` is nil."""
+
+_ARGS = "extender args"
+_BINDING_ARGS = "extender binding args"
+
+
+class MissingPodError(DecodeError):
+    """``ExtenderArgs`` without a pod. ``str()`` is HAMi's exact text, ``extender args missing pod``."""
+
+    def __init__(self) -> None:
+        super().__init__(_ARGS, "missing pod")
+        self.args = (MISSING_POD_MESSAGE,)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """The ``/filter`` request: the pod (API JSON) and either candidate names or full nodes.
+
+    ``node_names`` is set when kube-scheduler runs with ``nodeCacheCapable: true``; ``nodes`` (the
+    ``NodeList`` items) when it is false, e.g. in cluster-autoscaler simulation. ``None`` means absent/null.
+    """
+
+    pod: dict[str, Any]
+    node_names: list[str] | None
+    nodes: list[dict[str, Any]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderBindingArgs:
+    """The ``/bind`` request (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``)."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def parse_extender_args(body: bytes | str) -> ExtenderArgs:
+    """Decode an ``ExtenderArgs`` body; raise :class:`DecodeError` (or :class:`MissingPodError`) on bad input."""
+    doc = gojson.loads(body, _ARGS)
+    top = doc.value
+    if not isinstance(top, dict):
+        raise DecodeError(_ARGS, f"expected a JSON object, got {gojson.type_name(top)}")
+
+    pod = doc.fold_get(top, "Pod")
+    if pod is gojson.MISSING or pod is None:
+        raise MissingPodError()
+    if not isinstance(pod, dict):
+        raise DecodeError(_ARGS, f"Pod must be an object, got {gojson.type_name(pod)}")
+
+    raw_names = doc.fold_get(top, "NodeNames")
+    node_names: list[str] | None = None
+    if raw_names is not gojson.MISSING and raw_names is not None:
+        if not isinstance(raw_names, list):
+            raise DecodeError(_ARGS, f"NodeNames must be an array of strings, got {gojson.type_name(raw_names)}")
+        for i, name in enumerate(raw_names):
+            if not isinstance(name, str):
+                raise DecodeError(_ARGS, f"NodeNames[{i}] must be a string, got {gojson.type_name(name)}")
+        node_names = list(raw_names)
+
+    raw_nodes = doc.fold_get(top, "Nodes")
+    nodes: list[dict[str, Any]] | None = None
+    if raw_nodes is not gojson.MISSING and raw_nodes is not None:
+        if not isinstance(raw_nodes, dict):
+            raise DecodeError(_ARGS, f"Nodes must be a NodeList object, got {gojson.type_name(raw_nodes)}")
+        items = doc.fold_get(raw_nodes, "items")
+        nodes = []
+        if items is not gojson.MISSING and items is not None:
+            if not isinstance(items, list):
+                raise DecodeError(_ARGS, f"Nodes.items must be an array, got {gojson.type_name(items)}")
+            for i, node in enumerate(items):
+                if not isinstance(node, dict):
+                    raise DecodeError(_ARGS, f"Nodes.items[{i}] must be an object, got {gojson.type_name(node)}")
+                nodes.append(node)
+    return ExtenderArgs(pod=pod, node_names=node_names, nodes=nodes)
+
+
+def parse_binding_args(body: bytes | str) -> ExtenderBindingArgs:
+    """Decode an ``ExtenderBindingArgs`` body. All four fields must be non-empty strings."""
+    doc = gojson.loads(body, _BINDING_ARGS)
+    top = doc.value
+    if not isinstance(top, dict):
+        raise DecodeError(_BINDING_ARGS, f"expected a JSON object, got {gojson.type_name(top)}")
+    values: list[str] = []
+    for field in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = doc.fold_get(top, field)
+        if value is gojson.MISSING or value is None or value == "":
+            raise DecodeError(_BINDING_ARGS, f"missing {field}")
+        if not isinstance(value, str):
+            raise DecodeError(_BINDING_ARGS, f"{field} must be a string, got {gojson.type_name(value)}")
+        values.append(value)
+    return ExtenderBindingArgs(pod_name=values[0], pod_namespace=values[1], pod_uid=values[2], node=values[3])
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderFilterResult:
+    """The ``/filter`` answer. :meth:`to_json` writes what Go's ``json.Marshal`` writes for the v1 struct."""
+
+    nodes: Sequence[Mapping[str, Any]] | None = None
+    node_names: Sequence[str] | None = None
+    failed_nodes: Mapping[str, str] | None = None
+    failed_and_unresolvable_nodes: Mapping[str, str] | None = None
+    error: str = ""
+
+    @classmethod
+    def fit(cls, node: str) -> ExtenderFilterResult:
+        """Success, ``nodeCacheCapable`` path: only the chosen node (decision 6)."""
+        return cls(node_names=[node])
+
+    @classmethod
+    def fit_node(cls, node: Mapping[str, Any]) -> ExtenderFilterResult:
+        """Success, full-``Nodes`` (simulation) path: only the chosen node object."""
+        return cls(nodes=[node])
+
+    @classmethod
+    def failure(cls, failed_nodes: Mapping[str, str]) -> ExtenderFilterResult:
+        """No node fits: every candidate with its reason (``NodeNames`` stays null, as in HAMi)."""
+        return cls(failed_nodes=dict(failed_nodes))
+
+    @classmethod
+    def from_error(cls, message: str) -> ExtenderFilterResult:
+        """A request or internal error: kube-scheduler fails the scheduling attempt with this text."""
+        return cls(error=message)
+
+    @classmethod
+    def passthrough(cls, args: ExtenderArgs) -> ExtenderFilterResult:
+        """A pod that asks for nothing we manage: echo the candidates unchanged (whichever form was sent)."""
+        return cls(nodes=args.nodes, node_names=args.node_names)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object, keys in Go struct order."""
+        return {
+            "Nodes": None if self.nodes is None else {"metadata": {}, "items": [dict(n) for n in self.nodes]},
+            "NodeNames": None if self.node_names is None else list(self.node_names),
+            "FailedNodes": _sorted_map(self.failed_nodes),
+            "FailedAndUnresolvableNodes": _sorted_map(self.failed_and_unresolvable_nodes),
+            "Error": self.error,
+        }
+
+    def to_json(self) -> bytes:
+        """Compact JSON bytes, as Go's ``json.Marshal`` would produce them."""
+        return gojson.dumps(self.to_dict())
+
+
+def binding_result(error: str = "") -> bytes:
+    """The ``/bind`` answer ``{"Error":"<msg>"}``; an empty string means success."""
+    return gojson.dumps({"Error": error})
+
+
+def _sorted_map(m: Mapping[str, str] | None) -> dict[str, str] | None:
+    if m is None:
+        return None
+    return {k: m[k] for k in sorted(m)}

@@ -1,0 +1,140 @@
+"""JSON the way Go's ``encoding/json`` reads and writes it, for the wire shapes kube-scheduler exchanges.
+
+Pure: no I/O. Two halves:
+
+* :func:`loads` decodes a request body strictly (UTF-8 only, no ``NaN``/``Infinity``, integers within int64,
+  finite floats, bounded nesting) and remembers each object's key/value pairs in document order, so that
+  :func:`fold_get` can match struct fields case-insensitively with Go's "last matching key wins" rule.
+* :func:`dumps` encodes compactly with Go's escaping of ``<``, ``>``, ``&``, U+2028 and U+2029.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from shared.errors import DecodeError
+
+INT64_MIN: Final = -(1 << 63)
+INT64_MAX: Final = (1 << 63) - 1
+_MAX_INT_DIGITS: Final = 19
+
+_GO_ESCAPES: Final = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
+)
+
+MISSING: Final[Any] = object()
+"""Returned by :func:`fold_get` when no key matches."""
+
+
+class Document:
+    """A decoded JSON value plus, for every object in it, its key/value pairs in document order."""
+
+    __slots__ = ("_pairs", "value")
+
+    def __init__(self, value: Any, pairs: dict[int, list[tuple[str, Any]]]) -> None:
+        self.value = value
+        self._pairs = pairs
+
+    def fold_get(self, obj: Mapping[str, Any], name: str) -> Any:
+        """The value of field ``name`` in ``obj`` matched as Go does: any case, the last matching key wins."""
+        folded = name.casefold()
+        pairs = self._pairs.get(id(obj))
+        items = pairs if pairs is not None else list(obj.items())
+        found: Any = MISSING
+        for key, value in items:
+            if key.casefold() == folded:
+                found = value
+        return found
+
+
+def fold_get(obj: Mapping[str, Any], name: str) -> Any:
+    """:meth:`Document.fold_get` for a plain mapping (document order of first appearance)."""
+    return Document(obj, {}).fold_get(obj, name)
+
+
+def loads(body: bytes | str, what: str) -> Document:
+    """Decode ``body`` strictly; any malformation raises :class:`DecodeError` naming ``what``."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        try:
+            text = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DecodeError(what, f"body is not valid UTF-8 (byte {e.start})") from e
+    else:
+        text = body
+    if text.startswith("\ufeff"):
+        raise DecodeError(what, "body starts with a byte-order mark")
+    if not text.strip():
+        raise DecodeError(what, "empty body")
+    pairs: dict[int, list[tuple[str, Any]]] = {}
+
+    def on_object(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        pairs[id(obj)] = items
+        return obj
+
+    def on_int(s: str) -> int:
+        if len(s.lstrip("-")) > _MAX_INT_DIGITS:
+            raise DecodeError(what, "integer out of int64 range", s)
+        v = int(s)
+        if not INT64_MIN <= v <= INT64_MAX:
+            raise DecodeError(what, "integer out of int64 range", s)
+        return v
+
+    def on_float(s: str) -> float:
+        v = float(s)
+        if v in (float("inf"), float("-inf")):
+            raise DecodeError(what, "number out of float64 range", s)
+        return v
+
+    def on_constant(s: str) -> Any:
+        raise DecodeError(what, "not JSON: non-standard constant", s)
+
+    try:
+        value = json.loads(
+            text,
+            object_pairs_hook=on_object,
+            parse_int=on_int,
+            parse_float=on_float,
+            parse_constant=on_constant,
+        )
+    except DecodeError:
+        raise
+    except json.JSONDecodeError as e:
+        raise DecodeError(what, f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except RecursionError as e:
+        raise DecodeError(what, "not JSON: nesting too deep") from e
+    except ValueError as e:
+        raise DecodeError(what, f"not JSON: {e}") from e
+    return Document(value, pairs)
+
+
+def dumps(value: Any) -> bytes:
+    """Encode compactly like Go's ``json.Marshal`` (HTML-safe escapes, raw UTF-8, no NaN)."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    for raw, escaped in _GO_ESCAPES:
+        text = text.replace(raw, escaped)
+    # A lone surrogate (only reachable through a "\udXXX" escape in some input) is written back as that escape.
+    return text.encode("utf-8", "backslashreplace")
+
+
+def type_name(value: Any) -> str:
+    """The JSON type name of a decoded value, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
