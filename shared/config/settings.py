@@ -1,0 +1,490 @@
+"""Settings resolution (flag > env > config file > default) and the frozen per-service settings objects."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import enum
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, NoReturn, overload
+
+import yaml
+
+from shared.config.options import (
+    OPTIONS,
+    OPTIONS_BY_NAME,
+    Kind,
+    Option,
+    Service,
+    add_options,
+    find_option,
+    normalize_argv,
+)
+from shared.config.values import BindAddress, LogFormat, LogLevel
+from shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config
+from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
+from shared.errors import ConfigError
+
+# --------------------------------------------------------------------------------------------
+# Resolution: flag > env > file > default.
+# --------------------------------------------------------------------------------------------
+
+
+class _Source(enum.Enum):
+    FLAG = "flag"
+    ENV = "env"
+    FILE = "file"
+    DEFAULT = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    text: str | None
+    source: _Source
+    label: str
+
+
+def _yaml_scalar_text(option: Option, value: object, label: str) -> str:
+    """Render a config-file value as the text its flag would carry; refuse types that do not fit the option."""
+    if option.kind is Kind.BOOL and isinstance(value, bool):
+        return "true" if value else "false"
+    if option.kind in (Kind.INT, Kind.NUMBER) and isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    if option.kind is Kind.DURATION and isinstance(value, int) and not isinstance(value, bool) and value == 0:
+        return "0"
+    if option.name == "node-label-selector" and isinstance(value, Mapping):
+        return ",".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, str):
+        return value
+    raise ConfigError(f"{label}: expected a {option.kind.value}, got {value!r}")
+
+
+def read_config_file(path: str) -> dict[str, object]:
+    """Load a ``--config`` YAML file: a mapping of option names (``-`` or ``_``) to values, keyed canonically."""
+    label = f"config file {path}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{label}: cannot read: {e.strerror or e}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{label}: not valid YAML: {str(e).splitlines()[0]}") from e
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{label}: expected a mapping of option names to values, got {type(data).__name__}")
+    out: dict[str, object] = {}
+    for key, value in data.items():
+        option = find_option(str(key))
+        if option is None or option.name == "config":
+            names = [o.name for o in OPTIONS if o.name != "config"]
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{label}: unknown option {key!r}{hint}")
+        if option.name in out:
+            raise ConfigError(f"{label}: option {option.name!r} is given twice")
+        out[option.name] = value
+    return out
+
+
+class _Resolved:
+    """The parsed value of every option for one service, with typed accessors."""
+
+    def __init__(self, values: Mapping[str, object]) -> None:
+        self._values = values
+
+    def get(self, name: str) -> object:
+        return self._values[name]
+
+    def text(self, name: str) -> str:
+        value = self._values[name]
+        assert isinstance(value, str), name
+        return value
+
+    def opt_text(self, name: str) -> str | None:
+        value = self._values[name]
+        assert value is None or isinstance(value, str), name
+        return value
+
+    def integer(self, name: str) -> int:
+        value = self._values[name]
+        assert isinstance(value, int), name
+        return value
+
+    def opt_integer(self, name: str) -> int | None:
+        value = self._values[name]
+        assert value is None or isinstance(value, int), name
+        return value
+
+    def number(self, name: str) -> float:
+        value = self._values[name]
+        assert isinstance(value, float), name
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self._values[name]
+        assert isinstance(value, bool), name
+        return value
+
+    def opt_flag(self, name: str) -> bool | None:
+        value = self._values[name]
+        assert value is None or isinstance(value, bool), name
+        return value
+
+
+def _resolve(service: Service, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[_Resolved, str | None]:
+    """Pick each option's text by precedence and parse it; return the values and the config file used."""
+    config_option = OPTIONS_BY_NAME["config"]
+    config_path: str | None = getattr(args, config_option.dest, None) or env.get(config_option.env_var) or None
+    file_values = read_config_file(config_path) if config_path else {}
+    values: dict[str, object] = {}
+    for option in OPTIONS:
+        if option.name == "config":
+            values["config"] = config_path
+            continue
+        raw = _raw_value(option, service, args=args, env=env, file_values=file_values, config_path=config_path)
+        if raw.text is None:
+            values[option.name] = None
+            continue
+        try:
+            values[option.name] = option.parse(raw.text)
+        except ValueError as e:
+            raise ConfigError(f"{raw.label}: {e}, got {raw.text!r}") from None
+    return _Resolved(values), config_path
+
+
+def _raw_value(
+    option: Option,
+    service: Service,
+    *,
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+    file_values: Mapping[str, object],
+    config_path: str | None,
+) -> _Raw:
+    if service in option.services:
+        flag_text = getattr(args, option.dest, None)
+        if flag_text is not None:
+            label = option.flag if option.short is None else f"{option.short}/{option.flag}"
+            return _Raw(str(flag_text), _Source.FLAG, label)
+        env_text = env.get(option.env_var)
+        if env_text:  # an empty variable counts as unset, as Kubernetes manifests often render them
+            return _Raw(env_text, _Source.ENV, option.env_var)
+        if option.name in file_values:
+            label = f"config file {config_path}: {option.name}"
+            return _Raw(_yaml_scalar_text(option, file_values[option.name], label), _Source.FILE, label)
+    return _Raw(option.default, _Source.DEFAULT, f"default of {option.flag}")
+
+
+# --------------------------------------------------------------------------------------------
+# Settings.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """How to reach the API server. ``server`` (the emulator) and ``kubeconfig`` exclude each other."""
+
+    kubeconfig: str | None = None
+    server: str | None = None
+    qps: float = 5.0
+    burst: int = 10
+    timeout_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CommonSettings:
+    """What every service shares: identity, logging, Redis, Kubernetes, ops server and the device config."""
+
+    service: Service
+    instance_id: str
+    log_format: LogFormat = LogFormat.AUTO
+    log_level: LogLevel = LogLevel.INFO
+    debug: bool = False
+    verbosity: int = 0
+    redis_url: str | None = None
+    key_prefix: str = "vgpu"
+    kube: KubeSettings = KubeSettings()
+    metrics_bind: BindAddress = field(default_factory=lambda: BindAddress("", 9395))
+    device_config_file: str = ""
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    device_config_notes: tuple[str, ...] = ()
+    config_file: str | None = None
+
+    @property
+    def effective_log_level(self) -> LogLevel:
+        """``--log-level``, lowered to debug by ``--debug`` or ``-v`` >= 4 (HAMi's chart runs ``--debug -v=4``)."""
+        if self.debug or self.verbosity >= 4:
+            return LogLevel.DEBUG
+        return self.log_level
+
+
+@dataclass(frozen=True, slots=True)
+class RegistrarSettings:
+    common: CommonSettings
+    node_label_selector: tuple[tuple[str, str], ...] = ()
+    lease_ttl_s: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class InformerSettings:
+    common: CommonSettings
+    lease_ttl_s: float = 15.0
+    reconcile_interval_s: float = 300.0
+    reservation_grace_s: float = 120.0
+    node_lock_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSettings:
+    """The extender's settings. ``profiling`` and ``leader_elect*`` are accepted HAMi flags with no effect."""
+
+    common: CommonSettings
+    http_bind: BindAddress = field(default_factory=lambda: BindAddress("127.0.0.1", 8080))
+    cert_file: str | None = None
+    key_file: str | None = None
+    scheduler_name: str = ""
+    node_policy: NodePolicy = NodePolicy.BINPACK
+    gpu_policy: GpuPolicy = field(default_factory=lambda: GpuPolicy((GpuPolicyToken.SPREAD,)))
+    force_overwrite_default_scheduler: bool = True
+    node_lock_timeout_s: float = 300.0
+    node_lock_retry_timeout_s: float = 28.0
+    reservation_grace_s: float = 120.0
+    legacy_metrics: bool = False
+    profiling: bool = False
+    leader_elect: bool = False
+    leader_elect_resource_name: str = ""
+    leader_elect_resource_namespace: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return self.cert_file is not None
+
+
+@dataclass(frozen=True, slots=True)
+class AllInOneSettings:
+    """Settings of ``all-in-one`` (and ``simulate``): each component's own settings, sharing one ``common``."""
+
+    common: CommonSettings
+    registrar: RegistrarSettings
+    informer: InformerSettings
+    extender: ExtenderSettings
+
+
+@dataclass(frozen=True, slots=True)
+class SimulateSettings:
+    """Settings of ``simulate``: the extender's policies and the device config, no servers."""
+
+    common: CommonSettings
+    registrar: RegistrarSettings
+    informer: InformerSettings
+    extender: ExtenderSettings
+
+
+Settings = RegistrarSettings | InformerSettings | ExtenderSettings | AllInOneSettings | SimulateSettings
+
+_REDIS_REQUIRED = frozenset({Service.REGISTRAR, Service.INFORMER, Service.EXTENDER})
+
+
+def default_instance_id() -> str:
+    """``<hostname>-<pid>``: unique per process, readable in lease holders and logs."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _common(service: Service, r: _Resolved) -> CommonSettings:
+    redis_url = r.opt_text("redis-url")
+    if redis_url is None and service in _REDIS_REQUIRED:
+        raise ConfigError(
+            f"--redis-url is required by {service.value} (flag, {OPTIONS_BY_NAME['redis-url'].env_var} "
+            "or config file key redis-url)"
+        )
+    kubeconfig, server = r.opt_text("kubeconfig"), r.opt_text("kube-server")
+    if kubeconfig and server:
+        raise ConfigError("--kubeconfig and --kube-server exclude each other: give one")
+    device_config_file = r.text("device-config-file")
+    loaded = load_device_config(device_config_file) if device_config_file else None
+    legacy = LegacyOverrides(
+        default_memory=r.opt_integer("default-mem"),
+        default_cores=r.opt_integer("default-cores"),
+        default_gpu_num=r.opt_integer("default-gpu"),
+        resource_count_name=r.opt_text("resource-name"),
+        resource_memory_name=r.opt_text("resource-mem"),
+        resource_memory_percentage_name=r.opt_text("resource-mem-percentage"),
+        resource_core_name=r.opt_text("resource-cores"),
+        resource_priority_name=r.opt_text("resource-priority"),
+        overwrite_env=r.opt_flag("overwrite-env"),
+    )
+    nvidia = apply_legacy_overrides(loaded.nvidia if loaded else NvidiaConfig(), legacy)
+    log_format = r.get("log-format")
+    log_level = r.get("log-level")
+    metrics_bind = r.get("metrics-bind-address")
+    assert isinstance(log_format, LogFormat) and isinstance(log_level, LogLevel)
+    assert isinstance(metrics_bind, BindAddress)
+    return CommonSettings(
+        service=service,
+        instance_id=r.opt_text("instance-id") or default_instance_id(),
+        log_format=log_format,
+        log_level=log_level,
+        debug=r.flag("debug"),
+        verbosity=r.integer("v"),
+        redis_url=redis_url,
+        key_prefix=r.text("key-prefix"),
+        kube=KubeSettings(
+            kubeconfig=kubeconfig,
+            server=server,
+            qps=r.number("kube-qps"),
+            burst=r.integer("kube-burst"),
+            timeout_s=r.number("kube-timeout"),
+        ),
+        metrics_bind=metrics_bind,
+        device_config_file=device_config_file,
+        nvidia=nvidia,
+        device_config_notes=loaded.notes if loaded else (),
+        config_file=r.opt_text("config"),
+    )
+
+
+def _registrar(common: CommonSettings, r: _Resolved) -> RegistrarSettings:
+    selector = r.get("node-label-selector")
+    assert isinstance(selector, tuple)
+    return RegistrarSettings(common=common, node_label_selector=selector, lease_ttl_s=r.number("lease-ttl"))
+
+
+def _informer(common: CommonSettings, r: _Resolved) -> InformerSettings:
+    return InformerSettings(
+        common=common,
+        lease_ttl_s=r.number("lease-ttl"),
+        reconcile_interval_s=r.number("reconcile-interval"),
+        reservation_grace_s=r.number("reservation-grace"),
+        node_lock_timeout_s=r.number("node-lock-timeout"),
+    )
+
+
+def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
+    cert_file, key_file = r.opt_text("cert_file") or None, r.opt_text("key_file") or None
+    if (cert_file is None) != (key_file is None):
+        raise ConfigError("--cert_file and --key_file go together: give both or neither")
+    for flag, path in (("--cert_file", cert_file), ("--key_file", key_file)):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"{flag}: no such file {path!r}")
+    http_bind = r.get("http_bind")
+    node_policy, gpu_policy = r.get("node-scheduler-policy"), r.get("gpu-scheduler-policy")
+    assert isinstance(http_bind, BindAddress) and isinstance(node_policy, NodePolicy)
+    assert isinstance(gpu_policy, GpuPolicy)
+    return ExtenderSettings(
+        common=common,
+        http_bind=http_bind,
+        cert_file=cert_file,
+        key_file=key_file,
+        scheduler_name=r.text("scheduler-name"),
+        node_policy=node_policy,
+        gpu_policy=gpu_policy,
+        force_overwrite_default_scheduler=r.flag("force-overwrite-default-scheduler"),
+        node_lock_timeout_s=r.number("node-lock-timeout"),
+        node_lock_retry_timeout_s=r.number("node-lock-retry-timeout"),
+        reservation_grace_s=r.number("reservation-grace"),
+        legacy_metrics=r.flag("legacy-metrics"),
+        profiling=r.flag("profiling"),
+        leader_elect=r.flag("leader-elect"),
+        leader_elect_resource_name=r.text("leader-elect-resource-name"),
+        leader_elect_resource_namespace=r.text("leader-elect-resource-namespace"),
+    )
+
+
+def _as_service(service: Service | str) -> Service:
+    if isinstance(service, Service):
+        return service
+    try:
+        return Service(service)
+    except ValueError:
+        valid = ", ".join(s.value for s in Service)
+        raise ConfigError(f"unknown service {service!r}: expected one of {valid}") from None
+
+
+@overload
+def settings_from_args(
+    service: Literal[Service.REGISTRAR, "registrar"], args: argparse.Namespace, env: Mapping[str, str]
+) -> RegistrarSettings: ...
+@overload
+def settings_from_args(
+    service: Literal[Service.INFORMER, "informer"], args: argparse.Namespace, env: Mapping[str, str]
+) -> InformerSettings: ...
+@overload
+def settings_from_args(
+    service: Literal[Service.EXTENDER, "extender"], args: argparse.Namespace, env: Mapping[str, str]
+) -> ExtenderSettings: ...
+@overload
+def settings_from_args(
+    service: Literal[Service.ALL_IN_ONE, "all-in-one"], args: argparse.Namespace, env: Mapping[str, str]
+) -> AllInOneSettings: ...
+@overload
+def settings_from_args(
+    service: Literal[Service.SIMULATE, "simulate"], args: argparse.Namespace, env: Mapping[str, str]
+) -> SimulateSettings: ...
+@overload
+def settings_from_args(service: Service | str, args: argparse.Namespace, env: Mapping[str, str]) -> Settings: ...
+def settings_from_args(service: Service | str, args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
+    """Build ``service``'s settings from a namespace parsed by :func:`add_options` and an environment mapping.
+
+    Raises :class:`ConfigError` (one line) on any bad value. Reads the config and device config files.
+    """
+    svc = _as_service(service)
+    r, _ = _resolve(svc, args, env)
+    common = _common(svc, r)
+    if svc is Service.REGISTRAR:
+        return _registrar(common, r)
+    if svc is Service.INFORMER:
+        return _informer(common, r)
+    if svc is Service.EXTENDER:
+        return _extender(common, r)
+    parts = (common, _registrar(common, r), _informer(common, r), _extender(common, r))
+    if svc is Service.ALL_IN_ONE:
+        return AllInOneSettings(*parts)
+    return SimulateSettings(*parts)
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """An argparse parser that raises ConfigError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+@overload
+def settings_for(
+    service: Literal[Service.REGISTRAR, "registrar"], argv: Sequence[str], env: Mapping[str, str]
+) -> RegistrarSettings: ...
+@overload
+def settings_for(
+    service: Literal[Service.INFORMER, "informer"], argv: Sequence[str], env: Mapping[str, str]
+) -> InformerSettings: ...
+@overload
+def settings_for(
+    service: Literal[Service.EXTENDER, "extender"], argv: Sequence[str], env: Mapping[str, str]
+) -> ExtenderSettings: ...
+@overload
+def settings_for(
+    service: Literal[Service.ALL_IN_ONE, "all-in-one"], argv: Sequence[str], env: Mapping[str, str]
+) -> AllInOneSettings: ...
+@overload
+def settings_for(
+    service: Literal[Service.SIMULATE, "simulate"], argv: Sequence[str], env: Mapping[str, str]
+) -> SimulateSettings: ...
+@overload
+def settings_for(service: Service | str, argv: Sequence[str], env: Mapping[str, str]) -> Settings: ...
+def settings_for(service: Service | str, argv: Sequence[str], env: Mapping[str, str]) -> Settings:
+    """Parse a subcommand's arguments (without the subcommand name) and build its settings.
+
+    ``env`` is the environment to read ``VGPU_*`` variables from (pass ``os.environ`` in ``__main__``).
+    Every problem, argument syntax included, raises one-line :class:`ConfigError`.
+    """
+    svc = _as_service(service)
+    parser = _RaisingParser(prog=f"vgpu-scheduler {svc.value}", allow_abbrev=False)
+    add_options(parser, svc)
+    args = parser.parse_args(normalize_argv(argv))
+    return settings_from_args(svc, args, env)
