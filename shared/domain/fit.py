@@ -1,0 +1,424 @@
+"""NVIDIA ``Fit`` for one pod on one node (hami-compat §5.1 step 5.3, §5.4, §6.4, §7, §8).
+
+``evaluate_node`` fits every container of a pod on one node the way HAMi's ``scoreNode`` does: init containers
+one at a time, each against the node as it was before the pod; app containers cumulatively, each seeing the
+usage the previous ones added. Each container runs the checks of HAMi's ``Fit`` in HAMi's order, counting a
+reason for every device that fails one. The result is the pod's device list, its MIG allocations and its
+collapsed per-device charges, or a ``NodeRejection``.
+
+Where we differ from HAMi, on purpose:
+
+* devices are visited in order of preference with the lowest index winning ties (decision 8);
+* a container that takes several MIG instances of one GPU sees its own earlier instances in that GPU's usage,
+  and MIG placements are distinct across the whole pod, so a decision never over-commits a device;
+* the quota check collapses the pod's hypothetical device list over init/app containers (§8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from shared.domain import mig, topology
+from shared.domain.accounting import collapse
+from shared.domain.mig import LegacyMigChoice
+from shared.domain.model import (
+    MEM_PCT_UNSET,
+    NVIDIA,
+    ContainerDevice,
+    ContainerRequest,
+    DeviceCharge,
+    DeviceInfo,
+    DeviceMode,
+    DeviceUsage,
+    MigAllocation,
+    MigPlacement,
+    MigProfile,
+    NvidiaConfig,
+    PodConstraints,
+    PodDevices,
+    PodRequest,
+    QuotaState,
+    Reason,
+)
+from shared.domain.reasons import NodeRejection
+from shared.domain.scoring import DeviceKey, EffectivePolicy, device_scorer
+from shared.domain.snapshot import NodeSnapshot
+
+_MIG = DeviceMode.MIG.value
+
+
+def normalize_request(req: ContainerRequest, config: NvidiaConfig) -> ContainerRequest:
+    """Complete a request the way HAMi's request parsing and ``Fit`` step 8 would (§1.2, §6.4).
+
+    No memory and no percentage means ``defaultMemory`` MiB, or 100 % of the card when that default is 0;
+    cores above 100 are clamped to 100. A request that already went through the parser is unchanged.
+    """
+    mem_mib, mem_pct = req.mem_mib, req.mem_pct
+    if mem_mib == 0 and mem_pct == MEM_PCT_UNSET:
+        if config.default_memory != 0:
+            mem_mib = config.default_memory
+        else:
+            mem_pct = 100
+    cores = min(req.cores_pct, 100)
+    if (mem_mib, mem_pct, cores) == (req.mem_mib, req.mem_pct, req.cores_pct):
+        return req
+    return ContainerRequest(nums=req.nums, mem_mib=mem_mib, mem_pct=mem_pct, cores_pct=cores, type=req.type)
+
+
+def fit_mem_mib(req: ContainerRequest, devmem_mib: int) -> int:
+    """The memory a request takes on one card (§1.2): MiB when given, else ``Totalmem × pct // 100``, else 0."""
+    if req.mem_mib > 0:
+        return req.mem_mib
+    if req.mem_pct != MEM_PCT_UNSET:
+        return devmem_mib * req.mem_pct // 100
+    return 0
+
+
+def type_ok(dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
+    """§6.4 step 3: use/nouse GPU types (upper-cased substring) and ``nvidia.com/vgpu-mode`` (mode substring)."""
+    if req.type != NVIDIA:
+        return False
+    if constraints.use_types or constraints.nouse_types:
+        kind = dev.type.upper()
+        if constraints.use_types and not any(t in kind for t in constraints.use_types):
+            return False
+        if any(t in kind for t in constraints.nouse_types):
+            return False
+    return constraints.vgpu_mode is None or dev.mode in constraints.vgpu_mode
+
+
+def uuid_ok(dev: DeviceInfo, constraints: PodConstraints) -> bool:
+    """§6.4 step 5: ``use-gpuuuid`` when given (the device must be listed), otherwise ``nouse-gpuuuid``."""
+    if constraints.use_uuids:
+        return dev.id in constraints.use_uuids
+    return dev.id not in constraints.nouse_uuids
+
+
+class _Pick(NamedTuple):
+    """One device accepted for the current container."""
+
+    pos: int
+    quota_mem_mib: int
+    """The request's memory on this card (what HAMi's quota check counts for the partial list)."""
+    mem_mib: int
+    """What the device entry records: the request, or the MIG profile/template memory."""
+    cores: int
+    profile: MigProfile | None = None
+    placement: MigPlacement | None = None
+    legacy: LegacyMigChoice | None = None
+
+
+@dataclass(slots=True)
+class _Work:
+    """Mutable per-device usage (by inventory position) while one node is evaluated."""
+
+    used: list[int]
+    mem: list[int]
+    cores: list[int]
+
+    def copy(self) -> _Work:
+        return _Work(self.used.copy(), self.mem.copy(), self.cores.copy())
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFit:
+    """A pod fitted on one node: the device list (init first), MIG allocations and the collapsed charges."""
+
+    devices: PodDevices
+    mig: tuple[MigAllocation, ...]
+    charges: tuple[DeviceCharge, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PodContext:
+    """What every node evaluation of one ``plan`` call shares: the pod, its policies and the namespace quota."""
+
+    pod: PodRequest
+    requests: tuple[ContainerRequest, ...]
+    """The pod's requests after ``normalize_request``."""
+    constraints: PodConstraints
+    policy: EffectivePolicy
+    key: DeviceKey
+    config: NvidiaConfig
+    quota: QuotaState | None
+
+    @property
+    def quota_active(self) -> bool:
+        q = self.quota
+        return q is not None and (q.limits.mem_mib is not None or q.limits.cores_pct is not None)
+
+
+class _NodeEval:
+    """The evaluation of one pod on one node. Holds the pod-wide state (chosen devices, MIG placements)."""
+
+    __slots__ = ("ctx", "devices", "pod_devs", "pod_legacy", "pod_mig", "snap", "typed_cache")
+
+    def __init__(self, ctx: PodContext, snap: NodeSnapshot) -> None:
+        self.ctx = ctx
+        self.snap = snap
+        self.devices = snap.inventory.devices
+        self.pod_devs: list[tuple[ContainerDevice, ...]] = [() for _ in ctx.requests]
+        self.pod_mig: dict[int, list[MigPlacement]] = {}
+        self.pod_legacy: dict[int, tuple[int, set[int]]] = {}
+        self.typed_cache: dict[str, list[int]] = {}
+
+    def typed(self, req_type: str) -> list[int]:
+        """Positions of the devices whose lower-cased type contains the lower-cased request type."""
+        got = self.typed_cache.get(req_type)
+        if got is None:
+            want = req_type.lower()
+            got = [p for p, d in enumerate(self.devices) if want in d.type.lower()]
+            self.typed_cache[req_type] = got
+        return got
+
+    def run(self) -> NodeFit | NodeRejection:
+        ctx = self.ctx
+        usages = self.snap.usages
+        base = _Work([u.used for u in usages], [u.used_mem_mib for u in usages], [u.used_cores for u in usages])
+        app = base.copy()
+        init_count = ctx.pod.init_count
+        mig_allocs: list[MigAllocation] = []
+        for ci, req in enumerate(ctx.requests):
+            if req.empty:
+                continue
+            work = base if ci < init_count else app
+            picks = self.fit_container(ci, req, work)
+            if isinstance(picks, NodeRejection):
+                return picks
+            entries: list[ContainerDevice] = []
+            for di, pk in enumerate(picks):
+                dev = self.devices[pk.pos]
+                legacy = (pk.legacy.geometry, pk.legacy.slot) if pk.legacy is not None else None
+                entries.append(
+                    ContainerDevice(uuid=dev.id, used_mem_mib=pk.mem_mib, used_cores=pk.cores, legacy_mig=legacy)
+                )
+                if pk.profile is not None and pk.placement is not None:
+                    self.pod_mig.setdefault(pk.pos, []).append(pk.placement)
+                    mig_allocs.append(
+                        MigAllocation(
+                            container_index=ci,
+                            device_index=di,
+                            gpu_uuid=dev.id,
+                            profile=pk.profile.name,
+                            placement=pk.placement,
+                        )
+                    )
+                if pk.legacy is not None:
+                    self.pod_legacy.setdefault(pk.pos, (pk.legacy.geometry, set()))[1].add(pk.legacy.slot)
+                if work is app:
+                    app.used[pk.pos] += 1
+                    app.mem[pk.pos] += pk.mem_mib
+                    app.cores[pk.pos] += pk.cores
+            self.pod_devs[ci] = tuple(entries)
+        devices = tuple(self.pod_devs)
+        mig = tuple(mig_allocs)
+        used_ids = {d.uuid for c in devices for d in c}
+        totals = {d.id: d.devcore for d in self.devices if d.id in used_ids}
+        return NodeFit(devices=devices, mig=mig, charges=collapse(devices, init_count, mig, device_totals=totals))
+
+    # ----------------------------------------------------------------------------------------------------
+
+    def fit_container(self, ci: int, req: ContainerRequest, work: _Work) -> list[_Pick] | NodeRejection:
+        """HAMi's ``fitInDevices`` + NVIDIA ``Fit`` for one container (§6.4)."""
+        ctx = self.ctx
+        devices = self.devices
+        constraints = ctx.constraints
+        policy = ctx.policy
+        typed = self.typed(req.type)
+        total = len(typed)
+        if req.nums > total and not self._is_mig_request(req, typed):
+            return NodeRejection(node=self.snap.name, plain=Reason.NODE_INSUFFICIENT_DEVICE, container_index=ci)
+
+        key, score = ctx.key, device_scorer(req, policy.weights)
+        used, mem, cores = work.used, work.mem, work.cores
+        order = sorted(typed, key=lambda p: key(score(devices[p], used[p], mem[p], cores[p]), devices[p], used[p]))
+
+        cordoned = self.snap.inventory.cordoned
+        numa_bind, mutex, topology = policy.numa_bind, policy.mutex, policy.topology
+        quota_active = ctx.quota_active
+        counts: dict[Reason, int] = {}
+        partial: list[_Pick] = []
+        remaining = req.nums
+        prev_numa: int | None = None
+        i = 0
+        while i < len(order):
+            p = order[i]
+            dev = devices[p]
+            i += 1
+            if not dev.health:
+                counts[Reason.CARD_NOT_HEALTH] = counts.get(Reason.CARD_NOT_HEALTH, 0) + 1
+                continue
+            if dev.id in cordoned:
+                counts[Reason.CARD_CORDONED] = counts.get(Reason.CARD_CORDONED, 0) + 1
+                continue
+            if not type_ok(dev, req, constraints):
+                counts[Reason.CARD_TYPE_MISMATCH] = counts.get(Reason.CARD_TYPE_MISMATCH, 0) + 1
+                continue
+            if numa_bind and dev.numa != prev_numa:
+                if partial:
+                    counts[Reason.NUMA_NOT_FIT] = counts.get(Reason.NUMA_NOT_FIT, 0) + len(partial)
+                partial = []
+                remaining = req.nums
+                prev_numa = dev.numa
+            if not uuid_ok(dev, constraints):
+                counts[Reason.CARD_UUID_MISMATCH] = counts.get(Reason.CARD_UUID_MISMATCH, 0) + 1
+                continue
+            is_mig = dev.mode == _MIG
+            d_used, d_mem, d_cores = used[p], mem[p], cores[p]
+            if is_mig:  # a MIG device may be revisited: count this container's own instances on it
+                for pk in partial:
+                    if pk.pos == p:
+                        d_used += 1
+                        d_mem += pk.mem_mib
+                        d_cores += pk.cores
+            if dev.count <= d_used:
+                counts[Reason.CARD_TIME_SLICING_EXHAUSTED] = counts.get(Reason.CARD_TIME_SLICING_EXHAUSTED, 0) + 1
+                continue
+            if mutex and d_used > 0:
+                reason = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+                counts[reason] = counts.get(reason, 0) + 1
+                continue
+            memreq = fit_mem_mib(req, dev.devmem_mib)
+            coresreq = req.cores_pct
+            if quota_active and not self._quota_ok(ci, partial, dev.id, memreq, coresreq):
+                counts[Reason.RESOURCE_QUOTA_NOT_FIT] = counts.get(Reason.RESOURCE_QUOTA_NOT_FIT, 0) + 1
+                continue
+            if dev.devmem_mib - d_mem < memreq:
+                counts[Reason.CARD_INSUFFICIENT_MEMORY] = counts.get(Reason.CARD_INSUFFICIENT_MEMORY, 0) + 1
+                continue
+            if dev.devcore - d_cores < coresreq:
+                counts[Reason.CARD_INSUFFICIENT_CORE] = counts.get(Reason.CARD_INSUFFICIENT_CORE, 0) + 1
+                continue
+            if dev.devcore == 100 and coresreq == 100 and d_used > 0:
+                reason = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+                counts[reason] = counts.get(reason, 0) + 1
+                continue
+            if dev.devcore != 0 and d_cores == dev.devcore and coresreq == 0:
+                reason = Reason.CARD_COMPUTE_UNITS_EXHAUSTED
+                counts[reason] = counts.get(reason, 0) + 1
+                continue
+            pick = _Pick(pos=p, quota_mem_mib=memreq, mem_mib=memreq, cores=coresreq)
+            if is_mig:
+                mig_pick = self._mig_pick(p, partial, memreq, (d_used, d_mem, d_cores))
+                if mig_pick is None:
+                    reason = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
+                    counts[reason] = counts.get(reason, 0) + 1
+                    continue
+                pick = mig_pick
+            partial.append(pick)
+            if topology:
+                continue
+            remaining -= 1
+            if remaining == 0:
+                return partial
+            if is_mig:
+                i -= 1  # several MIG instances can come from one GPU: look at it again
+
+        if topology:
+            chosen = self._select_topology(partial, req.nums)
+            if chosen is not None:
+                return chosen
+        if partial:
+            counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(partial)
+        return NodeRejection(node=self.snap.name, counts=counts, total=total, container_index=ci)
+
+    # ----------------------------------------------------------------------------------------------------
+
+    def _is_mig_request(self, req: ContainerRequest, typed: Sequence[int]) -> bool:
+        """HAMi's ``isMIGRequest``: NVIDIA, vgpu-mode (if set) allows ``mig``, and some candidate is in MIG mode."""
+        mode = self.ctx.constraints.vgpu_mode
+        if req.type != NVIDIA or (mode is not None and _MIG not in mode):
+            return False
+        return any(self.devices[p].mode == _MIG for p in typed)
+
+    def _quota_ok(self, ci: int, partial: Sequence[_Pick], uuid: str, memreq: int, coresreq: int) -> bool:
+        """§8, Fit time: the pod's hypothetical total (chosen so far + this device), collapsed, within the limits."""
+        quota = self.ctx.quota
+        assert quota is not None
+        devices = self.devices
+        current = tuple(ContainerDevice(devices[pk.pos].id, pk.quota_mem_mib, pk.cores) for pk in partial)
+        current += (ContainerDevice(uuid, memreq, coresreq),)
+        charges = collapse((*self.pod_devs[:ci], current), self.ctx.pod.init_count)
+        limits = quota.limits
+        if limits.mem_mib is not None:
+            factor = max(self.ctx.config.memory_factor, 1)
+            if quota.used_mem_mib + sum(c.mem_mib for c in charges) > limits.mem_mib * factor:
+                return False
+        if limits.cores_pct is None:
+            return True
+        return quota.used_cores_pct + sum(c.cores_pct for c in charges) <= limits.cores_pct
+
+    def _mig_pick(self, p: int, partial: Sequence[_Pick], memreq: int, eff: tuple[int, int, int]) -> _Pick | None:
+        """§6.4 step 14: a free MIG placement (dynamic, §7.1) or template slot (legacy, §7.2) for this request.
+
+        ``eff`` is the device's (used, used memory, used cores) including this container's own instances.
+        """
+        dev = self.devices[p]
+        used, mem, cores = eff
+        base = self.snap.usages[p]
+        mine = [pk for pk in partial if pk.pos == p]
+        if dev.mig_profiles:
+            occupied = [*base.mig_in_use, *self.pod_mig.get(p, ()), *(pk.placement for pk in mine if pk.placement)]
+            got = mig.select_dynamic(dev, occupied, memreq)
+            if got is None:
+                return None
+            profile, placement = got
+            return _Pick(
+                pos=p,
+                quota_mem_mib=memreq,
+                mem_mib=profile.memory_mib,
+                cores=profile.core_pct,
+                profile=profile,
+                placement=placement,
+            )
+        geometry = base.legacy_geometry
+        slots = set(base.legacy_slots)
+        if p in self.pod_legacy:
+            geometry, pod_slots = self.pod_legacy[p]
+            slots |= pod_slots
+        for pk in mine:
+            if pk.legacy is not None:
+                geometry = pk.legacy.geometry
+                slots.add(pk.legacy.slot)
+        usage = DeviceUsage(
+            used=used,
+            used_mem_mib=mem,
+            used_cores=cores,
+            mig_in_use=base.mig_in_use,
+            legacy_geometry=geometry,
+            legacy_slots=frozenset(slots),
+        )
+        choice = mig.select_legacy(dev, self.ctx.config.known_mig_geometries, usage, memreq)
+        if choice is None:
+            return None
+        return _Pick(
+            pos=p,
+            quota_mem_mib=memreq,
+            mem_mib=choice.template.memory_mib,
+            cores=choice.template.core_pct,
+            legacy=choice,
+        )
+
+    def _select_topology(self, candidates: list[_Pick], nums: int) -> list[_Pick] | None:
+        """``topology-aware``: exactly ``nums`` candidates are taken as they are; more are narrowed by pair score."""
+        if len(candidates) == nums:
+            return candidates
+        if len(candidates) < nums:
+            return None
+        infos = [self.devices[pk.pos] for pk in candidates]
+        scores: Mapping[str, Mapping[str, int]] = self.snap.inventory.pair_scores
+        if nums == 1:
+            chosen_ids = {topology.select_single(infos, scores).id}
+        else:
+            chosen = topology.select_set(infos, nums, scores)
+            if chosen is None:
+                return None
+            chosen_ids = {d.id for d in chosen}
+        return [pk for pk in candidates if self.devices[pk.pos].id in chosen_ids]
+
+
+def evaluate_node(ctx: PodContext, snap: NodeSnapshot) -> NodeFit | NodeRejection:
+    """Fit every container of the pod on one node (init one at a time, app cumulatively), or say why not."""
+    return _NodeEval(ctx, snap).run()

@@ -1,0 +1,38 @@
+"""Why a node was rejected, as data and as HAMi's ``GenReason`` text (hami-compat §6.6)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from shared.domain.model import Reason
+
+
+def gen_reason(counts: Mapping[Reason, int], total: int) -> str:
+    """HAMi's ``GenReason``: ``"<count>/<total> <Reason>"`` per reason, sorted as strings, joined with ``", "``.
+
+    ``total`` is the number of devices Fit considered. Reasons counted 0 times are left out.
+    """
+    return ", ".join(sorted(f"{n}/{total} {r.value}" for r, n in counts.items() if n > 0))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRejection:
+    """One node's refusal of a pod: the first container that did not fit, and why.
+
+    Either ``plain`` is set (a node-level reason such as ``NodeInsufficientDevice``), or ``counts`` holds how
+    many of the ``total`` devices Fit considered failed each check.
+    """
+
+    node: str
+    counts: Mapping[Reason, int] = field(default_factory=dict)
+    total: int = 0
+    plain: Reason | None = None
+    container_index: int | None = None
+
+    @property
+    def text(self) -> str:
+        """The ``FailedNodes`` value for this node: the plain reason, or the ``GenReason`` string."""
+        if self.plain is not None:
+            return self.plain.value
+        return gen_reason(self.counts, self.total) or Reason.NODE_UNFIT_POD.value
