@@ -1,0 +1,173 @@
+{{/*
+Helpers. Keep every template within the subset deploy/gotemplate.py renders (see docs/deploy.md).
+*/}}
+
+{{- define "vgpu-scheduler.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "vgpu-scheduler.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of one component: include with (dict "ctx" . "component" "extender"). */}}
+{{- define "vgpu-scheduler.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "vgpu-scheduler.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* All labels of one component's objects. */}}
+{{- define "vgpu-scheduler.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "vgpu-scheduler.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: vgpu-scheduler
+{{- end }}
+
+{{/* Labels of our pods: selector labels, and the label that keeps them out of our own webhook. */}}
+{{- define "vgpu-scheduler.podLabels" -}}
+{{ include "vgpu-scheduler.selectorLabels" . }}
+hami.io/webhook: ignore
+{{- end }}
+
+{{- define "vgpu-scheduler.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "vgpu-scheduler.tlsSecret" -}}
+{{ include "vgpu-scheduler.fullname" . }}-tls
+{{- end }}
+
+{{- define "vgpu-scheduler.extenderService" -}}
+{{ include "vgpu-scheduler.fullname" . }}-extender
+{{- end }}
+
+{{- define "vgpu-scheduler.webhookService" -}}
+{{ include "vgpu-scheduler.fullname" . }}-webhook
+{{- end }}
+
+{{- define "vgpu-scheduler.webhookConfiguration" -}}
+{{ include "vgpu-scheduler.fullname" . }}-webhook
+{{- end }}
+
+{{- define "vgpu-scheduler.deviceConfigMap" -}}
+{{ .Values.deviceConfig.existingConfigMap | default (printf "%s-device" (include "vgpu-scheduler.fullname" .)) }}
+{{- end }}
+
+{{- define "vgpu-scheduler.leaseName" -}}
+{{ .Values.kubeScheduler.leaseName | default (include "vgpu-scheduler.fullname" .) }}
+{{- end }}
+
+{{/* DNS names of the serving certificate: the extender and webhook Services. */}}
+{{- define "vgpu-scheduler.tlsHosts" -}}
+{{- $ns := .Release.Namespace }}
+{{- $ext := include "vgpu-scheduler.extenderService" . }}
+{{- $hook := include "vgpu-scheduler.webhookService" . }}
+{{- printf "%s,%s.%s,%s.%s.svc,%s,%s.%s,%s.%s.svc" $ext $ext $ns $ext $ns $hook $hook $ns $hook $ns }}
+{{- end }}
+
+{{/* The Redis URL, as the VGPU_REDIS_URL environment variable (a list item). */}}
+{{- define "vgpu-scheduler.redisEnv" -}}
+- name: VGPU_REDIS_URL
+{{- if .Values.redis.enabled }}
+  value: {{ printf "redis://%s-redis.%s.svc:%d/0" (include "vgpu-scheduler.fullname" .) .Release.Namespace (int .Values.redis.port) | quote }}
+{{- else if .Values.redis.external.existingSecret }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.redis.external.existingSecret }}
+      key: {{ .Values.redis.external.existingSecretKey }}
+{{- else }}
+  value: {{ required "redis.external.url or redis.external.existingSecret is required when redis.enabled is false" .Values.redis.external.url | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Flags every vgpu-scheduler service takes (list items). */}}
+{{- define "vgpu-scheduler.commonArgs" -}}
+- --metrics-bind-address=:{{ .Values.metricsPort }}
+- --device-config-file=/device-config.yaml
+- --key-prefix={{ .Values.keyPrefix }}
+- --log-format={{ .Values.log.format }}
+- --log-level={{ .Values.log.level }}
+{{- end }}
+
+{{/* Pod-level settings shared by our Deployments. */}}
+{{- define "vgpu-scheduler.podSpecCommon" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes every vgpu-scheduler service mounts: the device config and a scratch /tmp. */}}
+{{- define "vgpu-scheduler.commonVolumes" -}}
+- name: device-config
+  configMap:
+    name: {{ include "vgpu-scheduler.deviceConfigMap" . }}
+- name: tmp
+  emptyDir: {}
+{{- end }}
+
+{{- define "vgpu-scheduler.commonVolumeMounts" -}}
+- name: device-config
+  mountPath: /device-config.yaml
+  subPath: device-config.yaml
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- end }}
+
+{{/* Environment of every vgpu-scheduler service. */}}
+{{- define "vgpu-scheduler.commonEnv" -}}
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: POD_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+{{ include "vgpu-scheduler.redisEnv" . }}
+{{- end }}
+
+{{/*
+The TLS secret as a volume source, with the same file names whichever tool made it:
+tls.crt, tls.key, ca.crt (kube-webhook-certgen writes the keys cert, key and ca).
+*/}}
+{{- define "vgpu-scheduler.tlsVolume" -}}
+secret:
+  secretName: {{ include "vgpu-scheduler.tlsSecret" . }}
+  {{- if not .Values.tls.certManager.enabled }}
+  items:
+    - key: cert
+      path: tls.crt
+    - key: key
+      path: tls.key
+    - key: ca
+      path: ca.crt
+  {{- end }}
+{{- end }}
+
+{{/* Only the CA of the TLS secret, for kube-scheduler to verify the extender. */}}
+{{- define "vgpu-scheduler.tlsCAVolume" -}}
+secret:
+  secretName: {{ include "vgpu-scheduler.tlsSecret" . }}
+  items:
+    - key: {{ ternary "ca.crt" "ca" .Values.tls.certManager.enabled }}
+      path: ca.crt
+{{- end }}
