@@ -1,0 +1,233 @@
+"""Topology-aware device choice for the ``topology-aware`` GPU policy (hami-compat §6.4, §2.3, decision 8).
+
+Pure functions over the fitting candidates of one container request and the node's pair-score table
+(``hami.io/node-nvidia-score``, decoded into ``NodeInventory.pair_scores``):
+
+* :func:`select_single` — one card wanted, several fit: take the worst-connected card (lowest summed pair
+  score to the other candidates) so well-connected pairs stay free for multi-card pods.
+* :func:`select_set` — ``k > 1`` cards wanted: the set with the highest sum of pairwise scores. HAMi enumerates
+  all ``C(n, k)`` sets; we return the same optimum with an exact branch and bound.
+
+Pair score (:func:`pair_score`): ``min(scores[a][b], scores[b][a])`` with a missing entry counting 0. The device
+plugin always writes a symmetric table (it scores an asymmetric link 0 itself), where this is exactly HAMi's
+``scores[a][b]``. HAMi's own sum reads ``scores[first][second]`` in candidate order, so on a hand-written
+asymmetric table its answer depends on device order; taking the weaker direction keeps ours order-independent
+and extends the device plugin's "asymmetric counts 0" caution.
+
+Ties (decision 8), for a set: the highest internal score; then the lowest score between the set and the other
+candidates ("keep the best-connected devices free"); then the lowest device indices, compared as sorted tuples.
+For a single card: the lowest summed score, then the lowest index. ``select_set(c, 1, s)`` agrees with
+``select_single``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from shared.domain.model import DeviceInfo
+
+PairScores = Mapping[str, Mapping[str, int]]
+"""``scores[uuid_a][uuid_b]``: topology pair score between two GPUs of one node (hami-compat §2.3)."""
+
+
+def pair_score(a: str, b: str, pair_scores: PairScores) -> int:
+    """The score of the unordered pair ``{a, b}``: the weaker of the two directions; missing entries count 0."""
+    if a == b:
+        return 0
+    return min(_directed(pair_scores, a, b), _directed(pair_scores, b, a))
+
+
+def set_score(devices: Sequence[DeviceInfo], pair_scores: PairScores) -> int:
+    """Sum of :func:`pair_score` over every unordered pair of ``devices``: what :func:`select_set` maximises."""
+    ids = [d.id for d in devices]
+    return sum(pair_score(ids[i], ids[j], pair_scores) for i in range(len(ids)) for j in range(i + 1, len(ids)))
+
+
+def cut_score(chosen: Sequence[DeviceInfo], rest: Sequence[DeviceInfo], pair_scores: PairScores) -> int:
+    """Sum of :func:`pair_score` between ``chosen`` and ``rest`` (decision 8's first tie-break, lower is better)."""
+    return sum(pair_score(a.id, b.id, pair_scores) for a in chosen for b in rest)
+
+
+def select_single(candidates: Sequence[DeviceInfo], pair_scores: PairScores) -> DeviceInfo:
+    """The worst-connected candidate: lowest summed pair score to the other candidates, then lowest index.
+
+    HAMi's ``computeWorstSingleCard``: a one-card pod takes the card that is least useful to multi-card pods.
+    Raises ``ValueError`` on an empty or duplicate-id candidate list.
+    """
+    if not candidates:
+        raise ValueError("select_single: no candidates")
+    _check_unique(candidates)
+    best: DeviceInfo = candidates[0]
+    best_key: tuple[int, int, int] | None = None
+    for pos, dev in enumerate(candidates):
+        total = sum(pair_score(dev.id, other.id, pair_scores) for other in candidates if other is not dev)
+        key = (total, dev.index, pos)
+        if best_key is None or key < best_key:
+            best, best_key = dev, key
+    return best
+
+
+def select_set(candidates: Sequence[DeviceInfo], k: int, pair_scores: PairScores) -> tuple[DeviceInfo, ...] | None:
+    """The ``k`` candidates with the highest summed pairwise score, ties broken as decision 8 says.
+
+    Returns ``None`` when fewer than ``k`` candidates fit, all of them when exactly ``k`` do. The result keeps
+    the order of ``candidates``. Exact: the same set as enumerating every combination (HAMi's
+    ``computeBestCombination``) with the module's tie-break, found by branch and bound.
+    Raises ``ValueError`` when ``k < 1`` or two candidates share an id.
+    """
+    if k < 1:
+        raise ValueError(f"select_set: k must be at least 1, got {k}")
+    n = len(candidates)
+    if k > n:
+        return None
+    _check_unique(candidates)
+    if k == n:
+        return tuple(candidates)
+    ids = [d.id for d in candidates]
+    weights = [[pair_score(ids[i], ids[j], pair_scores) if i != j else 0 for j in range(n)] for i in range(n)]
+    # Rank 0 is the preferred device on a full tie: the lowest index (then the earlier candidate).
+    by_preference = sorted(range(n), key=lambda p: (candidates[p].index, p))
+    rank = [0] * n
+    for r, p in enumerate(by_preference):
+        rank[p] = r
+    chosen = best_subset(weights, k, rank)
+    return tuple(candidates[p] for p in sorted(chosen))
+
+
+def best_subset(weights: Sequence[Sequence[int]], k: int, rank: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Exact optimum over the positions of a symmetric integer matrix with a zero diagonal.
+
+    Maximises, in this order: the internal sum ``Σ w[a][b]`` over pairs of the set; minus the weighted degree
+    sum ``Σ_{v in set} Σ_u w[v][u]`` (for a fixed internal sum, the lowest cut to the rest); then the
+    lexicographically smallest sorted tuple of ``rank`` values (default: the position). Returns sorted
+    positions. ``1 <= k <= len(weights)`` is the caller's job.
+
+    The three keys are folded into one integer objective ``F(S) = A·internal − B·degsum + lex`` with
+    ``lex = Σ 2^(n−1−rank)`` and scales ``B = 2^n``, ``A = 2·B·(Σ|deg| + 1)`` so that each key strictly
+    dominates the next; ``F`` is then unique per set, and a branch and bound that prunes when its bound does
+    not beat the incumbent is exact. Bound for a partial set ``P`` with ``r`` devices still to pick from the
+    suffix ``R``: the top ``r`` of ``A·w(u,P) + (A/2)·(top r−1 of w[u][R]) + c(u)`` over ``u`` in ``R``.
+    """
+    n = len(weights)
+    if rank is None:
+        rank = list(range(n))
+    deg = [sum(row) for row in weights]
+    big_b = 1 << n
+    big_a = 2 * big_b * (sum(abs(d) for d in deg) + 1)
+    half_a = big_a // 2
+    node_term = [(1 << (n - 1 - rank[v])) - big_b * deg[v] for v in range(n)]
+
+    # Static branching order: best-connected first (good incumbents early), preferred devices first on ties.
+    order = sorted(range(n), key=lambda v: (-deg[v], rank[v]))
+    w_full = [[big_a * weights[order[i]][order[j]] for j in range(n)] for i in range(n)]
+    term = [node_term[order[i]] for i in range(n)]
+
+    # top[i][u - i][m]: (A/2) × the sum of the m largest weights from u to the other members of suffix i..n-1.
+    top: list[list[list[int]]] = []
+    for i in range(n):
+        per_u: list[list[int]] = []
+        for u in range(i, n):
+            row = weights[order[u]]
+            vals = sorted((row[order[v]] for v in range(i, n) if v != u), reverse=True)
+            sums = [0]
+            for x in vals:
+                sums.append(sums[-1] + half_a * x)
+            per_u.append(sums)
+        top.append(per_u)
+    # internal[i]: A × the internal sum of the whole suffix i..n-1 (for the "take all that is left" leaf).
+    internal = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        internal[i] = internal[i + 1] + sum(w_full[i][v] for v in range(i + 1, n))
+
+    best_val, best_set = _greedy_incumbent(w_full, term, k)
+    chosen: list[int] = []
+
+    def dfs(i: int, r: int, cur: int, attach: list[int]) -> None:
+        nonlocal best_val, best_set
+        left = n - i
+        if left == r:
+            val = cur + internal[i] + sum(attach[i:]) + sum(term[i:])
+            if val > best_val:
+                best_val, best_set = val, (*chosen, *range(i, n))
+            return
+        if r == 0:
+            if cur > best_val:
+                best_val, best_set = cur, tuple(chosen)
+            return
+        if r == 1:  # one more device: no internal pair among the new picks, so the best completion is direct
+            u = max(range(i, n), key=lambda v: attach[v] + term[v])
+            val = cur + attach[u] + term[u]
+            if val > best_val:
+                best_val, best_set = val, (*chosen, u)
+            return
+        gains = [a + t[r - 1] + c for a, t, c in zip(attach[i:], top[i], term[i:], strict=True)]
+        gain_i = gains[0]
+        gains.sort(reverse=True)
+        bound = cur + sum(gains[:r])
+        if bound <= best_val:
+            return
+        # With device i forced in, the bound is at most: the top r-1 gains of the others plus gain_i.
+        if bound - gains[r - 1] + gain_i > best_val:
+            chosen.append(i)
+            dfs(i + 1, r - 1, cur + attach[i] + term[i], [a + x for a, x in zip(attach, w_full[i], strict=True)])
+            chosen.pop()
+        dfs(i + 1, r, cur, attach)
+
+    dfs(0, k, 0, [0] * n)
+    return tuple(sorted(order[i] for i in best_set))
+
+
+def _greedy_incumbent(w_full: list[list[int]], term: list[int], k: int) -> tuple[int, tuple[int, ...]]:
+    """A good first solution (greedy growth, then best-improvement swaps) so the search prunes from the start."""
+    n = len(w_full)
+    start = max(range(n), key=lambda v: term[v] + max((w_full[v][u] for u in range(n) if u != v), default=0))
+    inside = [False] * n
+    inside[start] = True
+    attach = list(w_full[start])
+    for _ in range(k - 1):
+        v = max((u for u in range(n) if not inside[u]), key=lambda u: attach[u] + term[u])
+        inside[v] = True
+        attach = [a + x for a, x in zip(attach, w_full[v], strict=True)]
+
+    def value() -> int:
+        members = [v for v in range(n) if inside[v]]
+        pairs = sum(w_full[a][b] for i, a in enumerate(members) for b in members[i + 1 :])
+        return pairs + sum(term[v] for v in members)
+
+    current = value()
+    improved = True
+    while improved:
+        improved = False
+        best_delta, best_swap = 0, (-1, -1)
+        for out in range(n):
+            if not inside[out]:
+                continue
+            for into in range(n):
+                if inside[into]:
+                    continue
+                # attach[x] = Σ over members of w_full[x][member]; removing `out` then adding `into`:
+                delta = (attach[into] - w_full[into][out] + term[into]) - (attach[out] + term[out])
+                if delta > best_delta:
+                    best_delta, best_swap = delta, (out, into)
+        if best_delta > 0:
+            out, into = best_swap
+            inside[out], inside[into] = False, True
+            attach = [a - x + y for a, x, y in zip(attach, w_full[out], w_full[into], strict=True)]
+            current += best_delta
+            improved = True
+    return current, tuple(v for v in range(n) if inside[v])
+
+
+def _directed(pair_scores: PairScores, a: str, b: str) -> int:
+    row = pair_scores.get(a)
+    if row is None:
+        return 0
+    return row.get(b, 0)
+
+
+def _check_unique(candidates: Sequence[DeviceInfo]) -> None:
+    seen: set[str] = set()
+    for d in candidates:
+        if d.id in seen:
+            raise ValueError(f"duplicate candidate device {d.id!r}")
+        seen.add(d.id)
