@@ -1,7 +1,18 @@
 """The ``vgpu-scheduler`` console script: one subcommand per service.
 
 Each subcommand module exposes ``register(subparsers)`` which adds its parser with ``set_defaults(run=...)``;
-``run(args) -> int`` is the process' composition root.
+``run(args) -> int`` is the process' composition root. A service's parser comes from the option table::
+
+    def register(subparsers):
+        add_service_parser(subparsers, Service.INFORMER).set_defaults(run=run)
+
+    def run(args):
+        settings = settings_from_args(Service.INFORMER, args, os.environ)   # may raise ConfigError
+        ...
+        return run_service(main)
+
+A :class:`~shared.errors.ConfigError` escaping ``run`` is printed as one ``vgpu-scheduler: error: ...`` line
+and the process exits 2 (argparse's own usage errors exit 2 as well).
 """
 
 from __future__ import annotations
@@ -11,14 +22,20 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from shared.config import normalize_argv
+from shared.errors import ConfigError
+
 # Subcommands are added here as they exist; a subcommand that is not built yet is simply absent.
 SUBCOMMANDS: tuple[str, ...] = ()
+
+EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vgpu-scheduler",
         description="GPU-sharing scheduler extender for Kubernetes, wire-compatible with HAMi's device plugin.",
+        allow_abbrev=False,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMANDS:
@@ -29,12 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(normalize_argv(sys.argv[1:] if argv is None else argv))
     run = getattr(args, "run", None)
     if run is None:
         parser.print_help()
-        return 2
-    code: int = run(args)
+        return EXIT_USAGE
+    try:
+        code: int = run(args)
+    except ConfigError as e:
+        print(f"vgpu-scheduler: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     return code
 
 

@@ -60,7 +60,16 @@ def _yaml_scalar_text(option: Option, value: object, label: str) -> str:
         return ",".join(f"{k}={v}" for k, v in value.items())
     if isinstance(value, str):
         return value
-    raise ConfigError(f"{label}: expected a {option.kind.value}, got {value!r}")
+    raise ConfigError(f"{label}: expected {_YAML_EXPECTED[option.kind]}, got {value!r}")
+
+
+_YAML_EXPECTED: Mapping[Kind, str] = {
+    Kind.STRING: "a string",
+    Kind.INT: "an integer",
+    Kind.NUMBER: "a number",
+    Kind.BOOL: "a boolean (true or false)",
+    Kind.DURATION: "a Go duration string such as 30s, 5m or 1h2m",
+}
 
 
 def read_config_file(path: str) -> dict[str, object]:
