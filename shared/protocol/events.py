@@ -17,14 +17,14 @@ Messages longer than :data:`MAX_MESSAGE_BYTES` are cut with ``...`` (the API ser
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-MAX_MESSAGE_BYTES: Final = 1024
+from shared.codec.reasons import parse_reason
+from shared.errors import DecodeError
 
-_REASON_ITEM = re.compile(r"(\d+)/(\d+) (\S+)")
+MAX_MESSAGE_BYTES: Final = 1024
 
 
 class EventType(enum.Enum):
@@ -48,23 +48,16 @@ class PodEvent:
     message: str
 
 
-def parse_reason(text: str) -> dict[str, int]:
-    """HAMi's ``ParseReason``: ``"2/4 CardInsufficientMemory, 2/4 CardNotHealth"`` → reason type → count.
-
-    An item not of the form ``<count>/<total> <Reason>`` (a plain reason such as ``node unregistered``) is
-    returned as a reason type of its own with count 0.
+def reason_types(text: str) -> tuple[str, ...]:
+    """The reason types of one ``FailedNodes`` value: the words of a ``GenReason`` string
+    (``"2/4 CardInsufficientMemory, 2/4 CardNotHealth"`` → both), or the whole text when it is a plain
+    message such as ``node unregistered``.
     """
-    out: dict[str, int] = {}
-    for raw in text.split(", "):
-        item = raw.strip()
-        if not item:
-            continue
-        m = _REASON_ITEM.fullmatch(item)
-        if m is None:
-            out.setdefault(item, 0)
-        else:
-            out[m.group(3)] = out.get(m.group(3), 0) + int(m.group(1))
-    return out
+    try:
+        entries = parse_reason(text)
+    except DecodeError:
+        return (text,)
+    return tuple(dict.fromkeys(e.reason for e in entries))
 
 
 def filter_failure_events(failed_nodes: Mapping[str, str], total_nodes: int | None = None) -> list[PodEvent]:
@@ -74,7 +67,7 @@ def filter_failure_events(failed_nodes: Mapping[str, str], total_nodes: int | No
     """
     by_reason: dict[str, set[str]] = {}
     for node, reason in failed_nodes.items():
-        for reason_type in parse_reason(reason):
+        for reason_type in reason_types(reason):
             by_reason.setdefault(reason_type, set()).add(node)
     events = [
         _event(

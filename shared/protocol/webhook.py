@@ -1,0 +1,335 @@
+"""The mutating admission webhook's decision for NVIDIA, as a pure function of the pod (hami-compat §5.3, §1.3, §8).
+
+:func:`mutate_pod` does what HAMi's ``webhook.Handle`` + ``NvidiaGPUDevices.MutateAdmission`` do, in order:
+
+1. no containers → denied ``pod has no containers``;
+2. a pod meant for another scheduler is allowed untouched;
+3. every init container, then every container: ``gpumem-percentage`` outside 0..100 → error (HTTP 500);
+   ``CUDA_TASK_PRIORITY`` env from ``limits[priority]``; ``GPU_CORE_UTILIZATION_POLICY`` env when the policy is
+   not ``default``; ``limits[gpu] = defaultGPUNum`` when only cores/memory/percentage are in limits; the exclusive
+   default ``limits[gpucores] = 100``; ``runtimeClassName``; ``NVIDIA_VISIBLE_DEVICES=none`` with ``overwriteEnv``;
+4. a privileged (init) container in a pod with a HAMi resource → denied ``container <name> is privileged``;
+5. set ``spec.schedulerName``; a pod with ``spec.nodeName`` → denied ``pod has node assigned``;
+6. quota pre-check → denied ``exceeding resource quota``;
+7. allowed with the JSONPatch from the original to the mutated pod.
+
+No I/O: the caller passes the namespace's :class:`QuotaState` (or ``None`` to skip step 6).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final
+
+from shared.codec.quantity import parse_quantity
+from shared.codec.resources import container_request
+from shared.domain.model import NvidiaConfig, QuotaState
+from shared.errors import DecodeError
+from shared.protocol import gojson
+from shared.protocol.admission import HTTP_BAD_REQUEST, HTTP_INTERNAL_ERROR, AdmissionOutcome
+from shared.protocol.jsonpatch import apply_patch, create_patch
+
+__all__ = [
+    "DEFAULT_SCHEDULER",
+    "AdmissionOutcome",
+    "QuotaDemand",
+    "apply_patch",
+    "fits_quota",
+    "mutate_pod",
+    "quota_demand",
+]
+
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+ENV_TASK_PRIORITY: Final = "CUDA_TASK_PRIORITY"
+ENV_CORE_POLICY: Final = "GPU_CORE_UTILIZATION_POLICY"
+ENV_VISIBLE_DEVICES: Final = "NVIDIA_VISIBLE_DEVICES"
+DEFAULT_CORE_POLICY: Final = "default"
+
+MSG_NO_CONTAINERS: Final = "pod has no containers"
+MSG_OTHER_SCHEDULER: Final = "pod already has different scheduler assigned"
+MSG_NODE_ASSIGNED: Final = "pod has node assigned"
+MSG_QUOTA: Final = "exceeding resource quota"
+
+_POD = "pod"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDemand:
+    """What a pod adds to its namespace's quota usage at admission (hami-compat §8)."""
+
+    mem_mib: int
+    cores_pct: int
+
+    @property
+    def zero(self) -> bool:
+        return self.mem_mib == 0 and self.cores_pct == 0
+
+
+class _PercentageError(Exception):
+    """``gpumem-percentage`` outside 0..100: HAMi answers ``admission.Errored(500, ...)``."""
+
+
+def mutate_pod(
+    pod: dict[str, Any],
+    *,
+    cfg: NvidiaConfig,
+    scheduler_name: str,
+    force_overwrite_default_scheduler: bool,
+    quota: QuotaState | None = None,
+) -> AdmissionOutcome:
+    """Decide on a pod at CREATE: allow (with a JSONPatch), deny (403) or error (400 malformed, 500 invalid).
+
+    ``pod`` is not modified. ``quota`` is the namespace's quota state; ``None`` skips the quota pre-check.
+    """
+    try:
+        return _mutate(pod, cfg, scheduler_name, force_overwrite_default_scheduler, quota)
+    except DecodeError as e:
+        return AdmissionOutcome.error(str(e), HTTP_BAD_REQUEST)
+    except _PercentageError as e:
+        return AdmissionOutcome.error(str(e), HTTP_INTERNAL_ERROR)
+
+
+def _mutate(
+    original: dict[str, Any],
+    cfg: NvidiaConfig,
+    scheduler_name: str,
+    force: bool,
+    quota: QuotaState | None,
+) -> AdmissionOutcome:
+    if not isinstance(original, dict):
+        raise DecodeError(_POD, f"expected an object, got {gojson.type_name(original)}")
+    pod = copy.deepcopy(original)
+    spec = _opt_dict(pod, "spec", "spec")
+    if spec is None:
+        spec = {}
+    containers = _containers(spec, "containers")
+    init_containers = _containers(spec, "initContainers")
+    if not containers:
+        return AdmissionOutcome.deny(MSG_NO_CONTAINERS)
+
+    current = _opt_str(spec, "schedulerName", "spec.schedulerName")
+    if current and (current != DEFAULT_SCHEDULER or not force) and (not scheduler_name or current != scheduler_name):
+        return AdmissionOutcome.allow(MSG_OTHER_SCHEDULER)
+
+    privileged = next((c for _, c in _all(init_containers, containers) if _is_privileged(c)), None)
+    has_resource = False
+    for where, container in _all(init_containers, containers):
+        found = _mutate_container(container, spec, cfg, where)
+        has_resource = has_resource or found
+
+    if privileged is not None and has_resource:
+        return AdmissionOutcome.deny(f"container {privileged.get('name', '')} is privileged")
+    if has_resource and scheduler_name:
+        pod["spec"] = spec
+        spec["schedulerName"] = scheduler_name
+        if _opt_str(spec, "nodeName", "spec.nodeName"):
+            return AdmissionOutcome.deny(MSG_NODE_ASSIGNED)
+    if quota is not None:
+        demand = quota_demand(pod, cfg)
+        if not demand.zero and not fits_quota(demand, quota, cfg):
+            return AdmissionOutcome.deny(MSG_QUOTA)
+    return AdmissionOutcome.allow(patch_ops=create_patch(original, pod))
+
+
+# --------------------------------------------------------------------------------------------
+# One container (NvidiaGPUDevices.MutateAdmission)
+# --------------------------------------------------------------------------------------------
+
+
+def _mutate_container(c: dict[str, Any], spec: dict[str, Any], cfg: NvidiaConfig, where: str) -> bool:
+    """Mutate one container in place; return whether it has an NVIDIA resource."""
+    name = c.get("name", "")
+    limits, requests = _resource_maps(c, where)
+
+    pct = _value(limits, requests, cfg.resource_memory_percentage_name, where)
+    if pct is not None and not 0 <= pct <= 100:
+        raise _PercentageError(
+            f"invalid {cfg.resource_memory_percentage_name} value {pct} in container {name}: "
+            "must be an integer between 0 and 100"
+        )
+
+    if limits is not None and cfg.resource_priority_name in limits:
+        priority = _go_value(_quantity(limits[cfg.resource_priority_name], where, cfg.resource_priority_name))
+        _append_env(c, ENV_TASK_PRIORITY, str(priority), where)
+    if cfg.gpu_core_policy and cfg.gpu_core_policy != DEFAULT_CORE_POLICY:
+        _append_env(c, ENV_CORE_POLICY, cfg.gpu_core_policy, where)
+
+    has_resource = _mutate_container_resource(c, limits, cfg)
+    if _default_exclusive_core(c, cfg, where):
+        has_resource = True
+
+    if has_resource and spec.get("runtimeClassName") is None and cfg.runtime_class_name:
+        spec["runtimeClassName"] = cfg.runtime_class_name
+    if not has_resource and cfg.overwrite_env:
+        _append_env(c, ENV_VISIBLE_DEVICES, "none", where)
+    return has_resource
+
+
+def _mutate_container_resource(c: dict[str, Any], limits: dict[str, Any] | None, cfg: NvidiaConfig) -> bool:
+    """``mutateContainerResource``: the count is in limits, or is filled in from ``defaultGPUNum``."""
+    if limits is None:
+        return False
+    if cfg.resource_count_name in limits:
+        return True
+    partial = (cfg.resource_core_name, cfg.resource_memory_name, cfg.resource_memory_percentage_name)
+    if any(n and n in limits for n in partial) and cfg.default_gpu_num > 0:
+        limits[cfg.resource_count_name] = str(cfg.default_gpu_num)
+        return True
+    return False
+
+
+def _default_exclusive_core(c: dict[str, Any], cfg: NvidiaConfig, where: str) -> bool:
+    """``defaultExclusiveCoreIfNeeded``: a whole-card request without gpucores gets ``gpucores: 100``."""
+    limits, requests = _resource_maps(c, where)
+    if not cfg.resource_count_name or not _present(limits, requests, cfg.resource_count_name):
+        return False
+    if not cfg.resource_core_name or _present(limits, requests, cfg.resource_core_name):
+        return False
+    pct = _value(limits, requests, cfg.resource_memory_percentage_name, where)
+    if pct is not None:
+        exclusive = pct == 100
+    elif not cfg.resource_memory_name:
+        exclusive = True
+    else:
+        exclusive = not _present(limits, requests, cfg.resource_memory_name)
+    if not exclusive:
+        return False
+    resources = c.get("resources")
+    if not isinstance(resources, dict):
+        resources = c["resources"] = {}
+    if not isinstance(resources.get("limits"), dict):
+        resources["limits"] = {}
+    resources["limits"][cfg.resource_core_name] = "100"
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Quota pre-check (fitResourceQuota)
+# --------------------------------------------------------------------------------------------
+
+
+def quota_demand(pod: dict[str, Any], cfg: NvidiaConfig) -> QuotaDemand:
+    """``mem = max(Σ_app Memreq·Nums, max_init Memreq·Nums)``, likewise cores (hami-compat §8).
+
+    Percentage-only requests count 0 memory: ``Memreq`` is unknown until a device is chosen.
+    """
+    spec = _opt_dict(pod, "spec", "spec") or {}
+    app_mem = app_cores = init_mem = init_cores = 0
+    for c in _containers(spec, "initContainers"):
+        r = container_request(c, cfg)
+        if not r.empty:
+            init_mem = max(init_mem, r.mem_mib * r.nums)
+            init_cores = max(init_cores, r.cores_pct * r.nums)
+    for c in _containers(spec, "containers"):
+        r = container_request(c, cfg)
+        if not r.empty:
+            app_mem += r.mem_mib * r.nums
+            app_cores += r.cores_pct * r.nums
+    return QuotaDemand(mem_mib=max(app_mem, init_mem), cores_pct=max(app_cores, init_cores))
+
+
+def fits_quota(demand: QuotaDemand, state: QuotaState, cfg: NvidiaConfig) -> bool:
+    """``used + demand <= limit`` for memory and cores; ``None`` is no limit, an explicit 0 blocks.
+
+    The memory limit is the quota's raw ``limits.<memory resource>`` value, scaled by ``memoryFactor``
+    like the requests are.
+    """
+    limits = state.limits
+    if limits.mem_mib is not None:
+        mem_limit = limits.mem_mib * max(cfg.memory_factor, 1)
+        if state.used_mem_mib + demand.mem_mib > mem_limit:
+            return False
+    return not (limits.cores_pct is not None and state.used_cores_pct + demand.cores_pct > limits.cores_pct)
+
+
+# --------------------------------------------------------------------------------------------
+# Pod JSON helpers: tolerate absent/null, reject wrong types with a clear DecodeError
+# --------------------------------------------------------------------------------------------
+
+
+def _opt_dict(parent: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    value = parent.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise DecodeError(_POD, f"{where} must be an object, got {gojson.type_name(value)}")
+    return value
+
+
+def _opt_str(parent: dict[str, Any], key: str, where: str) -> str:
+    value = parent.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DecodeError(_POD, f"{where} must be a string, got {gojson.type_name(value)}")
+    return value
+
+
+def _containers(spec: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DecodeError(_POD, f"spec.{key} must be an array, got {gojson.type_name(value)}")
+    for i, c in enumerate(value):
+        if not isinstance(c, dict):
+            raise DecodeError(_POD, f"spec.{key}[{i}] must be an object, got {gojson.type_name(c)}")
+    return value
+
+
+def _all(init: list[dict[str, Any]], app: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for i, c in enumerate(init):
+        yield f"spec.initContainers[{i}]", c
+    for i, c in enumerate(app):
+        yield f"spec.containers[{i}]", c
+
+
+def _is_privileged(c: dict[str, Any]) -> bool:
+    sc = c.get("securityContext")
+    return isinstance(sc, dict) and sc.get("privileged") is True
+
+
+def _resource_maps(c: dict[str, Any], where: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    resources = _opt_dict(c, "resources", f"{where}.resources")
+    if resources is None:
+        return None, None
+    return (
+        _opt_dict(resources, "limits", f"{where}.resources.limits"),
+        _opt_dict(resources, "requests", f"{where}.resources.requests"),
+    )
+
+
+def _present(limits: dict[str, Any] | None, requests: dict[str, Any] | None, name: str) -> bool:
+    return (limits is not None and name in limits) or (requests is not None and name in requests)
+
+
+def _quantity(raw: Any, where: str, name: str) -> Fraction:
+    return parse_quantity(raw, f"{where}.resources {name}")
+
+
+def _go_value(q: Fraction) -> int:
+    """Go ``Quantity.Value()``: the integer value rounded away from zero."""
+    return math.ceil(q) if q >= 0 else -math.ceil(-q)
+
+
+def _value(limits: dict[str, Any] | None, requests: dict[str, Any] | None, name: str, where: str) -> int | None:
+    """HAMi ``resourceValue``: ``Value()`` of limits[name], else requests[name], else ``None``."""
+    if not name:
+        return None
+    for m in (limits, requests):
+        if m is not None and name in m:
+            return _go_value(_quantity(m[name], where, name))
+    return None
+
+
+def _append_env(c: dict[str, Any], name: str, value: str, where: str) -> None:
+    env = c.get("env")
+    if env is None:
+        env = c["env"] = []
+    elif not isinstance(env, list):
+        raise DecodeError(_POD, f"{where}.env must be an array, got {gojson.type_name(env)}")
+    env.append({"name": name, "value": value})
