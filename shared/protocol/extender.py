@@ -49,6 +49,31 @@ class ExtenderArgs:
     node_names: list[str] | None
     nodes: list[dict[str, Any]] | None
 
+    @property
+    def pod_namespace(self) -> str:
+        return _meta_str(self.pod, "namespace")
+
+    @property
+    def pod_name(self) -> str:
+        return _meta_str(self.pod, "name")
+
+    @property
+    def pod_uid(self) -> str:
+        return _meta_str(self.pod, "uid")
+
+    def candidates(self) -> list[str]:
+        """The candidate node names: ``NodeNames``, else the ``metadata.name`` of each full node, else none."""
+        if self.node_names is not None:
+            return list(self.node_names)
+        names = []
+        for i, node in enumerate(self.nodes or ()):
+            meta = node.get("metadata")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            if not isinstance(name, str) or not name:
+                raise DecodeError(_ARGS, f"Nodes.items[{i}] has no metadata.name")
+            names.append(name)
+        return names
+
 
 @dataclass(frozen=True, slots=True)
 class ExtenderBindingArgs:
@@ -170,6 +195,21 @@ class ExtenderFilterResult:
 def binding_result(error: str = "") -> bytes:
     """The ``/bind`` answer ``{"Error":"<msg>"}``; an empty string means success."""
     return gojson.dumps({"Error": error})
+
+
+def _meta_str(obj: Mapping[str, Any], key: str) -> str:
+    """``metadata.<key>`` of an API object, ``""`` when absent; a non-string is a DecodeError."""
+    meta = obj.get("metadata")
+    if meta is None:
+        return ""
+    if not isinstance(meta, dict):
+        raise DecodeError(_ARGS, f"Pod.metadata must be an object, got {gojson.type_name(meta)}")
+    value = meta.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DecodeError(_ARGS, f"Pod.metadata.{key} must be a string, got {gojson.type_name(value)}")
+    return value
 
 
 def _sorted_map(m: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -124,7 +124,6 @@ def _mutate(
     if privileged is not None and has_resource:
         return AdmissionOutcome.deny(f"container {privileged.get('name', '')} is privileged")
     if has_resource and scheduler_name:
-        pod["spec"] = spec
         spec["schedulerName"] = scheduler_name
         if _opt_str(spec, "nodeName", "spec.nodeName"):
             return AdmissionOutcome.deny(MSG_NODE_ASSIGNED)

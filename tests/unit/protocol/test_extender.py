@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -298,3 +299,46 @@ def test_any_pod_value_parses_or_fails_cleanly(pod: object) -> None:
     else:
         with pytest.raises(DecodeError):
             parse_extender_args(body)
+
+
+def test_pod_identity_and_candidates() -> None:
+    args = parse_extender_args((WIRE / "001-filter.json").read_bytes())
+    assert (args.pod_namespace, args.pod_name, args.pod_uid) == (
+        "default",
+        "gpu-pod-1",
+        "84b6aa31-78e6-4344-b242-d2eb58f60cb9",
+    )
+    assert args.candidates() == ["gpu-node-2", "gpu-node-1"]
+    args = parse_extender_args(
+        b'{"Pod": {}, "Nodes": {"items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}}'
+    )
+    assert (args.pod_namespace, args.pod_name, args.pod_uid) == ("", "", "")
+    assert args.candidates() == ["a", "b"]
+    assert parse_extender_args(b'{"Pod": {}}').candidates() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"Pod": {}, "Nodes": {"items": [{"metadata": {}}]}}', "Nodes.items[0] has no metadata.name"),
+        (b'{"Pod": {}, "Nodes": {"items": [{}]}}', "Nodes.items[0] has no metadata.name"),
+    ],
+    ids=["no-name", "no-metadata"],
+)
+def test_candidates_need_node_names(body: bytes, message: str) -> None:
+    with pytest.raises(DecodeError, match=re.escape(message)):
+        parse_extender_args(body).candidates()
+
+
+@pytest.mark.parametrize(
+    ("pod", "message"),
+    [
+        ({"metadata": []}, "Pod.metadata must be an object"),
+        ({"metadata": {"name": 1}}, "Pod.metadata.name must be a string"),
+    ],
+    ids=["metadata-array", "name-number"],
+)
+def test_pod_identity_rejects_wrong_types(pod: dict[str, object], message: str) -> None:
+    args = parse_extender_args(json.dumps({"Pod": pod}).encode())
+    with pytest.raises(DecodeError, match=message):
+        _ = args.pod_name
