@@ -1,0 +1,91 @@
+"""Redis: key names, Lua scripts and typed repositories. The only package that imports redis/fakeredis."""
+
+from shared.store.allocations import Reservations, charges_json
+from shared.store.connection import ConnectionSettings, connect
+from shared.store.feed import START_ID, ChangeFeed
+from shared.store.inventory import InventoryRepo
+from shared.store.keys import Keys
+from shared.store.locks import LeaseStore, NodeLockStore
+from shared.store.meta import MetaRepo
+from shared.store.quota import QuotaRepo
+from shared.store.store import Store
+from shared.store.types import (
+    AllocationRecord,
+    ChangeBatch,
+    ChangeEvent,
+    ChangeKind,
+    ConflictDimension,
+    Fence,
+    LeaseAcquired,
+    LeaseHeld,
+    LeaseInfo,
+    LockAcquired,
+    LockHeld,
+    LockInfo,
+    LockResult,
+    NodeSnapshot,
+    PodQuotaCharge,
+    PutResult,
+    QuotaCharged,
+    QuotaChargeResult,
+    QuotaDimension,
+    QuotaExceeded,
+    RecordResult,
+    ReservationState,
+    ReserveConflict,
+    Reserved,
+    ReserveResult,
+    StaleFenceError,
+    StoreStatus,
+    SyncMarker,
+    UsageAudit,
+)
+from shared.store.usage import SnapshotRepo, UsageRepo, parse_usage
+
+__all__ = [
+    "START_ID",
+    "AllocationRecord",
+    "ChangeBatch",
+    "ChangeEvent",
+    "ChangeFeed",
+    "ChangeKind",
+    "ConflictDimension",
+    "ConnectionSettings",
+    "Fence",
+    "InventoryRepo",
+    "Keys",
+    "LeaseAcquired",
+    "LeaseHeld",
+    "LeaseInfo",
+    "LeaseStore",
+    "LockAcquired",
+    "LockHeld",
+    "LockInfo",
+    "LockResult",
+    "MetaRepo",
+    "NodeLockStore",
+    "NodeSnapshot",
+    "PodQuotaCharge",
+    "PutResult",
+    "QuotaChargeResult",
+    "QuotaCharged",
+    "QuotaDimension",
+    "QuotaExceeded",
+    "QuotaRepo",
+    "RecordResult",
+    "ReservationState",
+    "Reservations",
+    "ReserveConflict",
+    "ReserveResult",
+    "Reserved",
+    "SnapshotRepo",
+    "StaleFenceError",
+    "Store",
+    "StoreStatus",
+    "SyncMarker",
+    "UsageAudit",
+    "UsageRepo",
+    "charges_json",
+    "connect",
+    "parse_usage",
+]

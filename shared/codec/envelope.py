@@ -1,0 +1,430 @@
+"""Versioned msgpack envelopes for every blob the store keeps: ``{"k": kind, "v": version, "d": {named fields}}``.
+
+Pure encode/decode, no I/O. Encoding is deterministic (fixed field order, sorted maps and sets) so the store can
+compare blobs byte for byte to decide whether something changed.
+
+Decoding goes through an :class:`EnvelopeRegistry`: each kind has a current version, a decoder of the current
+field map and upgraders that lift an older field map one version at a time. A version newer than the reader
+knows raises :class:`~shared.errors.SchemaVersionError`; anything else malformed raises
+:class:`~shared.errors.DecodeError` naming the kind and the field.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import msgpack  # type: ignore[import-untyped]
+
+from shared.domain.model import (
+    Allocation,
+    ContainerDevice,
+    DeviceCharge,
+    DeviceInfo,
+    MigAllocation,
+    MigPlacement,
+    MigProfile,
+    NodeInventory,
+    QuotaLimits,
+)
+from shared.errors import DecodeError, SchemaVersionError
+
+Fields = dict[str, Any]
+
+
+class Kind(enum.Enum):
+    """What an envelope holds: the ``"k"`` field."""
+
+    NODE_INVENTORY = "node-inventory"
+    ALLOCATION = "allocation"
+    QUOTA_LIMITS = "quota-limits"
+
+
+@dataclass(frozen=True, slots=True)
+class KindCodec:
+    """How one kind is encoded at its current ``version`` and how older field maps are upgraded.
+
+    ``upgraders[n]`` turns a version-``n`` field map into a version-``n+1`` one.
+    """
+
+    kind: Kind
+    version: int
+    encode: Callable[[Any], Fields]
+    decode: Callable[[Fields], Any]
+    upgraders: Mapping[int, Callable[[Fields], Fields]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeRegistry:
+    """The codecs a reader knows, by kind. Immutable: build a new one to add a kind or a version."""
+
+    codecs: Mapping[Kind, KindCodec]
+
+    def encode(self, kind: Kind, obj: Any) -> bytes:
+        """Wrap ``obj`` in an envelope of the current version of ``kind``."""
+        codec = self.codecs[kind]
+        body = {"k": kind.value, "v": codec.version, "d": codec.encode(obj)}
+        packed: bytes = msgpack.packb(body, use_bin_type=True)
+        return packed
+
+    def decode(self, kind: Kind, data: bytes) -> Any:
+        """Unwrap an envelope that must hold ``kind``, upgrading older versions to the current one."""
+        what = f"envelope {kind.value}"
+        codec = self.codecs.get(kind)
+        if codec is None:
+            raise DecodeError(what, "no codec registered for this kind")
+        try:
+            raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as e:
+            raise DecodeError(what, f"not msgpack ({type(e).__name__}: {e})") from e
+        if not isinstance(raw, dict):
+            raise DecodeError(what, f"expected a map, got {type(raw).__name__}")
+        got_kind = raw.get("k")
+        if got_kind != kind.value:
+            raise DecodeError(what, f"wrong kind {got_kind!r}")
+        version = raw.get("v")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise DecodeError(what, f"bad version {version!r}")
+        if version > codec.version:
+            raise SchemaVersionError(what, f"version {version} is newer than the newest known ({codec.version})")
+        fields = raw.get("d")
+        if not isinstance(fields, dict):
+            raise DecodeError(what, "missing field map 'd'")
+        while version < codec.version:
+            upgrade = codec.upgraders.get(version)
+            if upgrade is None:
+                raise DecodeError(what, f"no upgrade from version {version}")
+            fields = upgrade(fields)
+            version += 1
+        try:
+            return codec.decode(fields)
+        except DecodeError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise DecodeError(what, f"malformed fields: {e!r}") from e
+
+
+# --------------------------------------------------------------------------------------------
+# Field access helpers: strict about types, so garbage never turns into a silently wrong value
+# --------------------------------------------------------------------------------------------
+
+
+def _get(d: Mapping[str, Any], name: str, what: str) -> Any:
+    if not isinstance(d, Mapping):
+        raise DecodeError(what, f"expected a map, got {type(d).__name__}")
+    if name not in d:
+        raise DecodeError(what, f"missing field {name!r}")
+    return d[name]
+
+
+def _int(d: Mapping[str, Any], name: str, what: str) -> int:
+    v = _get(d, name, what)
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise DecodeError(what, f"field {name!r} must be an integer", repr(v))
+    return v
+
+
+def _opt_int(d: Mapping[str, Any], name: str, what: str) -> int | None:
+    v = _get(d, name, what)
+    if v is None:
+        return None
+    return _int(d, name, what)
+
+
+def _str(d: Mapping[str, Any], name: str, what: str) -> str:
+    v = _get(d, name, what)
+    if not isinstance(v, str):
+        raise DecodeError(what, f"field {name!r} must be a string", repr(v))
+    return v
+
+
+def _opt_str(d: Mapping[str, Any], name: str, what: str) -> str | None:
+    v = _get(d, name, what)
+    if v is None:
+        return None
+    return _str(d, name, what)
+
+
+def _bool(d: Mapping[str, Any], name: str, what: str) -> bool:
+    v = _get(d, name, what)
+    if not isinstance(v, bool):
+        raise DecodeError(what, f"field {name!r} must be a boolean", repr(v))
+    return v
+
+
+def _list(d: Mapping[str, Any], name: str, what: str) -> list[Any]:
+    v = _get(d, name, what)
+    if not isinstance(v, list):
+        raise DecodeError(what, f"field {name!r} must be a list", repr(v))
+    return v
+
+
+def _pair(v: Any, name: str, what: str) -> tuple[int, int]:
+    if not isinstance(v, list) or len(v) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise DecodeError(what, f"{name} must be a pair of integers", repr(v))
+    return int(v[0]), int(v[1])
+
+
+# --------------------------------------------------------------------------------------------
+# NodeInventory
+# --------------------------------------------------------------------------------------------
+
+
+def _placements_out(ps: tuple[MigPlacement, ...]) -> list[list[int]]:
+    return [[p.start, p.size] for p in ps]
+
+
+def _placements_in(v: list[Any], what: str) -> tuple[MigPlacement, ...]:
+    return tuple(MigPlacement(*_pair(p, "placement", what)) for p in v)
+
+
+def _inventory_fields(inv: NodeInventory) -> Fields:
+    return {
+        "node": inv.node,
+        "vendor": inv.vendor,
+        "devices": [
+            {
+                "id": d.id,
+                "index": d.index,
+                "count": d.count,
+                "devmem_mib": d.devmem_mib,
+                "devcore": d.devcore,
+                "type": d.type,
+                "numa": d.numa,
+                "mode": d.mode,
+                "health": d.health,
+                "mig_profiles": [
+                    {
+                        "name": p.name,
+                        "memory_mib": p.memory_mib,
+                        "core_pct": p.core_pct,
+                        "slice_count": p.slice_count,
+                        "placements": _placements_out(p.placements),
+                    }
+                    for p in d.mig_profiles
+                ],
+            }
+            for d in inv.devices
+        ],
+        "pair_scores": {a: {b: int(s) for b, s in sorted(row.items())} for a, row in sorted(inv.pair_scores.items())},
+        "cordoned": sorted(inv.cordoned),
+    }
+
+
+def _profile_from(p: Any, what: str) -> MigProfile:
+    return MigProfile(
+        name=_str(p, "name", what),
+        memory_mib=_int(p, "memory_mib", what),
+        core_pct=_int(p, "core_pct", what),
+        slice_count=_int(p, "slice_count", what),
+        placements=_placements_in(_list(p, "placements", what), what),
+    )
+
+
+def _device_from(dev: Any, what: str) -> DeviceInfo:
+    return DeviceInfo(
+        id=_str(dev, "id", what),
+        index=_int(dev, "index", what),
+        count=_int(dev, "count", what),
+        devmem_mib=_int(dev, "devmem_mib", what),
+        devcore=_int(dev, "devcore", what),
+        type=_str(dev, "type", what),
+        numa=_int(dev, "numa", what),
+        mode=_str(dev, "mode", what),
+        health=_bool(dev, "health", what),
+        mig_profiles=tuple(_profile_from(p, what) for p in _list(dev, "mig_profiles", what)),
+    )
+
+
+def _inventory_from(d: Fields) -> NodeInventory:
+    what = "envelope node-inventory"
+    node = _str(d, "node", what)
+    vendor = _str(d, "vendor", what)
+    devices = tuple(_device_from(dev, what) for dev in _list(d, "devices", what))
+    raw_scores = _get(d, "pair_scores", what)
+    if not isinstance(raw_scores, dict):
+        raise DecodeError(what, "field 'pair_scores' must be a map")
+    scores: dict[str, dict[str, int]] = {}
+    for a, row in raw_scores.items():
+        if not isinstance(a, str) or not isinstance(row, dict):
+            raise DecodeError(what, "pair_scores rows must be maps", repr(a))
+        scores[a] = {}
+        for b, s in row.items():
+            if not isinstance(b, str) or not isinstance(s, int) or isinstance(s, bool):
+                raise DecodeError(what, "pair score must map a UUID to an integer", repr(b))
+            scores[a][b] = s
+    cordoned = _list(d, "cordoned", what)
+    if not all(isinstance(u, str) for u in cordoned):
+        raise DecodeError(what, "cordoned must list UUID strings")
+    return NodeInventory(node=node, vendor=vendor, devices=devices, pair_scores=scores, cordoned=frozenset(cordoned))
+
+
+# --------------------------------------------------------------------------------------------
+# Allocation
+# --------------------------------------------------------------------------------------------
+
+
+def _allocation_fields(a: Allocation) -> Fields:
+    return {
+        "pod_uid": a.pod_uid,
+        "namespace": a.namespace,
+        "name": a.name,
+        "node": a.node,
+        "devices": [
+            [
+                {
+                    "uuid": cd.uuid,
+                    "type": cd.type,
+                    "used_mem_mib": cd.used_mem_mib,
+                    "used_cores": cd.used_cores,
+                    "legacy_mig": list(cd.legacy_mig) if cd.legacy_mig is not None else None,
+                }
+                for cd in container
+            ]
+            for container in a.devices
+        ],
+        "charges": [
+            {
+                "uuid": c.uuid,
+                "slots": c.slots,
+                "mem_mib": c.mem_mib,
+                "cores_pct": c.cores_pct,
+                "exclusive": c.exclusive,
+                "mig_placements": _placements_out(c.mig_placements),
+                "legacy_mig": [list(x) for x in c.legacy_mig],
+            }
+            for c in a.charges
+        ],
+        "mig": [
+            {
+                "container_index": m.container_index,
+                "device_index": m.device_index,
+                "gpu_uuid": m.gpu_uuid,
+                "profile": m.profile,
+                "placement": [m.placement.start, m.placement.size],
+                "mig_uuid": m.mig_uuid,
+                "gpu_instance_id": m.gpu_instance_id,
+                "compute_instance_id": m.compute_instance_id,
+            }
+            for m in a.mig
+        ],
+    }
+
+
+def _allocation_from(d: Fields) -> Allocation:
+    what = "envelope allocation"
+    pod_uid, namespace = _str(d, "pod_uid", what), _str(d, "namespace", what)
+    name, node = _str(d, "name", what), _str(d, "node", what)
+    containers = []
+    for container in _list(d, "devices", what):
+        if not isinstance(container, list):
+            raise DecodeError(what, "each container's devices must be a list")
+        entries = []
+        for cd in container:
+            lm = _get(cd, "legacy_mig", what)
+            entries.append(
+                ContainerDevice(
+                    uuid=_str(cd, "uuid", what),
+                    type=_str(cd, "type", what),
+                    used_mem_mib=_int(cd, "used_mem_mib", what),
+                    used_cores=_int(cd, "used_cores", what),
+                    legacy_mig=None if lm is None else _pair(lm, "legacy_mig", what),
+                )
+            )
+        containers.append(tuple(entries))
+    charges = tuple(
+        DeviceCharge(
+            uuid=_str(c, "uuid", what),
+            slots=_int(c, "slots", what),
+            mem_mib=_int(c, "mem_mib", what),
+            cores_pct=_int(c, "cores_pct", what),
+            exclusive=_bool(c, "exclusive", what),
+            mig_placements=_placements_in(_list(c, "mig_placements", what), what),
+            legacy_mig=tuple(_pair(x, "legacy_mig", what) for x in _list(c, "legacy_mig", what)),
+        )
+        for c in _list(d, "charges", what)
+    )
+    mig = tuple(
+        MigAllocation(
+            container_index=_int(m, "container_index", what),
+            device_index=_int(m, "device_index", what),
+            gpu_uuid=_str(m, "gpu_uuid", what),
+            profile=_str(m, "profile", what),
+            placement=MigPlacement(*_pair(_get(m, "placement", what), "placement", what)),
+            mig_uuid=_opt_str(m, "mig_uuid", what),
+            gpu_instance_id=_opt_int(m, "gpu_instance_id", what),
+            compute_instance_id=_opt_int(m, "compute_instance_id", what),
+        )
+        for m in _list(d, "mig", what)
+    )
+    return Allocation(
+        pod_uid=pod_uid,
+        namespace=namespace,
+        name=name,
+        node=node,
+        devices=tuple(containers),
+        charges=charges,
+        mig=mig,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# QuotaLimits
+# --------------------------------------------------------------------------------------------
+
+
+def _quota_fields(q: QuotaLimits) -> Fields:
+    return {"mem_mib": q.mem_mib, "cores_pct": q.cores_pct}
+
+
+def _quota_from(d: Fields) -> QuotaLimits:
+    what = "envelope quota-limits"
+    return QuotaLimits(mem_mib=_opt_int(d, "mem_mib", what), cores_pct=_opt_int(d, "cores_pct", what))
+
+
+STANDARD_REGISTRY = EnvelopeRegistry(
+    MappingProxyType(
+        {
+            Kind.NODE_INVENTORY: KindCodec(Kind.NODE_INVENTORY, 1, _inventory_fields, _inventory_from),
+            Kind.ALLOCATION: KindCodec(Kind.ALLOCATION, 1, _allocation_fields, _allocation_from),
+            Kind.QUOTA_LIMITS: KindCodec(Kind.QUOTA_LIMITS, 1, _quota_fields, _quota_from),
+        }
+    )
+)
+"""The codecs of this release. An immutable constant: nothing registers into it at run time."""
+
+
+def encode_inventory(inv: NodeInventory) -> bytes:
+    """A node's inventory as a deterministic envelope (identical inventories give identical bytes)."""
+    return STANDARD_REGISTRY.encode(Kind.NODE_INVENTORY, inv)
+
+
+def decode_inventory(data: bytes) -> NodeInventory:
+    """The inverse of :func:`encode_inventory`; raises DecodeError / SchemaVersionError."""
+    inv: NodeInventory = STANDARD_REGISTRY.decode(Kind.NODE_INVENTORY, data)
+    return inv
+
+
+def encode_allocation(alloc: Allocation) -> bytes:
+    """A pod's allocation record as a deterministic envelope."""
+    return STANDARD_REGISTRY.encode(Kind.ALLOCATION, alloc)
+
+
+def decode_allocation(data: bytes) -> Allocation:
+    """The inverse of :func:`encode_allocation`; raises DecodeError / SchemaVersionError."""
+    alloc: Allocation = STANDARD_REGISTRY.decode(Kind.ALLOCATION, data)
+    return alloc
+
+
+def encode_quota_limits(limits: QuotaLimits) -> bytes:
+    """A namespace's quota limits as an envelope."""
+    return STANDARD_REGISTRY.encode(Kind.QUOTA_LIMITS, limits)
+
+
+def decode_quota_limits(data: bytes) -> QuotaLimits:
+    """The inverse of :func:`encode_quota_limits`; raises DecodeError / SchemaVersionError."""
+    limits: QuotaLimits = STANDARD_REGISTRY.decode(Kind.QUOTA_LIMITS, data)
+    return limits

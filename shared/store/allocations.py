@@ -1,0 +1,235 @@
+"""Reservations and allocations: per-pod charges applied to a node's usage counters atomically, keyed by pod UID.
+
+The extender ``reserve``s (capacity-checked; a refusal is a :class:`ReserveConflict` result); the informer
+``record``s what pods' annotations say (unconditional: the API is the source of truth), ``confirm``s
+reservations it has seen, ``release``s ended pods and collects reservations never confirmed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from shared.codec.envelope import decode_allocation, encode_allocation
+from shared.domain.model import Allocation, DeviceCharge
+from shared.errors import DecodeError
+from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
+from shared.store.types import (
+    AllocationRecord,
+    ConflictDimension,
+    Fence,
+    RecordResult,
+    ReservationState,
+    ReserveConflict,
+    Reserved,
+    ReserveResult,
+)
+
+
+def charges_json(charges: Sequence[DeviceCharge]) -> str:
+    """The Lua-readable form of a pod's charges (deterministic; compared byte for byte for idempotency)."""
+    seen: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for c in charges:
+        if c.uuid in seen:
+            raise DecodeError("allocation charges", "a device appears twice; collapse() the device list first", c.uuid)
+        seen.add(c.uuid)
+        for name, v in (("slots", c.slots), ("mem_mib", c.mem_mib), ("cores_pct", c.cores_pct)):
+            if v < 0:
+                raise DecodeError("allocation charges", f"{name} must not be negative", f"{c.uuid}: {v}")
+        for p in c.mig_placements:
+            if p.start < 0 or p.size <= 0:
+                raise DecodeError("allocation charges", "MIG placement needs start >= 0 and size > 0", c.uuid)
+        for g, s in c.legacy_mig:
+            if g < 0 or s < 0:
+                raise DecodeError("allocation charges", "legacy MIG geometry and slot must be >= 0", c.uuid)
+        out.append(
+            {
+                "u": c.uuid,
+                "n": c.slots,
+                "m": c.mem_mib,
+                "c": c.cores_pct,
+                "x": 1 if c.exclusive else 0,
+                "p": [[p.start, p.size] for p in c.mig_placements],
+                "l": [[g, s] for g, s in c.legacy_mig],
+            }
+        )
+    return json.dumps(out, separators=(",", ":"))
+
+
+def _parse_record(raw: bytes, blob: bytes | None, uid: str) -> AllocationRecord | None:
+    state_s, at_s, _ = raw.split(b"|", 2)
+    if blob is None:
+        return None
+    try:
+        state = ReservationState(state_s.decode())
+    except ValueError as e:
+        raise DecodeError("stored reservation", "unknown state", f"{uid}: {state_s!r}") from e
+    return AllocationRecord(allocation=decode_allocation(blob), state=state, reserved_at_ms=int(at_s))
+
+
+class Reservations:
+    """Per-pod device charges on nodes (``AllocationRepo``)."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    def _apply_keys(self, node: str) -> list[str]:
+        k = self._ctx.keys
+        return [
+            k.capacity(node),
+            k.usage(node),
+            k.pod_charges(node),
+            k.allocations(node),
+            k.generation(node),
+            k.changes(),
+            k.allocation_nodes(),
+            k.pod_index(),
+        ]
+
+    async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None) -> list[Any]:
+        cjs = charges_json(alloc.charges)
+        blob = encode_allocation(alloc)
+        prev = await self.node_of(alloc.pod_uid)
+        if prev is not None and prev != alloc.node:
+            await self.release(alloc.pod_uid, node=prev, fence=fence)
+        extra_keys, token = fence_args(self._ctx.keys, fence)
+        args: list[str | bytes | int] = [token, mode, alloc.pod_uid, cjs, blob, alloc.node, self._ctx.stream_maxlen]
+        async with self._ctx.translated(f"{mode} allocation"):
+            reply: list[Any] = await self._ctx.scripts.apply_allocation(
+                keys=self._apply_keys(alloc.node) + extra_keys, args=args
+            )
+        check_fenced(reply, fence)
+        return reply
+
+    async def reserve(self, alloc: Allocation, fence: Fence | None = None) -> ReserveResult:
+        """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
+
+        Idempotent: the same content again is a no-op success; a different earlier reservation of the pod on
+        this node is replaced in the same step, and one on another node is released first.
+        """
+        reply = await self._run_apply("reserve", alloc, fence)
+        if reply[0] == b"conflict":
+            return ReserveConflict(
+                pod_uid=alloc.pod_uid,
+                node=alloc.node,
+                dimension=ConflictDimension(text(reply[1])),
+                device=text(reply[2]),
+                needed=as_int(reply[3]),
+                free=as_int(reply[4]),
+                detail=text(reply[5]),
+            )
+        return Reserved(
+            pod_uid=alloc.pod_uid, node=alloc.node, generation=as_int(reply[1]), changed=as_int(reply[2]) == 1
+        )
+
+    async def record(self, alloc: Allocation, fence: Fence | None = None) -> RecordResult:
+        """Store an allocation observed in the API (confirmed), with no capacity check: the API is the truth."""
+        reply = await self._run_apply("record", alloc, fence)
+        return RecordResult(
+            generation=as_int(reply[1]), usage_changed=as_int(reply[2]) == 1, record_changed=as_int(reply[3]) == 1
+        )
+
+    async def confirm(self, pod_uid: str, node: str | None = None, fence: Fence | None = None) -> bool:
+        """Mark the pod's reservation confirmed. False if the pod holds nothing (on ``node`` or where indexed)."""
+        node = node or await self.node_of(pod_uid)
+        if node is None:
+            return False
+        extra_keys, token = fence_args(self._ctx.keys, fence)
+        async with self._ctx.translated("confirm allocation"):
+            reply = await self._ctx.scripts.confirm_allocation(
+                keys=[self._ctx.keys.pod_charges(node), *extra_keys], args=[token, pod_uid]
+            )
+        check_fenced(reply, fence)
+        return bool(reply[0] == b"ok")
+
+    async def release(self, pod_uid: str, node: str | None = None, fence: Fence | None = None) -> Allocation | None:
+        """Give back what the pod holds on ``node`` (default: where the pod index says). Returns what was
+        released, or None if there was nothing (a no-op)."""
+        node = node or await self.node_of(pod_uid)
+        if node is None:
+            return None
+        k = self._ctx.keys
+        extra_keys, token = fence_args(k, fence)
+        keys = [
+            k.usage(node),
+            k.pod_charges(node),
+            k.allocations(node),
+            k.generation(node),
+            k.changes(),
+            k.allocation_nodes(),
+            k.pod_index(),
+        ]
+        async with self._ctx.translated("release allocation"):
+            reply = await self._ctx.scripts.release_allocation(
+                keys=keys + extra_keys, args=[token, pod_uid, node, self._ctx.stream_maxlen]
+            )
+        check_fenced(reply, fence)
+        if reply[0] != b"ok" or not reply[3]:
+            return None
+        return decode_allocation(reply[3])
+
+    async def node_of(self, pod_uid: str) -> str | None:
+        """The node the pod index places ``pod_uid`` on, if any."""
+        async with self._ctx.translated("read pod index"):
+            node = await self._ctx.client.hget(self._ctx.keys.pod_index(), pod_uid)
+        return None if node is None else text(node)
+
+    async def get(self, pod_uid: str, node: str | None = None) -> AllocationRecord | None:
+        """The pod's stored allocation with its state, or None."""
+        node = node or await self.node_of(pod_uid)
+        if node is None:
+            return None
+        k = self._ctx.keys
+        async with self._ctx.pipeline("get allocation") as pipe:
+            pipe.hget(k.pod_charges(node), pod_uid)
+            pipe.hget(k.allocations(node), pod_uid)
+            raw, blob = await pipe.execute()
+        if raw is None:
+            return None
+        return _parse_record(raw, blob, pod_uid)
+
+    async def list_by_node(self, node: str) -> list[AllocationRecord]:
+        """Every allocation stored on ``node``, ordered by pod UID."""
+        return (await self._list_nodes([node])).get(node, [])
+
+    async def list_all(self) -> dict[str, list[AllocationRecord]]:
+        """Every stored allocation, by node."""
+        async with self._ctx.translated("list allocation nodes"):
+            nodes = sorted(text(n) for n in await self._ctx.client.smembers(self._ctx.keys.allocation_nodes()))
+        return await self._list_nodes(nodes)
+
+    async def list_unconfirmed_older_than(self, age_s: float) -> list[AllocationRecord]:
+        """Reservations still unconfirmed ``age_s`` seconds after they were made (server clock)."""
+        async with self._ctx.translated("read server time"):
+            secs, micros = await self._ctx.client.time()
+        cutoff_ms = secs * 1000 + micros // 1000 - int(age_s * 1000)
+        return [
+            r
+            for records in (await self.list_all()).values()
+            for r in records
+            if r.state is ReservationState.RESERVED and r.reserved_at_ms <= cutoff_ms
+        ]
+
+    async def _list_nodes(self, nodes: Sequence[str]) -> dict[str, list[AllocationRecord]]:
+        if not nodes:
+            return {}
+        k = self._ctx.keys
+        async with self._ctx.pipeline("list allocations") as pipe:
+            for n in nodes:
+                pipe.hgetall(k.pod_charges(n))
+                pipe.hgetall(k.allocations(n))
+            replies = await pipe.execute()
+        out: dict[str, list[AllocationRecord]] = {}
+        for i, n in enumerate(nodes):
+            charges: dict[bytes, bytes] = replies[2 * i]
+            blobs: dict[bytes, bytes] = replies[2 * i + 1]
+            records = []
+            for uid in sorted(charges):
+                rec = _parse_record(charges[uid], blobs.get(uid), text(uid))
+                if rec is not None:
+                    records.append(rec)
+            if records:
+                out[n] = records
+        return out

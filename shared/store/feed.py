@@ -1,0 +1,86 @@
+"""The change feed: one Redis stream of (node, generation, kind) events, appended by the same scripts that
+change a node, so a reader that follows it never misses a generation without noticing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.store._base import StoreContext, text
+from shared.store.connection import socket_timeout_s
+from shared.store.types import ChangeBatch, ChangeEvent, ChangeKind
+
+START_ID = "0-0"
+"""The id before every event: reading after it returns the whole (retained) stream."""
+
+_BLOCK_MARGIN_S = 0.5
+
+
+def _id_key(event_id: str) -> tuple[int, int]:
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _event(eid: Any, fields: dict[bytes, bytes]) -> ChangeEvent | None:
+    try:
+        return ChangeEvent(
+            id=text(eid),
+            node=fields[b"node"].decode(),
+            generation=int(fields[b"gen"]),
+            kind=ChangeKind(fields[b"kind"].decode()),
+        )
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+
+
+class ChangeFeed:
+    """Follow node changes: ``latest_id()`` before a full load, then ``read(after)`` in a loop."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    async def latest_id(self) -> str:
+        """The id of the newest event (``START_ID`` if none): read after it to see only later changes."""
+        async with self._ctx.translated("read feed head"):
+            last = await self._ctx.client.xrevrange(self._ctx.keys.changes(), count=1)
+        return text(last[0][0]) if last else START_ID
+
+    async def read(self, after_id: str, *, block_s: float | None = None, count: int = 1000) -> ChangeBatch:
+        """Events after ``after_id`` (at most ``count``), waiting up to ``block_s`` for the first one.
+
+        The wait is capped below the client's socket timeout. ``gap`` is set when events after ``after_id``
+        may have been trimmed away or Redis was flushed: the reader must reload everything.
+        """
+        key = self._ctx.keys.changes()
+        block_ms: int | None = None
+        if block_s is not None:
+            limit = socket_timeout_s(self._ctx.client)
+            if limit is not None:
+                block_s = min(block_s, max(limit - _BLOCK_MARGIN_S, 0.0))
+            block_ms = max(int(block_s * 1000), 1)
+        async with self._ctx.translated("read feed"):
+            reply: Any = await self._ctx.client.xread({key: after_id}, count=count, block=block_ms)
+        # RESP2: [[stream, [(id, {field: value}), ...]]] or an empty reply after the block timeout
+        entries: list[tuple[Any, dict[bytes, bytes]]] = list(reply[0][1]) if reply else []
+        events = tuple(e for e in (_event(eid, f) for eid, f in entries) if e is not None)
+        last_id = text(entries[-1][0]) if entries else after_id
+        gap = False
+        if after_id != START_ID:
+            gap = await self._lost(key, after_id, text(entries[0][0]) if entries else None)
+        return ChangeBatch(events=events, last_id=last_id, gap=gap)
+
+    async def _lost(self, key: str, after_id: str, first_read: str | None) -> bool:
+        """True when entries after ``after_id`` may be gone: ``after_id`` itself is no longer in the stream and
+        nothing older than what we read is retained (or the stream is gone)."""
+        async with self._ctx.pipeline("check feed gap") as pipe:
+            pipe.xrange(key, min=after_id, max=after_id, count=1)
+            pipe.xrange(key, count=1)
+            same, first = await pipe.execute()
+        if same:
+            return False
+        if not first:
+            # empty stream: flushed (or trimmed to nothing) since after_id was read
+            return True
+        oldest = text(first[0][0])
+        if first_read is not None and oldest != first_read:
+            return False
+        return _id_key(oldest) > _id_key(after_id)

@@ -1,0 +1,119 @@
+"""Lease and node-lock primitives: our own scripts with fencing tokens (never redis-py's ``Lock``, whose token
+lives in thread-local storage shared by every asyncio task). ``shared.coord`` builds the behaviour on top."""
+
+from __future__ import annotations
+
+from shared.store._base import StoreContext, as_int, text
+from shared.store.types import LeaseAcquired, LeaseHeld, LeaseInfo, LockAcquired, LockHeld, LockInfo, LockResult
+
+
+def _ms(seconds: float) -> int:
+    ms = int(seconds * 1000)
+    if ms <= 0:
+        raise ValueError(f"a ttl must be positive, got {seconds}s")
+    return ms
+
+
+class LeaseStore:
+    """``SET NX PX`` leases whose every acquisition takes a fresh token from an ``INCR`` epoch."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> LeaseAcquired | LeaseHeld:
+        """Take the lease if free (or extend it if ``holder`` already has it)."""
+        k = self._ctx.keys
+        async with self._ctx.translated("acquire lease"):
+            reply = await self._ctx.scripts.lease_acquire(
+                keys=[k.lease(name), k.lease_epoch(name)], args=[holder, _ms(ttl_s)]
+            )
+        if reply[0] == b"acquired":
+            return LeaseAcquired(token=as_int(reply[1]), ttl_ms=as_int(reply[2]))
+        return LeaseHeld(holder=text(reply[1]), token=as_int(reply[2]), ttl_ms=as_int(reply[3]))
+
+    async def renew(self, name: str, holder: str, token: int, ttl_s: float) -> bool:
+        """Extend the lease if ``holder`` still holds it with ``token``; False means it is lost."""
+        async with self._ctx.translated("renew lease"):
+            reply = await self._ctx.scripts.lease_renew(
+                keys=[self._ctx.keys.lease(name)], args=[holder, token, _ms(ttl_s)]
+            )
+        return as_int(reply) == 1
+
+    async def release(self, name: str, holder: str, token: int) -> bool:
+        """Give the lease up if it is still ours."""
+        async with self._ctx.translated("release lease"):
+            reply = await self._ctx.scripts.lease_release(keys=[self._ctx.keys.lease(name)], args=[holder, token])
+        return as_int(reply) == 1
+
+    async def inspect(self, name: str) -> LeaseInfo | None:
+        """Who holds the lease now, with which token and for how long; None if nobody."""
+        k = self._ctx.keys
+        async with self._ctx.translated("inspect lease"):
+            value, ttl, _epoch = await self._ctx.scripts.lease_inspect(keys=[k.lease(name), k.lease_epoch(name)])
+        if not value:
+            return None
+        token, _, holder = value.partition(b"|")
+        return LeaseInfo(holder=text(holder), token=int(token), ttl_ms=as_int(ttl))
+
+
+def _lock_info(node: str, fields: tuple[bytes, bytes, bytes, bytes, bytes]) -> LockInfo:
+    """``fields`` = (token, expires_ms, acquired_ms, owner, now_ms) as the scripts return them."""
+    token, expires, acquired, owner, now = fields
+    return LockInfo(
+        node=node,
+        owner=text(owner),
+        token=int(token),
+        acquired_ms=int(acquired),
+        expires_ms=int(expires),
+        now_ms=int(now),
+    )
+
+
+class NodeLockStore:
+    """One lock per node. The logical expiry is part of the value and judged on the server clock, so an
+    expired lock is *reported* to the next contender rather than silently handed over (hami-compat decision 5)."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    async def acquire(self, node: str, owner: str, ttl_s: float, hard_ttl_s: float | None = None) -> LockResult:
+        """Take ``node``'s lock for ``owner`` (re-entrant). ``hard_ttl_s`` lets Redis drop a forgotten key."""
+        k = self._ctx.keys
+        hard = 0 if hard_ttl_s is None else _ms(hard_ttl_s)
+        async with self._ctx.translated("acquire node lock"):
+            reply = await self._ctx.scripts.lock_acquire(
+                keys=[k.node_lock(node), k.node_lock_epoch(node)], args=[owner, _ms(ttl_s), hard]
+            )
+        if reply[0] == b"acquired":
+            _, token, expires, acquired, reentered, now = reply
+            return LockAcquired(
+                info=_lock_info(node, (token, expires, acquired, owner.encode(), now)), reentered=reentered == b"1"
+            )
+        _, token, expires, acquired, holder, now = reply
+        return LockHeld(info=_lock_info(node, (token, expires, acquired, holder, now)))
+
+    async def release(self, node: str, owner: str, token: int | None = None) -> bool:
+        """Release if ``owner`` holds it (and, if given, with ``token``). False if someone else does."""
+        if not owner:
+            raise ValueError("releasing a node lock needs the owner; use force_release to override")
+        return await self._release(node, owner, token)
+
+    async def force_release(self, node: str, token: int | None = None) -> bool:
+        """Release whoever holds it, or only the acquisition ``token`` (safe against a newer holder)."""
+        return await self._release(node, "", token)
+
+    async def _release(self, node: str, owner: str, token: int | None) -> bool:
+        async with self._ctx.translated("release node lock"):
+            reply = await self._ctx.scripts.lock_release(
+                keys=[self._ctx.keys.node_lock(node)], args=[owner, "" if token is None else token]
+            )
+        return as_int(reply) == 1
+
+    async def inspect(self, node: str) -> LockInfo | None:
+        """The node's lock, with the server time so ``expired`` is judged on one clock; None if free."""
+        async with self._ctx.translated("inspect node lock"):
+            value, now = await self._ctx.scripts.lock_inspect(keys=[self._ctx.keys.node_lock(node)])
+        if not value:
+            return None
+        token, expires, acquired, owner = value.split(b"|", 3)
+        return _lock_info(node, (token, expires, acquired, owner, now))

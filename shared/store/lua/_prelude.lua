@@ -1,0 +1,31 @@
+-- Helpers prepended to every script. Lua 5.1 as in Redis 7 and fakeredis: locals only (no globals),
+-- only the cjson library (fakeredis has no cmsgpack/struct/bit), integers formatted with %d.
+-- Fencing convention: ARGV[1] is the fencing token ('' = not fenced); when set, the lease key is KEYS[#KEYS].
+
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fence_ok()
+  local token = ARGV[1]
+  if token == nil or token == '' then
+    return true
+  end
+  local v = redis.call('GET', KEYS[#KEYS])
+  if not v then
+    return false
+  end
+  return string.match(v, '^(%d+)|') == token
+end
+
+local function num(v)
+  if not v then
+    return 0
+  end
+  return tonumber(v)
+end

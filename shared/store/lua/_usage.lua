@@ -1,0 +1,109 @@
+-- Usage counters of one node (HASH): 'u|<uuid>' = 'slots,mem,cores,exclusive holders',
+-- 'p|<uuid>|<start>|<size>' = holders of a MIG placement, 'l|<uuid>|<geometry>|<slot>' = holders of a legacy slot.
+-- Charges are JSON arrays of {u, n, m, c, x, p=[[start,size]...], l=[[geometry,slot]...]}.
+
+local function dev(u, id)
+  local d = u[id]
+  if d == nil then
+    d = {n = 0, m = 0, c = 0, x = 0, p = {}, l = {}, touched = false, pt = {}, lt = {}}
+    u[id] = d
+  end
+  return d
+end
+
+local function load_usage(key)
+  local flat = redis.call('HGETALL', key)
+  local u = {}
+  for i = 1, #flat, 2 do
+    local f, v = flat[i], flat[i + 1]
+    local kind = string.sub(f, 1, 2)
+    if kind == 'u|' then
+      local d = dev(u, string.sub(f, 3))
+      local n, m, c, x = string.match(v, '^(-?%d+),(-?%d+),(-?%d+),(-?%d+)$')
+      d.n, d.m, d.c, d.x = tonumber(n), tonumber(m), tonumber(c), tonumber(x)
+    elseif kind == 'p|' then
+      local id, k = string.match(f, '^p|(.*)|(%d+|%d+)$')
+      dev(u, id).p[k] = tonumber(v)
+    elseif kind == 'l|' then
+      local id, k = string.match(f, '^l|(.*)|(%d+|%d+)$')
+      dev(u, id).l[k] = tonumber(v)
+    end
+  end
+  return u
+end
+
+local function apply(u, charges, sign)
+  for _, ch in ipairs(charges) do
+    local d = dev(u, ch.u)
+    d.n = d.n + sign * ch.n
+    d.m = d.m + sign * ch.m
+    d.c = d.c + sign * ch.c
+    d.x = d.x + sign * ch.x
+    d.touched = true
+    for _, p in ipairs(ch.p) do
+      local k = fmt(p[1]) .. '|' .. fmt(p[2])
+      d.p[k] = (d.p[k] or 0) + sign
+      d.pt[k] = true
+    end
+    for _, l in ipairs(ch.l) do
+      local k = fmt(l[1]) .. '|' .. fmt(l[2])
+      d.l[k] = (d.l[k] or 0) + sign
+      d.lt[k] = true
+    end
+  end
+end
+
+local function usage_fields(u)
+  -- the complete field map the counters of u amount to (zero entries omitted)
+  local want = {}
+  for id, d in pairs(u) do
+    if d.n ~= 0 or d.m ~= 0 or d.c ~= 0 or d.x ~= 0 then
+      want['u|' .. id] = fmt(d.n) .. ',' .. fmt(d.m) .. ',' .. fmt(d.c) .. ',' .. fmt(d.x)
+    end
+    for k, v in pairs(d.p) do
+      if v ~= 0 then
+        want['p|' .. id .. '|' .. k] = fmt(v)
+      end
+    end
+    for k, v in pairs(d.l) do
+      if v ~= 0 then
+        want['l|' .. id .. '|' .. k] = fmt(v)
+      end
+    end
+  end
+  return want
+end
+
+local function store_usage(key, u)
+  -- write back only the devices and placements apply() touched
+  for id, d in pairs(u) do
+    if d.touched then
+      if d.n == 0 and d.m == 0 and d.c == 0 and d.x == 0 then
+        redis.call('HDEL', key, 'u|' .. id)
+      else
+        redis.call('HSET', key, 'u|' .. id, fmt(d.n) .. ',' .. fmt(d.m) .. ',' .. fmt(d.c) .. ',' .. fmt(d.x))
+      end
+      for k in pairs(d.pt) do
+        local v = d.p[k] or 0
+        if v == 0 then
+          redis.call('HDEL', key, 'p|' .. id .. '|' .. k)
+        else
+          redis.call('HSET', key, 'p|' .. id .. '|' .. k, fmt(v))
+        end
+      end
+      for k in pairs(d.lt) do
+        local v = d.l[k] or 0
+        if v == 0 then
+          redis.call('HDEL', key, 'l|' .. id .. '|' .. k)
+        else
+          redis.call('HSET', key, 'l|' .. id .. '|' .. k, fmt(v))
+        end
+      end
+    end
+  end
+end
+
+local function parse_record(rec)
+  -- '<state>|<reserved_at_ms>|<charges json>'
+  return string.match(rec, '^(%a+)|(%d+)|(.*)$')
+end

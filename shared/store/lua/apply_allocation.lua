@@ -1,0 +1,146 @@
+-- Reserve (extender: capacity-checked) or record (informer: unconditional, the API is the truth) one pod's
+-- charges on one node, replacing any earlier record of the same pod uid on this node atomically.
+-- KEYS: 1 capacity, 2 usage, 3 pod charges, 4 allocations, 5 generation, 6 change stream,
+--       7 allocation-nodes set, 8 pod index, [9 lease]
+-- ARGV: 1 fence token, 2 'reserve'|'record', 3 pod uid, 4 charges JSON, 5 allocation envelope, 6 node, 7 stream maxlen
+-- Returns {'fenced'} | {'conflict', dimension, device, needed, free, detail}
+--       | {'ok', generation, usage_changed 0/1, record_changed 0/1}
+if not fence_ok() then
+  return {'fenced'}
+end
+local reserve = ARGV[2] == 'reserve'
+local uid, cjs, blob, node, maxlen = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local state = 'confirmed'
+if reserve then
+  state = 'reserved'
+end
+
+local function conflict(dim, device, needed, free, detail)
+  return {'conflict', dim, device, fmt(needed), fmt(free), detail}
+end
+
+if reserve and redis.call('EXISTS', KEYS[1]) == 0 then
+  return conflict('node_unknown', '', 0, 0, 'node has no inventory')
+end
+
+local old_rec = redis.call('HGET', KEYS[3], uid)
+local old_state, old_t, old_cjs
+if old_rec then
+  old_state, old_t, old_cjs = parse_record(old_rec)
+end
+if old_rec and old_cjs == cjs and redis.call('HGET', KEYS[4], uid) == blob then
+  -- same content again: a no-op, except that recording confirms a reservation
+  redis.call('SADD', KEYS[7], node)
+  redis.call('HSET', KEYS[8], uid, node)
+  local gen = num(redis.call('GET', KEYS[5]))
+  if (not reserve) and old_state ~= 'confirmed' then
+    redis.call('HSET', KEYS[3], uid, 'confirmed|' .. old_t .. '|' .. cjs)
+    return {'ok', gen, 0, 1}
+  end
+  return {'ok', gen, 0, 0}
+end
+
+local new = cjson.decode(cjs)
+local u = load_usage(KEYS[2])
+if old_rec then
+  apply(u, cjson.decode(old_cjs), -1)
+end
+
+if reserve then
+  for _, ch in ipairs(new) do
+    local capv = redis.call('HGET', KEYS[1], ch.u)
+    if not capv then
+      return conflict('device_unknown', ch.u, ch.n, 0, 'device not in the node inventory')
+    end
+    local cn, cm, cc, cmig, chealth, ccord = string.match(capv, '^(-?%d+),(-?%d+),(-?%d+),(%d),(%d),(%d)$')
+    cn, cm, cc = tonumber(cn), tonumber(cm), tonumber(cc)
+    local d = dev(u, ch.u)
+    local wants_mig = #ch.p > 0 or #ch.l > 0
+    if chealth ~= '1' then
+      return conflict('unhealthy', ch.u, 0, 0, 'device is not healthy')
+    end
+    if ccord == '1' then
+      return conflict('cordoned', ch.u, 0, 0, 'device is cordoned')
+    end
+    if wants_mig and cmig ~= '1' then
+      return conflict('mig_mode', ch.u, 0, 0, 'MIG instance requested on a device not in mig mode')
+    end
+    if (not wants_mig) and cmig == '1' then
+      return conflict('mig_mode', ch.u, 0, 0, 'a device in mig mode is only shared through MIG instances')
+    end
+    if d.n + ch.n > cn then
+      return conflict('slots', ch.u, ch.n, math.max(cn - d.n, 0), 'not enough free task slots')
+    end
+    if d.x > 0 then
+      return conflict('exclusive', ch.u, 1, 0, 'device is held exclusively')
+    end
+    if d.m + ch.m > cm then
+      return conflict('memory', ch.u, ch.m, math.max(cm - d.m, 0), 'not enough free memory (MiB)')
+    end
+    if d.c + ch.c > cc then
+      return conflict('cores', ch.u, ch.c, math.max(cc - d.c, 0), 'not enough free cores (%)')
+    end
+    if ch.x ~= 0 and d.n > 0 then
+      return conflict('exclusive', ch.u, 1, 0, 'a whole-card request needs an idle device')
+    end
+    if ch.c == 0 and cc ~= 0 and d.c >= cc then
+      return conflict('compute_exhausted', ch.u, 0, 0, 'every core is allocated; a 0-core task may not join')
+    end
+    local mine = {}
+    for _, p in ipairs(ch.p) do
+      local s, z = p[1], p[2]
+      if s < 0 or z <= 0 then
+        return conflict('mig_placement', ch.u, z, 0, 'invalid placement ' .. fmt(s) .. '+' .. fmt(z))
+      end
+      for k, cnt in pairs(d.p) do
+        if cnt > 0 then
+          local os, oz = string.match(k, '^(%d+)|(%d+)$')
+          os, oz = tonumber(os), tonumber(oz)
+          if s < os + oz and os < s + z then
+            return conflict('mig_placement', ch.u, z, 0,
+              'placement ' .. fmt(s) .. '+' .. fmt(z) .. ' overlaps occupied ' .. fmt(os) .. '+' .. fmt(oz))
+          end
+        end
+      end
+      for _, q in ipairs(mine) do
+        if s < q[1] + q[2] and q[1] < s + z then
+          return conflict('mig_placement', ch.u, z, 0,
+            'placement ' .. fmt(s) .. '+' .. fmt(z) .. ' overlaps ' .. fmt(q[1]) .. '+' .. fmt(q[2]) .. ' of the same pod')
+        end
+      end
+      mine[#mine + 1] = p
+    end
+    local seen = {}
+    for _, l in ipairs(ch.l) do
+      local g, sl = fmt(l[1]), fmt(l[2])
+      local k = g .. '|' .. sl
+      for ok, cnt in pairs(d.l) do
+        if cnt > 0 then
+          local og = string.match(ok, '^(%d+)|')
+          if og ~= g then
+            return conflict('legacy_mig', ch.u, 1, 0, 'device is partitioned with geometry ' .. og .. ', not ' .. g)
+          end
+        end
+      end
+      for sk in pairs(seen) do
+        if string.match(sk, '^(%d+)|') ~= g then
+          return conflict('legacy_mig', ch.u, 1, 0, 'one pod uses two geometries on one device')
+        end
+      end
+      if (d.l[k] or 0) > 0 or seen[k] then
+        return conflict('legacy_mig', ch.u, 1, 0, 'MIG slot ' .. k .. ' is in use')
+      end
+      seen[k] = true
+    end
+  end
+end
+
+apply(u, new, 1)
+store_usage(KEYS[2], u)
+redis.call('HSET', KEYS[3], uid, state .. '|' .. fmt(now_ms()) .. '|' .. cjs)
+redis.call('HSET', KEYS[4], uid, blob)
+redis.call('SADD', KEYS[7], node)
+redis.call('HSET', KEYS[8], uid, node)
+local gen = redis.call('INCR', KEYS[5])
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', maxlen, '*', 'node', node, 'gen', gen, 'kind', 'usage')
+return {'ok', gen, 1, 1}

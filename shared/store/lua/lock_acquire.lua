@@ -1,0 +1,24 @@
+-- Take a node's bind lock for an owner ('<ns>/<name>'). The logical expiry lives in the value (server clock):
+-- an expired lock is reported, never silently handed on (hami-compat decision 5). Re-entrant per owner.
+-- Value: '<token>|<expires_ms>|<acquired_ms>|<owner>'.
+-- KEYS: 1 lock, 2 epoch   ARGV: 1 owner, 2 ttl ms, 3 hard ttl ms (0 = key never expires by itself)
+-- Returns {'acquired', token, expires_ms, acquired_ms, reentered 0/1, now_ms}
+--       | {'held', token, expires_ms, acquired_ms, owner, now_ms}
+local now = now_ms()
+local v = redis.call('GET', KEYS[1])
+if v then
+  local tok, exp, acq, owner = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
+  if owner == ARGV[1] then
+    return {'acquired', tok, exp, acq, '1', fmt(now)}
+  end
+  return {'held', tok, exp, acq, owner, fmt(now)}
+end
+local tok = fmt(redis.call('INCR', KEYS[2]))
+local exp = fmt(now + tonumber(ARGV[2]))
+local value = tok .. '|' .. exp .. '|' .. fmt(now) .. '|' .. ARGV[1]
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
+else
+  redis.call('SET', KEYS[1], value)
+end
+return {'acquired', tok, exp, fmt(now), '0', fmt(now)}

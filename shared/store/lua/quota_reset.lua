@@ -1,0 +1,36 @@
+-- Replace every per-pod charge of a namespace (reconcile from the API) and recompute the sums.
+-- KEYS: 1 quota, 2 quota pods, 3 namespaces set, [4 lease]
+-- ARGV: 1 fence token, 2 namespace, 3.. pod uid, 'mem,cores' pairs
+-- Returns {'fenced'} | {'ok', number of per-pod entries that differed}
+if not fence_ok() then
+  return {'fenced'}
+end
+local flat = redis.call('HGETALL', KEYS[2])
+local cur = {}
+for i = 1, #flat, 2 do
+  cur[flat[i]] = flat[i + 1]
+end
+local diff = 0
+local um, uc = 0, 0
+local want = {}
+for i = 3, #ARGV, 2 do
+  local uid, value = ARGV[i], ARGV[i + 1]
+  want[uid] = true
+  if cur[uid] ~= value then
+    diff = diff + 1
+  end
+  local m, c = string.match(value, '^(-?%d+),(-?%d+)$')
+  um, uc = um + tonumber(m), uc + tonumber(c)
+end
+for uid in pairs(cur) do
+  if not want[uid] then
+    diff = diff + 1
+  end
+end
+redis.call('DEL', KEYS[2])
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[1], 'um', fmt(um), 'uc', fmt(uc))
+redis.call('SADD', KEYS[3], ARGV[2])
+return {'ok', diff}

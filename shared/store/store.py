@@ -1,0 +1,65 @@
+"""The store facade: every repository over one client, built once by a service's composition root."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from shared.store._base import StoreContext
+from shared.store.allocations import Reservations
+from shared.store.feed import ChangeFeed
+from shared.store.inventory import InventoryRepo
+from shared.store.keys import Keys
+from shared.store.locks import LeaseStore, NodeLockStore
+from shared.store.meta import MetaRepo
+from shared.store.quota import QuotaRepo
+from shared.store.scripts import Scripts
+from shared.store.usage import SnapshotRepo, UsageRepo
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Typed access to everything vgpu-scheduler keeps in Redis."""
+
+    client: Redis
+    keys: Keys
+    inventory: InventoryRepo
+    reservations: Reservations
+    usage: UsageRepo
+    snapshots: SnapshotRepo
+    feed: ChangeFeed
+    quota: QuotaRepo
+    meta: MetaRepo
+    leases: LeaseStore
+    locks: NodeLockStore
+
+    @classmethod
+    def create(
+        cls, client: Redis, *, prefix: str = "vgpu", stream_maxlen: int = 10_000, retry_delay_s: float = 0.5
+    ) -> Store:
+        """Register the scripts on ``client`` and build the repositories (no round trip)."""
+        ctx = StoreContext(
+            client=client,
+            keys=Keys(prefix),
+            scripts=Scripts.register(client),
+            stream_maxlen=stream_maxlen,
+            retry_delay_s=retry_delay_s,
+        )
+        return cls(
+            client=client,
+            keys=ctx.keys,
+            inventory=InventoryRepo(ctx),
+            reservations=Reservations(ctx),
+            usage=UsageRepo(ctx),
+            snapshots=SnapshotRepo(ctx),
+            feed=ChangeFeed(ctx),
+            quota=QuotaRepo(ctx),
+            meta=MetaRepo(ctx),
+            leases=LeaseStore(ctx),
+            locks=NodeLockStore(ctx),
+        )
+
+    async def aclose(self) -> None:
+        """Close the client's connections."""
+        await self.client.aclose()

@@ -1,0 +1,296 @@
+"""Value types the store hands out: results of scripts, records, events. Conflicts are results, not exceptions."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from shared.domain.model import Allocation, DeviceUsage, NodeInventory
+from shared.errors import ConflictError
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Proof that a write comes from the current holder of lease ``lease``: its fencing ``token``.
+
+    Scripts given a fence refuse the write unless ``token`` is the lease's current token.
+    """
+
+    lease: str
+    token: int
+
+
+class StaleFenceError(ConflictError):
+    """A fenced write was refused: the lease has another holder (or none) now. The writer must stop."""
+
+    def __init__(self, fence: Fence) -> None:
+        super().__init__(f"lease {fence.lease!r}: token {fence.token} is no longer current")
+        self.fence = fence
+
+
+# --------------------------------------------------------------------------------------------
+# Inventory and snapshots
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """Outcome of writing (or deleting) a node's inventory: ``changed`` is False when the bytes were equal."""
+
+    changed: bool
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    """One node as the extender sees it: inventory (None if unregistered), usage by device UUID, generation.
+
+    ``usage`` holds only devices with something in use; a missing UUID means ``ZERO_USAGE``.
+    """
+
+    node: str
+    inventory: NodeInventory | None
+    usage: Mapping[str, DeviceUsage]
+    generation: int
+
+
+# --------------------------------------------------------------------------------------------
+# Reservations
+# --------------------------------------------------------------------------------------------
+
+
+class ReservationState(enum.Enum):
+    """``reserved``: written by the extender, not yet seen in the pod's annotations; ``confirmed``: seen."""
+
+    RESERVED = "reserved"
+    CONFIRMED = "confirmed"
+
+
+class ConflictDimension(enum.Enum):
+    """Which capacity check refused a reservation."""
+
+    NODE_UNKNOWN = "node_unknown"
+    DEVICE_UNKNOWN = "device_unknown"
+    UNHEALTHY = "unhealthy"
+    CORDONED = "cordoned"
+    MIG_MODE = "mig_mode"
+    SLOTS = "slots"
+    EXCLUSIVE = "exclusive"
+    MEMORY = "memory"
+    CORES = "cores"
+    COMPUTE_EXHAUSTED = "compute_exhausted"
+    MIG_PLACEMENT = "mig_placement"
+    LEGACY_MIG = "legacy_mig"
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """The reservation is in place. ``changed`` is False when an identical one already was."""
+
+    pod_uid: str
+    node: str
+    generation: int
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveConflict:
+    """The node cannot take the pod right now: ``device`` failed ``dimension`` (``needed`` vs ``free``).
+
+    The extender re-scores with fresh usage. ``device`` is empty for ``NODE_UNKNOWN``.
+    """
+
+    pod_uid: str
+    node: str
+    dimension: ConflictDimension
+    device: str
+    needed: int
+    free: int
+    detail: str
+
+
+ReserveResult = Reserved | ReserveConflict
+
+
+@dataclass(frozen=True, slots=True)
+class RecordResult:
+    """Outcome of recording an observed allocation: whether usage or the stored record changed."""
+
+    generation: int
+    usage_changed: bool
+    record_changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationRecord:
+    """A stored allocation with its state and when it was (last) reserved or recorded, server clock, ms."""
+
+    allocation: Allocation
+    state: ReservationState
+    reserved_at_ms: int
+
+
+# --------------------------------------------------------------------------------------------
+# Change feed
+# --------------------------------------------------------------------------------------------
+
+
+class ChangeKind(enum.Enum):
+    """What changed on a node."""
+
+    INVENTORY = "inventory"
+    DELETED = "deleted"
+    USAGE = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One entry of the change stream: ``node`` reached ``generation`` through a change of ``kind``."""
+
+    id: str
+    node: str
+    generation: int
+    kind: ChangeKind
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeBatch:
+    """Events read after some id. ``last_id`` is where to continue; ``gap`` means events were lost (the stream
+    was trimmed past the reader or Redis was flushed): reload every node before trusting the cache again."""
+
+    events: tuple[ChangeEvent, ...]
+    last_id: str
+    gap: bool = False
+
+
+# --------------------------------------------------------------------------------------------
+# Quota
+# --------------------------------------------------------------------------------------------
+
+
+class QuotaDimension(enum.Enum):
+    MEMORY = "memory"
+    CORES = "cores"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaCharged:
+    """The charge is in place; ``changed`` is False when the pod already had exactly this charge."""
+
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaExceeded:
+    """The charge would exceed ``limit``: others already use ``used``, the pod needs ``needed``."""
+
+    dimension: QuotaDimension
+    limit: int
+    used: int
+    needed: int
+
+
+QuotaChargeResult = QuotaCharged | QuotaExceeded
+
+
+@dataclass(frozen=True, slots=True)
+class PodQuotaCharge:
+    """What one pod is charged against its namespace quota."""
+
+    mem_mib: int
+    cores_pct: int
+
+
+# --------------------------------------------------------------------------------------------
+# Meta, leases, locks
+# --------------------------------------------------------------------------------------------
+
+
+class SyncMarker(enum.Enum):
+    """A full load a service completed in the current store epoch."""
+
+    INVENTORY = "inventory"
+    ALLOCATIONS = "allocations"
+    QUOTAS = "quotas"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatus:
+    """The store's epoch (None after a flush, until someone re-creates it) and the loads completed in it."""
+
+    epoch: str | None
+    synced: frozenset[SyncMarker] = frozenset()
+
+    def is_synced(self, marker: SyncMarker) -> bool:
+        return self.epoch is not None and marker in self.synced
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseAcquired:
+    token: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHeld:
+    """Somebody else holds the lease for another ``ttl_ms``."""
+
+    holder: str
+    token: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    holder: str
+    token: int
+    ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LockInfo:
+    """A node lock: who holds it, its fencing token, and its logical expiry (server clock, ms)."""
+
+    node: str
+    owner: str
+    token: int
+    acquired_ms: int
+    expires_ms: int
+    now_ms: int
+
+    @property
+    def expired(self) -> bool:
+        return self.now_ms >= self.expires_ms
+
+
+@dataclass(frozen=True, slots=True)
+class LockAcquired:
+    """The lock is ours; ``reentered`` when this owner already held it (token and expiry unchanged)."""
+
+    info: LockInfo
+    reentered: bool = False
+
+    @property
+    def token(self) -> int:
+        return self.info.token
+
+
+@dataclass(frozen=True, slots=True)
+class LockHeld:
+    """Another owner holds the lock. If ``info.expired``, the caller must settle that owner (mark its pod
+    failed) and then ``force_release(node, token=info.token)`` before taking it: never hand it on blindly."""
+
+    info: LockInfo
+
+
+LockResult = LockAcquired | LockHeld
+
+
+@dataclass(frozen=True, slots=True)
+class UsageAudit:
+    """Result of recomputing a node's counters from its per-pod charges: ``drift`` fields were repaired."""
+
+    node: str
+    drift: int
+    generation: int

@@ -1,0 +1,142 @@
+"""Per-device usage of nodes, and the node snapshots the extender schedules from.
+
+Usage is kept as **maintained counters** in one hash per node, updated by the same script that stores or
+removes a pod's charges, so reading a node's usage is O(devices on the node) and never touches pods.
+The per-pod charges stay stored beside them: :meth:`UsageRepo.recount` recomputes the counters from them
+and repairs any difference (which would be a bug; the count is returned so callers can report it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.codec.envelope import decode_inventory
+from shared.domain.model import DeviceUsage, MigPlacement
+from shared.errors import DecodeError
+from shared.store._base import StoreContext, as_int, check_fenced, fence_args, flat_pairs
+from shared.store.types import Fence, NodeSnapshot, UsageAudit
+
+
+@dataclass(slots=True)
+class _Acc:
+    used: int = 0
+    mem: int = 0
+    cores: int = 0
+    placements: list[MigPlacement] = field(default_factory=list)
+    legacy: dict[int, set[int]] = field(default_factory=dict)
+
+
+def parse_usage(fields: Mapping[bytes, bytes]) -> dict[str, DeviceUsage]:
+    """Decode a node's usage hash into ``DeviceUsage`` by UUID (devices with nothing in use are absent).
+
+    Legacy MIG: ``legacy_geometry`` is the geometry in use (the lowest, should records ever disagree) and
+    ``legacy_slots`` its occupied slots.
+    """
+    acc: dict[str, _Acc] = {}
+    try:
+        for raw_f, raw_v in fields.items():
+            f = raw_f.decode()
+            if f.startswith("u|"):
+                n, m, c, _x = (int(x) for x in raw_v.split(b","))
+                a = acc.setdefault(f[2:], _Acc())
+                a.used, a.mem, a.cores = n, m, c
+            elif f.startswith("p|"):
+                uuid, start_s, size_s = f[2:].rsplit("|", 2)
+                count = int(raw_v)
+                acc.setdefault(uuid, _Acc()).placements.extend([MigPlacement(int(start_s), int(size_s))] * count)
+            elif f.startswith("l|"):
+                uuid, geo_s, slot_s = f[2:].rsplit("|", 2)
+                if int(raw_v) > 0:
+                    acc.setdefault(uuid, _Acc()).legacy.setdefault(int(geo_s), set()).add(int(slot_s))
+            else:
+                raise DecodeError("usage hash", "unknown field", f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DecodeError("usage hash", f"malformed counters: {e}") from e
+    out: dict[str, DeviceUsage] = {}
+    for uuid, a in acc.items():
+        geometry = min(a.legacy) if a.legacy else None
+        out[uuid] = DeviceUsage(
+            used=a.used,
+            used_mem_mib=a.mem,
+            used_cores=a.cores,
+            mig_in_use=tuple(sorted(a.placements, key=lambda p: (p.start, p.size))),
+            legacy_geometry=geometry,
+            legacy_slots=frozenset(a.legacy[geometry]) if geometry is not None else frozenset(),
+        )
+    return out
+
+
+def exclusive_holders(fields: Mapping[bytes, bytes]) -> dict[str, int]:
+    """How many exclusive (whole-card) charges each device carries, from a usage hash."""
+    out: dict[str, int] = {}
+    for raw_f, raw_v in fields.items():
+        if raw_f.startswith(b"u|"):
+            x = int(raw_v.split(b",")[3])
+            if x:
+                out[raw_f[2:].decode()] = x
+    return out
+
+
+def _as_fields(reply: Any) -> dict[bytes, bytes]:
+    if isinstance(reply, dict):
+        return reply
+    return flat_pairs(reply)
+
+
+class UsageRepo:
+    """Reads usage counters; ``recount`` is the informer's repair tool."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    async def node_usage(self, node: str) -> dict[str, DeviceUsage]:
+        """Usage of ``node``'s devices by UUID, O(devices). Absent UUID = nothing in use."""
+        async with self._ctx.translated("read usage"):
+            fields = await self._ctx.client.hgetall(self._ctx.keys.usage(node))
+        return parse_usage(_as_fields(fields))
+
+    async def raw(self, node: str) -> dict[bytes, bytes]:
+        """The node's usage hash as stored (for audits and metrics)."""
+        async with self._ctx.translated("read usage"):
+            fields = await self._ctx.client.hgetall(self._ctx.keys.usage(node))
+        return _as_fields(fields)
+
+    async def recount(self, node: str, fence: Fence | None = None) -> UsageAudit:
+        """Recompute ``node``'s counters from its stored per-pod charges; repair and count differing fields."""
+        k = self._ctx.keys
+        extra_keys, token = fence_args(k, fence)
+        keys = [k.usage(node), k.pod_charges(node), k.generation(node), k.changes()]
+        async with self._ctx.translated("recount usage"):
+            reply = await self._ctx.scripts.recount_usage(
+                keys=keys + extra_keys, args=[token, node, self._ctx.stream_maxlen]
+            )
+        check_fenced(reply, fence)
+        return UsageAudit(node=node, drift=as_int(reply[1]), generation=as_int(reply[2]))
+
+
+class SnapshotRepo:
+    """Loads (inventory, usage, generation) for many nodes in one pipelined round trip; each node atomic."""
+
+    def __init__(self, ctx: StoreContext) -> None:
+        self._ctx = ctx
+
+    async def load(self, nodes: Sequence[str]) -> dict[str, NodeSnapshot]:
+        """Snapshots of ``nodes``, each read atomically by a script. Raises DecodeError on a corrupt blob."""
+        if not nodes:
+            return {}
+        k = self._ctx.keys
+        async with self._ctx.pipeline("load snapshots") as pipe:
+            for n in nodes:
+                await self._ctx.scripts.node_snapshot(keys=[k.inventory(n), k.usage(n), k.generation(n)], client=pipe)
+            replies = await pipe.execute()
+        out: dict[str, NodeSnapshot] = {}
+        for n, (blob, flat, gen) in zip(nodes, replies, strict=True):
+            out[n] = NodeSnapshot(
+                node=n,
+                inventory=decode_inventory(blob) if blob else None,
+                usage=parse_usage(flat_pairs(flat)),
+                generation=as_int(gen),
+            )
+        return out
