@@ -321,7 +321,11 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class QuotaLimits:
-    """One namespace's honoured hard limits (hami-compat §8); ``None`` means no limit, ``0`` blocks."""
+    """One namespace's honoured hard limits (hami-compat §8); ``None`` means no limit, ``0`` blocks.
+
+    Values are the ResourceQuota's raw ``limits.nvidia.com/gpumem`` / ``limits.nvidia.com/gpucores``; every check
+    scales the memory limit by ``memoryFactor`` at check time, like the requests are scaled.
+    """
 
     mem_mib: int | None = None
     cores_pct: int | None = None
