@@ -1,0 +1,225 @@
+"""Invariants of plan() over random clusters and pods (hypothesis).
+
+* the fast path returns exactly what the exhaustive evaluation returns;
+* the answer is deterministic and does not depend on the order the nodes are given in;
+* binpack chooses a feasible node of maximal score, spread one of minimal score;
+* no device ever exceeds its slots, memory or cores, and MIG placements never overlap, however many decisions
+  are applied in a row.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared.domain.model import (
+    MEM_PCT_UNSET,
+    ContainerRequest,
+    DeviceInfo,
+    DeviceUsage,
+    GpuPolicy,
+    GpuPolicyToken,
+    MigPlacement,
+    MigProfile,
+    NodeInventory,
+    NodePolicy,
+    PodConstraints,
+    PodRequest,
+    QuotaLimits,
+    QuotaState,
+    ScoringWeights,
+)
+from shared.domain.plan import Decision, Failure, apply_decision, plan
+from shared.domain.scoring import Policies
+from shared.domain.snapshot import NodeSnapshot
+
+PROFILES = (
+    MigProfile("1g.5gb", 4864, 15, 1, tuple(MigPlacement(s, 1) for s in range(7))),
+    MigProfile("2g.10gb", 9984, 29, 2, tuple(MigPlacement(s, 2) for s in (0, 2, 4))),
+    MigProfile("3g.20gb", 19968, 43, 3, (MigPlacement(0, 4), MigPlacement(4, 4))),
+)
+
+T = GpuPolicyToken
+GPU_POLICIES = [
+    GpuPolicy((T.SPREAD,)),
+    GpuPolicy((T.BINPACK,)),
+    GpuPolicy((T.MUTEX,)),
+    GpuPolicy((T.NUMA,)),
+    GpuPolicy((T.TOPOLOGY_AWARE,)),
+    GpuPolicy((T.BINPACK, T.NUMA)),
+    GpuPolicy((T.NUMA, T.SPREAD)),
+    GpuPolicy((T.MUTEX, T.BINPACK)),
+]
+
+
+@st.composite
+def device_and_usage(draw: st.DrawFn, node: str, index: int, mig_ok: bool) -> tuple[DeviceInfo, DeviceUsage]:
+    uuid = f"GPU-{node}-{index}"
+    if mig_ok and draw(st.integers(0, 5)) == 0:
+        dev = DeviceInfo(
+            uuid, index, 7, 40960, 100, "NVIDIA A100-PCIE-40GB", draw(st.integers(0, 1)), "mig", True, PROFILES
+        )
+        return dev, DeviceUsage()
+    count = draw(st.integers(1, 4))
+    mem = draw(st.sampled_from([1000, 4000, 8000, 16000]))
+    core = draw(st.sampled_from([100, 100, 100, 200]))
+    dev = DeviceInfo(
+        id=uuid,
+        index=index,
+        count=count,
+        devmem_mib=mem,
+        devcore=core,
+        type=draw(st.sampled_from(["NVIDIA-Tesla V100", "NVIDIA A100-SXM4-80GB"])),
+        numa=draw(st.integers(0, 1)),
+        mode="hami-core",
+        health=draw(st.integers(0, 9)) > 0,
+    )
+    used = draw(st.integers(0, count))
+    if used == 0:
+        return dev, DeviceUsage()
+    usage = DeviceUsage(
+        used=used, used_mem_mib=draw(st.integers(0, mem)), used_cores=draw(st.sampled_from([0, 10, 50, core]))
+    )
+    return dev, usage
+
+
+@st.composite
+def node_snapshot(draw: st.DrawFn, name: str, mig_ok: bool) -> NodeSnapshot:
+    n = draw(st.integers(1, 4))
+    pairs = [draw(device_and_usage(name, i, mig_ok)) for i in range(n)]
+    devices = tuple(d for d, _ in pairs)
+    scores: dict[str, dict[str, int]] = {d.id: {} for d in devices}
+    for i in range(n):
+        for j in range(i + 1, n):
+            s = draw(st.sampled_from([0, 20, 100, 600]))
+            scores[devices[i].id][devices[j].id] = s
+            scores[devices[j].id][devices[i].id] = s
+    cordoned = frozenset(d.id for d in devices if draw(st.integers(0, 11)) == 0)
+    inv = NodeInventory(node=name, vendor="NVIDIA", devices=devices, pair_scores=scores, cordoned=cordoned)
+    return NodeSnapshot(inv, {d.id: u for d, u in pairs})
+
+
+@st.composite
+def cluster(draw: st.DrawFn, mig_ok: bool = True) -> list[NodeSnapshot]:
+    names = draw(st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=6, unique=True))
+    return [draw(node_snapshot(f"node-{x}", mig_ok)) for x in names]
+
+
+@st.composite
+def container(draw: st.DrawFn) -> ContainerRequest:
+    nums = draw(st.integers(0, 3))
+    kind = draw(st.sampled_from(["mib", "pct", "bare"]))
+    mem = draw(st.integers(1, 16000)) if kind == "mib" else 0
+    pct = draw(st.integers(1, 100)) if kind == "pct" else MEM_PCT_UNSET
+    cores = draw(st.sampled_from([0, 0, 10, 25, 50, 100]))
+    return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores)
+
+
+@st.composite
+def pod_request(draw: st.DrawFn) -> PodRequest:
+    containers = tuple(draw(st.lists(container(), min_size=1, max_size=3)))
+    return PodRequest(containers=containers, init_count=draw(st.integers(0, len(containers) - 1)))
+
+
+@st.composite
+def constraints(draw: st.DrawFn) -> PodConstraints:
+    weights = draw(st.tuples(st.integers(0, 3), st.integers(0, 3), st.integers(0, 3)).filter(any))
+    return PodConstraints(
+        use_types=draw(st.sampled_from([(), ("A100",), ("V100", "A100")])),
+        nouse_uuids=frozenset(draw(st.lists(st.sampled_from(["GPU-node-a-0", "GPU-node-b-1"]), max_size=2))),
+        numa_bind=draw(st.integers(0, 3)) == 0,
+        node_policy=draw(st.sampled_from([None, NodePolicy.BINPACK, NodePolicy.SPREAD])),
+        gpu_policy=draw(st.sampled_from([None, *GPU_POLICIES])),
+        weights=ScoringWeights(*weights),
+    )
+
+
+quotas = st.one_of(
+    st.none(),
+    st.builds(
+        QuotaState,
+        limits=st.builds(
+            QuotaLimits,
+            mem_mib=st.one_of(st.none(), st.integers(0, 40000)),
+            cores_pct=st.one_of(st.none(), st.integers(0, 400)),
+        ),
+        used_mem_mib=st.integers(0, 10000),
+        used_cores_pct=st.integers(0, 100),
+    ),
+)
+policies = st.builds(Policies, node=st.sampled_from(NodePolicy), gpu=st.sampled_from(GPU_POLICIES))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cluster(), pod_request(), constraints(), policies, quotas)
+def test_fast_path_equals_exhaustive(
+    nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies, quota: QuotaState | None
+) -> None:
+    fast = plan(p, c, nodes, policies=pol, quota=quota)
+    full = plan(p, c, nodes, policies=pol, quota=quota, exhaustive=True)
+    assert fast == full
+    if isinstance(fast, Failure):
+        assert set(fast.reasons) == {n.name for n in nodes}
+
+
+@settings(max_examples=150, deadline=None)
+@given(cluster(), pod_request(), constraints(), policies, st.randoms(use_true_random=False))
+def test_deterministic_and_independent_of_node_order(
+    nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies, rnd: random.Random
+) -> None:
+    first = plan(p, c, nodes, policies=pol)
+    assert plan(p, c, nodes, policies=pol) == first
+    shuffled = list(nodes)
+    rnd.shuffle(shuffled)
+    assert plan(p, c, shuffled, policies=pol) == first
+
+
+@settings(max_examples=150, deadline=None)
+@given(cluster(), pod_request(), constraints(), policies)
+def test_node_policy_picks_an_extreme_feasible_node(
+    nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies
+) -> None:
+    got = plan(p, c, nodes, policies=pol)
+    if not isinstance(got, Decision):
+        return
+    node_policy = c.node_policy or pol.node
+    feasible = [n for n in nodes if isinstance(plan(p, c, [n], policies=pol), Decision)]
+    chosen = next(n for n in nodes if n.name == got.node)
+    assert chosen in feasible
+    assert got.score == chosen.summary.score
+    for other in feasible:
+        if node_policy is NodePolicy.BINPACK:
+            assert other.summary.score <= got.score
+        else:
+            assert other.summary.score >= got.score
+        if other.summary.score == got.score:
+            assert got.node <= other.name
+
+
+def _check_capacity(nodes: list[NodeSnapshot]) -> None:
+    for n in nodes:
+        for dev, u in zip(n.inventory.devices, n.usages, strict=True):
+            assert u.used <= dev.count, (n.name, dev.id, u)
+            assert u.used_mem_mib <= dev.devmem_mib, (n.name, dev.id, u)
+            assert u.used_cores <= dev.devcore, (n.name, dev.id, u)
+            placements = u.mig_in_use
+            for i, a in enumerate(placements):
+                assert not any(a.overlaps(b) for b in placements[i + 1 :]), (n.name, dev.id, placements)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cluster(), st.lists(st.tuples(pod_request(), constraints()), min_size=1, max_size=8), policies)
+def test_no_device_is_ever_over_committed(
+    nodes: list[NodeSnapshot], pods: list[tuple[PodRequest, PodConstraints]], pol: Policies
+) -> None:
+    _check_capacity(nodes)
+    for p, c in pods:
+        got = plan(p, c, nodes, policies=pol)
+        if isinstance(got, Decision):
+            nodes = [apply_decision(n, got) if n.name == got.node else n for n in nodes]
+            _check_capacity(nodes)
+            # every container got exactly what it asked for, on distinct cards unless the card is MIG
+            for req, devs in zip(p.containers, got.devices, strict=True):
+                assert len(devs) == max(req.nums, 0)
