@@ -1,0 +1,130 @@
+"""The command lines in the manifests and in docker-compose.yml are accepted by ``shared.config`` — the same
+option table the services parse at start-up — and mean what the chart's values say."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from shared.config import ExtenderSettings, InformerSettings, RegistrarSettings, Service, settings_for
+from tests.unit.deploy.conftest import REPO, Obj, Objects
+
+FULL = "vgpu-scheduler"
+
+
+def container_of(objs: Objects, name: str) -> Obj:
+    containers: list[Obj] = objs.get("Deployment", name)["spec"]["template"]["spec"]["containers"]
+    return containers[0]
+
+
+def env_of(c: Obj) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+
+
+def localise(args: list[str], replacements: dict[str, str]) -> list[str]:
+    """Point in-container file paths at local files so the settings loader can read them."""
+    out = []
+    for arg in args:
+        localised = arg
+        for container_path, local in replacements.items():
+            localised = localised.replace(f"={container_path}", f"={local}")
+        out.append(localised)
+    return out
+
+
+@pytest.fixture
+def files(manifests: Objects, tmp_path: Path) -> dict[str, str]:
+    device = tmp_path / "device-config.yaml"
+    device.write_text(manifests.get("ConfigMap", f"{FULL}-device")["data"]["device-config.yaml"], encoding="utf-8")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("cert", encoding="utf-8")
+    key.write_text("key", encoding="utf-8")
+    return {"/device-config.yaml": str(device), "/tls/tls.crt": str(cert), "/tls/tls.key": str(key)}
+
+
+def settings_of(objs: Objects, component: str, files: dict[str, str]) -> Any:
+    c = container_of(objs, f"{FULL}-{component}")
+    subcommand, *args = c["args"]
+    assert subcommand == component
+    return settings_for(Service(component), localise(args, files), env_of(c))
+
+
+def test_extender_flags(manifests: Objects, files: dict[str, str]) -> None:
+    settings = settings_of(manifests, "extender", files)
+    assert isinstance(settings, ExtenderSettings)
+    assert (settings.http_bind.host, settings.http_bind.port) == ("0.0.0.0", 8443)
+    assert settings.cert_file == files["/tls/tls.crt"] and settings.key_file == files["/tls/tls.key"]
+    assert settings.scheduler_name == "vgpu-scheduler"
+    assert settings.node_lock_timeout_s == 300 and settings.node_lock_retry_timeout_s == 28
+    assert settings.reservation_grace_s == 120
+    assert settings.common.redis_url == f"redis://{FULL}-redis.vgpu-system.svc:6379/0"
+    assert settings.common.key_prefix == "vgpu"
+    assert settings.common.metrics_bind.port == 9395
+    assert settings.common.nvidia.resource_count_name == "nvidia.com/gpu"
+
+
+def test_registrar_flags(manifests: Objects, files: dict[str, str]) -> None:
+    settings = settings_of(manifests, "registrar", files)
+    assert isinstance(settings, RegistrarSettings)
+    assert settings.lease_ttl_s == 15 and settings.node_label_selector == ()
+    assert settings.common.key_prefix == "vgpu"
+
+
+def test_informer_flags(manifests: Objects, files: dict[str, str]) -> None:
+    settings = settings_of(manifests, "informer", files)
+    assert isinstance(settings, InformerSettings)
+    assert settings.lease_ttl_s == 15 and settings.reconcile_interval_s == 300
+    assert settings.node_lock_timeout_s == 300 and settings.reservation_grace_s == 120
+
+
+def test_the_node_label_selector_value_reaches_the_registrar(chart: Any, files: dict[str, str]) -> None:
+    from tests.unit.deploy.conftest import render_objects
+
+    objs = render_objects(chart, {"registrar": {"nodeLabelSelector": "gpu=on,zone=a"}})
+    settings = settings_of(objs, "registrar", files)
+    assert settings.node_label_selector == (("gpu", "on"), ("zone", "a"))
+
+
+# --------------------------------------------------------------------------------------------
+# docker-compose.yml
+# --------------------------------------------------------------------------------------------
+
+COMPOSE_SERVICES = {"registrar": Service.REGISTRAR, "informer": Service.INFORMER, "extender-1": Service.EXTENDER}
+
+
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(COMPOSE_SERVICES))
+def test_compose_commands_parse(name: str) -> None:
+    service = compose()["services"][name]
+    subcommand, *args = service["command"]
+    assert subcommand == COMPOSE_SERVICES[name].value
+    args = localise(args, {"/examples/device-config.yaml": str(REPO / "examples" / "device-config.yaml")})
+    settings = settings_for(COMPOSE_SERVICES[name], args, service["environment"])
+    common = settings.common
+    assert common.kube.server == "http://emulator:8001"
+    assert common.redis_url == "redis://redis:6379/0"
+
+
+@pytest.mark.parametrize("name", ["emulator", "driver"])
+def test_compose_commands_of_subcommands_not_in_the_option_table(name: str) -> None:
+    """``emulator`` and the driver's ``simulate`` flags are parsed by their own modules, when registered."""
+    from services import cli
+    from shared.config import normalize_argv
+
+    service = compose()["services"][name]
+    parser = cli.build_parser()
+    subcommands: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            subcommands.update(action.choices)
+    if service["command"][0] not in subcommands:
+        pytest.skip(f"subcommand {service['command'][0]!r} is not registered in services/cli.py yet")
+    parser.parse_args(normalize_argv(service["command"]))

@@ -1,0 +1,517 @@
+"""The plain manifests (deploy/manifests/) and the chart they are rendered from: up to date, and the shapes
+that matter — the kube-scheduler extender block, the webhook, least-privilege RBAC, probes, PDBs, replicas,
+labels, TLS wiring and the device config — for the default values and for each values switch."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+from deploy.gotemplate import TemplateError
+from deploy.render import MANIFESTS_DIR, NAMESPACE_FILE, Chart, manifest_files, stale_files
+from tests.unit.deploy.conftest import Obj, Objects, render_objects
+
+NS = "vgpu-system"
+FULL = "vgpu-scheduler"
+NVIDIA_RESOURCES = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpumem",
+    "nvidia.com/gpucores",
+    "nvidia.com/gpumem-percentage",
+    "nvidia.com/priority",
+]
+
+# Exact ClusterRole rules per component: (apiGroup, resource) -> verbs. Anything more is a privilege leak.
+EXPECTED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
+    f"{FULL}-registrar": {
+        ("", "nodes"): {"get", "list", "watch", "patch"},
+        ("", "events"): {"create"},
+    },
+    f"{FULL}-informer": {
+        ("", "pods"): {"get", "list", "watch", "patch"},
+        ("", "resourcequotas"): {"get", "list", "watch"},
+        ("", "nodes"): {"get", "patch"},
+        ("", "events"): {"create"},
+    },
+    f"{FULL}-extender": {
+        ("", "pods"): {"get", "patch"},
+        ("", "pods/binding"): {"create"},
+        ("", "nodes"): {"get", "patch"},
+        ("", "events"): {"create"},
+    },
+}
+
+
+def rules_of(role: Obj) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+def container(objs: Objects, deployment: str, name: str | None = None) -> Obj:
+    pod = objs.get("Deployment", deployment)["spec"]["template"]["spec"]
+    containers: list[Obj] = pod["containers"]
+    if name is None:
+        assert len(containers) == 1
+        return containers[0]
+    return next(c for c in containers if c["name"] == name)
+
+
+def args_map(c: Obj) -> dict[str, str]:
+    """``--flag=value`` arguments of a container as a mapping (flag without dashes -> value)."""
+    out: dict[str, str] = {}
+    for arg in c.get("args", []) + c.get("command", []):
+        if arg.startswith("--") and "=" in arg:
+            key, _, value = arg[2:].partition("=")
+            out[key] = value
+    return out
+
+
+def duration_s(text: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    total = 0.0
+    for number, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text):
+        total += float(number) * units[unit]
+    assert total > 0, text
+    return total
+
+
+def scheduler_config(objs: Objects) -> Obj:
+    cm = objs.get("ConfigMap", f"{FULL}-kube-scheduler")
+    config: Obj = yaml.safe_load(cm["data"]["config.yaml"])
+    return config
+
+
+def selector_matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+# --------------------------------------------------------------------------------------------
+# Invariants that hold for every values combination.
+# --------------------------------------------------------------------------------------------
+
+
+def check_invariants(objs: Objects) -> None:
+    # RBAC: no wildcards anywhere, no access to secrets except the certgen Role in our namespace.
+    for role in objs.of_kind("ClusterRole") + objs.of_kind("Role"):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(key, []), f"{role['metadata']['name']}: wildcard in {key}"
+            if "secrets" in rule["resources"]:
+                assert role["kind"] == "Role" and set(rule["verbs"]) <= {"get", "create"}, role["metadata"]["name"]
+    # Bindings point at roles and service accounts that exist (or upstream system roles).
+    service_accounts = {o["metadata"]["name"] for o in objs.of_kind("ServiceAccount")}
+    roles = {(o["kind"], o["metadata"]["name"]) for o in objs.of_kind("ClusterRole") + objs.of_kind("Role")}
+    upstream = {
+        ("ClusterRole", "system:kube-scheduler"),
+        ("ClusterRole", "system:volume-scheduler"),
+        ("Role", "extension-apiserver-authentication-reader"),
+    }
+    for binding in objs.of_kind("ClusterRoleBinding") + objs.of_kind("RoleBinding"):
+        ref = (binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        assert ref in roles or ref in upstream, binding["metadata"]["name"]
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["name"] in service_accounts
+    # Pods: never sent to our own webhook; run as non-root; hardened containers; probes on Deployments.
+    for workload, template in objs.pod_templates():
+        name = workload["metadata"]["name"]
+        assert template["metadata"]["labels"].get("hami.io/webhook") == "ignore", name
+        pod = template["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True, name
+        if "serviceAccountName" in pod:
+            assert pod["serviceAccountName"] in service_accounts, name
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, name
+            assert sc["capabilities"]["drop"] == ["ALL"] and not sc.get("privileged"), name
+            if workload["kind"] == "Deployment":
+                assert "livenessProbe" in c and "readinessProbe" in c, f"{name}/{c['name']} lacks probes"
+                port_names = {p["name"] for p in c.get("ports", [])}
+                for probe in (c["livenessProbe"], c["readinessProbe"]):
+                    port = (probe.get("httpGet") or probe.get("tcpSocket") or {}).get("port")
+                    assert port is None or port in port_names, f"{name}: probe on unknown port {port}"
+            mounts = {m["name"] for m in c.get("volumeMounts", [])}
+            assert mounts <= {v["name"] for v in pod.get("volumes", [])}, name
+        if workload["kind"] == "Deployment":
+            assert selector_matches(workload["spec"]["selector"]["matchLabels"], template["metadata"]["labels"])
+    # Every namespaced object lives in the release namespace, except the auth-reader binding.
+    for o in objs.items:
+        if o["kind"] in ("ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "Namespace"):
+            continue
+        expected = "kube-system" if o["metadata"]["name"].endswith("-auth-reader") else NS
+        assert o["metadata"].get("namespace") == expected, f"{o['kind']} {o['metadata']['name']}"
+    # Services select pods that exist and target ports those pods name.
+    pod_sets = [t for w, t in objs.pod_templates() if w["kind"] == "Deployment"]
+    for svc in objs.of_kind("Service"):
+        matching = [t for t in pod_sets if selector_matches(svc["spec"]["selector"], t["metadata"]["labels"])]
+        assert matching, f"Service {svc['metadata']['name']} selects no pods"
+        names = {p["name"] for t in matching for c in t["spec"]["containers"] for p in c.get("ports", [])}
+        for port in svc["spec"]["ports"]:
+            assert port["targetPort"] in names, f"Service {svc['metadata']['name']}: {port['targetPort']}"
+    # PDBs cover every long-running component except the single Redis.
+    for name in (f"{FULL}-extender", f"{FULL}-registrar", f"{FULL}-informer", f"{FULL}-kube-scheduler"):
+        pdb = objs.get("PodDisruptionBudget", name)
+        labels = objs.get("Deployment", name)["spec"]["template"]["metadata"]["labels"]
+        assert selector_matches(pdb["spec"]["selector"]["matchLabels"], labels)
+        assert pdb["spec"]["maxUnavailable"] >= 1
+
+
+# --------------------------------------------------------------------------------------------
+# The committed plain manifests.
+# --------------------------------------------------------------------------------------------
+
+
+def test_committed_manifests_are_the_chart_rendered_with_default_values(chart: Chart) -> None:
+    stale = stale_files(MANIFESTS_DIR, manifest_files(chart))
+    assert not stale, f"run `python deploy/render.py`: stale {stale}"
+
+
+def test_plain_manifests_hold_every_component(manifests: Objects) -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in manifests.items}
+    for name, replicas in (("extender", 3), ("registrar", 2), ("informer", 2), ("kube-scheduler", 2), ("redis", 1)):
+        assert ("Deployment", f"{FULL}-{name}") in kinds
+        assert manifests.get("Deployment", f"{FULL}-{name}")["spec"]["replicas"] == replicas
+    for kind, name in [
+        ("Namespace", NS),
+        ("Service", f"{FULL}-extender"),
+        ("Service", f"{FULL}-webhook"),
+        ("Service", f"{FULL}-redis"),
+        ("ConfigMap", f"{FULL}-device"),
+        ("ConfigMap", f"{FULL}-kube-scheduler"),
+        ("MutatingWebhookConfiguration", f"{FULL}-webhook"),
+        ("Job", f"{FULL}-certgen-create"),
+        ("Job", f"{FULL}-certgen-patch"),
+    ]:
+        assert (kind, name) in kinds
+    check_invariants(manifests)
+
+
+def test_the_namespace_is_excluded_from_the_webhook(manifests: Objects) -> None:
+    assert manifests.get("Namespace", NS)["metadata"]["labels"]["hami.io/webhook"] == "ignore"
+    assert (MANIFESTS_DIR / NAMESPACE_FILE).is_file()
+
+
+def test_kube_scheduler_configuration_calls_the_extender(manifests: Objects) -> None:
+    config = scheduler_config(manifests)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["percentageOfNodesToScore"] == 100
+    assert config["profiles"] == [{"schedulerName": "vgpu-scheduler"}]
+    election = config["leaderElection"]
+    assert election == {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceName": FULL,
+        "resourceNamespace": NS,
+    }
+    [extender] = config["extenders"]
+    assert extender["urlPrefix"] == f"https://{FULL}-extender.{NS}.svc:443"
+    assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
+    assert "prioritizeVerb" not in extender and "preemptVerb" not in extender
+    assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
+    assert extender["enableHTTPS"] is True
+    assert extender["tlsConfig"] == {"insecure": False, "caFile": "/etc/vgpu-scheduler/tls/ca.crt"}
+    assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES]
+    # The bind's lock retry must finish inside kube-scheduler's timeout for the call.
+    retry = args_map(container(manifests, f"{FULL}-extender"))["node-lock-retry-timeout"]
+    assert extender["httpTimeout"] == "30s" and duration_s(retry) < duration_s(extender["httpTimeout"])
+
+
+def test_kube_scheduler_deployment_mounts_its_config_and_the_extender_ca(manifests: Objects) -> None:
+    deployment = manifests.get("Deployment", f"{FULL}-kube-scheduler")
+    c = container(manifests, f"{FULL}-kube-scheduler")
+    assert c["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
+    assert "--config=/etc/kubernetes/vgpu-scheduler/config.yaml" in c["command"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert volumes[mounts["/etc/kubernetes/vgpu-scheduler"]]["configMap"]["name"] == f"{FULL}-kube-scheduler"
+    ca = volumes[mounts["/etc/vgpu-scheduler/tls"]]["secret"]
+    assert ca["secretName"] == f"{FULL}-tls" and ca["items"] == [{"key": "ca", "path": "ca.crt"}]
+    for probe in (c["livenessProbe"], c["readinessProbe"]):
+        assert probe["httpGet"]["scheme"] == "HTTPS" and probe["httpGet"]["port"] == "https"
+    assert {p["containerPort"] for p in c["ports"]} == {10259}
+
+
+def test_kube_scheduler_rbac_is_the_upstream_roles_plus_its_own_lease(manifests: Objects) -> None:
+    sa = f"{FULL}-kube-scheduler"
+    bound = {
+        b["roleRef"]["name"]
+        for b in manifests.of_kind("ClusterRoleBinding") + manifests.of_kind("RoleBinding")
+        if any(s["name"] == sa for s in b["subjects"])
+    }
+    assert bound == {
+        "system:kube-scheduler",
+        "system:volume-scheduler",
+        "extension-apiserver-authentication-reader",
+        f"{sa}-lease",
+    }
+    lease_role = manifests.get("Role", f"{sa}-lease")
+    assert lease_role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [scheduler_config(manifests)["leaderElection"]["resourceName"]],
+            "verbs": ["get", "update"],
+        },
+    ]
+
+
+@pytest.mark.parametrize("role", sorted(EXPECTED_RULES))
+def test_component_rbac_is_exactly_least_privilege(manifests: Objects, role: str) -> None:
+    assert rules_of(manifests.get("ClusterRole", role)) == EXPECTED_RULES[role]
+    binding = manifests.get("ClusterRoleBinding", role)
+    assert binding["roleRef"]["name"] == role
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": role, "namespace": NS}]
+    assert manifests.get("Deployment", role)["spec"]["template"]["spec"]["serviceAccountName"] == role
+
+
+def test_webhook_fails_closed_and_skips_ignored_objects(manifests: Objects) -> None:
+    config = manifests.get("MutatingWebhookConfiguration", f"{FULL}-webhook")
+    [hook] = config["webhooks"]
+    assert hook["name"] == "vgpu.hami.io"
+    assert hook["admissionReviewVersions"] == ["v1", "v1beta1"]
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["sideEffects"] == "None"
+    assert hook["timeoutSeconds"] == 10
+    assert hook["reinvocationPolicy"] == "Never"
+    assert hook["rules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"], "scope": "*"}
+    ]
+    ignore = {"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}
+    assert hook["objectSelector"]["matchExpressions"] == [ignore]
+    assert hook["namespaceSelector"]["matchExpressions"] == [
+        ignore,
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+    ]
+    service = hook["clientConfig"]["service"]
+    assert service == {"name": f"{FULL}-webhook", "namespace": NS, "path": "/webhook", "port": 443}
+    svc = manifests.get("Service", f"{FULL}-webhook")
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert [p["port"] for p in svc["spec"]["ports"]] == [443]
+    extender_labels = manifests.get("Deployment", f"{FULL}-extender")["spec"]["template"]["metadata"]["labels"]
+    assert selector_matches(svc["spec"]["selector"], extender_labels)
+
+
+def test_extender_deployment(manifests: Objects) -> None:
+    deployment = manifests.get("Deployment", f"{FULL}-extender")
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    c = container(manifests, f"{FULL}-extender")
+    assert c["args"][0] == "extender"
+    flags = args_map(c)
+    assert flags["http_bind"] == "0.0.0.0:8443"
+    assert (flags["cert_file"], flags["key_file"]) == ("/tls/tls.crt", "/tls/tls.key")
+    assert flags["scheduler-name"] == "vgpu-scheduler"
+    for probe, path in ((c["livenessProbe"], "/healthz"), (c["readinessProbe"], "/readyz")):
+        assert probe["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+    tls = next(v for v in pod["volumes"] if v["name"] == "tls")["secret"]
+    assert tls["secretName"] == f"{FULL}-tls"
+    assert {i["path"] for i in tls["items"]} == {"tls.crt", "tls.key", "ca.crt"}
+    ports = {p["name"]: p["port"] for p in manifests.get("Service", f"{FULL}-extender")["spec"]["ports"]}
+    assert ports == {"https": 443, "metrics": 9395}
+
+
+@pytest.mark.parametrize("component", ["registrar", "informer"])
+def test_leased_components_probe_their_metrics_port(manifests: Objects, component: str) -> None:
+    c = container(manifests, f"{FULL}-{component}")
+    assert c["args"][0] == component
+    assert args_map(c)["metrics-bind-address"] == ":9395"
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"metrics": 9395}
+
+
+def test_all_components_agree_on_redis_and_key_prefix(manifests: Objects) -> None:
+    urls, prefixes = set(), set()
+    for name in ("extender", "registrar", "informer"):
+        c = container(manifests, f"{FULL}-{name}")
+        urls.add(next(e["value"] for e in c["env"] if e["name"] == "VGPU_REDIS_URL"))
+        prefixes.add(args_map(c)["key-prefix"])
+    assert urls == {f"redis://{FULL}-redis.{NS}.svc:6379/0"}
+    assert prefixes == {"vgpu"}
+
+
+def test_redis_is_a_cache_without_persistence_or_eviction(manifests: Objects) -> None:
+    c = container(manifests, f"{FULL}-redis")
+    args = c["args"]
+    assert args[args.index("--save") + 1] == ""
+    assert args[args.index("--appendonly") + 1] == "no"
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+
+
+def test_certgen_makes_the_secret_every_consumer_mounts(manifests: Objects) -> None:
+    create = manifests.get("Job", f"{FULL}-certgen-create")["spec"]["template"]["spec"]["containers"][0]
+    patch = manifests.get("Job", f"{FULL}-certgen-patch")["spec"]["template"]["spec"]["containers"][0]
+    created = args_map(create)
+    assert created["secret-name"] == f"{FULL}-tls" and created["namespace"] == NS
+    hosts = created["host"].split(",")
+    for svc in (f"{FULL}-extender", f"{FULL}-webhook"):
+        assert f"{svc}.{NS}.svc" in hosts
+    patched = args_map(patch)
+    assert patched["webhook-name"] == f"{FULL}-webhook" and patched["secret-name"] == f"{FULL}-tls"
+    assert patched["patch-mutating"] == "true" and patched["patch-validating"] == "false"
+    hooks = manifests.get("Job", f"{FULL}-certgen-create")["metadata"]["annotations"]["helm.sh/hook"]
+    assert hooks == "pre-install,pre-upgrade"
+    role = manifests.get("ClusterRole", f"{FULL}-certgen")
+    assert role["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["mutatingwebhookconfigurations"],
+            "resourceNames": [f"{FULL}-webhook"],
+            "verbs": ["get", "update"],
+        }
+    ]
+
+
+def test_device_config_is_hamis_shape_and_mounted_for_every_service(manifests: Objects) -> None:
+    from shared.devconfig import DEVICE_PLUGIN_KEYS, parse_device_config
+
+    cm = manifests.get("ConfigMap", f"{FULL}-device")
+    document = yaml.safe_load(cm["data"]["device-config.yaml"])
+    loaded = parse_device_config(document, source="ConfigMap")
+    assert loaded.nvidia.resource_count_name == "nvidia.com/gpu"
+    assert all(note.split(":")[0].split(".")[-1] in DEVICE_PLUGIN_KEYS for note in loaded.notes), loaded.notes
+    for name in ("extender", "registrar", "informer"):
+        deployment = manifests.get("Deployment", f"{FULL}-{name}")
+        c = container(manifests, f"{FULL}-{name}")
+        assert args_map(c)["device-config-file"] == "/device-config.yaml"
+        mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/device-config.yaml")
+        assert mount["subPath"] == "device-config.yaml"
+        volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+        assert volume["configMap"]["name"] == f"{FULL}-device"
+
+
+# --------------------------------------------------------------------------------------------
+# Values switches.
+# --------------------------------------------------------------------------------------------
+
+
+def test_cert_manager_replaces_certgen(chart: Chart) -> None:
+    objs = render_objects(chart, {"tls": {"certManager": {"enabled": True}}})
+    check_invariants(objs)
+    assert not objs.of_kind("Job")
+    cert = objs.get("Certificate", f"{FULL}-serving-cert")
+    assert cert["spec"]["secretName"] == f"{FULL}-tls"
+    assert {f"{FULL}-extender.{NS}.svc", f"{FULL}-webhook.{NS}.svc"} <= set(cert["spec"]["dnsNames"])
+    hook = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")
+    assert hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{NS}/{FULL}-serving-cert"
+    ca_issuer = objs.get("Issuer", cert["spec"]["issuerRef"]["name"])
+    assert objs.get("Certificate", ca_issuer["spec"]["ca"]["secretName"])["spec"]["isCA"] is True
+    extender_tls = next(
+        v
+        for v in objs.get("Deployment", f"{FULL}-extender")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "tls"
+    )
+    assert "items" not in extender_tls["secret"]  # cert-manager already writes tls.crt, tls.key, ca.crt
+    scheduler_ca = next(
+        v
+        for v in objs.get("Deployment", f"{FULL}-kube-scheduler")["spec"]["template"]["spec"]["volumes"]
+        if v["name"] == "tls-ca"
+    )
+    assert scheduler_ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+
+
+@pytest.mark.parametrize(
+    ("external", "expected_env"),
+    [
+        pytest.param({"url": "rediss://cache:6380/2"}, {"value": "rediss://cache:6380/2"}, id="url"),
+        pytest.param(
+            {"existingSecret": "redis-conn"},
+            {"valueFrom": {"secretKeyRef": {"name": "redis-conn", "key": "redis-url"}}},
+            id="secret",
+        ),
+    ],
+)
+def test_external_redis(chart: Chart, external: dict[str, str], expected_env: dict[str, Any]) -> None:
+    objs = render_objects(chart, {"redis": {"enabled": False, "external": external}})
+    check_invariants(objs)
+    assert objs.maybe("Deployment", f"{FULL}-redis") is None and objs.maybe("Service", f"{FULL}-redis") is None
+    for name in ("extender", "registrar", "informer"):
+        env = next(e for e in container(objs, f"{FULL}-{name}")["env"] if e["name"] == "VGPU_REDIS_URL")
+        assert {k: v for k, v in env.items() if k != "name"} == expected_env
+
+
+def test_external_redis_without_a_url_is_refused(chart: Chart) -> None:
+    with pytest.raises(TemplateError, match=r"redis\.external\.url"):
+        render_objects(chart, {"redis": {"enabled": False}})
+
+
+def test_monitoring_switches(chart: Chart) -> None:
+    objs = render_objects(chart, {"serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}})
+    check_invariants(objs)
+    monitor = objs.get("ServiceMonitor", FULL)
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    scraped = {
+        s["metadata"]["name"] for s in objs.of_kind("Service") if selector_matches(selector, s["metadata"]["labels"])
+    }
+    assert scraped == {f"{FULL}-extender", f"{FULL}-registrar-metrics", f"{FULL}-informer-metrics"}
+    for name in scraped:
+        assert "metrics" in {p["name"] for p in objs.get("Service", name)["spec"]["ports"]}
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    dashboard = objs.get("ConfigMap", f"{FULL}-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert yaml.safe_load(dashboard["data"]["vgpu-scheduler.json"])["uid"] == "vgpu-scheduler"
+
+
+def test_monitoring_is_off_by_default(manifests: Objects) -> None:
+    assert not manifests.of_kind("ServiceMonitor")
+    assert manifests.maybe("ConfigMap", f"{FULL}-dashboard") is None
+
+
+def test_hard_anti_affinity_and_replicas(chart: Chart) -> None:
+    objs = render_objects(chart, {"extender": {"replicas": 5, "antiAffinity": "hard"}})
+    check_invariants(objs)
+    deployment = objs.get("Deployment", f"{FULL}-extender")
+    assert deployment["spec"]["replicas"] == 5
+    anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert list(anti) == ["requiredDuringSchedulingIgnoredDuringExecution"]
+
+
+def test_webhook_can_be_disabled(chart: Chart) -> None:
+    objs = render_objects(chart, {"webhook": {"enabled": False}})
+    check_invariants(objs)
+    assert not objs.of_kind("MutatingWebhookConfiguration")
+    assert objs.maybe("Job", f"{FULL}-certgen-patch") is None
+    assert objs.maybe("ClusterRole", f"{FULL}-certgen") is None
+    assert objs.maybe("Job", f"{FULL}-certgen-create") is not None  # kube-scheduler -> extender still uses TLS
+
+
+def test_hamis_device_config_map_can_be_reused(chart: Chart) -> None:
+    objs = render_objects(chart, {"deviceConfig": {"existingConfigMap": "hami-scheduler-device"}})
+    check_invariants(objs)
+    assert objs.maybe("ConfigMap", f"{FULL}-device") is None
+    for name in ("extender", "registrar", "informer"):
+        volumes = objs.get("Deployment", f"{FULL}-{name}")["spec"]["template"]["spec"]["volumes"]
+        assert next(v for v in volumes if v["name"] == "device-config")["configMap"]["name"] == "hami-scheduler-device"
+
+
+def test_scheduler_name_reaches_the_profile_and_the_webhook(chart: Chart) -> None:
+    objs = render_objects(chart, {"schedulerName": "hami-scheduler"})
+    assert scheduler_config(objs)["profiles"] == [{"schedulerName": "hami-scheduler"}]
+    assert args_map(container(objs, f"{FULL}-extender"))["scheduler-name"] == "hami-scheduler"
+
+
+def test_release_name_and_namespace_flow_everywhere(chart: Chart) -> None:
+    from deploy.render import objects as parse_objects
+    from deploy.render import render_chart
+
+    objs = Objects(parse_objects(render_chart(chart, release="gpu", namespace="infra")))
+    names = {o["metadata"]["name"] for o in objs.items}
+    assert "gpu-vgpu-scheduler-extender" in names
+    config = scheduler_config_named(objs, "gpu-vgpu-scheduler-kube-scheduler")
+    assert config["extenders"][0]["urlPrefix"] == "https://gpu-vgpu-scheduler-extender.infra.svc:443"
+    assert config["leaderElection"]["resourceNamespace"] == "infra"
+
+
+def scheduler_config_named(objs: Objects, name: str) -> Obj:
+    config: Obj = yaml.safe_load(objs.get("ConfigMap", name)["data"]["config.yaml"])
+    return config
