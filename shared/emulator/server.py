@@ -71,10 +71,11 @@ class RequestRecord:
 class _Fault:
     method: str | None
     path: re.Pattern[str]
-    status: int
+    status: int | None  # None: answer normally, after the delay
     message: str
     remaining: int
     retry_after_s: int | None
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -254,6 +255,12 @@ class Emulator:
             _Fault(method.upper() if method else None, re.compile(path), status, message, times, retry_after_s)
         )
 
+    def inject_delay(self, delay_s: float, *, method: str | None = None, path: str = ".*", times: int = 1) -> None:
+        """Hold the next ``times`` matching requests for ``delay_s`` before answering them (deadline tests)."""
+        self._faults.append(
+            _Fault(method.upper() if method else None, re.compile(path), None, "", times, None, delay_s)
+        )
+
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
         """Wait until ``predicate()`` holds, re-testing after every write, watch change and request."""
         async with asyncio.timeout(timeout_s):
@@ -280,17 +287,15 @@ class Emulator:
     def _error(self, err: ApiError, headers: dict[str, str] | None = None) -> web.Response:
         return _json_response(err.status(), err.code, headers)
 
-    def _fault(self, request: web.Request) -> web.Response | None:
+    def _take_fault(self, request: web.Request) -> _Fault | None:
+        found = None
         for fault in self._faults:
-            if fault.remaining <= 0:
-                continue
-            if fault.method not in (None, request.method) or not fault.path.search(request.path):
-                continue
-            fault.remaining -= 1
-            headers = {"Retry-After": str(fault.retry_after_s)} if fault.retry_after_s is not None else None
-            return self._error(ApiError(fault.status, fault.message, reason_for(fault.status)), headers)
+            if fault.remaining > 0 and fault.method in (None, request.method) and fault.path.search(request.path):
+                fault.remaining -= 1
+                found = fault
+                break
         self._faults = [f for f in self._faults if f.remaining > 0]
-        return None
+        return found
 
     def _target(self, path: str) -> _Target:
         segs = [s for s in path.split("/") if s]
@@ -331,9 +336,13 @@ class Emulator:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests.append(RequestRecord(request.method, request.path, dict(request.query)))
         self._changed()
-        fault = self._fault(request)
+        fault = self._take_fault(request)
         if fault is not None:
-            return fault
+            if fault.delay_s > 0:
+                await asyncio.sleep(fault.delay_s)
+            if fault.status is not None:
+                headers = {"Retry-After": str(fault.retry_after_s)} if fault.retry_after_s is not None else None
+                return self._error(ApiError(fault.status, fault.message, reason_for(fault.status)), headers)
         try:
             return await self._dispatch(request, self._target(request.match_info["path"]))
         except ApiError as err:

@@ -1,0 +1,35 @@
+"""The Kubernetes edge: the only package that imports kubernetes_asyncio.
+
+``open_client(KubeSettings)`` → ``KubeClient``; ``Api`` for typed calls; ``Informer`` for list-then-watch.
+Objects are the API server's JSON dicts (``KubeObject``), never kubernetes-asyncio model classes.
+"""
+
+from shared.k8s.api import Api, metadata_patch
+from shared.k8s.client import KubeClient, KubeSettings, TokenBucket, load_configuration, open_client
+from shared.k8s.errors import AlreadyBoundError, ExpiredError, KubeRequestError
+from shared.k8s.informer import EventKind, Handler, Informer, InformerSettings, InformerStats, Resource, WatchEvent
+from shared.k8s.objects import KubeObject, ObjectKey
+from shared.protocol.events import EventType
+
+__all__ = [
+    "AlreadyBoundError",
+    "Api",
+    "EventKind",
+    "EventType",
+    "ExpiredError",
+    "Handler",
+    "Informer",
+    "InformerSettings",
+    "InformerStats",
+    "KubeClient",
+    "KubeObject",
+    "KubeRequestError",
+    "KubeSettings",
+    "ObjectKey",
+    "Resource",
+    "TokenBucket",
+    "WatchEvent",
+    "load_configuration",
+    "metadata_patch",
+    "open_client",
+]

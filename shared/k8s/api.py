@@ -1,0 +1,264 @@
+"""Thin typed calls our services make: get/list pods and nodes, metadata merge patches (optionally guarded by a
+resourceVersion), the pod ``binding`` subresource, and Events. Objects in and out are plain JSON dicts.
+
+Errors (``shared.k8s.errors``): 404 NotFoundError, 409 ConflictError (AlreadyBoundError from ``bind_pod``),
+network/429/5xx/deadline TransientError, other 4xx KubeRequestError. Every call has a deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shared.k8s.client import KubeClient
+from shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
+from shared.protocol.events import EventType
+
+MERGE_PATCH = "application/merge-patch+json"
+EVENT_MESSAGE_MAX = 1024  # events.k8s.io's note limit; core/v1 messages are cut the same way
+
+
+def metadata_patch(
+    annotations: Mapping[str, str | None] | None = None,
+    labels: Mapping[str, str | None] | None = None,
+    resource_version: str | None = None,
+) -> dict[str, Any]:
+    """The JSON merge patch ``{"metadata":{"annotations":{…},"labels":{…},"resourceVersion":"rv"}}``.
+    A None value deletes that key; ``resource_version`` makes the server refuse (409) a stale write."""
+    metadata: dict[str, Any] = {}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if labels:
+        metadata["labels"] = dict(labels)
+    if resource_version is not None:
+        metadata["resourceVersion"] = resource_version
+    return {"metadata": metadata}
+
+
+def _rfc3339(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_s))
+
+
+def _with_kind(items: list[KubeObject], kind: str) -> list[KubeObject]:
+    for item in items:
+        item.setdefault("kind", kind)
+        item.setdefault("apiVersion", "v1")
+    return items
+
+
+def event_body(
+    kind: str,
+    obj: Mapping[str, Any],
+    *,
+    reason: str,
+    message: str,
+    event_type: EventType,
+    component: str,
+    instance: str,
+    now_s: float,
+) -> KubeObject:
+    """A core/v1 Event about ``obj`` (of ``kind``), named ``<name>.<unix nanoseconds hex>`` as client-go names
+    them; events about cluster-scoped objects (nodes) go to the ``default`` namespace."""
+    name = name_of(obj)
+    namespace = namespace_of(obj)
+    involved: dict[str, str] = {"apiVersion": "v1", "kind": kind, "name": name}
+    if namespace:
+        involved["namespace"] = namespace
+    if uid_of(obj):
+        involved["uid"] = uid_of(obj)
+    if resource_version_of(obj):
+        involved["resourceVersion"] = resource_version_of(obj)
+    stamp = _rfc3339(now_s)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.{int(now_s * 1e9):x}", "namespace": namespace or "default"},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message[:EVENT_MESSAGE_MAX],
+        "type": event_type.value,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+class Api:
+    """Typed core/v1 calls over one ``KubeClient``. ``component`` names us in Events (``--scheduler-name``)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        component: str,
+        instance: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._core: Any = client.core
+        self.component = component
+        self.instance = instance
+        self._clock = clock
+
+    # ---- reads -------------------------------------------------------------------------------------------------
+
+    async def get_pod(self, namespace: str, name: str, *, timeout_s: float | None = None) -> KubeObject:
+        obj: KubeObject = await self._client.call_json(
+            f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace, timeout_s=timeout_s
+        )
+        return obj
+
+    async def get_node(self, name: str, *, timeout_s: float | None = None) -> KubeObject:
+        obj: KubeObject = await self._client.call_json(
+            f"get node {name}", self._core.read_node, name, timeout_s=timeout_s
+        )
+        return obj
+
+    async def list_pods(
+        self,
+        *,
+        namespace: str | None = None,
+        node_name: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[KubeObject]:
+        """Pods of one namespace or all; ``node_name`` adds the field selector ``spec.nodeName=<node>``."""
+        fields = [f for f in (f"spec.nodeName={node_name}" if node_name is not None else None, field_selector) if f]
+        kwargs: dict[str, Any] = {}
+        if fields:
+            kwargs["field_selector"] = ",".join(fields)
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        if namespace is None:
+            body = await self._client.call_json(
+                "list pods", self._core.list_pod_for_all_namespaces, timeout_s=timeout_s, **kwargs
+            )
+        else:
+            body = await self._client.call_json(
+                f"list pods in {namespace}", self._core.list_namespaced_pod, namespace, timeout_s=timeout_s, **kwargs
+            )
+        return _with_kind(list(body.get("items") or []), "Pod")
+
+    async def list_nodes(
+        self, *, label_selector: str | None = None, timeout_s: float | None = None
+    ) -> list[KubeObject]:
+        kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
+        body = await self._client.call_json("list nodes", self._core.list_node, timeout_s=timeout_s, **kwargs)
+        return _with_kind(list(body.get("items") or []), "Node")
+
+    # ---- metadata patches --------------------------------------------------------------------------------------
+
+    async def patch_pod_metadata(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+        timeout_s: float | None = None,
+    ) -> KubeObject:
+        """Merge-patch a pod's annotations/labels; returns the pod as stored. 409 → ConflictError."""
+        obj: KubeObject = await self._client.call_json(
+            f"patch pod {namespace}/{name}",
+            self._core.patch_namespaced_pod,
+            name,
+            namespace,
+            metadata_patch(annotations, labels, resource_version),
+            _content_type=MERGE_PATCH,
+            timeout_s=timeout_s,
+        )
+        return obj
+
+    async def patch_node_metadata(
+        self,
+        name: str,
+        *,
+        annotations: Mapping[str, str | None] | None = None,
+        labels: Mapping[str, str | None] | None = None,
+        resource_version: str | None = None,
+        timeout_s: float | None = None,
+    ) -> KubeObject:
+        """Merge-patch a node's annotations/labels (the node lock uses ``resource_version``). 409 → ConflictError."""
+        obj: KubeObject = await self._client.call_json(
+            f"patch node {name}",
+            self._core.patch_node,
+            name,
+            metadata_patch(annotations, labels, resource_version),
+            _content_type=MERGE_PATCH,
+            timeout_s=timeout_s,
+        )
+        return obj
+
+    # ---- binding -----------------------------------------------------------------------------------------------
+
+    async def bind_pod(
+        self, namespace: str, name: str, node: str, *, uid: str | None = None, timeout_s: float | None = None
+    ) -> None:
+        """``POST pods/{name}/binding`` to ``node``. With ``uid`` the server refuses (409) a re-created pod.
+        AlreadyBoundError (with ``.node``) when the pod already has a node."""
+        metadata: dict[str, str] = {"name": name, "namespace": namespace}
+        if uid:
+            metadata["uid"] = uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        await self._client.call_json(
+            f"bind pod {namespace}/{name} to {node}",
+            self._core.create_namespaced_pod_binding,
+            name,
+            namespace,
+            body,
+            timeout_s=timeout_s,
+        )
+
+    # ---- events ------------------------------------------------------------------------------------------------
+
+    async def create_event(
+        self,
+        kind: str,
+        obj: Mapping[str, Any],
+        *,
+        reason: str,
+        message: str,
+        event_type: EventType = EventType.NORMAL,
+        timeout_s: float | None = None,
+    ) -> KubeObject:
+        """Record an Event on ``obj`` (``kind`` ``Pod`` or ``Node``: kube-scheduler's pods carry no kind)."""
+        body = event_body(
+            kind,
+            obj,
+            reason=reason,
+            message=message,
+            event_type=event_type,
+            component=self.component,
+            instance=self.instance,
+            now_s=self._clock(),
+        )
+        ns = body["metadata"]["namespace"]
+        created: KubeObject = await self._client.call_json(
+            f"create event {reason} on {kind.lower()} {name_of(obj)}",
+            self._core.create_namespaced_event,
+            ns,
+            body,
+            timeout_s=timeout_s,
+        )
+        return created
+
+    async def pod_event(
+        self, pod: Mapping[str, Any], *, reason: str, message: str, event_type: EventType = EventType.NORMAL
+    ) -> KubeObject:
+        return await self.create_event("Pod", pod, reason=reason, message=message, event_type=event_type)
+
+    async def node_event(
+        self, node: Mapping[str, Any], *, reason: str, message: str, event_type: EventType = EventType.NORMAL
+    ) -> KubeObject:
+        return await self.create_event("Node", node, reason=reason, message=message, event_type=event_type)

@@ -1,0 +1,180 @@
+"""The Kubernetes client factory: configuration (in-cluster, kubeconfig or a direct URL), a QPS/burst token
+bucket, per-call deadlines, and raw-JSON calls.
+
+Every call asks kubernetes-asyncio for the raw response (``_preload_content=False``) and parses the body with
+``json.loads``: objects stay the API server's JSON dicts (``shared.k8s.objects``). That is ~30x faster than
+deserialising into model classes and converting back with ``sanitize_for_serialization`` (550 ms vs 18 ms for
+1,000 pods), and it keeps every field byte-faithful (timestamps stay ``...Z``, unknown fields survive).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
+from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+
+from shared.errors import ConfigError, TransientError
+from shared.k8s.errors import error_for
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KubeSettings:
+    """How to reach the API server. ``server`` (a direct URL, e.g. the emulator's) wins over ``kubeconfig``;
+    with neither, the in-cluster service account is used. ``qps``/``burst`` shape a token bucket shared by all
+    calls of one client (qps <= 0 disables it); ``timeout_s`` is the default deadline of one call."""
+
+    kubeconfig: str | None = None
+    server: str | None = None
+    context: str | None = None
+    qps: float = 50.0
+    burst: int = 100
+    timeout_s: float = 10.0
+    user_agent: str = "vgpu-scheduler"
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0:
+            raise ConfigError(f"kube timeout_s must be > 0, got {self.timeout_s}")
+        if self.qps > 0 and self.burst < 1:
+            raise ConfigError(f"kube burst must be >= 1 when qps > 0, got {self.burst}")
+
+
+class TokenBucket:
+    """A token bucket of ``burst`` tokens refilled at ``rate_per_s``. ``acquire()`` waits its turn; waiters are
+    served in arrival order because each reserves its token (the balance may go negative) before sleeping."""
+
+    def __init__(self, rate_per_s: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate = rate_per_s
+        self._burst = float(burst)
+        self._tokens = float(burst)
+        self._clock = clock
+        self._last = clock()
+
+    def reserve(self) -> float:
+        """Take one token now; return how many seconds the caller must wait before using it."""
+        if self._rate <= 0:
+            return 0.0
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        self._tokens -= 1.0
+        return 0.0 if self._tokens >= 0 else -self._tokens / self._rate
+
+    def cancel(self) -> None:
+        """Give back a reserved token (the caller gave up waiting)."""
+        if self._rate > 0:
+            self._tokens = min(self._burst, self._tokens + 1.0)
+
+    async def acquire(self) -> None:
+        delay = self.reserve()
+        if delay > 0:
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                self.cancel()
+                raise
+
+
+async def load_configuration(settings: KubeSettings) -> Configuration:
+    """A fresh kubernetes-asyncio ``Configuration`` (never the library's global default)."""
+    cfg = Configuration()
+    try:
+        if settings.server:
+            cfg.host = settings.server.rstrip("/")
+        elif settings.kubeconfig:
+            await load_kube_config(
+                config_file=settings.kubeconfig,
+                context=settings.context,
+                client_configuration=cfg,
+                persist_config=False,
+            )
+        else:
+            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    except (ConfigException, OSError, ValueError) as e:
+        source = settings.kubeconfig or "in-cluster service account"
+        raise ConfigError(f"cannot load Kubernetes configuration from {source}: {e}") from e
+    return cfg
+
+
+Call = Callable[..., Awaitable[Any]]
+
+
+class KubeClient:
+    """One API connection: the kubernetes-asyncio ``ApiClient`` and ``CoreV1Api`` (``core``), a token bucket and
+    a default deadline. Build it with ``open_client``; ``Api`` and ``Informer`` use it."""
+
+    def __init__(self, api_client: ApiClient, settings: KubeSettings) -> None:
+        self.api_client = api_client
+        self.core: Any = CoreV1Api(api_client)
+        self.settings = settings
+        self.limiter = TokenBucket(settings.qps, settings.burst)
+
+    async def call_json(self, what: str, fn: Call, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """Call one generated API method and return its parsed JSON body. The deadline covers the wait for a
+        token, the request and reading the body. Errors are translated (``shared.k8s.errors``)."""
+        deadline_s = timeout_s if timeout_s is not None else self.settings.timeout_s
+        try:
+            async with asyncio.timeout(deadline_s):
+                await self.limiter.acquire()
+                resp = await fn(*args, _preload_content=False, _request_timeout=deadline_s, **kwargs)
+                try:
+                    body = await resp.read()
+                finally:
+                    resp.release()
+        except TimeoutError as e:
+            raise TransientError(f"{what}: no answer within {deadline_s:g}s") from e
+        except aiohttp.ClientError as e:
+            raise TransientError(f"{what}: {type(e).__name__}: {e}") from e
+        if resp.status >= 400:
+            raise error_for(what, resp.status, body, resp.headers)
+        try:
+            return json.loads(body)
+        except ValueError as e:
+            raise TransientError(f"{what}: the API server answered {resp.status} with a body that is not JSON") from e
+
+    async def open_stream(
+        self, what: str, fn: Call, *args: Any, read_timeout_s: float, **kwargs: Any
+    ) -> aiohttp.ClientResponse:
+        """Start a streaming call (a watch): the deadline covers the token and the response headers; reading
+        is bounded by ``read_timeout_s`` between chunks. The caller closes the returned response."""
+        deadline_s = self.settings.timeout_s
+        timeout = aiohttp.ClientTimeout(total=None, connect=deadline_s, sock_read=read_timeout_s)
+        try:
+            async with asyncio.timeout(deadline_s):
+                await self.limiter.acquire()
+                resp: aiohttp.ClientResponse = await fn(
+                    *args, _preload_content=False, _request_timeout=timeout, **kwargs
+                )
+                if resp.status >= 400:
+                    try:
+                        body = await resp.read()
+                    finally:
+                        resp.release()
+                    raise error_for(what, resp.status, body, resp.headers)
+        except TimeoutError as e:
+            raise TransientError(f"{what}: no answer within {deadline_s:g}s") from e
+        except aiohttp.ClientError as e:
+            raise TransientError(f"{what}: {type(e).__name__}: {e}") from e
+        return resp
+
+
+@asynccontextmanager
+async def open_client(settings: KubeSettings) -> AsyncIterator[KubeClient]:
+    """Load the configuration, open a client, and always close it (its aiohttp session) on exit."""
+    cfg = await load_configuration(settings)
+    api_client = ApiClient(configuration=cfg)
+    api_client.user_agent = settings.user_agent
+    try:
+        yield KubeClient(api_client, settings)
+    finally:
+        await api_client.close()

@@ -1,0 +1,52 @@
+"""Kubernetes objects as plain data: the API server's JSON dict, camelCase keys exactly as served.
+
+Pods, nodes and quotas travel through the codebase in this form (``KubeObject``); nothing converts them into
+kubernetes-asyncio model classes. List items get ``kind``/``apiVersion`` filled in (the API server omits them
+in lists), so every object carries its kind. Treat objects as read-only: informers share them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+KubeObject = dict[str, Any]
+ObjectKey = tuple[str, str]  # (namespace, name); namespace "" for cluster-scoped objects
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj.metadata`` (empty when absent)."""
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("name", ""))
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """The namespace, ``""`` for cluster-scoped objects."""
+    return str(meta(obj).get("namespace") or "")
+
+
+def uid_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("uid", ""))
+
+
+def resource_version_of(obj: Mapping[str, Any]) -> str:
+    return str(meta(obj).get("resourceVersion", ""))
+
+
+def key_of(obj: Mapping[str, Any]) -> ObjectKey:
+    """``(namespace, name)``: how informers index objects."""
+    return namespace_of(obj), name_of(obj)
+
+
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    a = meta(obj).get("annotations")
+    return a if isinstance(a, Mapping) else {}
+
+
+def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    a = meta(obj).get("labels")
+    return a if isinstance(a, Mapping) else {}

@@ -1,0 +1,229 @@
+"""Typed API calls against the emulator: reads, metadata merge patches with resourceVersion preconditions,
+binding, events, error translation, deadlines, client configuration and closing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.emulator import Emulator, WriteRecord, WriteVerb
+from shared.errors import ConfigError, ConflictError, NotFoundError, TransientError
+from shared.k8s import AlreadyBoundError, Api, EventType, KubeClient, KubeRequestError, KubeSettings, open_client
+from tests.integration.k8s.conftest import make_node, make_pod
+
+
+async def test_get_and_list(emulator: Emulator, api: Api) -> None:
+    emulator.put(make_pod("a", "ns1", node="n1", labels={"hami.io/vgpu-node": "n1"}))
+    emulator.put(make_pod("b", "ns1", node="n2"))
+    emulator.put(make_pod("c", "ns2", node="n1"))
+    emulator.put(make_pod("d", "ns2"))
+    emulator.put(make_node("n1", labels={"gpu": "on"}))
+    emulator.put(make_node("n2"))
+
+    pod = await api.get_pod("ns1", "a")
+    assert pod["kind"] == "Pod" and pod["spec"]["nodeName"] == "n1"
+    assert (await api.get_node("n1"))["status"]["allocatable"] == {"nvidia.com/gpu": "4"}
+
+    def names(objs: list[dict[str, Any]]) -> list[str]:
+        return [o["metadata"]["name"] for o in objs]
+
+    assert names(await api.list_pods()) == ["a", "b", "c", "d"]
+    assert names(await api.list_pods(node_name="n1")) == ["a", "c"]
+    assert names(await api.list_pods(namespace="ns2", node_name="n1")) == ["c"]
+    assert names(await api.list_pods(node_name="")) == ["d"]  # unscheduled pods
+    assert names(await api.list_pods(label_selector="hami.io/vgpu-node=n1")) == ["a"]
+    assert names(await api.list_pods(node_name="n1", field_selector="metadata.namespace=ns1")) == ["a"]
+    assert all(p["kind"] == "Pod" for p in await api.list_pods())
+    assert names(await api.list_nodes(label_selector="gpu=on")) == ["n1"]
+    assert [n["kind"] for n in await api.list_nodes()] == ["Node", "Node"]
+
+
+async def test_missing_objects_are_not_found(api: Api) -> None:
+    with pytest.raises(NotFoundError, match='pods "ghost" not found'):
+        await api.get_pod("default", "ghost")
+    with pytest.raises(NotFoundError):
+        await api.get_node("ghost")
+    with pytest.raises(NotFoundError):
+        await api.patch_pod_metadata("default", "ghost", annotations={"a": "b"})
+    with pytest.raises(NotFoundError):
+        await api.bind_pod("default", "ghost", "n1")
+
+
+async def test_merge_patch_annotations_and_labels(emulator: Emulator, api: Api) -> None:
+    emulator.put(make_pod("p", annotations={"keep": "1", "drop": "2"}))
+    writes: list[WriteRecord] = []
+    emulator.hooks.append(writes.append)
+    out = await api.patch_pod_metadata(
+        "default",
+        "p",
+        annotations={"hami.io/vgpu-node": "n1", "drop": None},
+        labels={"hami.io/vgpu-node": "n1"},
+    )
+    assert out["metadata"]["annotations"] == {"keep": "1", "hami.io/vgpu-node": "n1"}
+    assert out["metadata"]["labels"] == {"hami.io/vgpu-node": "n1"}
+    assert emulator.get("Pod", "default", "p")["metadata"]["annotations"] == out["metadata"]["annotations"]  # type: ignore[index]
+    [write] = writes
+    assert write.verb is WriteVerb.PATCH
+    assert write.content_type == "application/merge-patch+json"
+    assert write.body == {
+        "metadata": {"annotations": {"hami.io/vgpu-node": "n1", "drop": None}, "labels": {"hami.io/vgpu-node": "n1"}}
+    }
+
+
+async def test_resource_version_precondition(emulator: Emulator, api: Api) -> None:
+    node = emulator.put(make_node("n1"))
+    rv = node["metadata"]["resourceVersion"]
+    lock = "2025-01-23T10:00:00+08:00,default,gpu-pod-1"
+    out = await api.patch_node_metadata("n1", annotations={"hami.io/mutex.lock": lock}, resource_version=rv)
+    assert out["metadata"]["annotations"]["hami.io/mutex.lock"] == lock
+    assert out["metadata"]["resourceVersion"] != rv
+    with pytest.raises(ConflictError, match="the object has been modified") as info:
+        await api.patch_node_metadata("n1", annotations={"hami.io/mutex.lock": None}, resource_version=rv)
+    assert not isinstance(info.value, AlreadyBoundError)
+    assert emulator.get("Node", None, "n1")["metadata"]["annotations"]["hami.io/mutex.lock"] == lock  # type: ignore[index]
+    released = await api.patch_node_metadata(
+        "n1", annotations={"hami.io/mutex.lock": None}, resource_version=out["metadata"]["resourceVersion"]
+    )
+    assert "hami.io/mutex.lock" not in released["metadata"]["annotations"]
+
+
+async def test_bind_once_then_already_bound(emulator: Emulator, api: Api) -> None:
+    pod = emulator.put(make_pod("p"))
+    writes: list[WriteRecord] = []
+    emulator.hooks.append(writes.append)
+    await api.bind_pod("default", "p", "n1", uid=pod["metadata"]["uid"])
+    bound = emulator.get("pods", "default", "p")
+    assert bound is not None and bound["spec"]["nodeName"] == "n1"
+    assert [w.verb for w in writes] == [WriteVerb.BIND]
+    assert writes[0].body["target"] == {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    with pytest.raises(AlreadyBoundError, match="is already assigned to node") as info:
+        await api.bind_pod("default", "p", "n2")
+    assert info.value.node == "n1"
+    assert isinstance(info.value, ConflictError)
+
+
+async def test_bind_with_a_stale_uid_is_a_plain_conflict(emulator: Emulator, api: Api) -> None:
+    emulator.put(make_pod("p"))
+    with pytest.raises(ConflictError, match="Precondition failed: UID") as info:
+        await api.bind_pod("default", "p", "n1", uid="not-the-uid")
+    assert not isinstance(info.value, AlreadyBoundError)
+    assert emulator.get("pods", "default", "p")["spec"].get("nodeName") is None  # type: ignore[index]
+
+
+async def test_events_on_pods_and_nodes(emulator: Emulator, api: Api) -> None:
+    pod = emulator.put(make_pod("p", "team-a"))
+    node = emulator.put(make_node("n1"))
+    await api.pod_event(pod, reason="BindingSucceed", message="Successfully binding node [n1] to team-a/p")
+    await api.node_event(node, reason="NodeLockExpired", message="x" * 5000, event_type=EventType.WARNING)
+    pod_ev, node_ev = emulator.list("events", "team-a")[0], emulator.list("events", "default")[0]
+    assert pod_ev["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "p",
+        "namespace": "team-a",
+        "uid": pod["metadata"]["uid"],
+        "resourceVersion": pod["metadata"]["resourceVersion"],
+    }
+    assert (pod_ev["reason"], pod_ev["type"], pod_ev["message"]) == (
+        "BindingSucceed",
+        "Normal",
+        "Successfully binding node [n1] to team-a/p",
+    )
+    assert pod_ev["source"] == {"component": "vgpu-scheduler"}
+    assert pod_ev["reportingComponent"] == "vgpu-scheduler"
+    assert pod_ev["firstTimestamp"] == "2023-11-14T22:13:20Z"
+    assert node_ev["involvedObject"]["kind"] == "Node" and "namespace" not in node_ev["involvedObject"]
+    assert node_ev["type"] == "Warning"
+    assert len(node_ev["message"]) == 1024
+
+
+async def test_server_errors_are_transient_and_carry_retry_after(emulator: Emulator, api: Api) -> None:
+    emulator.put(make_pod("p"))
+    emulator.inject_error(503, method="GET", times=1, message="etcd unavailable")
+    with pytest.raises(TransientError, match="etcd unavailable"):
+        await api.get_pod("default", "p")
+    emulator.inject_error(429, method="PATCH", retry_after_s=3, message="slow down")
+    with pytest.raises(TransientError) as info:
+        await api.patch_pod_metadata("default", "p", annotations={"a": "b"})
+    assert info.value.delay == 3.0
+    emulator.inject_error(403, method="GET", message='pods "p" is forbidden')
+    with pytest.raises(KubeRequestError) as forbidden:
+        await api.get_pod("default", "p")
+    assert (forbidden.value.code, forbidden.value.reason) == (403, "Forbidden")
+    assert (await api.get_pod("default", "p"))["metadata"]["name"] == "p"  # faults are used up
+
+
+async def test_every_call_has_a_deadline(emulator: Emulator, kube: KubeClient) -> None:
+    emulator.put(make_pod("p"))
+    emulator.inject_delay(30.0, method="GET")
+    api = Api(kube, component="vgpu-scheduler")
+    with pytest.raises(TransientError, match=r"no answer within 0\.2s"):
+        await api.get_pod("default", "p", timeout_s=0.2)
+
+
+async def test_network_failure_is_transient() -> None:
+    em = Emulator()
+    url = await em.start()
+    await em.stop()  # nothing listens there any more
+    async with open_client(KubeSettings(server=url, timeout_s=2.0)) as client:
+        with pytest.raises(TransientError, match="ClientConnectorError"):
+            await Api(client, component="x").get_node("n1")
+
+
+async def test_client_closes_its_session(emulator: Emulator) -> None:
+    async with open_client(KubeSettings(server=emulator.url)) as client:
+        session = client.api_client.rest_client.pool_manager
+        assert not session.closed
+        assert (await Api(client, component="x").list_nodes()) == []
+    assert session.closed
+
+
+async def test_client_closes_on_error(emulator: Emulator) -> None:
+    with pytest.raises(NotFoundError):
+        async with open_client(KubeSettings(server=emulator.url)) as client:
+            session = client.api_client.rest_client.pool_manager
+            await Api(client, component="x").get_node("ghost")
+    assert session.closed
+
+
+async def test_kubeconfig_file(emulator: Emulator, tmp_path: Path) -> None:
+    emulator.put(make_node("n1"))
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        f"""apiVersion: v1
+kind: Config
+clusters:
+- name: emu
+  cluster:
+    server: {emulator.url}
+users:
+- name: tester
+  user:
+    token: abc
+contexts:
+- name: emu
+  context:
+    cluster: emu
+    user: tester
+current-context: emu
+"""
+    )
+    async with open_client(KubeSettings(kubeconfig=str(kubeconfig))) as client:
+        assert [n["metadata"]["name"] for n in await Api(client, component="x").list_nodes()] == ["n1"]
+    assert kubeconfig.read_text().count("token: abc") == 1  # never rewritten
+
+
+async def test_missing_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot load Kubernetes configuration"):
+        async with open_client(KubeSettings(kubeconfig=str(tmp_path / "nope"))):
+            pass
+
+
+async def test_outside_a_cluster_in_cluster_config_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    with pytest.raises(ConfigError, match="in-cluster service account"):
+        async with open_client(KubeSettings()):
+            pass
