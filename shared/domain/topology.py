@@ -23,6 +23,7 @@ For a single card: the lowest summed score, then the lowest index. ``select_set(
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 
 from shared.domain.model import DeviceInfo
 
@@ -84,7 +85,11 @@ def select_set(candidates: Sequence[DeviceInfo], k: int, pair_scores: PairScores
     if k == n:
         return tuple(candidates)
     ids = [d.id for d in candidates]
-    weights = [[pair_score(ids[i], ids[j], pair_scores) if i != j else 0 for j in range(n)] for i in range(n)]
+    rows = [pair_scores.get(i) or {} for i in ids]
+    weights = [[0] * n for _ in range(n)]
+    for i in range(n):
+        for j in range(i + 1, n):
+            weights[i][j] = weights[j][i] = min(rows[i].get(ids[j], 0), rows[j].get(ids[i], 0))
     # Rank 0 is the preferred device on a full tie: the lowest index (then the earlier candidate).
     by_preference = sorted(range(n), key=lambda p: (candidates[p].index, p))
     rank = [0] * n
@@ -122,18 +127,15 @@ def best_subset(weights: Sequence[Sequence[int]], k: int, rank: Sequence[int] | 
     w_full = [[big_a * weights[order[i]][order[j]] for j in range(n)] for i in range(n)]
     term = [node_term[order[i]] for i in range(n)]
 
-    # top[i][u - i][m]: (A/2) × the sum of the m largest weights from u to the other members of suffix i..n-1.
-    top: list[list[list[int]]] = []
-    for i in range(n):
-        per_u: list[list[int]] = []
-        for u in range(i, n):
-            row = weights[order[u]]
-            vals = sorted((row[order[v]] for v in range(i, n) if v != u), reverse=True)
-            sums = [0]
-            for x in vals:
-                sums.append(sums[-1] + half_a * x)
-            per_u.append(sums)
-        top.append(per_u)
+    # top[i][u - i][m]: (A/2) × the sum of the m largest weights from u to the other members of suffix i..n-1,
+    # for m < k (a bound never needs more). Each row is sorted once and filtered per suffix.
+    by_weight = [
+        sorted(((half_a * weights[order[u]][order[v]], v) for v in range(n) if v != u), reverse=True) for u in range(n)
+    ]
+    top = [
+        [list(accumulate([x for x, v in by_weight[u] if v >= i][: k - 1], initial=0)) for u in range(i, n)]
+        for i in range(n)
+    ]
     # internal[i]: A × the internal sum of the whole suffix i..n-1 (for the "take all that is left" leaf).
     internal = [0] * (n + 1)
     for i in range(n - 1, -1, -1):
