@@ -427,9 +427,11 @@ class Emulator:
         bookmarks = request.query.get("allowWatchBookmarks", "") in _TRUE
         raw_timeout = request.query.get("timeoutSeconds")
         try:
-            timeout_s = float(raw_timeout) if raw_timeout else self._default_watch_timeout_s
+            timeout_s = float(raw_timeout) if raw_timeout else 0.0
         except ValueError:
             raise bad_request(f"invalid timeoutSeconds {raw_timeout!r}") from None
+        if timeout_s <= 0:  # absent or 0: the server's default, as kube-apiserver does
+            timeout_s = self._default_watch_timeout_s
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         try:
             watcher = self._store.watch(
