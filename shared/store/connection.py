@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 
 @dataclass(frozen=True, slots=True)
 class ConnectionSettings:
-    """Deadlines of every Redis call. ``socket_timeout_s`` bounds each reply; blocking reads stay below it."""
+    """Deadlines of every Redis call. ``socket_timeout_s`` bounds each reply (blocking reads stay below it);
+    ``pool_timeout_s`` bounds the wait for a free connection when all ``max_connections`` are busy."""
 
     socket_timeout_s: float = 5.0
     connect_timeout_s: float = 3.0
     health_check_interval_s: float = 15.0
     max_connections: int = 64
+    pool_timeout_s: float = 5.0
     client_name: str = "vgpu-scheduler"
 
 
@@ -36,19 +38,25 @@ def connect(url: str | None, settings: ConnectionSettings = DEFAULT_SETTINGS) ->
         import fakeredis
 
         server = fakeredis.FakeServer(version=(7,))
-        fake: Redis = fakeredis.FakeAsyncRedis(server=server, protocol=2)
+        fake: Redis = fakeredis.FakeAsyncRedis(
+            server=server,
+            protocol=2,
+            connection_pool_class=BlockingConnectionPool,
+            max_connections=settings.max_connections,
+        )
         return fake
-    client: Redis = Redis.from_url(
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=settings.max_connections,
+        timeout=settings.pool_timeout_s,
         protocol=2,
         socket_timeout=settings.socket_timeout_s,
         socket_connect_timeout=settings.connect_timeout_s,
         health_check_interval=int(settings.health_check_interval_s),
-        max_connections=settings.max_connections,
         client_name=settings.client_name,
         decode_responses=False,
     )
-    return client
+    return Redis.from_pool(pool)
 
 
 def socket_timeout_s(client: Redis) -> float | None:

@@ -29,3 +29,8 @@ local function num(v)
   end
   return tonumber(v)
 end
+
+local function parse_record(rec)
+  -- '<state>|<reserved_at_ms>|<charges json>'
+  return string.match(rec, '^(%a+)|(%d+)|(.*)$')
+end

@@ -102,8 +102,3 @@ local function store_usage(key, u)
     end
   end
 end
-
-local function parse_record(rec)
-  -- '<state>|<reserved_at_ms>|<charges json>'
-  return string.match(rec, '^(%a+)|(%d+)|(.*)$')
-end

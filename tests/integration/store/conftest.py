@@ -44,7 +44,15 @@ def gpu(
     health: bool = True,
 ) -> DeviceInfo:
     return DeviceInfo(
-        id=uuid, index=index, count=count, devmem_mib=mem, devcore=cores, type="NVIDIA-T4", numa=0, mode=mode, health=health
+        id=uuid,
+        index=index,
+        count=count,
+        devmem_mib=mem,
+        devcore=cores,
+        type="NVIDIA-T4",
+        numa=0,
+        mode=mode,
+        health=health,
     )
 
 
