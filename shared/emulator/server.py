@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import enum
 import json
 import logging
@@ -29,7 +28,7 @@ from shared.emulator.patch import merge_patch
 from shared.emulator.resources import ResourceType, by_plural, resolve
 from shared.emulator.selectors import parse_field_selector, parse_label_selector
 from shared.emulator.status import ApiError, bad_request, reason_for, success_status
-from shared.emulator.store import Obj, Store, Watcher, dumps
+from shared.emulator.store import Obj, Store, Watcher, clone, dumps
 
 logger = logging.getLogger(__name__)
 
@@ -189,20 +188,20 @@ class Emulator:
         kind = obj.get("kind")
         if not isinstance(kind, str):
             raise ValueError("put: the object has no kind")
-        return copy.deepcopy(self._store.put(resolve(kind), obj))
+        return clone(self._store.put(resolve(kind), obj))
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         """A copy of one object (``kind`` as ``Pod`` or ``pods``; namespace None for cluster-scoped), or None."""
         rtype = resolve(kind)
         obj = self._store.find(rtype, (namespace or "") if rtype.namespaced else "", name)
-        return copy.deepcopy(obj) if obj is not None else None
+        return clone(obj) if obj is not None else None
 
     def list(self, kind: str, namespace: str | None = None) -> list[Obj]:
         """Copies of every object of a kind (optionally one namespace), in key order."""
         from shared.emulator.selectors import FieldSelector, LabelSelector
 
         items, _ = self._store.select(resolve(kind), namespace, LabelSelector("", ()), FieldSelector("", ()))
-        return copy.deepcopy(items)
+        return clone(items)
 
     def patch(self, kind: str, namespace: str | None, name: str, patch: dict[str, Any]) -> Obj:
         """Merge-patch one object whole (status included, no preconditions). KeyError when it does not exist."""
@@ -210,7 +209,7 @@ class Emulator:
         current = self._store.find(rtype, (namespace or "") if rtype.namespaced else "", name)
         if current is None:
             raise KeyError(f"{rtype.plural} {namespace}/{name} does not exist")
-        return copy.deepcopy(self._store.put(rtype, merge_patch(current, patch)))
+        return clone(self._store.put(rtype, merge_patch(current, patch)))
 
     def delete(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         """Delete one object; its last state, or None when it did not exist."""
@@ -218,7 +217,7 @@ class Emulator:
         ns = (namespace or "") if rtype.namespaced else ""
         if self._store.find(rtype, ns, name) is None:
             return None
-        return copy.deepcopy(self._store.delete(rtype, ns, name))
+        return clone(self._store.delete(rtype, ns, name))
 
     def compact(self) -> None:
         """Drop the event history: every watch resuming from a version before now gets 410 Expired."""
@@ -401,7 +400,7 @@ class Emulator:
             t.sub,
             body,
             request.headers.get("Content-Type"),
-            copy.deepcopy(obj),
+            clone(obj),
         )
         for hook in list(self.hooks):
             hook(record)

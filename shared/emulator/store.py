@@ -8,14 +8,13 @@ can share them. Callers outside the emulator get deep copies.
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from shared.emulator.patch import apply_patch
 from shared.emulator.resources import CreateStatus, ResourceType
@@ -33,6 +32,7 @@ from shared.emulator.status import (
 )
 
 Obj = dict[str, Any]
+_T = TypeVar("_T")
 Key = tuple[str, str]  # (namespace or "", name)
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
@@ -40,6 +40,11 @@ ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 
 def dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def clone(obj: _T) -> _T:
+    """A deep copy of a JSON value (several times faster than ``copy.deepcopy`` for API objects)."""
+    return cast(_T, json.loads(json.dumps(obj)))
 
 
 def rfc3339(epoch_s: float) -> str:
@@ -222,7 +227,7 @@ class Store:
 
     def put(self, rtype: ResourceType, obj: Obj) -> Obj:
         """Create or replace an object whole, status included (the in-process helper; no preconditions)."""
-        obj = self._check_type(rtype, copy.deepcopy(obj))
+        obj = self._check_type(rtype, clone(obj))
         meta = obj.setdefault("metadata", {})
         name = meta.get("name")
         if not name:

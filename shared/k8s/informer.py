@@ -296,7 +296,7 @@ class Informer:
                         line = await resp.content.readline()
                 except TimeoutError:
                     return  # the server overran its own timeoutSeconds: watch again
-                except aiohttp.ClientError as e:
+                except (aiohttp.ClientError, ValueError) as e:  # ValueError: a line beyond the read buffer
                     raise _ApiFailure(TransientError(f"{self._what('watch')}: {type(e).__name__}: {e}")) from e
                 if not line:
                     return  # timeoutSeconds reached: the server ended the stream
