@@ -156,10 +156,7 @@ class Emulator:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-        for fut in self._waiters:
-            if not fut.done():
-                fut.cancel()
-        self._waiters.clear()
+        self._changed()  # waiters re-test their predicate (and then time out if it never holds)
 
     async def __aenter__(self) -> Emulator:
         await self.start()

@@ -289,3 +289,26 @@ async def test_injected_faults_are_used_up(emulator: Emulator, http: aiohttp.Cli
     assert (code, body) == (500, status(500, "InternalError", "boom"))
     code, _ = await call(http, "GET", f"{emulator.url}/api/v1/nodes")
     assert code == 200
+
+
+async def test_namespaces_are_cluster_scoped(emulator: Emulator, http: aiohttp.ClientSession) -> None:
+    code, body = await call(http, "POST", f"{emulator.url}/api/v1/namespaces", {"metadata": {"name": "team-a"}})
+    assert code == 201 and "namespace" not in body["metadata"]
+    code, body = await call(http, "GET", f"{emulator.url}/api/v1/namespaces/team-a")
+    assert code == 200 and body["kind"] == "Namespace"
+    code, body = await call(
+        http, "PATCH", f"{emulator.url}/api/v1/namespaces/team-a/status", {"status": {"phase": "Active"}}, MERGE
+    )
+    assert code == 200 and body["status"] == {"phase": "Active"}
+    code, body = await call(http, "GET", f"{emulator.url}/api/v1/namespaces/team-a/pods")
+    assert code == 200 and body["kind"] == "PodList"
+
+
+def test_helpers_refuse_what_they_cannot_place(emulator: Emulator) -> None:
+    with pytest.raises(ValueError, match="no kind"):
+        emulator.put({"metadata": {"name": "x"}})
+    with pytest.raises(KeyError, match="does not serve"):
+        emulator.put({"kind": "Deployment", "metadata": {"name": "x"}})
+    with pytest.raises(KeyError, match="does not exist"):
+        emulator.patch("pods", "ns", "ghost", {})
+    assert emulator.delete("nodes", None, "ghost") is None
