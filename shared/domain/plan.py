@@ -12,13 +12,15 @@ are skipped in O(1). Only when nothing fits are the skipped nodes evaluated, to 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from shared.domain.fit import NodeFit, PodContext, evaluate_node, normalize_request
 from shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
+    ContainerRequest,
     DeviceCharge,
     DeviceUsage,
     MigAllocation,
@@ -55,57 +57,103 @@ class Failure:
     rejections: Mapping[str, NodeRejection] = field(default_factory=dict)
 
 
-_Need = tuple[int, int, int, int]
-"""One container's needs for the hopeless test: (nums, mem MiB or 0, mem % or MEM_PCT_UNSET, cores %)."""
+_NO_NEED = -(1 << 62)
+_SUMMARY = attrgetter("summary")
 
 
-def _needs(ctx: PodContext) -> tuple[_Need, ...]:
-    return tuple((r.nums, r.mem_mib, r.mem_pct, r.cores_pct) for r in ctx.requests if not r.empty)
+@dataclass(frozen=True, slots=True)
+class PodNeeds:
+    """What a node's ``NodeSummary`` must reach for the pod to possibly fit there.
 
-
-def hopeless(summary: NodeSummary, needs: Sequence[_Need], mutex: bool) -> bool:
-    """True when the summary proves some container cannot fit on the node (so the node cannot fit the pod).
-
-    Every test is a necessary condition of NVIDIA ``Fit`` on the node before the pod: each device a container
-    takes must be usable and have the room on its own. Later app containers see more usage, never less, so a
-    container that cannot fit before the pod cannot fit at all. MIG nodes are never skipped (one GPU may give
-    a container several instances).
+    Each figure is a necessary condition of NVIDIA ``Fit`` on the node before the pod: every device a container
+    takes must be usable and have the room on its own, so some usable device must have the largest memory,
+    percentage and cores any container asks for, and at least as many usable (idle for ``mutex`` and whole-card
+    requests, not core-full for 0-core requests) devices as a container wants. Later app containers see more
+    usage, never less, so checking each container against the node before the pod is sound. MIG nodes are
+    always viable (one GPU may give a container several instances).
     """
-    if summary.has_mig:
-        return False
-    for nums, mem_mib, mem_pct, cores in needs:
-        if nums > summary.usable_count or cores > summary.max_free_cores:
-            return True
-        if mem_mib > 0:
-            if mem_mib > summary.max_free_mem_mib:
-                return True
-        elif mem_pct != MEM_PCT_UNSET and mem_pct > summary.max_fit_pct:
-            return True
-        if cores == 100 and nums > summary.exclusive_ok_count:
-            return True
-        if cores == 0 and nums > summary.zero_core_ok_count:
-            return True
-        if mutex and nums > summary.idle_count:
-            return True
-    return False
+
+    devices: int
+    mem_mib: int = _NO_NEED
+    mem_pct: int = _NO_NEED
+    cores: int = _NO_NEED
+    exclusive: int = _NO_NEED
+    zero_core: int = _NO_NEED
+    idle: int = _NO_NEED
+
+    @classmethod
+    def of(cls, requests: Sequence[ContainerRequest], mutex: bool) -> PodNeeds:
+        """The needs of a pod's (normalized) requests; ``mutex`` when the GPU policy contains ``mutex``."""
+        wanted = [r for r in requests if not r.empty]
+        devices = max((r.nums for r in wanted), default=0)
+        return cls(
+            devices=devices,
+            mem_mib=max((r.mem_mib for r in wanted if r.mem_mib > 0), default=_NO_NEED),
+            mem_pct=max((r.mem_pct for r in wanted if r.mem_mib <= 0 and r.mem_pct != MEM_PCT_UNSET), default=_NO_NEED),
+            cores=max((r.cores_pct for r in wanted), default=_NO_NEED),
+            exclusive=max((r.nums for r in wanted if r.cores_pct == 100), default=_NO_NEED),
+            zero_core=max((r.nums for r in wanted if r.cores_pct == 0), default=_NO_NEED),
+            idle=devices if mutex else _NO_NEED,
+        )
+
+    def viable(self, summaries: Iterable[NodeSummary]) -> list[int]:
+        """Positions of the summaries that reach every need (the nodes worth a full evaluation).
+
+        This runs over every candidate node: keep it one comprehension of plain comparisons.
+        """
+        d, m, p, c, ex, z, idle = (
+            self.devices,
+            self.mem_mib,
+            self.mem_pct,
+            self.cores,
+            self.exclusive,
+            self.zero_core,
+            self.idle,
+        )
+        return [
+            i
+            for i, x in enumerate(summaries)
+            if x.has_mig
+            or (
+                x.usable_count >= d
+                and x.max_free_mem_mib >= m
+                and x.max_free_cores >= c
+                and x.max_fit_pct >= p
+                and x.exclusive_ok_count >= ex
+                and x.zero_core_ok_count >= z
+                and x.idle_count >= idle
+            )
+        ]
+
+    def hopeless(self, summary: NodeSummary) -> bool:
+        """True when the summary proves the pod cannot fit on the node."""
+        return not self.viable((summary,))
 
 
-def node_order(nodes: Sequence[NodeSnapshot], policy: NodePolicy) -> Iterator[int]:
-    """Positions of ``nodes`` in order of preference, produced lazily: binpack highest score first, spread lowest
-    first, equal scores by node name (decision 8)."""
-    n = len(nodes)
-    scores = [s.summary.score for s in nodes]
-    order = sorted(range(n), key=scores.__getitem__, reverse=policy is NodePolicy.BINPACK)
-    i = 0
+def _preferred(nodes: Sequence[NodeSnapshot], binpack: bool) -> int:
+    """Position of the node the policy prefers most: highest (binpack) or lowest (spread) score, then first name."""
+    scores = [s.score for s in nodes]
+    best = max(scores) if binpack else min(scores)
+    if scores.count(best) == 1:
+        return scores.index(best)
+    return min((i for i, x in enumerate(scores) if x == best), key=lambda i: nodes[i].name)
+
+
+def ordered(nodes: Sequence[NodeSnapshot], positions: Sequence[int], binpack: bool) -> Iterator[int]:
+    """``positions`` of ``nodes`` in order of preference, lazily: binpack highest score first, spread lowest first,
+    equal scores by node name (decision 8)."""
+    scores = [nodes[i].score for i in positions]
+    order = sorted(range(len(positions)), key=scores.__getitem__, reverse=binpack)
+    n, i = len(order), 0
     while i < n:
         s = scores[order[i]]
         j = i + 1
         while j < n and scores[order[j]] == s:
             j += 1
         if j == i + 1:
-            yield order[i]
+            yield positions[order[i]]
         else:
-            yield from sorted(order[i:j], key=lambda k: nodes[k].inventory.node)
+            yield from sorted((positions[k] for k in order[i:j]), key=lambda k: nodes[k].name)
         i = j
 
 
@@ -153,25 +201,32 @@ def plan(
     )
     if not nodes:
         return Failure(reasons={}, rejections={})
+    binpack = policy.node is NodePolicy.BINPACK
     if not pod.any:
-        return _empty_decision(nodes[next(node_order(nodes, policy.node))], pod)
+        return _empty_decision(nodes[_preferred(nodes, binpack)], pod)
     if exhaustive:
         return _plan_exhaustive(ctx, nodes)
 
-    needs = _needs(ctx)
-    mutex = policy.mutex
+    needs = PodNeeds.of(ctx.requests, policy.mutex)
     rejections: dict[int, NodeRejection] = {}
-    skipped: list[int] = []
-    for idx in node_order(nodes, policy.node):
-        snap = nodes[idx]
-        if hopeless(snap.summary, needs, mutex):
-            skipped.append(idx)
-            continue
-        result = evaluate_node(ctx, snap)
+    # 1. the preferred node overall: most pods fit there, at the cost of one pass over the scores
+    first = _preferred(nodes, binpack)
+    if not needs.hopeless(nodes[first].summary):
+        result = evaluate_node(ctx, nodes[first])
         if isinstance(result, NodeFit):
-            return _decision(snap, result)
+            return _decision(nodes[first], result)
+        rejections[first] = result
+    # 2. every other node the summaries leave possible, best first
+    for idx in ordered(nodes, needs.viable(map(_SUMMARY, nodes)), binpack):
+        if idx in rejections:
+            continue
+        result = evaluate_node(ctx, nodes[idx])
+        if isinstance(result, NodeFit):
+            return _decision(nodes[idx], result)
         rejections[idx] = result
-    for idx in skipped:  # in preference order: were the hopeless test ever unsound, the first fit is still right
+    # 3. nothing fits: give the hopeless nodes their reasons too (in order: were the summaries ever wrong, the
+    # first of them that fits would still be the right answer)
+    for idx in ordered(nodes, [i for i in range(len(nodes)) if i not in rejections], binpack):
         result = evaluate_node(ctx, nodes[idx])
         if isinstance(result, NodeFit):
             return _decision(nodes[idx], result)

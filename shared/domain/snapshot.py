@@ -128,15 +128,18 @@ class NodeSnapshot:
     usages: tuple[DeviceUsage, ...] = field(init=False, repr=False, compare=False)
     """The usage of each inventory device, in inventory order."""
     summary: NodeSummary = field(init=False, repr=False, compare=False)
+    name: str = field(init=False, repr=False, compare=False)
+    """The node's name (``inventory.node``), kept at hand for ordering."""
+    score: float = field(init=False, repr=False, compare=False)
+    """``summary.score``, kept at hand for ordering."""
 
     def __post_init__(self) -> None:
         usages = tuple(self.usage.get(d.id, ZERO_USAGE) for d in self.inventory.devices)
+        summary = summarize(self.inventory, usages)
         object.__setattr__(self, "usages", usages)
-        object.__setattr__(self, "summary", summarize(self.inventory, usages))
-
-    @property
-    def name(self) -> str:
-        return self.inventory.node
+        object.__setattr__(self, "summary", summary)
+        object.__setattr__(self, "name", self.inventory.node)
+        object.__setattr__(self, "score", summary.score)
 
     def device_usage(self, uuid: str) -> DeviceUsage:
         """The usage of one device (``ZERO_USAGE`` when nothing is recorded for it)."""
