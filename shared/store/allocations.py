@@ -13,7 +13,7 @@ from typing import Any
 
 from shared.codec.envelope import decode_allocation, encode_allocation
 from shared.domain.model import Allocation, DeviceCharge
-from shared.errors import DecodeError
+from shared.errors import ConflictError, DecodeError
 from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
 from shared.store.types import (
     AllocationRecord,
@@ -25,6 +25,9 @@ from shared.store.types import (
     Reserved,
     ReserveResult,
 )
+
+_MAX_MOVES = 3
+"""How often a reservation may find the pod indexed on another node before giving up (a concurrent mover)."""
 
 
 def charges_json(charges: Sequence[DeviceCharge]) -> str:
@@ -91,17 +94,19 @@ class Reservations:
     async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
-        prev = await self.node_of(alloc.pod_uid)
-        if prev is not None and prev != alloc.node:
-            await self.release(alloc.pod_uid, node=prev, fence=fence)
         extra_keys, token = fence_args(self._ctx.keys, fence)
         args: list[str | bytes | int] = [token, mode, alloc.pod_uid, cjs, blob, alloc.node, self._ctx.stream_maxlen]
-        async with self._ctx.translated(f"{mode} allocation"):
-            reply: list[Any] = await self._ctx.scripts.apply_allocation(
-                keys=self._apply_keys(alloc.node) + extra_keys, args=args
-            )
-        check_fenced(reply, fence)
-        return reply
+        for _ in range(_MAX_MOVES):
+            async with self._ctx.translated(f"{mode} allocation"):
+                reply: list[Any] = await self._ctx.scripts.apply_allocation(
+                    keys=self._apply_keys(alloc.node) + extra_keys, args=args
+                )
+            check_fenced(reply, fence)
+            if reply[0] != b"elsewhere":
+                return reply
+            # the pod still holds charges on another node: drop them there first (design §2)
+            await self.release(alloc.pod_uid, node=text(reply[1]), fence=fence)
+        raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
 
     async def reserve(self, alloc: Allocation, fence: Fence | None = None) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.

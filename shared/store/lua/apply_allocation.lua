@@ -3,10 +3,15 @@
 -- KEYS: 1 capacity, 2 usage, 3 pod charges, 4 allocations, 5 generation, 6 change stream,
 --       7 allocation-nodes set, 8 pod index, [9 lease]
 -- ARGV: 1 fence token, 2 'reserve'|'record', 3 pod uid, 4 charges JSON, 5 allocation envelope, 6 node, 7 stream maxlen
--- Returns {'fenced'} | {'conflict', dimension, device, needed, free, detail}
+-- Returns {'fenced'} | {'elsewhere', node} (the pod holds charges on another node: release them, then retry)
+--       | {'conflict', dimension, device, needed, free, detail}
 --       | {'ok', generation, usage_changed 0/1, record_changed 0/1}
 if not fence_ok() then
   return {'fenced'}
+end
+local indexed = redis.call('HGET', KEYS[8], ARGV[3])
+if indexed and indexed ~= ARGV[6] then
+  return {'elsewhere', indexed}
 end
 local reserve = ARGV[2] == 'reserve'
 local uid, cjs, blob, node, maxlen = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
