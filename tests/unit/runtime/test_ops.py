@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from shared.errors import ConfigError
 from shared.metrics import new_registry, register_build_info
-from shared.ops import add_ops_routes, create_ops_app, running_server, serve, start_server
+from shared.ops import (
+    add_ops_routes,
+    create_ops_app,
+    reload_certificate_if_changed,
+    running_server,
+    serve,
+    server_ssl_context,
+    start_server,
+)
 
 
 async def get(url: str) -> tuple[int, str, str]:
@@ -136,3 +150,84 @@ async def test_ipv6_loopback_url() -> None:
         assert (await get(srv.url + "/healthz"))[0] == 200
     finally:
         await srv.stop()
+
+
+# --- TLS: load, serve, hot reload ------------------------------------------------------------
+
+
+def make_pair(directory: Path, name: str, cn: str) -> tuple[str, str]:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl is not installed")
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={cn}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return str(cert), str(key)
+
+
+def overwrite(path: str, text: str) -> None:
+    Path(path).write_text(text)
+
+
+def der_of(cert_file: str) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(Path(cert_file).read_text())
+
+
+async def served_cert(port: int) -> bytes:
+    client = ssl.create_default_context()
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE
+    _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port, ssl=client), timeout=10)
+    try:
+        peer = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+        assert peer is not None
+        return bytes(peer)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def test_tls_server_and_certificate_rotation(tmp_path: Path) -> None:
+    cert, key = make_pair(tmp_path, "live", "one")
+    context = server_ssl_context(cert, key)
+    async with running_server(create_ops_app(), "127.0.0.1:0", ssl_context=context) as srv:
+        assert await served_cert(srv.port) == der_of(cert)
+        stamp = reload_certificate_if_changed(context, cert, key, None)
+        assert reload_certificate_if_changed(context, cert, key, stamp) == stamp  # unchanged: nothing to do
+
+        new_cert, new_key = make_pair(tmp_path, "next", "two")
+        os.replace(new_key, key)
+        os.replace(new_cert, cert)
+        stamp = reload_certificate_if_changed(context, cert, key, stamp)
+        in_force = der_of(cert)
+        assert await served_cert(srv.port) == in_force
+
+        overwrite(cert, "half-written")  # a broken rotation keeps the certificate in force
+        assert reload_certificate_if_changed(context, cert, key, stamp) == stamp
+        assert await served_cert(srv.port) == in_force
+
+
+def test_a_bad_pair_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate")
+    with pytest.raises(ConfigError, match=r"^--cert_file/--key_file: cannot load "):
+        server_ssl_context(str(bad), str(bad))
