@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from shared.domain.model import Allocation, DeviceUsage, NodeInventory
+from shared.domain.snapshot import NodeSnapshot
 from shared.errors import ConflictError
 
 
@@ -43,8 +44,8 @@ class PutResult:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeSnapshot:
-    """One node as the extender sees it: inventory (None if unregistered), usage by device UUID, generation.
+class NodeState:
+    """One node as stored: inventory (None if unregistered), usage by device UUID, generation.
 
     ``usage`` holds only devices with something in use; a missing UUID means ``ZERO_USAGE``.
     """
@@ -53,6 +54,10 @@ class NodeSnapshot:
     inventory: NodeInventory | None
     usage: Mapping[str, DeviceUsage]
     generation: int
+
+    def snapshot(self) -> NodeSnapshot | None:
+        """The scheduling core's view of this node (None while it has no inventory)."""
+        return None if self.inventory is None else NodeSnapshot(self.inventory, self.usage)
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from shared.codec.envelope import decode_inventory
 from shared.domain.model import DeviceUsage, MigPlacement
 from shared.errors import DecodeError
 from shared.store._base import StoreContext, as_int, check_fenced, fence_args, flat_pairs
-from shared.store.types import Fence, NodeSnapshot, UsageAudit
+from shared.store.types import Fence, NodeState, UsageAudit
 
 
 @dataclass(slots=True)
@@ -122,7 +122,7 @@ class SnapshotRepo:
     def __init__(self, ctx: StoreContext) -> None:
         self._ctx = ctx
 
-    async def load(self, nodes: Sequence[str]) -> dict[str, NodeSnapshot]:
+    async def load(self, nodes: Sequence[str]) -> dict[str, NodeState]:
         """Snapshots of ``nodes``, each read atomically by a script. Raises DecodeError on a corrupt blob."""
         if not nodes:
             return {}
@@ -131,9 +131,9 @@ class SnapshotRepo:
             for n in nodes:
                 await self._ctx.scripts.node_snapshot(keys=[k.inventory(n), k.usage(n), k.generation(n)], client=pipe)
             replies = await pipe.execute()
-        out: dict[str, NodeSnapshot] = {}
+        out: dict[str, NodeState] = {}
         for n, (blob, flat, gen) in zip(nodes, replies, strict=True):
-            out[n] = NodeSnapshot(
+            out[n] = NodeState(
                 node=n,
                 inventory=decode_inventory(blob) if blob else None,
                 usage=parse_usage(flat_pairs(flat)),

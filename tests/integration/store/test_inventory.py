@@ -71,3 +71,12 @@ async def test_empty_requests_need_no_round_trip(store: Store) -> None:
     assert await store.inventory.get_many([]) == {}
     assert await store.inventory.generations([]) == {}
     assert await store.snapshots.load([]) == {}
+
+
+async def test_state_converts_to_the_cores_snapshot(store: Store) -> None:
+    inv = node("n1", gpu("GPU-a"), gpu("GPU-b", index=1))
+    await store.inventory.put(inv)
+    state = await store.snapshots.load(["n1", "n2"])
+    snap = state["n1"].snapshot()
+    assert snap is not None and snap.inventory == inv and snap.name == "n1"
+    assert state["n2"].snapshot() is None
