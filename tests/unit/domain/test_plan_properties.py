@@ -1,6 +1,7 @@
 """Invariants of plan() over random clusters and pods (hypothesis).
 
-* the fast path returns exactly what the exhaustive evaluation returns;
+* the fast path returns exactly what the exhaustive evaluation returns, and a node its summary calls hopeless
+  never fits;
 * the answer is deterministic and does not depend on the order the nodes are given in;
 * binpack chooses a feasible node of maximal score, spread one of minimal score;
 * no device ever exceeds its slots, memory or cores (MIG GPUs: slots, memory, non-overlapping placements),
@@ -14,7 +15,9 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared.domain.fit import normalize_request
 from shared.domain.model import (
+    DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
     ContainerRequest,
     DeviceInfo,
@@ -31,8 +34,8 @@ from shared.domain.model import (
     QuotaState,
     ScoringWeights,
 )
-from shared.domain.plan import Decision, Failure, apply_decision, plan
-from shared.domain.scoring import Policies
+from shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan
+from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 
 PROFILES = (
@@ -225,3 +228,15 @@ def test_no_device_is_ever_over_committed(
             # every container got exactly what it asked for, on distinct cards unless the card is MIG
             for req, devs in zip(p.containers, got.devices, strict=True):
                 assert len(devs) == max(req.nums, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cluster(), pod_request(), constraints(), policies, quotas)
+def test_a_hopeless_node_never_fits(
+    nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies, quota: QuotaState | None
+) -> None:
+    requests = [normalize_request(r, DEFAULT_NVIDIA_CONFIG) for r in p.containers]
+    needs = PodNeeds.of(requests, effective_policy(pol, c).mutex)
+    for node in nodes:
+        if needs.hopeless(node.summary):
+            assert isinstance(plan(p, c, [node], policies=pol, quota=quota, exhaustive=True), Failure)
