@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -169,7 +169,7 @@ def _json_kind(v: Any) -> str:
 def json_int(v: Any, lo: int, hi: int, what: str) -> int:
     """A JSON number decoded into a Go integer field of range ``lo..hi``."""
     if isinstance(v, bool) or not isinstance(v, int | JsonFraction):
-        fail(what, f"expected an integer, got {_json_kind(v)}", None if v is None else json.dumps(_plain(v)))
+        fail(what, f"expected an integer, got {_json_kind(v)}")
     if isinstance(v, JsonFraction):
         fail(what, f"not an integer: {v.text}", v.text)
     if not lo <= v <= hi:
@@ -199,10 +199,6 @@ def json_map(v: Any, what: str) -> dict[str, Any]:
     if not isinstance(v, dict):
         fail(what, f"expected a JSON object, got {_json_kind(v)}")
     return v
-
-
-def _plain(v: Any) -> Any:
-    return v.text if isinstance(v, JsonFraction) else v
 
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -237,7 +233,3 @@ def dump_array(items: list[str]) -> str:
 def each(items: list[Any], what: str, decode: Callable[[Any, str], Any]) -> tuple[Any, ...]:
     """Decode every element of a JSON array, naming the index in errors."""
     return tuple(decode(item, f"{what}[{i}]") for i, item in enumerate(items))
-
-
-def is_mapping(v: Any) -> bool:
-    return isinstance(v, Mapping)

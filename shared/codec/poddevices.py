@@ -62,8 +62,9 @@ def decode_pod_devices(value: str, what: str = keys.DEVICES_ALLOCATED) -> PodDev
 def align_to_containers(entries: PodDevices, container_count: int, what: str = keys.DEVICES_ALLOCATED) -> PodDevices:
     """Map decoded pieces onto a pod's ``container_count`` containers (init first, then regular).
 
-    * Surplus *empty* pieces at the end are dropped: the terminator's empty piece, so a value we wrote
-      (one ``;`` per container) comes back exactly. A surplus non-empty piece is a DecodeError.
+    * The last piece is dropped when empty: every entry is ``;``-terminated, so that piece is the terminator's,
+      and a value we wrote (one entry per container) comes back exactly.
+    * Further surplus *empty* pieces at the end are dropped; a surplus non-empty piece is a DecodeError.
     * A shortfall (a ≤ v2.8 scheduler listed regular containers only; HAMi HEAD may omit the entries of
       containers without GPUs) is padded with empty entries at the *front*. Each listed entry then sits at or
       after its true position, so an app container's devices never land on an init container (which would
@@ -73,10 +74,11 @@ def align_to_containers(entries: PodDevices, container_count: int, what: str = k
     if container_count < 0:
         raise ValueError("container_count must not be negative")
     items = list(entries)
-    while len(items) > container_count:
-        if items[-1]:
-            fail(what, f"{len(entries)} device entries for {container_count} containers")
+    if items and not items[-1]:
         items.pop()
+    if any(items[container_count:]):
+        fail(what, f"{len(items)} device entries for {container_count} containers")
+    del items[container_count:]
     return (((),) * (container_count - len(items))) + tuple(items)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from shared.codec._go import fail
 from shared.domain.model import Reason
 
 WHAT = "filter reason"
+_R = TypeVar("_R", bound=Reason | str)
 _ENTRY_RE = re.compile(r"(?P<count>[0-9]{1,18})/(?P<total>[0-9]{1,18}) (?P<reason>[^\s,]+)\Z")
 
 
@@ -35,7 +37,7 @@ class ReasonCount:
             return None
 
 
-def gen_reason(counts: Mapping[Reason | str, int], total: int) -> str:
+def gen_reason(counts: Mapping[_R, int], total: int) -> str:
     """Encode per-reason device counts over ``total`` devices considered; an empty mapping gives ``""``."""
     entries = []
     for reason, count in counts.items():
