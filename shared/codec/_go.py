@@ -101,6 +101,24 @@ class JsonFraction:
     text: str
 
 
+class JsonObject(dict[str, Any]):
+    """A decoded JSON object that also keeps every key/value pair in order, duplicates included.
+
+    Go decodes duplicate keys one after the other (so ``{"a":1,"a":null}`` leaves ``a`` at 1); a plain dict
+    keeps only the last value.
+    """
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
+
+
+def _pairs(obj: dict[str, Any]) -> list[tuple[str, Any]]:
+    return obj.pairs if isinstance(obj, JsonObject) else list(obj.items())
+
+
 def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
@@ -108,7 +126,9 @@ def _reject_constant(name: str) -> NoReturn:
 def loads(value: str, what: str) -> Any:
     """Parse JSON text strictly (no NaN/Infinity; non-integer numbers kept as :class:`JsonFraction`)."""
     try:
-        return json.loads(value, parse_float=JsonFraction, parse_constant=_reject_constant)
+        return json.loads(
+            value, parse_float=JsonFraction, parse_constant=_reject_constant, object_pairs_hook=JsonObject
+        )
     except RecursionError:
         fail(what, "JSON nested too deeply", value)
     except ValueError as e:
@@ -140,7 +160,7 @@ def struct_fields(obj: Any, fields: Collection[str], what: str, pointers: Collec
     exact = set(fields)
     folded = {_fold_key(f): f for f in fields}
     out: dict[str, Any] = {}
-    for key, val in obj.items():
+    for key, val in _pairs(obj):
         name = key if key in exact else folded.get(_fold_key(key))
         if name is None:
             continue
@@ -195,10 +215,11 @@ def json_list(v: Any, what: str) -> list[Any]:
     return v
 
 
-def json_map(v: Any, what: str) -> dict[str, Any]:
+def json_map_pairs(v: Any, what: str) -> list[tuple[str, Any]]:
+    """The key/value pairs of a JSON object decoded into a Go map (in order; a later duplicate wins)."""
     if not isinstance(v, dict):
         fail(what, f"expected a JSON object, got {_json_kind(v)}")
-    return v
+    return [(_go_string(k), val) for k, val in _pairs(v)]
 
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}

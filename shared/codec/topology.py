@@ -19,7 +19,7 @@ from shared.codec._go import (
     fail,
     json_int,
     json_list,
-    json_map,
+    json_map_pairs,
     json_str,
     loads,
     struct_fields,
@@ -39,8 +39,9 @@ def decode_topology(value: str) -> Mapping[str, Mapping[str, int]]:
         f = struct_fields({} if entry is None else entry, ("uuid", "score"), what)
         uuid = json_str(f.get("uuid", ""), f"{what}.uuid")
         scores: dict[str, int] = {}
-        for other, score in json_map(f.get("score", {}), f"{what}.score").items():
-            scores[json_str(other, f"{what}.score")] = json_int(score, INT64_MIN, INT64_MAX, f"{what}.score[{other}]")
+        for other, score in json_map_pairs(f.get("score", {}), f"{what}.score"):
+            # a null map value stores the zero value, as Go does
+            scores[other] = 0 if score is None else json_int(score, INT64_MIN, INT64_MAX, f"{what}.score[{other}]")
         if uuid != "":  # an entry without a uuid matches no device: HAMi ignores it
             out.setdefault(uuid, scores)
     return out

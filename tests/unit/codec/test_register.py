@@ -37,6 +37,12 @@ GPU = DeviceInfo("GPU-1", 0, 10, 1024, 100, "NVIDIA-T4", 0, "hami-core", True)
             id="later-duplicate-wins",
         ),
         pytest.param(
+            '[{"id":"GPU-1","count":10,"count":null,"devmem":1024,"devcore":100,"type":"NVIDIA-T4","mode":"hami-core",'
+            '"health":true}]',
+            (GPU,),
+            id="later-null-duplicate-leaves-value",
+        ),
+        pytest.param(
             '[{"id":"G","migProfiles":[{"name":"1g.5gb","placements":null}]}]',
             (DeviceInfo("G", 0, 0, 0, 0, "", 0, "", False, (MigProfile("1g.5gb", 0, 0, 0, ()),)),),
             id="profile-defaults",

@@ -32,6 +32,7 @@ from tests.unit.codec.strategies import (
         pytest.param('[{"uuid":"a"}]', {"a": {}}, id="no-scores"),
         pytest.param('[{"uuid":"a","score":{"b":1}},{"uuid":"a","score":{"b":2}}]', {"a": {"b": 1}}, id="first-wins"),
         pytest.param('[{"score":{"b":1}},{"UUID":"a","Score":{"b":-3}}]', {"a": {"b": -3}}, id="no-uuid-ignored"),
+        pytest.param('[{"uuid":"a","score":{"b":null,"c":1,"c":2}}]', {"a": {"b": 0, "c": 2}}, id="go-map-semantics"),
     ],
 )
 def test_decode_topology(value: str, expected: dict[str, dict[str, int]]) -> None:
