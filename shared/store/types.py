@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from shared.domain.model import Allocation, DeviceUsage, NodeInventory
 from shared.domain.snapshot import NodeSnapshot
-from shared.errors import ConflictError
+from shared.errors import ConflictError, DecodeError
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +47,16 @@ class PutResult:
 class NodeState:
     """One node as stored: inventory (None if unregistered), usage by device UUID, generation.
 
-    ``usage`` holds only devices with something in use; a missing UUID means ``ZERO_USAGE``.
+    ``usage`` holds only devices with something in use; a missing UUID means ``ZERO_USAGE``. ``error`` is set
+    (and ``inventory`` None, ``usage`` empty) when the stored data could not be decoded, e.g. written by a newer
+    release: skip the node and count it, the others are fine.
     """
 
     node: str
     inventory: NodeInventory | None
     usage: Mapping[str, DeviceUsage]
     generation: int
+    error: DecodeError | None = None
 
     def snapshot(self) -> NodeSnapshot | None:
         """The scheduling core's view of this node (None while it has no inventory)."""

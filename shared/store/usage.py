@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared.codec.envelope import decode_inventory
-from shared.domain.model import DeviceUsage, MigPlacement
+from shared.domain.model import DeviceUsage, MigPlacement, NodeInventory
 from shared.errors import DecodeError
 from shared.store._base import StoreContext, as_int, check_fenced, fence_args, flat_pairs
 from shared.store.types import Fence, NodeState, UsageAudit
@@ -117,13 +117,30 @@ class UsageRepo:
 
 
 class SnapshotRepo:
-    """Loads (inventory, usage, generation) for many nodes in one pipelined round trip; each node atomic."""
+    """Loads (inventory, usage, generation) for many nodes in one pipelined round trip; each node atomic.
+
+    Decoded inventories are kept per node with their bytes and reused while the bytes are unchanged (inventories
+    change rarely, usage often), so a reload mostly costs the usage counters.
+    """
 
     def __init__(self, ctx: StoreContext) -> None:
         self._ctx = ctx
+        self._decoded: dict[str, tuple[bytes, NodeInventory]] = {}
+
+    def _inventory(self, node: str, blob: bytes) -> NodeInventory | None:
+        if not blob:
+            self._decoded.pop(node, None)
+            return None
+        cached = self._decoded.get(node)
+        if cached is not None and cached[0] == blob:
+            return cached[1]
+        inv = decode_inventory(blob)
+        self._decoded[node] = (blob, inv)
+        return inv
 
     async def load(self, nodes: Sequence[str]) -> dict[str, NodeState]:
-        """Snapshots of ``nodes``, each read atomically by a script. Raises DecodeError on a corrupt blob."""
+        """The stored state of ``nodes``, each read atomically by a script. A node whose data does not decode
+        comes back with ``error`` set instead of failing the whole load."""
         if not nodes:
             return {}
         k = self._ctx.keys
@@ -133,10 +150,13 @@ class SnapshotRepo:
             replies = await pipe.execute()
         out: dict[str, NodeState] = {}
         for n, (blob, flat, gen) in zip(nodes, replies, strict=True):
-            out[n] = NodeState(
-                node=n,
-                inventory=decode_inventory(blob) if blob else None,
-                usage=parse_usage(flat_pairs(flat)),
-                generation=as_int(gen),
-            )
+            try:
+                out[n] = NodeState(
+                    node=n,
+                    inventory=self._inventory(n, blob),
+                    usage=parse_usage(flat_pairs(flat)),
+                    generation=as_int(gen),
+                )
+            except DecodeError as e:
+                out[n] = NodeState(node=n, inventory=None, usage={}, generation=as_int(gen), error=e)
         return out

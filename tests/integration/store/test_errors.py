@@ -35,8 +35,11 @@ async def test_corrupt_inventory_is_a_decode_error(store: Store) -> None:
     await store.client.set(store.keys.inventory("n1"), b"\xc1garbage")
     with pytest.raises(DecodeError, match="node-inventory"):
         await store.inventory.get("n1")
-    with pytest.raises(DecodeError, match="node-inventory"):
-        await store.snapshots.load(["n1"])
+    await store.inventory.put(node("n2", gpu("GPU-b")))
+    states = await store.snapshots.load(["n1", "n2"])
+    assert isinstance(states["n1"].error, DecodeError) and states["n1"].inventory is None
+    assert states["n1"].snapshot() is None
+    assert states["n2"].error is None and states["n2"].inventory is not None
 
 
 async def test_inventory_from_a_newer_writer_is_a_schema_version_error(store: Store) -> None:
@@ -44,3 +47,4 @@ async def test_inventory_from_a_newer_writer_is_a_schema_version_error(store: St
     await store.client.set(store.keys.inventory("n1"), newer)
     with pytest.raises(SchemaVersionError):
         await store.inventory.get("n1")
+    assert isinstance((await store.snapshots.load(["n1"]))["n1"].error, SchemaVersionError)
