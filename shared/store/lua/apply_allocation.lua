@@ -76,20 +76,24 @@ if reserve then
     if d.n + ch.n > cn then
       return conflict('slots', ch.u, ch.n, math.max(cn - d.n, 0), 'not enough free task slots')
     end
-    if d.x > 0 then
-      return conflict('exclusive', ch.u, 1, 0, 'device is held exclusively')
-    end
-    if d.m + ch.m > cm then
-      return conflict('memory', ch.u, ch.m, math.max(cm - d.m, 0), 'not enough free memory (MiB)')
-    end
-    if d.c + ch.c > cc then
-      return conflict('cores', ch.u, ch.c, math.max(cc - d.c, 0), 'not enough free cores (%)')
-    end
-    if ch.x ~= 0 and d.n > 0 then
-      return conflict('exclusive', ch.u, 1, 0, 'a whole-card request needs an idle device')
-    end
-    if ch.c == 0 and cc ~= 0 and d.c >= cc then
-      return conflict('compute_exhausted', ch.u, 0, 0, 'every core is allocated; a 0-core task may not join')
+    if not wants_mig then
+      -- MIG charges carry profile figures whose core sum may pass 100 (ceil rounding): for them the
+      -- placements below are the physical truth, as in HAMi's Fit, which checks the request, not the profile
+      if d.x > 0 then
+        return conflict('exclusive', ch.u, 1, 0, 'device is held exclusively')
+      end
+      if d.m + ch.m > cm then
+        return conflict('memory', ch.u, ch.m, math.max(cm - d.m, 0), 'not enough free memory (MiB)')
+      end
+      if d.c + ch.c > cc then
+        return conflict('cores', ch.u, ch.c, math.max(cc - d.c, 0), 'not enough free cores (%)')
+      end
+      if ch.x ~= 0 and d.n > 0 then
+        return conflict('exclusive', ch.u, 1, 0, 'a whole-card request needs an idle device')
+      end
+      if ch.c == 0 and cc ~= 0 and d.c >= cc then
+        return conflict('compute_exhausted', ch.u, 0, 0, 'every core is allocated; a 0-core task may not join')
+      end
     end
     local mine = {}
     for _, p in ipairs(ch.p) do

@@ -185,3 +185,14 @@ async def test_exact_fit_is_accepted(store: Store) -> None:
     assert isinstance(await store.reservations.reserve(one("b", "GPU-a", 2000, 50)), Reserved)
     usage = (await store.usage.node_usage("n1"))["GPU-a"]
     assert (usage.used, usage.used_mem_mib, usage.used_cores) == (2, 4000, 100)
+
+
+async def test_mig_profile_cores_may_sum_past_the_card(store: Store) -> None:
+    # A100-40GB: seven 1g.5gb instances of 15 % each (ceil(14 SMs x 100 / 98)) fill the card at 105 %
+    await store.inventory.put(MIG)
+    for s in range(7):
+        assert isinstance(await store.reservations.reserve(mig_alloc(f"p{s}", "n1", "GPU-m", (s, 1))), Reserved)
+    usage = (await store.usage.node_usage("n1"))["GPU-m"]
+    assert (usage.used, usage.used_cores, len(usage.mig_in_use)) == (7, 105, 7)
+    eighth = await store.reservations.reserve(mig_alloc("p7", "n1", "GPU-m", (0, 1)))
+    assert isinstance(eighth, ReserveConflict) and eighth.dimension is ConflictDimension.SLOTS
