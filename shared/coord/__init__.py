@@ -2,5 +2,17 @@
 
 from shared.coord.lease import Lease, LeaseKeeper, LeaseNotHeldError
 from shared.coord.nodelock import NodeLock, lock_owner
+from shared.store.types import Fence, LockAcquired, LockHeld, LockInfo, LockResult
 
-__all__ = ["Lease", "LeaseKeeper", "LeaseNotHeldError", "NodeLock", "lock_owner"]
+__all__ = [
+    "Fence",
+    "Lease",
+    "LeaseKeeper",
+    "LeaseNotHeldError",
+    "LockAcquired",
+    "LockHeld",
+    "LockInfo",
+    "LockResult",
+    "NodeLock",
+    "lock_owner",
+]

@@ -42,9 +42,15 @@ from shared.store.types import (
 )
 from shared.store.usage import SnapshotRepo, UsageRepo, parse_usage
 
+AllocationRepo = Reservations
+"""The name the design uses for :class:`Reservations`."""
+NodeSnapshot = NodeState
+"""Former name of :class:`NodeState` (kept for callers written against it; the core has its own NodeSnapshot)."""
+
 __all__ = [
     "START_ID",
     "AllocationRecord",
+    "AllocationRepo",
     "ChangeBatch",
     "ChangeEvent",
     "ChangeFeed",
@@ -64,6 +70,7 @@ __all__ = [
     "LockResult",
     "MetaRepo",
     "NodeLockStore",
+    "NodeSnapshot",
     "NodeState",
     "PodQuotaCharge",
     "PutResult",
