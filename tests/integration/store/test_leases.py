@@ -135,6 +135,6 @@ async def test_keeper_gives_up_after_a_ttl_of_failed_renewals(store: Store) -> N
         await asyncio.wait_for(keeper.lost.wait(), timeout=5)
 
 
-def test_ttl_must_be_positive(store: Store) -> None:
+async def test_ttl_must_be_positive(store: Store) -> None:
     with pytest.raises(ValueError, match="positive"):
         Lease(store.leases, "x", "a", ttl_s=0)
