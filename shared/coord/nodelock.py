@@ -8,7 +8,7 @@ the holder (mark its pod ``bind-phase: failed``), then force-release exactly tha
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from shared.store import LockAcquired, LockHeld, LockInfo, LockResult, NodeLockStore
 
@@ -60,6 +60,10 @@ class NodeLock:
     async def inspect(self, node: str) -> LockInfo | None:
         """The node's lock, or None if free."""
         return await self._store.inspect(node)
+
+    async def inspect_many(self, nodes: Sequence[str]) -> dict[str, LockInfo]:
+        """The held locks among ``nodes`` in one round trip (free nodes absent)."""
+        return await self._store.inspect_many(nodes)
 
 
 __all__ = ["LockAcquired", "LockHeld", "LockInfo", "LockResult", "NodeLock", "lock_owner"]
