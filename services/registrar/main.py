@@ -1,0 +1,72 @@
+"""``vgpu-scheduler registrar``: the composition root.
+
+Settings → logging → Redis → kube client → metrics registry → ops server (``/healthz``, ``/readyz``,
+``/metrics`` on ``--metrics-bind-address``) → :class:`RegistrarService`, supervised by
+:func:`shared.runtime.run_service` (SIGTERM/SIGINT: the lease is given up and the process exits 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from services.registrar.service import RegistrarDeps, RegistrarService
+from shared import config
+from shared.config import CommonSettings, Service, add_service_parser, settings_from_args
+from shared.k8s import KubeSettings, open_client
+from shared.logs import configure_from_settings
+from shared.metrics import new_registry, register_build_info
+from shared.ops import create_ops_app, serve
+from shared.runtime import RootTask, run_service, supervise
+from shared.store import Store, connect
+
+DEFAULT_KUBE_TIMEOUT_S = 30.0
+"""The per-call deadline used when ``--kube-timeout`` is 0 (HAMi: no timeout; we always keep a deadline)."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``registrar`` subcommand (flags generated from the option table)."""
+    add_service_parser(subparsers, Service.REGISTRAR).set_defaults(run=run)
+
+
+def kube_settings(common: CommonSettings) -> KubeSettings:
+    """The kube client settings of a service (``--kube-timeout 0`` → :data:`DEFAULT_KUBE_TIMEOUT_S`)."""
+    k: config.KubeSettings = common.kube
+    return KubeSettings(
+        kubeconfig=k.kubeconfig,
+        server=k.server,
+        qps=k.qps,
+        burst=k.burst,
+        timeout_s=k.timeout_s if k.timeout_s > 0 else DEFAULT_KUBE_TIMEOUT_S,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the registrar until SIGTERM/SIGINT. Exit code 0 clean, 1 failure, 2 configuration error."""
+    settings = settings_from_args(Service.REGISTRAR, args, os.environ)
+    configure_from_settings(settings.common)
+
+    async def main(stop: asyncio.Event) -> None:
+        common = settings.common
+        store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
+        try:
+            async with open_client(kube_settings(common)) as kube:
+                registry = new_registry()
+                register_build_info(registry, service=Service.REGISTRAR.value)
+                service = RegistrarService(
+                    settings,
+                    RegistrarDeps(store=store, kube=kube, registry=registry, instance_id=common.instance_id),
+                )
+                app = create_ops_app(readiness=service.readiness, registry=registry)
+                await supervise(
+                    stop,
+                    [
+                        RootTask("ops-server", lambda: serve(app, common.metrics_bind)),
+                        RootTask("registrar", lambda: service.run(stop)),
+                    ],
+                )
+        finally:
+            await store.aclose()
+
+    return run_service(main)
