@@ -1,0 +1,433 @@
+"""``POST /bind``: turn the pod's Redis reservation into a Binding (hami-compat §5.2, decisions 3-5).
+
+The request is ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``; no pod object). The
+devices come from the pod's reservation in Redis, made by whichever replica filtered the pod. Steps:
+
+1. reservation by pod UID (none → Error; reserved on another node → Error: kube-scheduler retries the pod);
+2. GET the pod: gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
+   node → success (a retried bind); a pod asking for nothing we manage and holding no reservation is bound as is;
+3. the node lock (:mod:`services.extender.bindlock`): Redis arbiter, then ``hami.io/mutex.lock``, waiting a
+   bounded time while another pod holds it;
+4. ONE merge patch with every pod annotation and the ``hami.io/vgpu-node`` label (guarded by the pod's
+   resourceVersion, so the pod we checked is the pod we write);
+5. the Binding (409 already bound to this node = success).
+
+Any failure undoes in reverse: the pod annotations, the lock (annotation, then Redis), the reservation and its
+quota charge; the answer is ``{"Error": "..."}``. A Binding whose outcome is unknown (timeout) is checked with a
+GET; if it stays unknown nothing is undone (a bound pod must keep its lock and annotations) and the answer is an
+Error. On success the lock stays held: the device plugin (or the informer, when the bind phase settles or the
+lock times out) releases it. Writes on success: node lock patch, pod patch, Binding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+
+from services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker
+from services.extender.events import EventSink, pod_ref
+from services.extender.metrics import ExtenderMetrics
+from services.extender.service import ExtenderDeps
+from shared.codec import annotations as keys
+from shared.codec.podannotations import allocation_annotations, allocation_labels
+from shared.codec.resources import pod_request
+from shared.config.settings import ExtenderSettings
+from shared.coord import NodeLock
+from shared.domain.model import Allocation, NvidiaConfig
+from shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
+from shared.k8s import AlreadyBoundError, Api, KubeObject
+from shared.k8s.objects import labels_of, meta, resource_version_of, uid_of
+from shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
+from shared.protocol.extender import (
+    EMPTY_BODY_MESSAGE,
+    MAX_BODY_BYTES,
+    ExtenderBindingArgs,
+    binding_result,
+    parse_binding_args,
+)
+from shared.store import AllocationRecord, ReservationState, Store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LOCK_WAIT_S: Final = 3.0
+"""How long a bind waits for a busy node lock: well inside kube-scheduler's default 5 s ``httpTimeout``."""
+POD_GROUP_RETRY_S: Final = 0.1
+"""PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-compat §4.2)."""
+_POD_PATCH_ATTEMPTS: Final = 3
+_JSON: Final = "application/json"
+
+
+class BindOutcome(enum.Enum):
+    """The ``outcome`` label of ``vgpu_bind_outcomes_total``."""
+
+    BOUND = "bound"
+    """Lock taken, annotations written, Binding created."""
+    ALREADY_BOUND = "already_bound"
+    """The pod was already on this node (a retried bind): success, nothing written."""
+    PLAIN = "plain"
+    """A pod asking for nothing we manage: bound without devices or lock."""
+    BAD_REQUEST = "bad_request"
+    NO_RESERVATION = "no_reservation"
+    WRONG_NODE = "wrong_node"
+    POD_GONE = "pod_gone"
+    """The pod is gone, re-created under another UID, or being deleted."""
+    BOUND_ELSEWHERE = "bound_elsewhere"
+    NODE_GONE = "node_gone"
+    LOCK_TIMEOUT = "lock_timeout"
+    ERROR = "error"
+    """An API or Redis failure (or an unknown Binding outcome)."""
+
+    @property
+    def success(self) -> bool:
+        return self in (BindOutcome.BOUND, BindOutcome.ALREADY_BOUND, BindOutcome.PLAIN)
+
+
+@dataclass(frozen=True, slots=True)
+class BindResult:
+    """What ``/bind`` answers: ``error`` is empty on success."""
+
+    outcome: BindOutcome
+    error: str = ""
+
+
+class _Failed(Exception):
+    def __init__(self, outcome: BindOutcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
+    """A PodGroup member (label ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup.podGroupName``)."""
+    if labels_of(pod).get(keys.POD_GROUP_LABEL):
+        return True
+    group = (pod.get("spec") or {}).get("schedulingGroup")
+    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
+
+
+class Binder:
+    """The bind use case over explicit dependencies (the HTTP handler is a thin wrapper around :meth:`bind`)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        api: Api,
+        nvidia: NvidiaConfig,
+        node_lock_timeout_s: float,
+        pod_group_wait_s: float,
+        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+        call_timeout_s: float = 4.0,
+        clock: Callable[[], float],
+        events: EventSink | None = None,
+        metrics: ExtenderMetrics | None = None,
+    ) -> None:
+        self._store = store
+        self._api = api
+        self._nvidia = nvidia
+        self._lock_wait_s = lock_wait_s
+        self._pod_group_wait_s = pod_group_wait_s
+        self._call_timeout_s = call_timeout_s
+        self._clock = clock
+        self._events = events
+        self._metrics = metrics
+        self.locker = NodeLocker(
+            api,
+            NodeLock(store.locks, ttl_s=node_lock_timeout_s),
+            timeout_s=node_lock_timeout_s,
+            clock=clock,
+            call_timeout_s=call_timeout_s,
+        )
+        self._inflight: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    async def bind(self, args: ExtenderBindingArgs) -> BindResult:
+        """Bind the pod (see the module docstring); never raises for expected failures."""
+        pod_key = f"{args.pod_namespace}/{args.pod_name}"
+        async with self._one_at_a_time(args.pod_uid):
+            pod: Mapping[str, Any] | None = None
+            try:
+                result, pod = await self._bind(args)
+            except _Failed as f:
+                result = BindResult(f.outcome, str(f))
+            except LockTimeoutError as e:
+                result = BindResult(BindOutcome.LOCK_TIMEOUT, f"bind {pod_key} to {args.node}: {e}")
+            except VgpuError as e:
+                result = BindResult(BindOutcome.ERROR, f"bind {pod_key} to {args.node}: {e}")
+        self._report(args, result, pod)
+        return result
+
+    # ---- the steps -----------------------------------------------------------------------------------------
+
+    async def _bind(self, args: ExtenderBindingArgs) -> tuple[BindResult, Mapping[str, Any] | None]:
+        ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
+        record = await self._store.reservations.get(uid)
+        try:
+            pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
+        except NotFoundError:
+            await self._drop_unconfirmed(record, node)
+            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+        try:
+            if self._check_pod(pod, args):
+                return BindResult(BindOutcome.ALREADY_BOUND), pod
+        except _Failed:
+            await self._drop_unconfirmed(record, node)
+            raise
+        if record is None:
+            if not self._requests_devices(pod):
+                await self._create_binding(args)
+                return BindResult(BindOutcome.PLAIN), pod
+            raise _Failed(
+                BindOutcome.NO_RESERVATION,
+                f"pod {ns}/{name} (uid {uid}) has no device reservation: it will be filtered again",
+            )
+        alloc = record.allocation
+        if alloc.node != node:
+            raise _Failed(
+                BindOutcome.WRONG_NODE,
+                f"pod {ns}/{name} has its devices reserved on node {alloc.node}, not {node}: it will be filtered again",
+            )
+
+        wait_s, retry_s = (
+            (self._pod_group_wait_s, POD_GROUP_RETRY_S) if is_pod_group_member(pod) else (self._lock_wait_s, None)
+        )
+        try:
+            held = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
+        except NotFoundError:
+            await self._drop(alloc)
+            raise _Failed(BindOutcome.NODE_GONE, f"node {node} not found") from None
+        except BaseException:
+            await self._drop(alloc)
+            raise
+        if self._metrics is not None:
+            self._metrics.node_lock_wait.observe(held.waited_s)
+
+        try:
+            annotated = await self._annotate(pod, args, alloc)
+            if annotated is None:  # a concurrent bind of this pod got there first
+                return BindResult(BindOutcome.ALREADY_BOUND), pod
+            pod = annotated
+            await self._create_binding(args)
+        except _Unknown as e:
+            raise _Failed(BindOutcome.ERROR, str(e)) from e  # maybe bound: keep lock, annotations, reservation
+        except BaseException:
+            await self._undo(args, alloc, held)
+            raise
+        return BindResult(BindOutcome.BOUND), pod
+
+    def _requests_devices(self, pod: Mapping[str, Any]) -> bool:
+        """The filter's test: a pod whose containers ask for no device passed through it unreserved."""
+        try:
+            return pod_request(pod, self._nvidia).any
+        except DecodeError:
+            return True  # the filter refused it too; never bind it blind
+
+    def _check_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs) -> bool:
+        """Raise _Failed if the pod cannot be bound to ``args.node``; True if it already is."""
+        ns, name = args.pod_namespace, args.pod_name
+        if uid_of(pod) and uid_of(pod) != args.pod_uid:
+            raise _Failed(
+                BindOutcome.POD_GONE, f"pod {ns}/{name} was re-created (uid {uid_of(pod)}, asked {args.pod_uid})"
+            )
+        if meta(pod).get("deletionTimestamp") is not None:
+            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} is being deleted")
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to == args.node:
+            return True
+        if bound_to:
+            raise _Failed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {bound_to}")
+        return False
+
+    async def _annotate(
+        self, pod: Mapping[str, Any], args: ExtenderBindingArgs, alloc: Allocation
+    ) -> KubeObject | None:
+        """Write every allocation annotation and the label in one merge patch, guarded by resourceVersion.
+
+        None when a re-read finds the pod bound to this node meanwhile (a concurrent bind of the same pod)."""
+        ns, name = args.pod_namespace, args.pod_name
+        annos = allocation_annotations(args.node, alloc.devices, alloc.mig, int(self._clock()))
+        labels = allocation_labels(args.node)
+        for _ in range(_POD_PATCH_ATTEMPTS):
+            try:
+                return await self._api.patch_pod_metadata(
+                    ns,
+                    name,
+                    annotations=annos,
+                    labels=labels,
+                    resource_version=resource_version_of(pod) or None,
+                    timeout_s=self._call_timeout_s,
+                )
+            except NotFoundError:
+                raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+            except ConflictError:
+                try:
+                    pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
+                except NotFoundError:
+                    raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+                if self._check_pod(pod, args):
+                    return None
+        raise ConflictError(f"pod {ns}/{name} kept changing while its annotations were written")
+
+    async def _create_binding(self, args: ExtenderBindingArgs) -> None:
+        ns, name, node = args.pod_namespace, args.pod_name, args.node
+        try:
+            await self._api.bind_pod(ns, name, node, uid=args.pod_uid, timeout_s=self._call_timeout_s)
+        except AlreadyBoundError as e:
+            if e.node == node:
+                return
+            raise _Failed(
+                BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {e.node or '?'}"
+            ) from e
+        except NotFoundError:
+            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+        except ConflictError as e:
+            raise _Failed(BindOutcome.POD_GONE, f"binding pod {ns}/{name} refused: {e}") from e
+        except TransientError as e:
+            # the Binding may have been made: look before undoing anything
+            try:
+                pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
+            except NotFoundError:
+                raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+            except VgpuError as e2:
+                raise _Unknown(f"binding pod {ns}/{name} to {node}: outcome unknown ({e}; then {e2})") from e2
+            bound_to = (pod.get("spec") or {}).get("nodeName")
+            if bound_to == node:
+                return
+            if bound_to:
+                raise _Failed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to {bound_to}") from e
+            raise
+
+    # ---- undo ----------------------------------------------------------------------------------------------
+
+    async def _undo(self, args: ExtenderBindingArgs, alloc: Allocation, held: HeldNodeLock) -> None:
+        """Reverse order: pod annotations and label (the patch may have landed even when it reported a failure;
+        removing absent keys is a no-op), node lock, reservation and quota. Best effort."""
+        remove: dict[str, str | None] = dict.fromkeys(allocation_annotations(args.node, alloc.devices, alloc.mig, 0))
+        try:
+            await self._api.patch_pod_metadata(
+                args.pod_namespace,
+                args.pod_name,
+                annotations=remove,
+                labels={keys.VGPU_NODE_LABEL: None},
+                timeout_s=self._call_timeout_s,
+            )
+        except NotFoundError:
+            pass
+        except VgpuError as e:
+            logger.warning(
+                "bind undo: pod annotations not removed",
+                extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)},
+            )
+        await self.locker.release(held)
+        await self._drop(alloc)
+
+    async def _drop_unconfirmed(self, record: AllocationRecord | None, node: str) -> None:
+        """Drop a reservation on ``node`` the informer has not confirmed (a confirmed one is the informer's)."""
+        if record is not None and record.state is ReservationState.RESERVED and record.allocation.node == node:
+            await self._drop(record.allocation)
+
+    async def _drop(self, alloc: Allocation) -> None:
+        """Release the reservation and refund its quota charge. Best effort (the informer collects leftovers)."""
+        try:
+            await self._store.reservations.release(alloc.pod_uid, node=alloc.node)
+            await self._store.quota.refund(alloc.namespace, alloc.pod_uid)
+        except VgpuError as e:
+            logger.warning(
+                "bind undo: reservation not released",
+                extra={"pod_uid": alloc.pod_uid, "node": alloc.node, "error": str(e)},
+            )
+
+    # ---- bookkeeping ---------------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, pod_uid: str) -> AsyncIterator[None]:
+        """Serialise concurrent binds of the same pod in this process (a retried request overlapping the first)."""
+        lock, users = self._inflight.get(pod_uid, (asyncio.Lock(), 0))
+        self._inflight[pod_uid] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._inflight[pod_uid]
+            if users <= 1:
+                del self._inflight[pod_uid]
+            else:
+                self._inflight[pod_uid] = (lock, users - 1)
+
+    def _report(self, args: ExtenderBindingArgs, result: BindResult, pod: Mapping[str, Any] | None) -> None:
+        if self._metrics is not None:
+            self._metrics.bind_outcomes.labels(result.outcome.value).inc()
+        extra = {
+            "pod": f"{args.pod_namespace}/{args.pod_name}",
+            "pod_uid": args.pod_uid,
+            "node": args.node,
+            "outcome": result.outcome.value,
+        }
+        event: PodEvent
+        if result.outcome.success:
+            logger.info("pod bound", extra=extra)
+            if result.outcome is BindOutcome.ALREADY_BOUND:
+                return
+            event = bind_success_event(args.node, args.pod_namespace, args.pod_name)
+        else:
+            logger.info("bind failed", extra={**extra, "error": result.error})
+            event = bind_failure_event(result.error)
+        if self._events is not None:
+            target = pod if pod is not None else pod_ref(args.pod_namespace, args.pod_name, args.pod_uid)
+            self._events.submit(target, [event])
+
+
+class _Unknown(VgpuError):
+    """The Binding's outcome could not be learned."""
+
+
+class BindHandler:
+    """``POST /bind`` for the aiohttp app: decode, :meth:`Binder.bind`, answer ``{"Error": ...}`` (HTTP 200; 400
+    only for an empty body, as HAMi)."""
+
+    def __init__(
+        self,
+        settings: ExtenderSettings,
+        deps: ExtenderDeps,
+        metrics: ExtenderMetrics,
+        *,
+        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+    ) -> None:
+        self.binder = Binder(
+            store=deps.store,
+            api=deps.api,
+            nvidia=deps.nvidia,
+            node_lock_timeout_s=settings.node_lock_timeout_s,
+            pod_group_wait_s=settings.node_lock_retry_timeout_s,
+            lock_wait_s=lock_wait_s,
+            clock=deps.clock,
+            events=deps.event_sink,
+            metrics=metrics,
+        )
+        self._metrics = metrics
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Answer one ``/bind`` request."""
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._bad(f"extender binding args: request body larger than {MAX_BODY_BYTES} bytes")
+        if not body:
+            self._metrics.bind_outcomes.labels(BindOutcome.BAD_REQUEST.value).inc()
+            return web.Response(status=400, text=EMPTY_BODY_MESSAGE)
+        try:
+            args = parse_binding_args(body)
+        except DecodeError as e:
+            return self._bad(str(e))
+        result = await self.binder.bind(args)
+        return web.Response(body=binding_result(result.error), content_type=_JSON)
+
+    def _bad(self, message: str) -> web.Response:
+        self._metrics.bind_outcomes.labels(BindOutcome.BAD_REQUEST.value).inc()
+        logger.info("bind request rejected", extra={"error": message})
+        return web.Response(body=binding_result(message), content_type=_JSON)

@@ -1,0 +1,193 @@
+"""Builders and a harness for the /bind and /webhook tests: the API emulator, a real kube client, a Store on the
+redis-server fixture, and a Binder wired to them. Also used by tests/e2e."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from services.extender.bind import Binder
+from services.extender.events import EventSink
+from services.extender.metrics import ExtenderMetrics
+from shared.codec import annotations as keys
+from shared.codec.register import encode_register_json
+from shared.domain.accounting import collapse
+from shared.domain.model import NVIDIA, Allocation, ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
+from shared.emulator import Emulator, WriteRecord
+from shared.k8s import Api, KubeSettings, open_client
+from shared.protocol.events import PodEvent
+from shared.store import Store, connect
+
+NOW = 1_800_000_000.0
+
+
+def gpu(node: str, index: int, *, count: int = 10, mem: int = 16384, cores: int = 100) -> DeviceInfo:
+    return DeviceInfo(
+        id=f"GPU-{node}-{index}",
+        index=index,
+        count=count,
+        devmem_mib=mem,
+        devcore=cores,
+        type="NVIDIA-Tesla T4",
+        numa=0,
+        mode="hami-core",
+        health=True,
+    )
+
+
+def inventory(node: str, n: int = 2, **kw: Any) -> NodeInventory:
+    return NodeInventory(node=node, vendor=NVIDIA, devices=tuple(gpu(node, i, **kw) for i in range(n)))
+
+
+def node_obj(name: str, *, n: int = 2, annotations: Mapping[str, str] | None = None, **kw: Any) -> dict[str, Any]:
+    """A Node as the device plugin leaves it: the register annotation and the GPU count in allocatable."""
+    devices = tuple(gpu(name, i, **kw) for i in range(n))
+    annos = {keys.NODE_NVIDIA_REGISTER: encode_register_json(devices), **(annotations or {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": annos, "labels": {"gpu": "on"}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(n * devices[0].count)}},
+    }
+
+
+def pod_obj(
+    name: str,
+    namespace: str = "default",
+    *,
+    gpus: int = 1,
+    mem: int | None = 1000,
+    cores: int | None = 10,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    scheduler: str = "vgpu-scheduler",
+) -> dict[str, Any]:
+    """A pending pod with one container asking ``gpus`` GPUs (``gpus=0``: no GPU resource at all)."""
+    limits: dict[str, str] = {}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+        if mem is not None:
+            limits["nvidia.com/gpumem"] = str(mem)
+        if cores is not None:
+            limits["nvidia.com/gpucores"] = str(cores)
+    container: dict[str, Any] = {"name": "main", "image": "busybox", "resources": {"limits": limits}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"schedulerName": scheduler, "containers": [container]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def allocation(pod: Mapping[str, Any], node: str, *devices: tuple[int, int, int]) -> Allocation:
+    """The allocation of a one-container pod: (device index, mem MiB, cores %) per device."""
+    meta = pod["metadata"]
+    ctr = tuple(ContainerDevice(uuid=f"GPU-{node}-{i}", used_mem_mib=m, used_cores=c) for i, m, c in devices)
+    return Allocation(
+        pod_uid=meta["uid"],
+        namespace=meta["namespace"],
+        name=meta["name"],
+        node=node,
+        devices=(ctr,),
+        charges=collapse((ctr,), 0, ()),
+    )
+
+
+@dataclass
+class Recorded:
+    """Events the sink posted, in order."""
+
+    events: list[tuple[str, PodEvent]] = field(default_factory=list)
+
+    async def post(self, pod: Mapping[str, Any], event: PodEvent) -> None:
+        self.events.append((pod.get("metadata", {}).get("name", ""), event))
+
+
+@dataclass
+class Harness:
+    em: Emulator
+    api: Api
+    store: Store
+    writes: list[WriteRecord]
+    registry: CollectorRegistry
+    metrics: ExtenderMetrics
+    sink: EventSink
+    posted: Recorded
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+
+    def binder(self, **kw: Any) -> Binder:
+        opts: dict[str, Any] = {
+            "node_lock_timeout_s": 300.0,
+            "pod_group_wait_s": 2.0,
+            "lock_wait_s": 0.3,
+            "clock": lambda: NOW,
+        }
+        opts.update(kw)
+        return Binder(
+            store=self.store, api=self.api, nvidia=self.nvidia, events=self.sink, metrics=self.metrics, **opts
+        )
+
+    def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
+        return self.em.put(pod)
+
+    async def seed_node(self, name: str, *, n: int = 2, **kw: Any) -> dict[str, Any]:
+        await self.store.inventory.put(inventory(name, n, **kw))
+        return self.em.put(node_obj(name, n=n, **kw))
+
+    async def reserve(self, alloc: Allocation, *, quota: bool = True) -> None:
+        from shared.store import Reserved
+
+        if quota:
+            await self.store.quota.charge(alloc.namespace, alloc.pod_uid, alloc.quota_mem_mib, alloc.quota_cores_pct)
+        result = await self.store.reservations.reserve(alloc)
+        assert isinstance(result, Reserved), result
+
+    def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        obj = self.em.get("Pod", namespace, name)
+        assert obj is not None
+        return obj
+
+    def node(self, name: str) -> dict[str, Any]:
+        obj = self.em.get("Node", None, name)
+        assert obj is not None
+        return obj
+
+    def outcome_count(self, outcome: str) -> float:
+        value = self.registry.get_sample_value("vgpu_bind_outcomes_total", {"outcome": outcome})
+        return value or 0.0
+
+
+@contextlib.asynccontextmanager
+async def harness(redis_url: str) -> AsyncIterator[Harness]:
+    """Emulator + kube client + Store + metrics + a running event sink; everything closed on exit."""
+    import asyncio
+
+    em = Emulator(bookmark_interval_s=None)
+    await em.start()
+    writes: list[WriteRecord] = []
+    em.hooks.append(writes.append)
+    store = Store.create(connect(redis_url), prefix="t")
+    registry = CollectorRegistry()
+    posted = Recorded()
+    sink = EventSink(posted.post)
+    task = asyncio.create_task(sink.run(), name="test-event-sink")
+    try:
+        async with open_client(KubeSettings(server=em.url, qps=0, timeout_s=5.0)) as client:
+            api = Api(client, component="vgpu-scheduler", instance="test", clock=lambda: NOW)
+            yield Harness(em, api, store, writes, registry, ExtenderMetrics(registry), sink, posted)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await store.aclose()
+        await em.stop()
