@@ -422,3 +422,44 @@ class _NodeEval:
 def evaluate_node(ctx: PodContext, snap: NodeSnapshot) -> NodeFit | NodeRejection:
     """Fit every container of the pod on one node (init one at a time, app cumulatively), or say why not."""
     return _NodeEval(ctx, snap).run()
+
+
+def may_fit(ctx: PodContext, snap: NodeSnapshot) -> bool:
+    """A quick necessary condition, device by device: can each container find enough devices that pass every
+    check of ``Fit`` that does not depend on order, NUMA runs, quota or MIG placement, on the node before the pod?
+
+    False proves the pod does not fit (later app containers only see more usage). MIG nodes always pass.
+    """
+    devices, usages = snap.inventory.devices, snap.usages
+    if snap.summary.has_mig:
+        return True
+    cordoned = snap.inventory.cordoned
+    constraints, mutex = ctx.constraints, ctx.policy.mutex
+    for req in ctx.requests:
+        if req.empty:
+            continue
+        want = req.type.lower()
+        cores = req.cores_pct
+        found = 0
+        for dev, u in zip(devices, usages, strict=True):
+            used = u.used
+            if (
+                not dev.health
+                or used >= dev.count
+                or (mutex and used > 0)
+                or dev.devmem_mib - u.used_mem_mib < fit_mem_mib(req, dev.devmem_mib)
+                or dev.devcore - u.used_cores < cores
+                or (cores == 100 and used > 0 and dev.devcore == 100)
+                or (cores == 0 and dev.devcore != 0 and u.used_cores == dev.devcore)
+                or dev.id in cordoned
+                or want not in dev.type.lower()
+                or not type_ok(dev, req, constraints)
+                or not uuid_ok(dev, constraints)
+            ):
+                continue
+            found += 1
+            if found >= req.nums:
+                break
+        if found < req.nums:
+            return False
+    return True

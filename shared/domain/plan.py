@@ -12,11 +12,12 @@ are skipped in O(1). Only when nothing fits are the skipped nodes evaluated, to 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from operator import attrgetter
 
-from shared.domain.fit import NodeFit, PodContext, evaluate_node, normalize_request
+from shared.domain.fit import NodeFit, PodContext, evaluate_node, may_fit, normalize_request
 from shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
@@ -58,7 +59,14 @@ class Failure:
 
 
 _NO_NEED = -(1 << 62)
+
+
 _SUMMARY = attrgetter("summary")
+
+
+def _keep_all(summary: NodeSummary) -> bool:
+    del summary
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,25 +104,16 @@ class PodNeeds:
             idle=devices if mutex else _NO_NEED,
         )
 
-    def viable(self, summaries: Iterable[NodeSummary]) -> list[int]:
-        """Positions of the summaries that reach every need (the nodes worth a full evaluation).
+    def predicate(self) -> Callable[[NodeSummary], bool]:
+        """``viable(summary)``: whether a node's summary reaches every need (the node is worth evaluating).
 
-        This runs over every candidate node: keep it one comprehension of plain comparisons.
+        It runs for every node the fast path walks past: one expression of plain comparisons.
         """
-        d, m, p, c, ex, z, idle = (
-            self.devices,
-            self.mem_mib,
-            self.mem_pct,
-            self.cores,
-            self.exclusive,
-            self.zero_core,
-            self.idle,
-        )
-        return [
-            i
-            for i, x in enumerate(summaries)
-            if x.has_mig
-            or (
+        d, m, p, c = self.devices, self.mem_mib, self.mem_pct, self.cores
+        ex, z, idle = self.exclusive, self.zero_core, self.idle
+
+        def viable(x: NodeSummary) -> bool:
+            return x.has_mig or (
                 x.usable_count >= d
                 and x.max_free_mem_mib >= m
                 and x.max_free_cores >= c
@@ -123,38 +122,57 @@ class PodNeeds:
                 and x.zero_core_ok_count >= z
                 and x.idle_count >= idle
             )
-        ]
+
+        return viable
 
     def hopeless(self, summary: NodeSummary) -> bool:
         """True when the summary proves the pod cannot fit on the node."""
-        return not self.viable((summary,))
+        return not self.predicate()(summary)
 
 
-def _preferred(nodes: Sequence[NodeSnapshot], binpack: bool) -> int:
+def _preferred(nodes: Sequence[NodeSnapshot], scores: list[float], binpack: bool) -> int:
     """Position of the node the policy prefers most: highest (binpack) or lowest (spread) score, then first name."""
-    scores = [s.score for s in nodes]
     best = max(scores) if binpack else min(scores)
     if scores.count(best) == 1:
         return scores.index(best)
     return min((i for i, x in enumerate(scores) if x == best), key=lambda i: nodes[i].name)
 
 
-def ordered(nodes: Sequence[NodeSnapshot], positions: Sequence[int], binpack: bool) -> Iterator[int]:
-    """``positions`` of ``nodes`` in order of preference, lazily: binpack highest score first, spread lowest first,
-    equal scores by node name (decision 8)."""
-    scores = [nodes[i].score for i in positions]
-    order = sorted(range(len(positions)), key=scores.__getitem__, reverse=binpack)
-    n, i = len(order), 0
-    while i < n:
-        s = scores[order[i]]
-        j = i + 1
+def _walk(
+    nodes: Sequence[NodeSnapshot], scores: list[float], order: list[int], keep: Callable[[NodeSummary], bool]
+) -> Iterator[int]:
+    """The positions in ``order`` (sorted by score) whose summary ``keep`` accepts, equal scores by node name.
+
+    Lazy, and a node that ``keep`` rejects costs one call (the iteration itself runs in C). A run of equal
+    scores is sorted by name only when it holds a node that is kept.
+    """
+    n = len(order)
+    kept = compress(range(n), map(keep, map(_SUMMARY, map(nodes.__getitem__, order))))
+    done = 0  # positions of `order` below this were yielded as part of a run
+    for k in kept:
+        if k < done:
+            continue
+        s = scores[order[k]]
+        j = k + 1
         while j < n and scores[order[j]] == s:
             j += 1
-        if j == i + 1:
-            yield positions[order[i]]
+        if j == k + 1:
+            yield order[k]
         else:
-            yield from sorted((positions[k] for k in order[i:j]), key=lambda k: nodes[k].name)
-        i = j
+            run = order[k:j]
+            yield from _by_name(nodes, list(compress(run, map(keep, map(_SUMMARY, map(nodes.__getitem__, run))))))
+        done = j
+
+
+def _by_name(nodes: Sequence[NodeSnapshot], run: list[int]) -> Iterator[int]:
+    """A run of equal-score positions by node name, lazily: the first name costs one pass, the rest a sort."""
+    if len(run) < 2:
+        yield from run
+        return
+    first = min(run, key=lambda g: nodes[g].name)
+    yield first
+    run.remove(first)
+    yield from sorted(run, key=lambda g: nodes[g].name)
 
 
 def _decision(snap: NodeSnapshot, fit: NodeFit) -> Decision:
@@ -202,31 +220,36 @@ def plan(
     if not nodes:
         return Failure(reasons={}, rejections={})
     binpack = policy.node is NodePolicy.BINPACK
+    scores = [s.score for s in nodes]
     if not pod.any:
-        return _empty_decision(nodes[_preferred(nodes, binpack)], pod)
+        return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
     if exhaustive:
         return _plan_exhaustive(ctx, nodes)
 
-    needs = PodNeeds.of(ctx.requests, policy.mutex)
+    viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
     rejections: dict[int, NodeRejection] = {}
-    # 1. the preferred node overall: most pods fit there, at the cost of one pass over the scores
-    first = _preferred(nodes, binpack)
-    if not needs.hopeless(nodes[first].summary):
+    # 1. the preferred node overall: most pods fit there, for one pass over the scores
+    first = _preferred(nodes, scores, binpack)
+    if viable(nodes[first].summary) and may_fit(ctx, nodes[first]):
         result = evaluate_node(ctx, nodes[first])
         if isinstance(result, NodeFit):
             return _decision(nodes[first], result)
         rejections[first] = result
-    # 2. every other node the summaries leave possible, best first
-    for idx in ordered(nodes, needs.viable(map(_SUMMARY, nodes)), binpack):
-        if idx in rejections:
+    # 2. the others in order of preference, skipping in O(1) those whose summary proves they cannot fit, and
+    # in O(devices) those with too few devices that pass Fit's order-free checks
+    order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
+    for idx in _walk(nodes, scores, order, viable):
+        if idx in rejections or idx == first or not may_fit(ctx, nodes[idx]):
             continue
         result = evaluate_node(ctx, nodes[idx])
         if isinstance(result, NodeFit):
             return _decision(nodes[idx], result)
         rejections[idx] = result
-    # 3. nothing fits: give the hopeless nodes their reasons too (in order: were the summaries ever wrong, the
+    # 3. nothing fits: give the skipped nodes their reasons too (in order: were the summaries ever wrong, the
     # first of them that fits would still be the right answer)
-    for idx in ordered(nodes, [i for i in range(len(nodes)) if i not in rejections], binpack):
+    for idx in _walk(nodes, scores, order, _keep_all):
+        if idx in rejections:
+            continue
         result = evaluate_node(ctx, nodes[idx])
         if isinstance(result, NodeFit):
             return _decision(nodes[idx], result)

@@ -378,3 +378,13 @@ def test_apply_decision_rejects_another_nodes_decision() -> None:
     d = decide(pod(req(1, mem=100)), [snap("a")])
     with pytest.raises(ValueError, match="node 'a'"):
         apply_decision(snap("b"), d)
+
+
+def test_many_equal_nodes_choose_the_first_name() -> None:
+    # 300 identical idle nodes given in reverse name order, the busiest 280 of another kind full: spread and
+    # binpack both end on a run of equal scores that must be ordered by name
+    idle = [snap(f"idle-{k:03d}", n=1) for k in reversed(range(300))]
+    full = [snap(f"full-{k:03d}", n=1, usage={0: use(10, 8000, 100)}) for k in range(280)]
+    p = pod(req(1, mem=100))
+    assert decide(p, full + idle).node == "idle-000"
+    assert decide(p, full + idle, policies=Policies(node=NodePolicy.SPREAD)).node == "idle-000"

@@ -15,7 +15,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.fit import normalize_request
+from shared.domain.fit import PodContext, may_fit, normalize_request
 from shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
@@ -35,7 +35,7 @@ from shared.domain.model import (
     ScoringWeights,
 )
 from shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan
-from shared.domain.scoring import Policies, effective_policy
+from shared.domain.scoring import Policies, device_sort_key, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 
 PROFILES = (
@@ -232,11 +232,13 @@ def test_no_device_is_ever_over_committed(
 
 @settings(max_examples=300, deadline=None)
 @given(cluster(), pod_request(), constraints(), policies, quotas)
-def test_a_hopeless_node_never_fits(
+def test_a_node_skipped_by_summary_or_quick_check_never_fits(
     nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies, quota: QuotaState | None
 ) -> None:
     requests = [normalize_request(r, DEFAULT_NVIDIA_CONFIG) for r in p.containers]
-    needs = PodNeeds.of(requests, effective_policy(pol, c).mutex)
+    policy = effective_policy(pol, c)
+    needs = PodNeeds.of(requests, policy.mutex)
+    ctx = PodContext(p, tuple(requests), c, policy, device_sort_key(policy), DEFAULT_NVIDIA_CONFIG, quota)
     for node in nodes:
-        if needs.hopeless(node.summary):
+        if needs.hopeless(node.summary) or not may_fit(ctx, node):
             assert isinstance(plan(p, c, [node], policies=pol, quota=quota, exhaustive=True), Failure)
