@@ -113,14 +113,15 @@ class PodNeeds:
         ex, z, idle = self.exclusive, self.zero_core, self.idle
 
         def viable(x: NodeSummary) -> bool:
+            # the counts that only some pods need (whole cards, mutex) first: they reject the most nodes
             return x.has_mig or (
-                x.usable_count >= d
+                x.exclusive_ok_count >= ex
+                and x.idle_count >= idle
+                and x.usable_count >= d
                 and x.max_free_mem_mib >= m
                 and x.max_free_cores >= c
                 and x.max_fit_pct >= p
-                and x.exclusive_ok_count >= ex
                 and x.zero_core_ok_count >= z
-                and x.idle_count >= idle
             )
 
         return viable
@@ -135,7 +136,9 @@ def _preferred(nodes: Sequence[NodeSnapshot], scores: list[float], binpack: bool
     best = max(scores) if binpack else min(scores)
     if scores.count(best) == 1:
         return scores.index(best)
-    return min((i for i, x in enumerate(scores) if x == best), key=lambda i: nodes[i].name)
+    ties = [i for i, x in enumerate(scores) if x == best]
+    names = [nodes[i].name for i in ties]
+    return ties[names.index(min(names))]
 
 
 def _walk(
