@@ -5,9 +5,11 @@ returns a ``Decision`` or a ``Failure``. It never reserves anything; the caller 
 
 Fast path. A node's score depends only on its usage before the pod (hami-compat §6.2), so the candidates can
 be ordered first (binpack: busiest first, spread: idlest first, ties by name) and fitted in that order until
-one fits: that node is the one the full evaluation would choose. Nodes whose summary proves the pod cannot fit
-are skipped in O(1). Only when nothing fits are the skipped nodes evaluated, to give every node its reason.
-``exhaustive=True`` evaluates every node and must, and does, return the same answer.
+one fits: that node is the one the full evaluation would choose. The preferred node is tried before anything
+is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``PodNeeds``), nodes with too few
+devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only when nothing fits are the skipped
+nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and returns the same
+answer (property-tested).
 """
 
 from __future__ import annotations
