@@ -145,7 +145,7 @@ async def running_registrar(
     finally:
         if not task.done():
             await r.close()
-        else:
+        elif not task.cancelled():
             task.result()
 
 

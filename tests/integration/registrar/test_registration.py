@@ -16,6 +16,7 @@ from tests.integration.registrar.helpers import (
     REGISTER,
     SCORE,
     FakeClock,
+    Running,
     eventually,
     json_register,
     make_node,
@@ -221,10 +222,7 @@ async def test_handshake_with_old_device_plugins(emulator: Emulator, kube: KubeC
         await eventually(lambda: has(store, "old"), what="old back on allocatable")
 
 
-async def _full_pass(r: object) -> None:
-    from tests.integration.registrar.helpers import Running
-
-    assert isinstance(r, Running)
+async def _full_pass(r: Running) -> None:
     before = r.metric("vgpu_registrar_full_passes_total", trigger="periodic")
     r.service.request_resync()
     await eventually(lambda: r.metric("vgpu_registrar_full_passes_total", trigger="periodic") > before, what="pass")

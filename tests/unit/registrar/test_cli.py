@@ -1,0 +1,57 @@
+"""``vgpu-scheduler registrar``: the subcommand exists and its ``--help`` documents every flag it takes."""
+
+from __future__ import annotations
+
+import pytest
+
+from services import cli
+from services.registrar.main import DEFAULT_KUBE_TIMEOUT_S, kube_settings
+from services.registrar.service import label_selector
+from shared.config import CommonSettings, KubeSettings, Service, options_for, settings_for
+
+
+def test_registrar_is_a_subcommand() -> None:
+    assert "services.registrar.main" in cli.SUBCOMMANDS
+
+
+def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["registrar", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    options = options_for(Service.REGISTRAR)
+    for name in ("redis-url", "kube-server", "node-label-selector", "lease-ttl", "metrics-bind-address"):
+        assert name in {o.name for o in options}
+    missing = [o.flag for o in options if o.flag not in text or o.env_var not in text]
+    assert missing == []
+    assert "--http_bind" not in text  # an extender flag
+
+
+def test_missing_redis_url_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["registrar", "--kube-server", "http://127.0.0.1:1"]) == 2
+    assert "--redis-url is required by registrar" in capsys.readouterr().err
+
+
+def test_flags_reach_the_settings() -> None:
+    s = settings_for(
+        Service.REGISTRAR,
+        ["--redis-url", "redis://x", "--lease-ttl", "3s", "--node-label-selector", "gpu=on,zone=a"],
+        {},
+    )
+    assert s.lease_ttl_s == 3.0
+    assert label_selector(s.node_label_selector) == "gpu=on,zone=a"
+    assert label_selector(()) is None
+
+
+@pytest.mark.parametrize(
+    ("timeout_s", "expected"),
+    [pytest.param(0.0, DEFAULT_KUBE_TIMEOUT_S, id="zero-means-our-default"), pytest.param(7.5, 7.5, id="given")],
+)
+def test_kube_settings_always_have_a_deadline(timeout_s: float, expected: float) -> None:
+    common = CommonSettings(
+        service=Service.REGISTRAR,
+        instance_id="i",
+        kube=KubeSettings(server="http://emulator", qps=3.0, burst=4, timeout_s=timeout_s),
+    )
+    k = kube_settings(common)
+    assert (k.server, k.kubeconfig, k.qps, k.burst, k.timeout_s) == ("http://emulator", None, 3.0, 4, expected)
