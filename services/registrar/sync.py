@@ -111,6 +111,9 @@ class NodeSync:
                     await self._apply(ev.obj)
         except StaleFenceError:
             self._fenced_out()
+        except TransientError:
+            self._metrics.errors.inc()
+            raise  # the informer redelivers the event after a backoff
 
     # ---- full passes ---------------------------------------------------------------------------------------
 

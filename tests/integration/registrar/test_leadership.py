@@ -194,3 +194,24 @@ async def test_cancelled_leader_task_still_releases(emulator: Emulator, kube: Ku
         assert one.task.cancelled()
         assert await store.leases.inspect("registrar") is None
         assert one.metric("vgpu_registrar_leader") == 0
+
+
+async def test_short_redis_outage_is_retried_within_the_term(
+    emulator: Emulator, kube: KubeClient, store: Store, redis_url: str
+) -> None:
+    emulator.put(make_node("x", annotations={REGISTER: json_register("GPU-x0")}))
+    target = urlparse(redis_url)
+    proxy = PausableProxy(target.hostname or "127.0.0.1", target.port or 6379)
+    proxied = await proxy.start()
+    store_a = Store.create(connect(proxied, ConnectionSettings(socket_timeout_s=0.3)), prefix="t")
+    try:
+        async with running_registrar(store_a, kube, ttl_s=10.0) as a:
+            proxy.pause()
+            emulator.patch("nodes", None, "x", {"metadata": {"annotations": {REGISTER: json_register("GPU-x1")}}})
+            await eventually(lambda: a.metric("vgpu_registrar_transient_errors_total") >= 1, what="a failed write")
+            proxy.resume()
+            await eventually(lambda: _is(store, "x", ["GPU-x1"]), what="the event was redelivered")
+            assert a.service.terms == 1 and _leads(a)
+    finally:
+        await store_a.aclose()
+        await proxy.stop()
