@@ -1,0 +1,217 @@
+"""``POST /webhook``: the mutating admission webhook (hami-compat §5.3, decisions 14 and 16).
+
+AdmissionReview ``admission.k8s.io/v1`` or ``v1beta1`` in, the same version out, with a JSONPatch when the pod is
+changed. The decision itself is :func:`shared.protocol.webhook.mutate_pod` (pure). The only I/O is the quota
+pre-check: the namespace's :class:`QuotaState` is read from Redis only for a pod that would add quota usage, with a
+short deadline; if Redis does not answer the pre-check is skipped (logged) rather than failing admission, because
+``/filter`` charges quota atomically anyway and pod admission must not depend on Redis.
+
+Malformed reviews are answered the way controller-runtime answers them: HTTP 200 with an AdmissionReview whose
+``response`` is ``allowed: false`` with ``status.code`` 400 (413 for a body over 1 MiB) and a message naming
+the problem; the ``uid`` and ``apiVersion`` are echoed when they can be read, otherwise ``uid`` is empty and the
+version ``v1``. Reviews of other operations or resources than pod CREATE are allowed untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+from typing import Any, Final
+
+from aiohttp import web
+
+from services.extender.metrics import ExtenderMetrics
+from services.extender.service import ExtenderDeps
+from shared.config.settings import ExtenderSettings
+from shared.domain.model import NvidiaConfig, QuotaState
+from shared.errors import DecodeError, VgpuError
+from shared.protocol.admission import (
+    HTTP_BAD_REQUEST,
+    HTTP_FORBIDDEN,
+    AdmissionOutcome,
+    AdmissionRequest,
+    AdmissionVersion,
+    Operation,
+    error_review,
+    parse_admission_review,
+    review_response,
+)
+from shared.protocol.extender import MAX_BODY_BYTES
+from shared.protocol.webhook import MSG_OTHER_SCHEDULER, apply_patch, mutate_pod, quota_demand
+from shared.store import QuotaRepo
+
+logger = logging.getLogger(__name__)
+
+HTTP_ENTITY_TOO_LARGE: Final = 413
+QUOTA_READ_TIMEOUT_S: Final = 1.0
+"""Deadline of the quota read; the API server's webhook timeout is 10 s (our manifests)."""
+_JSON: Final = "application/json"
+
+
+class WebhookOutcome(enum.Enum):
+    """The ``outcome`` label of ``vgpu_webhook_outcomes_total``."""
+
+    MUTATED = "mutated"
+    """Allowed with a JSONPatch."""
+    ALLOWED = "allowed"
+    """Allowed untouched (no managed resource, another scheduler's pod, or nothing to change)."""
+    IGNORED = "ignored"
+    """Not a pod CREATE: allowed untouched."""
+    DENIED = "denied"
+    ERRORED = "errored"
+    """The pod is malformed or invalid (HAMi's ``admission.Errored``)."""
+    BAD_REQUEST = "bad_request"
+    """The review itself could not be read."""
+
+
+class Admitter:
+    """The webhook decision for one review, with the quota lookup (separate from HTTP for tests and simulate)."""
+
+    def __init__(
+        self,
+        *,
+        nvidia: NvidiaConfig,
+        scheduler_name: str,
+        force_overwrite_default_scheduler: bool,
+        quota: QuotaRepo | None,
+        quota_timeout_s: float = QUOTA_READ_TIMEOUT_S,
+    ) -> None:
+        self._nvidia = nvidia
+        self._scheduler_name = scheduler_name
+        self._force = force_overwrite_default_scheduler
+        self._quota = quota
+        self._quota_timeout_s = quota_timeout_s
+
+    async def admit(self, request: AdmissionRequest) -> tuple[WebhookOutcome, AdmissionOutcome]:
+        """Decide on one parsed review."""
+        if (
+            request.operation is not Operation.CREATE
+            or request.resource not in ("", "pods")
+            or request.kind not in ("", "Pod")
+            or request.object is None
+        ):
+            return WebhookOutcome.IGNORED, AdmissionOutcome.allow()
+        pod = request.object
+        outcome = self._decide(pod, None)
+        if outcome.allowed and outcome.message != MSG_OTHER_SCHEDULER and self._quota is not None:
+            namespace = request.namespace or _namespace_of(pod)
+            quota = await self._quota_for(pod, outcome, namespace)
+            if quota is not None:
+                outcome = self._decide(pod, quota)
+        return _classify(outcome), outcome
+
+    def _decide(self, pod: dict[str, Any], quota: QuotaState | None) -> AdmissionOutcome:
+        return mutate_pod(
+            pod,
+            cfg=self._nvidia,
+            scheduler_name=self._scheduler_name,
+            force_overwrite_default_scheduler=self._force,
+            quota=quota,
+        )
+
+    async def _quota_for(self, pod: dict[str, Any], outcome: AdmissionOutcome, namespace: str) -> QuotaState | None:
+        """The namespace's quota state when the (mutated) pod would add usage; None to skip the pre-check."""
+        if not namespace or self._quota is None:
+            return None
+        try:
+            mutated = apply_patch(pod, outcome.patch_ops) if outcome.patch_ops else pod
+            if quota_demand(mutated, self._nvidia).zero:
+                return None
+        except DecodeError:
+            return None  # mutate_pod reports malformed pods itself
+        try:
+            async with asyncio.timeout(self._quota_timeout_s):
+                return await self._quota.get(namespace)
+        except (VgpuError, TimeoutError) as e:
+            logger.warning(
+                "webhook: quota pre-check skipped, store unavailable", extra={"namespace": namespace, "error": str(e)}
+            )
+            return None
+
+
+def _namespace_of(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata")
+    ns = meta.get("namespace") if isinstance(meta, dict) else None
+    return ns if isinstance(ns, str) else ""
+
+
+def _classify(outcome: AdmissionOutcome) -> WebhookOutcome:
+    if outcome.allowed:
+        return WebhookOutcome.MUTATED if outcome.patch_ops else WebhookOutcome.ALLOWED
+    if outcome.code == HTTP_FORBIDDEN:
+        return WebhookOutcome.DENIED
+    return WebhookOutcome.ERRORED
+
+
+def _salvage(body: bytes) -> tuple[str, AdmissionVersion]:
+    """The uid and apiVersion of a review we could not decode, when they are readable (else "" and v1)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "", AdmissionVersion.V1
+    if not isinstance(doc, dict):
+        return "", AdmissionVersion.V1
+    try:
+        version = AdmissionVersion(doc.get("apiVersion"))
+    except ValueError:
+        version = AdmissionVersion.V1
+    request = doc.get("request")
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return (uid if isinstance(uid, str) else ""), version
+
+
+class WebhookHandler:
+    """``POST /webhook`` for the aiohttp app."""
+
+    def __init__(self, settings: ExtenderSettings, deps: ExtenderDeps, metrics: ExtenderMetrics) -> None:
+        self.admitter = Admitter(
+            nvidia=deps.nvidia,
+            scheduler_name=settings.scheduler_name,
+            force_overwrite_default_scheduler=settings.force_overwrite_default_scheduler,
+            quota=deps.store.quota,
+        )
+        self._metrics = metrics
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Answer one AdmissionReview (always HTTP 200 with a review, as controller-runtime does)."""
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return self._bad(
+                f"request entity is too large; limit is {MAX_BODY_BYTES} bytes", b"", code=HTTP_ENTITY_TOO_LARGE
+            )
+        if not body:
+            return self._bad("request body is empty", body)
+        if request.content_type != _JSON:
+            return self._bad(f"contentType={request.headers.get('Content-Type', '')}, expected {_JSON}", body)
+        try:
+            review = parse_admission_review(body)
+        except DecodeError as e:
+            return self._bad(str(e), body)
+        kind, outcome = await self.admitter.admit(review)
+        self._metrics.webhook_outcomes.labels(kind.value).inc()
+        extra = {
+            "namespace": review.namespace,
+            "pod": review.name or _generate_name(review),
+            "uid": review.uid,
+            "outcome": kind.value,
+        }
+        if kind in (WebhookOutcome.DENIED, WebhookOutcome.ERRORED):
+            logger.info("webhook refused pod", extra={**extra, "reason": outcome.message})
+        else:
+            logger.debug("webhook admitted pod", extra={**extra, "patch_ops": len(outcome.patch_ops)})
+        return web.Response(body=review_response(review, outcome), content_type=_JSON)
+
+    def _bad(self, message: str, body: bytes, *, code: int = HTTP_BAD_REQUEST) -> web.Response:
+        self._metrics.webhook_outcomes.labels(WebhookOutcome.BAD_REQUEST.value).inc()
+        uid, version = _salvage(body) if body else ("", AdmissionVersion.V1)
+        logger.info("webhook request rejected", extra={"error": message, "uid": uid})
+        return web.Response(body=error_review(message, code=code, uid=uid, api_version=version), content_type=_JSON)
+
+
+def _generate_name(review: AdmissionRequest) -> str:
+    meta = (review.object or {}).get("metadata")
+    name = meta.get("generateName") if isinstance(meta, dict) else None
+    return f"{name}*" if isinstance(name, str) and name else ""
