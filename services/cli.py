@@ -26,7 +26,10 @@ from shared.config import normalize_argv
 from shared.errors import ConfigError
 
 # Subcommands are added here as they exist; a subcommand that is not built yet is simply absent.
-SUBCOMMANDS: tuple[str, ...] = ("services.registrar.main",)
+SUBCOMMANDS: tuple[str, ...] = (
+    "services.registrar.main",
+    "services.extender.main",
+)
 
 EXIT_USAGE = 2
 

@@ -1,0 +1,134 @@
+"""Kubernetes Events about pods, posted off the request path.
+
+Handlers ``submit`` a batch of :class:`~shared.protocol.events.PodEvent` and return at once; one worker task
+(``run``) posts them through the API with a deadline each. A full queue drops the batch (counted): an event is
+worth less than a fast answer to kube-scheduler. ``once_key`` suppresses repeats, e.g. one batch of
+``FilteringFailed`` events per pod and failure kind while kube-scheduler keeps retrying it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from shared.errors import VgpuError
+from shared.k8s import Api
+from shared.protocol.events import PodEvent
+
+logger = logging.getLogger(__name__)
+
+PostEvent = Callable[[Mapping[str, Any], PodEvent], Awaitable[None]]
+"""``post(pod, event)``: record one event on a pod (raises on failure)."""
+
+
+def api_poster(api: Api, *, timeout_s: float = 5.0) -> PostEvent:
+    """A :data:`PostEvent` that creates a core/v1 Event through ``api`` (component ``--scheduler-name``)."""
+
+    async def post(pod: Mapping[str, Any], event: PodEvent) -> None:
+        await api.create_event(
+            "Pod", pod, reason=event.reason.value, message=event.message, event_type=event.type, timeout_s=timeout_s
+        )
+
+    return post
+
+
+def pod_ref(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+    """The minimal pod object an Event needs (``involvedObject``): namespace, name and uid."""
+    meta: dict[str, Any] = {"namespace": namespace, "name": name}
+    if uid:
+        meta["uid"] = uid
+    return {"metadata": meta}
+
+
+class EventSink:
+    """A bounded queue of pod events and the worker that posts them."""
+
+    def __init__(self, post: PostEvent, *, capacity: int = 1024, remember: int = 10_000) -> None:
+        self._post = post
+        self._queue: asyncio.Queue[tuple[Mapping[str, Any], tuple[PodEvent, ...]]] = asyncio.Queue(capacity)
+        self._seen: OrderedDict[Hashable, None] = OrderedDict()
+        self._remember = remember
+        self.posted = 0
+        self.dropped = 0
+        self._on_posted: Callable[[], None] = _nothing
+        self._on_dropped: Callable[[], None] = _nothing
+
+    def set_hooks(self, *, on_posted: Callable[[], None], on_dropped: Callable[[], None]) -> None:
+        """Count posted and dropped events somewhere else too (the service wires its metrics here)."""
+        self._on_posted, self._on_dropped = on_posted, on_dropped
+
+    def submit(self, pod: Mapping[str, Any], events: Sequence[PodEvent], *, once_key: Hashable | None = None) -> bool:
+        """Queue ``events`` for ``pod`` without waiting. False when suppressed by ``once_key`` or dropped."""
+        if not events:
+            return False
+        if once_key is not None:
+            if once_key in self._seen:
+                self._seen.move_to_end(once_key)
+                return False
+            self._seen[once_key] = None
+            if len(self._seen) > self._remember:
+                self._seen.popitem(last=False)
+        try:
+            self._queue.put_nowait((pod, tuple(events)))
+        except asyncio.QueueFull:
+            self._drop(len(events))
+            logger.warning("event queue full: events dropped", extra={"events": len(events)})
+            return False
+        return True
+
+    def forget(self, once_key: Hashable) -> None:
+        """Allow ``once_key`` again (e.g. the pod was scheduled, so a later failure is news)."""
+        self._seen.pop(once_key, None)
+
+    @property
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    async def run(self) -> None:
+        """Post queued events until cancelled. A failed post is logged and counted, never retried."""
+        while True:
+            pod, events = await self._queue.get()
+            try:
+                for event in events:
+                    await self._post_one(pod, event)
+            finally:
+                self._queue.task_done()
+
+    async def _post_one(self, pod: Mapping[str, Any], event: PodEvent) -> None:
+        try:
+            await self._post(pod, event)
+        except (VgpuError, OSError, TimeoutError) as e:
+            self._drop(1)
+            meta = pod.get("metadata") or {}
+            logger.warning(
+                "event not posted",
+                extra={
+                    "pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                    "reason": event.reason.value,
+                    "error": str(e),
+                },
+            )
+            return
+        self.posted += 1
+        self._on_posted()
+
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait until every queued event was handled (needs ``run`` going); False if ``timeout_s`` passed first."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._queue.join()
+        except TimeoutError:
+            return False
+        return True
+
+    def _drop(self, n: int) -> None:
+        self.dropped += n
+        for _ in range(n):
+            self._on_dropped()
+
+
+def _nothing() -> None:
+    return None

@@ -1,0 +1,360 @@
+"""``POST /filter``: plan from the process-local snapshot, then commit the reservation atomically in Redis.
+
+Plan, then commit (design §2, hami-compat §5.1 with decisions 3 and 6):
+
+1. Parse the body (Go JSON rules, 1 MiB cap) and the pod's requests; a pod that asks for nothing we manage
+   passes through unchanged. Bad input, an invalid policy or weights annotation → an ``Error`` answer.
+2. Full ``Nodes`` (autoscaler simulation): evaluate the given nodes' annotations with zero usage, reserve
+   nothing, answer the best node plus the failed ones.
+3. ``NodeNames``: refuse with an ``Error`` while the snapshot or the store is not ready (never guess). Drop the
+   pod's previous reservation (re-filters are idempotent), read the namespace quota, plan with the core.
+4. Commit: charge the quota (when the namespace has limits; refused → ``ResourceQuotaNotFit`` everywhere), then
+   reserve the devices with the store's capacity-checked script. A conflict refunds the quota, re-reads the
+   node and re-plans, a bounded number of times. No API-server call on this path: events go to the sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from services.extender.metrics import ExtenderMetrics, FilterOutcome
+from services.extender.nodes import NODE_UNREGISTERED, inventory_from_node, node_name
+from services.extender.snapshot import SnapshotCache
+from shared.codec.resources import pod_request
+from shared.codec.selectors import decode_pod_constraints
+from shared.config import ExtenderSettings
+from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
+from shared.domain.plan import Decision, Failure, plan
+from shared.domain.scoring import Policies
+from shared.domain.snapshot import NodeSnapshot
+from shared.errors import DecodeError, PermanentError, TransientError, VgpuError
+from shared.protocol.events import filter_failure_events, reason_types
+from shared.protocol.extender import (
+    EMPTY_BODY_MESSAGE,
+    MAX_BODY_BYTES,
+    ExtenderArgs,
+    ExtenderFilterResult,
+    parse_extender_args,
+)
+from shared.store import ConflictDimension, QuotaExceeded, ReserveConflict, Reserved
+
+if TYPE_CHECKING:
+    from services.extender.service import ExtenderDeps
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_ATTEMPTS = 5
+JSON = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    """What the filter needs of the pod, decoded once."""
+
+    namespace: str
+    name: str
+    uid: str
+    request: PodRequest
+    constraints: PodConstraints
+    ref: Mapping[str, Any]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class FilterError(VgpuError):
+    """A filter call that ends in an ``Error`` answer; ``outcome`` says which kind for the metrics."""
+
+    def __init__(self, message: str, outcome: FilterOutcome) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if annotations is None:
+        return {}
+    if not isinstance(annotations, dict):
+        raise DecodeError("extender args", "Pod.metadata.annotations must be an object")
+    return annotations
+
+
+def body_too_large_message(limit: int = MAX_BODY_BYTES) -> str:
+    return f"extender args: request body exceeds {limit} bytes"
+
+
+class FilterHandler:
+    """The ``/filter`` endpoint. ``handle`` is the aiohttp handler; ``filter`` the same on a parsed request."""
+
+    def __init__(
+        self,
+        settings: ExtenderSettings,
+        deps: ExtenderDeps,
+        metrics: ExtenderMetrics,
+        cache: SnapshotCache,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        self._settings = settings
+        self._deps = deps
+        self._store = deps.store
+        self._nvidia = deps.nvidia
+        self._metrics = metrics
+        self._cache = cache
+        self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
+        self._max_attempts = max(1, max_attempts)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Read the body (HTTP 400 only for a missing body, as HAMi) and answer an ``ExtenderFilterResult``."""
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            self._metrics.filter_outcome(FilterOutcome.BAD_REQUEST)
+            return _answer(ExtenderFilterResult.from_error(body_too_large_message()))
+        if not body:
+            self._metrics.filter_outcome(FilterOutcome.BAD_REQUEST)
+            return web.Response(status=400, text=EMPTY_BODY_MESSAGE + "\n")
+        return _answer(await self.filter_body(body))
+
+    async def filter_body(self, body: bytes) -> ExtenderFilterResult:
+        """Decode ``body`` and filter; every failure becomes an ``Error`` answer (the process keeps serving)."""
+        try:
+            args = parse_extender_args(body)
+        except DecodeError as e:
+            self._metrics.filter_outcome(FilterOutcome.BAD_REQUEST)
+            logger.info("bad filter request", extra={"error": str(e)})
+            return ExtenderFilterResult.from_error(str(e))
+        return await self.filter(args)
+
+    async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
+        """Answer one parsed ``ExtenderArgs``."""
+        try:
+            pod = self._decode_pod(args)
+            if pod is None:
+                self._metrics.filter_outcome(FilterOutcome.PASSTHROUGH)
+                return ExtenderFilterResult.passthrough(args)
+            if args.nodes is not None:
+                return self._simulate(pod, args.nodes)
+            if args.node_names is None:
+                raise FilterError("extender args: neither NodeNames nor Nodes given", FilterOutcome.BAD_REQUEST)
+            return await self._schedule(pod, args.node_names)
+        except FilterError as e:
+            self._metrics.filter_outcome(e.outcome)
+            logger.info("filter refused", extra={"outcome": e.outcome.value, "error": str(e)})
+            return ExtenderFilterResult.from_error(str(e))
+        except DecodeError as e:
+            self._metrics.filter_outcome(FilterOutcome.BAD_REQUEST)
+            logger.info("bad filter request", extra={"error": str(e)})
+            return ExtenderFilterResult.from_error(str(e))
+        except TransientError as e:
+            self._metrics.filter_outcome(FilterOutcome.NOT_READY)
+            logger.warning("filter failed: store unavailable", extra={"error": str(e)})
+            return ExtenderFilterResult.from_error(f"extender not ready: {e}")
+        except PermanentError as e:
+            self._metrics.filter_outcome(FilterOutcome.ERROR)
+            logger.error("filter failed", extra={"error": str(e)})
+            return ExtenderFilterResult.from_error(f"extender error: {e}")
+
+    # ---- decoding ----------------------------------------------------------------------------------------------
+
+    def _decode_pod(self, args: ExtenderArgs) -> _Pod | None:
+        """The pod's identity, requests and constraints; None when it requests no managed resource."""
+        request = pod_request(args.pod, self._nvidia)
+        if not request.any:
+            return None
+        namespace, name, uid = args.pod_namespace, args.pod_name, args.pod_uid
+        constraints = decode_pod_constraints(_annotations(args.pod))
+        meta: dict[str, Any] = {"namespace": namespace, "name": name}
+        if uid:
+            meta["uid"] = uid
+        rv = args.pod.get("metadata", {}).get("resourceVersion")
+        if isinstance(rv, str) and rv:
+            meta["resourceVersion"] = rv
+        return _Pod(namespace, name, uid, request, constraints, {"metadata": meta})
+
+    # ---- full Nodes: simulation, nothing reserved ---------------------------------------------------------------
+
+    def _simulate(self, pod: _Pod, nodes: Sequence[Mapping[str, Any]]) -> ExtenderFilterResult:
+        snaps: list[NodeSnapshot] = []
+        objects: dict[str, Mapping[str, Any]] = {}
+        failed: dict[str, str] = {}
+        for node in nodes:
+            name = node_name(node)
+            objects[name] = node
+            try:
+                snaps.append(NodeSnapshot(inventory_from_node(node, self._nvidia)))
+            except DecodeError as e:
+                logger.debug("simulated node unregistered", extra={"node": name, "error": str(e)})
+                failed[name] = NODE_UNREGISTERED
+        result = plan(pod.request, pod.constraints, snaps, policies=self._policies, config=self._nvidia)
+        self._metrics.filter_outcome(FilterOutcome.SIMULATED)
+        if isinstance(result, Failure):
+            failed.update(result.reasons)
+            self._count_reasons(failed)
+            logger.info("simulated filter: no node fits", extra={"pod": pod.key, "nodes": len(nodes)})
+            return ExtenderFilterResult.failure(failed)
+        for snap in snaps:
+            if snap.name == result.node:
+                continue
+            alone = plan(pod.request, pod.constraints, [snap], policies=self._policies, config=self._nvidia)
+            if isinstance(alone, Failure):
+                failed.update(alone.reasons)
+        logger.info("simulated filter", extra={"pod": pod.key, "node": result.node, "nodes": len(nodes)})
+        return ExtenderFilterResult(nodes=[objects[result.node]], failed_nodes=failed)
+
+    # ---- NodeNames: plan and commit ----------------------------------------------------------------------------
+
+    async def _schedule(self, pod: _Pod, names: Sequence[str]) -> ExtenderFilterResult:
+        reason = self._cache.not_ready_reason()
+        if reason is not None:
+            raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
+        if not pod.uid:
+            raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
+        previous, quota = await asyncio.gather(
+            self._store.reservations.node_of(pod.uid), self._store.quota.get(pod.namespace)
+        )
+        if previous is not None:
+            await self._drop_previous(pod, previous)
+            quota = await self._store.quota.get(pod.namespace)
+        limited = quota.limits.mem_mib is not None or quota.limits.cores_pct is not None
+        quota_state: QuotaState | None = quota if limited else None
+
+        retries = 0
+        while True:
+            snaps, missing = self._cache.lookup(names)
+            result = plan(
+                pod.request, pod.constraints, snaps, policies=self._policies, quota=quota_state, config=self._nvidia
+            )
+            if isinstance(result, Failure):
+                failed = dict(result.reasons)
+                failed.update(dict.fromkeys(missing, NODE_UNREGISTERED))
+                return self._unschedulable(pod, names, failed, FilterOutcome.UNSCHEDULABLE, retries)
+            if quota_state is not None:
+                charge = await self._store.quota.charge(
+                    pod.namespace, pod.uid, _quota_mem(result), _quota_cores(result)
+                )
+                if isinstance(charge, QuotaExceeded):
+                    failed = dict.fromkeys(names, Reason.RESOURCE_QUOTA_NOT_FIT.value)
+                    logger.debug(
+                        "quota refused the charge",
+                        extra={"pod": pod.key, "dimension": charge.dimension.value, "limit": charge.limit},
+                    )
+                    return self._unschedulable(pod, names, failed, FilterOutcome.QUOTA_EXCEEDED, retries)
+            reserved = await self._store.reservations.reserve(_allocation(pod, result))
+            if isinstance(reserved, Reserved):
+                return self._scheduled(pod, result, reserved, retries)
+            await self._conflict(pod, reserved, charged=quota_state is not None)
+            if retries + 1 >= self._max_attempts:
+                self._metrics.filter_outcome(FilterOutcome.CONFLICTS)
+                logger.warning(
+                    "filter gave up after reservation conflicts", extra={"pod": pod.key, "attempts": retries + 1}
+                )
+                return ExtenderFilterResult.from_error(
+                    f"reservation conflicts on {retries + 1} attempts (nodes are changing fast): retry the pod"
+                )
+            retries += 1
+            self._metrics.reservation_retries.inc()
+
+    async def _drop_previous(self, pod: _Pod, node: str) -> None:
+        """A re-filter: give back the pod's earlier reservation and quota before planning again (design §2)."""
+        released = await self._store.reservations.release(pod.uid, node=node)
+        await self._store.quota.refund(pod.namespace, pod.uid)
+        await self._cache.refresh([node])
+        logger.debug(
+            "previous reservation dropped", extra={"pod": pod.key, "node": node, "found": released is not None}
+        )
+
+    async def _conflict(self, pod: _Pod, conflict: ReserveConflict, *, charged: bool) -> None:
+        self._metrics.reservation_conflicts.inc()
+        logger.debug(
+            "reservation conflict",
+            extra={
+                "pod": pod.key,
+                "node": conflict.node,
+                "dimension": conflict.dimension.value,
+                "device": conflict.device,
+                "detail": conflict.detail,
+            },
+        )
+        if charged:
+            await self._store.quota.refund(pod.namespace, pod.uid)
+        if conflict.dimension is ConflictDimension.NODE_UNKNOWN:
+            reason = await self._cache.verify()
+            if reason is not None:
+                raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
+        await self._cache.refresh([conflict.node])
+
+    def _scheduled(self, pod: _Pod, decision: Decision, reserved: Reserved, retries: int) -> ExtenderFilterResult:
+        if reserved.changed:
+            self._cache.apply_local(decision, reserved.generation)
+        self._metrics.filter_outcome(FilterOutcome.SCHEDULED)
+        logger.info(
+            "pod scheduled",
+            extra={
+                "pod": pod.key,
+                "pod_uid": pod.uid,
+                "node": decision.node,
+                "devices": [[d.uuid for d in ctr] for ctr in decision.devices],
+                "retries": retries,
+            },
+        )
+        return ExtenderFilterResult.fit(decision.node)
+
+    def _unschedulable(
+        self, pod: _Pod, names: Sequence[str], failed: dict[str, str], outcome: FilterOutcome, retries: int
+    ) -> ExtenderFilterResult:
+        self._metrics.filter_outcome(outcome)
+        kinds = self._count_reasons(failed)
+        logger.info(
+            "no node fits pod",
+            extra={"pod": pod.key, "pod_uid": pod.uid, "nodes": len(names), "reasons": kinds, "retries": retries},
+        )
+        if logger.isEnabledFor(logging.DEBUG):
+            for node, text in sorted(failed.items()):
+                logger.debug("node refused pod", extra={"pod": pod.key, "node": node, "reason": text})
+        kind = ",".join(sorted(kinds))
+        self._deps.event_sink.submit(
+            pod.ref, filter_failure_events(failed, len(names)), once_key=(pod.uid or pod.key, outcome.value, kind)
+        )
+        return ExtenderFilterResult.failure(failed)
+
+    def _count_reasons(self, failed: Mapping[str, str]) -> dict[str, int]:
+        counts: collections.Counter[str] = collections.Counter()
+        for text in failed.values():
+            counts.update(reason_types(text))
+        for reason, n in counts.items():
+            self._metrics.filter_reasons.labels(reason).inc(n)
+        return dict(counts)
+
+
+def _quota_mem(decision: Decision) -> int:
+    return sum(c.mem_mib for c in decision.charges)
+
+
+def _quota_cores(decision: Decision) -> int:
+    return sum(c.cores_pct for c in decision.charges)
+
+
+def _allocation(pod: _Pod, decision: Decision) -> Allocation:
+    return Allocation(
+        pod_uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        node=decision.node,
+        devices=decision.devices,
+        charges=decision.charges,
+        mig=decision.mig,
+    )
+
+
+def _answer(result: ExtenderFilterResult) -> web.Response:
+    return web.Response(body=result.to_json(), content_type=JSON)

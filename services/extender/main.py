@@ -1,0 +1,89 @@
+"""``vgpu-scheduler extender``: the composition root.
+
+Settings → logging → Redis → kube client → metrics registry → event sink → :class:`ExtenderService` (HTTP on
+``--http_bind``) and the ops server (``/healthz``, ``/readyz``, ``/metrics`` on ``--metrics-bind-address``),
+supervised by :func:`shared.runtime.run_service`. SIGTERM drains: the extender stops accepting, finishes
+in-flight requests within the drain deadline, then the ops server stops and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from services.extender.events import EventSink, api_poster
+from services.extender.service import ExtenderDeps, ExtenderService
+from shared import config
+from shared.config import CommonSettings, ExtenderSettings, Service, add_service_parser, settings_from_args
+from shared.k8s import Api, KubeSettings, open_client
+from shared.logs import configure_from_settings
+from shared.metrics import new_registry, register_build_info
+from shared.ops import create_ops_app, serve
+from shared.runtime import RootTask, run_service, supervise
+from shared.store import Store, connect
+
+DEFAULT_KUBE_TIMEOUT_S = 10.0
+"""The per-call deadline used when ``--kube-timeout`` is 0: well inside kube-scheduler's extender timeout."""
+DEFAULT_COMPONENT = "vgpu-scheduler"
+"""The Events' ``source.component`` when ``--scheduler-name`` is empty."""
+DRAIN_TIMEOUT_S = 10.0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``extender`` subcommand (flags generated from the option table)."""
+    add_service_parser(subparsers, Service.EXTENDER).set_defaults(run=run)
+
+
+def kube_settings(common: CommonSettings) -> KubeSettings:
+    """The kube client settings (``--kube-timeout 0`` → :data:`DEFAULT_KUBE_TIMEOUT_S`)."""
+    k: config.KubeSettings = common.kube
+    return KubeSettings(
+        kubeconfig=k.kubeconfig,
+        server=k.server,
+        qps=k.qps,
+        burst=k.burst,
+        timeout_s=k.timeout_s if k.timeout_s > 0 else DEFAULT_KUBE_TIMEOUT_S,
+    )
+
+
+async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> None:
+    """Build the dependencies, then run the extender and its ops server until ``stop`` (then drain)."""
+    common = settings.common
+    store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
+    try:
+        async with open_client(kube_settings(common)) as kube:
+            api = Api(kube, component=settings.scheduler_name or DEFAULT_COMPONENT, instance=common.instance_id)
+            registry = new_registry()
+            register_build_info(registry, service=Service.EXTENDER.value)
+            deps = ExtenderDeps(
+                store=store,
+                api=api,
+                registry=registry,
+                instance_id=common.instance_id,
+                nvidia=common.nvidia,
+                event_sink=EventSink(api_poster(api)),
+            )
+            service = ExtenderService(settings, deps, drain_timeout_s=DRAIN_TIMEOUT_S)
+            ops = create_ops_app(
+                readiness=service.readiness, registry=registry, before_scrape=service.refresh_quota_metrics
+            )
+            # The supervisor's own stop event is never set: on SIGTERM the extender drains and returns by itself,
+            # which then stops the ops server (cancelling the extender first would cut in-flight requests).
+            await supervise(
+                asyncio.Event(),
+                [
+                    RootTask("ops-server", lambda: serve(ops, common.metrics_bind)),
+                    RootTask("extender", lambda: service.run(stop)),
+                ],
+                shutdown_deadline_s=DRAIN_TIMEOUT_S + 5.0,
+            )
+    finally:
+        await store.aclose()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the extender until SIGTERM/SIGINT. Exit code 0 clean, 1 failure, 2 configuration error."""
+    settings = settings_from_args(Service.EXTENDER, args, os.environ)
+    configure_from_settings(settings.common)
+    return run_service(lambda stop: serve_extender(settings, stop))

@@ -1,0 +1,236 @@
+"""Every metric the extender exports, against the injected registry (never the default one).
+
+Counters and histograms are updated on the request paths (``ExtenderMetrics``). The HAMi-compatible allocation
+gauges are not stored at all: :class:`AllocationCollector` computes them at scrape time from the snapshot cache
+(one consistent view per scrape), plus the namespace quotas read by an async ``before_scrape`` hook. Every HAMi
+series carries ``zone="vGPU"`` (hami-compat §10.4). Memory is in bytes (MiB × 1048576).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from shared.domain.model import QuotaState
+from shared.domain.snapshot import NodeSnapshot
+from shared.metrics import HAMI_ZONE
+
+MIB = 1 << 20
+
+# Filter latency must be visible well below a millisecond; bind waits on the API server and the node lock.
+_REQUEST_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+_LOCK_WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Verb(enum.Enum):
+    """The ``verb`` label of the request histogram: one per extender endpoint."""
+
+    FILTER = "filter"
+    BIND = "bind"
+    WEBHOOK = "webhook"
+
+
+class FilterOutcome(enum.Enum):
+    """How a ``/filter`` call ended (``vgpu_filter_outcomes_total{outcome}``)."""
+
+    PASSTHROUGH = "passthrough"
+    """The pod asks for no managed resource: candidates echoed."""
+    SCHEDULED = "scheduled"
+    """A node was chosen and the devices reserved."""
+    UNSCHEDULABLE = "unschedulable"
+    """No candidate fits: every node listed with its reason."""
+    QUOTA_EXCEEDED = "quota_exceeded"
+    """The namespace quota refused the charge."""
+    SIMULATED = "simulated"
+    """Full ``Nodes`` (autoscaler simulation): evaluated, nothing reserved."""
+    NOT_READY = "not_ready"
+    """The snapshot is not loaded or the store is not synced: an Error answer."""
+    BAD_REQUEST = "bad_request"
+    """A malformed body or pod: an Error answer."""
+    CONFLICTS = "conflicts"
+    """Every reservation attempt lost a race: an Error answer (kube-scheduler retries the pod)."""
+    ERROR = "error"
+    """An internal or store failure: an Error answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaView:
+    """The namespace quotas as last read from the store, for the quota gauges."""
+
+    by_namespace: Mapping[str, QuotaState]
+
+
+class ExtenderMetrics:
+    """The extender's counters and histograms. Helper B's handlers use ``bind_outcomes``, ``node_lock_wait``
+    and ``webhook_outcomes``; ``request_duration`` is observed by the app for every verb."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.request_duration = Histogram(
+            "vgpu_extender_request_duration_seconds",
+            "Time to answer one extender request, by verb.",
+            ["verb"],
+            buckets=_REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.filter_outcomes = Counter(
+            "vgpu_filter_outcomes_total", "Filter calls by outcome.", ["outcome"], registry=registry
+        )
+        self.filter_reasons = Counter(
+            "vgpu_filter_reasons_total",
+            "Candidate nodes refused by a filter call, by reason type (a node with two reasons counts twice).",
+            ["reason"],
+            registry=registry,
+        )
+        self.reservation_conflicts = Counter(
+            "vgpu_reservation_conflicts_total",
+            "Reservations refused by the store's capacity check (another replica or pod took the room first).",
+            registry=registry,
+        )
+        self.reservation_retries = Counter(
+            "vgpu_reservation_retries_total",
+            "Re-plans after a reservation conflict.",
+            registry=registry,
+        )
+        self.bind_outcomes = Counter(
+            "vgpu_bind_outcomes_total", "Bind calls by outcome.", ["outcome"], registry=registry
+        )
+        self.node_lock_wait = Histogram(
+            "vgpu_node_lock_wait_seconds",
+            "Time a bind waited for the node lock.",
+            buckets=_LOCK_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.webhook_outcomes = Counter(
+            "vgpu_webhook_outcomes_total", "Admission reviews by outcome.", ["outcome"], registry=registry
+        )
+        self.snapshot_reloads = Counter(
+            "vgpu_extender_snapshot_reloads_total",
+            "Full reloads of the process-local snapshot, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.snapshot_node_reads = Counter(
+            "vgpu_extender_snapshot_node_reads_total",
+            "Nodes re-read from Redis into the snapshot after a change event or a conflict.",
+            registry=registry,
+        )
+        self.snapshot_nodes = Gauge(
+            "vgpu_extender_snapshot_nodes", "Registered nodes in the process-local snapshot.", registry=registry
+        )
+        self.events_dropped = Counter(
+            "vgpu_extender_events_dropped_total",
+            "Kubernetes Events not posted (queue full, or the API refused them).",
+            registry=registry,
+        )
+        self.events_posted = Counter(
+            "vgpu_extender_events_posted_total", "Kubernetes Events posted.", registry=registry
+        )
+        for outcome in FilterOutcome:
+            self.filter_outcomes.labels(outcome.value)
+        for verb in Verb:
+            self.request_duration.labels(verb.value)
+
+    def filter_outcome(self, outcome: FilterOutcome) -> None:
+        self.filter_outcomes.labels(outcome.value).inc()
+
+
+_DEVICE_LABELS = ["node", "device_uuid", "device_index", "device_type", "zone"]
+_ALLOCATED_LABELS = ["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"]
+_OVERVIEW_LABELS = ["node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone"]
+_RATIO_LABELS = ["node", "device_uuid", "device_index", "device_type", "zone"]
+_QUOTA_USED_LABELS = ["namespace", "quota_name", "limit", "zone"]
+_QUOTA_LIMIT_LABELS = ["namespace", "quota_name", "zone"]
+
+
+class AllocationCollector(Collector):
+    """HAMi's allocation gauges, computed at scrape time from one view of the snapshot cache.
+
+    ``nodes`` returns the current snapshots (name → NodeSnapshot); ``quotas`` the last quota view (may be
+    empty); ``resource_names`` gives the quota ``quota_name`` labels (memory resource, core resource).
+    """
+
+    def __init__(
+        self,
+        nodes: Callable[[], Mapping[str, NodeSnapshot]],
+        quotas: Callable[[], QuotaView],
+        resource_names: tuple[str, str] = ("nvidia.com/gpumem", "nvidia.com/gpucores"),
+    ) -> None:
+        self._nodes = nodes
+        self._quotas = quotas
+        self._mem_name, self._core_name = resource_names
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, quota_used, quota_limit) = families
+        for name, snap in sorted(self._nodes().items()):
+            for dev, u in zip(snap.inventory.devices, snap.usages, strict=True):
+                idx = str(dev.index)
+                base = [name, dev.id, idx, dev.type, HAMI_ZONE]
+                mem_limit.add_metric(base, float(dev.devmem_mib * MIB))
+                core_limit.add_metric(base, float(dev.devcore))
+                mem_alloc.add_metric(
+                    [name, dev.id, idx, str(u.used_cores), dev.type, HAMI_ZONE], float(u.used_mem_mib * MIB)
+                )
+                shared.add_metric(base, float(u.used))
+                core_alloc.add_metric(base, float(u.used_cores))
+                overview.add_metric(
+                    [name, dev.id, idx, str(u.used_cores), str(dev.devmem_mib), dev.type, HAMI_ZONE],
+                    float(u.used_mem_mib * MIB),
+                )
+                mem_ratio.add_metric(base, u.used_mem_mib / dev.devmem_mib if dev.devmem_mib > 0 else 0.0)
+        for ns, state in sorted(self._quotas().by_namespace.items()):
+            for quota_name, limit, used in (
+                (self._mem_name, state.limits.mem_mib, state.used_mem_mib),
+                (self._core_name, state.limits.cores_pct, state.used_cores_pct),
+            ):
+                if limit is None:
+                    continue
+                quota_used.add_metric([ns, quota_name, str(limit), HAMI_ZONE], float(used))
+                quota_limit.add_metric([ns, quota_name, HAMI_ZONE], float(limit))
+        yield from families
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, ...]:
+        def g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=labels)
+
+        return (
+            g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEVICE_LABELS),
+            g("hami_gpu_core_limit_ratio", "Device core limit for a certain GPU", _DEVICE_LABELS),
+            g("hami_gpu_memory_allocated_bytes", "Device memory allocated for a certain GPU", _ALLOCATED_LABELS),
+            g("hami_gpu_shared_count", "Number of containers sharing this GPU", _DEVICE_LABELS),
+            g("hami_gpu_core_allocated_ratio", "Device core allocated for a certain GPU", _RATIO_LABELS),
+            g("hami_node_gpu_overview", "GPU overview on a certain node", _OVERVIEW_LABELS),
+            g(
+                "hami_node_gpu_memory_allocated_ratio",
+                "GPU memory allocated percentage on a certain GPU",
+                _RATIO_LABELS,
+            ),
+            g("hami_resource_quota_used", "ResourceQuota usage tracked by the scheduler", _QUOTA_USED_LABELS),
+            g("hami_resource_quota_limit", "ResourceQuota limit honoured by the scheduler", _QUOTA_LIMIT_LABELS),
+        )

@@ -1,0 +1,167 @@
+"""The extender service: its dependencies, its background tasks and its HTTP server.
+
+``ExtenderService(settings, deps).run(stop)`` follows the store's change feed into the snapshot cache, posts
+events, and serves ``/filter``, ``/bind``, ``/webhook``, ``/healthz``, ``/readyz`` and ``/metrics`` on
+``--http_bind`` (TLS with ``--cert_file``/``--key_file``) until ``stop`` is set. Then it drains: it stops
+accepting connections, lets in-flight requests finish within ``drain_timeout_s``, flushes queued events and
+returns. Any number of replicas may run at once: they share only Redis and the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+
+from services.extender.events import EventSink
+from services.extender.filter import FilterHandler
+from services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
+from services.extender.snapshot import CacheSettings, SnapshotCache
+from shared.config import ExtenderSettings
+from shared.domain.model import NvidiaConfig
+from shared.errors import TransientError
+from shared.k8s import Api
+from shared.ops import RunningServer, start_server
+from shared.store import Store
+
+logger = logging.getLogger(__name__)
+
+
+class Handler(Protocol):
+    """What an endpoint object offers the app: an aiohttp handler."""
+
+    async def handle(self, request: web.Request) -> web.Response: ...
+
+
+@dataclass(frozen=True)
+class ExtenderDeps:
+    """Everything the extender talks to, built by the composition root (``main.py``, ``all-in-one``, tests).
+
+    ``event_sink`` posts Kubernetes Events off the request path (its worker runs inside ``ExtenderService.run``).
+    """
+
+    store: Store
+    api: Api
+    registry: CollectorRegistry
+    instance_id: str
+    nvidia: NvidiaConfig
+    event_sink: EventSink
+    clock: Callable[[], float] = time.time
+    cache_settings: CacheSettings = field(default_factory=CacheSettings)
+
+
+class ExtenderService:
+    """One extender replica. Build it, then ``await run(stop)``; ``ready`` is set once it can place pods."""
+
+    def __init__(
+        self,
+        settings: ExtenderSettings,
+        deps: ExtenderDeps,
+        *,
+        drain_timeout_s: float = 10.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.settings = settings
+        self.deps = deps
+        self.drain_timeout_s = drain_timeout_s
+        self.metrics = ExtenderMetrics(deps.registry)
+        self.cache = SnapshotCache(
+            deps.store,
+            deps.cache_settings,
+            on_reload=lambda reason: self.metrics.snapshot_reloads.labels(reason).inc(),
+            on_node_reads=self.metrics.snapshot_node_reads.inc,
+        )
+        self._quota_view = QuotaView({})
+        deps.registry.register(
+            AllocationCollector(
+                self.cache.snapshots,
+                lambda: self._quota_view,
+                (deps.nvidia.resource_memory_name, deps.nvidia.resource_core_name),
+            )
+        )
+        deps.event_sink.set_hooks(on_posted=self.metrics.events_posted.inc, on_dropped=self.metrics.events_dropped.inc)
+        # helper B's handlers import this module: imported here, not at the top, to avoid an import cycle
+        from services.extender.bind import BindHandler
+        from services.extender.webhook import WebhookHandler
+
+        self.filter = FilterHandler(settings, deps, self.metrics, self.cache)
+        self.bind: Handler = BindHandler(settings, deps, self.metrics)
+        self.webhook: Handler = WebhookHandler(settings, deps, self.metrics)
+        self._ssl_context = ssl_context
+        self.ready = asyncio.Event()
+        self.server: RunningServer | None = None
+        self.listening = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then drain and return."""
+        from services.extender.app import create_app
+
+        ssl_context = self._ssl_context or self._tls_context()
+        async with asyncio.TaskGroup() as tg:
+            follower = tg.create_task(self.cache.run(), name="extender:snapshot-follower")
+            sink = tg.create_task(self.deps.event_sink.run(), name="extender:event-sink")
+            readiness = tg.create_task(self._watch_ready(), name="extender:ready-watch")
+            try:
+                self.server = await start_server(
+                    create_app(self),
+                    self.settings.http_bind,
+                    ssl_context=ssl_context,
+                    shutdown_timeout_s=self.drain_timeout_s,
+                )
+                self.listening.set()
+                await stop.wait()
+                logger.info("extender draining", extra={"deadline_s": self.drain_timeout_s})
+            finally:
+                if self.server is not None:
+                    await self.server.stop()  # stop accepting; in-flight requests finish within the deadline
+                if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
+                    logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
+                self.cache.close()
+                for task in (readiness, sink, follower):
+                    task.cancel()
+
+    async def readiness(self) -> tuple[bool, str]:
+        """Ready = Redis answers, the snapshot is loaded and the registrar's and informer's sync markers are
+        present in the current store epoch (a live check, for ``/readyz``)."""
+        try:
+            reason = await self.cache.verify()
+        except TransientError as e:
+            return False, f"redis unavailable: {e}"
+        if reason is not None:
+            return False, reason
+        return True, f"ok: {len(self.cache)} nodes"
+
+    async def refresh_quota_metrics(self) -> None:
+        """Read every namespace's quota for the scrape-time quota gauges (the ``/metrics`` before-scrape hook)."""
+        quota = self.deps.store.quota
+        namespaces = await quota.namespaces()
+        states = await asyncio.gather(*(quota.get(ns) for ns in namespaces))
+        self._quota_view = QuotaView(dict(zip(namespaces, states, strict=True)))
+
+    async def _watch_ready(self) -> None:
+        await self.cache.wait_until(lambda: self.cache.not_ready_reason() is None, timeout_s=None)
+        self.ready.set()
+        logger.info("extender ready", extra={"nodes": len(self.cache)})
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        s = self.settings
+        if s.cert_file is None or s.key_file is None:
+            return None
+        try:
+            module: Any = importlib.import_module("services.extender.tls")
+        except ModuleNotFoundError as e:
+            if e.name != "services.extender.tls":
+                raise
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # no reload without tls.py
+            context.load_cert_chain(s.cert_file, s.key_file)
+            return context
+        built: ssl.SSLContext = module.build_ssl_context(s.cert_file, s.key_file)
+        return built

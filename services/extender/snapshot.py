@@ -1,0 +1,323 @@
+"""The process-local snapshot: every registered node's inventory and usage, kept current by the change feed.
+
+``/filter`` never reads the whole cluster from Redis. This cache loads every node once (the store's snapshot
+loader, pipelined in batches), then follows the change stream and re-reads only the nodes whose generation
+moved. Each node's domain :class:`~shared.domain.snapshot.NodeSnapshot` (with its O(1) summary) is built once
+per generation and shared by every request until the node changes again.
+
+Consistency: generations only move forward here (a late read never replaces a newer one). A feed gap (stream
+trimmed past us) reloads everything in the background while serving; a store epoch change (Redis flushed or
+restarted empty) drops the cache and answers "not ready" until it is reloaded and the registrar's and
+informer's sync markers are back. A stale entry can cost a reservation conflict (the store's script is the
+authority), never an over-commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from shared.domain.plan import Decision, apply_decision
+from shared.domain.snapshot import NodeSnapshot
+from shared.errors import TransientError
+from shared.store import ChangeBatch, NodeState, Store, StoreStatus, SyncMarker
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_MARKERS = frozenset({SyncMarker.INVENTORY, SyncMarker.ALLOCATIONS, SyncMarker.QUOTAS})
+"""The loads that must be complete in the current store epoch before the extender places pods."""
+
+
+@dataclass(frozen=True, slots=True)
+class CachedNode:
+    """One node's domain snapshot at ``generation``; ``seq`` orders installs (for reload bookkeeping)."""
+
+    generation: int
+    snapshot: NodeSnapshot
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """Tuning of the snapshot follower."""
+
+    batch_size: int = 500
+    """Nodes per pipelined snapshot read."""
+    feed_block_s: float = 1.0
+    """How long one feed read waits for events."""
+    feed_count: int = 1000
+    """Events per feed read."""
+    status_interval_s: float = 1.0
+    """How often the store epoch and sync markers are re-read while following the feed."""
+    backoff_initial_s: float = 0.1
+    backoff_max_s: float = 5.0
+
+
+@dataclass(slots=True)
+class CacheStats:
+    full_loads: int = 0
+    node_reads: int = 0
+    events: int = 0
+    gaps: int = 0
+    epoch_changes: int = 0
+    redis_errors: int = 0
+    corrupt_nodes: int = 0
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class SnapshotCache:
+    """Every registered node's current snapshot, followed from the store's change feed.
+
+    Run :meth:`run` as a background task; ``loaded`` is set after the first full load. Request handlers use
+    :meth:`get` / :meth:`lookup` (no I/O), :meth:`not_ready_reason` (no I/O), :meth:`refresh` after a reservation
+    conflict and :meth:`apply_local` after their own reservation.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: CacheSettings | None = None,
+        *,
+        required: frozenset[SyncMarker] = REQUIRED_MARKERS,
+        on_reload: Callable[[str], None] | None = None,
+        on_node_reads: Callable[[int], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._settings = settings or CacheSettings()
+        self._required = required
+        self._on_reload = on_reload or (lambda reason: None)
+        self._on_node_reads = on_node_reads or (lambda n: None)
+        self._nodes: dict[str, CachedNode] = {}
+        self._gone: dict[str, int] = {}
+        self._seq = itertools.count(1)
+        self._last_id: str | None = None
+        self._epoch: str | None = None
+        self._status: StoreStatus | None = None
+        self._status_at = 0.0
+        self._redis_error: str | None = None
+        self._reload_reason: str | None = "start"
+        self._closing = False
+        self.loaded = asyncio.Event()
+        self._changed = asyncio.Event()
+        self.stats = CacheStats()
+
+    # ---- request path (no I/O) -----------------------------------------------------------------------------------
+
+    def get(self, node: str) -> NodeSnapshot | None:
+        """The node's current snapshot, or None when it is not registered (or not loaded yet)."""
+        cached = self._nodes.get(node)
+        return None if cached is None else cached.snapshot
+
+    def lookup(self, names: Iterable[str]) -> tuple[list[NodeSnapshot], list[str]]:
+        """The snapshots of ``names`` in order, and the names that are not registered."""
+        nodes = self._nodes
+        found: list[NodeSnapshot] = []
+        missing: list[str] = []
+        for name in names:
+            cached = nodes.get(name)
+            if cached is None:
+                missing.append(name)
+            else:
+                found.append(cached.snapshot)
+        return found, missing
+
+    def generation(self, node: str) -> int | None:
+        cached = self._nodes.get(node)
+        return None if cached is None else cached.generation
+
+    def snapshots(self) -> dict[str, NodeSnapshot]:
+        """A consistent copy of every node's snapshot (for scrape-time metrics)."""
+        return {name: c.snapshot for name, c in self._nodes.items()}
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def not_ready_reason(self) -> str | None:
+        """Why placements must not be made right now (None: ready), from what the follower last saw."""
+        if self._redis_error is not None:
+            return f"redis unavailable: {self._redis_error}"
+        if not self.loaded.is_set():
+            return "node snapshot not loaded yet"
+        return self._status_problem(self._status)
+
+    def _status_problem(self, status: StoreStatus | None) -> str | None:
+        if status is None:
+            return "store status not read yet"
+        if status.epoch is None:
+            return "store is empty (flushed or restarted): waiting for the registrar and informer to re-sync"
+        if status.epoch != self._epoch:
+            return "store epoch changed: reloading the node snapshot"
+        missing = sorted(m.value for m in self._required if not status.is_synced(m))
+        if missing:
+            return f"store not synced yet (missing: {', '.join(missing)})"
+        return None
+
+    # ---- request path (I/O) ------------------------------------------------------------------------------------
+
+    async def refresh(self, names: Iterable[str]) -> None:
+        """Re-read ``names`` from Redis now (after a reservation conflict or a release)."""
+        await self._read_nodes(sorted(set(names)))
+
+    async def verify(self) -> str | None:
+        """Re-read the store status now; the not-ready reason, if any (use when Redis looks flushed)."""
+        await self._check_status()
+        return self.not_ready_reason()
+
+    def apply_local(self, decision: Decision, generation: int) -> bool:
+        """Install the node as it is after our own reservation, without a Redis read, when the reservation's
+        ``generation`` directly follows the cached one. False otherwise (the feed brings the node soon)."""
+        cached = self._nodes.get(decision.node)
+        if cached is None or cached.generation != generation - 1:
+            return False
+        self._install_snapshot(decision.node, generation, apply_decision(cached.snapshot, decision))
+        return True
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout_s: float | None) -> None:
+        """Wait until ``predicate()`` holds, re-checking after every change (``timeout_s`` None: no limit)."""
+        async with asyncio.timeout(timeout_s):
+            while not predicate():
+                changed = self._changed
+                await changed.wait()
+
+    # ---- follower ------------------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Make :meth:`run` return at its next turn. Cancel it too: this covers a cancellation lost inside
+        redis-py (on Python 3.11 ``asyncio.wait_for`` drops a cancel that races a finished send)."""
+        self._closing = True
+
+    async def run(self) -> None:
+        """Load everything, then follow the feed until cancelled or closed. Redis trouble is retried with backoff."""
+        backoff = self._settings.backoff_initial_s
+        while not self._closing:
+            try:
+                if self._reload_reason is not None:
+                    await self._full_load(self._reload_reason)
+                batch = await self._store.feed.read(
+                    self._last_id or "0-0", block_s=self._settings.feed_block_s, count=self._settings.feed_count
+                )
+                self._redis_ok()
+                await self._follow(batch)
+                if time.monotonic() - self._status_at >= self._settings.status_interval_s:
+                    await self._check_status()
+                backoff = self._settings.backoff_initial_s
+            except TransientError as e:
+                self.stats.redis_errors += 1
+                if self._redis_error is None:
+                    logger.warning("redis unavailable: snapshot follower waiting", extra={"error": str(e)})
+                self._redis_error = str(e)
+                self._notify()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._settings.backoff_max_s)
+                try:
+                    await self._check_status()
+                except TransientError:
+                    continue
+
+    async def _follow(self, batch: ChangeBatch) -> None:
+        if batch.gap:
+            self.stats.gaps += 1
+            logger.warning("change feed gap: reloading every node", extra={"after": self._last_id})
+            self._reload_reason = "gap"
+            return
+        self.stats.events += len(batch.events)
+        stale: dict[str, None] = {}
+        for event in batch.events:
+            cached = self._nodes.get(event.node)
+            known = cached.generation if cached is not None else self._gone.get(event.node, 0)
+            if event.generation > known:
+                stale[event.node] = None
+        if stale:
+            await self._read_nodes(list(stale))
+        self._last_id = batch.last_id
+
+    async def _check_status(self) -> None:
+        status = await self._store.meta.status()
+        self._status_at = time.monotonic()
+        self._redis_ok()
+        self._status = status
+        if self.loaded.is_set() and status.epoch != self._epoch and self._reload_reason != "epoch":
+            self.stats.epoch_changes += 1
+            logger.warning("store epoch changed: dropping the node snapshot", extra={"epoch": status.epoch})
+            self._nodes = {}
+            self._gone = {}
+            self.loaded.clear()
+            self._reload_reason = "epoch"
+        self._notify()
+
+    async def _full_load(self, reason: str) -> None:
+        started = time.monotonic()
+        status = await self._store.meta.status()
+        last_id = await self._store.feed.latest_id()
+        names = await self._store.inventory.list_nodes()
+        load_seq = next(self._seq)
+        listed = set(names)
+        for chunk in _chunks(names, self._settings.batch_size):
+            await self._read_nodes(chunk)
+        for name in [n for n, c in self._nodes.items() if n not in listed and c.seq < load_seq]:
+            del self._nodes[name]
+        self._epoch = status.epoch
+        self._status = status
+        self._status_at = time.monotonic()
+        self._last_id = last_id
+        self._reload_reason = None
+        self.stats.full_loads += 1
+        self._on_reload(reason)
+        self.loaded.set()
+        self._notify()
+        logger.info(
+            "node snapshot loaded",
+            extra={"reason": reason, "nodes": len(self._nodes), "seconds": round(time.monotonic() - started, 3)},
+        )
+
+    async def _read_nodes(self, names: Sequence[str]) -> None:
+        if not names:
+            return
+        stored = await self._store.snapshots.load(names)
+        self.stats.node_reads += len(names)
+        self._on_node_reads(len(names))
+        self._redis_ok()
+        for name, state in stored.items():
+            if state.error is not None:
+                self.stats.corrupt_nodes += 1
+                logger.warning(
+                    "node data in redis does not decode: node skipped", extra={"node": name, "error": str(state.error)}
+                )
+            self._install(name, state)
+        self._notify()
+
+    def _install(self, name: str, stored: NodeState) -> None:
+        cached = self._nodes.get(name)
+        if cached is not None and cached.generation > stored.generation:
+            return
+        if stored.inventory is None or not stored.inventory.devices:
+            if cached is not None or stored.generation > self._gone.get(name, -1):
+                self._nodes.pop(name, None)
+                self._gone[name] = stored.generation
+            return
+        if stored.generation < self._gone.get(name, -1):
+            return
+        self._gone.pop(name, None)
+        if cached is not None and cached.generation == stored.generation:
+            return
+        self._install_snapshot(name, stored.generation, NodeSnapshot(stored.inventory, dict(stored.usage)))
+
+    def _install_snapshot(self, name: str, generation: int, snapshot: NodeSnapshot) -> None:
+        self._nodes[name] = CachedNode(generation=generation, snapshot=snapshot, seq=next(self._seq))
+
+    def _redis_ok(self) -> None:
+        if self._redis_error is not None:
+            logger.info("redis reachable again")
+            self._redis_error = None
+
+    def _notify(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()

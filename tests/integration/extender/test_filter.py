@@ -1,0 +1,166 @@
+"""/filter over HTTP with the exact bodies a kube-scheduler sends, against a real Redis and a running replica."""
+
+from __future__ import annotations
+
+import copy
+
+from shared.domain.model import DeviceUsage
+from shared.emulator import Emulator
+from shared.k8s import Api
+from shared.store import ReservationState, Store
+from tests.integration.extender.filter_harness import node, running_extender, seed, wire, wire_doc
+
+NULL_RESULT_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
+
+
+async def test_wire_body_001_schedules_one_gpu_on_the_first_idle_node(store: Store, api: Api) -> None:
+    await seed(store)
+    async with running_extender(store, api) as ext:
+        status, raw = await ext.post("/filter", wire("001-filter.json"))
+
+    assert status == 200
+    assert list(raw) == NULL_RESULT_KEYS  # Go field order, every field present
+    assert raw == {"Nodes": None, "NodeNames": ["gpu-node-1"], "FailedNodes": None,
+                   "FailedAndUnresolvableNodes": None, "Error": ""}  # fmt: skip
+    record = await store.reservations.get("84b6aa31-78e6-4344-b242-d2eb58f60cb9")
+    assert record is not None
+    assert record.state is ReservationState.RESERVED
+    alloc = record.allocation
+    assert (alloc.namespace, alloc.name, alloc.node) == ("default", "gpu-pod-1", "gpu-node-1")
+    # nvidia.com/gpu: 1 without memory: 100 % of one card (HAMi's default), 0 cores
+    assert [[(d.uuid, d.used_mem_mib, d.used_cores) for d in ctr] for ctr in alloc.devices] == [
+        [("GPU-gpu-node-1-0", 16384, 0)]
+    ]
+    assert await store.usage.node_usage("gpu-node-1") == {
+        "GPU-gpu-node-1-0": DeviceUsage(used=1, used_mem_mib=16384, used_cores=0)
+    }
+
+
+async def test_wire_body_003_with_managed_fields_is_accepted(store: Store, api: Api) -> None:
+    await seed(store)
+    async with running_extender(store, api) as ext:
+        answer = await ext.filter(wire("003-filter.json"))
+    assert answer["NodeNames"] == ["gpu-node-1"]
+    assert answer["Error"] == ""
+
+
+async def test_wire_body_005_eight_gpus_go_to_the_node_that_has_eight(store: Store, api: Api) -> None:
+    await seed(store)
+    async with running_extender(store, api) as ext:
+        answer = await ext.filter(wire("005-filter.json"))
+    assert answer["NodeNames"] == ["gpu-node-2"]
+    record = await store.reservations.get("16083488-820d-4c06-8be5-28e3ef56d5f0")
+    assert record is not None
+    devices = record.allocation.devices
+    assert len(devices) == 1 and len(devices[0]) == 8  # "3k" MiB = 3000, 30 % cores on each of 8 cards
+    assert {(d.used_mem_mib, d.used_cores) for d in devices[0]} == {(3000, 30)}
+    usage = await store.usage.node_usage("gpu-node-2")
+    assert set(usage.values()) == {DeviceUsage(used=1, used_mem_mib=3000, used_cores=30)}
+
+
+async def test_keys_are_matched_case_insensitively(store: Store, api: Api) -> None:
+    await seed(store)
+    doc = wire_doc("001-filter.json")
+    body = {"pod": doc["Pod"], "nodes": None, "NODENAMES": ["gpu-node-2"]}
+    async with running_extender(store, api) as ext:
+        answer = await ext.filter(body)
+    assert answer["NodeNames"] == ["gpu-node-2"]
+
+
+async def test_a_pod_without_managed_resources_passes_through_unchanged(store: Store, api: Api) -> None:
+    await seed(store)
+    doc = wire_doc("001-filter.json")
+    container = doc["Pod"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}
+    doc["NodeNames"] = ["gpu-node-2", "unknown-node", "gpu-node-1"]
+    async with running_extender(store, api) as ext:
+        answer = await ext.filter(doc)
+    assert answer == {"Nodes": None, "NodeNames": ["gpu-node-2", "unknown-node", "gpu-node-1"], "FailedNodes": None,
+                      "FailedAndUnresolvableNodes": None, "Error": ""}  # fmt: skip
+    assert await store.reservations.node_of(doc["Pod"]["metadata"]["uid"]) is None
+
+
+async def test_filter_makes_no_api_server_write(store: Store, api: Api, emulator: Emulator) -> None:
+    await seed(store)
+    writes: list[object] = []
+    emulator.hooks.append(writes.append)
+    too_big = wire_doc("005-filter.json")
+    too_big["Pod"]["metadata"]["uid"] = "too-big"
+    too_big["Pod"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "9"
+    async with running_extender(store, api) as ext:
+        assert (await ext.filter(wire("001-filter.json")))["NodeNames"] == ["gpu-node-1"]
+        failed = await ext.filter(too_big)
+        assert failed["FailedNodes"] == {"gpu-node-1": "NodeInsufficientDevice", "gpu-node-2": "NodeInsufficientDevice"}
+        assert [e.message for _, e in await ext.flushed_events()] == [
+            "2 nodes NodeInsufficientDevice(gpu-node-1,gpu-node-2)",
+            "no available node, 2 nodes do not meet",
+        ]
+    assert writes == []  # the failure's events went to the sink (recorded here), not to the API server
+
+
+async def test_refiltering_the_same_pod_is_idempotent(store: Store, api: Api) -> None:
+    await seed(store)
+    async with running_extender(store, api) as ext:
+        first = await ext.filter(wire("005-filter.json"))
+        second = await ext.filter(wire("005-filter.json"))
+    assert first["NodeNames"] == second["NodeNames"] == ["gpu-node-2"]
+    usage = await store.usage.node_usage("gpu-node-2")
+    assert set(usage.values()) == {DeviceUsage(used=1, used_mem_mib=3000, used_cores=30)}  # counted once
+
+
+async def test_refilter_drops_the_previous_reservation_before_planning(store: Store, api: Api) -> None:
+    """A pod re-filtered with fewer candidates moves: its old reservation is released, not counted twice."""
+    await seed(store, [node("gpu-node-1", 1, count=1), node("gpu-node-2", 1, count=1)])
+    body = wire_doc("001-filter.json")
+    async with running_extender(store, api) as ext:
+        assert (await ext.filter(body))["NodeNames"] == ["gpu-node-1"]
+        moved = copy.deepcopy(body)
+        moved["NodeNames"] = ["gpu-node-2"]
+        assert (await ext.filter(moved))["NodeNames"] == ["gpu-node-2"]
+        # and back: gpu-node-1's single slot is free again because the first reservation was dropped
+        assert (await ext.filter(body))["NodeNames"] == ["gpu-node-1"]
+    assert await store.usage.node_usage("gpu-node-2") == {}
+    assert await store.reservations.node_of(body["Pod"]["metadata"]["uid"]) == "gpu-node-1"
+
+
+async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(store: Store, api: Api) -> None:
+    """Whole-card pods: one per GPU until none is left; the next one gets every candidate with its reason."""
+    await seed(store, [node("gpu-node-1", 2), node("gpu-node-2", 2)])
+    base = wire_doc("001-filter.json")
+    base["Pod"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "100"
+    placed = []
+    async with running_extender(store, api) as ext:
+        for i in range(5):
+            body = copy.deepcopy(base)
+            body["Pod"]["metadata"]["uid"] = f"uid-{i}"
+            body["Pod"]["metadata"]["name"] = f"pod-{i}"
+            placed.append(await ext.filter(body))
+        events = await ext.flushed_events()
+        again = await ext.filter(body)  # kube-scheduler retries the pod: same answer, no second batch of events
+        assert again == placed[4]
+        assert await ext.flushed_events() == events
+    assert [a["NodeNames"] for a in placed[:4]] == [["gpu-node-1"]] * 2 + [["gpu-node-2"]] * 2
+    last = placed[4]
+    assert last["NodeNames"] is None and last["Error"] == ""
+    assert last["FailedNodes"] == {
+        "gpu-node-1": "2/2 CardInsufficientMemory",
+        "gpu-node-2": "2/2 CardInsufficientMemory",
+    }
+    assert [(e.type.value, e.reason.value, e.message) for _, e in events] == [
+        ("Warning", "FilteringFailed", "2 nodes CardInsufficientMemory(gpu-node-1,gpu-node-2)"),
+        ("Warning", "FilteringFailed", "no available node, 2 nodes do not meet"),
+    ]
+    assert all(p["metadata"]["name"] == "pod-4" for p, _ in events)
+
+
+async def test_unknown_candidates_are_unregistered_and_do_not_block_a_fit(store: Store, api: Api) -> None:
+    await seed(store)
+    body = wire_doc("001-filter.json")
+    body["NodeNames"] = ["ghost", "gpu-node-2"]
+    async with running_extender(store, api) as ext:
+        assert (await ext.filter(body))["NodeNames"] == ["gpu-node-2"]
+        body["Pod"]["metadata"]["uid"] = "other"
+        body["NodeNames"] = ["ghost", "phantom"]
+        answer = await ext.filter(body)
+    assert answer["FailedNodes"] == {"ghost": "node unregistered", "phantom": "node unregistered"}
+    assert answer["Error"] == ""
