@@ -29,6 +29,8 @@ from shared.errors import ConfigError
 SUBCOMMANDS: tuple[str, ...] = (
     "services.registrar.main",
     "services.extender.main",
+    "services.simulate.main",
+    "services.allinone.main",
 )
 
 EXIT_USAGE = 2

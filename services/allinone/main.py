@@ -1,0 +1,95 @@
+"""``vgpu-scheduler all-in-one``: the registrar, informer and extender in one process (the composition root).
+
+Settings → logging → Redis (``--redis-url``, or an embedded in-process store when it is unset) → one kube client
+(``--kube-server``, ``--kubeconfig`` or the in-cluster service account) → one metrics registry → the extender on
+``--http_bind`` and the ops server (``/healthz``, ``/readyz`` of all three, ``/metrics``) on
+``--metrics-bind-address``, supervised by :func:`shared.runtime.run_service`. SIGTERM: the extender drains, the
+registrar and informer give their leases up, the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+
+from services.allinone.service import STOP_DEADLINE_S, AllInOneDeps, AllInOneService
+from shared.config import AllInOneSettings, CommonSettings, Service, add_service_parser, settings_from_args
+from shared.k8s import KubeSettings, open_client
+from shared.logs import configure_from_settings
+from shared.metrics import new_registry, register_build_info
+from shared.ops import create_ops_app, serve
+from shared.runtime import RootTask, run_service, supervise
+from shared.store import Store, connect
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_KUBE_TIMEOUT_S = 10.0
+"""The per-call deadline when ``--kube-timeout`` is 0 (HAMi: none; we always keep one, inside kube-scheduler's)."""
+
+EMBEDDED_STORE_WARNING = (
+    "no --redis-url: using an embedded in-process store. It lives and dies with this process: run exactly one "
+    "all-in-one replica and no separate registrar/informer/extender; give --redis-url for anything else"
+)
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``all-in-one`` subcommand (flags generated from the option table)."""
+    add_service_parser(subparsers, Service.ALL_IN_ONE).set_defaults(run=run)
+
+
+def kube_settings(common: CommonSettings) -> KubeSettings:
+    """The kube client settings (``--kube-timeout 0`` → :data:`DEFAULT_KUBE_TIMEOUT_S`)."""
+    k = common.kube
+    return KubeSettings(
+        kubeconfig=k.kubeconfig,
+        server=k.server,
+        qps=k.qps,
+        burst=max(k.burst, 1),
+        timeout_s=k.timeout_s if k.timeout_s > 0 else DEFAULT_KUBE_TIMEOUT_S,
+    )
+
+
+async def serve_all_in_one(
+    settings: AllInOneSettings, stop: asyncio.Event, *, started: asyncio.Future[AllInOneService] | None = None
+) -> None:
+    """Build the shared dependencies and run the three services and the ops server until ``stop``.
+
+    ``started`` (tests) receives the service once it is built.
+    """
+    common = settings.common
+    if common.redis_url is None:
+        logger.warning(EMBEDDED_STORE_WARNING)
+    store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
+    try:
+        async with open_client(kube_settings(common)) as kube:
+            registry = new_registry()
+            register_build_info(registry, service=Service.ALL_IN_ONE.value)
+            service = AllInOneService(
+                settings, AllInOneDeps(store=store, kube=kube, registry=registry, instance_id=common.instance_id)
+            )
+            if started is not None:
+                started.set_result(service)
+            ops = create_ops_app(
+                readiness=service.readiness, registry=registry, before_scrape=service.extender.refresh_quota_metrics
+            )
+            # The supervisor's own stop event is never set: on ``stop`` the services return by themselves (the
+            # extender drains first), which then ends the ops server.
+            await supervise(
+                asyncio.Event(),
+                [
+                    RootTask("ops-server", lambda: serve(ops, common.metrics_bind)),
+                    RootTask("all-in-one", lambda: service.run(stop)),
+                ],
+                shutdown_deadline_s=STOP_DEADLINE_S + 5.0,
+            )
+    finally:
+        await store.aclose()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run all-in-one until SIGTERM/SIGINT. Exit code 0 clean, 1 failure, 2 configuration error."""
+    settings = settings_from_args(Service.ALL_IN_ONE, args, os.environ)
+    configure_from_settings(settings.common)
+    return run_service(lambda stop: serve_all_in_one(settings, stop))

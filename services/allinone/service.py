@@ -1,0 +1,173 @@
+"""The registrar, informer and extender in one process, sharing one Store, one kube client and one registry.
+
+``AllInOneService(settings, deps).run(stop)`` runs the three services' ``run(stop)`` as named tasks until ``stop`` is
+set, then lets each return (the extender drains its HTTP server, the registrar and informer give their leases up).
+If one of them fails, the others are stopped the same way and the failure is raised. ``ready`` is set once all three
+are ready; :meth:`readiness` is their combined ``/readyz``.
+
+``staged=True`` starts the extender only once the registrar and informer are ready (``simulate`` does this so the
+extender's first look at the store finds it synced); a deployment starts all three at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from services.extender.events import EventSink, api_poster
+from services.extender.service import ExtenderDeps, ExtenderService
+from services.extender.snapshot import CacheSettings
+from services.informer.service import InformerDeps, InformerService
+from services.registrar.service import RegistrarDeps, RegistrarService
+from shared.config import AllInOneSettings, SimulateSettings
+from shared.k8s import Api, KubeClient
+from shared.store import Store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_COMPONENT = "vgpu-scheduler"
+"""The Events' ``source.component`` when ``--scheduler-name`` is empty."""
+STOP_DEADLINE_S = 20.0
+"""How long the services may take to return after ``stop`` (the extender drains within its own deadline)."""
+
+
+@dataclass(frozen=True)
+class AllInOneDeps:
+    """What the three services share, built by the composition root (or by ``simulate``'s harness)."""
+
+    store: Store
+    kube: KubeClient
+    registry: CollectorRegistry
+    instance_id: str
+    clock: Callable[[], float] = time.time
+    cache_settings: CacheSettings | None = None
+    """The extender's snapshot-follower tuning (None: its defaults)."""
+
+
+class ServiceFailed(RuntimeError):
+    """One of the composed services ended on its own (a bug or an unrecoverable error)."""
+
+
+class AllInOneService:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        settings: AllInOneSettings | SimulateSettings,
+        deps: AllInOneDeps,
+        *,
+        staged: bool = False,
+        drain_timeout_s: float = 10.0,
+    ) -> None:
+        self.settings = settings
+        self.deps = deps
+        self.staged = staged
+        common = settings.common
+        component = settings.extender.scheduler_name or DEFAULT_COMPONENT
+        api = Api(deps.kube, component=component, instance=deps.instance_id, clock=deps.clock)
+        self.registrar = RegistrarService(
+            settings.registrar,
+            RegistrarDeps(
+                store=deps.store, kube=deps.kube, registry=deps.registry, instance_id=deps.instance_id, clock=deps.clock
+            ),
+        )
+        self.informer = InformerService(
+            settings.informer,
+            InformerDeps(
+                store=deps.store,
+                kube=deps.kube,
+                api=api,
+                registry=deps.registry,
+                instance_id=deps.instance_id,
+                clock=deps.clock,
+            ),
+        )
+        extender_deps = ExtenderDeps(
+            store=deps.store,
+            api=api,
+            registry=deps.registry,
+            instance_id=deps.instance_id,
+            nvidia=common.nvidia,
+            event_sink=EventSink(api_poster(api)),
+            clock=deps.clock,
+        )
+        if deps.cache_settings is not None:
+            extender_deps = dataclasses.replace(extender_deps, cache_settings=deps.cache_settings)
+        self.extender = ExtenderService(settings.extender, extender_deps, drain_timeout_s=drain_timeout_s)
+        self.ready = asyncio.Event()
+
+    async def readiness(self) -> tuple[bool, str]:
+        """Ready when all three are: ``registrar: ...; informer: ...; extender: ...``."""
+        parts = []
+        ok = True
+        for name, check in (
+            ("registrar", self.registrar.readiness),
+            ("informer", self.informer.readiness),
+            ("extender", self.extender.readiness),
+        ):
+            good, detail = await check()
+            ok = ok and good
+            parts.append(f"{name}: {detail}")
+        return ok, "; ".join(parts)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run the three until ``stop``; stop them all when one ends; raise :class:`ServiceFailed` for that one."""
+        inner = asyncio.Event()  # what the services see: set on ``stop`` or when one of them ends
+        tasks: dict[asyncio.Task[None], str] = {}
+
+        def start(name: str, service: RegistrarService | InformerService | ExtenderService) -> None:
+            tasks[asyncio.create_task(service.run(inner), name=f"all-in-one:{name}")] = name
+
+        start("registrar", self.registrar)
+        start("informer", self.informer)
+        if not self.staged:
+            start("extender", self.extender)
+        stop_wait = asyncio.create_task(stop.wait(), name="all-in-one:stop-wait")
+        backend = asyncio.create_task(self._backend_ready(), name="all-in-one:backend-ready")
+        ready = asyncio.create_task(self._all_ready(), name="all-in-one:ready-watch")
+        helpers = (stop_wait, backend, ready)
+        failed: str | None = None
+        try:
+            while not stop.is_set():
+                watched: list[asyncio.Future[Any]] = [*tasks, stop_wait]
+                if not backend.done():
+                    watched.append(backend)
+                done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                ended = [name for t, name in tasks.items() if t in done]
+                if ended:
+                    failed = ended[0]
+                    break
+                if backend in done and self.staged and "extender" not in tasks.values():
+                    start("extender", self.extender)
+        finally:
+            inner.set()
+            for t in helpers:
+                t.cancel()
+            if tasks:
+                _, pending = await asyncio.wait(tasks, timeout=STOP_DEADLINE_S)
+                for t in pending:
+                    logger.error("service did not stop in time", extra={"task": t.get_name()})
+                    t.cancel()
+            await asyncio.gather(*helpers, *tasks, return_exceptions=True)
+        errors = [t.exception() for t in tasks if not t.cancelled() and t.exception() is not None]
+        if errors:
+            raise ServiceFailed(f"{failed or 'a service'} failed: {errors[0]!r}") from errors[0]
+        if failed is not None and not stop.is_set():
+            raise ServiceFailed(f"{failed} ended unexpectedly")
+
+    async def _backend_ready(self) -> None:
+        await self.registrar.ready.wait()
+        await self.informer.synced.wait()
+
+    async def _all_ready(self) -> None:
+        await self._backend_ready()
+        await self.extender.ready.wait()
+        self.ready.set()
+        logger.info("all-in-one ready")

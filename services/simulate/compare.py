@@ -1,0 +1,172 @@
+"""Running one scenario, or the same scenario under several policy combinations, and rendering the comparison.
+
+Each run gets a fresh emulator and a fresh store (a new embedded server, or a key prefix of its own on
+``--redis-url``), so runs never see each other's allocations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from services.simulate.driver import schedule_all
+from services.simulate.harness import EmbeddedCluster, HarnessTiming, with_store_prefix
+from services.simulate.manifests import Cluster, Workload
+from services.simulate.report import PodResult, device_states, summarize
+from shared.codec.selectors import decode_gpu_policy, decode_node_policy
+from shared.config import SimulateSettings
+from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
+from shared.errors import ConfigError, DecodeError
+
+Progress = Callable[[int, int, PodResult], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Combination:
+    """One node policy and one GPU policy (the extender's ``--node-scheduler-policy``/``--gpu-scheduler-policy``)."""
+
+    node: NodePolicy
+    gpu: GpuPolicy
+
+    @property
+    def label(self) -> str:
+        return f"{self.node.value}/{self.gpu}"
+
+
+DEFAULT_COMBINATIONS: tuple[Combination, ...] = tuple(
+    Combination(node, GpuPolicy((gpu,)))
+    for node in (NodePolicy.BINPACK, NodePolicy.SPREAD)
+    for gpu in (GpuPolicyToken.BINPACK, GpuPolicyToken.SPREAD, GpuPolicyToken.TOPOLOGY_AWARE)
+)
+"""Node binpack/spread × GPU binpack/spread/topology-aware."""
+
+
+def parse_policies(values: Sequence[str]) -> tuple[Combination, ...]:
+    """``--policies`` values: ``NODE/GPU`` items (the GPU part may be a chain such as ``binpack,numa``), separated by
+    spaces or ``;``, in one value or several. ConfigError (one line) on a bad item."""
+    out: list[Combination] = []
+    for value in values:
+        for item in re.split(r"[;\s]+", value.strip()):
+            if not item:
+                continue
+            node_text, sep, gpu_text = item.partition("/")
+            if not sep:
+                raise ConfigError(f"--policies: expected NODE/GPU such as binpack/spread, got {item!r}")
+            try:
+                combo = Combination(decode_node_policy(node_text), decode_gpu_policy(gpu_text))
+            except DecodeError as e:
+                raise ConfigError(f"--policies: {item!r}: {e.detail}") from None
+            if combo not in out:
+                out.append(combo)
+    if not out:
+        raise ConfigError("--policies: no NODE/GPU combination given")
+    return tuple(out)
+
+
+def settings_with(settings: SimulateSettings, combo: Combination) -> SimulateSettings:
+    """``settings`` with the combination's policies."""
+    return dataclasses.replace(
+        settings, extender=dataclasses.replace(settings.extender, node_policy=combo.node, gpu_policy=combo.gpu)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One run: the pods' results in workload order, and the summary."""
+
+    results: tuple[PodResult, ...]
+    summary: dict[str, Any]
+    complete: bool = True
+    """False when the run was stopped before every pod was scheduled."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The interface shape of ``simulate --output json``: ``{"pods": [...], "summary": {...}}``."""
+        return {"pods": [r.to_json() for r in self.results], "summary": self.summary}
+
+
+async def run_scenario(
+    settings: SimulateSettings,
+    cluster: Cluster,
+    workload: Workload,
+    *,
+    stop: asyncio.Event | None = None,
+    progress: Progress | None = None,
+    timing: HarnessTiming | None = None,
+) -> Outcome:
+    """Schedule the workload on a fresh embedded cluster with ``settings``' policies."""
+    async with EmbeddedCluster(settings, cluster, timing=timing) as ec:
+        results = await schedule_all(ec.driver(), list(workload.pods), stop=stop, progress=progress)
+        nodes, pods = ec.emulator.list("nodes"), ec.emulator.list("pods")
+    ext = settings.extender
+    states = device_states(nodes, pods, settings.common.nvidia)
+    summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))
+    return Outcome(tuple(results), summary, complete=len(results) == len(workload.pods))
+
+
+async def run_comparison(
+    settings: SimulateSettings,
+    cluster: Cluster,
+    workload: Workload,
+    combos: Sequence[Combination],
+    *,
+    stop: asyncio.Event | None = None,
+    progress: Callable[[int, Combination], Progress | None] | None = None,
+    timing: HarnessTiming | None = None,
+) -> list[tuple[Combination, Outcome]]:
+    """Run the scenario once per combination, one after the other, each on a fresh emulator and store."""
+    rows: list[tuple[Combination, Outcome]] = []
+    for i, combo in enumerate(combos):
+        if stop is not None and stop.is_set():
+            break
+        run_settings = settings_with(settings, combo)
+        if settings.common.redis_url is not None:
+            run_settings = with_store_prefix(run_settings, f"{settings.common.key_prefix}-sim{i}")
+        outcome = await run_scenario(
+            run_settings,
+            cluster,
+            workload,
+            stop=stop,
+            progress=progress(i, combo) if progress is not None else None,
+            timing=timing,
+        )
+        rows.append((combo, outcome))
+    return rows
+
+
+def comparison_json(rows: Sequence[tuple[Combination, Outcome]]) -> dict[str, Any]:
+    """``simulate --compare --output json``: ``{"combinations": [<summary>, ...]}`` in run order."""
+    return {"combinations": [outcome.summary for _, outcome in rows]}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def render_comparison(rows: Sequence[tuple[Combination, Outcome]]) -> str:
+    """One line per combination: placed, pending, utilisation, fragmentation, nodes touched."""
+    headers = ["NODE", "GPU", "PLACED", "PENDING", "GPU MEM", "GPU CORES", "FRAGMENTATION", "NODES TOUCHED"]
+    table = [headers]
+    for combo, outcome in rows:
+        s = outcome.summary
+        table.append(
+            [
+                combo.node.value,
+                str(combo.gpu),
+                f"{s['placed']}/{s['pods']}",
+                str(s["pending"]),
+                _pct(s["gpu"]["memory_utilisation"]),
+                _pct(s["gpu"]["core_utilisation"]),
+                _pct(s["fragmentation"]["ratio"]),
+                str(s["nodes_touched"]),
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = []
+    for row in table:
+        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)

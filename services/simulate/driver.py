@@ -1,0 +1,416 @@
+"""The driver: plays kube-scheduler and HAMi's device plugin against real extenders and an API server.
+
+For each workload pod, in order (:meth:`Driver.schedule`):
+
+1. **admission** — the webhook's mutation, as the API server would apply it (hami-compat decision 16): either the
+   pure :func:`~shared.protocol.webhook.mutate_pod` + :func:`~shared.protocol.jsonpatch.apply_patch` (embedded runs)
+   or an AdmissionReview POSTed to an extender's ``/webhook`` (a deployed extender). A denied pod is reported as
+   unschedulable with the denial message;
+2. the pod is **created** in the API server (``POST pods``);
+3. **kube-scheduler**: ``POST /filter`` with ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` (every
+   schedulable node matching the pod's ``nodeSelector``), then ``POST /bind`` with ``ExtenderBindingArgs`` for the
+   single node returned. With several extender URLs, filter and bind alternate between them (any replica binds
+   what another filtered). A failed bind is retried from the filter, as kube-scheduler re-queues a pod;
+4. **device plugin** (after kubelet's Allocate): ``hami.io/bind-phase: success`` on the pod, the node's
+   ``hami.io/mutex.lock`` removed (owner- and resourceVersion-checked, as ``ReleaseNodeLock`` does), and the pod's
+   ``status.phase: Running``;
+5. optional hooks let an embedded run wait for the informer to observe the settle before the next pod, and for the
+   extender's snapshot to catch up before each filter, so placements do not depend on timing.
+
+Everything travels over HTTP with the exact JSON bodies the real components send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import aiohttp
+
+from services.simulate.report import ADMISSION, PodResult
+from shared.codec import annotations as keys
+from shared.codec.resources import pod_requests_managed_resource
+from shared.codec.selectors import decode_gpu_policy, decode_node_policy
+from shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig, QuotaState
+from shared.errors import DecodeError, TransientError
+from shared.protocol.admission import decode_patch
+from shared.protocol.jsonpatch import apply_patch
+from shared.protocol.webhook import mutate_pod
+
+logger = logging.getLogger(__name__)
+
+KubeObject = dict[str, Any]
+
+MERGE_PATCH: Final = "application/merge-patch+json"
+REQUEST_TIMEOUT_S: Final = 30.0
+BIND_ATTEMPTS: Final = 3
+_PATCH_ATTEMPTS: Final = 5
+
+
+class DriverError(TransientError):
+    """An HTTP call of the driver failed (status and body in the message)."""
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP: the API server (core/v1 REST, as the emulator serves it) and the extenders
+# --------------------------------------------------------------------------------------------
+
+
+class KubeHttp:
+    """The few core/v1 calls the driver makes, over plain HTTP (the emulator needs no credentials)."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._session = session
+        self._base = base_url.rstrip("/") + "/api/v1"
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    async def _call(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json", ok: int = 200
+    ) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": content_type} if data is not None else {}
+        try:
+            async with self._session.request(
+                method, self._base + path, data=data, headers=headers, timeout=self._timeout
+            ) as resp:
+                text = await resp.read()
+                if resp.status >= 300:
+                    raise DriverError(f"{method} {path}: HTTP {resp.status}: {text[:300].decode(errors='replace')}")
+                return json.loads(text) if text else None
+        except (aiohttp.ClientError, TimeoutError) as e:
+            raise DriverError(f"{method} {path}: {type(e).__name__}: {e}") from e
+
+    async def list_nodes(self) -> list[KubeObject]:
+        body = await self._call("GET", "/nodes")
+        return list(body.get("items") or [])
+
+    async def create_pod(self, pod: KubeObject) -> KubeObject:
+        ns = pod["metadata"].get("namespace") or "default"
+        created: KubeObject = await self._call("POST", f"/namespaces/{ns}/pods", pod)
+        return created
+
+    async def get_pod(self, namespace: str, name: str) -> KubeObject:
+        pod: KubeObject = await self._call("GET", f"/namespaces/{namespace}/pods/{name}")
+        return pod
+
+    async def list_pods(self) -> list[KubeObject]:
+        body = await self._call("GET", "/pods")
+        return list(body.get("items") or [])
+
+    async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any], *, status: bool = False) -> None:
+        sub = "/status" if status else ""
+        await self._call("PATCH", f"/namespaces/{namespace}/pods/{name}{sub}", patch, content_type=MERGE_PATCH)
+
+    async def get_node(self, name: str) -> KubeObject:
+        node: KubeObject = await self._call("GET", f"/nodes/{name}")
+        return node
+
+    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
+        await self._call("PATCH", f"/nodes/{name}", patch, content_type=MERGE_PATCH)
+
+
+class Extenders:
+    """kube-scheduler's side of the extender protocol, over one or more extender base URLs (used in turn)."""
+
+    def __init__(self, session: aiohttp.ClientSession, urls: Sequence[str], *, timeout_s: float = REQUEST_TIMEOUT_S):
+        if not urls:
+            raise ValueError("at least one extender URL is needed")
+        self._session = session
+        self.urls = [u.rstrip("/") for u in urls]
+        self._turn = itertools.count()
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+
+    def next_url(self) -> str:
+        return self.urls[next(self._turn) % len(self.urls)]
+
+    async def post(self, url: str, verb: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            async with self._session.post(
+                f"{url}/{verb}",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+                timeout=self._timeout,
+            ) as resp:
+                text = await resp.read()
+                if resp.status != 200:
+                    raise DriverError(f"POST {url}/{verb}: HTTP {resp.status}: {text[:300].decode(errors='replace')}")
+                answer = json.loads(text)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            raise DriverError(f"POST {url}/{verb}: {type(e).__name__}: {e}") from e
+        if not isinstance(answer, dict):
+            raise DriverError(f"POST {url}/{verb}: expected a JSON object, got {type(answer).__name__}")
+        return answer
+
+    async def filter(self, pod: KubeObject, node_names: Sequence[str]) -> dict[str, Any]:
+        """``ExtenderArgs`` as kube-scheduler sends it with ``nodeCacheCapable: true``."""
+        return await self.post(self.next_url(), "filter", {"Pod": pod, "Nodes": None, "NodeNames": list(node_names)})
+
+    async def bind(self, pod: KubeObject, node: str) -> str:
+        """``ExtenderBindingArgs``; returns the ``Error`` text ("" on success)."""
+        meta = pod["metadata"]
+        body = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+        answer = await self.post(self.next_url(), "bind", body)
+        return str(answer.get("Error") or "")
+
+
+# --------------------------------------------------------------------------------------------
+# Admission (decision 16)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The pod as admitted (mutated), or None with the denial/error message."""
+
+    pod: KubeObject | None
+    message: str = ""
+
+
+Admit = Callable[[KubeObject], Awaitable[Admitted]]
+
+
+def local_admission(
+    *,
+    cfg: NvidiaConfig,
+    scheduler_name: str,
+    force_overwrite_default_scheduler: bool,
+    quota: Callable[[str], Awaitable[QuotaState | None]],
+) -> Admit:
+    """The webhook's decision computed in-process: ``mutate_pod`` (with the namespace's quota) + ``apply_patch``."""
+
+    async def admit(pod: KubeObject) -> Admitted:
+        ns = pod["metadata"].get("namespace") or "default"
+        outcome = mutate_pod(
+            pod,
+            cfg=cfg,
+            scheduler_name=scheduler_name,
+            force_overwrite_default_scheduler=force_overwrite_default_scheduler,
+            quota=await quota(ns),
+        )
+        if not outcome.allowed:
+            return Admitted(None, f"admission denied: {outcome.message}")
+        mutated: KubeObject = apply_patch(pod, outcome.patch_ops) if outcome.patch_ops else pod
+        return Admitted(mutated)
+
+    return admit
+
+
+def webhook_admission(extenders: Extenders) -> Admit:
+    """The webhook's decision from a running extender: an ``admission.k8s.io/v1`` AdmissionReview to ``/webhook``."""
+
+    async def admit(pod: KubeObject) -> Admitted:
+        ns = pod["metadata"].get("namespace") or "default"
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+                "name": pod["metadata"].get("name", ""),
+                "namespace": ns,
+                "operation": "CREATE",
+                "userInfo": {"username": "vgpu-scheduler-simulate"},
+                "object": pod,
+                "oldObject": None,
+                "dryRun": False,
+            },
+        }
+        answer = await extenders.post(extenders.urls[0], "webhook", review)
+        response = answer.get("response")
+        if not isinstance(response, dict):
+            raise DriverError("POST /webhook: the AdmissionReview answer has no response object")
+        if not response.get("allowed"):
+            message = str((response.get("status") or {}).get("message", "denied"))
+            return Admitted(None, f"admission denied: {message}")
+        try:
+            ops = decode_patch(response)
+            mutated: KubeObject = apply_patch(pod, ops) if ops else pod
+        except DecodeError as e:
+            raise DriverError(f"POST /webhook: {e}") from e
+        return Admitted(mutated)
+
+    return admit
+
+
+# --------------------------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Defaults:
+    """The cluster's default policies (the extender's flags), for labelling results by effective policy."""
+
+    node_policy: NodePolicy
+    gpu_policy: GpuPolicy
+
+
+def effective_policies(pod: Mapping[str, Any], defaults: Defaults) -> tuple[str, str]:
+    """The pod's node and GPU policy: its ``hami.io/*-scheduler-policy`` annotations, else the defaults."""
+    annos = (pod.get("metadata") or {}).get("annotations") or {}
+    node, gpu = defaults.node_policy.value, str(defaults.gpu_policy)
+    try:
+        if keys.NODE_SCHEDULER_POLICY in annos:
+            node = decode_node_policy(str(annos[keys.NODE_SCHEDULER_POLICY])).value
+        if keys.GPU_SCHEDULER_POLICY in annos:
+            gpu = str(decode_gpu_policy(str(annos[keys.GPU_SCHEDULER_POLICY])))
+    except DecodeError:
+        pass  # the extender answers such a pod with an Error; label it with the defaults
+    return node, gpu
+
+
+def _selector_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def candidate_names(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What kube-scheduler's own filters would leave: schedulable nodes matching the pod's ``nodeSelector``."""
+    return [
+        n["metadata"]["name"]
+        for n in nodes
+        if not (n.get("spec") or {}).get("unschedulable") and _selector_matches(pod, n)
+    ]
+
+
+Hook = Callable[[KubeObject], Awaitable[None]]
+
+
+class Driver:
+    """Schedules workload pods one at a time (see the module docstring).
+
+    ``before_filter(pod)`` runs before every ``/filter``; ``after_settle(pod)`` after the device plugin settled a
+    pod (embedded runs wait there for the extender's snapshot and the informer).
+    """
+
+    def __init__(
+        self,
+        kube: KubeHttp,
+        extenders: Extenders,
+        admit: Admit,
+        *,
+        cfg: NvidiaConfig,
+        defaults: Defaults,
+        before_filter: Hook | None = None,
+        after_settle: Hook | None = None,
+    ) -> None:
+        self.kube = kube
+        self.extenders = extenders
+        self.admit = admit
+        self.cfg = cfg
+        self.defaults = defaults
+        self.before_filter = before_filter
+        self.after_settle = after_settle
+        self._nodes: list[KubeObject] | None = None
+
+    async def nodes(self) -> list[KubeObject]:
+        if self._nodes is None:
+            self._nodes = await self.kube.list_nodes()
+        return self._nodes
+
+    async def schedule(self, pod: KubeObject) -> PodResult:
+        """Admit, create, filter, bind and settle one pod; the outcome as a :class:`PodResult`."""
+        meta = pod["metadata"]
+        ns, name = str(meta.get("namespace") or "default"), str(meta["name"])
+        node_policy, gpu_policy = effective_policies(pod, self.defaults)
+        try:
+            gpu = pod_requests_managed_resource(pod, self.cfg)
+        except DecodeError:
+            gpu = True
+
+        def result(node: str | None, annotations: Mapping[str, str], reasons: Mapping[str, str]) -> PodResult:
+            return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu)
+
+        admitted = await self.admit(pod)
+        if admitted.pod is None:
+            return result(None, {}, {ADMISSION: admitted.message})
+        created = await self.kube.create_pod(admitted.pod)
+        candidates = candidate_names(created, await self.nodes())
+        reasons: dict[str, str] = {}
+        for _ in range(BIND_ATTEMPTS):
+            if self.before_filter is not None:
+                await self.before_filter(created)
+            answer = await self.extenders.filter(created, candidates)
+            if answer.get("Error"):
+                return result(None, {}, {ADMISSION: f"filter error: {answer['Error']}"})
+            chosen = answer.get("NodeNames") or []
+            if not chosen:
+                failed = answer.get("FailedNodes") or {}
+                return result(None, {}, {str(k): str(v) for k, v in failed.items()} or {ADMISSION: "no candidate node"})
+            node = str(chosen[0])
+            error = await self.extenders.bind(created, node)
+            if not error:
+                settled = await self._settle(ns, name, node)
+                if self.after_settle is not None:
+                    await self.after_settle(settled)
+                return result(node, scheduler_annotations(pod, settled), {})
+            reasons = {node: f"bind failed: {error}"}
+            logger.info("bind failed, retrying from the filter", extra={"pod": f"{ns}/{name}", "error": error})
+        return result(None, {}, reasons)
+
+    async def _settle(self, ns: str, name: str, node: str) -> KubeObject:
+        """The device plugin after Allocate: bind phase success, node lock released, then the pod runs."""
+        pod = await self.kube.get_pod(ns, name)
+        annos = pod["metadata"].get("annotations") or {}
+        if keys.VGPU_NODE in annos:  # a pod that asked for no device has nothing to allocate
+            await self.kube.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+            await self._release_node_lock(node, ns, name)
+        await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
+        return await self.kube.get_pod(ns, name)
+
+    async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
+        """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""
+        for _ in range(_PATCH_ATTEMPTS):
+            obj = await self.kube.get_node(node)
+            value = (obj["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+            if value is None or not str(value).endswith(f",{ns},{name}"):
+                return  # already released (e.g. by the informer), or someone else's
+            patch = {
+                "metadata": {
+                    "annotations": {keys.NODE_LOCK: None},
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                }
+            }
+            try:
+                await self.kube.patch_node(node, patch)
+                return
+            except DriverError as e:
+                if "HTTP 409" not in str(e):
+                    raise
+        raise DriverError(f"node {node}: could not release the node lock of {ns}/{name} (conflicts)")
+
+
+def scheduler_annotations(original: Mapping[str, Any], final: Mapping[str, Any]) -> dict[str, str]:
+    """Every ``hami.io/*`` annotation on the final pod that the workload pod did not carry itself."""
+    before = (original.get("metadata") or {}).get("annotations") or {}
+    after = (final.get("metadata") or {}).get("annotations") or {}
+    return {k: str(v) for k, v in after.items() if k.startswith("hami.io/") and k not in before}
+
+
+async def schedule_all(
+    driver: Driver,
+    pods: Sequence[KubeObject],
+    *,
+    stop: asyncio.Event | None = None,
+    progress: Callable[[int, int, PodResult], None] | None = None,
+) -> list[PodResult]:
+    """Schedule ``pods`` in order; stops early (returning what is done) once ``stop`` is set."""
+    results: list[PodResult] = []
+    for i, pod in enumerate(pods, start=1):
+        if stop is not None and stop.is_set():
+            break
+        res = await driver.schedule(pod)
+        results.append(res)
+        if progress is not None:
+            progress(i, len(pods), res)
+    return results

@@ -1,0 +1,451 @@
+"""``vgpu-scheduler simulate`` and ``vgpu-scheduler emulator``: the composition roots.
+
+``simulate`` runs the real registrar, informer and extender in this process against the API emulator and an
+embedded store, and plays kube-scheduler and the device plugin for a workload (``--cluster``, ``--workload``);
+``--compare`` repeats that per policy combination. With ``--kube-server URL --extender-url URL...`` it drives a
+deployed system instead (the docker-compose ``driver``). With no arguments it compares the default policy
+combinations on the bundled example cluster and workload.
+
+``emulator`` serves the API emulator seeded with a cluster file until SIGTERM (the docker-compose ``emulator``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+
+from services.simulate.compare import (
+    DEFAULT_COMBINATIONS,
+    Combination,
+    Outcome,
+    comparison_json,
+    parse_policies,
+    render_comparison,
+    run_comparison,
+    run_scenario,
+)
+from services.simulate.driver import (
+    Defaults,
+    Driver,
+    DriverError,
+    Extenders,
+    KubeHttp,
+    local_admission,
+    schedule_all,
+    webhook_admission,
+)
+from services.simulate.harness import HarnessError
+from services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
+from services.simulate.plot import check_directory, load_pyplot, write_plots
+from services.simulate.report import PodResult, device_states, render_pods, render_summary, summarize
+from shared.config import (
+    OPTIONS_BY_NAME,
+    LogFormat,
+    LogLevel,
+    Service,
+    SimulateSettings,
+    add_service_parser,
+    parse_bind_address,
+    settings_from_args,
+)
+from shared.emulator import Emulator
+from shared.errors import ConfigError
+from shared.logs import configure_logging
+from shared.runtime import run_service
+
+logger = logging.getLogger(__name__)
+
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+"""The bundled example cluster and workload (package data; the repository's ``examples/`` holds the same files)."""
+EXAMPLE_CLUSTER = EXAMPLES_DIR / "cluster.yaml"
+EXAMPLE_WORKLOAD = EXAMPLES_DIR / "workload.yaml"
+
+EXIT_INTERRUPTED = 130
+EXTERNAL_READY_TIMEOUT_S = 120.0
+
+
+# --------------------------------------------------------------------------------------------
+# Parsers
+# --------------------------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``simulate`` and ``emulator`` subcommands."""
+    parser = add_service_parser(subparsers, Service.SIMULATE)
+    add_simulate_options(parser)
+    parser.set_defaults(run=run)
+    emu = subparsers.add_parser(
+        "emulator",
+        help="Serve the Kubernetes API emulator seeded with a cluster file (for docker-compose).",
+        description="Serve the in-process Kubernetes API emulator (core/v1: nodes, pods, resourcequotas, events, "
+        "namespaces) seeded with a cluster file, until SIGTERM.",
+        allow_abbrev=False,
+    )
+    emu.add_argument(
+        "--cluster",
+        metavar="FILE",
+        default=None,
+        help="Cluster manifests to seed (default: the bundled example cluster).",
+    )
+    emu.add_argument(
+        "--bind",
+        metavar="HOST:PORT",
+        default="127.0.0.1:8001",
+        help="Listen address, Go-style (:8001 = every interface) [default: 127.0.0.1:8001].",
+    )
+    emu.add_argument("--log-format", metavar="auto|json|text", default="auto", help="Log format [default: auto].")
+    emu.add_argument("--log-level", metavar="LEVEL", default="info", help="Log level [default: info].")
+    emu.set_defaults(run=run_emulator)
+
+
+def add_simulate_options(parser: argparse.ArgumentParser) -> None:
+    """The simulator's own options (command line only: they describe one run, not a deployment)."""
+    g = parser.add_argument_group("simulate options")
+    g.add_argument(
+        "--cluster",
+        metavar="FILE",
+        help="Cluster manifests: Nodes (HAMi annotations, status.allocatable), "
+        "running Pods with their allocation annotations, ResourceQuotas [default: the bundled example].",
+    )
+    g.add_argument("--workload", metavar="FILE", help="Pods to schedule, in order [default: the bundled example].")
+    g.add_argument(
+        "--output",
+        metavar="text|json",
+        choices=("text", "json"),
+        default="text",
+        help="A readable table, or one JSON object [default: text].",
+    )
+    g.add_argument(
+        "--compare",
+        action="store_true",
+        help="Run the workload once per policy combination (fresh "
+        "emulator and store each) and compare them. Implied when neither --cluster, --workload nor a "
+        "policy flag is given.",
+    )
+    g.add_argument(
+        "--policies",
+        metavar="NODE/GPU[;...]",
+        action="append",
+        default=None,
+        help="Combinations for --compare, e.g. 'binpack/spread;spread/topology-aware' (repeatable) "
+        "[default: node binpack,spread x gpu binpack,spread,topology-aware].",
+    )
+    g.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="Write PNG charts of the comparison to DIR (needs matplotlib: pip install 'vgpu-scheduler[plot]').",
+    )
+    g.add_argument("--progress", action="store_true", help="Show progress on stderr even when it is not a terminal.")
+    g.add_argument(
+        "--kube-server",
+        metavar="URL",
+        dest="sim_kube_server",
+        help="Drive a deployed system instead of "
+        "the embedded one: the API server URL (the emulator; no credentials). Needs --extender-url.",
+    )
+    g.add_argument(
+        "--extender-url",
+        metavar="URL",
+        action="append",
+        dest="extender_urls",
+        default=None,
+        help="With --kube-server: an extender's base URL; repeat for several replicas (used in turn).",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# simulate
+# --------------------------------------------------------------------------------------------
+
+
+def _explicit(args: argparse.Namespace, option: str) -> bool:
+    return getattr(args, OPTIONS_BY_NAME[option].dest, None) is not None
+
+
+def _configure_logs(args: argparse.Namespace, settings: SimulateSettings) -> None:
+    """Logs go to stderr; the services' INFO lines are hidden unless a log level was asked for."""
+    common = settings.common
+    asked = (
+        _explicit(args, "log-level")
+        or bool(os.environ.get(OPTIONS_BY_NAME["log-level"].env_var))
+        or common.debug
+        or common.verbosity >= 4
+    )
+    configure_logging(fmt=common.log_format, level=common.effective_log_level if asked else LogLevel.WARNING)
+
+
+class ProgressLine:
+    """``[label] i/n ns/name -> node`` on stderr: rewritten in place on a terminal, one line each otherwise."""
+
+    def __init__(self, stream: TextIO, *, tty: bool) -> None:
+        self.stream = stream
+        self.tty = tty
+        self._open = False
+
+    def callback(self, label: str) -> Callable[[int, int, PodResult], None]:
+        def show(i: int, n: int, res: PodResult) -> None:
+            text = f"[{label}] {i}/{n} {res.namespace}/{res.name} -> {res.node or 'pending'}"
+            if self.tty:
+                self.stream.write("\r\x1b[K" + text)
+                self._open = i < n
+                if i == n:
+                    self.stream.write("\n")
+            else:
+                self.stream.write(text + "\n")
+            self.stream.flush()
+
+        return show
+
+    def close(self) -> None:
+        if self._open:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._open = False
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Cluster, Workload]:
+    cluster = load_cluster(args.cluster or EXAMPLE_CLUSTER)
+    workload = load_workload(args.workload or EXAMPLE_WORKLOAD)
+    return cluster, workload
+
+
+def _mode_checks(args: argparse.Namespace) -> bool:
+    """Validate flag combinations; return whether to compare."""
+    external = args.sim_kube_server is not None
+    if external:
+        if not args.extender_urls:
+            raise ConfigError("--kube-server needs at least one --extender-url (the extenders to drive)")
+        for flag, given in (
+            ("--cluster", args.cluster),
+            ("--compare", args.compare),
+            ("--policies", args.policies),
+            ("--redis-url", _explicit(args, "redis-url")),
+        ):
+            if given:
+                raise ConfigError(
+                    f"{flag} does not apply with --kube-server (the cluster and services are already running)"
+                )
+        return False
+    if args.extender_urls:
+        raise ConfigError("--extender-url needs --kube-server (without it, simulate runs its own extender)")
+    policy_given = _explicit(args, "node-scheduler-policy") or _explicit(args, "gpu-scheduler-policy")
+    return bool(args.compare or args.policies or not (args.cluster or args.workload or policy_given))
+
+
+def run(args: argparse.Namespace) -> int:
+    """``vgpu-scheduler simulate``: 0 done, 1 a failure, 2 bad flags or input, 130 interrupted."""
+    settings = settings_from_args(Service.SIMULATE, args, os.environ)
+    compare = _mode_checks(args)
+    combos: Sequence[Combination] = parse_policies(args.policies) if args.policies else DEFAULT_COMBINATIONS
+    if args.plot:
+        load_pyplot()  # a clear error before any work when matplotlib is missing
+        check_directory(args.plot)
+    _configure_logs(args, settings)
+    external = args.sim_kube_server is not None
+    if external:
+        cluster, workload = None, load_workload(args.workload or EXAMPLE_WORKLOAD)
+    else:
+        cluster, workload = _inputs(args)
+    progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if (args.progress or sys.stderr.isatty()) else None
+    code = 0
+
+    async def main(stop: asyncio.Event) -> None:
+        nonlocal code
+        try:
+            if external:
+                outcome = await _drive_external(args, settings, workload, stop, progress)
+                code = _emit_single(args, settings, outcome)
+            elif compare:
+                assert cluster is not None
+                rows = await run_comparison(
+                    settings,
+                    cluster,
+                    workload,
+                    combos,
+                    stop=stop,
+                    progress=(lambda i, c: progress.callback(c.label)) if progress is not None else None,
+                )
+                code = _emit_comparison(args, cluster, workload, rows, complete=len(rows) == len(combos))
+            else:
+                assert cluster is not None
+                label = f"{settings.extender.node_policy.value}/{settings.extender.gpu_policy}"
+                outcome = await run_scenario(
+                    settings,
+                    cluster,
+                    workload,
+                    stop=stop,
+                    progress=progress.callback(label) if progress is not None else None,
+                )
+                code = _emit_single(args, settings, outcome)
+        except (HarnessError, DriverError) as e:
+            print(f"vgpu-scheduler: error: {e}", file=sys.stderr)
+            code = 1
+        finally:
+            if progress is not None:
+                progress.close()
+
+    exit_code = run_service(main)
+    return exit_code if exit_code != 0 else code
+
+
+def _emit_single(args: argparse.Namespace, settings: SimulateSettings, outcome: Outcome) -> int:
+    if args.output == "json":
+        print(json.dumps(outcome.to_json(), indent=2))
+    else:
+        print(render_pods(outcome.results))
+        print()
+        print(render_summary(outcome.summary))
+    if args.plot:
+        ext = settings.extender
+        for path in write_plots([f"{ext.node_policy.value}/{ext.gpu_policy}"], [outcome.summary], args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    if not outcome.complete:
+        print("vgpu-scheduler: simulation interrupted: the results above are partial", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def _emit_comparison(
+    args: argparse.Namespace,
+    cluster: Cluster,
+    workload: Workload,
+    rows: Sequence[tuple[Combination, Outcome]],
+    *,
+    complete: bool,
+) -> int:
+    complete = complete and all(outcome.complete for _, outcome in rows)
+    if args.output == "json":
+        print(json.dumps(comparison_json(rows), indent=2))
+    else:
+        print(
+            f"cluster {cluster.source}: {len(cluster.nodes)} nodes, {len(cluster.pods)} running pods; "
+            f"workload {workload.source}: {len(workload.pods)} pods"
+        )
+        print()
+        print(render_comparison(rows))
+        print()
+        print(
+            "GPU MEM/CORES: allocated over usable devices, running pods included. FRAGMENTATION: free GPU memory "
+            "on cards that already hold a pod, as a share of all free GPU memory. See docs/simulate.md."
+        )
+    if args.plot and rows:
+        paths = write_plots([c.label for c, _ in rows], [o.summary for _, o in rows], args.plot)
+        for path in paths:
+            print(f"wrote {path}", file=sys.stderr)
+    if not complete:
+        print("vgpu-scheduler: simulation interrupted: the results above are partial", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+async def _wait_extenders_ready(session: aiohttp.ClientSession, urls: Sequence[str], stop: asyncio.Event) -> None:
+    """Wait until every extender answers ``/readyz`` 200 (a deployed system may still be starting)."""
+    timeout = aiohttp.ClientTimeout(total=2.0)
+    async with asyncio.timeout(EXTERNAL_READY_TIMEOUT_S):
+        for url in urls:
+            delay = 0.1
+            while not stop.is_set():
+                try:
+                    async with session.get(f"{url.rstrip('/')}/readyz", timeout=timeout) as resp:
+                        if resp.status == 200:
+                            break
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(delay)  # an external process starting up: nothing to await
+                delay = min(delay * 2, 2.0)
+
+
+async def _drive_external(
+    args: argparse.Namespace,
+    settings: SimulateSettings,
+    workload: Workload,
+    stop: asyncio.Event,
+    progress: ProgressLine | None,
+) -> Outcome:
+    """Schedule the workload on a deployed system: its API server (--kube-server) and extenders (--extender-url)."""
+    ext = settings.extender
+    async with aiohttp.ClientSession() as session:
+        kube = KubeHttp(session, args.sim_kube_server)
+        extenders = Extenders(session, args.extender_urls)
+        try:
+            await _wait_extenders_ready(session, extenders.urls, stop)
+        except TimeoutError:
+            raise DriverError(f"the extenders were not ready within {EXTERNAL_READY_TIMEOUT_S:g}s") from None
+        webhook = webhook_admission(extenders)
+        fallback = local_admission(
+            cfg=settings.common.nvidia,
+            scheduler_name=ext.scheduler_name,
+            force_overwrite_default_scheduler=ext.force_overwrite_default_scheduler,
+            quota=_no_quota,
+        )
+        use_webhook = True
+
+        async def admit(pod: dict[str, Any]) -> Any:
+            nonlocal use_webhook
+            if use_webhook:
+                try:
+                    return await webhook(pod)
+                except DriverError as e:
+                    if "HTTP 404" not in str(e) and "HTTP 501" not in str(e):
+                        raise
+                    logger.warning("the extender serves no /webhook: admitting pods locally", extra={"error": str(e)})
+                    use_webhook = False
+            return await fallback(pod)
+
+        driver = Driver(
+            kube, extenders, admit, cfg=settings.common.nvidia, defaults=Defaults(ext.node_policy, ext.gpu_policy)
+        )
+        label = "driver"
+        results = await schedule_all(
+            driver, list(workload.pods), stop=stop, progress=progress.callback(label) if progress else None
+        )
+        nodes, pods = await kube.list_nodes(), await kube.list_pods()
+    states = device_states(nodes, pods, settings.common.nvidia)
+    summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))
+    return Outcome(tuple(results), summary, complete=len(results) == len(workload.pods))
+
+
+async def _no_quota(namespace: str) -> None:
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# emulator
+# --------------------------------------------------------------------------------------------
+
+
+def run_emulator(args: argparse.Namespace) -> int:
+    """``vgpu-scheduler emulator --cluster FILE --bind HOST:PORT``: serve until SIGTERM (exit 0)."""
+    try:
+        fmt, level = LogFormat(args.log_format), LogLevel(args.log_level)
+    except ValueError as e:
+        raise ConfigError(f"--log-format/--log-level: {e}") from None
+    try:
+        address = parse_bind_address(args.bind)
+    except ValueError as e:
+        raise ConfigError(f"--bind: {e}, got {args.bind!r}") from None
+    cluster = load_cluster(args.cluster or EXAMPLE_CLUSTER)
+    configure_logging(fmt=fmt, level=level)
+
+    async def main(stop: asyncio.Event) -> None:
+        emulator = Emulator()
+        for obj in cluster.objects():
+            emulator.put(obj)
+        url = await emulator.start(address.host or "0.0.0.0", address.port)
+        logger.info("emulator serving", extra={"url": url, "cluster": cluster.source, "nodes": len(cluster.nodes)})
+        try:
+            await stop.wait()
+        finally:
+            await emulator.stop()
+            logger.info("emulator stopped")
+
+    return run_service(main)

@@ -1,0 +1,334 @@
+"""Loading the simulator's inputs: a cluster (Nodes, running Pods, ResourceQuotas) and a workload (Pods, in order).
+
+Files hold Kubernetes manifests: multi-document YAML, JSON, a ``v1 List`` (or any ``*List``) or a top-level array.
+Every object is checked before anything runs, so a bad input stops the command with one line naming the file, the
+document (1-based, plus ``items[i]`` inside a List) and the field::
+
+    cluster.yaml: document 3: metadata.annotations[hami.io/node-nvidia-register]: ... (a ManifestError)
+
+The HAMi annotations are decoded with the real codecs here (register, topology score, allocated device list,
+MIG allocations) so a typo in an example cluster is an error, not a silently unregistered node.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared.codec import annotations as keys
+from shared.codec.podannotations import decode_allocation
+from shared.codec.quantity import parse_quantity
+from shared.codec.register import decode_register
+from shared.codec.topology import decode_topology
+from shared.errors import ConfigError, DecodeError
+
+KubeObject = dict[str, Any]
+
+CLUSTER_KINDS = frozenset({"Node", "Pod", "ResourceQuota", "Namespace"})
+WORKLOAD_KINDS = frozenset({"Pod"})
+
+
+class ManifestError(ConfigError):
+    """A bad input manifest. The message is one line: ``<file>: document <n>[, items[<i>]]: <field>: <problem>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """One object of an input file and where it came from (for error messages)."""
+
+    obj: KubeObject
+    where: str
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj["kind"])
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"].get("namespace") or "default")
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """The starting state: nodes, pods already running (with their allocation annotations), quotas, namespaces."""
+
+    nodes: tuple[KubeObject, ...]
+    pods: tuple[KubeObject, ...]
+    quotas: tuple[KubeObject, ...]
+    namespaces: tuple[KubeObject, ...] = ()
+    source: str = ""
+
+    def objects(self) -> Iterator[KubeObject]:
+        """Every object in seeding order: namespaces, nodes, quotas, then pods (deep copies)."""
+        for group in (self.namespaces, self.nodes, self.quotas, self.pods):
+            for obj in group:
+                yield copy.deepcopy(obj)
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """The pods to schedule, in order."""
+
+    pods: tuple[KubeObject, ...]
+    source: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# Reading documents
+# --------------------------------------------------------------------------------------------
+
+
+def _read_documents(path: Path) -> list[tuple[str, Any]]:
+    """``(location, document)`` pairs of a YAML/JSON file; Lists and top-level arrays are expanded."""
+    label = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{label}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{label}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ManifestError(f"{label}: not valid YAML or JSON{where}: {problem}") from None
+    out: list[tuple[str, Any]] = []
+    for i, doc in enumerate(docs, start=1):
+        where = f"{label}: document {i}"
+        if doc is None:
+            continue
+        if isinstance(doc, list):
+            out += [(f"{where}, [{j}]", item) for j, item in enumerate(doc)]
+        elif isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and "items" in doc:
+            items = doc.get("items")
+            if items is None:
+                continue
+            if not isinstance(items, list):
+                raise ManifestError(f"{where}: items: expected a list, got {_type(items)}")
+            out += [(f"{where}, items[{j}]", item) for j, item in enumerate(items)]
+        else:
+            out.append((where, doc))
+    return out
+
+
+def _type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int | float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, dict):
+        return "a mapping"
+    return type(v).__name__
+
+
+def _fail(where: str, field: str, problem: str) -> ManifestError:
+    return ManifestError(f"{where}: {field}: {problem}")
+
+
+def _mapping(obj: Mapping[str, Any], key: str, where: str, field: str) -> dict[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _fail(where, field, f"expected a mapping, got {_type(value)}")
+    return value
+
+
+def _string_map(obj: Mapping[str, Any], key: str, where: str, field: str) -> dict[str, str]:
+    values = _mapping(obj, key, where, field)
+    for k, v in values.items():
+        if not isinstance(k, str):
+            raise _fail(where, field, f"keys must be strings, got {_type(k)}")
+        if not isinstance(v, str):
+            raise _fail(where, f"{field}[{k}]", f"expected a string, got {_type(v)} (quote it)")
+    return values
+
+
+def _check_object(where: str, doc: Any, kinds: frozenset[str]) -> KubeObject:
+    """Check the envelope every object shares: kind, apiVersion, metadata.name/namespace, labels, annotations."""
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{where}: expected a Kubernetes object (a mapping), got {_type(doc)}")
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise _fail(where, "kind", "missing")
+    if kind not in kinds:
+        expected = ", ".join(sorted(kinds))
+        raise _fail(where, "kind", f"{kind!r} is not accepted here (expected {expected})")
+    api_version = doc.get("apiVersion", "v1")
+    if api_version != "v1":
+        raise _fail(where, "apiVersion", f"expected v1 for a {kind}, got {api_version!r}")
+    meta = _mapping(doc, "metadata", where, "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise _fail(where, "metadata.name", "missing (a non-empty string is required)")
+    ns = meta.get("namespace")
+    if ns is not None and (not isinstance(ns, str) or not ns):
+        raise _fail(where, "metadata.namespace", f"expected a non-empty string, got {_type(ns)}")
+    _string_map(meta, "labels", where, "metadata.labels")
+    _string_map(meta, "annotations", where, "metadata.annotations")
+    obj = copy.deepcopy(doc)
+    obj["apiVersion"] = "v1"
+    return obj
+
+
+def _annotation_field(key: str) -> str:
+    return f"metadata.annotations[{key}]"
+
+
+def _check_node(loc: Located) -> None:
+    node = loc.obj
+    annos = node.get("metadata", {}).get("annotations") or {}
+    register = annos.get(keys.NODE_NVIDIA_REGISTER)
+    if register is not None:
+        try:
+            decode_register(register)
+        except DecodeError as e:
+            raise _fail(loc.where, _annotation_field(keys.NODE_NVIDIA_REGISTER), str(e)) from None
+    score = annos.get(keys.NODE_NVIDIA_SCORE)
+    if score is not None:
+        try:
+            decode_topology(score)
+        except DecodeError as e:
+            raise _fail(loc.where, _annotation_field(keys.NODE_NVIDIA_SCORE), str(e)) from None
+    status = _mapping(node, "status", loc.where, "status")
+    for section in ("allocatable", "capacity"):
+        values = _mapping(status, section, loc.where, f"status.{section}")
+        for rname, q in values.items():
+            _quantity(q, loc.where, f"status.{section}[{rname}]")
+    spec = _mapping(node, "spec", loc.where, "spec")
+    if not isinstance(spec.get("unschedulable", False), bool):
+        raise _fail(loc.where, "spec.unschedulable", f"expected a boolean, got {_type(spec.get('unschedulable'))}")
+
+
+def _quantity(value: Any, where: str, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise _fail(where, field, f'expected a quantity such as 4 or "16Gi", got {_type(value)}')
+    try:
+        parse_quantity(value, field)
+    except DecodeError as e:
+        raise _fail(where, field, e.detail) from None
+
+
+def _check_pod(loc: Located, *, running: bool) -> None:
+    pod = loc.obj
+    spec = _mapping(pod, "spec", loc.where, "spec")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise _fail(loc.where, "spec.containers", "a pod needs a non-empty list of containers")
+    for key in ("initContainers", "containers"):
+        items = spec.get(key) or []
+        if not isinstance(items, list):
+            raise _fail(loc.where, f"spec.{key}", f"expected a list, got {_type(items)}")
+        for i, c in enumerate(items):
+            field = f"spec.{key}[{i}]"
+            if not isinstance(c, dict):
+                raise _fail(loc.where, field, f"expected a mapping, got {_type(c)}")
+            if not isinstance(c.get("name"), str) or not c.get("name"):
+                raise _fail(loc.where, f"{field}.name", "missing")
+            resources = _mapping(c, "resources", loc.where, f"{field}.resources")
+            for section in ("limits", "requests"):
+                values = _mapping(resources, section, loc.where, f"{field}.resources.{section}")
+                for rname, q in values.items():
+                    _quantity(q, loc.where, f"{field}.resources.{section}[{rname}]")
+    node_name = spec.get("nodeName")
+    if node_name is not None and not isinstance(node_name, str):
+        raise _fail(loc.where, "spec.nodeName", f"expected a string, got {_type(node_name)}")
+    if not running:
+        if node_name:
+            raise _fail(loc.where, "spec.nodeName", "a workload pod must not be assigned to a node yet")
+        return
+    try:
+        decode_allocation(pod)
+    except DecodeError as e:
+        raise _fail(loc.where, "metadata.annotations", str(e)) from None
+
+
+def _check_quota(loc: Located) -> None:
+    spec = _mapping(loc.obj, "spec", loc.where, "spec")
+    hard = _mapping(spec, "hard", loc.where, "spec.hard")
+    for rname, q in hard.items():
+        _quantity(q, loc.where, f"spec.hard[{rname}]")
+
+
+def _located(path: Path, kinds: frozenset[str]) -> list[Located]:
+    return [Located(_check_object(where, doc, kinds), where) for where, doc in _read_documents(path)]
+
+
+def _check_unique(items: Sequence[Located]) -> None:
+    seen: dict[tuple[str, str, str], str] = {}
+    for loc in items:
+        namespaced = loc.kind in ("Pod", "ResourceQuota")
+        key = (loc.kind, loc.namespace if namespaced else "", loc.name)
+        if key in seen:
+            shown = f"{key[1]}/{key[2]}" if namespaced else key[2]
+            raise _fail(loc.where, "metadata.name", f"{loc.kind} {shown} is already defined at {seen[key]}")
+        seen[key] = loc.where
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Read and check a cluster file. Pods in it are already placed: they need ``spec.nodeName`` of a listed node."""
+    p = Path(path)
+    items = _located(p, CLUSTER_KINDS)
+    _check_unique(items)
+    node_names = {loc.name for loc in items if loc.kind == "Node"}
+    for loc in items:
+        if loc.kind == "Node":
+            _check_node(loc)
+        elif loc.kind == "Pod":
+            _check_pod(loc, running=True)
+            node_name = loc.obj["spec"].get("nodeName")
+            if not node_name:
+                raise _fail(loc.where, "spec.nodeName", "a pod in the cluster file must be placed on a node")
+            if node_name not in node_names:
+                raise _fail(loc.where, "spec.nodeName", f"no Node {node_name!r} in this file")
+        elif loc.kind == "ResourceQuota":
+            _check_quota(loc)
+    if not node_names:
+        raise ManifestError(f"{p}: no Node in the cluster file")
+    for loc in items:
+        if loc.kind in ("Pod", "ResourceQuota"):
+            loc.obj["metadata"].setdefault("namespace", "default")
+        if loc.kind == "Pod":
+            status = loc.obj.setdefault("status", {})
+            if isinstance(status, dict):
+                status.setdefault("phase", "Running")
+    return Cluster(
+        nodes=tuple(loc.obj for loc in items if loc.kind == "Node"),
+        pods=tuple(loc.obj for loc in items if loc.kind == "Pod"),
+        quotas=tuple(loc.obj for loc in items if loc.kind == "ResourceQuota"),
+        namespaces=tuple(loc.obj for loc in items if loc.kind == "Namespace"),
+        source=str(p),
+    )
+
+
+def load_workload(path: str | Path) -> Workload:
+    """Read and check a workload file: Pods only, not yet placed, scheduled in file order."""
+    p = Path(path)
+    items = _located(p, WORKLOAD_KINDS)
+    _check_unique(items)
+    for loc in items:
+        _check_pod(loc, running=False)
+        loc.obj["metadata"].setdefault("namespace", "default")
+        for key in ("uid", "resourceVersion", "creationTimestamp"):
+            loc.obj["metadata"].pop(key, None)
+        loc.obj.pop("status", None)
+    if not items:
+        raise ManifestError(f"{p}: no Pod in the workload file")
+    return Workload(pods=tuple(loc.obj for loc in items), source=str(p))

@@ -1,0 +1,325 @@
+"""What a simulation found: per-pod results, the cluster's device state afterwards, the summary figures and an audit.
+
+Everything here is computed from API objects (the nodes' register annotations and the pods' allocated device lists,
+collapsed as the informer does), never from Redis: the report checks the scheduler, it does not trust it.
+
+Definitions (docs/simulate.md):
+
+* a device is **usable** when its register entry says healthy, its node's ``allocatable[nvidia.com/gpu] > 0`` and it
+  is not listed in ``hami.io/device-cordon``. Utilisation and fragmentation are over usable devices;
+* **memory / core utilisation** = allocated MiB (cores %) over the usable devices' registered totals, counting every
+  pod that holds devices at the end (the cluster's running pods included);
+* **fragmentation** = the free memory on usable devices that already hold at least one allocation ("stranded":
+  usable only by pods that share a card, never by a whole-card request), over all free memory on usable devices;
+* **nodes touched** = distinct nodes that received at least one workload pod.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.codec import annotations as keys
+from shared.codec.podannotations import decode_allocation
+from shared.codec.quantity import parse_quantity
+from shared.codec.reasons import parse_reason
+from shared.codec.register import decode_register
+from shared.codec.selectors import decode_cordon
+from shared.domain.accounting import collapse
+from shared.domain.model import NvidiaConfig
+from shared.errors import DecodeError
+
+KubeObject = dict[str, Any]
+
+ADMISSION = "*"
+"""The ``reasons`` key used when a pod never reached the nodes (admission denied, or the filter answered Error)."""
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class PodResult:
+    """One workload pod's outcome. ``node`` is None when it was not placed; then ``reasons`` says why."""
+
+    namespace: str
+    name: str
+    node: str | None
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    node_policy: str = ""
+    gpu_policy: str = ""
+    gpu: bool = True
+    """Whether the pod asks for a GPU at all (a CPU-only pod passes through the extender)."""
+
+    @property
+    def placed(self) -> bool:
+        return self.node is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """The interface shape: exactly ``namespace``, ``name``, ``node``, ``annotations``, ``reasons``."""
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "node": self.node,
+            "annotations": dict(sorted(self.annotations.items())),
+            "reasons": dict(sorted(self.reasons.items())),
+        }
+
+
+@dataclass(slots=True)
+class DeviceState:
+    """One registered GPU at the end of a run: capacity and what the holding pods' annotations charge to it."""
+
+    node: str
+    uuid: str
+    type: str
+    count: int
+    devmem_mib: int
+    devcore: int
+    usable: bool
+    used: int = 0
+    used_mem_mib: int = 0
+    used_cores: int = 0
+
+    @property
+    def free_mem_mib(self) -> int:
+        return max(self.devmem_mib - self.used_mem_mib, 0)
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata") or {}
+    annos = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annos if isinstance(annos, Mapping) else {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def _allocatable_count(node: Mapping[str, Any], resource: str) -> int:
+    status = node.get("status") or {}
+    raw = (status.get("allocatable") or {}).get(resource) if isinstance(status, Mapping) else None
+    if raw is None:
+        return 0
+    try:
+        return int(parse_quantity(raw, resource))
+    except DecodeError:
+        return 0
+
+
+def holds_devices(pod: Mapping[str, Any]) -> bool:
+    """A pod holds devices while it carries ``hami.io/vgpu-node`` and has not terminated (hami-compat §5.4)."""
+    phase = (pod.get("status") or {}).get("phase", "")
+    return keys.VGPU_NODE in _annotations(pod) and phase not in TERMINAL_PHASES
+
+
+def device_states(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], cfg: NvidiaConfig | None = None
+) -> dict[tuple[str, str], DeviceState]:
+    """Every registered device keyed by (node, uuid), with the usage of every pod holding devices.
+
+    A pod's charge on a device its node does not list (or on an unknown node) is kept under a placeholder with zero
+    capacity, so the audit reports it instead of losing it.
+    """
+    count_resource = (cfg or NvidiaConfig()).resource_count_name
+    states: dict[tuple[str, str], DeviceState] = {}
+    for node in nodes:
+        name = _name(node)
+        annos = _annotations(node)
+        register = annos.get(keys.NODE_NVIDIA_REGISTER)
+        if not isinstance(register, str):
+            continue
+        try:
+            devices = decode_register(register)
+        except DecodeError:
+            continue
+        cordoned = decode_cordon(str(annos.get(keys.DEVICE_CORDON, "")))
+        alive = _allocatable_count(node, count_resource) > 0
+        for d in devices:
+            states[(name, d.id)] = DeviceState(
+                node=name,
+                uuid=d.id,
+                type=d.type,
+                count=d.count,
+                devmem_mib=d.devmem_mib,
+                devcore=d.devcore,
+                usable=d.health and alive and d.id not in cordoned,
+            )
+    for pod in pods:
+        if not holds_devices(pod):
+            continue
+        node_name = str(_annotations(pod).get(keys.VGPU_NODE))
+        decoded = decode_allocation(pod)
+        if decoded is None:
+            continue
+        devices_, mig = decoded
+        init_count = len((pod.get("spec") or {}).get("initContainers") or [])
+        for charge in collapse(devices_, init_count, mig):
+            state = states.get((node_name, charge.uuid))
+            if state is None:
+                state = DeviceState(node_name, charge.uuid, "?", 0, 0, 0, usable=False)
+                states[(node_name, charge.uuid)] = state
+            state.used += charge.slots
+            state.used_mem_mib += charge.mem_mib
+            state.used_cores += charge.cores_pct
+    return states
+
+
+def audit(states: Mapping[tuple[str, str], DeviceState]) -> list[str]:
+    """Every device whose charged slots, memory or cores exceed its registered capacity (empty: all is well)."""
+    problems = []
+    for (node, uuid), s in sorted(states.items()):
+        over = []
+        if s.used > s.count:
+            over.append(f"slots {s.used}/{s.count}")
+        if s.used_mem_mib > s.devmem_mib:
+            over.append(f"memory {s.used_mem_mib}/{s.devmem_mib} MiB")
+        if s.used_cores > s.devcore:
+            over.append(f"cores {s.used_cores}/{s.devcore}%")
+        if over:
+            problems.append(f"{node} {uuid}: " + ", ".join(over))
+    return problems
+
+
+def _ratio(num: int, den: int) -> float:
+    return round(num / den, 4) if den else 0.0
+
+
+def policy_label(node_policy: str, gpu_policy: str) -> str:
+    """``<node>/<gpu>``, e.g. ``binpack/topology-aware``."""
+    return f"{node_policy}/{gpu_policy}"
+
+
+def summarize(
+    results: Sequence[PodResult],
+    states: Mapping[tuple[str, str], DeviceState],
+    *,
+    node_policy: str,
+    gpu_policy: str,
+) -> dict[str, Any]:
+    """The ``summary`` object of the JSON output (see the module docstring for the definitions)."""
+    placed = [r for r in results if r.placed]
+    by_policy: dict[str, dict[str, int]] = {}
+    for r in results:
+        row = by_policy.setdefault(policy_label(r.node_policy, r.gpu_policy), {"pods": 0, "placed": 0, "pending": 0})
+        row["pods"] += 1
+        row["placed" if r.placed else "pending"] += 1
+    usable = [s for s in states.values() if s.usable]
+    mem_total = sum(s.devmem_mib for s in usable)
+    mem_used = sum(min(s.used_mem_mib, s.devmem_mib) for s in usable)
+    cores_total = sum(s.devcore for s in usable)
+    cores_used = sum(min(s.used_cores, s.devcore) for s in usable)
+    free = sum(s.free_mem_mib for s in usable)
+    stranded = sum(s.free_mem_mib for s in usable if s.used > 0)
+    reasons: Counter[str] = Counter()
+    for r in results:
+        if not r.placed:
+            reasons.update(reason_types(r.reasons))
+    return {
+        "pods": len(results),
+        "placed": len(placed),
+        "pending": len(results) - len(placed),
+        "policies": {"node": node_policy, "gpu": gpu_policy},
+        "by_policy": {k: by_policy[k] for k in sorted(by_policy)},
+        "gpu": {
+            "devices": len(usable),
+            "devices_used": sum(1 for s in usable if s.used > 0),
+            "memory_mib": mem_total,
+            "memory_allocated_mib": mem_used,
+            "memory_utilisation": _ratio(mem_used, mem_total),
+            "cores": cores_total,
+            "cores_allocated": cores_used,
+            "core_utilisation": _ratio(cores_used, cores_total),
+        },
+        "fragmentation": {
+            "free_memory_mib": free,
+            "stranded_memory_mib": stranded,
+            "ratio": _ratio(stranded, free),
+            "idle_devices": sum(1 for s in usable if s.used == 0),
+        },
+        "nodes_touched": len({r.node for r in placed if r.gpu}),
+        "nodes_in_use": len({s.node for s in states.values() if s.used > 0}),
+        "pending_reasons": dict(sorted(reasons.items())),
+        "over_capacity": audit(states),
+    }
+
+
+def reason_types(reasons: Mapping[str, str]) -> set[str]:
+    """The reason words of a pod's ``reasons`` (``CardInsufficientMemory``, ``node unregistered``, ``admission``)."""
+    out: set[str] = set()
+    for key, text in reasons.items():
+        if key == ADMISSION:
+            out.add(text)
+            continue
+        try:
+            entries = parse_reason(text)
+        except DecodeError:
+            out.add(text)  # a plain message such as "node unregistered"
+            continue
+        out.update(rc.reason for rc in entries)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Text output
+# --------------------------------------------------------------------------------------------
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _devices_text(annotations: Mapping[str, str]) -> str:
+    value = annotations.get(keys.DEVICES_ALLOCATED, "")
+    parts = []
+    for container in value.split(";"):
+        for dev in container.split(":"):
+            fields = dev.split(",")
+            if len(fields) >= 4:
+                parts.append(f"{fields[0][:12]}({fields[2]}MiB,{fields[3]}%)")
+    return " ".join(parts) if parts else "-"
+
+
+def _why(reasons: Mapping[str, str]) -> str:
+    if ADMISSION in reasons:
+        return reasons[ADMISSION]
+    counts: Counter[str] = Counter()
+    for text in reasons.values():
+        counts.update(reason_types({"n": text}))
+    shown = ", ".join(f"{word} ({n} node{'s' if n != 1 else ''})" for word, n in counts.most_common(3))
+    return shown or "no candidate node"
+
+
+def render_pods(results: Sequence[PodResult]) -> str:
+    """One line per workload pod: where it went and on which devices, or why not."""
+    width = max([len(f"{r.namespace}/{r.name}") for r in results] + [3])
+    node_width = max([len(r.node or "-") for r in results] + [4])
+    lines = [f"{'POD':<{width}}  {'NODE':<{node_width}}  DEVICES / WHY NOT"]
+    for r in results:
+        tail = _why(r.reasons)
+        if r.placed:
+            tail = _devices_text(r.annotations) if r.gpu else "(no GPU requested)"
+        lines.append(f"{r.namespace + '/' + r.name:<{width}}  {r.node or '-':<{node_width}}  {tail}")
+    return "\n".join(lines)
+
+
+def render_summary(summary: Mapping[str, Any]) -> str:
+    """The summary block under the pod table."""
+    gpu, frag = summary["gpu"], summary["fragmentation"]
+    lines = [
+        f"policies: node {summary['policies']['node']}, gpu {summary['policies']['gpu']}",
+        f"placed {summary['placed']}/{summary['pods']}, pending {summary['pending']}",
+        f"GPU memory {gpu['memory_allocated_mib']}/{gpu['memory_mib']} MiB ({_pct(gpu['memory_utilisation'])}), "
+        f"cores {gpu['cores_allocated']}/{gpu['cores']} ({_pct(gpu['core_utilisation'])}), "
+        f"{gpu['devices_used']}/{gpu['devices']} devices in use",
+        f"fragmentation {_pct(frag['ratio'])} ({frag['stranded_memory_mib']} of {frag['free_memory_mib']} MiB free "
+        f"is on partly used cards), {frag['idle_devices']} idle devices",
+        f"nodes touched {summary['nodes_touched']}, nodes in use {summary['nodes_in_use']}",
+    ]
+    if summary["pending_reasons"]:
+        lines.append("pending because: " + ", ".join(f"{k} ({v})" for k, v in summary["pending_reasons"].items()))
+    if summary["over_capacity"]:
+        lines.append("AUDIT FAILED, devices over capacity: " + "; ".join(summary["over_capacity"]))
+    return "\n".join(lines)
