@@ -1,0 +1,1 @@
+"""The bundled example cluster, workload and device config of ``vgpu-scheduler simulate`` (package data)."""
