@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import io
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,6 +22,8 @@ import aiohttp
 from services.extender.events import EventSink
 from services.extender.service import ExtenderDeps, ExtenderService
 from services.extender.snapshot import CacheSettings
+from shared.codec import annotations as keys
+from shared.codec.register import encode_register_json
 from shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
 from shared.domain.model import NVIDIA, DeviceInfo, NodeInventory
 from shared.k8s import Api
@@ -62,6 +66,21 @@ def node(name: str, gpus: int = 4, **kw: Any) -> NodeInventory:
     return NodeInventory(node=name, vendor=NVIDIA, devices=tuple(gpu(f"GPU-{name}-{i}", i, **kw) for i in range(gpus)))
 
 
+def node_object(
+    inv: NodeInventory, *, allocatable: str | None = None, annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The Node a device plugin leaves behind for ``inv``: the register annotation (JSON) and the GPU count in
+    ``status.allocatable`` (``allocatable`` overrides it), plus ``annotations``."""
+    annos = {keys.NODE_NVIDIA_REGISTER: encode_register_json(inv.devices), **(annotations or {})}
+    count = allocatable if allocatable is not None else str(sum(d.count for d in inv.devices))
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": inv.node, "annotations": annos},
+        "status": {"allocatable": {"nvidia.com/gpu": count}},
+    }
+
+
 WIRE_NODES = (node("gpu-node-1", 4), node("gpu-node-2", 8))
 """The nodes the captured bodies name: gpu-node-1 with 4 T4s, gpu-node-2 with 8."""
 
@@ -77,6 +96,11 @@ async def seed(store: Store, nodes: Sequence[NodeInventory] = WIRE_NODES, *, syn
     return epoch
 
 
+def patched(store: Store, **repos: Any) -> Store:
+    """``store`` with some repositories replaced by test doubles (wrappers that intercept calls)."""
+    return dataclasses.replace(store, **repos)
+
+
 def settings(**overrides: Any) -> ExtenderSettings:
     common = CommonSettings(service=Service.EXTENDER, instance_id="test-extender")
     base = ExtenderSettings(common=common, http_bind=BindAddress("127.0.0.1", 0), scheduler_name="vgpu-scheduler")
@@ -90,17 +114,24 @@ class Replica:
     service: ExtenderService
     url: str
     http: aiohttp.ClientSession
+    stop: asyncio.Event
+    task: asyncio.Task[None]
     events: list[tuple[Mapping[str, Any], PodEvent]] = field(default_factory=list)
 
     async def post(self, path: str, body: bytes | str) -> tuple[int, Any]:
         """POST ``body``; (status, parsed JSON or text)."""
-        data = body.encode() if isinstance(body, str) else body
+        raw = body.encode() if isinstance(body, str) else body
+        data: bytes | io.BytesIO = io.BytesIO(raw) if len(raw) > 256 * 1024 else raw  # aiohttp warns on big bytes
         async with self.http.post(self.url + path, data=data, headers={"Content-Type": "application/json"}) as r:
             text = await r.text()
             try:
                 return r.status, json.loads(text)
             except ValueError:
                 return r.status, text
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the replica's registry (0 when absent)."""
+        return self.service.deps.registry.get_sample_value(name, labels) or 0.0
 
     async def flushed_events(self) -> list[tuple[Mapping[str, Any], PodEvent]]:
         """The events recorded so far, after the sink has handled everything queued."""
@@ -159,7 +190,7 @@ async def running_extender(
                 await service.ready.wait()
         assert service.server is not None
         async with aiohttp.ClientSession() as http:
-            yield Replica(service=service, url=service.server.url, http=http, events=recorded)
+            yield Replica(service=service, url=service.server.url, http=http, stop=stop, task=task, events=recorded)
     finally:
         stop.set()
         async with asyncio.timeout(15):

@@ -1,0 +1,196 @@
+"""Races between plan and commit: another client takes the room first; the filter retries on fresh data or fails
+cleanly, and never over-commits. Also quota: the plan's own check and the store's atomic charge."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shared.domain.model import Allocation, ContainerDevice, QuotaLimits
+from shared.k8s import Api
+from shared.store import ConflictDimension, Reservations, ReserveConflict, ReserveResult, Store
+from tests.integration.extender.filter_harness import node, patched, running_extender, seed, wire_doc
+
+
+class Intercepted:
+    """Wraps the store's reservations: runs ``before(alloc)`` ahead of each of the first ``times`` reserves."""
+
+    def __init__(self, inner: Reservations, before: Callable[[Allocation], Awaitable[None]], times: int = 1) -> None:
+        self._inner = inner
+        self._before = before
+        self.left = times
+        self.calls: list[str] = []
+
+    async def reserve(self, alloc: Allocation, fence: Any = None) -> ReserveResult:
+        self.calls.append(alloc.node)
+        if self.left > 0:
+            self.left -= 1
+            await self._before(alloc)
+        return await self._inner.reserve(alloc, fence)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def whole_card_pod(uid: str, nodes: list[str]) -> dict[str, Any]:
+    body = wire_doc("001-filter.json")
+    body["Pod"]["metadata"]["uid"] = uid
+    body["Pod"]["metadata"]["name"] = f"pod-{uid}"
+    body["Pod"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "100"
+    body["NodeNames"] = nodes
+    return body
+
+
+def steal(other: Store, uid: str) -> Callable[[Allocation], Awaitable[None]]:
+    """Take every device the filter is about to reserve, for pod ``uid``, through another client."""
+
+    async def before(alloc: Allocation) -> None:
+        devices = tuple(tuple(ContainerDevice(d.uuid, d.used_mem_mib, d.used_cores) for d in c) for c in alloc.devices)
+        charges = tuple(dataclasses.replace(c, exclusive=True) for c in alloc.charges)
+        thief = Allocation(uid, "default", uid, alloc.node, devices, charges)
+        assert not isinstance(await other.reservations.reserve(thief), ReserveConflict)
+
+    return before
+
+
+async def test_a_stolen_device_makes_the_filter_retry_on_fresh_data(store: Store, other_store: Store, api: Api) -> None:
+    await seed(store, [node("n1", 1, count=1), node("n2", 1, count=1)])
+    spy = Intercepted(store.reservations, steal(other_store, "thief"))
+    async with running_extender(patched(store, reservations=spy), api) as ext:
+        answer = await ext.filter(whole_card_pod("p1", ["n1", "n2"]))
+        conflicts = ext.metric("vgpu_reservation_conflicts_total")
+        retries = ext.metric("vgpu_reservation_retries_total")
+    assert answer["NodeNames"] == ["n2"]
+    assert spy.calls == ["n1", "n2"]
+    assert (conflicts, retries) == (1, 1)
+    assert await store.reservations.node_of("thief") == "n1"
+    assert await store.reservations.node_of("p1") == "n2"
+
+
+async def test_when_the_thief_takes_everything_the_filter_fails_with_reasons(
+    store: Store, other_store: Store, api: Api
+) -> None:
+    await seed(store, [node("n1", 1, count=1), node("n2", 1, count=1)])
+    thieves = iter(["t1", "t2"])
+
+    async def before(alloc: Allocation) -> None:
+        await steal(other_store, next(thieves))(alloc)
+
+    spy = Intercepted(store.reservations, before, times=2)
+    async with running_extender(patched(store, reservations=spy), api) as ext:
+        answer = await ext.filter(whole_card_pod("p1", ["n1", "n2"]))
+    assert answer["NodeNames"] is None and answer["Error"] == ""
+    assert set(answer["FailedNodes"]) == {"n1", "n2"}
+    assert await store.reservations.node_of("p1") is None
+    for n in ("n1", "n2"):  # never over-committed: one whole-card task per single-slot card
+        assert [u.used for u in (await store.usage.node_usage(n)).values()] == [1]
+
+
+async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api: Api) -> None:
+    await seed(store, [node("n1", 2)])
+
+    class AlwaysConflict:
+        def __init__(self, inner: Reservations) -> None:
+            self.inner = inner
+            self.calls = 0
+
+        async def reserve(self, alloc: Allocation, fence: Any = None) -> ReserveResult:
+            self.calls += 1
+            return ReserveConflict(alloc.pod_uid, alloc.node, ConflictDimension.SLOTS, "GPU-n1-0", 1, 0, "busy")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    flaky = AlwaysConflict(store.reservations)
+    async with running_extender(patched(store, reservations=flaky), api) as ext:
+        answer = await ext.filter(whole_card_pod("p1", ["n1"]))
+        conflicts = ext.metric("vgpu_reservation_conflicts_total")
+        retries = ext.metric("vgpu_reservation_retries_total")
+    assert answer["Error"] == "reservation conflicts on 5 attempts (nodes are changing fast): retry the pod"
+    assert flaky.calls == 5 and (conflicts, retries) == (5, 4)
+
+
+async def test_two_replicas_racing_for_the_last_cards_never_over_commit(
+    store: Store, other_store: Store, api: Api
+) -> None:
+    """Two replicas, 12 whole-card pods at once for 8 single-slot cards: exactly 8 placed, 4 refused."""
+    await seed(store, [node("n1", 4, count=1), node("n2", 4, count=1)])
+    async with running_extender(store, api) as a, running_extender(other_store, api) as b:
+        answers = await asyncio.gather(
+            *((a if i % 2 else b).filter(whole_card_pod(f"p{i}", ["n1", "n2"])) for i in range(12))
+        )
+    placed = [x for x in answers if x["NodeNames"]]
+    refused = [x for x in answers if x["FailedNodes"]]
+    errors = [x for x in answers if x["Error"]]
+    assert len(placed) + len(refused) + len(errors) == 12
+    assert len(placed) == 8
+    for n in ("n1", "n2"):
+        usage = await store.usage.node_usage(n)
+        assert sorted(u.used for u in usage.values()) == [1, 1, 1, 1]
+
+
+def quota_pod(uid: str, mem: str, nodes: list[str]) -> dict[str, Any]:
+    body = copy.deepcopy(wire_doc("005-filter.json"))
+    body["Pod"]["metadata"]["uid"] = uid
+    body["Pod"]["metadata"]["name"] = f"pod-{uid}"
+    body["Pod"]["spec"]["containers"][0]["resources"]["limits"] = {
+        "nvidia.com/gpu": "1",
+        "nvidia.com/gpumem": mem,
+        "nvidia.com/gpucores": "10",
+    }
+    body["NodeNames"] = nodes
+    return body
+
+
+async def test_the_namespace_quota_is_charged_and_enforced(store: Store, api: Api) -> None:
+    await seed(store, [node("n1", 2)])
+    await store.quota.set_limits("default", QuotaLimits(mem_mib=5000, cores_pct=None))
+    async with running_extender(store, api) as ext:
+        first = await ext.filter(quota_pod("q1", "3000", ["n1"]))
+        second = await ext.filter(quota_pod("q2", "3000", ["n1"]))
+    assert first["NodeNames"] == ["n1"]
+    assert second["FailedNodes"] == {"n1": "2/2 ResourceQuotaNotFit"}  # the plan's own quota check
+    state = await store.quota.get("default")
+    assert (state.used_mem_mib, state.used_cores_pct) == (3000, 10)
+
+
+async def test_a_quota_race_lost_at_the_store_fails_every_node_with_resource_quota_not_fit(
+    store: Store, other_store: Store, api: Api
+) -> None:
+    await seed(store, [node("n1", 2), node("n2", 2)])
+    await store.quota.set_limits("default", QuotaLimits(mem_mib=5000, cores_pct=None))
+
+    class RacingQuota:
+        """Another pod's charge lands between the filter's quota read and its charge."""
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def charge(self, namespace: str, pod_uid: str, mem_mib: int, cores_pct: int) -> Any:
+            await other_store.quota.charge(namespace, "racer", 4000, 0)
+            return await self.inner.charge(namespace, pod_uid, mem_mib, cores_pct)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    racing = patched(store, quota=RacingQuota(store.quota))
+    async with running_extender(racing, api) as ext:
+        answer = await ext.filter(quota_pod("q1", "3000", ["n1", "n2"]))
+        quota_exceeded = ext.metric("vgpu_filter_outcomes_total", outcome="quota_exceeded")
+    assert answer["FailedNodes"] == {"n1": "ResourceQuotaNotFit", "n2": "ResourceQuotaNotFit"}
+    assert quota_exceeded == 1
+    assert await store.reservations.node_of("q1") is None
+    assert "q1" not in await store.quota.pod_charges("default")
+
+
+async def test_a_device_conflict_refunds_the_quota_charge(store: Store, other_store: Store, api: Api) -> None:
+    await seed(store, [node("n1", 1, count=1)])
+    await store.quota.set_limits("default", QuotaLimits(mem_mib=100_000, cores_pct=None))
+    spy = Intercepted(store.reservations, steal(other_store, "thief"))
+    async with running_extender(patched(store, reservations=spy), api) as ext:
+        answer = await ext.filter(quota_pod("q1", "3000", ["n1"]))
+    assert set(answer["FailedNodes"]) == {"n1"}
+    assert "q1" not in await store.quota.pod_charges("default")
