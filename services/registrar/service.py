@@ -92,6 +92,7 @@ class RegistrarService:
         self._memory = ProcessMemory()
         self._sync: NodeSync | None = None
         self._standby_ok = False
+        self._acquired = False
         self._holder = ""
         self._resync = asyncio.Event()
         self.terms = 0
@@ -118,6 +119,8 @@ class RegistrarService:
             if sync.synced.is_set():
                 return True, f"leader, inventory synced ({len(sync.registered)} nodes registered)"
             return False, "leader, first pass in progress"
+        if self._acquired:
+            return False, "leader, starting a term"
         if self._standby_ok:
             return True, f"standby (lease held by {self._holder or 'nobody'})"
         return False, "standby, redis not reachable yet"
@@ -152,6 +155,7 @@ class RegistrarService:
             delay = retry_max
             try:
                 if await self.lease.try_acquire():
+                    self._acquired = True  # a leader from now on, not ready until its first pass
                     self._standby_ok = True
                     return True
                 info = await self.lease.current()
@@ -197,6 +201,7 @@ class RegistrarService:
                 reason = await self._term(stop, keeper, sync)
         finally:
             self._sync = None
+            self._acquired = False
             self.metrics.leader.set(0)
             self.metrics.nodes_registered.labels(self.vendor.name).set(0)
             self.metrics.step_downs.labels(reason.value).inc()
