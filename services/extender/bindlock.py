@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 _MAX_PATCH_CONFLICTS: Final = 5
 """resourceVersion conflicts on the node (kubelet, device plugin writing too) before a try counts as busy."""
 _BACKOFF_INITIAL_S: Final = 0.02
-_BACKOFF_MAX_S: Final = 0.25
+_BACKOFF_MAX_S: Final = 0.1
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _SETTLED_PHASES: Final = frozenset({BindPhase.SUCCESS.value, BindPhase.FAILED.value})
 

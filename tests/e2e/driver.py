@@ -1,0 +1,192 @@
+"""Plays the API server's admission and kube-scheduler for the end-to-end tests, over HTTP with real bodies.
+
+For each pod: POST an AdmissionReview to a random replica's ``/webhook`` and apply its JSONPatch (a denied pod is
+never created); create the pod through the emulator's REST API (limits copied into requests, as the API server
+does); then, like kube-scheduler, POST ``ExtenderArgs`` (``Pod`` + ``NodeNames``, ``Nodes: null``, compact JSON) to
+a random replica's ``/filter`` and ``ExtenderBindingArgs`` to a random replica's ``/bind``. An ``Error`` answer
+(filter or bind) is retried after a short jittered backoff; a filter that fails every node leaves the pod
+unschedulable. Several workers run at once, so replicas filter and bind concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.protocol.jsonpatch import apply_patch
+from tests.e2e.cluster import Cluster
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    name: str
+    namespace: str = "default"
+    gpus: int = 1
+    mem_mib: int | None = None
+    cores: int | None = None
+    pod_group: str | None = None
+
+    def manifest(self) -> dict[str, Any]:
+        """The pod as a user submits it (no schedulerName: the webhook sets ours)."""
+        limits = {"nvidia.com/gpu": str(self.gpus)}
+        if self.mem_mib is not None:
+            limits["nvidia.com/gpumem"] = str(self.mem_mib)
+        if self.cores is not None:
+            limits["nvidia.com/gpucores"] = str(self.cores)
+        labels = {"scheduling.x-k8s.io/pod-group": self.pod_group} if self.pod_group else {}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": self.name, "namespace": self.namespace, "labels": labels},
+            "spec": {
+                "containers": [{"name": "main", "image": "busybox", "resources": {"limits": limits}}],
+                "restartPolicy": "Never",
+            },
+        }
+
+
+@dataclass
+class Report:
+    bound: dict[str, str] = field(default_factory=dict)
+    """pod name → node."""
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    """pod name → one node's reason."""
+    denied: dict[str, str] = field(default_factory=dict)
+    gave_up: list[str] = field(default_factory=list)
+    filter_errors: Counter[str] = field(default_factory=Counter)
+    bind_errors: Counter[str] = field(default_factory=Counter)
+    attempts: int = 0
+
+
+def random_specs(rng: random.Random, n: int, *, namespaces: tuple[str, ...] = ("default",)) -> list[PodSpec]:
+    """A mix of shares (1-2 GPUs with memory and cores), memory-only shares, whole cards and gang members."""
+    specs = []
+    for i in range(n):
+        kind = rng.random()
+        ns = namespaces[i % len(namespaces)]
+        name = f"pod-{i:04d}"
+        if kind < 0.1:
+            specs.append(PodSpec(name, ns, gpus=1))  # whole card (webhook: gpucores 100)
+        elif kind < 0.3:
+            specs.append(PodSpec(name, ns, gpus=1, mem_mib=rng.choice((1024, 2048, 4096))))
+        elif kind < 0.4:
+            specs.append(PodSpec(name, ns, gpus=rng.choice((1, 2)), mem_mib=2048, cores=20, pod_group=f"gang-{i % 5}"))
+        else:
+            specs.append(
+                PodSpec(
+                    name,
+                    ns,
+                    gpus=rng.choice((1, 1, 1, 2)),
+                    mem_mib=rng.choice((1000, 2000, 3000, 5000, 8000)),
+                    cores=rng.choice((0, 10, 20, 30, 50)),
+                )
+            )
+    return specs
+
+
+class SchedulerDriver:
+    """Admission + kube-scheduler for a list of pods (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster, *, seed: int = 7, workers: int = 12, max_attempts: int = 40) -> None:
+        self.c = cluster
+        self.rng = random.Random(seed)
+        self.workers = workers
+        self.max_attempts = max_attempts
+        self.report = Report()
+        self.nodes = cluster.spec.node_names()
+
+    def _replica_url(self) -> str:
+        return self.rng.choice(self.c.replicas).url
+
+    async def _post(self, url: str, body: Any) -> Any:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        async with self.c.http.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 200, (url, r.status, await r.text())
+            return await r.json()
+
+    async def run(self, specs: list[PodSpec]) -> Report:
+        queue: asyncio.Queue[PodSpec] = asyncio.Queue()
+        for s in specs:
+            queue.put_nowait(s)
+
+        async def worker() -> None:
+            while not queue.empty():
+                await self.place(queue.get_nowait())
+
+        async with asyncio.TaskGroup() as tg:
+            for i in range(self.workers):
+                tg.create_task(worker(), name=f"e2e:driver-{i}")
+        return self.report
+
+    async def admit_and_create(self, spec: PodSpec) -> dict[str, Any] | None:
+        """The webhook's decision applied, then the pod created through the REST API; None if denied."""
+        pod = spec.manifest()
+        review = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": f"review-{spec.name}",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": spec.namespace,
+                "operation": "CREATE",
+                "object": pod,
+            },
+        }
+        answer = (await self._post(self._replica_url() + "/webhook", review))["response"]
+        assert answer["uid"] == f"review-{spec.name}"
+        if not answer["allowed"]:
+            self.report.denied[spec.name] = answer["status"]["message"]
+            return None
+        if "patch" in answer:
+            pod = apply_patch(pod, json.loads(base64.b64decode(answer["patch"])))
+        for c in pod["spec"]["containers"]:  # the API server copies extended-resource limits into requests
+            c["resources"]["requests"] = dict(c["resources"]["limits"])
+        url = f"{self.c.em.url}/api/v1/namespaces/{spec.namespace}/pods"
+        async with self.c.http.post(url, json=pod) as r:
+            assert r.status == 201, await r.text()
+            created: dict[str, Any] = await r.json()
+        return created
+
+    async def place(self, spec: PodSpec) -> None:
+        created = await self.admit_and_create(spec)
+        if created is None:
+            return
+        meta = created["metadata"]
+        delay = 0.01
+        for _ in range(self.max_attempts):
+            self.report.attempts += 1
+            pod = self.c.em.get("Pod", spec.namespace, spec.name)  # kube-scheduler's informer cache
+            assert pod is not None
+            nodes = list(self.nodes)
+            self.rng.shuffle(nodes)
+            result = await self._post(self._replica_url() + "/filter", {"Pod": pod, "Nodes": None, "NodeNames": nodes})
+            if result["Error"]:
+                self.report.filter_errors[_kind(result["Error"])] += 1
+            elif not result["NodeNames"]:
+                failed = result["FailedNodes"] or {}
+                self.report.unschedulable[spec.name] = next(iter(failed.values()), "no nodes")
+                return
+            else:
+                (node,) = result["NodeNames"]
+                args = {"PodName": spec.name, "PodNamespace": spec.namespace, "PodUID": meta["uid"], "Node": node}
+                bound = await self._post(self._replica_url() + "/bind", args)
+                if not bound["Error"]:
+                    self.report.bound[spec.name] = node
+                    return
+                self.report.bind_errors[_kind(bound["Error"])] += 1
+            await asyncio.sleep(delay * (0.5 + self.rng.random()))  # kube-scheduler's backoff before a retry
+            delay = min(delay * 2, 0.2)
+        self.report.gave_up.append(spec.name)
+
+
+def _kind(error: str) -> str:
+    for marker in ("locked by", "not ready", "conflict", "no device reservation", "reserved on node", "not found"):
+        if marker in error:
+            return marker
+    return error[:80]

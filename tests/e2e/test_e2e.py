@@ -1,0 +1,76 @@
+"""End to end, in process: admission → filter → bind → device plugin → informer, across several extender replicas
+racing on a nearly full cluster, audited at every API state (no device over capacity, ever) and at the end (Redis
+usage == usage recomputed from the pods' annotations, every lock released)."""
+
+from __future__ import annotations
+
+import random
+
+from shared.codec import annotations as keys
+from shared.domain.model import Reason
+from shared.protocol.events import reason_types
+from tests.audit import quota_usage_from_pods, store_quota_usage
+from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
+from tests.e2e.driver import PodSpec, Report, SchedulerDriver, random_specs
+
+
+async def settle_and_audit(c: Cluster, report: Report) -> None:
+    """Wait for the device plugin and the informer to catch up, then check every end-state invariant."""
+    await eventually(lambda: c.plugin.busy == 0 and len(c.plugin.allocated) >= len(report.bound), what="allocated")
+    await eventually(c.locks_released, what="every node lock released (annotation and Redis)")
+    await eventually(c.audit_matches, what="Redis usage == usage recomputed from the API's pods")
+    assert c.monitor.violations == []
+    assert c.plugin.violations == []
+    assert c.monitor.checks > 0
+    pods = {p["metadata"]["name"]: p for p in c.pods()}
+    for name, node in report.bound.items():
+        pod = pods[name]
+        annos = pod["metadata"]["annotations"]
+        assert pod["spec"]["nodeName"] == node == annos[keys.VGPU_NODE]
+        assert pod["metadata"]["labels"][keys.VGPU_NODE_LABEL] == node
+        assert annos[keys.BIND_PHASE] == "success"
+    for name in [*report.unschedulable, *report.gave_up]:
+        pod = pods[name]
+        assert "nodeName" not in pod["spec"]
+        assert keys.VGPU_NODE not in (pod["metadata"].get("annotations") or {})
+    # nothing reserved for pods that are not bound
+    records = await c.store.reservations.list_all()
+    held = {r.allocation.name for recs in records.values() for r in recs}
+    assert held == set(report.bound)
+
+
+async def test_a_handful_of_pods_flow_through_the_whole_system(redis_url: str) -> None:
+    async with running_cluster(redis_url, ClusterSpec(nodes=2, gpus_per_node=2, replicas=2)) as c:
+        specs = [PodSpec(f"p{i}", gpus=1, mem_mib=1000, cores=10) for i in range(6)]
+        specs.append(PodSpec("whole", gpus=1))
+        report = await SchedulerDriver(c, workers=3).run(specs)
+        assert sorted(report.bound) == sorted(s.name for s in specs)
+        await settle_and_audit(c, report)
+        assert c.metric_sum("vgpu_bind_outcomes_total", outcome="bound") == len(specs)
+        assert c.metric_sum("vgpu_webhook_outcomes_total", outcome="mutated") == len(specs)
+
+
+async def test_replicas_race_on_a_nearly_full_cluster_without_overcommit(redis_url: str) -> None:
+    spec = ClusterSpec(nodes=8, gpus_per_node=4, replicas=3, quotas={"team-q": {"limits.nvidia.com/gpumem": "40000"}})
+    async with running_cluster(redis_url, spec) as c:
+        specs = random_specs(random.Random(11), 300, namespaces=("default", "default", "team-q"))
+        report = await SchedulerDriver(c, workers=16).run(specs)
+
+        assert report.gave_up == []
+        assert len(report.bound) + len(report.unschedulable) + len(report.denied) == len(specs)
+        assert len(report.bound) >= 80, report
+        assert report.unschedulable, "the cluster should have filled up"
+        await settle_and_audit(c, report)
+        # quota: Redis agrees with the pods, and the namespace stays within its limit
+        pods = c.pods()
+        assert await store_quota_usage(c.store) == quota_usage_from_pods(pods)
+        assert quota_usage_from_pods(pods).get("team-q", (0, 0))[0] <= 40000
+        # work was spread over the replicas, and they did race
+        binds = [r.metric("vgpu_bind_outcomes_total", outcome="bound") for r in c.replicas]
+        assert sum(binds) == len(report.bound) and all(b > 0 for b in binds)
+        # every refusal is a HAMi GenReason string over all the nodes
+        known = {r.value for r in Reason}
+        for reason in report.unschedulable.values():
+            assert set(reason_types(reason)) <= known, reason
+        # the replicas raced for the same devices and recovered
+        assert c.metric_sum("vgpu_reservation_conflicts_total") > 0
