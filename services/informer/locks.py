@@ -1,0 +1,324 @@
+"""Releasing node locks (hami-compat §4, decisions 4 and 5; design §3).
+
+The extender takes a node's Redis lock and then writes the ``hami.io/mutex.lock`` annotation in ``/bind``, and
+leaves both held. The informer releases them when:
+
+* the device plugin settles the holder's ``hami.io/bind-phase`` (``success``/``failed``) — counted only if the
+  pod's ``hami.io/bind-time`` is not older than the lock (a bind phase left from an earlier attempt does not
+  release a new lock);
+* the device plugin removes the annotation (the Redis lock of the pod it named is released);
+* the holder is deleted or terminated (Succeeded/Failed) — at once, not after the timeout (HAMi #1130, #1271,
+  #3047);
+* the node is deleted;
+* the lock is older than ``--node-lock-timeout``: if the holder is still ``allocating`` it is first patched
+  ``hami.io/bind-phase: failed`` (so the device plugin cannot allocate it later), and only then are the
+  annotation and the Redis lock released (HAMi #3096). A legacy (time-only) or unreadable annotation names no
+  pod and is removed after the timeout.
+
+Order of release: annotation first (resourceVersion-guarded merge patch, re-read and retried on conflict), then
+the Redis lock (owner- and token-checked), so the next holder never finds a stale annotation. Nodes are
+checked one at a time by a single worker, fed by pod and node events and by a periodic sweep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from services.informer.metrics import InformerMetrics, LockCause, Malformed
+from services.informer.pods import PodFacts, pod_facts
+from shared.codec import annotations as keys
+from shared.codec.nodelock import parse_node_lock
+from shared.domain.model import BindPhase
+from shared.errors import ConflictError, DecodeError, NotFoundError, TransientError
+from shared.k8s import Api, KubeObject
+from shared.k8s.objects import annotations_of, resource_version_of
+from shared.store import LockInfo, Store
+
+logger = logging.getLogger(__name__)
+
+Owner = tuple[str, str]  # (namespace, name) of the pod a lock names
+_PATCH_ATTEMPTS = 5
+_CLOCK_SLACK_S = 1.0  # RFC 3339 lock times and bind-time are whole seconds
+
+
+def split_owner(owner: str) -> Owner | None:
+    """``<namespace>/<name>`` (``shared.coord.lock_owner``) → (namespace, name); None if malformed."""
+    ns, sep, name = owner.partition("/")
+    if not sep or not ns or not name:
+        return None
+    return ns, name
+
+
+@dataclass
+class _Held:
+    """One holder of a node's lock: the annotation naming it and/or the Redis lock it owns."""
+
+    owner: Owner | None  # None: a legacy or unreadable annotation, or a Redis owner that names no pod
+    annotation: str | None
+    redis: LockInfo | None
+    since_s: float
+
+
+@dataclass(frozen=True)
+class _Seen:
+    owner: Owner
+    at_s: float
+
+
+class NodeLockReleaser:
+    """Decides and performs node-lock releases. ``pod``/``node`` read the informers' caches (None if unknown);
+    ``node_names`` lists every known node; ``still_leader`` re-checks the lease before a pod is marked failed."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        api: Api,
+        metrics: InformerMetrics,
+        clock: Callable[[], float],
+        timeout_s: float,
+        pod: Callable[[str, str], KubeObject | None],
+        node: Callable[[str], KubeObject | None],
+        node_names: Callable[[], list[str]],
+        still_leader: Callable[[], Awaitable[bool]],
+    ) -> None:
+        self._store = store
+        self._api = api
+        self._metrics = metrics
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._pod = pod
+        self._node = node
+        self._node_names = node_names
+        self._still_leader = still_leader
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._pending: set[str] = set()
+        self._annotation: dict[str, str] = {}  # node → last seen lock annotation value
+        self._seen: dict[str, _Seen] = {}  # node → last holder its annotation named (kept after removal)
+        self._first_seen: dict[tuple[str, str], float] = {}  # (node, unreadable value) → when first seen
+        self._watched: dict[Owner, str] = {}  # pods seen allocating → their node (may hold a Redis-only lock)
+
+    # ---- inputs ------------------------------------------------------------------------------------------------
+
+    def enqueue(self, node: str) -> None:
+        if node and node not in self._pending:
+            self._pending.add(node)
+            self._queue.put_nowait(node)
+
+    def on_node(self, node_obj: KubeObject, deleted: bool) -> None:
+        """A node event: re-check the node when its lock annotation changed or the node went away."""
+        name = str(node_obj.get("metadata", {}).get("name", ""))
+        value = None if deleted else annotations_of(node_obj).get(keys.NODE_LOCK)
+        if value is not None:
+            try:
+                lock = parse_node_lock(value)
+                if not lock.legacy:
+                    assert lock.namespace is not None and lock.name is not None
+                    self._seen[name] = _Seen((lock.namespace, lock.name), lock.at.timestamp())
+            except DecodeError:
+                pass  # reported by check()
+        if deleted or self._annotation.get(name) != value:
+            if value is None:
+                self._annotation.pop(name, None)
+            else:
+                self._annotation[name] = value
+            self.enqueue(name)
+
+    def on_pod(self, facts: PodFacts, deleted: bool) -> None:
+        """A pod event: re-check its node when a lock it may hold could now be released."""
+        key = (facts.namespace, facts.name)
+        if facts.node is None:
+            return
+        if not deleted and not facts.terminated and facts.bind_phase is BindPhase.ALLOCATING:
+            self._watched[key] = facts.node
+            return
+        node = self._watched.pop(key, None) or facts.node
+        if node in self._annotation or deleted or facts.terminated or facts.settled:
+            self.enqueue(node)
+
+    # ---- the worker and the sweep ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Check queued nodes one at a time, until cancelled. Transient failures wait for the next sweep."""
+        while True:
+            node = await self._queue.get()
+            self._pending.discard(node)
+            try:
+                await self.check(node)
+            except TransientError as e:
+                logger.warning("node lock check failed, will retry", extra={"node": node, "error": str(e)})
+
+    async def sweep(self) -> int:
+        """Queue every node whose lock is held (Redis or annotation); returns how many are held."""
+        names = self._node_names()
+        watched = set(self._watched.values())
+        redis_held = await self._store.locks.inspect_many(sorted(set(names) | watched))
+        held = set(redis_held) | set(self._annotation)
+        self._metrics.locks_held.set(len(held))
+        for n in sorted(held):
+            self.enqueue(n)
+        return len(held)
+
+    # ---- deciding ----------------------------------------------------------------------------------------------
+
+    def _holders(self, node: str, value: str | None, redis: LockInfo | None, now: float) -> list[_Held]:
+        out: dict[Owner | None, _Held] = {}
+        if value is not None:
+            try:
+                lock = parse_node_lock(value)
+            except DecodeError as e:
+                if (node, value) not in self._first_seen:
+                    self._metrics.malformed.labels(Malformed.NODE_LOCK.value).inc()
+                    logger.warning("node lock annotation unreadable", extra={"node": node, "error": str(e)})
+                since = self._first_seen.setdefault((node, value), now)
+                out[None] = _Held(None, value, None, since)
+            else:
+                owner = None if lock.legacy else (lock.namespace or "", lock.name or "")
+                out[owner] = _Held(owner, value, None, lock.at.timestamp())
+        if redis is not None:
+            owner = split_owner(redis.owner)
+            acquired_s = redis.acquired_ms / 1000
+            held = out.get(owner) if owner is not None else None
+            if held is not None:
+                held.redis = redis
+                held.since_s = min(held.since_s, acquired_s)
+            else:
+                out[("", redis.owner) if owner is None else owner] = _Held(owner, None, redis, acquired_s)
+        return list(out.values())
+
+    async def _get_pod(self, owner: Owner) -> KubeObject | None:
+        cached = self._pod(*owner)
+        if cached is not None:
+            return cached
+        try:
+            return await self._api.get_pod(*owner)
+        except NotFoundError:
+            return None
+
+    async def _decide(self, node: str, held: _Held, now: float) -> tuple[LockCause, PodFacts | None] | None:
+        timed_out = now - held.since_s >= self._timeout_s
+        if held.owner is None:
+            return (LockCause.TIMEOUT, None) if timed_out else None
+        pod = await self._get_pod(held.owner)
+        if pod is None:
+            return LockCause.POD_DELETED, None
+        facts = pod_facts(pod)
+        if facts.terminated:
+            return LockCause.POD_TERMINATED, facts
+        fresh = facts.bind_time_s is None or facts.bind_time_s >= held.since_s - _CLOCK_SLACK_S
+        if facts.settled and fresh:
+            return (LockCause.BIND_SUCCESS if facts.bind_phase is BindPhase.SUCCESS else LockCause.BIND_FAILED), facts
+        if held.annotation is None and held.redis is not None:
+            seen = self._seen.get(node)
+            if (
+                seen is not None
+                and seen.owner == held.owner
+                and seen.at_s >= held.redis.acquired_ms / 1000 - _CLOCK_SLACK_S
+            ):
+                return LockCause.ANNOTATION_REMOVED, facts
+        if timed_out:
+            return LockCause.TIMEOUT, facts
+        return None
+
+    async def check(self, node: str) -> None:
+        """Evaluate ``node``'s lock holders and release those whose lock is over."""
+        node_obj = self._node(node)
+        redis = await self._store.locks.inspect(node)
+        if node_obj is None:
+            if redis is not None and not await self._exists(node):
+                await self._release(node, _Held(split_owner(redis.owner), None, redis, 0.0), LockCause.NODE_DELETED)
+            self._seen.pop(node, None)
+            return
+        value = annotations_of(node_obj).get(keys.NODE_LOCK)
+        now = self._clock()
+        for held in self._holders(node, value, redis, now):
+            decision = await self._decide(node, held, now)
+            if decision is not None:
+                await self._release(node, held, decision[0])
+
+    async def _exists(self, node: str) -> bool:
+        try:
+            await self._api.get_node(node)
+        except NotFoundError:
+            return False
+        return True
+
+    # ---- releasing ---------------------------------------------------------------------------------------------
+
+    async def _release(self, node: str, held: _Held, cause: LockCause) -> None:
+        if cause is LockCause.TIMEOUT and held.owner is not None:
+            if not await self._still_leader():
+                return
+            if not await self._mark_failed(held.owner):
+                return  # never release while the holder may still be allocated (decision 5)
+        if held.annotation is not None:
+            await self._remove_annotation(node, held.annotation)
+        if held.redis is not None:
+            await self._store.locks.release(node, held.redis.owner, token=held.redis.token)
+        seen = self._seen.get(node)
+        if seen is not None and seen.owner == held.owner:
+            self._seen.pop(node, None)
+        if held.owner is not None:
+            self._watched.pop(held.owner, None)
+        self._metrics.locks_released.labels(cause.value).inc()
+        logger.info(
+            "node lock released",
+            extra={
+                "node": node,
+                "pod": "/".join(held.owner) if held.owner else None,
+                "cause": cause.value,
+                "annotation": held.annotation is not None,
+                "redis": held.redis is not None,
+            },
+        )
+
+    async def _mark_failed(self, owner: Owner) -> bool:
+        """Patch the holder ``bind-phase: failed`` if it is still allocating. True when it is not (any more)."""
+        ns, name = owner
+        for _ in range(_PATCH_ATTEMPTS):
+            try:
+                pod = await self._api.get_pod(ns, name)
+            except NotFoundError:
+                return True
+            facts = pod_facts(pod)
+            if facts.bind_phase is not BindPhase.ALLOCATING or facts.terminated:
+                return True
+            try:
+                await self._api.patch_pod_metadata(
+                    ns,
+                    name,
+                    annotations={keys.BIND_PHASE: BindPhase.FAILED.value},
+                    resource_version=resource_version_of(pod),
+                )
+            except ConflictError:
+                continue
+            except NotFoundError:
+                return True
+            self._metrics.pods_marked_failed.inc()
+            logger.warning("node lock timed out while allocating: pod marked failed", extra={"pod": f"{ns}/{name}"})
+            return True
+        logger.warning("could not mark pod failed after conflicts", extra={"pod": f"{ns}/{name}"})
+        return False
+
+    async def _remove_annotation(self, node: str, value: str) -> None:
+        """Remove ``hami.io/mutex.lock`` if it still reads ``value`` (resourceVersion-guarded, retried)."""
+        for _ in range(_PATCH_ATTEMPTS):
+            try:
+                node_obj = await self._api.get_node(node)
+            except NotFoundError:
+                return
+            if annotations_of(node_obj).get(keys.NODE_LOCK) != value:
+                return  # removed or replaced meanwhile: not ours to touch
+            try:
+                await self._api.patch_node_metadata(
+                    node, annotations={keys.NODE_LOCK: None}, resource_version=resource_version_of(node_obj)
+                )
+            except ConflictError:
+                continue
+            except NotFoundError:
+                return
+            return
+        raise TransientError(f"node {node}: lock annotation not removed after {_PATCH_ATTEMPTS} conflicts")

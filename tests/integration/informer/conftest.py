@@ -1,0 +1,180 @@
+"""The informer in-process: the real service against the Kubernetes API emulator and the real redis-server.
+
+``harness`` gives a running informer (``async with harness.run() as svc``) whose every interval is short and whose
+clock is injected (``harness.clock.advance(s)``), so timeouts are tested without waiting. ``eventually`` awaits
+a condition (re-checked as state changes), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from services.informer.service import InformerDeps, InformerService, InformerTuning
+from shared.config import CommonSettings, InformerSettings, Service
+from shared.emulator import Emulator
+from shared.k8s import Api, KubeClient, KubeSettings, open_client
+from shared.k8s import InformerSettings as WatchSettings
+from shared.store import Store, connect
+from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
+from tests.builders import inventory
+
+FAST_WATCH = WatchSettings(watch_timeout_s=30, read_grace_s=5, backoff_initial_s=0.01, backoff_max_s=0.05)
+TUNING = InformerTuning(
+    watch=FAST_WATCH,
+    lease_retry_s=0.05,
+    lock_sweep_s=0.05,
+    reservation_sweep_s=0.05,
+    epoch_check_s=0.05,
+    retry_s=0.05,
+)
+
+
+class Clock:
+    """Wall time plus an offset tests move forward."""
+
+    def __init__(self) -> None:
+        self.offset_s = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset_s
+
+    def advance(self, seconds: float) -> None:
+        self.offset_s += seconds
+
+
+async def eventually(check: Callable[[], Awaitable[object] | object], timeout_s: float = 10.0, what: str = "") -> None:
+    """Await until ``check()`` is truthy (polled every 10 ms; coroutines awaited), or fail after ``timeout_s``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                result = check()
+                if isinstance(result, Awaitable):
+                    result = await result
+                if result:
+                    return
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        pytest.fail(f"condition not reached within {timeout_s}s: {what or check}")
+
+
+def settings(
+    instance: str = "informer-a",
+    *,
+    grace_s: float = 120.0,
+    lock_timeout_s: float = 300.0,
+    reconcile_s: float = 300.0,
+    lease_ttl_s: float = 15.0,
+) -> InformerSettings:
+    return InformerSettings(
+        common=CommonSettings(service=Service.INFORMER, instance_id=instance),
+        lease_ttl_s=lease_ttl_s,
+        reconcile_interval_s=reconcile_s,
+        reservation_grace_s=grace_s,
+        node_lock_timeout_s=lock_timeout_s,
+    )
+
+
+@dataclass
+class Harness:
+    emulator: Emulator
+    kube: KubeClient
+    store: Store
+    clock: Clock = field(default_factory=Clock)
+
+    @property
+    def api(self) -> Api:
+        return Api(self.kube, component="vgpu-scheduler", instance="test")
+
+    def service(
+        self, cfg: InformerSettings | None = None, registry: CollectorRegistry | None = None
+    ) -> InformerService:
+        cfg = cfg or settings()
+        deps = InformerDeps(
+            store=self.store,
+            kube=self.kube,
+            api=self.api,
+            registry=registry or CollectorRegistry(),
+            instance_id=cfg.common.instance_id,
+            clock=self.clock,
+            tuning=TUNING,
+        )
+        return InformerService(cfg, deps)
+
+    @contextlib.asynccontextmanager
+    async def run(
+        self, cfg: InformerSettings | None = None, *, wait_synced: bool = True
+    ) -> AsyncIterator[InformerService]:
+        """Run an informer until the block ends (then stop it cleanly and check it returned)."""
+        svc = self.service(cfg)
+        stop = asyncio.Event()
+        task = asyncio.create_task(svc.run(stop), name=f"test-informer:{svc.deps.instance_id}")
+        try:
+            if wait_synced:
+                await asyncio.wait_for(svc.synced.wait(), 10)
+            yield svc
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+
+    async def put_inventory(self, *names: str, n: int = 4, **gpu: Any) -> None:
+        for name in names:
+            await self.store.inventory.put(inventory(name, n=n, **gpu))
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.emulator.list("pods")
+
+    async def audit_ok(self) -> bool:
+        pods = self.pods()
+        return await store_usage(self.store) == usage_from_pods(pods) and await store_quota_usage(
+            self.store
+        ) == quota_usage_from_pods(pods)
+
+    async def assert_audit(self) -> None:
+        """Usage and quota usage in Redis == recomputed from the API's pods (awaited: events are asynchronous)."""
+        await eventually(self.audit_ok, what="Redis usage == usage recomputed from the API's pods")
+        pods = self.pods()
+        assert await store_usage(self.store) == usage_from_pods(pods)
+        assert await store_quota_usage(self.store) == quota_usage_from_pods(pods)
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[Emulator]:
+    em = Emulator(bookmark_interval_s=None)
+    await em.start()
+    try:
+        yield em
+    finally:
+        await em.stop()
+
+
+@pytest.fixture
+async def kube(emulator: Emulator) -> AsyncIterator[KubeClient]:
+    async with open_client(KubeSettings(server=emulator.url, qps=0, timeout_s=5.0)) as client:
+        yield client
+
+
+@pytest.fixture
+async def store(redis_url: str) -> AsyncIterator[Store]:
+    s = Store.create(connect(redis_url), prefix="t")
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+@pytest.fixture
+def harness(emulator: Emulator, kube: KubeClient, store: Store) -> Harness:
+    return Harness(emulator, kube, store)
+
+
+def metric(svc: InformerService, name: str, **labels: str) -> float:
+    value = svc.deps.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
