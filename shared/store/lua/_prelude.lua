@@ -11,6 +11,15 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A fencing counter that never goes back, even across a FLUSHALL: a missing counter is seeded from the
+-- server clock (ms), so tokens handed out after a flush exceed every token handed out before it.
+local function fencing_incr(key)
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('SET', key, fmt(now_ms()))
+  end
+  return redis.call('INCR', key)
+end
+
 local function fence_ok()
   local token = ARGV[1]
   if token == nil or token == '' then

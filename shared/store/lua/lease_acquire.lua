@@ -10,6 +10,6 @@ if v then
   end
   return {'held', holder, tok, fmt(redis.call('PTTL', KEYS[1]))}
 end
-local tok = fmt(redis.call('INCR', KEYS[2]))
+local tok = fmt(fencing_incr(KEYS[2]))
 redis.call('SET', KEYS[1], tok .. '|' .. ARGV[1], 'PX', ARGV[2])
 return {'acquired', tok, ARGV[2]}

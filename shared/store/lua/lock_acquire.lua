@@ -13,7 +13,7 @@ if v then
   end
   return {'held', tok, exp, acq, owner, fmt(now)}
 end
-local tok = fmt(redis.call('INCR', KEYS[2]))
+local tok = fmt(fencing_incr(KEYS[2]))
 local exp = fmt(now + tonumber(ARGV[2]))
 local value = tok .. '|' .. exp .. '|' .. fmt(now) .. '|' .. ARGV[1]
 if tonumber(ARGV[3]) > 0 then

@@ -87,3 +87,20 @@ async def test_token_never_issued_is_refused(seeded: Store) -> None:
     forged = Fence(lease="informer", token=lease.fence.token + 1)
     with pytest.raises(StaleFenceError):
         await seeded.inventory.put(node("n1", gpu("GPU-z")), fence=forged)
+
+
+async def test_a_token_from_before_a_flush_is_refused_after_it(store: Store) -> None:
+    """FLUSHALL loses the lease epoch counter; the next holder must still get a token no pre-flush holder has."""
+    old = Lease(store.leases, "registrar", "old-leader", ttl_s=30)
+    assert await old.try_acquire()
+    stale = old.fence
+    assert stale is not None
+    await store.client.flushall()
+    new = Lease(store.leases, "registrar", "new-leader", ttl_s=30)
+    assert await new.try_acquire()
+    assert new.fence is not None and new.fence.token > stale.token
+    with pytest.raises(StaleFenceError):
+        await store.inventory.put(node("n1", gpu("GPU-a")), fence=stale)
+    assert await store.inventory.get("n1") is None
+    await store.inventory.put(node("n1", gpu("GPU-a")), fence=new.fence)
+    assert await store.inventory.get("n1") is not None
