@@ -65,6 +65,15 @@ class Replica:
     service: ExtenderService
     url: str
     events: list[tuple[str, PodEvent]]
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def alive(self) -> bool:
+        return not self.stop.is_set()
+
+    def kill(self) -> None:
+        """Stop this replica (it drains in-flight requests; new connections are refused)."""
+        self.stop.set()
 
     def metric(self, name: str, **labels: str) -> float:
         value = self.service.deps.registry.get_sample_value(name, labels)
@@ -240,8 +249,8 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
                 ),
                 drain_timeout_s=5.0,
             )
-            await stack.enter_async_context(_task(f"e2e:extender-{i}", service.run))
-            replicas.append(Replica(service, "", events))
+            stop = await stack.enter_async_context(_task(f"e2e:extender-{i}", service.run))
+            replicas.append(Replica(service, "", events, stop))
 
         # the node side
         plugin = DevicePlugin(await kube_client())

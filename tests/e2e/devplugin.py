@@ -97,16 +97,15 @@ class DevicePlugin:
                     self.settled.set()
 
     async def _allocate(self, node: str, ns: str, name: str) -> None:
+        pod = await self._live_pod(ns, name)
+        if pod is None:
+            return  # deleted or ended before the kubelet got to it: no Allocate
         node_obj = await self.api.get_node(node)
         lock = annotations_of(node_obj).get(keys.NODE_LOCK)
-        if lock is None:
-            self.violations.append(f"{ns}/{name} bound to {node} but the node has no lock annotation")
-        elif not parse_node_lock(lock).owned_by(ns, name):
+        if lock is None or not parse_node_lock(lock).owned_by(ns, name):
+            if await self._live_pod(ns, name) is None:
+                return  # ended meanwhile: its lock was rightly released
             self.violations.append(f"{ns}/{name} bound to {node} but the node lock names someone else: {lock}")
-        try:
-            pod = await self.api.get_pod(ns, name)
-        except NotFoundError:
-            return  # deleted meanwhile
         annos = annotations_of(pod)
         node_uuids = {d.id for d in decode_register(annotations_of(node_obj)[keys.NODE_NVIDIA_REGISTER])}
         entries = decode_pod_devices(annos.get(keys.DEVICES_TO_ALLOCATE, ""), keys.DEVICES_TO_ALLOCATE)
@@ -114,11 +113,21 @@ class DevicePlugin:
         if foreign or annos.get(keys.VGPU_NODE) != node:
             self.violations.append(f"{ns}/{name} on {node} was given devices of another node: {foreign}")
         consumed = ";" * len(entries)  # every container's entry popped, as the plugin leaves it
-        await self.api.patch_pod_metadata(
-            ns, name, annotations={keys.DEVICES_TO_ALLOCATE: consumed, keys.BIND_PHASE: "success"}
-        )
+        try:
+            await self.api.patch_pod_metadata(
+                ns, name, annotations={keys.DEVICES_TO_ALLOCATE: consumed, keys.BIND_PHASE: "success"}
+            )
+        except NotFoundError:
+            return
         self.allocated[uid_of(pod)] = node
         await self._release_lock(node, ns, name)
+
+    async def _live_pod(self, ns: str, name: str) -> dict[str, Any] | None:
+        try:
+            pod = await self.api.get_pod(ns, name)
+        except NotFoundError:
+            return None
+        return None if (pod.get("status") or {}).get("phase") in _TERMINAL else pod
 
     async def _release_lock(self, node: str, ns: str, name: str) -> None:
         """HAMi's ``ReleaseNodeLock``: remove the annotation only if it names this pod."""

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+import aiohttp
 
 from shared.protocol.jsonpatch import apply_patch
 from tests.e2e.cluster import Cluster
@@ -60,7 +63,16 @@ class Report:
     gave_up: list[str] = field(default_factory=list)
     filter_errors: Counter[str] = field(default_factory=Counter)
     bind_errors: Counter[str] = field(default_factory=Counter)
+    unreachable: int = 0
+    """Requests that found no replica listening (a killed replica): retried elsewhere."""
     attempts: int = 0
+    deleted: set[str] = field(default_factory=set)
+    completed: set[str] = field(default_factory=set)
+
+    @property
+    def holding(self) -> set[str]:
+        """Bound pods still holding their devices (not deleted, not completed)."""
+        return set(self.bound) - self.deleted - self.completed
 
 
 def random_specs(rng: random.Random, n: int, *, namespaces: tuple[str, ...] = ("default",)) -> list[PodSpec]:
@@ -92,22 +104,37 @@ def random_specs(rng: random.Random, n: int, *, namespaces: tuple[str, ...] = ("
 class SchedulerDriver:
     """Admission + kube-scheduler for a list of pods (see the module docstring)."""
 
-    def __init__(self, cluster: Cluster, *, seed: int = 7, workers: int = 12, max_attempts: int = 40) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        seed: int = 7,
+        workers: int = 12,
+        max_attempts: int = 40,
+        retry_unschedulable: bool = False,
+    ) -> None:
         self.c = cluster
         self.rng = random.Random(seed)
         self.workers = workers
         self.max_attempts = max_attempts
+        self.retry_unschedulable = retry_unschedulable
         self.report = Report()
         self.nodes = cluster.spec.node_names()
 
     def _replica_url(self) -> str:
-        return self.rng.choice(self.c.replicas).url
+        return self.rng.choice([r for r in self.c.replicas if r.alive]).url
 
-    async def _post(self, url: str, body: Any) -> Any:
+    async def _post(self, path: str, body: Any) -> Any:
+        """POST to a random live replica; None when it was not reachable (killed meanwhile)."""
+        url = self._replica_url() + path
         data = json.dumps(body, separators=(",", ":")).encode()
-        async with self.c.http.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
-            assert r.status == 200, (url, r.status, await r.text())
-            return await r.json()
+        try:
+            async with self.c.http.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 200, (url, r.status, await r.text())
+                return await r.json()
+        except aiohttp.ClientConnectionError:
+            self.report.unreachable += 1
+            return None
 
     async def run(self, specs: list[PodSpec]) -> Report:
         queue: asyncio.Queue[PodSpec] = asyncio.Queue()
@@ -138,7 +165,10 @@ class SchedulerDriver:
                 "object": pod,
             },
         }
-        answer = (await self._post(self._replica_url() + "/webhook", review))["response"]
+        answered = None
+        while answered is None:
+            answered = await self._post("/webhook", review)
+        answer = answered["response"]
         assert answer["uid"] == f"review-{spec.name}"
         if not answer["allowed"]:
             self.report.denied[spec.name] = answer["status"]["message"]
@@ -165,24 +195,83 @@ class SchedulerDriver:
             assert pod is not None
             nodes = list(self.nodes)
             self.rng.shuffle(nodes)
-            result = await self._post(self._replica_url() + "/filter", {"Pod": pod, "Nodes": None, "NodeNames": nodes})
-            if result["Error"]:
+            result = await self._post("/filter", {"Pod": pod, "Nodes": None, "NodeNames": nodes})
+            if result is None:
+                pass
+            elif result["Error"]:
                 self.report.filter_errors[_kind(result["Error"])] += 1
             elif not result["NodeNames"]:
                 failed = result["FailedNodes"] or {}
                 self.report.unschedulable[spec.name] = next(iter(failed.values()), "no nodes")
-                return
+                if not self.retry_unschedulable:
+                    return
             else:
                 (node,) = result["NodeNames"]
                 args = {"PodName": spec.name, "PodNamespace": spec.namespace, "PodUID": meta["uid"], "Node": node}
-                bound = await self._post(self._replica_url() + "/bind", args)
-                if not bound["Error"]:
+                bound = await self._post("/bind", args)
+                if bound is not None and not bound["Error"]:
                     self.report.bound[spec.name] = node
+                    self.report.unschedulable.pop(spec.name, None)
                     return
-                self.report.bind_errors[_kind(bound["Error"])] += 1
+                if bound is not None:
+                    self.report.bind_errors[_kind(bound["Error"])] += 1
             await asyncio.sleep(delay * (0.5 + self.rng.random()))  # kube-scheduler's backoff before a retry
             delay = min(delay * 2, 0.2)
-        self.report.gave_up.append(spec.name)
+        if spec.name not in self.report.unschedulable:
+            self.report.gave_up.append(spec.name)
+
+
+class Churn:
+    """Ends pods while the driver runs, as users and jobs do: deletes some bound pods (maybe before the device
+    plugin got to them) and marks others ``Succeeded``, so their devices are released and reused."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        report: Report,
+        *,
+        namespaces: tuple[str, ...] = ("default",),
+        seed: int = 3,
+        period_s: float = 0.02,
+    ) -> None:
+        self.c = cluster
+        self.namespaces = namespaces
+        self.report = report
+        self.rng = random.Random(seed)
+        self.period_s = period_s
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            candidates = sorted(self.report.holding)
+            if candidates:
+                pod = self._find(self.rng.choice(candidates))
+                if pod is not None:
+                    await self._end(pod)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.period_s):
+                    await stop.wait()
+
+    def _find(self, name: str) -> dict[str, Any] | None:
+        for ns in self.namespaces:
+            pod = self.c.em.get("Pod", ns, name)
+            if pod is not None:
+                return pod
+        return None
+
+    async def _end(self, pod: dict[str, Any]) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        base = f"{self.c.em.url}/api/v1/namespaces/{ns}/pods/{name}"
+        allocated = pod["metadata"]["uid"] in self.c.plugin.allocated
+        if not allocated or self.rng.random() < 0.5:  # only a pod that ran can complete
+            async with self.c.http.delete(base) as r:
+                assert r.status == 200, await r.text()
+            self.report.deleted.add(name)
+        else:
+            headers = {"Content-Type": "application/merge-patch+json"}
+            body = json.dumps({"status": {"phase": "Succeeded"}})
+            async with self.c.http.patch(base + "/status", data=body, headers=headers) as r:
+                assert r.status == 200, await r.text()
+            self.report.completed.add(name)
 
 
 def _kind(error: str) -> str:

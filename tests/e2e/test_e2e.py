@@ -4,6 +4,7 @@ usage == usage recomputed from the pods' annotations, every lock released)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 from shared.codec import annotations as keys
@@ -11,32 +12,42 @@ from shared.domain.model import Reason
 from shared.protocol.events import reason_types
 from tests.audit import quota_usage_from_pods, store_quota_usage
 from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
-from tests.e2e.driver import PodSpec, Report, SchedulerDriver, random_specs
+from tests.e2e.driver import Churn, PodSpec, Report, SchedulerDriver, random_specs
 
 
 async def settle_and_audit(c: Cluster, report: Report) -> None:
     """Wait for the device plugin and the informer to catch up, then check every end-state invariant."""
-    await eventually(lambda: c.plugin.busy == 0 and len(c.plugin.allocated) >= len(report.bound), what="allocated")
+
+    def settled() -> bool:
+        if c.plugin.busy:
+            return False
+        pods = {p["metadata"]["name"]: p for p in c.pods()}
+        return all(
+            (pods[n]["metadata"].get("annotations") or {}).get(keys.BIND_PHASE) == "success" for n in report.holding
+        )
+
+    await eventually(settled, what="every holding pod allocated by the device plugin")
     await eventually(c.locks_released, what="every node lock released (annotation and Redis)")
     await eventually(c.audit_matches, what="Redis usage == usage recomputed from the API's pods")
     assert c.monitor.violations == []
     assert c.plugin.violations == []
     assert c.monitor.checks > 0
     pods = {p["metadata"]["name"]: p for p in c.pods()}
-    for name, node in report.bound.items():
+    for name in report.holding:
         pod = pods[name]
         annos = pod["metadata"]["annotations"]
-        assert pod["spec"]["nodeName"] == node == annos[keys.VGPU_NODE]
-        assert pod["metadata"]["labels"][keys.VGPU_NODE_LABEL] == node
-        assert annos[keys.BIND_PHASE] == "success"
+        assert pod["spec"]["nodeName"] == report.bound[name] == annos[keys.VGPU_NODE]
+        assert pod["metadata"]["labels"][keys.VGPU_NODE_LABEL] == report.bound[name]
+    assert not report.deleted & set(pods)
+    assert all(pods[n]["status"]["phase"] == "Succeeded" for n in report.completed)
     for name in [*report.unschedulable, *report.gave_up]:
         pod = pods[name]
         assert "nodeName" not in pod["spec"]
         assert keys.VGPU_NODE not in (pod["metadata"].get("annotations") or {})
-    # nothing reserved for pods that are not bound
+    # exactly the holding pods have allocations in Redis
     records = await c.store.reservations.list_all()
     held = {r.allocation.name for recs in records.values() for r in recs}
-    assert held == set(report.bound)
+    assert held == report.holding
 
 
 async def test_a_handful_of_pods_flow_through_the_whole_system(redis_url: str) -> None:
@@ -74,3 +85,32 @@ async def test_replicas_race_on_a_nearly_full_cluster_without_overcommit(redis_u
             assert set(reason_types(reason)) <= known, reason
         # the replicas raced for the same devices and recovered
         assert c.metric_sum("vgpu_reservation_conflicts_total") > 0
+
+
+async def test_churn_and_a_killed_replica_keep_the_books_straight(redis_url: str) -> None:
+    async with running_cluster(redis_url, ClusterSpec(nodes=8, gpus_per_node=4, replicas=3)) as c:
+        specs = random_specs(random.Random(5), 200)
+        driver = SchedulerDriver(c, workers=12, retry_unschedulable=True, max_attempts=80)
+        report = driver.report
+        churn_stop = asyncio.Event()
+        churn = asyncio.create_task(Churn(c, report, period_s=0.04).run(churn_stop), name="e2e:churn")
+
+        async def kill_one_replica() -> None:
+            await eventually(lambda: len(report.bound) >= 40, what="40 pods bound")
+            c.replicas[0].kill()
+
+        killer = asyncio.create_task(kill_one_replica(), name="e2e:killer")
+        try:
+            await driver.run(specs)
+        finally:
+            churn_stop.set()
+            await churn
+            await killer
+        assert report.gave_up == []
+        assert len(report.bound) + len(report.unschedulable) == len(specs)
+        assert report.deleted and report.completed
+        await settle_and_audit(c, report)
+        # the survivors served everything after the kill
+        assert not c.replicas[0].alive
+        survivors = sum(r.metric("vgpu_bind_outcomes_total", outcome="bound") for r in c.replicas[1:])
+        assert survivors > 0
