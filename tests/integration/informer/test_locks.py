@@ -1,0 +1,196 @@
+"""Node-lock release (hami-compat §4, decisions 4 and 5): on settle, annotation removal, pod end, node deletion and
+timeout — and on timeout the holder is marked failed *before* the lock is free (HAMi #3096)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import redis as sync_redis
+
+from shared.codec import annotations as keys
+from shared.codec.nodelock import encode_node_lock
+from shared.coord import lock_owner
+from shared.emulator import WriteRecord, WriteVerb
+from shared.store import Store
+from tests.integration.informer.conftest import Harness, eventually, metric, settings
+from tests.unit.informer.builders import pod
+
+TIMEOUT_S = 300.0
+
+
+def node_obj(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": annotations or {}}}
+
+
+async def lock_like_the_extender(h: Harness, name: str, node: str = "n1", ns: str = "default") -> dict[str, Any]:
+    """What /bind leaves behind: the Redis lock, the node annotation, and the pod allocating on the node."""
+    now = h.clock()
+    await h.store.locks.acquire(node, lock_owner(ns, name), ttl_s=TIMEOUT_S)
+    value = encode_node_lock(datetime.fromtimestamp(now, UTC), ns, name)
+    if h.emulator.get("Node", None, node) is None:
+        h.emulator.put(node_obj(node))
+    h.emulator.patch("nodes", None, node, {"metadata": {"annotations": {keys.NODE_LOCK: value}}})
+    return h.emulator.put(
+        pod(name, ns, node=node, app=[[("GPU-1", 1000, 10)]], bind_phase="allocating", bind_time=int(now))
+    )
+
+
+def annotation(h: Harness, node: str = "n1") -> str | None:
+    obj = h.emulator.get("Node", None, node)
+    assert obj is not None
+    value: str | None = obj["metadata"].get("annotations", {}).get(keys.NODE_LOCK)
+    return value
+
+
+def _cached_annotation(obj: dict[str, Any] | None, key: str) -> str | None:
+    if obj is None:
+        return None
+    value: str | None = obj["metadata"].get("annotations", {}).get(key)
+    return value
+
+
+async def redis_free(store: Store, node: str = "n1") -> bool:
+    return await store.locks.inspect(node) is None
+
+
+async def all_free(h: Harness, node: str = "n1") -> bool:
+    return annotation(h, node) is None and await redis_free(h.store, node)
+
+
+@pytest.mark.parametrize(("phase", "cause"), [("success", "bind_success"), ("failed", "bind_failed")])
+async def test_released_when_the_device_plugin_settles_the_bind_phase(harness: Harness, phase: str, cause: str) -> None:
+    async with harness.run() as svc:
+        await lock_like_the_extender(harness, "p1")
+        await svc.term.locks.check("n1")
+        assert annotation(harness) is not None and not await redis_free(harness.store)  # allocating: held
+
+        harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: phase}}})
+        await eventually(lambda: all_free(harness), what="lock released")
+        assert metric(svc, "vgpu_informer_locks_released_total", cause=cause) == 1
+        await harness.assert_audit()
+
+
+async def test_redis_lock_released_when_the_device_plugin_removes_the_annotation(harness: Harness) -> None:
+    async with harness.run() as svc:
+        await lock_like_the_extender(harness, "p1")
+        await eventually(lambda: _cached_annotation(svc.term.nodes.get("n1"), keys.NODE_LOCK) is not None)
+        harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+        await eventually(lambda: redis_free(harness.store), what="redis lock released")
+        assert metric(svc, "vgpu_informer_locks_released_total", cause="annotation_removed") == 1
+
+
+@pytest.mark.parametrize("how", ["deleted", "terminated"])
+async def test_released_at_once_when_the_holder_ends(harness: Harness, how: str) -> None:
+    """HAMi #1130 / #1271 (deleted holder), #3047 (terminated holder): no waiting for the timeout."""
+    async with harness.run() as svc:
+        await lock_like_the_extender(harness, "p1")
+        await svc.term.locks.check("n1")
+        if how == "deleted":
+            harness.emulator.delete("pods", "default", "p1")
+        else:
+            harness.emulator.patch("pods", "default", "p1", {"status": {"phase": "Failed"}})
+        await eventually(lambda: all_free(harness), what="lock released")
+        cause = "pod_deleted" if how == "deleted" else "pod_terminated"
+        assert metric(svc, "vgpu_informer_locks_released_total", cause=cause) == 1
+        await harness.assert_audit()
+
+
+async def test_timeout_marks_the_holder_failed_before_releasing(harness: Harness, redis_url: str) -> None:
+    """HAMi #3096: an expired lock is never handed on while its holder may still be allocated."""
+    em, store = harness.emulator, harness.store
+    lock_key = store.keys.node_lock("n1")
+    probe = sync_redis.Redis.from_url(redis_url)
+    seen: list[tuple[str, Any]] = []
+
+    def hook(rec: WriteRecord) -> None:
+        if rec.verb is WriteVerb.PATCH and rec.resource == "pods":
+            phase = rec.result["metadata"]["annotations"].get(keys.BIND_PHASE)
+            # at the moment the holder is marked failed, both locks must still be held
+            seen.append(("pod", (phase, annotation(harness) is not None, probe.get(lock_key) is not None)))
+        if rec.verb is WriteVerb.PATCH and rec.resource == "nodes":
+            seen.append(("node", annotation(harness)))
+
+    try:
+        async with harness.run(settings(lock_timeout_s=TIMEOUT_S)) as svc:
+            await lock_like_the_extender(harness, "p1")
+            await svc.term.locks.check("n1")
+            assert not await all_free(harness)
+            em.hooks.append(hook)
+
+            harness.clock.advance(TIMEOUT_S + 1)
+            await eventually(lambda: all_free(harness), what="lock released after the timeout")
+            p1 = em.get("Pod", "default", "p1")
+            assert p1 is not None and p1["metadata"]["annotations"][keys.BIND_PHASE] == "failed"
+            assert seen[0] == ("pod", ("failed", True, True)), seen
+            assert seen[1] == ("node", None), seen
+            assert metric(svc, "vgpu_informer_locks_released_total", cause="timeout") == 1
+            assert metric(svc, "vgpu_informer_pods_marked_failed_total") == 1
+    finally:
+        probe.close()
+
+
+async def test_a_stale_bind_phase_does_not_release_a_new_lock(harness: Harness) -> None:
+    """A pod whose earlier bind attempt failed is bound again: its old `failed` must not free the new lock."""
+    async with harness.run() as svc:
+        await lock_like_the_extender(harness, "p1")
+        old = str(int(harness.clock()) - 600)
+        harness.emulator.patch(
+            "pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "failed", keys.BIND_TIME: old}}}
+        )
+        await eventually(lambda: _cached_annotation(svc.term.pods.get("p1", "default"), keys.BIND_TIME) == old)
+        await svc.term.locks.check("n1")
+        assert annotation(harness) is not None and not await redis_free(harness.store)
+
+
+async def test_redis_lock_without_annotation_yet_is_kept(harness: Harness) -> None:
+    """Between the Redis lock and the annotation write of /bind, nothing is released."""
+    async with harness.run() as svc:
+        harness.emulator.put(node_obj("n1"))
+        harness.emulator.put(pod("p1", app=[[("GPU-1", 1, 1)]]))
+        await harness.store.locks.acquire("n1", lock_owner("default", "p1"), ttl_s=TIMEOUT_S)
+        await eventually(lambda: svc.term.pods.get("p1", "default") is not None)
+        await svc.term.locks.check("n1")
+        assert not await redis_free(harness.store)
+        harness.clock.advance(TIMEOUT_S + 1)  # ... unless it times out
+        await eventually(lambda: redis_free(harness.store), what="timed out")
+
+
+async def test_legacy_lock_annotation_is_removed_after_the_timeout_only(harness: Harness) -> None:
+    legacy = encode_node_lock(datetime.fromtimestamp(time.time(), UTC))
+    harness.emulator.put(node_obj("n1", {keys.NODE_LOCK: legacy}))
+    async with harness.run() as svc:
+        await svc.term.locks.check("n1")
+        assert annotation(harness) == legacy
+        harness.clock.advance(TIMEOUT_S + 1)
+        await eventually(lambda: annotation(harness) is None, what="legacy lock removed")
+        assert metric(svc, "vgpu_informer_locks_released_total", cause="timeout") == 1
+
+
+async def test_unreadable_lock_annotation_is_counted_and_removed_after_the_timeout(harness: Harness) -> None:
+    harness.emulator.put(node_obj("n1", {keys.NODE_LOCK: "yesterday,default"}))
+    async with harness.run() as svc:
+        await eventually(lambda: metric(svc, "vgpu_informer_malformed_total", kind="node_lock") == 1)
+        assert annotation(harness) == "yesterday,default"
+        harness.clock.advance(TIMEOUT_S + 1)
+        await eventually(lambda: annotation(harness) is None, what="unreadable lock removed")
+
+
+async def test_redis_lock_of_a_deleted_node_is_released(harness: Harness) -> None:
+    async with harness.run() as svc:
+        await lock_like_the_extender(harness, "p1", node="gone")
+        await eventually(lambda: svc.term.nodes.get("gone") is not None)
+        harness.emulator.delete("nodes", None, "gone")
+        await eventually(lambda: redis_free(harness.store, "gone"), what="released")
+        assert metric(svc, "vgpu_informer_locks_released_total", cause="node_deleted") == 1
+
+
+async def test_locks_held_gauge(harness: Harness) -> None:
+    async with harness.run() as svc:
+        await lock_like_the_extender(harness, "p1", node="n1")
+        await lock_like_the_extender(harness, "p2", node="n2")
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_held") == 2)
+        harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_held") == 1)
