@@ -262,7 +262,14 @@ def run(args: argparse.Namespace) -> int:
         nonlocal code
         try:
             if external:
-                outcome = await _drive_external(args, settings, workload, stop, progress)
+                outcome = await drive_deployed(
+                    settings,
+                    kube_server=args.sim_kube_server,
+                    extender_urls=args.extender_urls,
+                    workload=workload,
+                    stop=stop,
+                    progress=progress.callback("driver") if progress is not None else None,
+                )
                 code = _emit_single(args, settings, outcome)
             elif compare:
                 assert cluster is not None
@@ -364,18 +371,23 @@ async def _wait_extenders_ready(session: aiohttp.ClientSession, urls: Sequence[s
                 delay = min(delay * 2, 2.0)
 
 
-async def _drive_external(
-    args: argparse.Namespace,
+async def drive_deployed(
     settings: SimulateSettings,
+    *,
+    kube_server: str,
+    extender_urls: Sequence[str],
     workload: Workload,
-    stop: asyncio.Event,
-    progress: ProgressLine | None,
+    stop: asyncio.Event | None = None,
+    progress: Callable[[int, int, PodResult], None] | None = None,
 ) -> Outcome:
-    """Schedule the workload on a deployed system: its API server (--kube-server) and extenders (--extender-url)."""
+    """Schedule the workload on a deployed system: its API server (``--kube-server``, e.g. the emulator) and its
+    extenders (``--extender-url``, used in turn). Admission goes through the first extender's ``/webhook`` (locally,
+    without the quota pre-check, if it serves none). The report is computed from the API server's objects."""
     ext = settings.extender
+    stop = stop or asyncio.Event()
     async with aiohttp.ClientSession() as session:
-        kube = KubeHttp(session, args.sim_kube_server)
-        extenders = Extenders(session, args.extender_urls)
+        kube = KubeHttp(session, kube_server)
+        extenders = Extenders(session, extender_urls)
         try:
             await _wait_extenders_ready(session, extenders.urls, stop)
         except TimeoutError:
@@ -404,10 +416,7 @@ async def _drive_external(
         driver = Driver(
             kube, extenders, admit, cfg=settings.common.nvidia, defaults=Defaults(ext.node_policy, ext.gpu_policy)
         )
-        label = "driver"
-        results = await schedule_all(
-            driver, list(workload.pods), stop=stop, progress=progress.callback(label) if progress else None
-        )
+        results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = await kube.list_nodes(), await kube.list_pods()
     states = device_states(nodes, pods, settings.common.nvidia)
     summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))

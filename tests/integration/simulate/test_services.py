@@ -1,0 +1,187 @@
+"""The ``emulator`` subcommand, ``all-in-one`` (three services in one process) and the driver against a deployed
+system (what docker-compose's ``driver`` runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from services.allinone.main import EMBEDDED_STORE_WARNING, serve_all_in_one
+from services.allinone.service import AllInOneService
+from services.simulate.driver import Defaults, Driver, Extenders, KubeHttp, local_admission
+from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_WORKLOAD, drive_deployed
+from services.simulate.manifests import load_cluster, load_workload
+from shared.config import settings_for
+from shared.emulator import Emulator
+from shared.store import ReservationState, Store, connect
+from tests.integration.simulate.conftest import free_port, spawn
+
+
+def test_the_emulator_subcommand_serves_the_cluster_until_sigterm() -> None:
+    port = free_port()
+    proc = spawn("emulator", "--cluster", str(EXAMPLE_CLUSTER), f"--bind=127.0.0.1:{port}", "--log-format=json")
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:  # the JSON log line once it listens
+            if "emulator serving" in line:
+                break
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/nodes", timeout=5) as resp:
+            nodes = json.loads(resp.read())["items"]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert sorted(n["metadata"]["name"] for n in nodes) == sorted(
+        n["metadata"]["name"] for n in load_cluster(EXAMPLE_CLUSTER).nodes
+    )
+    assert proc.returncode == 0, err
+
+
+@pytest.fixture
+async def seeded_emulator() -> AsyncIterator[Emulator]:
+    async with Emulator() as em:
+        for obj in load_cluster(EXAMPLE_CLUSTER).objects():
+            em.put(obj)
+        yield em
+
+
+async def start_all_in_one(argv: list[str]) -> tuple[AllInOneService, asyncio.Event, asyncio.Task[None]]:
+    settings = settings_for("all-in-one", ["--http_bind=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0", *argv], {})
+    stop = asyncio.Event()
+    started: asyncio.Future[AllInOneService] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(serve_all_in_one(settings, stop, started=started), name="test:all-in-one")
+    service = await asyncio.wait_for(started, 10)
+    ready = asyncio.create_task(service.ready.wait(), name="test:ready")
+    done, _ = await asyncio.wait([ready, task], timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    if ready not in done:
+        ready.cancel()
+        stop.set()
+        await asyncio.gather(ready, task, return_exceptions=True)
+        pytest.fail(f"all-in-one did not become ready: {task.exception() if task.done() else 'timeout'}")
+    return service, stop, task
+
+
+def gpu_pod(name: str) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "nvidia.com/gpucores": "20"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}]},
+    }
+
+
+async def test_all_in_one_on_the_embedded_store_schedules_a_pod_and_stops_cleanly(
+    seeded_emulator: Emulator, caplog: pytest.LogCaptureFixture
+) -> None:
+    em = seeded_emulator
+    with caplog.at_level(logging.WARNING, logger="services.allinone.main"):
+        service, stop, task = await start_all_in_one([f"--kube-server={em.url}"])
+    assert any(EMBEDDED_STORE_WARNING in r.getMessage() for r in caplog.records)
+    try:
+        ok, detail = await service.readiness()
+        assert ok, detail
+        assert detail.startswith("registrar: ") and "; informer: " in detail and "; extender: ok" in detail
+        settings = service.settings
+        assert service.extender.server is not None
+        async with aiohttp.ClientSession() as session:
+
+            async def no_quota(ns: str) -> None:
+                return None
+
+            driver = Driver(
+                KubeHttp(session, em.url),
+                Extenders(session, [service.extender.server.url]),
+                local_admission(
+                    cfg=settings.common.nvidia,
+                    scheduler_name="",
+                    force_overwrite_default_scheduler=True,
+                    quota=no_quota,
+                ),
+                cfg=settings.common.nvidia,
+                defaults=Defaults(settings.extender.node_policy, settings.extender.gpu_policy),
+            )
+            result = await driver.schedule(gpu_pod("one"))
+        assert result.node is not None, result.reasons
+        pod = em.get("Pod", "default", "one")
+        assert pod is not None and pod["spec"]["nodeName"] == result.node
+        assert pod["metadata"]["annotations"]["hami.io/vgpu-node"] == result.node
+        assert pod["status"]["phase"] == "Running"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await embedded_blocking_reads_ended()
+    assert task.exception() is None
+
+
+async def embedded_blocking_reads_ended() -> None:
+    """fakeredis serves a blocking read (the extender's change-feed XREAD) from a task of its own that outlives the
+    cancelled caller until the read's timeout (1 s): wait for those so the test leaks no task."""
+    lingering = [t for t in asyncio.all_tasks() if "_async_blocking" in getattr(t.get_coro(), "__qualname__", "")]
+    await asyncio.wait_for(asyncio.gather(*lingering, return_exceptions=True), 5)
+
+
+async def test_the_driver_schedules_a_workload_on_a_deployed_system(
+    seeded_emulator: Emulator, redis_url: str, tmp_path: Path
+) -> None:
+    """What docker-compose's ``driver`` does: ``simulate --kube-server URL --extender-url URL ...`` against running
+    services (here an all-in-one on the real redis-server), admission through the extender's ``/webhook``."""
+    em = seeded_emulator
+    service, stop, task = await start_all_in_one([f"--kube-server={em.url}", f"--redis-url={redis_url}"])
+    try:
+        assert service.extender.server is not None
+        url = service.extender.server.url
+        pods = [p for p in load_workload(EXAMPLE_WORKLOAD).pods if p["metadata"]["namespace"] == "team-b"]
+        path = tmp_path / "team-b.yaml"
+        path.write_text(yaml.safe_dump_all(pods), encoding="utf-8")
+        simulate = settings_for("simulate", [], {})
+        outcome = await drive_deployed(
+            simulate, kube_server=em.url, extender_urls=[url, url], workload=load_workload(path)
+        )
+        store = Store.create(connect(redis_url))
+        try:
+            records = await store.reservations.list_all()
+        finally:
+            await store.aclose()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    results = {r.name: r for r in outcome.results}
+    # quota 48000 MiB with 12000 used: three 10000 MiB notebooks fit, the webhook denies the rest
+    assert [n for n, r in sorted(results.items()) if r.node is not None] == [
+        "notebook-01",
+        "notebook-02",
+        "notebook-03",
+    ]
+    assert results["notebook-04"].reasons == {"*": "admission denied: exceeding resource quota"}
+    confirmed = {r.allocation.name for recs in records.values() for r in recs if r.state is ReservationState.CONFIRMED}
+    assert {"notebook-01", "notebook-02", "notebook-03", "notebook-0"} <= confirmed
+    assert outcome.summary["over_capacity"] == []
+    assert task.exception() is None
+
+
+def test_the_compose_driver_and_emulator_commands_parse() -> None:
+    """docker-compose.yml's ``emulator`` and ``driver`` commands are accepted by the registered subcommands."""
+    from services import cli
+    from shared.config import normalize_argv
+
+    compose = yaml.safe_load((Path(__file__).resolve().parents[3] / "docker-compose.yml").read_text(encoding="utf-8"))
+    parser = cli.build_parser()
+    for name in ("emulator", "driver"):
+        args = parser.parse_args(normalize_argv(compose["services"][name]["command"]))
+        assert callable(args.run)
+    driver = parser.parse_args(normalize_argv(compose["services"]["driver"]["command"]))
+    assert driver.sim_kube_server == "http://emulator:8001"
+    assert driver.extender_urls == ["http://extender-1:8080", "http://extender-2:8080"]
