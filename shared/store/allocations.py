@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.codec.envelope import decode_allocation, encode_allocation
-from shared.domain.model import Allocation, DeviceCharge
+from shared.domain.model import Allocation, DeviceCharge, QuotaState
 from shared.errors import ConflictError, DecodeError
 from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
+from shared.store.quota import QUOTA_FIELDS, quota_state
 from shared.store.types import (
     AllocationRecord,
     ConflictDimension,
@@ -180,6 +181,16 @@ class Reservations:
         async with self._ctx.translated("read pod index"):
             node = await self._ctx.client.hget(self._ctx.keys.pod_index(), pod_uid)
         return None if node is None else text(node)
+
+    async def node_and_quota(self, pod_uid: str, namespace: str) -> tuple[str | None, QuotaState]:
+        """Where the pod index places ``pod_uid`` and ``namespace``'s quota, in one round trip (what the
+        extender's ``/filter`` reads before planning)."""
+        k = self._ctx.keys
+        async with self._ctx.pipeline("read pod index and quota") as pipe:
+            pipe.hget(k.pod_index(), pod_uid)
+            pipe.hmget(k.quota(namespace), list(QUOTA_FIELDS))
+            node, fields = await pipe.execute()
+        return (None if node is None else text(node)), quota_state(fields)
 
     async def get(self, pod_uid: str, node: str | None = None) -> AllocationRecord | None:
         """The pod's stored allocation with its state, or None."""

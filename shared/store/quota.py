@@ -7,7 +7,7 @@ devices, and refunds if the device step fails (design §2).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from shared.codec.envelope import decode_quota_limits, encode_quota_limits
 from shared.domain.model import QuotaLimits, QuotaState
@@ -17,6 +17,17 @@ from shared.store.types import Fence, PodQuotaCharge, QuotaCharged, QuotaChargeR
 
 def _limit_arg(v: int | None) -> str:
     return "" if v is None else str(int(v))
+
+
+QUOTA_FIELDS = ("env", "um", "uc")
+"""The quota hash fields :func:`quota_state` reads (limits envelope, memory and cores used)."""
+
+
+def quota_state(fields: Sequence[bytes | str | None]) -> QuotaState:
+    """A namespace's ``QuotaState`` from the values of :data:`QUOTA_FIELDS` (HMGET order)."""
+    env, um, uc = fields
+    limits = decode_quota_limits(as_bytes(env)) if env is not None else QuotaLimits()
+    return QuotaState(limits=limits, used_mem_mib=int(um or 0), used_cores_pct=int(uc or 0))
 
 
 class QuotaRepo:
@@ -50,9 +61,20 @@ class QuotaRepo:
             )
         check_fenced(reply, fence)
 
-    async def charge(self, namespace: str, pod_uid: str, mem_mib: int, cores_pct: int) -> QuotaChargeResult:
-        """Charge the pod (replacing its earlier charge) if every grown dimension stays within its limit."""
-        return await self._charge(namespace, pod_uid, mem_mib, cores_pct, force=False, fence=None)
+    async def charge(
+        self, namespace: str, pod_uid: str, mem_mib: int, cores_pct: int, *, mem_limit_factor: int = 1
+    ) -> QuotaChargeResult:
+        """Charge the pod (replacing its earlier charge) if every grown dimension stays within its limit.
+
+        ``mem_limit_factor`` is the device config's ``memoryFactor``: charges are scaled MiB, like the requests,
+        while the stored limit is the ResourceQuota's raw value, so the check compares against limit × factor
+        (hami-compat §8). A refusal reports the raw limit.
+        """
+        if mem_limit_factor < 1:
+            raise ValueError(f"mem_limit_factor must be >= 1, got {mem_limit_factor}")
+        return await self._charge(
+            namespace, pod_uid, mem_mib, cores_pct, force=False, fence=None, mem_limit_factor=mem_limit_factor
+        )
 
     async def record(
         self, namespace: str, pod_uid: str, mem_mib: int, cores_pct: int, fence: Fence | None = None
@@ -62,12 +84,20 @@ class QuotaRepo:
         return isinstance(result, QuotaCharged) and result.changed
 
     async def _charge(
-        self, namespace: str, pod_uid: str, mem_mib: int, cores_pct: int, *, force: bool, fence: Fence | None
+        self,
+        namespace: str,
+        pod_uid: str,
+        mem_mib: int,
+        cores_pct: int,
+        *,
+        force: bool,
+        fence: Fence | None,
+        mem_limit_factor: int = 1,
     ) -> QuotaChargeResult:
         if mem_mib < 0 or cores_pct < 0:
             raise ValueError(f"quota charge must not be negative: mem={mem_mib} cores={cores_pct}")
         keys, token = self._keys(namespace, fence)
-        args: list[str | int] = [token, namespace, pod_uid, mem_mib, cores_pct, "1" if force else "0"]
+        args: list[str | int] = [token, namespace, pod_uid, mem_mib, cores_pct, "1" if force else "0", mem_limit_factor]
         async with self._ctx.translated("charge quota"):
             reply = await self._ctx.scripts.quota_charge(keys=keys, args=args)
         check_fenced(reply, fence)
@@ -93,10 +123,8 @@ class QuotaRepo:
     async def get(self, namespace: str) -> QuotaState:
         """The namespace's limits and usage (no limits and zero usage if unknown)."""
         async with self._ctx.translated("get quota"):
-            fields = await self._ctx.client.hmget(self._ctx.keys.quota(namespace), ["env", "um", "uc"])
-        env, um, uc = fields
-        limits = decode_quota_limits(as_bytes(env)) if env is not None else QuotaLimits()
-        return QuotaState(limits=limits, used_mem_mib=int(um or 0), used_cores_pct=int(uc or 0))
+            fields = await self._ctx.client.hmget(self._ctx.keys.quota(namespace), list(QUOTA_FIELDS))
+        return quota_state(fields)
 
     async def pod_charges(self, namespace: str) -> dict[str, PodQuotaCharge]:
         """Every pod's charge in the namespace."""

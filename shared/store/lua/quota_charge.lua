@@ -1,7 +1,8 @@
 -- Charge a pod's memory/cores against its namespace quota, replacing its earlier charge (idempotent by uid).
 -- Unless forced, refuse when a dimension grows beyond a set limit.
 -- KEYS: 1 quota, 2 quota pods, 3 namespaces set, [4 lease]
--- ARGV: 1 fence token, 2 namespace, 3 pod uid, 4 mem MiB, 5 cores %, 6 force '0'|'1'
+-- ARGV: 1 fence token, 2 namespace, 3 pod uid, 4 mem MiB, 5 cores %, 6 force '0'|'1',
+--       7 memory limit factor (memoryFactor: charges are scaled MiB, the limit is raw; default 1)
 -- Returns {'fenced'} | {'exceeded', dimension, limit, used by others, needed} | {'ok', changed 0/1}
 if not fence_ok() then
   return {'fenced'}
@@ -20,7 +21,8 @@ end
 local um, uc = num(redis.call('HGET', KEYS[1], 'um')), num(redis.call('HGET', KEYS[1], 'uc'))
 if ARGV[6] ~= '1' then
   local lm, lc = redis.call('HGET', KEYS[1], 'lm'), redis.call('HGET', KEYS[1], 'lc')
-  if lm and mem > om and um - om + mem > tonumber(lm) then
+  local factor = tonumber(ARGV[7] or '1') or 1
+  if lm and mem > om and um - om + mem > tonumber(lm) * factor then
     return {'exceeded', 'memory', lm, fmt(um - om), fmt(mem)}
   end
   if lc and cores > oc and uc - oc + cores > tonumber(lc) then
