@@ -115,3 +115,8 @@ class Keys:
     def meta(self) -> str:
         """HASH: store epoch and the "synced" markers."""
         return f"{self.prefix}:meta"
+
+    def everything(self) -> str:
+        """A SCAN ``MATCH`` pattern for every key under this prefix (glob characters of the prefix escaped)."""
+        escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)
+        return f"{escaped}:*"

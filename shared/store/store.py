@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from shared.store._base import StoreContext
+from shared.store._base import StoreContext, translated
 from shared.store.allocations import Reservations
 from shared.store.feed import ChangeFeed
 from shared.store.inventory import InventoryRepo
@@ -59,6 +59,21 @@ class Store:
             leases=LeaseStore(ctx),
             locks=NodeLockStore(ctx),
         )
+
+    async def purge(self, *, batch: int = 500) -> int:
+        """Delete every key under this store's prefix; returns how many. For scratch keyspaces (``simulate`` on a
+        real Redis), never for a live deployment's."""
+        deleted = 0
+        pending: list[bytes] = []
+        async with translated(f"purge of {self.keys.prefix!r}"):
+            async for key in self.client.scan_iter(match=self.keys.everything(), count=batch):
+                pending.append(key)
+                if len(pending) >= batch:
+                    deleted += await self.client.unlink(*pending)
+                    pending = []
+            if pending:
+                deleted += await self.client.unlink(*pending)
+        return deleted
 
     async def aclose(self) -> None:
         """Close the client's connections."""
