@@ -1,7 +1,7 @@
 """Running one scenario, or the same scenario under several policy combinations, and rendering the comparison.
 
-Each run gets a fresh emulator and a fresh store (a new embedded server, or a key prefix of its own on
-``--redis-url``), so runs never see each other's allocations.
+Each run gets a fresh emulator and a fresh store (a new embedded server, or a scratch key prefix of its own on
+``--redis-url``, deleted after the run), so runs never see each other's allocations.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -97,8 +98,15 @@ async def run_scenario(
     progress: Progress | None = None,
     timing: HarnessTiming | None = None,
 ) -> Outcome:
-    """Schedule the workload on a fresh embedded cluster with ``settings``' policies."""
-    async with EmbeddedCluster(settings, cluster, timing=timing) as ec:
+    """Schedule the workload on a fresh embedded cluster with ``settings``' policies.
+
+    On a real Redis (``--redis-url``) the run uses a scratch key prefix of its own, ``<key-prefix>-simulate-<random>``,
+    deleted afterwards: a simulation never writes into a deployment's keyspace.
+    """
+    scratch = settings.common.redis_url is not None
+    if scratch:
+        settings = with_store_prefix(settings, f"{settings.common.key_prefix}-simulate-{uuid.uuid4().hex[:8]}")
+    async with EmbeddedCluster(settings, cluster, timing=timing, purge_store=scratch) as ec:
         results = await schedule_all(ec.driver(), list(workload.pods), stop=stop, progress=progress)
         nodes, pods = ec.emulator.list("nodes"), ec.emulator.list("pods")
     ext = settings.extender
@@ -122,11 +130,8 @@ async def run_comparison(
     for i, combo in enumerate(combos):
         if stop is not None and stop.is_set():
             break
-        run_settings = settings_with(settings, combo)
-        if settings.common.redis_url is not None:
-            run_settings = with_store_prefix(run_settings, f"{settings.common.key_prefix}-sim{i}")
         outcome = await run_scenario(
-            run_settings,
+            settings_with(settings, combo),
             cluster,
             workload,
             stop=stop,

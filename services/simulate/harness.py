@@ -96,8 +96,10 @@ class EmbeddedCluster:
         cluster: Cluster,
         *,
         timing: HarnessTiming | None = None,
+        purge_store: bool = False,
     ) -> None:
         self.settings = settings
+        self.purge_store = purge_store
         self.cluster = cluster
         self.timing = timing or HarnessTiming()
         self.emulator = Emulator()
@@ -132,6 +134,8 @@ class EmbeddedCluster:
         store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
         self.store = store
         self._stack.push_async_callback(store.aclose)
+        if self.purge_store:
+            self._stack.push_async_callback(store.purge)
         kube: KubeClient = await self._stack.enter_async_context(
             open_client(KubeSettings(server=self.emulator.url, qps=0, burst=1, timeout_s=10.0))
         )

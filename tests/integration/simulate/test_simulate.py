@@ -189,3 +189,21 @@ def test_sigint_stops_cleanly_with_partial_results() -> None:
     assert "simulation interrupted" in err
     assert "Traceback" not in err
     assert 3 <= sum(1 for line in out.splitlines() if line.startswith(("inference/", "research/", "team-"))) < 65
+
+
+def test_on_a_real_redis_each_run_uses_a_scratch_keyspace_and_removes_it(redis_url: str, tmp_path: Path) -> None:
+    import redis as sync_redis
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(yaml.safe_dump_all(load_workload(EXAMPLE_WORKLOAD).pods[:4]), encoding="utf-8")
+    client = sync_redis.Redis.from_url(redis_url)
+    try:
+        client.set("vgpu:meta", b"a deployment's key")
+        out = run_cli_json(
+            "simulate", "--redis-url", redis_url, "--workload", str(workload), "--compare",
+            "--policies", "binpack/binpack;spread/spread",
+        )  # fmt: skip
+        assert [r["placed"] for r in out["combinations"]] == [4, 4]
+        assert client.keys("*") == [b"vgpu:meta"]
+    finally:
+        client.close()
