@@ -157,7 +157,7 @@ class InformerService:
                 self._term = _Term(self, lease.fence)
                 await self._term.run(stop, keeper.lost)
         except StaleFenceError as e:
-            logger.warning("fenced out: another instance leads, standing by", extra={"error": str(e)})
+            logger.warning("fenced out (the lease has another holder or is gone): standing by", extra={"error": str(e)})
         finally:
             self._term = None
             self.synced.clear()

@@ -19,12 +19,15 @@ from prometheus_client import CollectorRegistry
 
 from services.informer.service import InformerDeps, InformerService, InformerTuning
 from shared.config import CommonSettings, InformerSettings, Service
+from shared.domain.accounting import collapse
+from shared.domain.model import Allocation
 from shared.emulator import Emulator
 from shared.k8s import Api, KubeClient, KubeSettings, open_client
 from shared.k8s import InformerSettings as WatchSettings
 from shared.store import Store, connect
 from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
 from tests.builders import inventory
+from tests.unit.informer.builders import devices
 
 FAST_WATCH = WatchSettings(watch_timeout_s=30, read_grace_s=5, backoff_initial_s=0.01, backoff_max_s=0.05)
 TUNING = InformerTuning(
@@ -173,6 +176,13 @@ async def store(redis_url: str) -> AsyncIterator[Store]:
 @pytest.fixture
 def harness(emulator: Emulator, kube: KubeClient, store: Store) -> Harness:
     return Harness(emulator, kube, store)
+
+
+def fake_allocation(uid: str, node: str, uuid: str, mem: int, cores: int, ns: str = "default") -> Allocation:
+    devs = devices([(uuid, mem, cores)])
+    return Allocation(
+        pod_uid=uid, namespace=ns, name=f"ghost-{uid}", node=node, devices=devs, charges=collapse(devs, 0)
+    )
 
 
 def metric(svc: InformerService, name: str, **labels: str) -> float:
