@@ -53,6 +53,9 @@ class ClusterSpec:
     mem_mib: int = 16384
     cores: int = 100
     replicas: int = 3
+    node_lock_timeout_s: float = 300.0
+    stuck_nodes: frozenset[str] = frozenset()
+    """Nodes whose device plugin never answers Allocate (their locks must time out)."""
     quotas: dict[str, dict[str, str]] = field(default_factory=dict)
     """namespace → ResourceQuota ``spec.hard``."""
 
@@ -203,7 +206,11 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
         # informer
         inf_kube = await kube_client()
         informer = InformerService(
-            InformerSettings(common=_common(Service.INFORMER, "informer-0"), lease_ttl_s=10.0),
+            InformerSettings(
+                common=_common(Service.INFORMER, "informer-0"),
+                lease_ttl_s=10.0,
+                node_lock_timeout_s=spec.node_lock_timeout_s,
+            ),
             InformerDeps(
                 store=await store_client(),
                 kube=inf_kube,
@@ -235,6 +242,7 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
                 common=_common(Service.EXTENDER, f"extender-{i}"),
                 http_bind=BindAddress("127.0.0.1", 0),
                 scheduler_name=SCHEDULER,
+                node_lock_timeout_s=spec.node_lock_timeout_s,
             )
             service = ExtenderService(
                 settings,
@@ -253,7 +261,7 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
             replicas.append(Replica(service, "", events, stop))
 
         # the node side
-        plugin = DevicePlugin(await kube_client())
+        plugin = DevicePlugin(await kube_client(), stuck_nodes=spec.stuck_nodes)
         plugin_task = asyncio.create_task(plugin.run(), name="e2e:device-plugin")
 
         async def stop_plugin() -> None:

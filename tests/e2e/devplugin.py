@@ -45,8 +45,12 @@ class DevicePlugin:
 
     kube: KubeClient
     workers: int = 4
+    stuck_nodes: frozenset[str] = frozenset()
+    """Nodes whose plugin never answers (Allocate hangs): their pods stay ``allocating``."""
     allocated: dict[str, str] = field(default_factory=dict)
     """pod uid → node, for every pod allocated."""
+    allocated_names: set[str] = field(default_factory=set)
+    """``<namespace>/<name>`` of every pod allocated."""
     violations: list[str] = field(default_factory=list)
     settled: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -75,7 +79,7 @@ class DevicePlugin:
         pod = ev.obj
         uid = uid_of(pod)
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node or uid in self._seen:
+        if not node or uid in self._seen or node in self.stuck_nodes:
             return
         if annotations_of(pod).get(keys.BIND_PHASE) != "allocating":
             return
@@ -120,6 +124,7 @@ class DevicePlugin:
         except NotFoundError:
             return
         self.allocated[uid_of(pod)] = node
+        self.allocated_names.add(f"{ns}/{name}")
         await self._release_lock(node, ns, name)
 
     async def _live_pod(self, ns: str, name: str) -> dict[str, Any] | None:

@@ -242,7 +242,10 @@ class Churn:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            candidates = sorted(self.report.holding)
+            holding = sorted(self.report.holding)
+            running = [n for n in holding if self._allocated(n)]
+            # mostly pods that ran end; now and then one is deleted before its devices were even allocated
+            candidates = running if running and self.rng.random() < 0.9 else holding
             if candidates:
                 pod = self._find(self.rng.choice(candidates))
                 if pod is not None:
@@ -250,6 +253,9 @@ class Churn:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.period_s):
                     await stop.wait()
+
+    def _allocated(self, name: str) -> bool:
+        return any(f"{ns}/{name}" in self.c.plugin.allocated_names for ns in self.namespaces)
 
     def _find(self, name: str) -> dict[str, Any] | None:
         for ns in self.namespaces:

@@ -114,3 +114,24 @@ async def test_churn_and_a_killed_replica_keep_the_books_straight(redis_url: str
         assert not c.replicas[0].alive
         survivors = sum(r.metric("vgpu_bind_outcomes_total", outcome="bound") for r in c.replicas[1:])
         assert survivors > 0
+
+
+async def test_a_device_plugin_that_never_answers_does_not_block_its_node(redis_url: str) -> None:
+    """Decision 5: the stuck holder is marked ``bind-phase: failed`` before its expired lock moves on."""
+    spec = ClusterSpec(
+        nodes=1, gpus_per_node=2, replicas=2, node_lock_timeout_s=1.0, stuck_nodes=frozenset({"node-000"})
+    )
+    async with running_cluster(redis_url, spec) as c:
+        driver = SchedulerDriver(c, workers=1)
+        first = await driver.run([PodSpec("stuck-1", mem_mib=1000, cores=10)])
+        assert list(first.bound) == ["stuck-1"]
+        second = await driver.run([PodSpec("stuck-2", mem_mib=1000, cores=10)])
+        assert list(second.bound) == ["stuck-1", "stuck-2"]
+        pod = c.em.get("Pod", "default", "stuck-1")
+        assert pod is not None and pod["metadata"]["annotations"][keys.BIND_PHASE] == "failed"
+        # the second holder times out too, and is settled and released by the informer
+        await eventually(c.locks_released, what="the expired lock of stuck-2 released by the informer")
+        pod = c.em.get("Pod", "default", "stuck-2")
+        assert pod is not None and pod["metadata"]["annotations"][keys.BIND_PHASE] == "failed"
+        await eventually(c.audit_matches, what="usage still counts both pods (they were not ended)")
+        assert c.monitor.violations == [] and c.plugin.violations == []
