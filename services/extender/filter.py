@@ -219,28 +219,25 @@ class FilterHandler:
             raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
-        previous, quota = await asyncio.gather(
-            self._store.reservations.node_of(pod.uid), self._store.quota.get(pod.namespace)
-        )
-        if previous is not None:
-            await self._drop_previous(pod, previous)
-            quota = await self._store.quota.get(pod.namespace)
-        limited = quota.limits.mem_mib is not None or quota.limits.cores_pct is not None
-        quota_state: QuotaState | None = quota if limited else None
-
+        quota_state, first, missing = await self._first_plan(pod, names)
         retries = 0
         while True:
-            snaps, missing = self._cache.lookup(names)
-            result = plan(
-                pod.request, pod.constraints, snaps, policies=self._policies, quota=quota_state, config=self._nvidia
-            )
+            if first is not None:
+                result, first = first, None
+            else:
+                snaps, missing = self._cache.lookup(names)
+                result = self._plan(pod, snaps, quota_state)
             if isinstance(result, Failure):
                 failed = dict(result.reasons)
                 failed.update(dict.fromkeys(missing, NODE_UNREGISTERED))
                 return self._unschedulable(pod, names, failed, FilterOutcome.UNSCHEDULABLE, retries)
             if quota_state is not None:
                 charge = await self._store.quota.charge(
-                    pod.namespace, pod.uid, _quota_mem(result), _quota_cores(result)
+                    pod.namespace,
+                    pod.uid,
+                    _quota_mem(result),
+                    _quota_cores(result),
+                    mem_limit_factor=max(self._nvidia.memory_factor, 1),
                 )
                 if isinstance(charge, QuotaExceeded):
                     failed = dict.fromkeys(names, Reason.RESOURCE_QUOTA_NOT_FIT.value)
@@ -263,6 +260,34 @@ class FilterHandler:
                 )
             retries += 1
             self._metrics.reservation_retries.inc()
+
+    def _plan(self, pod: _Pod, snaps: Sequence[NodeSnapshot], quota: QuotaState | None) -> Decision | Failure:
+        return plan(pod.request, pod.constraints, snaps, policies=self._policies, quota=quota, config=self._nvidia)
+
+    async def _first_plan(
+        self, pod: _Pod, names: Sequence[str]
+    ) -> tuple[QuotaState | None, Decision | Failure | None, list[str]]:
+        """Read where the pod's earlier reservation is and its namespace quota (one round trip), and plan while
+        that read is in flight: most pods have neither, and then that plan stands.
+
+        Returns the quota to plan with (None: the namespace has no limits), the plan if it still holds (else
+        None: plan again) and the candidates missing from the snapshot.
+        """
+        context = asyncio.create_task(
+            self._store.reservations.node_and_quota(pod.uid, pod.namespace), name=f"filter-context:{pod.uid}"
+        )
+        try:
+            snaps, missing = self._cache.lookup(names)
+            optimistic: Decision | Failure | None = self._plan(pod, snaps, None)
+        finally:
+            previous, quota = await context
+        if previous is not None:
+            await self._drop_previous(pod, previous)
+            quota = await self._store.quota.get(pod.namespace)
+            optimistic = None
+        if quota.limits.mem_mib is not None or quota.limits.cores_pct is not None:
+            return quota, None, missing
+        return None, optimistic, missing
 
     async def _drop_previous(self, pod: _Pod, node: str) -> None:
         """A re-filter: give back the pod's earlier reservation and quota before planning again (design §2)."""

@@ -51,6 +51,9 @@ class CacheSettings:
     """How long one feed read waits for events."""
     feed_count: int = 1000
     """Events per feed read."""
+    feed_min_interval_s: float = 0.02
+    """The least time between two feed reads: under load, events are taken in batches instead of one read (and
+    its gap check) per reservation, which would cost every request Redis round trips on this event loop."""
     status_interval_s: float = 1.0
     """How often the store epoch and sync markers are re-read while following the feed."""
     backoff_initial_s: float = 0.1
@@ -96,12 +99,15 @@ class SnapshotCache:
         self._on_reload = on_reload or (lambda reason: None)
         self._on_node_reads = on_node_reads or (lambda n: None)
         self._nodes: dict[str, CachedNode] = {}
+        self._snaps: dict[str, NodeSnapshot] = {}
+        """``name → snapshot`` for the request path (the same snapshots as ``_nodes``, looked up in C)."""
         self._gone: dict[str, int] = {}
         self._seq = itertools.count(1)
         self._last_id: str | None = None
         self._epoch: str | None = None
         self._status: StoreStatus | None = None
         self._status_at = 0.0
+        self._read_at = 0.0
         self._redis_error: str | None = None
         self._reload_reason: str | None = "start"
         self._closing = False
@@ -113,21 +119,14 @@ class SnapshotCache:
 
     def get(self, node: str) -> NodeSnapshot | None:
         """The node's current snapshot, or None when it is not registered (or not loaded yet)."""
-        cached = self._nodes.get(node)
-        return None if cached is None else cached.snapshot
+        return self._snaps.get(node)
 
-    def lookup(self, names: Iterable[str]) -> tuple[list[NodeSnapshot], list[str]]:
+    def lookup(self, names: Sequence[str]) -> tuple[list[NodeSnapshot], list[str]]:
         """The snapshots of ``names`` in order, and the names that are not registered."""
-        nodes = self._nodes
-        found: list[NodeSnapshot] = []
-        missing: list[str] = []
-        for name in names:
-            cached = nodes.get(name)
-            if cached is None:
-                missing.append(name)
-            else:
-                found.append(cached.snapshot)
-        return found, missing
+        found = list(map(self._snaps.get, names))
+        if None not in found:
+            return found, []  # type: ignore[return-value]  # no None left: every entry is a snapshot
+        return [s for s in found if s is not None], [n for n, s in zip(names, found, strict=True) if s is None]
 
     def generation(self, node: str) -> int | None:
         cached = self._nodes.get(node)
@@ -135,7 +134,7 @@ class SnapshotCache:
 
     def snapshots(self) -> dict[str, NodeSnapshot]:
         """A consistent copy of every node's snapshot (for scrape-time metrics)."""
-        return {name: c.snapshot for name, c in self._nodes.items()}
+        return dict(self._snaps)
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -201,6 +200,10 @@ class SnapshotCache:
             try:
                 if self._reload_reason is not None:
                     await self._full_load(self._reload_reason)
+                pause = self._settings.feed_min_interval_s - (time.monotonic() - self._read_at)
+                if pause > 0:
+                    await asyncio.sleep(pause)
+                self._read_at = time.monotonic()
                 batch = await self._store.feed.read(
                     self._last_id or "0-0", block_s=self._settings.feed_block_s, count=self._settings.feed_count
                 )
@@ -248,6 +251,7 @@ class SnapshotCache:
             self.stats.epoch_changes += 1
             logger.warning("store epoch changed: dropping the node snapshot", extra={"epoch": status.epoch})
             self._nodes = {}
+            self._snaps = {}
             self._gone = {}
             self.loaded.clear()
             self._reload_reason = "epoch"
@@ -263,7 +267,7 @@ class SnapshotCache:
         for chunk in _chunks(names, self._settings.batch_size):
             await self._read_nodes(chunk)
         for name in [n for n, c in self._nodes.items() if n not in listed and c.seq < load_seq]:
-            del self._nodes[name]
+            self._remove(name)
         self._epoch = status.epoch
         self._status = status
         self._status_at = time.monotonic()
@@ -300,7 +304,7 @@ class SnapshotCache:
             return
         if stored.inventory is None or not stored.inventory.devices:
             if cached is not None or stored.generation > self._gone.get(name, -1):
-                self._nodes.pop(name, None)
+                self._remove(name)
                 self._gone[name] = stored.generation
             return
         if stored.generation < self._gone.get(name, -1):
@@ -312,6 +316,11 @@ class SnapshotCache:
 
     def _install_snapshot(self, name: str, generation: int, snapshot: NodeSnapshot) -> None:
         self._nodes[name] = CachedNode(generation=generation, snapshot=snapshot, seq=next(self._seq))
+        self._snaps[name] = snapshot
+
+    def _remove(self, name: str) -> None:
+        self._nodes.pop(name, None)
+        self._snaps.pop(name, None)
 
     def _redis_ok(self) -> None:
         if self._redis_error is not None:

@@ -32,7 +32,9 @@ from shared.protocol.events import PodEvent
 from shared.store import Store, SyncMarker
 
 WIRE = Path(__file__).resolve().parents[2] / "data" / "kube-scheduler-wire"
-FAST_CACHE = CacheSettings(feed_block_s=0.05, status_interval_s=0.05, backoff_initial_s=0.01, backoff_max_s=0.05)
+FAST_CACHE = CacheSettings(
+    feed_block_s=0.05, feed_min_interval_s=0.0, status_interval_s=0.05, backoff_initial_s=0.01, backoff_max_s=0.05
+)
 
 
 def wire(name: str) -> bytes:

@@ -169,9 +169,9 @@ async def test_a_quota_race_lost_at_the_store_fails_every_node_with_resource_quo
         def __init__(self, inner: Any) -> None:
             self.inner = inner
 
-        async def charge(self, namespace: str, pod_uid: str, mem_mib: int, cores_pct: int) -> Any:
+        async def charge(self, namespace: str, pod_uid: str, mem_mib: int, cores_pct: int, **kw: Any) -> Any:
             await other_store.quota.charge(namespace, "racer", 4000, 0)
-            return await self.inner.charge(namespace, pod_uid, mem_mib, cores_pct)
+            return await self.inner.charge(namespace, pod_uid, mem_mib, cores_pct, **kw)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)

@@ -1,0 +1,428 @@
+"""Extender figures over HTTP: /filter latency at 1,000 and 5,000 nodes × 8 GPUs, /filter+/bind throughput with 1
+and 4 replicas, and the extender's memory (RSS) at 5,000 nodes.
+
+Run: ``/work/venv/bin/python -m benchmarks.bench_extender [--nodes 1000,5000] [--requests 2000] [--pods 1500]``.
+
+Everything is real and local: a private ``redis-server`` on a free port, the Kubernetes API emulator in its own
+process (with a simulated device plugin that settles each bind at once: it marks the pod ``bind-phase: success``
+and removes the node's lock, as HAMi's plugin does after Allocate), and each extender replica is the real
+``vgpu-scheduler extender`` process (JSON logs, one INFO line per decision, discarded). The client is a minimal
+keep-alive HTTP/1.1 client so that its own overhead stays small; latency is measured at the client (round trip)
+and, for the server side, as the mean of ``vgpu_extender_request_duration_seconds``. Prints figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from shared.domain.accounting import collapse
+from shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory
+from shared.store import Store, SyncMarker, connect
+
+GPUS = 8
+POD_TEMPLATE: dict[str, Any] = json.loads(
+    (Path(__file__).resolve().parent.parent / "tests/data/kube-scheduler-wire/001-filter.json").read_text()
+)["Pod"]
+
+
+# ---- processes --------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"{what} exited early with code {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.1):
+            return
+        time.sleep(0.02)
+    raise SystemExit(f"{what} did not listen on {port} within {deadline_s}s")
+
+
+@contextlib.contextmanager
+def _process(cmd: Sequence[str], port: int, what: str) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port, proc, what)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _redis_server() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not found")
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir]
+    try:
+        with _process(cmd, port, "redis-server"):
+            yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _emulator() -> Iterator[str]:
+    port = _free_port()
+    with _process([sys.executable, "-m", "benchmarks.bench_extender", "--serve-emulator", str(port)], port, "emulator"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def _extender(redis_url: str, kube_url: str, *extra: str) -> Iterator[tuple[str, int]]:
+    port, metrics_port = _free_port(), _free_port()
+    cli = str(Path(sys.executable).with_name("vgpu-scheduler"))
+    cmd = [
+        cli,
+        "extender",
+        f"--redis-url={redis_url}",
+        f"--kube-server={kube_url}",
+        f"--http_bind=127.0.0.1:{port}",
+        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+        "--scheduler-name=vgpu-scheduler",
+        "--kube-qps=0",
+        "--log-format=json",
+        *extra,
+    ]
+    with _process(cmd, port, "extender") as proc:
+        yield f"http://127.0.0.1:{port}", proc.pid
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ---- the emulator process with a simulated device plugin --------------------------------------------------------
+
+
+async def _serve_emulator(port: int) -> None:
+    from shared.emulator import Emulator
+    from shared.emulator.server import WriteRecord
+
+    em = Emulator(bookmark_interval_s=None, history_limit=100_000)
+    loop = asyncio.get_running_loop()
+
+    def settle(ns: str, pod: str, node: str) -> None:
+        with contextlib.suppress(KeyError):
+            em.patch("Pod", ns, pod, {"metadata": {"annotations": {"hami.io/bind-phase": "success"}}})
+            em.patch("Node", None, node, {"metadata": {"annotations": {"hami.io/mutex.lock": None}}})
+
+    def device_plugin(rec: WriteRecord) -> None:
+        if rec.subresource == "binding":
+            node = rec.body.get("target", {}).get("name", "")
+            loop.call_soon(settle, rec.namespace, rec.name, node)
+
+    em.hooks.append(device_plugin)
+    await em.start(port=port)
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await em.stop()
+
+
+# ---- a minimal keep-alive HTTP client ----------------------------------------------------------------------------
+
+
+class Http:
+    """One keep-alive HTTP/1.1 connection; POST/GET with a Content-Length body. Low overhead on purpose."""
+
+    def __init__(self, url: str) -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        self._host, self._port = host, int(port)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
+        assert self._reader is not None
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        self._writer.write(head + body)
+        status_line = await self._reader.readline()
+        status = int(status_line.split()[1])
+        length = 0
+        while True:
+            line = await self._reader.readline()
+            if line in (b"\r\n", b""):
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self._reader.readexactly(length)
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()
+
+
+# ---- cluster set-up ----------------------------------------------------------------------------------------------
+
+
+def _inventory(name: str) -> NodeInventory:
+    devices = tuple(
+        DeviceInfo(f"GPU-{name}-{i}", i, 10, 81920, 100, "NVIDIA-A100-SXM4-80GB", i // 4, "hami-core", True)
+        for i in range(GPUS)
+    )
+    return NodeInventory(node=name, vendor="NVIDIA", devices=devices)
+
+
+def _names(n: int) -> list[str]:
+    return [f"node-{i:05d}" for i in range(n)]
+
+
+async def _seed(redis_url: str, nodes: int) -> None:
+    """Inventories for every node, background usage on a third of them, epoch and sync markers."""
+    store = Store.create(connect(redis_url), prefix="vgpu")
+    try:
+        await store.client.flushall()
+        epoch = await store.meta.ensure_epoch()
+        sem = asyncio.Semaphore(64)
+
+        async def put(i: int, name: str) -> None:
+            async with sem:
+                await store.inventory.put(_inventory(name))
+                if i % 3 == 0:
+                    for j in range(3):
+                        devices = ((ContainerDevice(f"GPU-{name}-{j}", 4000, 20),),)
+                        uid = f"seed-{i}-{j}"
+                        await store.reservations.record(Allocation(uid, "seed", uid, name, devices, collapse(devices, 0)))
+
+        await asyncio.gather(*(put(i, n) for i, n in enumerate(_names(nodes))))
+        for marker in SyncMarker:
+            await store.meta.mark_synced(marker, epoch)
+    finally:
+        await store.aclose()
+
+
+async def _wait_ready(url: str, deadline_s: float = 120.0) -> float:
+    started = time.monotonic()
+    async with aiohttp.ClientSession() as http:
+        while time.monotonic() - started < deadline_s:
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url + "/readyz") as r:
+                    if r.status == 200:
+                        return time.monotonic() - started
+            await asyncio.sleep(0.05)
+    raise SystemExit(f"{url} not ready within {deadline_s}s")
+
+
+def _filter_body(uid: str, names: Sequence[str], *, gpus: int = 1, pod: dict[str, Any] | None = None) -> bytes:
+    p = json.loads(json.dumps(pod or POD_TEMPLATE))
+    if pod is None:
+        p["metadata"]["uid"] = uid
+        p["metadata"]["name"] = f"bench-{uid}"
+    p["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": str(gpus), "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
+    }
+    return json.dumps({"Pod": p, "Nodes": None, "NodeNames": list(names)}, separators=(",", ":")).encode()
+
+
+async def _server_mean_ms(url: str, verb: str) -> tuple[float, float]:
+    async with aiohttp.ClientSession() as http, http.get(url + "/metrics") as r:
+        text = await r.text()
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith(f'vgpu_extender_request_duration_seconds_sum{{verb="{verb}"}}'):
+            total = float(line.split()[-1])
+        if line.startswith(f'vgpu_extender_request_duration_seconds_count{{verb="{verb}"}}'):
+            count = float(line.split()[-1])
+    return total, count
+
+
+def _pct(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+# ---- measurements ------------------------------------------------------------------------------------------------
+
+
+async def _latency(url: str, nodes: int, requests: int, label: str) -> None:
+    names = _names(nodes)
+    bodies = [_filter_body(f"lat-{label}-{i}", names) for i in range(requests + 50)]
+    http = Http(url)
+    try:
+        for body in bodies[:50]:  # warm-up (and the first reservations)
+            await http.request("POST", "/filter", body)
+        sum0, count0 = await _server_mean_ms(url, "filter")
+        rtts: list[float] = []
+        for body in bodies[50:]:
+            t = time.perf_counter()
+            status, answer = await http.request("POST", "/filter", body)
+            rtts.append(time.perf_counter() - t)
+            assert status == 200 and b'"NodeNames":["' in answer, answer[:300]
+        sum1, count1 = await _server_mean_ms(url, "filter")
+        failing = _filter_body(f"fail-{label}", names, gpus=9)
+        fails: list[float] = []
+        for _ in range(20):
+            t = time.perf_counter()
+            status, answer = await http.request("POST", "/filter", failing)
+            fails.append(time.perf_counter() - t)
+            assert b'"FailedNodes":{' in answer
+    finally:
+        await http.close()
+    body_kib = len(bodies[-1]) / 1024
+    server_ms = (sum1 - sum0) / max(count1 - count0, 1) * 1000
+    print(
+        f"  /filter, {nodes} candidate names per request ({body_kib:.0f} KiB body), {requests} sequential pods: "
+        f"p50 {_pct(rtts, 0.5):.2f} ms, p90 {_pct(rtts, 0.9):.2f} ms, p99 {_pct(rtts, 0.99):.2f} ms, "
+        f"max {max(rtts) * 1000:.2f} ms (client round trip); server-side mean {server_ms:.2f} ms"
+    )
+    print(
+        f"  /filter of a pod no node fits (every node evaluated, every reason listed): "
+        f"p50 {_pct(fails, 0.5):.2f} ms, max {max(fails) * 1000:.2f} ms"
+    )
+
+
+async def _create_pods(kube_url: str, count: int, tag: str) -> list[dict[str, Any]]:
+    created: list[dict[str, Any]] = []
+    sem = asyncio.Semaphore(32)
+    async with aiohttp.ClientSession() as http:
+
+        async def one(i: int) -> None:
+            pod = json.loads(json.dumps(POD_TEMPLATE))
+            pod["metadata"] = {"name": f"tp-{tag}-{i}", "namespace": "default"}
+            pod["spec"]["containers"][0]["resources"] = {
+                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
+            }
+            pod["spec"]["schedulerName"] = "vgpu-scheduler"
+            async with sem, http.post(f"{kube_url}/api/v1/namespaces/default/pods", json=pod) as r:
+                assert r.status == 201, await r.text()
+                created.append(await r.json())
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+    return created
+
+
+async def _create_nodes(kube_url: str, names: Sequence[str]) -> None:
+    sem = asyncio.Semaphore(32)
+    async with aiohttp.ClientSession() as http:
+
+        async def one(name: str) -> None:
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+            async with sem, http.post(f"{kube_url}/api/v1/nodes", json=node) as r:
+                assert r.status in (201, 409), await r.text()
+
+        await asyncio.gather(*(one(n) for n in names))
+
+
+async def _throughput(urls: Sequence[str], kube_url: str, nodes: int, pods: int, workers: int, tag: str) -> None:
+    names = _names(nodes)
+    created = await _create_pods(kube_url, pods, tag)
+    queue = list(reversed(created))
+    done = failed = 0
+    conns = [Http(urls[i % len(urls)]) for i in range(workers)]
+
+    async def worker(http: Http) -> None:
+        nonlocal done, failed
+        while queue:
+            pod = queue.pop()
+            meta = pod["metadata"]
+            status, raw = await http.request("POST", "/filter", _filter_body("", names, pod=pod))
+            answer = json.loads(raw)
+            if not answer.get("NodeNames"):
+                failed += 1
+                continue
+            bind = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
+                    "Node": answer["NodeNames"][0]}  # fmt: skip
+            _status, raw = await http.request("POST", "/bind", json.dumps(bind).encode())
+            if json.loads(raw).get("Error"):
+                failed += 1
+            else:
+                done += 1
+
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(c) for c in conns))
+    finally:
+        for c in conns:
+            await c.close()
+    wall = time.perf_counter() - started
+    print(
+        f"  /filter+/bind, {len(urls)} replica(s), {workers} concurrent clients, {nodes} nodes: "
+        f"{done / wall:.0f} pods/s ({done} bound, {failed} failed, {wall:.1f} s)"
+    )
+
+
+async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
+    sizes = [int(x) for x in args.nodes.split(",")]
+    for nodes in sizes:
+        t = time.perf_counter()
+        await _seed(redis_url, nodes)
+        seed_s = time.perf_counter() - t
+        print(f"[{nodes} nodes × {GPUS} GPUs] seeded in {seed_s:.1f} s (a third of the nodes carry 3 pods)")
+        with _extender(redis_url, kube_url) as (url, pid):
+            ready_s = await _wait_ready(url)
+            print(f"  extender ready in {ready_s:.2f} s (snapshot load), RSS {_rss_mib(pid):.0f} MiB")
+            await _latency(url, nodes, args.requests, str(nodes))
+            print(f"  extender RSS after the run: {_rss_mib(pid):.0f} MiB")
+    nodes = sizes[0]
+    await _seed(redis_url, nodes)
+    await _create_nodes(kube_url, _names(nodes))
+    for replicas in (1, 4):
+        with contextlib.ExitStack() as stack:
+            procs = [
+                stack.enter_context(_extender(redis_url, kube_url, "--node-scheduler-policy=spread"))
+                for _ in range(replicas)
+            ]
+            urls = [u for u, _ in procs]
+            for u in urls:
+                await _wait_ready(u)
+            await _throughput(urls, kube_url, nodes, args.pods, args.workers, f"r{replicas}")
+    print(f"  (machine: {os.cpu_count()} CPUs; client, emulator, Redis and replicas share them)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", default="1000,5000", help="comma list of cluster sizes (default 1000,5000)")
+    parser.add_argument("--requests", type=int, default=2000, help="sequential /filter requests per size")
+    parser.add_argument("--pods", type=int, default=1500, help="pods per throughput run")
+    parser.add_argument("--workers", type=int, default=16, help="concurrent clients in the throughput runs")
+    parser.add_argument("--serve-emulator", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_emulator is not None:
+        asyncio.run(_serve_emulator(args.serve_emulator))
+        return
+    with _redis_server() as redis_url, _emulator() as kube_url:
+        asyncio.run(_run(args, redis_url, kube_url))
+
+
+if __name__ == "__main__":
+    main()
