@@ -223,7 +223,8 @@ async def _seed(redis_url: str, nodes: int) -> None:
                     for j in range(3):
                         devices = ((ContainerDevice(f"GPU-{name}-{j}", 4000, 20),),)
                         uid = f"seed-{i}-{j}"
-                        await store.reservations.record(Allocation(uid, "seed", uid, name, devices, collapse(devices, 0)))
+                        seeded = Allocation(uid, "seed", uid, name, devices, collapse(devices, 0))
+                        await store.reservations.record(seeded)
 
         await asyncio.gather(*(put(i, n) for i, n in enumerate(_names(nodes))))
         for marker in SyncMarker:
@@ -355,7 +356,7 @@ async def _throughput(urls: Sequence[str], kube_url: str, nodes: int, pods: int,
         while queue:
             pod = queue.pop()
             meta = pod["metadata"]
-            status, raw = await http.request("POST", "/filter", _filter_body("", names, pod=pod))
+            _, raw = await http.request("POST", "/filter", _filter_body("", names, pod=pod))
             answer = json.loads(raw)
             if not answer.get("NodeNames"):
                 failed += 1
