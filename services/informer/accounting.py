@@ -91,6 +91,8 @@ class Accountant:
             await self.release(facts, pod)
             return
         try:
+            if not force and self._unchanged(pod):
+                return  # a status update of a pod already recorded: no round trip
             totals = await self.device_totals(facts.node) if facts.node else None
             alloc = self.allocation_of(pod, totals)
         except DecodeError as e:
@@ -101,9 +103,22 @@ class Accountant:
         if alloc is None:
             await self.release(facts, pod)
             return
-        if not force and self._recorded.get(alloc.pod_uid) == alloc:
-            return
         await self.record(alloc)
+
+    def _unchanged(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the pod's annotations say what this term last recorded for it (charges aside)."""
+        facts = pod_facts(pod)
+        cached = self._recorded.get(facts.uid)
+        if cached is None:
+            return False
+        alloc = pod_allocation(pod)
+        return alloc is not None and (alloc.node, alloc.namespace, alloc.name, alloc.devices, alloc.mig) == (
+            cached.node,
+            cached.namespace,
+            cached.name,
+            cached.devices,
+            cached.mig,
+        )
 
     async def record(self, alloc: Allocation) -> None:
         """Record the pod's allocation (confirmed) and its quota charge."""

@@ -135,9 +135,23 @@ class NodeLockReleaser:
         if not deleted and not facts.terminated and facts.bind_phase is BindPhase.ALLOCATING:
             self._watched[key] = facts.node
             return
-        node = self._watched.pop(key, None) or facts.node
-        if node in self._annotation or deleted or facts.terminated or facts.settled:
-            self.enqueue(node)
+        node = self._watched.pop(key, None)
+        if node is not None or deleted or facts.terminated:
+            self.enqueue(node or facts.node)
+        elif facts.settled and self._annotation_owner(facts.node) == key:
+            self.enqueue(facts.node)
+
+    def _annotation_owner(self, node: str) -> Owner | None:
+        """The pod the node's current lock annotation names (None: no annotation, legacy or unreadable)."""
+        value = self._annotation.get(node)
+        seen = self._seen.get(node)
+        if value is None or seen is None:
+            return None
+        try:
+            lock = parse_node_lock(value)
+        except DecodeError:
+            return None
+        return seen.owner if not lock.legacy and seen.owner == (lock.namespace, lock.name) else None
 
     # ---- the worker and the sweep ------------------------------------------------------------------------------
 
