@@ -28,6 +28,7 @@ from shared.errors import ConfigError
 # Subcommands are added here as they exist; a subcommand that is not built yet is simply absent.
 SUBCOMMANDS: tuple[str, ...] = (
     "services.registrar.main",
+    "services.informer.main",
     "services.extender.main",
     "services.simulate.main",
     "services.allinone.main",
