@@ -311,6 +311,8 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     lines = [
         f"policies: node {summary['policies']['node']}, gpu {summary['policies']['gpu']}",
         f"placed {summary['placed']}/{summary['pods']}, pending {summary['pending']}",
+        "by pod policy (node/gpu): "
+        + ", ".join(f"{k} {v['placed']}/{v['pods']} placed" for k, v in summary["by_policy"].items()),
         f"GPU memory {gpu['memory_allocated_mib']}/{gpu['memory_mib']} MiB ({_pct(gpu['memory_utilisation'])}), "
         f"cores {gpu['cores_allocated']}/{gpu['cores']} ({_pct(gpu['core_utilisation'])}), "
         f"{gpu['devices_used']}/{gpu['devices']} devices in use",
