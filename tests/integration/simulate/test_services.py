@@ -7,6 +7,9 @@ import asyncio
 import json
 import logging
 import signal
+import subprocess
+import time
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -185,3 +188,52 @@ def test_the_compose_driver_and_emulator_commands_parse() -> None:
     driver = parser.parse_args(normalize_argv(compose["services"]["driver"]["command"]))
     assert driver.sim_kube_server == "http://emulator:8001"
     assert driver.extender_urls == ["http://extender-1:8080", "http://extender-2:8080"]
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_the_all_in_one_process_becomes_ready_and_exits_0_on_sigterm() -> None:
+    emu_port, http_port, ops_port = free_port(), free_port(), free_port()
+    emulator = spawn("emulator", "--cluster", str(EXAMPLE_CLUSTER), f"--bind=127.0.0.1:{emu_port}")
+    proc = spawn(
+        "all-in-one",
+        f"--kube-server=http://127.0.0.1:{emu_port}",
+        f"--http_bind=127.0.0.1:{http_port}",
+        f"--metrics-bind-address=127.0.0.1:{ops_port}",
+        "--log-format=json",
+    )
+    try:
+        deadline = time.monotonic() + 60
+        status, body = 0, ""
+        while time.monotonic() < deadline and proc.poll() is None:
+            status, body = _get(f"http://127.0.0.1:{ops_port}/readyz")
+            if status == 200:
+                break
+            time.sleep(0.1)  # another process starting up: nothing to await
+        assert status == 200, body
+        assert "registrar: " in body and "informer: " in body and "extender: ok" in body
+        assert _get(f"http://127.0.0.1:{http_port}/healthz")[0] == 200
+        metrics = _get(f"http://127.0.0.1:{ops_port}/metrics")[1]
+        for name in ("vgpu_registrar_leader", "vgpu_informer_leader", "vgpu_filter_outcomes_total"):
+            assert name in metrics
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        for p in (proc, emulator):
+            if p.poll() is None:
+                p.terminate()
+            try:
+                p.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate()
+    assert proc.returncode == 0, err
+    assert "embedded in-process store" in err

@@ -207,3 +207,13 @@ def test_on_a_real_redis_each_run_uses_a_scratch_keyspace_and_removes_it(redis_u
         assert client.keys("*") == [b"vgpu:meta"]
     finally:
         client.close()
+
+
+@pytest.mark.slow
+def test_no_arguments_compares_the_six_default_combinations_on_the_bundled_example() -> None:
+    code, out, err = run_cli("simulate")
+    assert code == 0, err
+    rows = [line.split() for line in out.splitlines() if line.startswith(("binpack ", "spread "))]
+    assert [(r[0], r[1]) for r in rows] == [
+        (node, gpu) for node in ("binpack", "spread") for gpu in ("binpack", "spread", "topology-aware")
+    ]
