@@ -164,6 +164,8 @@ class NodeLockReleaser:
                 await self.check(node)
             except TransientError as e:
                 logger.warning("node lock check failed, will retry", extra={"node": node, "error": str(e)})
+            except DecodeError as e:  # a node name no Redis key can carry (from a pod's hami.io/vgpu-node)
+                logger.warning("node lock check skipped", extra={"node": node, "error": str(e)})
 
     async def sweep(self) -> int:
         """Queue every node whose lock is held (Redis or annotation); returns how many are held."""

@@ -194,3 +194,15 @@ async def test_locks_held_gauge(harness: Harness) -> None:
         await eventually(lambda: metric(svc, "vgpu_informer_locks_held") == 2)
         harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
         await eventually(lambda: metric(svc, "vgpu_informer_locks_held") == 1)
+
+
+async def test_a_garbage_node_name_in_a_pod_does_not_stop_the_worker(harness: Harness) -> None:
+    bad = pod("bad", node="n1", app=[[("GPU-1", 1, 1)]], bind_phase="success")
+    bad["metadata"]["annotations"][keys.VGPU_NODE] = "no such{node}"
+    async with harness.run() as svc:
+        harness.emulator.put(bad)
+        harness.emulator.delete("pods", "default", "bad")
+        await lock_like_the_extender(harness, "p1")
+        harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+        await eventually(lambda: all_free(harness), what="the worker still releases locks")
+        assert svc.leading
