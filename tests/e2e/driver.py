@@ -245,7 +245,8 @@ class Churn:
             holding = sorted(self.report.holding)
             running = [n for n in holding if self._allocated(n)]
             # mostly pods that ran end; now and then one is deleted before its devices were even allocated
-            candidates = running if running and self.rng.random() < 0.9 else holding
+            roll = self.rng.random()
+            candidates = running if roll < 0.9 else holding if roll < 0.95 else []
             if candidates:
                 pod = self._find(self.rng.choice(candidates))
                 if pod is not None:

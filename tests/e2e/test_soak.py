@@ -25,7 +25,7 @@ async def test_soak_thousands_of_pods_across_four_replicas(redis_url: str) -> No
         report = driver.report
         churn_stop = asyncio.Event()
         churn = asyncio.create_task(
-            Churn(c, report, namespaces=("default", "team-q"), period_s=0.01).run(churn_stop), name="soak:churn"
+            Churn(c, report, namespaces=("default", "team-q"), period_s=0.05).run(churn_stop), name="soak:churn"
         )
 
         async def kill_one_replica() -> None:
