@@ -261,7 +261,7 @@ _DESCRIPTIONS: Mapping[Service, str] = {
     Service.INFORMER: "Watch Pods and ResourceQuotas; keep allocations, usage, quotas and node locks in Redis.",
     Service.EXTENDER: "The kube-scheduler extender (/filter, /bind), admission webhook and metrics.",
     Service.ALL_IN_ONE: "Registrar, informer and extender in one process.",
-    Service.SIMULATE: "Schedule a scenario offline with the real scheduling core.",
+    Service.SIMULATE: "Run the real services against an in-process API emulator; compare policies.",
 }
 
 
