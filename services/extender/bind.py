@@ -193,9 +193,9 @@ class Binder:
                 f"pod {ns}/{name} has its devices reserved on node {alloc.node}, not {node}: it will be filtered again",
             )
 
-        wait_s, retry_s = (
-            (self._pod_group_wait_s, POD_GROUP_RETRY_S) if is_pod_group_member(pod) else (self._lock_wait_s, None)
-        )
+        # PodGroup members retry every 100 ms until --node-lock-retry-timeout (0 disables that, as in HAMi)
+        gang = self._pod_group_wait_s > 0 and is_pod_group_member(pod)
+        wait_s, retry_s = (self._pod_group_wait_s, POD_GROUP_RETRY_S) if gang else (self._lock_wait_s, None)
         try:
             held = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
         except NotFoundError:

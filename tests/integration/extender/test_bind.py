@@ -292,6 +292,24 @@ async def test_a_pod_group_member_uses_the_retry_timeout(h: Harness) -> None:
     assert result.outcome is BindOutcome.BOUND
 
 
+async def test_a_zero_retry_timeout_treats_pod_group_members_like_other_pods(h: Harness) -> None:
+    pod = await reserved_pod(h, labels={keys.POD_GROUP_LABEL: "gang-1"})
+    held = await h.store.locks.acquire(NODE, "other/holder", 300)
+    assert isinstance(held, LockAcquired)
+    spy = SpyLocks(h.store.locks)
+    binder = h.binder(lock_wait_s=30.0, pod_group_wait_s=0.0)  # 0: no PodGroup retry, the ordinary wait applies
+    binder.locker._locks = NodeLock(spy, ttl_s=300)  # type: ignore[arg-type]
+
+    async def release_when_contended() -> None:
+        await spy.contended.wait()
+        await h.store.locks.release(NODE, "other/holder", held.token)
+
+    releaser = asyncio.create_task(release_when_contended(), name="releaser")
+    result = await binder.bind(args_for(pod))
+    await releaser
+    assert result.outcome is BindOutcome.BOUND
+
+
 async def test_an_expired_redis_lock_settles_its_allocating_holder_first(h: Harness) -> None:
     holder = h.create_pod(pod_obj("holder", annotations={keys.BIND_PHASE: "allocating"}))
     assert holder
