@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -116,6 +117,25 @@ def _extender(redis_url: str, kube_url: str, *extra: str) -> Iterator[tuple[str,
     ]
     with _process(cmd, port, "extender") as proc:
         yield f"http://127.0.0.1:{port}", proc.pid
+
+
+@contextlib.contextmanager
+def _informer(redis_url: str, kube_url: str) -> Iterator[str]:
+    """The real informer: it records bound pods and releases node locks once the (simulated) device plugin settles
+    a bind, as in a cluster. Yields its ops URL."""
+    port = _free_port()
+    cli = str(Path(sys.executable).with_name("vgpu-scheduler"))
+    cmd = [
+        cli,
+        "informer",
+        f"--redis-url={redis_url}",
+        f"--kube-server={kube_url}",
+        f"--metrics-bind-address=127.0.0.1:{port}",
+        "--kube-qps=0",
+        "--log-format=json",
+    ]
+    with _process(cmd, port, "informer"):
+        yield f"http://127.0.0.1:{port}"
 
 
 def _rss_mib(pid: int) -> float:
@@ -344,42 +364,97 @@ async def _create_nodes(kube_url: str, names: Sequence[str]) -> None:
         await asyncio.gather(*(one(n) for n in names))
 
 
-async def _throughput(urls: Sequence[str], kube_url: str, nodes: int, pods: int, workers: int, tag: str) -> None:
+class _Tally:
+    def __init__(self) -> None:
+        self.bound = 0
+        self.failed = 0
+        self.errors: collections.Counter[str] = collections.Counter()
+
+    def fail(self, text: str) -> None:
+        self.failed += 1
+        self.errors[text[:110]] += 1
+
+
+async def _filter_pod(http: Http, pod: dict[str, Any], names: Sequence[str], tally: _Tally) -> str | None:
+    _, raw = await http.request("POST", "/filter", _filter_body("", names, pod=pod))
+    answer = json.loads(raw)
+    if not answer.get("NodeNames"):
+        tally.fail(f"filter: {answer.get('Error') or 'no node fits'}")
+        return None
+    node: str = answer["NodeNames"][0]
+    return node
+
+
+async def _bind_pod(http: Http, pod: dict[str, Any], node: str, tally: _Tally) -> None:
+    meta = pod["metadata"]
+    bind = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
+    _, raw = await http.request("POST", "/bind", json.dumps(bind).encode())
+    error = json.loads(raw).get("Error")
+    if error:
+        tally.fail(f"bind: {error}")
+    else:
+        tally.bound += 1
+
+
+async def _throughput(
+    urls: Sequence[str], kube_url: str, nodes: int, pods: int, workers: int, tag: str, *, sequential_filters: bool
+) -> None:
+    """kube-scheduler's shape (``sequential_filters``): one scheduling loop filters pod after pod (round-robin over
+    the replicas, as the Service spreads them) and hands each placed pod to ``workers`` concurrent binders.
+    Otherwise ``workers`` independent clients each filter then bind (a stress shape: concurrent plans race)."""
     names = _names(nodes)
     created = await _create_pods(kube_url, pods, tag)
-    queue = list(reversed(created))
-    done = failed = 0
+    tally = _Tally()
     conns = [Http(urls[i % len(urls)]) for i in range(workers)]
-
-    async def worker(http: Http) -> None:
-        nonlocal done, failed
-        while queue:
-            pod = queue.pop()
-            meta = pod["metadata"]
-            _, raw = await http.request("POST", "/filter", _filter_body("", names, pod=pod))
-            answer = json.loads(raw)
-            if not answer.get("NodeNames"):
-                failed += 1
-                continue
-            bind = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"],
-                    "Node": answer["NodeNames"][0]}  # fmt: skip
-            _status, raw = await http.request("POST", "/bind", json.dumps(bind).encode())
-            if json.loads(raw).get("Error"):
-                failed += 1
-            else:
-                done += 1
-
     started = time.perf_counter()
     try:
-        await asyncio.gather(*(worker(c) for c in conns))
+        if sequential_filters:
+            filters = [Http(u) for u in urls]
+            binds: asyncio.Queue[tuple[dict[str, Any], str] | None] = asyncio.Queue()
+
+            async def binder(http: Http) -> None:
+                while (item := await binds.get()) is not None:
+                    await _bind_pod(http, *item, tally)
+
+            async def scheduler() -> None:
+                for i, pod in enumerate(created):
+                    node = await _filter_pod(filters[i % len(filters)], pod, names, tally)
+                    if node is not None:
+                        binds.put_nowait((pod, node))
+                for _ in conns:
+                    binds.put_nowait(None)
+
+            try:
+                await asyncio.gather(scheduler(), *(binder(c) for c in conns))
+            finally:
+                for f in filters:
+                    await f.close()
+        else:
+            queue = list(reversed(created))
+
+            async def client(http: Http) -> None:
+                while queue:
+                    pod = queue.pop()
+                    node = await _filter_pod(http, pod, names, tally)
+                    if node is not None:
+                        await _bind_pod(http, pod, node, tally)
+
+            await asyncio.gather(*(client(c) for c in conns))
     finally:
         for c in conns:
             await c.close()
     wall = time.perf_counter() - started
-    print(
-        f"  /filter+/bind, {len(urls)} replica(s), {workers} concurrent clients, {nodes} nodes: "
-        f"{done / wall:.0f} pods/s ({done} bound, {failed} failed, {wall:.1f} s)"
+    shape = (
+        f"sequential /filter (kube-scheduler's loop) + {workers} concurrent /bind"
+        if sequential_filters
+        else f"{workers} concurrent filter+bind clients"
     )
+    print(
+        f"  /filter+/bind, {len(urls)} replica(s), {shape}, {nodes} nodes: "
+        f"{tally.bound / wall:.0f} pods/s ({tally.bound} bound, {tally.failed} failed, {wall:.1f} s)"
+    )
+    for text, n in tally.errors.most_common(2):
+        print(f"    {n} × {text}")
 
 
 async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
@@ -397,6 +472,9 @@ async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
     nodes = sizes[0]
     await _seed(redis_url, nodes)
     await _create_nodes(kube_url, _names(nodes))
+    informer = contextlib.ExitStack()
+    informer_url = informer.enter_context(_informer(redis_url, kube_url))
+    await _wait_ready(informer_url)
     for replicas in (1, 4):
         with contextlib.ExitStack() as stack:
             procs = [
@@ -406,8 +484,11 @@ async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
             urls = [u for u, _ in procs]
             for u in urls:
                 await _wait_ready(u)
-            await _throughput(urls, kube_url, nodes, args.pods, args.workers, f"r{replicas}")
-    print(f"  (machine: {os.cpu_count()} CPUs; client, emulator, Redis and replicas share them)")
+            for sequential in (True, False):
+                tag = f"r{replicas}{'s' if sequential else 'c'}"
+                await _throughput(urls, kube_url, nodes, args.pods, args.workers, tag, sequential_filters=sequential)
+    informer.close()
+    print(f"  (machine: {os.cpu_count()} CPUs; client, emulator, Redis, informer and replicas share them)")
 
 
 def main() -> None:

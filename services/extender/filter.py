@@ -354,8 +354,9 @@ class FilterHandler:
 
     def _count_reasons(self, failed: Mapping[str, str]) -> dict[str, int]:
         counts: collections.Counter[str] = collections.Counter()
-        for text in failed.values():
-            counts.update(reason_types(text))
+        for text, nodes in collections.Counter(failed.values()).items():  # few distinct texts: parse each once
+            for reason in reason_types(text):
+                counts[reason] += nodes
         for reason, n in counts.items():
             self._metrics.filter_reasons.labels(reason).inc(n)
         return dict(counts)

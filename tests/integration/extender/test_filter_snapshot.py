@@ -1,0 +1,142 @@
+"""The process-local snapshot behind /filter: one full load, then only changed nodes; feed gaps and store flushes
+reload; generations never go backwards; a node Redis cannot decode is skipped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from services.extender.snapshot import CacheSettings, SnapshotCache
+from shared.domain.model import Allocation, ContainerDevice, DeviceUsage
+from shared.domain.plan import Decision
+from shared.store import Reserved, Store, SyncMarker
+from tests.integration.extender.filter_harness import FAST_CACHE, node, seed
+
+WAIT_S = 10.0
+
+
+@asynccontextmanager
+async def following(store: Store, settings: CacheSettings = FAST_CACHE) -> AsyncIterator[SnapshotCache]:
+    cache = SnapshotCache(store, settings)
+    task = asyncio.create_task(cache.run(), name="snapshot-follower")
+    try:
+        async with asyncio.timeout(WAIT_S):
+            await cache.loaded.wait()
+        yield cache
+    finally:
+        cache.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def one_gpu(uid: str, node_name: str, mem: int = 1000, cores: int = 10, gpu: int = 0) -> Allocation:
+    from shared.domain.accounting import collapse
+
+    devices = ((ContainerDevice(f"GPU-{node_name}-{gpu}", mem, cores),),)
+    return Allocation(uid, "default", uid, node_name, devices, collapse(devices, 0))
+
+
+async def test_the_first_load_holds_every_registered_node_and_is_ready(store: Store) -> None:
+    await seed(store, [node("a", 2), node("b", 4)])
+    async with following(store) as cache:
+        assert sorted(cache.snapshots()) == ["a", "b"]
+        assert cache.not_ready_reason() is None
+        snaps, missing = cache.lookup(["b", "ghost", "a"])
+        assert [s.name for s in snaps] == ["b", "a"] and missing == ["ghost"]
+        assert cache.stats.full_loads == 1
+
+
+async def test_changes_made_elsewhere_arrive_through_the_feed(store: Store, other_store: Store) -> None:
+    await seed(store, [node("a", 2), node("b", 2)])
+    async with following(store) as cache:
+        reads_before = cache.stats.node_reads
+        result = await other_store.reservations.reserve(one_gpu("p1", "a"))
+        assert isinstance(result, Reserved)
+        await cache.wait_until(lambda: cache.generation("a") == result.generation, WAIT_S)
+        snap = cache.get("a")
+        assert snap is not None
+        assert snap.device_usage("GPU-a-0") == DeviceUsage(used=1, used_mem_mib=1000, used_cores=10)
+        assert cache.stats.node_reads == reads_before + 1  # only the changed node was read again
+
+        await other_store.inventory.put(node("c", 1))  # a new node registers
+        await cache.wait_until(lambda: cache.get("c") is not None, WAIT_S)
+        await other_store.inventory.delete("b")  # and one goes away
+        await cache.wait_until(lambda: cache.get("b") is None, WAIT_S)
+        assert sorted(cache.snapshots()) == ["a", "c"]
+
+
+async def test_apply_local_installs_our_own_reservation_only_on_the_next_generation(store: Store) -> None:
+    await seed(store, [node("a", 2)])
+    async with following(store, CacheSettings(feed_block_s=0.05, feed_min_interval_s=60.0)) as cache:
+        snap = cache.get("a")
+        generation = cache.generation("a")
+        assert snap is not None and generation is not None
+        alloc = one_gpu("p1", "a", mem=2000, cores=20, gpu=1)
+        decision = Decision(node="a", devices=alloc.devices, mig=(), charges=alloc.charges, score=0.0)
+        assert not cache.apply_local(decision, generation + 2)  # something else happened in between: wait for it
+        assert cache.apply_local(decision, generation + 1)
+        after = cache.get("a")
+        assert after is not None and cache.generation("a") == generation + 1
+        assert after.device_usage("GPU-a-1") == DeviceUsage(used=1, used_mem_mib=2000, used_cores=20)
+        assert snap.device_usage("GPU-a-1") == DeviceUsage()  # snapshots are immutable; the old one is untouched
+
+
+async def test_a_late_read_never_replaces_a_newer_generation(store: Store, other_store: Store) -> None:
+    await seed(store, [node("a", 1)])
+    async with following(store) as cache:
+        first = await other_store.reservations.reserve(one_gpu("p1", "a"))
+        assert isinstance(first, Reserved)
+        await cache.wait_until(lambda: cache.generation("a") == first.generation, WAIT_S)
+        stale = {"a": await store.snapshots.load(["a"])}
+        second = await other_store.reservations.reserve(one_gpu("p2", "a"))
+        assert isinstance(second, Reserved)
+        await cache.refresh(["a"])
+        assert cache.generation("a") == second.generation
+        cache._install("a", stale["a"]["a"])  # an old read arriving late (internal hook, on purpose)
+        assert cache.generation("a") == second.generation
+
+
+async def test_a_feed_gap_reloads_everything(store: Store, other_store: Store) -> None:
+    await seed(store, [node("a", 1), node("b", 1)])
+    async with following(store) as cache:
+        await other_store.client.delete(other_store.keys.changes())  # the stream is gone: events were lost
+        await other_store.reservations.reserve(one_gpu("p1", "b"))
+        await cache.wait_until(lambda: cache.stats.gaps >= 1 and cache.stats.full_loads >= 2, WAIT_S)
+        snap = cache.get("b")
+        assert snap is not None and snap.device_usage("GPU-b-0").used == 1
+        assert cache.not_ready_reason() is None
+
+
+async def test_a_flush_drops_the_cache_until_the_store_is_rebuilt(store: Store) -> None:
+    await seed(store, [node("a", 1)])
+    async with following(store) as cache:
+        await store.client.flushall()
+        await cache.wait_until(lambda: cache.not_ready_reason() is not None and cache.get("a") is None, WAIT_S)
+        epoch = await store.meta.ensure_epoch()
+        await store.inventory.put(node("z", 1))
+        await store.meta.mark_synced(SyncMarker.INVENTORY, epoch)
+        missing = "store not synced yet (missing: allocations, quotas)"
+        await cache.wait_until(lambda: cache.get("z") is not None and cache.not_ready_reason() == missing, WAIT_S)
+        for marker in (SyncMarker.ALLOCATIONS, SyncMarker.QUOTAS):
+            await store.meta.mark_synced(marker, epoch)
+        await cache.wait_until(lambda: cache.not_ready_reason() is None, WAIT_S)
+        assert sorted(cache.snapshots()) == ["z"]
+
+
+async def test_a_node_whose_data_does_not_decode_is_skipped_and_counted(store: Store) -> None:
+    await seed(store, [node("a", 1), node("b", 1)])
+    await store.client.set(store.keys.inventory("b"), b"\xc1 not msgpack")
+    async with following(store) as cache:
+        assert sorted(cache.snapshots()) == ["a"]
+        assert cache.stats.corrupt_nodes == 1
+
+
+async def test_close_stops_the_follower_even_without_cancellation(store: Store) -> None:
+    await seed(store, [node("a", 1)])
+    cache = SnapshotCache(store, FAST_CACHE)
+    task = asyncio.create_task(cache.run(), name="snapshot-follower")
+    await cache.loaded.wait()
+    cache.close()
+    async with asyncio.timeout(WAIT_S):
+        await task
