@@ -98,6 +98,8 @@ class BindResult:
 
 
 class _Failed(Exception):
+    """Ends a bind with ``outcome``; the message is the ``Error`` kube-scheduler gets."""
+
     def __init__(self, outcome: BindOutcome, message: str) -> None:
         super().__init__(message)
         self.outcome = outcome
