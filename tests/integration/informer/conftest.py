@@ -113,9 +113,10 @@ class Harness:
 
     @contextlib.asynccontextmanager
     async def run(
-        self, cfg: InformerSettings | None = None, *, wait_synced: bool = True
+        self, cfg: InformerSettings | None = None, *, wait_synced: bool = True, audit: bool = True
     ) -> AsyncIterator[InformerService]:
-        """Run an informer until the block ends (then stop it cleanly and check it returned)."""
+        """Run an informer until the block ends; then (unless the block failed or ``audit=False``) check that
+        Redis equals the usage recomputed from the API's pods, stop it cleanly and check it returned."""
         svc = self.service(cfg)
         stop = asyncio.Event()
         task = asyncio.create_task(svc.run(stop), name=f"test-informer:{svc.deps.instance_id}")
@@ -123,6 +124,8 @@ class Harness:
             if wait_synced:
                 await asyncio.wait_for(svc.synced.wait(), 10)
             yield svc
+            if audit:
+                await self.assert_audit()
         finally:
             stop.set()
             await asyncio.wait_for(task, 10)

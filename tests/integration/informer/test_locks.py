@@ -69,7 +69,7 @@ async def test_released_when_the_device_plugin_settles_the_bind_phase(harness: H
 
         harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: phase}}})
         await eventually(lambda: all_free(harness), what="lock released")
-        assert metric(svc, "vgpu_informer_locks_released_total", cause=cause) == 1
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause=cause) == 1)
         await harness.assert_audit()
 
 
@@ -79,7 +79,7 @@ async def test_redis_lock_released_when_the_device_plugin_removes_the_annotation
         await eventually(lambda: _cached_annotation(svc.term.nodes.get("n1"), keys.NODE_LOCK) is not None)
         harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
         await eventually(lambda: redis_free(harness.store), what="redis lock released")
-        assert metric(svc, "vgpu_informer_locks_released_total", cause="annotation_removed") == 1
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="annotation_removed") == 1)
 
 
 @pytest.mark.parametrize("how", ["deleted", "terminated"])
@@ -94,7 +94,7 @@ async def test_released_at_once_when_the_holder_ends(harness: Harness, how: str)
             harness.emulator.patch("pods", "default", "p1", {"status": {"phase": "Failed"}})
         await eventually(lambda: all_free(harness), what="lock released")
         cause = "pod_deleted" if how == "deleted" else "pod_terminated"
-        assert metric(svc, "vgpu_informer_locks_released_total", cause=cause) == 1
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause=cause) == 1)
         await harness.assert_audit()
 
 
@@ -126,7 +126,7 @@ async def test_timeout_marks_the_holder_failed_before_releasing(harness: Harness
             assert p1 is not None and p1["metadata"]["annotations"][keys.BIND_PHASE] == "failed"
             assert seen[0] == ("pod", ("failed", True, True)), seen
             assert seen[1] == ("node", None), seen
-            assert metric(svc, "vgpu_informer_locks_released_total", cause="timeout") == 1
+            await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="timeout") == 1)
             assert metric(svc, "vgpu_informer_pods_marked_failed_total") == 1
     finally:
         probe.close()
@@ -166,7 +166,7 @@ async def test_legacy_lock_annotation_is_removed_after_the_timeout_only(harness:
         assert annotation(harness) == legacy
         harness.clock.advance(TIMEOUT_S + 1)
         await eventually(lambda: annotation(harness) is None, what="legacy lock removed")
-        assert metric(svc, "vgpu_informer_locks_released_total", cause="timeout") == 1
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="timeout") == 1)
 
 
 async def test_unreadable_lock_annotation_is_counted_and_removed_after_the_timeout(harness: Harness) -> None:
@@ -184,7 +184,7 @@ async def test_redis_lock_of_a_deleted_node_is_released(harness: Harness) -> Non
         await eventually(lambda: svc.term.nodes.get("gone") is not None)
         harness.emulator.delete("nodes", None, "gone")
         await eventually(lambda: redis_free(harness.store, "gone"), what="released")
-        assert metric(svc, "vgpu_informer_locks_released_total", cause="node_deleted") == 1
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="node_deleted") == 1)
 
 
 async def test_locks_held_gauge(harness: Harness) -> None:

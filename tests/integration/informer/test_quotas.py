@@ -33,6 +33,7 @@ async def test_limits_follow_resource_quotas(harness: Harness) -> None:
         await eventually(lambda: limits_are(store, "team-b", QuotaLimits(None, 0)))
         assert isinstance(await store.quota.charge("team-b", "x", 100, 1), QuotaExceeded)
         assert isinstance(await store.quota.charge("team-b", "y", 100, 0), QuotaCharged)
+        await store.quota.refund("team-b", "y")  # (a charge no pod backs would fail the final audit)
         await eventually(lambda: metric(svc, "vgpu_informer_quota_namespaces") == 2)
 
         # updates and deletion

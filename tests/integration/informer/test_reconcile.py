@@ -78,7 +78,7 @@ async def test_orphaned_quota_charge_is_refunded_on_the_second_pass(harness: Har
 async def test_in_flight_reservations_are_left_to_the_expiry(harness: Harness) -> None:
     em, store = harness.emulator, harness.store
     await harness.put_inventory("n1")
-    async with harness.run() as svc:
+    async with harness.run(audit=False) as svc:  # the reservation is not (yet) in any pod's annotations
         p = em.put(pod("pending", "ns"))
         alloc = fake_allocation(p["metadata"]["uid"], "n1", "GPU-n1-0", 1000, 10, ns="ns")
         await store.quota.charge("ns", alloc.pod_uid, alloc.quota_mem_mib, alloc.quota_cores_pct)

@@ -58,7 +58,7 @@ async def test_unconfirmed_reservation_expires_after_the_grace(harness: Harness)
         await harness.assert_audit()  # usage and the quota charge are given back
         assert await store.usage.node_usage("n1") == {}
         assert (await store.quota.get("ns")).used_mem_mib == 0
-        assert metric(svc, "vgpu_informer_reservations_expired_total") == 1
+        await eventually(lambda: metric(svc, "vgpu_informer_reservations_expired_total") == 1)
 
 
 async def test_reservation_of_a_deleted_pod_expires(harness: Harness) -> None:
@@ -71,7 +71,7 @@ async def test_reservation_of_a_deleted_pod_expires(harness: Harness) -> None:
         harness.clock.advance(GRACE_S + 1)
         assert await svc.term.expire_reservations() in (0, 1)  # the sweep loop may have taken it first
         await eventually(lambda: _gone(store, alloc.pod_uid))
-        assert metric(svc, "vgpu_informer_reservations_expired_total") == 1
+        await eventually(lambda: metric(svc, "vgpu_informer_reservations_expired_total") == 1)
         await harness.assert_audit()
 
 
