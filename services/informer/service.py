@@ -162,6 +162,8 @@ class InformerService:
             self._term = None
             self.synced.clear()
             self.metrics.leader.set(0)
+            self.metrics.pods_tracked.set(0)  # only the leader reports what it tracks
+            self.metrics.locks_held.set(0)
 
     async def readiness(self) -> tuple[bool, str]:
         """Ready while Redis answers and either standing by or leading with a synced store."""
