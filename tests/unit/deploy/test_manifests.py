@@ -33,7 +33,7 @@ EXPECTED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
     f"{FULL}-informer": {
         ("", "pods"): {"get", "list", "watch", "patch"},
         ("", "resourcequotas"): {"get", "list", "watch"},
-        ("", "nodes"): {"get", "patch"},
+        ("", "nodes"): {"get", "list", "watch", "patch"},  # the node watch sees hami.io/mutex.lock
         ("", "events"): {"create"},
     },
     f"{FULL}-extender": {
