@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_ATTEMPTS = 5
+_MAX_LOCAL_REPLANS = 50
+"""Re-plans because the chosen node changed in this process before the commit (progress elsewhere; bounded)."""
 JSON = "application/json"
 
 
@@ -112,6 +114,7 @@ class FilterHandler:
         self._cache = cache
         self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
         self._max_attempts = max(1, max_attempts)
+        self._node_locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
 
     async def handle(self, request: web.Request) -> web.Response:
         """Read the body (HTTP 400 only for a missing body, as HAMi) and answer an ``ExtenderFilterResult``."""
@@ -220,36 +223,36 @@ class FilterHandler:
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
         quota_state, first, missing = await self._first_plan(pod, names)
-        retries = 0
+        retries = replans = 0
         while True:
             if first is not None:
-                result, first = first, None
+                (result, planned_at), first = first, None
             else:
                 snaps, missing = self._cache.lookup(names)
                 result = self._plan(pod, snaps, quota_state)
+                planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
             if isinstance(result, Failure):
                 failed = dict(result.reasons)
                 failed.update(dict.fromkeys(missing, NODE_UNREGISTERED))
                 return self._unschedulable(pod, names, failed, FilterOutcome.UNSCHEDULABLE, retries)
-            if quota_state is not None:
-                charge = await self._store.quota.charge(
-                    pod.namespace,
-                    pod.uid,
-                    _quota_mem(result),
-                    _quota_cores(result),
-                    mem_limit_factor=max(self._nvidia.memory_factor, 1),
-                )
-                if isinstance(charge, QuotaExceeded):
+            async with self._node_locks[result.node]:
+                # Requests of this process commit one node at a time: one that planned on an older view of the node
+                # (another request here reserved on it meanwhile, or the feed moved it) plans again instead of
+                # losing a race it can see coming. Races with other replicas are settled by the store's script.
+                if self._cache.generation(result.node) != planned_at and replans < _MAX_LOCAL_REPLANS:
+                    replans += 1
+                    continue
+                outcome = await self._commit(pod, result, quota_state)
+                if isinstance(outcome, Reserved):
+                    return self._scheduled(pod, result, outcome, retries)
+                if isinstance(outcome, QuotaExceeded):
                     failed = dict.fromkeys(names, Reason.RESOURCE_QUOTA_NOT_FIT.value)
                     logger.debug(
                         "quota refused the charge",
-                        extra={"pod": pod.key, "dimension": charge.dimension.value, "limit": charge.limit},
+                        extra={"pod": pod.key, "dimension": outcome.dimension.value, "limit": outcome.limit},
                     )
                     return self._unschedulable(pod, names, failed, FilterOutcome.QUOTA_EXCEEDED, retries)
-            reserved = await self._store.reservations.reserve(_allocation(pod, result))
-            if isinstance(reserved, Reserved):
-                return self._scheduled(pod, result, reserved, retries)
-            await self._conflict(pod, reserved, charged=quota_state is not None)
+                await self._conflict(pod, outcome, charged=quota_state is not None)
             if retries + 1 >= self._max_attempts:
                 self._metrics.filter_outcome(FilterOutcome.CONFLICTS)
                 logger.warning(
@@ -261,33 +264,53 @@ class FilterHandler:
             retries += 1
             self._metrics.reservation_retries.inc()
 
+    async def _commit(
+        self, pod: _Pod, decision: Decision, quota: QuotaState | None
+    ) -> Reserved | ReserveConflict | QuotaExceeded:
+        """Charge the quota (when the namespace has limits), then reserve the devices (design §2)."""
+        if quota is not None:
+            charge = await self._store.quota.charge(
+                pod.namespace,
+                pod.uid,
+                _quota_mem(decision),
+                _quota_cores(decision),
+                mem_limit_factor=max(self._nvidia.memory_factor, 1),
+            )
+            if isinstance(charge, QuotaExceeded):
+                return charge
+        reserved = await self._store.reservations.reserve(_allocation(pod, decision))
+        if isinstance(reserved, Reserved) and reserved.changed:
+            self._cache.apply_local(decision, reserved.generation)
+        return reserved
+
     def _plan(self, pod: _Pod, snaps: Sequence[NodeSnapshot], quota: QuotaState | None) -> Decision | Failure:
         return plan(pod.request, pod.constraints, snaps, policies=self._policies, quota=quota, config=self._nvidia)
 
     async def _first_plan(
         self, pod: _Pod, names: Sequence[str]
-    ) -> tuple[QuotaState | None, Decision | Failure | None, list[str]]:
+    ) -> tuple[QuotaState | None, tuple[Decision | Failure, int | None] | None, list[str]]:
         """Read where the pod's earlier reservation is and its namespace quota (one round trip), and plan while
         that read is in flight: most pods have neither, and then that plan stands.
 
-        Returns the quota to plan with (None: the namespace has no limits), the plan if it still holds (else
-        None: plan again) and the candidates missing from the snapshot.
+        Returns the quota to plan with (None: the namespace has no limits), the plan with the chosen node's
+        generation if it still holds (else None: plan again) and the candidates missing from the snapshot.
         """
         context = asyncio.create_task(
             self._store.reservations.node_and_quota(pod.uid, pod.namespace), name=f"filter-context:{pod.uid}"
         )
         try:
             snaps, missing = self._cache.lookup(names)
-            optimistic: Decision | Failure | None = self._plan(pod, snaps, None)
+            result = self._plan(pod, snaps, None)
+            planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
         finally:
             previous, quota = await context
         if previous is not None:
             await self._drop_previous(pod, previous)
             quota = await self._store.quota.get(pod.namespace)
-            optimistic = None
-        if quota.limits.mem_mib is not None or quota.limits.cores_pct is not None:
+            return (quota if _limited(quota) else None), None, missing
+        if _limited(quota):
             return quota, None, missing
-        return None, optimistic, missing
+        return None, (result, planned_at), missing
 
     async def _drop_previous(self, pod: _Pod, node: str) -> None:
         """A re-filter: give back the pod's earlier reservation and quota before planning again (design §2)."""
@@ -319,8 +342,6 @@ class FilterHandler:
         await self._cache.refresh([conflict.node])
 
     def _scheduled(self, pod: _Pod, decision: Decision, reserved: Reserved, retries: int) -> ExtenderFilterResult:
-        if reserved.changed:
-            self._cache.apply_local(decision, reserved.generation)
         self._metrics.filter_outcome(FilterOutcome.SCHEDULED)
         logger.info(
             "pod scheduled",
@@ -360,6 +381,10 @@ class FilterHandler:
         for reason, n in counts.items():
             self._metrics.filter_reasons.labels(reason).inc(n)
         return dict(counts)
+
+
+def _limited(quota: QuotaState) -> bool:
+    return quota.limits.mem_mib is not None or quota.limits.cores_pct is not None
 
 
 def _quota_mem(decision: Decision) -> int:

@@ -126,7 +126,8 @@ async def test_two_replicas_racing_for_the_last_cards_never_over_commit(
     refused = [x for x in answers if x["FailedNodes"]]
     errors = [x for x in answers if x["Error"]]
     assert len(placed) + len(refused) + len(errors) == 12
-    assert len(placed) == 8
+    assert (len(placed), len(refused), errors) == (8, 4, [])
+    assert {x["FailedNodes"]["n1"] for x in refused} == {"4/4 CardTimeSlicingExhausted"}
     for n in ("n1", "n2"):
         usage = await store.usage.node_usage(n)
         assert sorted(u.used for u in usage.values()) == [1, 1, 1, 1]
