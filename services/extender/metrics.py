@@ -176,21 +176,26 @@ class AllocationCollector(Collector):
         nodes: Callable[[], Mapping[str, NodeSnapshot]],
         quotas: Callable[[], QuotaView],
         resource_names: tuple[str, str] = ("nvidia.com/gpumem", "nvidia.com/gpucores"),
+        *,
+        legacy: bool = False,
     ) -> None:
         self._nodes = nodes
         self._quotas = quotas
         self._mem_name, self._core_name = resource_names
+        self._legacy = legacy
 
     def describe(self) -> Iterable[Metric]:
-        return list(self._families())
+        return [*self._families(), *(self._legacy_families() if self._legacy else ())]
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
         (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, quota_used, quota_limit) = families
+        legacy = self._legacy_families() if self._legacy else ()
         for name, snap in sorted(self._nodes().items()):
             for dev, u in zip(snap.inventory.devices, snap.usages, strict=True):
                 idx = str(dev.index)
                 base = [name, dev.id, idx, dev.type, HAMI_ZONE]
+                mem_ratio_value = u.used_mem_mib / dev.devmem_mib if dev.devmem_mib > 0 else 0.0
                 mem_limit.add_metric(base, float(dev.devmem_mib * MIB))
                 core_limit.add_metric(base, float(dev.devcore))
                 mem_alloc.add_metric(
@@ -202,7 +207,21 @@ class AllocationCollector(Collector):
                     [name, dev.id, idx, str(u.used_cores), str(dev.devmem_mib), dev.type, HAMI_ZONE],
                     float(u.used_mem_mib * MIB),
                 )
-                mem_ratio.add_metric(base, u.used_mem_mib / dev.devmem_mib if dev.devmem_mib > 0 else 0.0)
+                mem_ratio.add_metric(base, mem_ratio_value)
+                if legacy:
+                    l_mem, l_core, l_shared, l_core_alloc, l_mem_alloc, l_overview, l_ratio, _ = legacy
+                    l_mem.add_metric(base, float(dev.devmem_mib * MIB))
+                    l_core.add_metric(base, float(dev.devcore))
+                    l_shared.add_metric(base, float(u.used))
+                    l_core_alloc.add_metric(base, float(u.used_cores))
+                    l_mem_alloc.add_metric(
+                        [name, dev.id, idx, str(u.used_cores), dev.type, HAMI_ZONE], float(u.used_mem_mib * MIB)
+                    )
+                    l_overview.add_metric(
+                        [name, dev.id, idx, str(u.used_cores), str(dev.devmem_mib), dev.type, HAMI_ZONE],
+                        float(u.used_mem_mib * MIB),
+                    )
+                    l_ratio.add_metric([name, dev.id, idx, HAMI_ZONE], mem_ratio_value)
         for ns, state in sorted(self._quotas().by_namespace.items()):
             for quota_name, limit, used in (
                 (self._mem_name, state.limits.mem_mib, state.used_mem_mib),
@@ -212,7 +231,37 @@ class AllocationCollector(Collector):
                     continue
                 quota_used.add_metric([ns, quota_name, str(limit), HAMI_ZONE], float(used))
                 quota_limit.add_metric([ns, quota_name, HAMI_ZONE], float(limit))
+                if legacy:
+                    legacy[-1].add_metric([ns, quota_name, str(limit), HAMI_ZONE], float(used))
         yield from families
+        yield from legacy
+
+    @staticmethod
+    def _legacy_families() -> tuple[GaugeMetricFamily, ...]:
+        """HAMi's pre-rename names, exported too with ``--legacy-metrics`` (hami-compat §10.4)."""
+        dev = ["nodeid", "deviceuuid", "deviceidx", "devicetype", "zone"]
+        allocated = ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype", "zone"]
+        overview = ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone"]
+        return (
+            GaugeMetricFamily("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", labels=dev),
+            GaugeMetricFamily("GPUDeviceCoreLimit", "Device core limit for a certain GPU", labels=dev),
+            GaugeMetricFamily("GPUDeviceSharedNum", "Number of containers sharing this GPU", labels=dev),
+            GaugeMetricFamily("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", labels=dev),
+            GaugeMetricFamily(
+                "GPUDeviceMemoryAllocated", "Device memory allocated for a certain GPU", labels=allocated
+            ),
+            GaugeMetricFamily("nodeGPUOverview", "GPU overview on a certain node", labels=overview),
+            GaugeMetricFamily(
+                "nodeGPUMemoryPercentage",
+                "GPU Memory Allocated Percentage on a certain GPU",
+                labels=["nodeid", "deviceuuid", "deviceidx", "zone"],
+            ),
+            GaugeMetricFamily(
+                "QuotaUsed",
+                "ResourceQuota usage for a certain device",
+                labels=["quotanamespace", "quotaName", "limit", "zone"],
+            ),
+        )
 
     @staticmethod
     def _families() -> tuple[GaugeMetricFamily, ...]:

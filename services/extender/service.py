@@ -10,13 +10,12 @@ returns. Any number of replicas may run at once: they share only Redis and the A
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -25,6 +24,7 @@ from services.extender.events import EventSink
 from services.extender.filter import FilterHandler
 from services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
 from services.extender.snapshot import CacheSettings, SnapshotCache
+from services.extender.tls import build_ssl_context
 from shared.config import ExtenderSettings
 from shared.domain.model import NvidiaConfig
 from shared.errors import TransientError
@@ -85,6 +85,7 @@ class ExtenderService:
                 self.cache.snapshots,
                 lambda: self._quota_view,
                 (deps.nvidia.resource_memory_name, deps.nvidia.resource_core_name),
+                legacy=settings.legacy_metrics,
             )
         )
         deps.event_sink.set_hooks(on_posted=self.metrics.events_posted.inc, on_dropped=self.metrics.events_dropped.inc)
@@ -152,16 +153,8 @@ class ExtenderService:
         logger.info("extender ready", extra={"nodes": len(self.cache)})
 
     def _tls_context(self) -> ssl.SSLContext | None:
+        """The serving TLS context for ``--cert_file``/``--key_file`` (reloaded when the files are rotated)."""
         s = self.settings
         if s.cert_file is None or s.key_file is None:
             return None
-        try:
-            module: Any = importlib.import_module("services.extender.tls")
-        except ModuleNotFoundError as e:
-            if e.name != "services.extender.tls":
-                raise
-            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)  # no reload without tls.py
-            context.load_cert_chain(s.cert_file, s.key_file)
-            return context
-        built: ssl.SSLContext = module.build_ssl_context(s.cert_file, s.key_file)
-        return built
+        return build_ssl_context(s.cert_file, s.key_file)

@@ -1,12 +1,16 @@
 """/filter edges: full Nodes (autoscaler simulation), not-ready answers, bad input, /healthz /readyz /metrics,
-and the SIGTERM drain."""
+the SIGTERM drain and TLS."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import ssl
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +24,7 @@ from tests.integration.extender.filter_harness import (
     patched,
     running_extender,
     seed,
+    settings,
     wire,
     wire_doc,
 )
@@ -298,3 +303,27 @@ async def test_stop_drains_in_flight_filters_before_returning(store: Store, api:
         assert ext.task.done() and ext.task.exception() is None
     assert answer["NodeNames"] == ["gpu-node-1"]
     assert await store.reservations.node_of("84b6aa31-78e6-4344-b242-d2eb58f60cb9") == "gpu-node-1"
+
+
+# ---- TLS ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_with_cert_and_key_the_extender_serves_https(store: Store, api: Api, tmp_path: Path) -> None:
+    from tests.integration.extender.test_tls import make_pair
+
+    cert, key = make_pair(tmp_path / "tls", "vgpu-scheduler-extender")
+    await seed(store)
+    tls = settings(cert_file=str(cert), key_file=str(key))
+    async with running_extender(store, api, extender_settings=tls) as ext:
+        server = ext.service.server
+        assert server is not None
+        client_tls = ssl.create_default_context(cafile=str(cert))
+        async with aiohttp.ClientSession() as http:
+            url = f"https://127.0.0.1:{server.port}"
+            async with http.post(f"{url}/filter", data=wire("001-filter.json"), ssl=client_tls) as r:
+                answer = await r.json()
+            with pytest.raises(aiohttp.ClientError):
+                async with http.get(f"http://127.0.0.1:{server.port}/healthz"):
+                    pass
+    assert answer["NodeNames"] == ["gpu-node-1"]

@@ -119,3 +119,19 @@ def test_extender_metrics_register_every_name_deploy_references() -> None:
     } <= names
     assert registry.get_sample_value("vgpu_filter_outcomes_total", {"outcome": "scheduled"}) == 1
     assert registry.get_sample_value("vgpu_filter_outcomes_total", {"outcome": "unschedulable"}) == 0
+
+
+def test_legacy_metrics_repeat_the_gauges_under_hami_old_names() -> None:
+    snaps = {"n1": NodeSnapshot(inventory("n1", n=1, mem=8000, type="NVIDIA-T4"), {"GPU-n1-0": use(1, 2000, 25)})}
+    quotas = QuotaView({"team": QuotaState(QuotaLimits(mem_mib=None, cores_pct=200), 0, 25)})
+    plain, legacy = CollectorRegistry(), CollectorRegistry()
+    plain.register(AllocationCollector(lambda: snaps, lambda: quotas))
+    legacy.register(AllocationCollector(lambda: snaps, lambda: quotas, legacy=True))
+    assert not any(name[0].isupper() or name.startswith("node") for name, _ in _scrape(plain))
+    samples = _scrape(legacy)
+    dev = {"nodeid": "n1", "deviceuuid": "GPU-n1-0", "deviceidx": "0", "zone": "vGPU"}
+    assert samples[("GPUDeviceMemoryLimit", frozenset({**dev, "devicetype": "NVIDIA-T4"}.items()))] == 8000 * 1048576
+    assert samples[("GPUDeviceSharedNum", frozenset({**dev, "devicetype": "NVIDIA-T4"}.items()))] == 1
+    assert samples[("nodeGPUMemoryPercentage", frozenset(dev.items()))] == 0.25
+    quota = {"quotanamespace": "team", "quotaName": "nvidia.com/gpucores", "limit": "200", "zone": "vGPU"}
+    assert samples[("QuotaUsed", frozenset(quota.items()))] == 25
