@@ -18,6 +18,11 @@ A service's composition root looks like this::
 Rules (kopf's): once any root task exits, all exit; shutdown goes in reverse start order within a deadline;
 ``CancelledError`` is never swallowed. The first SIGTERM/SIGINT sets the stop event; a second one cancels
 the main coroutine outright.
+
+One ``Task.cancel()`` is not always enough on Python 3.11: ``asyncio.wait_for`` returns the inner result and
+drops the cancellation when both happen in the same loop turn (CPython gh-86296, fixed in 3.12), and redis-py
+calls it on every command it sends. Whoever stops tasks therefore uses :func:`cancel_until_done`, which cancels
+again while a task still runs.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from shared.errors import ConfigError
 
@@ -40,6 +46,75 @@ EXIT_CONFIG = 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+async def cancel_until_done(
+    tasks: Iterable[asyncio.Task[Any]],
+    *,
+    deadline_s: float | None = None,
+    recancel_s: float = 0.05,
+    warn_after_s: float = 10.0,
+) -> set[asyncio.Task[Any]]:
+    """Cancel ``tasks`` and wait until every one is done, cancelling again every ``recancel_s`` while any runs.
+
+    A cancellation lost inside the task (see the module docstring) is thus repeated until it lands. With
+    ``deadline_s`` it gives up waiting after that many seconds and returns the tasks still running (cancelled,
+    not awaited); without one it waits as long as it takes, logging the stragglers every ``warn_after_s``, and
+    returns an empty set. If the caller is cancelled meanwhile, it still finishes (as ``asyncio.TaskGroup``
+    does: children are not abandoned half-stopped), then raises ``CancelledError``.
+    """
+    loop = asyncio.get_running_loop()
+    give_up_at = None if deadline_s is None else loop.time() + max(0.0, deadline_s)
+    warn_at = loop.time() + warn_after_s
+    pending = {t for t in tasks if not t.done()}
+    interrupted = False
+    while pending:
+        for t in pending:
+            t.cancel()
+        wait_s = recancel_s if give_up_at is None else max(0.0, min(recancel_s, give_up_at - loop.time()))
+        try:
+            await asyncio.wait(pending, timeout=wait_s)
+        except asyncio.CancelledError:
+            interrupted = True  # re-raised below, once the tasks are done (or the deadline passed)
+        pending = {t for t in pending if not t.done()}
+        if not pending or (give_up_at is not None and loop.time() >= give_up_at):
+            break
+        if loop.time() >= warn_at:
+            logger.error("tasks do not stop when cancelled", extra={"tasks": sorted(t.get_name() for t in pending)})
+            warn_at = loop.time() + warn_after_s
+    if interrupted:
+        raise asyncio.CancelledError
+    return pending
+
+
+async def wait_then_cancel(
+    tasks: Iterable[asyncio.Task[Any]], *, grace_s: float, recancel_s: float = 0.05
+) -> set[asyncio.Task[Any]]:
+    """Give ``tasks`` (already asked to stop, say by an event) ``grace_s`` to end by themselves; then cancel the
+    rest with :func:`cancel_until_done`. Returns the tasks that had to be cancelled (each is logged).
+
+    A cancellation of the caller meanwhile neither cuts the grace short nor abandons the tasks (a supervisor
+    that cancels again and again must not interrupt a drain): it is re-raised once all are done.
+    """
+    loop = asyncio.get_running_loop()
+    end = loop.time() + grace_s
+    pending = {t for t in tasks if not t.done()}
+    interrupted = False
+    while pending and (left_s := end - loop.time()) > 0:
+        try:
+            await asyncio.wait(pending, timeout=left_s)
+        except asyncio.CancelledError:
+            interrupted = True
+        pending = {t for t in pending if not t.done()}
+    for t in sorted(pending, key=lambda t: t.get_name()):
+        logger.error("task did not stop in time, cancelling it", extra={"task": t.get_name()})
+    try:
+        await cancel_until_done(pending, recancel_s=recancel_s)
+    except asyncio.CancelledError:
+        interrupted = True
+    if interrupted:
+        raise asyncio.CancelledError
+    return pending
+
+
 @dataclass(frozen=True, slots=True)
 class RootTask:
     """A named long-running coroutine of a process. ``run`` is called once, when the task starts."""
@@ -48,13 +123,21 @@ class RootTask:
     run: Callable[[], Awaitable[None]]
 
 
-async def supervise(stop: asyncio.Event, tasks: Sequence[RootTask], *, shutdown_deadline_s: float = 10.0) -> None:
+async def supervise(
+    stop: asyncio.Event,
+    tasks: Sequence[RootTask],
+    *,
+    shutdown_deadline_s: float = 10.0,
+    recancel_s: float = 0.5,
+) -> None:
     """Run ``tasks`` (in this order) until ``stop`` is set or any of them exits; then stop the rest.
 
     The remaining tasks are cancelled one at a time in reverse start order, all within
-    ``shutdown_deadline_s``; a task still running after the deadline is logged by name (and still awaited
-    by the task group: a task that swallows cancellation is a bug to fix, not to hide).
-    Raises ``ExceptionGroup`` of the failures if any root task raised.
+    ``shutdown_deadline_s``; one still running ``recancel_s`` after its cancellation is cancelled again (a
+    lost cancellation, see :func:`cancel_until_done`; the pause leaves ordinary clean-up time to finish). A task
+    still running after the deadline is logged by name; then all the rest are cancelled together, again and
+    again, until done (the task group awaits them anyway: a task that swallows every cancellation is a bug to
+    fix, not to hide). Raises ``ExceptionGroup`` of the failures if any root task raised.
     """
     if not tasks:
         raise ValueError("supervise() needs at least one root task")
@@ -90,12 +173,11 @@ async def supervise(stop: asyncio.Event, tasks: Sequence[RootTask], *, shutdown_
         loop = asyncio.get_running_loop()
         deadline = loop.time() + shutdown_deadline_s
         for task in reversed(started):
-            if task.done():
-                continue
-            task.cancel()
-            done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - loop.time()))
-            if not done:
+            late = await cancel_until_done([task], deadline_s=deadline - loop.time(), recancel_s=recancel_s)
+            if late:
                 logger.error("root task did not stop within the shutdown deadline", extra={"task": task.get_name()})
+                break
+        await cancel_until_done(started, recancel_s=recancel_s)
     if failures:
         raise ExceptionGroup("root task(s) failed", failures)
 

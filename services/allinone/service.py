@@ -28,6 +28,7 @@ from services.informer.service import InformerDeps, InformerService
 from services.registrar.service import RegistrarDeps, RegistrarService
 from shared.config import AllInOneSettings, SimulateSettings
 from shared.k8s import Api, KubeClient
+from shared.runtime import wait_then_cancel
 from shared.store import Store
 
 logger = logging.getLogger(__name__)
@@ -151,10 +152,7 @@ class AllInOneService:
             for t in helpers:
                 t.cancel()
             if tasks:
-                _, pending = await asyncio.wait(tasks, timeout=STOP_DEADLINE_S)
-                for t in pending:
-                    logger.error("service did not stop in time", extra={"task": t.get_name()})
-                    t.cancel()
+                await wait_then_cancel(tasks, grace_s=STOP_DEADLINE_S)
             await asyncio.gather(*helpers, *tasks, return_exceptions=True)
         errors = [t.exception() for t in tasks if not t.cancelled() and t.exception() is not None]
         if errors:

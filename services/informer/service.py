@@ -41,6 +41,7 @@ from shared.errors import NotFoundError, TransientError
 from shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resource, WatchEvent
 from shared.k8s import InformerSettings as WatchSettings
 from shared.k8s.objects import key_of, name_of, namespace_of, uid_of
+from shared.runtime import cancel_until_done
 from shared.store import Fence, ReservationState, StaleFenceError, Store, SyncMarker
 
 logger = logging.getLogger(__name__)
@@ -73,27 +74,6 @@ class InformerDeps:
     instance_id: str
     clock: Callable[[], float] = time.time
     tuning: InformerTuning = field(default_factory=InformerTuning)
-
-
-async def cancel_until_done(
-    tasks: list[asyncio.Task[Any]], *, retry_s: float = 0.05, warn_after_s: float = 10.0
-) -> None:
-    """Cancel ``tasks`` and wait until every one is done, cancelling again while any is still running.
-
-    One ``cancel()`` is not always enough on Python 3.11: ``asyncio.wait_for`` returns the inner result and drops
-    the cancellation when both happen in the same loop turn (CPython gh-86296, fixed in 3.12), and redis-py calls
-    it on every command it sends (``send_packed_command``). A loop that lost its cancellation would run on.
-    """
-    loop = asyncio.get_running_loop()
-    warn_at = loop.time() + warn_after_s
-    pending = {t for t in tasks if not t.done()}
-    while pending:
-        for t in pending:
-            t.cancel()
-        _, pending = await asyncio.wait(pending, timeout=retry_s)
-        if pending and loop.time() > warn_at:
-            logger.error("tasks do not stop when cancelled", extra={"tasks": sorted(t.get_name() for t in pending)})
-            warn_at = loop.time() + warn_after_s
 
 
 async def _wait(event: asyncio.Event, timeout_s: float) -> bool:

@@ -31,6 +31,7 @@ from shared.config import RegistrarSettings
 from shared.coord import Lease, LeaseKeeper
 from shared.errors import TransientError
 from shared.k8s import Api, Informer, InformerSettings, KubeClient, Resource
+from shared.runtime import cancel_until_done
 from shared.store import StaleFenceError, Store
 
 logger = logging.getLogger(__name__)
@@ -245,8 +246,7 @@ class RegistrarService:
                     self.metrics.errors.inc()
                     logger.warning("full pass failed, will retry", extra={"error": str(e)})
         finally:
-            task.cancel()
-            await asyncio.wait([task])
+            await cancel_until_done([task])
             if not task.cancelled() and task.exception() is not None:
                 logger.debug("node informer ended with an error", extra={"error": repr(task.exception())})
 

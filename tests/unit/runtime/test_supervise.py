@@ -166,3 +166,34 @@ async def _idle() -> None:
 async def test_bad_task_lists(tasks: list[RootTask], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         await supervise(asyncio.Event(), tasks)
+
+
+async def test_a_root_task_that_loses_its_cancellation_is_cancelled_again(caplog: pytest.LogCaptureFixture) -> None:
+    """One ``cancel()`` can be lost (CPython gh-86296 via redis-py's ``wait_for``): the supervisor repeats it."""
+    rec = Recorder(["other"])
+    stop = asyncio.Event()
+    cancellations = 0
+
+    async def loses_first_cancel() -> None:
+        nonlocal cancellations
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancellations += 1
+                if cancellations > 1:
+                    raise
+                # the first one is swallowed, exactly as a lost one: the loop carries on
+
+    async def trigger() -> None:
+        await rec.all_started.wait()
+        stop.set()
+
+    async with asyncio.TaskGroup() as tg:
+        tg.create_task(trigger())
+        await supervise(
+            stop, [*rec.tasks(), RootTask("stubborn", loses_first_cancel)], shutdown_deadline_s=60, recancel_s=0.001
+        )
+    assert cancellations == 2
+    assert rec.stopped == ["other"]
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
