@@ -243,14 +243,7 @@ class _Term:
         return await self.api.list_pods(timeout_s=self.tuning.list_timeout_s)
 
     async def _list_quotas(self) -> list[KubeObject]:
-        kube = self.service.deps.kube
-        body = await kube.call_json(
-            "list resourcequotas",
-            kube.core.list_resource_quota_for_all_namespaces,
-            timeout_s=self.tuning.list_timeout_s,
-        )
-        items: list[KubeObject] = list(body.get("items") or [])
-        return items
+        return await self.api.list_resource_quotas(timeout_s=self.tuning.list_timeout_s)
 
     # ---- event handlers ----------------------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
-"""Thin typed calls our services make: get/list pods and nodes, metadata merge patches (optionally guarded by a
-resourceVersion), the pod ``binding`` subresource, and Events. Objects in and out are plain JSON dicts.
+"""Thin typed calls our services make: get/list pods and nodes, list resourcequotas, metadata merge patches
+(optionally guarded by a resourceVersion), the pod ``binding`` subresource, and Events. Objects in and out are
+plain JSON dicts.
 
 Errors (``shared.k8s.errors``): 404 NotFoundError, 409 ConflictError (AlreadyBoundError from ``bind_pod``),
 network/429/5xx/deadline TransientError, other 4xx KubeRequestError. Every call has a deadline.
@@ -150,6 +151,23 @@ class Api:
         kwargs: dict[str, Any] = {"label_selector": label_selector} if label_selector else {}
         body = await self._client.call_json("list nodes", self._core.list_node, timeout_s=timeout_s, **kwargs)
         return _with_kind(list(body.get("items") or []), "Node")
+
+    async def list_resource_quotas(
+        self, *, namespace: str | None = None, timeout_s: float | None = None
+    ) -> list[KubeObject]:
+        """ResourceQuotas of one namespace or all (the informer's reconcile compares them with Redis)."""
+        if namespace is None:
+            body = await self._client.call_json(
+                "list resourcequotas", self._core.list_resource_quota_for_all_namespaces, timeout_s=timeout_s
+            )
+        else:
+            body = await self._client.call_json(
+                f"list resourcequotas in {namespace}",
+                self._core.list_namespaced_resource_quota,
+                namespace,
+                timeout_s=timeout_s,
+            )
+        return _with_kind(list(body.get("items") or []), "ResourceQuota")
 
     # ---- metadata patches --------------------------------------------------------------------------------------
 

@@ -40,6 +40,38 @@ async def test_get_and_list(emulator: Emulator, api: Api) -> None:
     assert [n["kind"] for n in await api.list_nodes()] == ["Node", "Node"]
 
 
+def make_quota(name: str, namespace: str, hard: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"hard": hard},
+    }
+
+
+async def test_list_resource_quotas(emulator: Emulator, api: Api) -> None:
+    emulator.put(make_quota("gpu", "ns1", {"limits.nvidia.com/gpumem": "4096"}))
+    emulator.put(make_quota("cpu", "ns1", {"limits.cpu": "8"}))
+    emulator.put(make_quota("gpu", "ns2", {"limits.nvidia.com/gpu": "2"}))
+
+    def keys(objs: list[dict[str, Any]]) -> list[str]:
+        return sorted(f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in objs)
+
+    everything = await api.list_resource_quotas()
+    assert keys(everything) == ["ns1/cpu", "ns1/gpu", "ns2/gpu"]
+    assert all(q["kind"] == "ResourceQuota" and q["apiVersion"] == "v1" for q in everything)
+    gpu = next(q for q in everything if q["metadata"]["namespace"] == "ns2")
+    assert gpu["spec"]["hard"] == {"limits.nvidia.com/gpu": "2"}
+    assert keys(await api.list_resource_quotas(namespace="ns1")) == ["ns1/cpu", "ns1/gpu"]
+    assert await api.list_resource_quotas(namespace="empty") == []
+
+
+async def test_listing_resource_quotas_has_a_deadline(emulator: Emulator, api: Api) -> None:
+    emulator.inject_delay(30.0, method="GET")
+    with pytest.raises(TransientError, match=r"no answer within 0\.2s"):
+        await api.list_resource_quotas(timeout_s=0.2)
+
+
 async def test_missing_objects_are_not_found(api: Api) -> None:
     with pytest.raises(NotFoundError, match='pods "ghost" not found'):
         await api.get_pod("default", "ghost")
