@@ -15,8 +15,8 @@ import logging
 import os
 
 from services.allinone.service import STOP_DEADLINE_S, AllInOneDeps, AllInOneService
-from shared.config import AllInOneSettings, CommonSettings, Service, add_service_parser, settings_from_args
-from shared.k8s import KubeSettings, open_client
+from shared.config import AllInOneSettings, Service, add_service_parser, settings_from_args
+from shared.k8s import kube_settings_from, open_client
 from shared.logs import configure_from_settings
 from shared.metrics import new_registry, register_build_info
 from shared.ops import create_ops_app, serve
@@ -24,9 +24,6 @@ from shared.runtime import RootTask, run_service, supervise
 from shared.store import Store, connect
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_KUBE_TIMEOUT_S = 10.0
-"""The per-call deadline when ``--kube-timeout`` is 0 (HAMi: none; we always keep one, inside kube-scheduler's)."""
 
 EMBEDDED_STORE_WARNING = (
     "no --redis-url: using an embedded in-process store. It lives and dies with this process: run exactly one "
@@ -37,18 +34,6 @@ EMBEDDED_STORE_WARNING = (
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``all-in-one`` subcommand (flags generated from the option table)."""
     add_service_parser(subparsers, Service.ALL_IN_ONE).set_defaults(run=run)
-
-
-def kube_settings(common: CommonSettings) -> KubeSettings:
-    """The kube client settings (``--kube-timeout 0`` → :data:`DEFAULT_KUBE_TIMEOUT_S`)."""
-    k = common.kube
-    return KubeSettings(
-        kubeconfig=k.kubeconfig,
-        server=k.server,
-        qps=k.qps,
-        burst=max(k.burst, 1),
-        timeout_s=k.timeout_s if k.timeout_s > 0 else DEFAULT_KUBE_TIMEOUT_S,
-    )
 
 
 async def serve_all_in_one(
@@ -63,7 +48,7 @@ async def serve_all_in_one(
         logger.warning(EMBEDDED_STORE_WARNING)
     store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
     try:
-        async with open_client(kube_settings(common)) as kube:
+        async with open_client(kube_settings_from(common)) as kube:
             registry = new_registry()
             register_build_info(registry, service=Service.ALL_IN_ONE.value)
             service = AllInOneService(

@@ -8,16 +8,12 @@ import os
 
 from services.informer.service import InformerDeps, InformerService
 from shared.config import InformerSettings, Service, add_service_parser, settings_from_args
-from shared.config.settings import KubeSettings as KubeConfigSettings
-from shared.k8s import Api, KubeSettings, open_client
+from shared.k8s import Api, kube_settings_from, open_client
 from shared.logs import configure_from_settings
 from shared.metrics import new_registry, register_build_info
 from shared.ops import create_ops_app, serve
 from shared.runtime import RootTask, run_service, supervise
 from shared.store import Store, connect
-
-DEFAULT_KUBE_TIMEOUT_S = 10.0
-"""Deadline of one API call when ``--kube-timeout`` is 0 (HAMi's "no timeout"): every I/O call has one."""
 
 EVENT_COMPONENT = "vgpu-scheduler"
 
@@ -27,23 +23,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_service_parser(subparsers, Service.INFORMER).set_defaults(run=run)
 
 
-def kube_settings(cfg: KubeConfigSettings) -> KubeSettings:
-    """The client settings for the configured API server (``--kube-timeout 0`` → a 10 s deadline)."""
-    return KubeSettings(
-        kubeconfig=cfg.kubeconfig,
-        server=cfg.server,
-        qps=cfg.qps,
-        burst=max(cfg.burst, 1),
-        timeout_s=cfg.timeout_s if cfg.timeout_s > 0 else DEFAULT_KUBE_TIMEOUT_S,
-    )
-
-
 async def serve_informer(settings: InformerSettings, stop: asyncio.Event) -> None:
     """Build every dependency, serve ops and run the informer until ``stop``; close everything after."""
     common = settings.common
     store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
     try:
-        async with open_client(kube_settings(common.kube)) as kube:
+        async with open_client(kube_settings_from(common)) as kube:
             registry = new_registry()
             register_build_info(registry, service=Service.INFORMER.value)
             deps = InformerDeps(

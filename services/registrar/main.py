@@ -12,9 +12,8 @@ import asyncio
 import os
 
 from services.registrar.service import RegistrarDeps, RegistrarService
-from shared import config
-from shared.config import CommonSettings, Service, add_service_parser, settings_from_args
-from shared.k8s import KubeSettings, open_client
+from shared.config import Service, add_service_parser, settings_from_args
+from shared.k8s import kube_settings_from, open_client
 from shared.logs import configure_from_settings
 from shared.metrics import new_registry, register_build_info
 from shared.ops import create_ops_app, serve
@@ -30,18 +29,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_service_parser(subparsers, Service.REGISTRAR).set_defaults(run=run)
 
 
-def kube_settings(common: CommonSettings) -> KubeSettings:
-    """The kube client settings of a service (``--kube-timeout 0`` → :data:`DEFAULT_KUBE_TIMEOUT_S`)."""
-    k: config.KubeSettings = common.kube
-    return KubeSettings(
-        kubeconfig=k.kubeconfig,
-        server=k.server,
-        qps=k.qps,
-        burst=k.burst,
-        timeout_s=k.timeout_s if k.timeout_s > 0 else DEFAULT_KUBE_TIMEOUT_S,
-    )
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the registrar until SIGTERM/SIGINT. Exit code 0 clean, 1 failure, 2 configuration error."""
     settings = settings_from_args(Service.REGISTRAR, args, os.environ)
@@ -51,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         common = settings.common
         store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
         try:
-            async with open_client(kube_settings(common)) as kube:
+            async with open_client(kube_settings_from(common, default_timeout_s=DEFAULT_KUBE_TIMEOUT_S)) as kube:
                 registry = new_registry()
                 register_build_info(registry, service=Service.REGISTRAR.value)
                 service = RegistrarService(

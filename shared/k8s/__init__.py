@@ -9,9 +9,11 @@ from shared.k8s.client import KubeClient, KubeSettings, TokenBucket, load_config
 from shared.k8s.errors import AlreadyBoundError, ExpiredError, KubeRequestError
 from shared.k8s.informer import EventKind, Handler, Informer, InformerSettings, InformerStats, Resource, WatchEvent
 from shared.k8s.objects import KubeObject, ObjectKey
+from shared.k8s.settings import DEFAULT_CALL_TIMEOUT_S, kube_settings_from
 from shared.protocol.events import EventType
 
 __all__ = [
+    "DEFAULT_CALL_TIMEOUT_S",
     "AlreadyBoundError",
     "Api",
     "EventKind",
@@ -29,6 +31,7 @@ __all__ = [
     "Resource",
     "TokenBucket",
     "WatchEvent",
+    "kube_settings_from",
     "load_configuration",
     "metadata_patch",
     "open_client",

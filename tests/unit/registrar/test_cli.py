@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services import cli
-from services.registrar.main import DEFAULT_KUBE_TIMEOUT_S, kube_settings
 from services.registrar.service import label_selector
-from shared.config import CommonSettings, KubeSettings, Service, options_for, settings_for
+from shared.config import Service, options_for, settings_for
 
 
 def test_registrar_is_a_subcommand() -> None:
@@ -41,17 +40,3 @@ def test_flags_reach_the_settings() -> None:
     assert s.lease_ttl_s == 3.0
     assert label_selector(s.node_label_selector) == "gpu=on,zone=a"
     assert label_selector(()) is None
-
-
-@pytest.mark.parametrize(
-    ("timeout_s", "expected"),
-    [pytest.param(0.0, DEFAULT_KUBE_TIMEOUT_S, id="zero-means-our-default"), pytest.param(7.5, 7.5, id="given")],
-)
-def test_kube_settings_always_have_a_deadline(timeout_s: float, expected: float) -> None:
-    common = CommonSettings(
-        service=Service.REGISTRAR,
-        instance_id="i",
-        kube=KubeSettings(server="http://emulator", qps=3.0, burst=4, timeout_s=timeout_s),
-    )
-    k = kube_settings(common)
-    assert (k.server, k.kubeconfig, k.qps, k.burst, k.timeout_s) == ("http://emulator", None, 3.0, 4, expected)
