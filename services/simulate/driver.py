@@ -11,9 +11,12 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    schedulable node matching the pod's ``nodeSelector``), then ``POST /bind`` with ``ExtenderBindingArgs`` for the
    single node returned. With several extender URLs, filter and bind alternate between them (any replica binds
    what another filtered). A failed bind is retried from the filter, as kube-scheduler re-queues a pod;
-4. **device plugin** (after kubelet's Allocate): ``hami.io/bind-phase: success`` on the pod, the node's
+4. **device plugin** (after kubelet's Allocate): the pod is found as HAMi's plugin finds it, through the node's
+   ``hami.io/mutex.lock`` (``GetPendingPod``, :mod:`services.simulate.devplugin`), and its to-allocate list must
+   serve every container's Allocate; then ``hami.io/bind-phase: success`` on the pod, the node's
    ``hami.io/mutex.lock`` removed (owner- and resourceVersion-checked, as ``ReleaseNodeLock`` does), and the pod's
-   ``status.phase: Running``;
+   ``status.phase: Running``. A bind the real plugin would serve wrongly (another pod, wrong device counts) is a
+   :class:`DriverError`;
 5. optional hooks let an embedded run wait for the informer to observe the settle before the next pod, and for the
    extender's snapshot to catch up before each filter, so placements do not depend on timing.
 
@@ -33,6 +36,7 @@ from typing import Any, Final
 
 import aiohttp
 
+from services.simulate.devplugin import LockedPod, NoPod, allocation_problems, pending_pod_choice
 from services.simulate.report import ADMISSION, PodResult
 from shared.codec import annotations as keys
 from shared.codec.resources import pod_requests_managed_resource
@@ -99,8 +103,10 @@ class KubeHttp:
         pod: KubeObject = await self._call("GET", f"/namespaces/{namespace}/pods/{name}")
         return pod
 
-    async def list_pods(self) -> list[KubeObject]:
-        body = await self._call("GET", "/pods")
+    async def list_pods(self, *, node_name: str | None = None) -> list[KubeObject]:
+        """Every pod, or those with ``spec.nodeName=<node_name>``."""
+        query = f"?fieldSelector=spec.nodeName%3D{node_name}" if node_name is not None else ""
+        body = await self._call("GET", f"/pods{query}")
         return list(body.get("items") or [])
 
     async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any], *, status: bool = False) -> None:
@@ -363,10 +369,26 @@ class Driver:
         pod = await self.kube.get_pod(ns, name)
         annos = pod["metadata"].get("annotations") or {}
         if keys.VGPU_NODE in annos:  # a pod that asked for no device has nothing to allocate
+            await self._check_plugin_serves(pod, node)
             await self.kube.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
             await self._release_node_lock(node, ns, name)
         await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
         return await self.kube.get_pod(ns, name)
+
+    async def _check_plugin_serves(self, pod: KubeObject, node: str) -> None:
+        """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and
+        serve each of its containers the devices the scheduler wrote for it."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        choice = pending_pod_choice(await self.kube.get_node(node), await self.kube.list_pods(node_name=node))
+        where = f"device plugin on {node}, allocating {ns}/{name}"
+        if isinstance(choice, NoPod):
+            raise DriverError(f"{where}: Allocate fails: {choice.reason}")
+        if (choice.namespace, choice.name) != (ns, name):
+            how = "the node lock names" if isinstance(choice, LockedPod) else "without a lock it would pick"
+            raise DriverError(f"{where}: {how} {choice.namespace}/{choice.name} instead")
+        problems = allocation_problems(pod, self.cfg.resource_count_name)
+        if problems:
+            raise DriverError(f"{where}: " + "; ".join(problems))
 
     async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
         """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""

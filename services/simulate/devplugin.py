@@ -1,0 +1,117 @@
+"""What HAMi's NVIDIA device plugin does with a bound pod, as pure functions (hami-compat §3.1, §4.3).
+
+The driver settles each bound pod the way the plugin would after the kubelet's Allocate calls, and refuses to
+settle it when the real plugin could not serve it:
+
+* :func:`pending_pod_choice` is ``util.GetPendingPod``'s decision: the pod named by ``hami.io/mutex.lock``
+  (a malformed lock fails Allocate, no fallback), else the first pod on the node that is Pending with
+  ``hami.io/bind-time``, a bind phase of ``allocating``/``success`` and ``hami.io/vgpu-node`` = the node;
+* :func:`allocation_problems` replays the kubelet's Allocate calls (one per container asking for the count
+  resource, init containers first) against the to-allocate list as the HEAD plugin consumes it: each call pops
+  the first non-empty entry, which must belong to that container and hold exactly the number of devices the
+  kubelet asks for ("device number not matched" otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shared.codec import annotations as keys
+from shared.codec.nodelock import parse_node_lock
+from shared.codec.poddevices import decode_pod_devices
+from shared.codec.quantity import parse_quantity, whole_int64
+from shared.codec.resources import pod_containers
+from shared.errors import DecodeError
+
+_CANDIDATE_PHASES = ("allocating", "success")
+
+
+@dataclass(frozen=True, slots=True)
+class LockedPod:
+    """The lock names this pod: the plugin GETs it (whatever its phase) and fails Allocate if it cannot."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackPod:
+    """No usable lock: the plugin takes the first pod of its node list that passes the fallback test."""
+
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoPod:
+    """Allocate fails: ``reason`` says why (malformed lock, no binding pod)."""
+
+    reason: str
+
+
+PendingPod = LockedPod | FallbackPod | NoPod
+
+
+def pending_pod_choice(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]) -> PendingPod:
+    """``GetPendingPod``'s choice from the node and its pods (``spec.nodeName`` = node, in list order)."""
+    meta = node.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    lock = (meta.get("annotations") or {}).get(keys.NODE_LOCK)
+    if lock is not None:
+        try:
+            parsed = parse_node_lock(str(lock))
+        except DecodeError as e:
+            return NoPod(f"node {name}: {e}")
+        if parsed.namespace and parsed.name:
+            return LockedPod(parsed.namespace, parsed.name)
+    for pod in pods_on_node:
+        pmeta = pod.get("metadata") or {}
+        annos = pmeta.get("annotations") or {}
+        if (
+            (pod.get("status") or {}).get("phase") == "Pending"
+            and keys.BIND_TIME in annos
+            and annos.get(keys.BIND_PHASE) in _CANDIDATE_PHASES
+            and annos.get(keys.VGPU_NODE) == name
+        ):
+            return FallbackPod(str(pmeta.get("namespace", "")), str(pmeta.get("name", "")))
+    return NoPod(f"no binding pod found on node {name}")
+
+
+def _device_count(container: Mapping[str, Any], resource: str) -> int:
+    """How many devices the kubelet asks for: the count resource of the container (requests, else limits)."""
+    resources = container.get("resources") or {}
+    for source in ("requests", "limits"):
+        values = resources.get(source) or {}
+        if resource in values:
+            return whole_int64(parse_quantity(values[resource], f"{source}[{resource}]")) or 0
+    return 0
+
+
+def allocation_problems(pod: Mapping[str, Any], count_resource: str) -> list[str]:
+    """Why the HEAD plugin could not serve ``pod``'s Allocate calls as the scheduler meant them ([] if it can)."""
+    annos = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        init, app = pod_containers(pod)
+        entries = [list(e) for e in decode_pod_devices(str(annos.get(keys.DEVICES_TO_ALLOCATE, "")))]
+        asks = [(i, str(c.get("name", "")), _device_count(c, count_resource)) for i, c in enumerate([*init, *app])]
+    except DecodeError as e:
+        return [f"unreadable device request: {e}"]
+    problems = []
+    for index, container, count in asks:
+        if count <= 0:
+            continue
+        entry = next((i for i, e in enumerate(entries) if e), None)
+        if entry is None:
+            problems.append(f"container {container}: device request not found")
+            continue
+        if entry != index:
+            problems.append(f"container {container}: the next device entry is #{entry}, not #{index}")
+        if len(entries[entry]) != count:
+            problems.append(f"container {container}: device number not matched ({len(entries[entry])} != {count})")
+        entries[entry] = []
+    leftover = sum(len(e) for e in entries)
+    if leftover:
+        problems.append(f"{leftover} device(s) listed for no container")
+    return problems
