@@ -79,18 +79,24 @@ def apply_legacy_overrides(config: NvidiaConfig, overrides: LegacyOverrides) -> 
     return dataclasses.replace(config, **given) if given else config
 
 
-def load_device_config(path: str) -> DeviceConfig:
-    """Read and validate a device config file. Raises :class:`ConfigError` naming the file and the key."""
-    label = f"device config file {path}"
+def read_yaml_file(path: str, label: str) -> object:
+    """The parsed YAML document of ``path`` (None if empty). ConfigError ``<label>: cannot read: …`` or
+    ``<label>: not valid YAML: …`` (first line of the parser's message) otherwise: one file reader for the
+    device config and ``--config``."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{label}: cannot read: {e.strerror or e}") from e
     try:
-        data = yaml.safe_load(text)
+        data: object = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{label}: not valid YAML: {str(e).splitlines()[0]}") from e
-    return parse_device_config(data, source=path)
+    return data
+
+
+def load_device_config(path: str) -> DeviceConfig:
+    """Read and validate a device config file. Raises :class:`ConfigError` naming the file and the key."""
+    return parse_device_config(read_yaml_file(path, f"device config file {path}"), source=path)
 
 
 def parse_device_config(data: object, *, source: str = "<memory>") -> DeviceConfig:

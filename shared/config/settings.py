@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NoReturn, overload
 
-import yaml
-
 from shared.config.options import (
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -25,7 +23,7 @@ from shared.config.options import (
     normalize_argv,
 )
 from shared.config.values import BindAddress, LogFormat, LogLevel
-from shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config
+from shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config, read_yaml_file
 from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
 from shared.errors import ConfigError
 
@@ -75,14 +73,7 @@ _YAML_EXPECTED: Mapping[Kind, str] = {
 def read_config_file(path: str) -> dict[str, object]:
     """Load a ``--config`` YAML file: a mapping of option names (``-`` or ``_``) to values, keyed canonically."""
     label = f"config file {path}"
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"{label}: cannot read: {e.strerror or e}") from e
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{label}: not valid YAML: {str(e).splitlines()[0]}") from e
+    data = read_yaml_file(path, label)
     if data is None:
         return {}
     if not isinstance(data, dict):
