@@ -144,21 +144,11 @@ def parse_admission_review(body: bytes | str) -> AdmissionRequest:
 
 
 def _optional_object(parent: Mapping[str, Any], key: str) -> dict[str, Any] | None:
-    value = parent.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise DecodeError(_WHAT, f"request.{key} must be an object, got {gojson.type_name(value)}")
-    return value
+    return gojson.optional_object(parent, key, _WHAT, f"request.{key}")
 
 
 def _optional_str(parent: Mapping[str, Any], key: str, name: str) -> str:
-    value = parent.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DecodeError(_WHAT, f"{name} must be a string, got {gojson.type_name(value)}")
-    return value
+    return gojson.optional_string(parent, key, _WHAT, name)
 
 
 def _status(outcome: AdmissionOutcome) -> dict[str, Any]:

@@ -138,3 +138,25 @@ def type_name(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
+
+
+def optional_object(parent: Mapping[str, Any], key: str, what: str, where: str) -> dict[str, Any] | None:
+    """``parent[key]`` as a JSON object; None when absent or null (Go leaves the field zero). Any other type is a
+    ``DecodeError(what, "<where> must be an object, got <type>")``."""
+    value = parent.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise DecodeError(what, f"{where} must be an object, got {type_name(value)}")
+    return value
+
+
+def optional_string(parent: Mapping[str, Any], key: str, what: str, where: str) -> str:
+    """``parent[key]`` as a string; "" when absent or null (Go's zero value). Any other type is a
+    ``DecodeError(what, "<where> must be a string, got <type>")``."""
+    value = parent.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DecodeError(what, f"{where} must be a string, got {type_name(value)}")
+    return value

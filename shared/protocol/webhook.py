@@ -251,21 +251,11 @@ def fits_quota(demand: QuotaDemand, state: QuotaState, cfg: NvidiaConfig) -> boo
 
 
 def _opt_dict(parent: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
-    value = parent.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise DecodeError(_POD, f"{where} must be an object, got {gojson.type_name(value)}")
-    return value
+    return gojson.optional_object(parent, key, _POD, where)
 
 
 def _opt_str(parent: dict[str, Any], key: str, where: str) -> str:
-    value = parent.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DecodeError(_POD, f"{where} must be a string, got {gojson.type_name(value)}")
-    return value
+    return gojson.optional_string(parent, key, _POD, where)
 
 
 def _containers(spec: dict[str, Any], key: str) -> list[dict[str, Any]]:
