@@ -177,3 +177,50 @@ async def test_a_successful_filter_records_filtering_succeed(
     assert [(e["reason"], e["type"], e["message"]) for e in events] == [
         ("FilteringSucceed", "Normal", f"find fit node({NODE}), 0 nodes not fit, 1 nodes fit({NODE}:0.00)")
     ]
+
+
+async def test_a_failed_binding_releases_the_lock_with_a_guarded_null_and_removes_what_bind_wrote(
+    store: Store, emulator: RecordingEmulator, api: Api
+) -> None:
+    await _setup(store, emulator)
+    async with running_extender(store, api) as ext:
+        created = emulator.put(training_pod())
+        answer = await ext.post("filter", {"Pod": created, "Nodes": None, "NodeNames": [NODE]})
+        assert answer["NodeNames"] == [NODE]
+        emulator.raw.clear()
+        emulator.inject_error(500, method="POST", path="/binding$", times=1)
+        meta = created["metadata"]
+        result = await ext.post("bind", {"PodName": NAME, "PodNamespace": NS, "PodUID": meta["uid"], "Node": NODE})
+        assert result["Error"] != ""
+        await ext.flush_events()
+
+    lock_w, pod_w, binding_w, unannotate_w, release_w = emulator.writes()
+    assert binding_w.path.endswith("/binding")
+    lock_value = lock_w.doc["metadata"]["annotations"]["hami.io/mutex.lock"]
+    assert lock_value.endswith(f",{NS},{NAME}")
+
+    # the pod patch is undone: every key bind wrote, and the label, set to null
+    assert (unannotate_w.method, unannotate_w.path, unannotate_w.content_type) == (
+        "PATCH",
+        f"/api/v1/namespaces/{NS}/pods/{NAME}",
+        MERGE_PATCH,
+    )
+    assert unannotate_w.doc["metadata"]["annotations"] == dict.fromkeys(pod_w.doc["metadata"]["annotations"])
+    assert unannotate_w.doc["metadata"]["labels"] == {"hami.io/vgpu-node": None}
+
+    # §4.1: release = {"metadata":{"annotations":{"hami.io/mutex.lock":null},"resourceVersion":"<rv>"}}
+    assert (release_w.method, release_w.path, release_w.content_type) == (
+        "PATCH",
+        f"/api/v1/nodes/{NODE}",
+        MERGE_PATCH,
+    )
+    assert list(release_w.doc["metadata"]) == ["annotations", "resourceVersion"]
+    assert release_w.doc["metadata"]["annotations"] == {"hami.io/mutex.lock": None}
+    assert release_w.doc["metadata"]["resourceVersion"] != lock_w.doc["metadata"]["resourceVersion"]
+    assert "hami.io/mutex.lock" not in emulator.node(NODE)["metadata"]["annotations"]
+    assert not any(k.startswith("hami.io/") for k in emulator.pod(NS, NAME)["metadata"].get("annotations") or {})
+
+    events = [w.doc for w in emulator.raw if w.is_event]
+    assert [(e["reason"], e["type"]) for e in events] == [("BindingFailed", "Warning")]
+    assert events[0]["message"] == result["Error"]
+    assert await store.locks.inspect(NODE) is None
