@@ -124,9 +124,10 @@ class SnapshotCache:
     def lookup(self, names: Sequence[str]) -> tuple[list[NodeSnapshot], list[str]]:
         """The snapshots of ``names`` in order, and the names that are not registered."""
         found = list(map(self._snaps.get, names))
-        if None not in found:
-            return found, []  # type: ignore[return-value]  # no None left: every entry is a snapshot
-        return [s for s in found if s is not None], [n for n, s in zip(names, found, strict=True) if s is None]
+        present: list[NodeSnapshot] = list(filter(None, found))  # C loops: no per-name Python code when all are known
+        if len(present) == len(found):
+            return present, []
+        return present, [n for n, s in zip(names, found, strict=True) if s is None]
 
     def generation(self, node: str) -> int | None:
         cached = self._nodes.get(node)
