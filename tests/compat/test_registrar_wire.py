@@ -10,11 +10,11 @@ from tests.compat.kit import MERGE_PATCH, RecordingEmulator, local_zone
 from tests.integration.registrar.helpers import (
     HANDSHAKE,
     FakeClock,
-    eventually,
     json_register,
     make_node,
     running_registrar,
 )
+from tests.waiting import eventually
 
 # 9-field colon format of a v2.5-v2.7 plugin
 COLON = (

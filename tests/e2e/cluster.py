@@ -36,6 +36,7 @@ from shared.k8s import Api, KubeClient, KubeSettings, open_client
 from shared.k8s import InformerSettings as WatchSettings
 from shared.protocol.events import PodEvent
 from shared.store import Store, connect
+from tests import waiting
 from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
 from tests.e2e.devplugin import CapacityMonitor, DevicePlugin
 from tests.integration.extender.bindkit import gpu, node_obj
@@ -119,19 +120,8 @@ class Cluster:
 
 
 async def eventually(check: Callable[[], Awaitable[bool] | bool], timeout_s: float = 20.0, what: str = "") -> None:
-    """Await until ``check()`` holds, re-checked every 20 ms: for Redis state written by other tasks, which offers
-    no event to await. Fails with ``what`` after ``timeout_s``."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                result = check()
-                if not isinstance(result, bool):
-                    result = await result
-                if result:
-                    return
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"not reached within {timeout_s}s: {what or check}") from None
+    """:func:`tests.waiting.eventually` with the longer default a whole cluster needs."""
+    await waiting.eventually(check, timeout_s, what)
 
 
 def _common(service: Service, instance: str) -> CommonSettings:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +22,13 @@ from shared.config import CommonSettings, InformerSettings, Service
 from shared.domain.accounting import collapse
 from shared.domain.model import Allocation
 from shared.emulator import Emulator
-from shared.k8s import Api, KubeClient, KubeSettings, open_client
+from shared.k8s import Api, KubeClient
 from shared.k8s import InformerSettings as WatchSettings
-from shared.store import Store, connect
+from shared.store import Store
 from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
 from tests.builders import inventory
 from tests.unit.informer.builders import devices
+from tests.waiting import eventually
 
 FAST_WATCH = WatchSettings(watch_timeout_s=30, read_grace_s=5, backoff_initial_s=0.01, backoff_max_s=0.05)
 TUNING = InformerTuning(
@@ -51,21 +52,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.offset_s += seconds
-
-
-async def eventually(check: Callable[[], Awaitable[object] | object], timeout_s: float = 10.0, what: str = "") -> None:
-    """Await until ``check()`` is truthy (polled every 10 ms; coroutines awaited), or fail after ``timeout_s``."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                result = check()
-                if isinstance(result, Awaitable):
-                    result = await result
-                if result:
-                    return
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        pytest.fail(f"condition not reached within {timeout_s}s: {what or check}")
 
 
 def settings(
@@ -149,31 +135,6 @@ class Harness:
         pods = self.pods()
         assert await store_usage(self.store) == usage_from_pods(pods)
         assert await store_quota_usage(self.store) == quota_usage_from_pods(pods)
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    em = Emulator(bookmark_interval_s=None)
-    await em.start()
-    try:
-        yield em
-    finally:
-        await em.stop()
-
-
-@pytest.fixture
-async def kube(emulator: Emulator) -> AsyncIterator[KubeClient]:
-    async with open_client(KubeSettings(server=emulator.url, qps=0, timeout_s=5.0)) as client:
-        yield client
-
-
-@pytest.fixture
-async def store(redis_url: str) -> AsyncIterator[Store]:
-    s = Store.create(connect(redis_url), prefix="t")
-    try:
-        yield s
-    finally:
-        await s.aclose()
 
 
 @pytest.fixture

@@ -6,8 +6,9 @@ import pytest
 
 from shared.domain.model import DeviceUsage, MigPlacement
 from shared.store import ReservationState, Store
-from tests.integration.informer.conftest import Harness, eventually, metric
+from tests.integration.informer.conftest import Harness, metric
 from tests.unit.informer.builders import mig_alloc, pod
+from tests.waiting import eventually
 
 
 async def test_pod_lifecycle_from_allocation_to_deletion(harness: Harness) -> None:

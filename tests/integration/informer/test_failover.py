@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from services.informer.service import LEASE_NAME, InformerService
 from shared.store import StaleFenceError, Store, connect
-from tests.integration.informer.conftest import Harness, eventually, fake_allocation, settings
+from tests.integration.informer.conftest import Harness, fake_allocation, settings
 from tests.unit.informer.builders import pod
+from tests.waiting import eventually
 
 
 def leading(svc: InformerService) -> bool:

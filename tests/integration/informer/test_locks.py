@@ -15,8 +15,9 @@ from shared.codec.nodelock import encode_node_lock
 from shared.coord import lock_owner
 from shared.emulator import WriteRecord, WriteVerb
 from shared.store import Store
-from tests.integration.informer.conftest import Harness, eventually, metric, settings
+from tests.integration.informer.conftest import Harness, metric, settings
 from tests.unit.informer.builders import pod
+from tests.waiting import eventually
 
 TIMEOUT_S = 300.0
 

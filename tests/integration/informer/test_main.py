@@ -13,8 +13,8 @@ import aiohttp
 from shared.domain.model import DeviceUsage
 from shared.emulator import Emulator
 from shared.store import Store, SyncMarker
-from tests.integration.informer.conftest import eventually
 from tests.unit.informer.builders import pod
+from tests.waiting import eventually
 
 
 def _listening_address(log: Path) -> str | None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from shared.domain.model import QuotaLimits
 from shared.store import QuotaCharged, QuotaExceeded, Store
-from tests.integration.informer.conftest import Harness, eventually, metric
+from tests.integration.informer.conftest import Harness, metric
 from tests.unit.informer.builders import pod, quota
+from tests.waiting import eventually
 
 MEM = "limits.nvidia.com/gpumem"
 CORES = "limits.nvidia.com/gpucores"

@@ -8,8 +8,9 @@ from shared.codec.podannotations import allocation_annotations, allocation_label
 from shared.domain.accounting import collapse
 from shared.domain.model import Allocation, DeviceUsage
 from shared.store import ReservationState, Reserved, Store
-from tests.integration.informer.conftest import Harness, eventually, metric, settings
+from tests.integration.informer.conftest import Harness, metric, settings
 from tests.unit.informer.builders import devices, pod
+from tests.waiting import eventually
 
 GRACE_S = 120.0
 

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.emulator import Emulator
-from shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, KubeSettings, WatchEvent, open_client
+from shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, WatchEvent
 
 FAST = InformerSettings(watch_timeout_s=30, read_grace_s=5, backoff_initial_s=0.01, backoff_max_s=0.05)
 
@@ -83,22 +82,6 @@ class Recorder:
 
 def summary(events: list[WatchEvent]) -> list[tuple[str, str]]:
     return [(ev.kind.value, ev.obj.get("metadata", {}).get("name", "")) for ev in events]
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    em = Emulator(bookmark_interval_s=None)
-    await em.start()
-    try:
-        yield em
-    finally:
-        await em.stop()
-
-
-@pytest.fixture
-async def kube(emulator: Emulator) -> AsyncIterator[KubeClient]:
-    async with open_client(KubeSettings(server=emulator.url, qps=0, timeout_s=5.0)) as client:
-        yield client
 
 
 @pytest.fixture

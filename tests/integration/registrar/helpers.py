@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,24 +63,6 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-async def eventually(
-    cond: Callable[[], bool] | Callable[[], Awaitable[bool]], timeout_s: float = 10.0, what: str = ""
-) -> None:
-    """Await until ``cond()`` is true, re-testing after short waits; fail after ``timeout_s``.
-
-    For state that offers no event to await (Redis contents written by another task)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        result = cond()
-        if not isinstance(result, bool):
-            result = await result
-        if result:
-            return
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s}s: {what or cond}")
-        await asyncio.sleep(0.02)
 
 
 def settings(

@@ -17,11 +17,11 @@ from tests.integration.registrar.helpers import (
     REGISTER,
     PausableProxy,
     Running,
-    eventually,
     json_register,
     make_node,
     running_registrar,
 )
+from tests.waiting import eventually
 
 
 async def registered(store: Store) -> list[str]:

@@ -12,7 +12,8 @@ import aiohttp
 
 from shared.emulator import Emulator
 from shared.store import Store, SyncMarker
-from tests.integration.registrar.helpers import REGISTER, eventually, json_register, make_node
+from tests.integration.registrar.helpers import REGISTER, json_register, make_node
+from tests.waiting import eventually
 
 
 def _listening_address(log: Path) -> str | None:

@@ -17,11 +17,11 @@ from tests.integration.registrar.helpers import (
     SCORE,
     FakeClock,
     Running,
-    eventually,
     json_register,
     make_node,
     running_registrar,
 )
+from tests.waiting import eventually
 
 COLON_9 = (
     "GPU-c9a,10,16384,100,NVIDIA-Tesla T4,0,true,0,hami-core:GPU-c9b,10,16384,100,NVIDIA-Tesla T4,1,true,1,hami-core:"

@@ -1,5 +1,6 @@
-"""Fixtures: the Kubernetes API emulator, a kubernetes-asyncio client against it, and a Store on the real
-redis-server fixture."""
+"""Fixtures every integration area shares: the Kubernetes API emulator on a free port, a kubernetes-asyncio client
+against it, and a Store (key prefix ``t``) on the real redis-server fixture. An area's conftest may override any
+of them (the extender's store uses its own prefix; the store tests run on two backends)."""
 
 from __future__ import annotations
 
