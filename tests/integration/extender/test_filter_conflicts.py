@@ -195,3 +195,24 @@ async def test_a_device_conflict_refunds_the_quota_charge(store: Store, other_st
         answer = await ext.filter(quota_pod("q1", "3000", ["n1"]))
     assert set(answer["FailedNodes"]) == {"n1"}
     assert "q1" not in await store.quota.pod_charges("default")
+
+
+async def test_quota_limits_scale_with_the_memory_factor(store: Store, api: Api) -> None:
+    """memoryFactor 4: a request of 1000 is 4000 MiB on the card and against the quota, whose raw limit 1000 allows
+    4000 (hami-compat §8)."""
+    from shared.domain.model import NvidiaConfig
+    from tests.integration.extender.filter_harness import settings
+
+    await seed(store, [node("n1", 2)])
+    await store.quota.set_limits("default", QuotaLimits(mem_mib=1000, cores_pct=None))
+    base = settings()
+    scaled = dataclasses.replace(base, common=dataclasses.replace(base.common, nvidia=NvidiaConfig(memory_factor=4)))
+    async with running_extender(store, api, extender_settings=scaled) as ext:
+        first = await ext.filter(quota_pod("q1", "1000", ["n1"]))
+        second = await ext.filter(quota_pod("q2", "1", ["n1"]))
+    assert first["NodeNames"] == ["n1"]
+    assert second["FailedNodes"] == {"n1": "2/2 ResourceQuotaNotFit"}
+    state = await store.quota.get("default")
+    assert state.used_mem_mib == 4000
+    record = await store.reservations.get("q1")
+    assert record is not None and record.allocation.devices[0][0].used_mem_mib == 4000
