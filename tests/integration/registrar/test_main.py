@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
-import sys
 from pathlib import Path
 
 import aiohttp
@@ -13,23 +11,8 @@ import aiohttp
 from shared.emulator import Emulator
 from shared.store import Store, SyncMarker
 from tests.integration.registrar.helpers import REGISTER, json_register, make_node
+from tests.process import first_listening, http_get, service_process
 from tests.waiting import eventually
-
-
-def _listening_address(log: Path) -> str | None:
-    for line in log.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("msg") == "listening":
-            return str(record["address"])
-    return None
-
-
-async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=5)) as resp:
-        return resp.status, await resp.text()
 
 
 async def test_process_serves_registers_and_stops_on_sigterm(
@@ -37,38 +20,28 @@ async def test_process_serves_registers_and_stops_on_sigterm(
 ) -> None:
     emulator.put(make_node("n1", annotations={REGISTER: json_register("GPU-1")}))
     log = tmp_path / "registrar.log"
-    with log.open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "services.cli",
-            "registrar",
-            f"--redis-url={redis_url}",
-            "--key-prefix=t",
-            f"--kube-server={emulator.url}",
-            "--metrics-bind-address=127.0.0.1:0",
-            "--lease-ttl=5s",
-            "--instance-id=e2e",
-            "--log-format=json",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
-        await eventually(lambda: _listening_address(log) is not None or proc.returncode is not None, 30, "listening")
-        address = _listening_address(log)
-        assert address is not None, log.read_text()
-        base = f"http://{address}"
+    async with service_process(
+        log,
+        "registrar",
+        f"--redis-url={redis_url}",
+        "--key-prefix=t",
+        f"--kube-server={emulator.url}",
+        "--metrics-bind-address=127.0.0.1:0",
+        "--lease-ttl=5s",
+        "--instance-id=e2e",
+    ) as proc:
+        base = f"http://{await first_listening(proc, log)}"
         async with aiohttp.ClientSession() as session:
-            assert await _get(session, f"{base}/healthz") == (200, "ok\n")
+            assert await http_get(session, f"{base}/healthz") == (200, "ok\n")
 
             async def ready() -> bool:
-                status, _ = await _get(session, f"{base}/readyz")
+                status, _ = await http_get(session, f"{base}/readyz")
                 return status == 200
 
             await eventually(ready, 30, "readyz 200")
-            status, text = await _get(session, f"{base}/readyz")
+            status, text = await http_get(session, f"{base}/readyz")
             assert text.startswith("leader, inventory synced (1 nodes registered)")
-            status, metrics = await _get(session, f"{base}/metrics")
+            status, metrics = await http_get(session, f"{base}/metrics")
             assert status == 200
             assert "vgpu_registrar_leader 1.0" in metrics
             assert 'vgpu_registrar_nodes_registered{vendor="NVIDIA"} 1.0' in metrics
@@ -81,7 +54,3 @@ async def test_process_serves_registers_and_stops_on_sigterm(
         proc.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
         assert await store.leases.inspect("registrar") is None  # given up, not left to expire
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
