@@ -14,14 +14,14 @@ app containers (§5.4). Devices with nothing in use are absent, as in the store.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from shared.codec.podannotations import decode_allocation
 from shared.codec.resources import pod_containers
 from shared.domain.accounting import collapse
-from shared.domain.model import DeviceUsage, MigPlacement
+from shared.domain.model import DeviceCharge, DeviceUsage, MigPlacement
 from shared.errors import DecodeError
 from shared.store import Store
 
@@ -45,10 +45,11 @@ def _holding(pod: Mapping[str, Any]) -> bool:
     return phase not in _TERMINAL
 
 
-def usage_from_pods(pods: Iterable[Mapping[str, Any]], *, skip_unreadable: bool = False) -> NodeUsage:
-    """Per-node, per-device usage the API's pods amount to. Raises DecodeError on an unreadable pod unless
-    ``skip_unreadable`` (then that pod is left out)."""
-    acc: dict[str, dict[str, _Acc]] = {}
+def _charged_pods(
+    pods: Iterable[Mapping[str, Any]], skip_unreadable: bool
+) -> Iterator[tuple[Mapping[str, Any], tuple[DeviceCharge, ...]]]:
+    """Each holding pod with an allocation, and its per-device charges collapsed over init and app containers.
+    DecodeError on an unreadable allocation unless ``skip_unreadable`` (then the pod is left out)."""
     for pod in pods:
         if not _holding(pod):
             continue
@@ -61,9 +62,17 @@ def usage_from_pods(pods: Iterable[Mapping[str, Any]], *, skip_unreadable: bool 
         if decoded is None:
             continue
         devices, mig = decoded
-        node = pod["metadata"]["annotations"]["hami.io/vgpu-node"]
         init, _ = pod_containers(pod)
-        for ch in collapse(devices, len(init), mig):
+        yield pod, collapse(devices, len(init), mig)
+
+
+def usage_from_pods(pods: Iterable[Mapping[str, Any]], *, skip_unreadable: bool = False) -> NodeUsage:
+    """Per-node, per-device usage the API's pods amount to. Raises DecodeError on an unreadable pod unless
+    ``skip_unreadable`` (then that pod is left out)."""
+    acc: dict[str, dict[str, _Acc]] = {}
+    for pod, charges in _charged_pods(pods, skip_unreadable):
+        node = pod["metadata"]["annotations"]["hami.io/vgpu-node"]
+        for ch in charges:
             a = acc.setdefault(node, {}).setdefault(ch.uuid, _Acc())
             a.used += ch.slots
             a.mem += ch.mem_mib
@@ -94,20 +103,7 @@ def quota_usage_from_pods(
     """Per namespace, (memory MiB, cores %) summed over the collapsed charges of its holding pods (§8); namespaces
     with zero usage left out."""
     out: dict[str, tuple[int, int]] = {}
-    for pod in pods:
-        if not _holding(pod):
-            continue
-        try:
-            decoded = decode_allocation(pod)
-        except DecodeError:
-            if skip_unreadable:
-                continue
-            raise
-        if decoded is None:
-            continue
-        devices, mig = decoded
-        init, _ = pod_containers(pod)
-        charges = collapse(devices, len(init), mig)
+    for pod, charges in _charged_pods(pods, skip_unreadable):
         if not charges:
             continue
         ns = pod["metadata"]["namespace"]
