@@ -179,7 +179,8 @@ class FilterHandler:
         meta: dict[str, Any] = {"namespace": namespace, "name": name}
         if uid:
             meta["uid"] = uid
-        rv = args.pod.get("metadata", {}).get("resourceVersion")
+        metadata = args.pod.get("metadata")
+        rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         if isinstance(rv, str) and rv:
             meta["resourceVersion"] = rv
         return _Pod(namespace, name, uid, request, constraints, {"metadata": meta})

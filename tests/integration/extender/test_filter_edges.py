@@ -162,6 +162,19 @@ def _pod_with(**annotations: str) -> dict[str, Any]:
     return body
 
 
+def _body(*, metadata: Any = ..., spec: Any = ..., annotations: Any = ...) -> bytes:
+    """The captured 001 body with one part of the pod replaced (``...``: unchanged)."""
+    body = wire_doc("001-filter.json")
+    pod = body["Pod"]
+    if metadata is not ...:
+        pod["metadata"] = metadata
+    if spec is not ...:
+        pod["spec"] = spec
+    if annotations is not ...:
+        pod["metadata"]["annotations"] = annotations
+    return json.dumps(body).encode()
+
+
 BAD_BODIES = [
     pytest.param(b"{not json", "extender args: not JSON", id="malformed-json"),
     pytest.param(b"[1,2]", "extender args: expected a JSON object, got array", id="array"),
@@ -177,6 +190,16 @@ BAD_BODIES = [
                  "hami.io/device-scoring-weights", id="bad-weights"),
     pytest.param(json.dumps(_pod_with(**{keys.GPU_SCHEDULER_POLICY: "fastest"})).encode(),
                  "hami.io/gpu-scheduler-policy: unknown GPU scheduler policy token 'fastest'", id="bad-policy"),
+    pytest.param(_body(metadata=None), "extender args: Pod.metadata.uid is missing", id="metadata-null"),
+    pytest.param(_body(spec=None), "pod.spec: pod has no spec", id="no-spec"),
+    pytest.param(_body(spec={"containers": {"a": 1}}), "spec.containers: expected a list, got dict",
+                 id="containers-not-list"),
+    pytest.param(_body(spec={"containers": [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": "lots"}}}]}),
+                 "spec.containers[0].resources.limits[nvidia.com/gpu]: not a quantity: 'lots'", id="bad-quantity"),
+    pytest.param(json.dumps({"Pod": wire_doc("001-filter.json")["Pod"], "Nodes": {"items": [{"metadata": {}}]}})
+                 .encode(), "node: metadata.name must be a string", id="node-without-name"),
+    pytest.param(_body(annotations=[1]), "extender args: Pod.metadata.annotations must be an object",
+                 id="annotations-not-object"),
     pytest.param(json.dumps(_pod_with(**{keys.NODE_SCHEDULER_POLICY: "random"})).encode(),
                  "hami.io/node-scheduler-policy: unknown node scheduler policy 'random'", id="bad-node-policy"),
 ]  # fmt: skip
