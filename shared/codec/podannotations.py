@@ -8,8 +8,9 @@ never to-allocate (the device plugin rewrites that one while it consumes it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from shared.codec import annotations as keys
 from shared.codec._go import fail
@@ -42,9 +43,22 @@ def allocation_annotations(
     return out
 
 
+_LABEL_VALUE_MAX: Final = 63
+_LABEL_VALUE_RE: Final = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
+
+
+def is_valid_label_value(value: str) -> bool:
+    """Kubernetes ``IsValidLabelValue``: at most 63 characters, alphanumeric at both ends, ``-_.`` inside."""
+    return len(value) <= _LABEL_VALUE_MAX and _LABEL_VALUE_RE.match(value) is not None
+
+
 def allocation_labels(node: str) -> dict[str, str]:
-    """The label written with the annotations (vGPUmonitor selects pods by it)."""
-    return {keys.VGPU_NODE_LABEL: node}
+    """The label written with the annotations (vGPUmonitor selects pods by it).
+
+    Empty when the node name is no valid label value (node names may have up to 253 characters, label values
+    63): the API server would refuse the whole pod patch, so the label is left out, as HAMi's
+    ``PatchPodAnnotations`` does; the ``hami.io/vgpu-node`` annotation still names the node."""
+    return {keys.VGPU_NODE_LABEL: node} if is_valid_label_value(node) else {}
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -28,6 +29,20 @@ from shared.store import Store
 from tests.integration.extender.filter_harness import FAST_CACHE, settings
 
 MERGE_PATCH = "application/merge-patch+json"
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+
+
+def invalid_label_values(body: bytes) -> list[str]:
+    """The API server's label-value validation of a write body (≤ 63 characters, alphanumeric at both ends,
+    ``-_.`` inside): the values it would refuse with 422 Invalid. The emulator itself does not validate."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return []
+    labels = ((doc.get("metadata") or {}).get("labels") or {}) if isinstance(doc, dict) else {}
+    return [
+        f"{k}={v}" for k, v in labels.items() if v is not None and (len(str(v)) > 63 or not _LABEL_VALUE.match(str(v)))
+    ]
 
 
 @dataclass(frozen=True)
@@ -49,7 +64,8 @@ class RawWrite:
 
 
 class RecordingEmulator(Emulator):
-    """The emulator plus a middleware recording every non-GET request before it is handled."""
+    """The emulator plus a middleware recording every non-GET request before it is handled, and refusing label
+    values the real API server refuses (422)."""
 
     def __init__(self) -> None:
         super().__init__(bookmark_interval_s=None)
@@ -65,6 +81,17 @@ class RecordingEmulator(Emulator):
             if request.method != "GET":
                 body = await request.read()  # cached: the handler reads it again
                 self.raw.append(RawWrite(request.method, request.path, request.headers.get("Content-Type", ""), body))
+                invalid = invalid_label_values(body)
+                if invalid:
+                    status = {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "message": f"metadata.labels: Invalid value: {invalid}: must be no more than 63 characters",
+                        "reason": "Invalid",
+                        "code": 422,
+                    }
+                    return web.json_response(status, status=422)
             return await handler(request)
 
         app.middlewares.append(record)

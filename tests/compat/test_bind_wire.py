@@ -224,3 +224,32 @@ async def test_a_failed_binding_releases_the_lock_with_a_guarded_null_and_remove
     assert [(e["reason"], e["type"]) for e in events] == [("BindingFailed", "Warning")]
     assert events[0]["message"] == result["Error"]
     assert await store.locks.inspect(NODE) is None
+
+
+async def test_a_node_name_that_is_no_valid_label_value_still_binds_without_the_label(
+    store: Store, emulator: RecordingEmulator, api: Api
+) -> None:
+    """Node names are DNS subdomains of up to 253 characters; label values stop at 63. The API server refuses the
+    whole pod patch for an invalid label value (422), so the label is left out for such nodes (as HAMi's
+    PatchPodAnnotations does: IsValidLabelValue) while the annotation still names the node."""
+    long_name = "gpu-node-" + "a" * 60 + ".cluster.example.com"
+    inv = node(long_name, 2)
+    await seed(store, [inv])
+    emulator.put(node_object(inv))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": NS},
+        "spec": {"schedulerName": SCHEDULER, "containers": [ctr("main", 1, 1000, 10)]},
+        "status": {"phase": "Pending"},
+    }
+    async with running_extender(store, api) as ext:
+        created = emulator.put(pod)
+        answer = await ext.post("filter", {"Pod": created, "Nodes": None, "NodeNames": [long_name]})
+        assert answer["NodeNames"] == [long_name]
+        bind = {"PodName": "p", "PodNamespace": NS, "PodUID": created["metadata"]["uid"], "Node": long_name}
+        assert await ext.post("bind", bind) == {"Error": ""}
+    stored = emulator.pod(NS, "p")
+    assert stored["spec"]["nodeName"] == long_name
+    assert stored["metadata"]["annotations"]["hami.io/vgpu-node"] == long_name
+    assert "hami.io/vgpu-node" not in (stored["metadata"].get("labels") or {})
