@@ -11,11 +11,13 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- A fencing counter that never goes back, even across a FLUSHALL: a missing counter is seeded from the
--- server clock (ms), so tokens handed out after a flush exceed every token handed out before it.
+-- A fencing counter that does not go back across a FLUSHALL: a missing counter is seeded from the server
+-- clock in microseconds. Every acquisition costs at least one round trip (well over a microsecond), so the
+-- seed after a flush exceeds every token handed out before it, unless the server clock stepped back.
 local function fencing_incr(key)
   if redis.call('EXISTS', key) == 0 then
-    redis.call('SET', key, fmt(now_ms()))
+    local t = redis.call('TIME')
+    redis.call('SET', key, fmt(tonumber(t[1]) * 1000000 + tonumber(t[2])))
   end
   return redis.call('INCR', key)
 end
