@@ -253,3 +253,30 @@ async def test_a_node_name_that_is_no_valid_label_value_still_binds_without_the_
     assert stored["spec"]["nodeName"] == long_name
     assert stored["metadata"]["annotations"]["hami.io/vgpu-node"] == long_name
     assert "hami.io/vgpu-node" not in (stored["metadata"].get("labels") or {})
+
+
+async def test_a_failed_filter_records_hamis_filtering_failed_events_and_writes_nothing_else(
+    store: Store, emulator: RecordingEmulator, api: Api
+) -> None:
+    await _setup(store, emulator)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "huge", "namespace": NS},
+        "spec": {"schedulerName": SCHEDULER, "containers": [ctr("main", 1, 20000, 10)]},
+        "status": {"phase": "Pending"},
+    }
+    async with running_extender(store, api) as ext:
+        created = emulator.put(pod)
+        emulator.raw.clear()
+        answer = await ext.post("filter", {"Pod": created, "Nodes": None, "NodeNames": [NODE]})
+        await ext.flush_events()
+    assert answer["FailedNodes"] == {NODE: "4/4 CardInsufficientMemory"}
+    assert not answer.get("NodeNames")
+    assert emulator.writes() == []
+    events = [w.doc for w in emulator.raw if w.is_event]
+    assert [(e["reason"], e["type"], e["message"]) for e in events] == [
+        ("FilteringFailed", "Warning", f"1 nodes CardInsufficientMemory({NODE})"),
+        ("FilteringFailed", "Warning", "no available node, 1 nodes do not meet"),
+    ]
+    assert {e["source"]["component"] for e in events} == {SCHEDULER}
