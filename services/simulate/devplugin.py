@@ -3,9 +3,10 @@
 The driver settles each bound pod the way the plugin would after the kubelet's Allocate calls, and refuses to
 settle it when the real plugin could not serve it:
 
-* :func:`pending_pod_choice` is ``util.GetPendingPod``'s decision: the pod named by ``hami.io/mutex.lock``
-  (a malformed lock fails Allocate, no fallback), else the first pod on the node that is Pending with
-  ``hami.io/bind-time``, a bind phase of ``allocating``/``success`` and ``hami.io/vgpu-node`` = the node;
+* :func:`lock_choice` then :func:`fallback_choice` are ``util.GetPendingPod``'s decision: the pod named by
+  ``hami.io/mutex.lock`` (a malformed lock fails Allocate, no fallback), else the first pod on the node that is
+  Pending with ``hami.io/bind-time``, a bind phase of ``allocating``/``success`` and ``hami.io/vgpu-node`` = the
+  node;
 * :func:`allocation_problems` replays the kubelet's Allocate calls (one per container asking for the count
   resource, init containers first) against the to-allocate list as the HEAD plugin consumes it: each call pops
   the first non-empty entry, which must belong to that container and hold exactly the number of devices the
@@ -54,29 +55,35 @@ class NoPod:
 PendingPod = LockedPod | FallbackPod | NoPod
 
 
-def pending_pod_choice(node: Mapping[str, Any], pods_on_node: Sequence[Mapping[str, Any]]) -> PendingPod:
-    """``GetPendingPod``'s choice from the node and its pods (``spec.nodeName`` = node, in list order)."""
+def lock_choice(node: Mapping[str, Any]) -> LockedPod | NoPod | None:
+    """``GetPendingPod``'s first step: the pod ``hami.io/mutex.lock`` names, NoPod for a malformed lock (Allocate
+    fails, no fallback), None when there is no lock naming a pod (absent or legacy: the fallback decides)."""
     meta = node.get("metadata") or {}
-    name = str(meta.get("name", ""))
     lock = (meta.get("annotations") or {}).get(keys.NODE_LOCK)
-    if lock is not None:
-        try:
-            parsed = parse_node_lock(str(lock))
-        except DecodeError as e:
-            return NoPod(f"node {name}: {e}")
-        if parsed.namespace and parsed.name:
-            return LockedPod(parsed.namespace, parsed.name)
+    if lock is None:
+        return None
+    try:
+        parsed = parse_node_lock(str(lock))
+    except DecodeError as e:
+        return NoPod(f"node {meta.get('name', '')}: {e}")
+    if parsed.namespace and parsed.name:
+        return LockedPod(parsed.namespace, parsed.name)
+    return None
+
+
+def fallback_choice(node_name: str, pods_on_node: Sequence[Mapping[str, Any]]) -> FallbackPod | NoPod:
+    """``GetPendingPod``'s fallback over the node's pods (``spec.nodeName`` = node, in list order)."""
     for pod in pods_on_node:
-        pmeta = pod.get("metadata") or {}
-        annos = pmeta.get("annotations") or {}
+        meta = pod.get("metadata") or {}
+        annos = meta.get("annotations") or {}
         if (
             (pod.get("status") or {}).get("phase") == "Pending"
             and keys.BIND_TIME in annos
             and annos.get(keys.BIND_PHASE) in _CANDIDATE_PHASES
-            and annos.get(keys.VGPU_NODE) == name
+            and annos.get(keys.VGPU_NODE) == node_name
         ):
-            return FallbackPod(str(pmeta.get("namespace", "")), str(pmeta.get("name", "")))
-    return NoPod(f"no binding pod found on node {name}")
+            return FallbackPod(str(meta.get("namespace", "")), str(meta.get("name", "")))
+    return NoPod(f"no binding pod found on node {node_name}")
 
 
 def _device_count(container: Mapping[str, Any], resource: str) -> int:

@@ -36,7 +36,14 @@ from typing import Any, Final
 
 import aiohttp
 
-from services.simulate.devplugin import LockedPod, NoPod, allocation_problems, pending_pod_choice
+from services.simulate.devplugin import (
+    LockedPod,
+    NoPod,
+    PendingPod,
+    allocation_problems,
+    fallback_choice,
+    lock_choice,
+)
 from services.simulate.report import ADMISSION, PodResult
 from shared.codec import annotations as keys
 from shared.codec.resources import pod_requests_managed_resource
@@ -379,7 +386,9 @@ class Driver:
         """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and
         serve each of its containers the devices the scheduler wrote for it."""
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        choice = pending_pod_choice(await self.kube.get_node(node), await self.kube.list_pods(node_name=node))
+        choice: PendingPod | None = lock_choice(await self.kube.get_node(node))
+        if choice is None:
+            choice = fallback_choice(node, await self.kube.list_pods(node_name=node))
         where = f"device plugin on {node}, allocating {ns}/{name}"
         if isinstance(choice, NoPod):
             raise DriverError(f"{where}: Allocate fails: {choice.reason}")
