@@ -173,6 +173,68 @@ async def _serve_emulator(port: int) -> None:
     await em.stop()
 
 
+# ---- the floor: aiohttp + the body + two Redis round trips, no decoding or planning -----------------------------
+
+
+async def _serve_floor(port: int, redis_url: str) -> None:
+    """What any Python extender of this shape pays per /filter before doing its job: the HTTP server reads the
+    body, makes the same two Redis round trips (a pipelined read, then one script call), answers a fixed body."""
+    from aiohttp import web
+
+    from shared.ops import start_server
+
+    store = Store.create(connect(redis_url), prefix="floor")
+    answer = (
+        b'{"Nodes":null,"NodeNames":["node-00001"],"FailedNodes":null,"FailedAndUnresolvableNodes":null,"Error":""}'
+    )
+
+    async def handle(request: web.Request) -> web.Response:
+        await request.read()
+        await store.reservations.node_and_quota("uid", "default")
+        await store.meta.ensure_epoch()  # one script call, like the reservation
+        return web.Response(body=answer, content_type="application/json")
+
+    async def ready(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application(client_max_size=2 << 20)
+    app.router.add_post("/filter", handle)
+    app.router.add_get("/readyz", ready)
+    server = await start_server(app, f"127.0.0.1:{port}")
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop()
+    await store.aclose()
+
+
+@contextlib.contextmanager
+def _floor(redis_url: str) -> Iterator[str]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "benchmarks.bench_extender", "--serve-floor", str(port), "--floor-redis", redis_url]
+    with _process(cmd, port, "floor server"):
+        yield f"http://127.0.0.1:{port}"
+
+
+async def _floor_latency(url: str, nodes: int, requests: int) -> None:
+    names = _names(nodes)
+    body = _filter_body("floor", names)
+    http = Http(url)
+    rtts: list[float] = []
+    try:
+        for i in range(requests + 50):
+            t = time.perf_counter()
+            await http.request("POST", "/filter", body)
+            if i >= 50:
+                rtts.append(time.perf_counter() - t)
+    finally:
+        await http.close()
+    print(
+        f"  floor (aiohttp + the same body + two Redis round trips, no decoding, no planning): "
+        f"p50 {_pct(rtts, 0.5):.2f} ms, p99 {_pct(rtts, 0.99):.2f} ms"
+    )
+
+
 # ---- a minimal keep-alive HTTP client ----------------------------------------------------------------------------
 
 
@@ -463,7 +525,13 @@ async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
         t = time.perf_counter()
         await _seed(redis_url, nodes)
         seed_s = time.perf_counter() - t
-        print(f"[{nodes} nodes × {GPUS} GPUs] seeded in {seed_s:.1f} s (a third of the nodes carry 3 pods)")
+        print(
+            f"[{nodes} nodes × {GPUS} GPUs] seeded in {seed_s:.1f} s (a third of the nodes carry 3 pods); "
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
+        with _floor(redis_url) as floor_url:
+            await _wait_ready(floor_url)
+            await _floor_latency(floor_url, nodes, min(args.requests, 1000))
         with _extender(redis_url, kube_url) as (url, pid):
             ready_s = await _wait_ready(url)
             print(f"  extender ready in {ready_s:.2f} s (snapshot load), RSS {_rss_mib(pid):.0f} MiB")
@@ -488,7 +556,8 @@ async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
                 tag = f"r{replicas}{'s' if sequential else 'c'}"
                 await _throughput(urls, kube_url, nodes, args.pods, args.workers, tag, sequential_filters=sequential)
     informer.close()
-    print(f"  (machine: {os.cpu_count()} CPUs; client, emulator, Redis, informer and replicas share them)")
+    print(f"  (machine: {os.cpu_count()} CPUs, load average now {os.getloadavg()[0]:.1f}; the client, the emulator,")
+    print("   Redis, the informer and the replicas share them)")
 
 
 def main() -> None:
@@ -498,7 +567,12 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=1500, help="pods per throughput run")
     parser.add_argument("--workers", type=int, default=16, help="concurrent clients in the throughput runs")
     parser.add_argument("--serve-emulator", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--serve-floor", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--floor-redis", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_floor is not None:
+        asyncio.run(_serve_floor(args.serve_floor, args.floor_redis))
+        return
     if args.serve_emulator is not None:
         asyncio.run(_serve_emulator(args.serve_emulator))
         return

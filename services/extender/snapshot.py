@@ -51,7 +51,7 @@ class CacheSettings:
     """How long one feed read waits for events."""
     feed_count: int = 1000
     """Events per feed read."""
-    feed_min_interval_s: float = 0.02
+    feed_min_interval_s: float = 0.05
     """The least time between two feed reads: under load, events are taken in batches instead of one read (and
     its gap check) per reservation, which would cost every request Redis round trips on this event loop."""
     status_interval_s: float = 1.0
