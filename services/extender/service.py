@@ -79,6 +79,7 @@ class ExtenderService:
             on_reload=lambda reason: self.metrics.snapshot_reloads.labels(reason).inc(),
             on_node_reads=self.metrics.snapshot_node_reads.inc,
         )
+        self.metrics.snapshot_nodes.set_function(lambda: float(len(self.cache)))
         self._quota_view = QuotaView({})
         deps.registry.register(
             AllocationCollector(

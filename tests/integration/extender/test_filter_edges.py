@@ -286,6 +286,7 @@ async def test_metrics_expose_the_allocation_gauges_and_the_filter_counters(stor
     assert value("hami_resource_quota_used", **quota, quota_name="nvidia.com/gpucores", limit="400") == 240
     assert value("hami_resource_quota_limit", **quota, quota_name="nvidia.com/gpumem") == 50000
     assert value("vgpu_filter_outcomes_total", outcome="scheduled") == 1
+    assert value("vgpu_extender_snapshot_nodes") == 2
     assert value("vgpu_extender_request_duration_seconds_count", verb="filter") == 1
     for name in ("vgpu_reservation_conflicts", "vgpu_reservation_retries", "vgpu_filter_reasons",
                  "vgpu_bind_outcomes", "vgpu_node_lock_wait_seconds", "vgpu_webhook_outcomes",
