@@ -14,17 +14,14 @@ import os
 
 from services.extender.events import EventSink, api_poster
 from services.extender.service import ExtenderDeps, ExtenderService
-from shared import config
-from shared.config import CommonSettings, ExtenderSettings, Service, add_service_parser, settings_from_args
-from shared.k8s import Api, KubeSettings, open_client
+from shared.config import ExtenderSettings, Service, add_service_parser, settings_from_args
+from shared.k8s import Api, kube_settings_from, open_client
 from shared.logs import configure_from_settings
 from shared.metrics import new_registry, register_build_info
 from shared.ops import create_ops_app, serve
 from shared.runtime import RootTask, run_service, supervise
 from shared.store import Store, connect
 
-DEFAULT_KUBE_TIMEOUT_S = 10.0
-"""The per-call deadline used when ``--kube-timeout`` is 0: well inside kube-scheduler's extender timeout."""
 DEFAULT_COMPONENT = "vgpu-scheduler"
 """The Events' ``source.component`` when ``--scheduler-name`` is empty."""
 DRAIN_TIMEOUT_S = 10.0
@@ -35,24 +32,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_service_parser(subparsers, Service.EXTENDER).set_defaults(run=run)
 
 
-def kube_settings(common: CommonSettings) -> KubeSettings:
-    """The kube client settings (``--kube-timeout 0`` → :data:`DEFAULT_KUBE_TIMEOUT_S`)."""
-    k: config.KubeSettings = common.kube
-    return KubeSettings(
-        kubeconfig=k.kubeconfig,
-        server=k.server,
-        qps=k.qps,
-        burst=k.burst,
-        timeout_s=k.timeout_s if k.timeout_s > 0 else DEFAULT_KUBE_TIMEOUT_S,
-    )
-
-
 async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> None:
     """Build the dependencies, then run the extender and its ops server until ``stop`` (then drain)."""
     common = settings.common
     store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
     try:
-        async with open_client(kube_settings(common)) as kube:
+        async with open_client(kube_settings_from(common)) as kube:
             api = Api(kube, component=settings.scheduler_name or DEFAULT_COMPONENT, instance=common.instance_id)
             registry = new_registry()
             register_build_info(registry, service=Service.EXTENDER.value)

@@ -30,6 +30,7 @@ from shared.domain.model import NvidiaConfig
 from shared.errors import TransientError
 from shared.k8s import Api
 from shared.ops import RunningServer, start_server
+from shared.runtime import cancel_until_done
 from shared.store import Store
 
 logger = logging.getLogger(__name__)
@@ -127,8 +128,7 @@ class ExtenderService:
                 if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
                     logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
                 self.cache.close()
-                for task in (readiness, sink, follower):
-                    task.cancel()
+                await cancel_until_done([readiness, sink, follower])  # one cancel() can be lost on 3.11
 
     async def readiness(self) -> tuple[bool, str]:
         """Ready = Redis answers, the snapshot is loaded and the registrar's and informer's sync markers are
