@@ -1,4 +1,5 @@
-"""Fixtures of the extender tests: a store on the real redis-server fixture, the API emulator and an Api on it.
+"""Fixtures of the extender tests: a store (prefix ``x``) on the real redis-server fixture and an Api on the API
+emulator (``emulator`` and ``kube`` come from ``tests/integration/conftest.py``).
 
 (Written by extender helper A for the filter tests; the bind/webhook tests may add their own fixtures here.)
 """
@@ -9,8 +10,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.emulator import Emulator
-from shared.k8s import Api, KubeClient, KubeSettings, open_client
+from shared.k8s import Api, KubeClient
 from shared.store import Store, connect
 
 
@@ -31,22 +31,6 @@ async def other_store(redis_url: str) -> AsyncIterator[Store]:
         yield s
     finally:
         await s.aclose()
-
-
-@pytest.fixture
-async def emulator() -> AsyncIterator[Emulator]:
-    em = Emulator(bookmark_interval_s=None)
-    await em.start()
-    try:
-        yield em
-    finally:
-        await em.stop()
-
-
-@pytest.fixture
-async def kube(emulator: Emulator) -> AsyncIterator[KubeClient]:
-    async with open_client(KubeSettings(server=emulator.url, qps=0, timeout_s=5.0)) as client:
-        yield client
 
 
 @pytest.fixture

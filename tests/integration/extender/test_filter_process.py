@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
@@ -16,26 +13,8 @@ import aiohttp
 from shared.emulator import Emulator
 from shared.store import Store
 from tests.integration.extender.filter_harness import seed, wire
-
-
-def _listening(log: Path) -> list[str]:
-    out = []
-    for line in log.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("msg") == "listening":
-            out.append(str(record["address"]))
-    return out
-
-
-async def _until(check: Callable[[], Awaitable[bool]], deadline_s: float, what: str) -> None:
-    """Poll an external process (nothing to await in-process) until ``check`` holds."""
-    end = time.monotonic() + deadline_s
-    while not await check():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
+from tests.process import listening_addresses, service_process
+from tests.waiting import eventually
 
 
 async def test_process_places_a_pod_and_drains_on_sigterm(
@@ -43,31 +22,24 @@ async def test_process_places_a_pod_and_drains_on_sigterm(
 ) -> None:
     await seed(store)
     log = tmp_path / "extender.log"
-    with log.open("wb") as err:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "services.cli",
-            "extender",
-            f"--redis-url={redis_url}",
-            "--key-prefix=x",
-            f"--kube-server={emulator.url}",
-            "--http_bind=127.0.0.1:0",
-            "--metrics-bind-address=127.0.0.1:0",
-            "--scheduler-name=vgpu-scheduler",
-            "--log-format=json",
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=err,
-        )
-    try:
+    async with service_process(
+        log,
+        "extender",
+        f"--redis-url={redis_url}",
+        "--key-prefix=x",
+        f"--kube-server={emulator.url}",
+        "--http_bind=127.0.0.1:0",
+        "--metrics-bind-address=127.0.0.1:0",
+        "--scheduler-name=vgpu-scheduler",
+    ) as proc:
 
         async def both_listening() -> bool:
             assert proc.returncode is None, log.read_text()
-            return len(_listening(log)) == 2
+            return len(listening_addresses(log)) == 2
 
-        await _until(both_listening, 30, "two listening servers")
+        await eventually(both_listening, 30, "two listening servers")
         async with aiohttp.ClientSession() as http:
-            urls = [f"http://{a}" for a in _listening(log)]
+            urls = [f"http://{a}" for a in listening_addresses(log)]
             kinds = {}
             for url in urls:
                 async with http.post(f"{url}/filter", data=b"{}") as r:
@@ -79,7 +51,7 @@ async def test_process_places_a_pod_and_drains_on_sigterm(
                 async with http.get(f"{extender}/readyz") as r:
                     return r.status == 200
 
-            await _until(ready, 30, "readyz 200")
+            await eventually(ready, 30, "readyz 200")
             async with http.post(f"{extender}/filter", data=wire("001-filter.json")) as r:
                 answer = await r.json()
             assert answer["NodeNames"] == ["gpu-node-1"]
@@ -102,7 +74,3 @@ async def test_process_places_a_pod_and_drains_on_sigterm(
         )
         assert decisions[0]["devices"] == [["GPU-gpu-node-1-0"]]
         assert any(r.get("msg") == "extender draining" for r in records)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
