@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 
 from services.extender.events import EventSink, api_poster
@@ -22,9 +23,20 @@ from shared.ops import create_ops_app, serve
 from shared.runtime import RootTask, run_service, supervise
 from shared.store import Store, connect
 
+logger = logging.getLogger(__name__)
+
+API_CALLS_PER_BIND = 5
+"""What one successful /bind costs the API client: GET pod, GET node, PATCH node (lock), PATCH pod, POST binding."""
+LOW_BIND_RATE = 10.0
+
 DEFAULT_COMPONENT = "vgpu-scheduler"
 """The Events' ``source.component`` when ``--scheduler-name`` is empty."""
 DRAIN_TIMEOUT_S = 10.0
+
+
+def bind_rate_ceiling(kube_qps: float) -> float | None:
+    """Binds per second the API client's rate limit allows (``None``: no limit)."""
+    return kube_qps / API_CALLS_PER_BIND if kube_qps > 0 else None
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +47,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> None:
     """Build the dependencies, then run the extender and its ops server until ``stop`` (then drain)."""
     common = settings.common
+    ceiling = bind_rate_ceiling(common.kube.qps)
+    if ceiling is not None and ceiling < LOW_BIND_RATE:
+        logger.warning(
+            "the API rate limit caps this replica's binds",
+            extra={"kube_qps": common.kube.qps, "binds_per_s": round(ceiling, 2), "hint": "raise --kube-qps"},
+        )
     store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
     try:
         async with open_client(kube_settings_from(common)) as kube:

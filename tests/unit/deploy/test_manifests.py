@@ -320,6 +320,20 @@ def test_extender_deployment(manifests: Objects) -> None:
     assert ports == {"https": 443, "metrics": 9395}
 
 
+API_CALLS_PER_BIND = 5
+"""GET pod, GET node, PATCH node (lock), PATCH pod (annotations), POST binding."""
+
+
+def test_api_rate_limits_leave_room_for_binds(manifests: Objects) -> None:
+    """HAMi's client defaults (5 QPS, burst 10) would cap an extender at about one bind per second."""
+    flags = args_map(container(manifests, f"{FULL}-extender"))
+    assert float(flags["kube-qps"]) / API_CALLS_PER_BIND >= 10
+    assert int(flags["kube-burst"]) >= 2 * API_CALLS_PER_BIND
+    for component in ("registrar", "informer"):
+        flags = args_map(container(manifests, f"{FULL}-{component}"))
+        assert float(flags["kube-qps"]) > 5 and int(flags["kube-burst"]) > 10
+
+
 @pytest.mark.parametrize("component", ["registrar", "informer"])
 def test_leased_components_probe_their_metrics_port(manifests: Objects, component: str) -> None:
     c = container(manifests, f"{FULL}-{component}")

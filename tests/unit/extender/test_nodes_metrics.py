@@ -135,3 +135,11 @@ def test_legacy_metrics_repeat_the_gauges_under_hami_old_names() -> None:
     assert samples[("nodeGPUMemoryPercentage", frozenset(dev.items()))] == 0.25
     quota = {"quotanamespace": "team", "quotaName": "nvidia.com/gpucores", "limit": "200", "zone": "vGPU"}
     assert samples[("QuotaUsed", frozenset(quota.items()))] == 25
+
+
+def test_bind_rate_ceiling_follows_the_api_rate_limit() -> None:
+    from services.extender.main import bind_rate_ceiling
+
+    assert bind_rate_ceiling(5) == 1.0  # HAMi's client default: one bind per second
+    assert bind_rate_ceiling(100) == 20.0
+    assert bind_rate_ceiling(0) is None  # no limit
