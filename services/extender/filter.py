@@ -35,7 +35,7 @@ from shared.domain.plan import Decision, Failure, plan
 from shared.domain.scoring import Policies
 from shared.domain.snapshot import NodeSnapshot
 from shared.errors import DecodeError, PermanentError, TransientError, VgpuError
-from shared.protocol.events import filter_failure_events, reason_types
+from shared.protocol.events import filter_failure_events, filter_success_event, reason_types
 from shared.protocol.extender import (
     EMPTY_BODY_MESSAGE,
     MAX_BODY_BYTES,
@@ -354,6 +354,10 @@ class FilterHandler:
                 "retries": retries,
             },
         )
+        # HAMi's FilteringSucceed text. The fast path stops at the first node that fits, so the counts cover the
+        # nodes the policy prefers over the chosen one (none of which fit) and the chosen node itself.
+        event = filter_success_event(decision.node, [(decision.node, decision.score)], decision.passed_over + 1)
+        self._deps.event_sink.submit(pod.ref, [event], once_key=(pod.uid or pod.key, "scheduled", decision.node))
         return ExtenderFilterResult.fit(decision.node)
 
     def _unschedulable(

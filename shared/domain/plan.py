@@ -49,6 +49,8 @@ class Decision:
     mig: tuple[MigAllocation, ...]
     charges: tuple[DeviceCharge, ...]
     score: float
+    passed_over: int = 0
+    """Candidates the node policy prefers over ``node`` (by score, then name): every one of them does not fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +182,29 @@ def _by_name(nodes: Sequence[NodeSnapshot], run: list[int]) -> Iterator[int]:
     yield from sorted(run, key=lambda g: nodes[g].name)
 
 
-def _decision(snap: NodeSnapshot, fit: NodeFit) -> Decision:
-    return Decision(node=snap.name, devices=fit.devices, mig=fit.mig, charges=fit.charges, score=snap.summary.score)
+def _decision(snap: NodeSnapshot, fit: NodeFit, passed_over: int = 0) -> Decision:
+    return Decision(
+        node=snap.name,
+        devices=fit.devices,
+        mig=fit.mig,
+        charges=fit.charges,
+        score=snap.summary.score,
+        passed_over=passed_over,
+    )
+
+
+def _passed_over_in_order(nodes: Sequence[NodeSnapshot], scores: list[float], order: list[int], idx: int) -> int:
+    """How many nodes the walk ranks before ``idx``: higher-preference scores, then equal scores with smaller
+    names. ``list.index`` runs in C, so this costs little next to the walk that found ``idx``."""
+    pos = order.index(idx)
+    s = scores[idx]
+    start, end = pos, pos + 1
+    while start > 0 and scores[order[start - 1]] == s:
+        start -= 1
+    while end < len(order) and scores[order[end]] == s:
+        end += 1
+    name = nodes[idx].name
+    return start + sum(1 for j in range(start, end) if nodes[order[j]].name < name)
 
 
 def _empty_decision(snap: NodeSnapshot, pod: PodRequest) -> Decision:
@@ -248,7 +271,7 @@ def plan(
             continue
         result = evaluate_node(ctx, nodes[idx])
         if isinstance(result, NodeFit):
-            return _decision(nodes[idx], result)
+            return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
         rejections[idx] = result
     # 3. nothing fits: give the skipped nodes their reasons too (in order: were the summaries ever wrong, the
     # first of them that fits would still be the right answer)
@@ -257,7 +280,7 @@ def plan(
             continue
         result = evaluate_node(ctx, nodes[idx])
         if isinstance(result, NodeFit):
-            return _decision(nodes[idx], result)
+            return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
         rejections[idx] = result
     return _failure(nodes, rejections)
 
@@ -275,7 +298,8 @@ def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision
         if best is None or _better(snap, best[0], binpack):
             best = (snap, result)
     if best is not None:
-        return _decision(*best)
+        winner = best[0]
+        return _decision(winner, best[1], sum(1 for snap in nodes if _better(snap, winner, binpack)))
     return _failure(nodes, rejections)
 
 

@@ -163,7 +163,6 @@ async def test_filter_writes_nothing_and_bind_writes_lock_one_pod_patch_and_bind
     assert emulator.node(NODE)["metadata"]["annotations"]["hami.io/mutex.lock"] == lock_value
 
 
-@pytest.mark.xfail(strict=True, reason="services/extender/filter.py records no FilteringSucceed event (§5.1 step 7)")
 async def test_a_successful_filter_records_filtering_succeed(
     store: Store, emulator: RecordingEmulator, api: Api
 ) -> None:
@@ -187,6 +186,7 @@ async def test_a_failed_binding_releases_the_lock_with_a_guarded_null_and_remove
         created = emulator.put(training_pod())
         answer = await ext.post("filter", {"Pod": created, "Nodes": None, "NodeNames": [NODE]})
         assert answer["NodeNames"] == [NODE]
+        await ext.flush_events()
         emulator.raw.clear()
         emulator.inject_error(500, method="POST", path="/binding$", times=1)
         meta = created["metadata"]

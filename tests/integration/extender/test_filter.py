@@ -92,6 +92,7 @@ async def test_filter_makes_no_api_server_write(store: Store, api: Api, emulator
         failed = await ext.filter(too_big)
         assert failed["FailedNodes"] == {"gpu-node-1": "NodeInsufficientDevice", "gpu-node-2": "NodeInsufficientDevice"}
         assert [e.message for _, e in await ext.flushed_events()] == [
+            "find fit node(gpu-node-1), 0 nodes not fit, 1 nodes fit(gpu-node-1:0.00)",
             "2 nodes NodeInsufficientDevice(gpu-node-1,gpu-node-2)",
             "no available node, 2 nodes do not meet",
         ]
@@ -146,11 +147,15 @@ async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(sto
         "gpu-node-1": "2/2 CardInsufficientMemory",
         "gpu-node-2": "2/2 CardInsufficientMemory",
     }
-    assert [(e.type.value, e.reason.value, e.message) for _, e in events] == [
+    placed_events = [(p["metadata"]["name"], e.reason.value, e.message) for p, e in events[:4]]
+    assert [e[:2] for e in placed_events] == [(f"pod-{i}", "FilteringSucceed") for i in range(4)]
+    # the second pod on each node passed over nothing; pod-2 and pod-3 passed over the full gpu-node-1
+    assert placed_events[2][2] == "find fit node(gpu-node-2), 1 nodes not fit, 1 nodes fit(gpu-node-2:0.00)"
+    assert [(e.type.value, e.reason.value, e.message) for _, e in events[4:]] == [
         ("Warning", "FilteringFailed", "2 nodes CardInsufficientMemory(gpu-node-1,gpu-node-2)"),
         ("Warning", "FilteringFailed", "no available node, 2 nodes do not meet"),
     ]
-    assert all(p["metadata"]["name"] == "pod-4" for p, _ in events)
+    assert all(p["metadata"]["name"] == "pod-4" for p, _ in events[4:])
 
 
 async def test_unknown_candidates_are_unregistered_and_do_not_block_a_fit(store: Store, api: Api) -> None:

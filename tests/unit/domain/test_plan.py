@@ -388,3 +388,17 @@ def test_many_equal_nodes_choose_the_first_name() -> None:
     p = pod(req(1, mem=100))
     assert decide(p, full + idle).node == "idle-000"
     assert decide(p, full + idle, policies=Policies(node=NodePolicy.SPREAD)).node == "idle-000"
+
+
+@pytest.mark.parametrize("exhaustive", [False, True], ids=["fast", "exhaustive"])
+def test_passed_over_counts_the_preferred_nodes_that_do_not_fit(exhaustive: bool) -> None:
+    # binpack prefers the busiest node: busy-a and busy-b (equal scores) cannot take a whole card, idle can
+    busy = {i: use(1, mem=1000, cores=10) for i in range(4)}
+    nodes = [snap("idle"), snap("busy-b", usage=busy), snap("busy-a", usage=busy)]
+    whole = pod(req(1, cores=100))
+    d = plan(whole, NO_CONSTRAINTS, nodes, policies=Policies(), exhaustive=exhaustive)
+    assert isinstance(d, Decision)
+    assert (d.node, d.passed_over) == ("idle", 2)
+    d = plan(pod(req(1, mem=100)), NO_CONSTRAINTS, nodes, policies=Policies(), exhaustive=exhaustive)
+    assert isinstance(d, Decision)
+    assert (d.node, d.passed_over) == ("busy-a", 0)  # the preferred node fits: nothing passed over
