@@ -21,7 +21,7 @@ if ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; t
     echo "error: $VENV needs Python >= 3.11 (has $("$VENV/bin/python" -V 2>&1)); set PYTHON=python3.11 and remove $VENV" >&2
     exit 1
 fi
-"$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e '.[test]'
+"$VENV/bin/python" -m pip install -qq --disable-pip-version-check -e '.[test,plot]'
 
 failed=()
 gate() {
