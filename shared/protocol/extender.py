@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Final
 
 from shared.errors import DecodeError
@@ -103,9 +104,10 @@ def parse_extender_args(body: bytes | str) -> ExtenderArgs:
     if raw_names is not gojson.MISSING and raw_names is not None:
         if not isinstance(raw_names, list):
             raise DecodeError(_ARGS, f"NodeNames must be an array of strings, got {gojson.type_name(raw_names)}")
-        for i, name in enumerate(raw_names):
-            if not isinstance(name, str):
-                raise DecodeError(_ARGS, f"NodeNames[{i}] must be a string, got {gojson.type_name(name)}")
+        if not all(map(isinstance, raw_names, repeat(str))):  # C loop: no per-name Python code when all are strings
+            for i, name in enumerate(raw_names):
+                if not isinstance(name, str):
+                    raise DecodeError(_ARGS, f"NodeNames[{i}] must be a string, got {gojson.type_name(name)}")
         node_names = list(raw_names)
 
     raw_nodes = doc.fold_get(top, "Nodes")
