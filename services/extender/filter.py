@@ -54,6 +54,8 @@ DEFAULT_MAX_ATTEMPTS = 5
 _MAX_LOCAL_REPLANS = 50
 """Re-plans because the chosen node changed in this process before the commit (progress elsewhere; bounded)."""
 JSON = "application/json"
+_SEND_TURNS = 2
+"""Event-loop turns a Redis read started as a task needs to be on the wire (redis-py 8; more do no harm)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +302,10 @@ class FilterHandler:
             self._store.reservations.node_and_quota(pod.uid, pod.namespace), name=f"filter-context:{pod.uid}"
         )
         try:
+            # Let the task reach the socket first (redis-py takes a pooled connection, then sends: two loop turns);
+            # without this the read would only be sent once planning is done, and nothing would overlap.
+            for _ in range(_SEND_TURNS):
+                await asyncio.sleep(0)
             snaps, missing = self._cache.lookup(names)
             result = self._plan(pod, snaps, None)
             planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
