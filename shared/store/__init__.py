@@ -38,6 +38,7 @@ from shared.store.types import (
     StaleFenceError,
     StoreStatus,
     SyncMarker,
+    UndecodableRecord,
     UsageAudit,
 )
 from shared.store.usage import SnapshotRepo, UsageRepo, parse_usage
@@ -90,6 +91,7 @@ __all__ = [
     "Store",
     "StoreStatus",
     "SyncMarker",
+    "UndecodableRecord",
     "UsageAudit",
     "UsageRepo",
     "charges_json",

@@ -25,6 +25,7 @@ from shared.store.types import (
     ReserveConflict,
     Reserved,
     ReserveResult,
+    UndecodableRecord,
 )
 
 _MAX_MOVES = 3
@@ -62,15 +63,22 @@ def charges_json(charges: Sequence[DeviceCharge]) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-def _parse_record(raw: bytes, blob: bytes | None, uid: str) -> AllocationRecord | None:
-    state_s, at_s, _ = raw.split(b"|", 2)
+def _parse_record(raw: bytes, blob: bytes | None, uid: str, node: str) -> AllocationRecord | None:
+    """One stored record (None: its envelope is already gone, a release racing the read). A bad value raises
+    the decoder's error class (:class:`SchemaVersionError` for a newer envelope) naming the pod and the node."""
     if blob is None:
         return None
     try:
-        state = ReservationState(state_s.decode())
-    except ValueError as e:
-        raise DecodeError("stored reservation", "unknown state", f"{uid}: {state_s!r}") from e
-    return AllocationRecord(allocation=decode_allocation(blob), state=state, reserved_at_ms=int(at_s))
+        try:
+            state_s, at_s, _ = raw.split(b"|", 2)
+            state = ReservationState(state_s.decode())
+            reserved_at_ms = int(at_s)
+        except ValueError as e:
+            raise DecodeError("stored reservation", "expected <state>|<reserved_at_ms>|<charges>", repr(raw)) from e
+        allocation = decode_allocation(blob)
+    except DecodeError as e:
+        raise type(e)(f"stored allocation of pod {uid} on node {node}", str(e)) from e
+    return AllocationRecord(allocation=allocation, state=state, reserved_at_ms=reserved_at_ms)
 
 
 class Reservations:
@@ -105,8 +113,9 @@ class Reservations:
             check_fenced(reply, fence)
             if reply[0] != b"elsewhere":
                 return reply
-            # the pod still holds charges on another node: drop them there first (design §2)
-            await self.release(alloc.pod_uid, node=text(reply[1]), fence=fence)
+            # the pod still holds charges on another node: drop them there first (design §2); the record
+            # released there is not decoded (it may be unreadable, and nobody needs it)
+            await self._release(alloc.pod_uid, text(reply[1]), fence)
         raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
 
     async def reserve(self, alloc: Allocation, fence: Fence | None = None) -> ReserveResult:
@@ -156,6 +165,11 @@ class Reservations:
         node = node or await self.node_of(pod_uid)
         if node is None:
             return None
+        blob = await self._release(pod_uid, node, fence)
+        return None if blob is None else decode_allocation(blob)
+
+    async def _release(self, pod_uid: str, node: str, fence: Fence | None) -> bytes | None:
+        """Release the pod's charges on ``node``; the envelope of what was released, undecoded (None: nothing)."""
         k = self._ctx.keys
         extra_keys, token = fence_args(k, fence)
         keys = [
@@ -174,7 +188,8 @@ class Reservations:
         check_fenced(reply, fence)
         if reply[0] != b"ok" or not reply[3]:
             return None
-        return decode_allocation(reply[3])
+        blob: bytes = reply[3]
+        return blob
 
     async def node_of(self, pod_uid: str) -> str | None:
         """The node the pod index places ``pod_uid`` on, if any."""
@@ -204,31 +219,41 @@ class Reservations:
             raw, blob = await pipe.execute()
         if raw is None:
             return None
-        return _parse_record(raw, blob, pod_uid)
+        return _parse_record(raw, blob, pod_uid, node)
 
-    async def list_by_node(self, node: str) -> list[AllocationRecord]:
-        """Every allocation stored on ``node``, ordered by pod UID."""
-        return (await self._list_nodes([node])).get(node, [])
+    async def list_by_node(self, node: str, errors: list[UndecodableRecord] | None = None) -> list[AllocationRecord]:
+        """Every allocation stored on ``node``, ordered by pod UID. ``errors``: see :meth:`list_all`."""
+        return (await self._list_nodes([node], errors)).get(node, [])
 
-    async def list_all(self) -> dict[str, list[AllocationRecord]]:
-        """Every stored allocation, by node."""
+    async def list_all(self, errors: list[UndecodableRecord] | None = None) -> dict[str, list[AllocationRecord]]:
+        """Every stored allocation, by node.
+
+        With an ``errors`` list, a record that cannot be decoded (a newer replica's envelope version during a
+        rolling upgrade, a corrupt value) is left out and appended to it, so one bad record never hides the
+        others; without one, the first raises its :class:`DecodeError` (strict: audits and tests).
+        """
         async with self._ctx.translated("list allocation nodes"):
             nodes = sorted(text(n) for n in await self._ctx.client.smembers(self._ctx.keys.allocation_nodes()))
-        return await self._list_nodes(nodes)
+        return await self._list_nodes(nodes, errors)
 
-    async def list_unconfirmed_older_than(self, age_s: float) -> list[AllocationRecord]:
-        """Reservations still unconfirmed ``age_s`` seconds after they were made (server clock)."""
+    async def list_unconfirmed_older_than(
+        self, age_s: float, errors: list[UndecodableRecord] | None = None
+    ) -> list[AllocationRecord]:
+        """Reservations still unconfirmed ``age_s`` seconds after they were made (server clock).
+        ``errors``: see :meth:`list_all`."""
         async with self._ctx.translated("read server time"):
             secs, micros = await self._ctx.client.time()
         cutoff_ms = secs * 1000 + micros // 1000 - int(age_s * 1000)
         return [
             r
-            for records in (await self.list_all()).values()
+            for records in (await self.list_all(errors)).values()
             for r in records
             if r.state is ReservationState.RESERVED and r.reserved_at_ms <= cutoff_ms
         ]
 
-    async def _list_nodes(self, nodes: Sequence[str]) -> dict[str, list[AllocationRecord]]:
+    async def _list_nodes(
+        self, nodes: Sequence[str], errors: list[UndecodableRecord] | None
+    ) -> dict[str, list[AllocationRecord]]:
         if not nodes:
             return {}
         k = self._ctx.keys
@@ -243,7 +268,13 @@ class Reservations:
             blobs: dict[bytes, bytes] = replies[2 * i + 1]
             records = []
             for uid in sorted(charges):
-                rec = _parse_record(charges[uid], blobs.get(uid), text(uid))
+                try:
+                    rec = _parse_record(charges[uid], blobs.get(uid), text(uid), n)
+                except DecodeError as e:
+                    if errors is None:
+                        raise
+                    errors.append(UndecodableRecord(pod_uid=text(uid), node=n, error=e))
+                    continue
                 if rec is not None:
                     records.append(rec)
             if records:

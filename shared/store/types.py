@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from shared.domain.model import Allocation, DeviceUsage, NodeInventory
 from shared.domain.snapshot import NodeSnapshot
-from shared.errors import ConflictError, DecodeError
+from shared.errors import ConflictError, DecodeError, SchemaVersionError
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,24 @@ class AllocationRecord:
     allocation: Allocation
     state: ReservationState
     reserved_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableRecord:
+    """A stored allocation a listing could not read: left out of the listing, left as it is in Redis.
+
+    ``error`` is a :class:`~shared.errors.SchemaVersionError` when a newer replica wrote it (``newer_version``:
+    leave it to that replica) and another :class:`~shared.errors.DecodeError` when the value is corrupt.
+    """
+
+    pod_uid: str
+    node: str
+    error: DecodeError
+
+    @property
+    def newer_version(self) -> bool:
+        """Whether the record was written in an envelope version newer than this reader knows."""
+        return isinstance(self.error, SchemaVersionError)
 
 
 # --------------------------------------------------------------------------------------------
