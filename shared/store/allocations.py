@@ -161,12 +161,18 @@ class Reservations:
 
     async def release(self, pod_uid: str, node: str | None = None, fence: Fence | None = None) -> Allocation | None:
         """Give back what the pod holds on ``node`` (default: where the pod index says). Returns what was
-        released, or None if there was nothing (a no-op)."""
+        released, or None if there was nothing (a no-op) or what was released cannot be decoded (a newer
+        replica's envelope, a corrupt value: the release stands, there is just nothing readable to return)."""
         node = node or await self.node_of(pod_uid)
         if node is None:
             return None
         blob = await self._release(pod_uid, node, fence)
-        return None if blob is None else decode_allocation(blob)
+        if blob is None:
+            return None
+        try:
+            return decode_allocation(blob)
+        except DecodeError:
+            return None  # released all the same: a caller must not fail after the write succeeded
 
     async def _release(self, pod_uid: str, node: str, fence: Fence | None) -> bytes | None:
         """Release the pod's charges on ``node``; the envelope of what was released, undecoded (None: nothing)."""

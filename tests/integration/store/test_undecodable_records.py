@@ -113,3 +113,17 @@ async def test_recording_over_a_corrupt_record_on_another_node_moves_it(populate
     assert [r.allocation.pod_uid for r in listed["n1"]] == ["a", "c"]
     assert await s.reservations.node_of("bad") == "n2"
     assert await s.usage.node_usage("n1") == {"GPU-a": DeviceUsage(used=2, used_mem_mib=1500, used_cores=40)}
+
+
+@pytest.mark.parametrize("blob_kind", list(BAD_BLOBS))
+async def test_releasing_an_unreadable_record_releases_it_without_raising(populated: Store, blob_kind: str) -> None:
+    s = populated
+    await corrupt(s, "bad", "n1", BAD_BLOBS[blob_kind][0])
+
+    assert await s.reservations.release("bad") is None  # released, but nothing readable to hand back
+
+    errors: list[UndecodableRecord] = []
+    assert [r.allocation.pod_uid for r in (await s.reservations.list_all(errors))["n1"]] == ["a", "c"]
+    assert errors == []
+    assert await s.reservations.node_of("bad") is None
+    assert await s.usage.node_usage("n1") == {"GPU-a": DeviceUsage(used=2, used_mem_mib=1500, used_cores=40)}
