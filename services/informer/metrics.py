@@ -1,10 +1,27 @@
-"""The informer's Prometheus metrics, registered on the injected registry (never the global one)."""
+"""The informer's Prometheus metrics, registered on the injected registry (never the global one).
+
+Besides its own counters and gauges (:class:`InformerMetrics`), the informer exports HAMi's per-container gauges
+(``hami_vgpu_*``) and ``hami_node_gpu_mig_instance_info`` (hami-compat §10.4): :class:`PodAllocationCollector`
+computes them at scrape time from the leader's in-memory view (the allocations its term recorded, the GPU indices
+read from the node watch). No I/O at scrape time; a standby exports none of them.
+"""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from shared.codec.register import decode_register
+from shared.domain.model import Allocation
+from shared.errors import DecodeError
+from shared.metrics import HAMI_ZONE
+
+MIB = 1 << 20
 
 
 class LockCause(enum.Enum):
@@ -36,6 +53,13 @@ class Malformed(enum.Enum):
     POD_ALLOCATION = "pod_allocation"
     QUOTA_LIMIT = "quota_limit"
     NODE_LOCK = "node_lock"
+
+
+class UndecodableReason(enum.Enum):
+    """Why a stored allocation record is unreadable (label ``reason`` of ``vgpu_informer_undecodable_records``)."""
+
+    NEWER_VERSION = "newer_version"  # a newer replica's envelope version (rolling upgrade): left to that replica
+    CORRUPT = "corrupt"  # any other decode failure
 
 
 class InformerMetrics:
@@ -109,3 +133,185 @@ class InformerMetrics:
             self.reconciles.labels(mode)
         for m in Malformed:
             self.malformed.labels(m.value)
+        # undecodable allocation records (set by each reconcile pass)
+        self.undecodable_records = Gauge(
+            "vgpu_informer_undecodable_records",
+            "Stored allocation records the last reconcile pass could not decode and left as they are, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        for r in UndecodableReason:
+            self.undecodable_records.labels(r.value)
+
+
+# ---- HAMi's per-container and MIG-instance gauges (scrape time) ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationView:
+    """What the leader knows at scrape time: the allocations its term recorded (by pod uid) and each node's GPU
+    indices (node → UUID → index, from the register annotation)."""
+
+    allocations: Mapping[str, Allocation]
+    device_indices: Mapping[str, Mapping[str, int]]
+
+
+class DeviceIndex:
+    """Node → GPU UUID → index, kept from the node watch (``hami.io/node-nvidia-register``). A node's annotation is
+    decoded only when its text changes; an absent or unreadable one maps nothing (the registrar reports it)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, str] = {}
+        self._indices: dict[str, dict[str, int]] = {}
+
+    @property
+    def indices(self) -> Mapping[str, Mapping[str, int]]:
+        return self._indices
+
+    def update(self, node: str, register: str | None) -> None:
+        """The node's current register annotation (None: absent, or the node was deleted)."""
+        if register is None:
+            self._seen.pop(node, None)
+            self._indices.pop(node, None)
+            return
+        if self._seen.get(node) == register:
+            return
+        self._seen[node] = register
+        try:
+            devices = decode_register(register)
+        except DecodeError:
+            self._indices.pop(node, None)
+            return
+        self._indices[node] = {d.id: d.index for d in devices}
+
+
+_VGPU_LABELS = ["namespace", "node", "pod", "container_index", "device_uuid", "zone"]
+_MIG_LABELS = [
+    "node",
+    "device_uuid",
+    "device_index",
+    "mig_uuid",
+    "profile",
+    "gpu_instance_id",
+    "compute_instance_id",
+    "placement_start",
+    "placement_size",
+    "zone",
+]
+_LEGACY_VGPU_LABELS = ["podnamespace", "nodename", "podname", "containeridx", "deviceuuid", "zone"]
+_LEGACY_MIG_LABELS = ["nodeid", "deviceuuid", "deviceidx", "migname", "zone"]
+
+_VgpuKey = tuple[str, str, str, str, str]  # namespace, node, pod, container index, device uuid
+_MigKey = tuple[str, str, str, str, str, str, str, str, str]  # _MIG_LABELS without zone
+
+
+def vgpu_series(allocations: Iterable[Allocation]) -> dict[_VgpuKey, tuple[int, int]]:
+    """Per container and device (HAMi's label set, without ``zone``): (memory MiB, cores %), as the pod's
+    ``hami.io/vgpu-devices-allocated`` lists them. ``container_index`` indexes init containers first, then app
+    containers (hami-compat §3.1). A label set met twice (one UUID listed twice in a container) sums."""
+    out: dict[_VgpuKey, tuple[int, int]] = {}
+    for a in allocations:
+        for ctr, devices in enumerate(a.devices):
+            for d in devices:
+                if not d.uuid:
+                    continue  # HAMi skips an empty UUID too
+                key = (a.namespace, a.node, a.name, str(ctr), d.uuid)
+                mem, cores = out.get(key, (0, 0))
+                out[key] = (mem + d.used_mem_mib, cores + d.used_cores)
+    return out
+
+
+def mig_series(allocations: Iterable[Allocation], device_indices: Mapping[str, Mapping[str, int]]) -> set[_MigKey]:
+    """The MIG instances the device plugin has created (HAMi's ``RuntimeReady``: ``migUUID``, ``gpuInstanceID`` and
+    ``computeInstanceID`` written back into ``hami.io/vgpu-mig-allocations``) on GPUs the node registers. An
+    instance not yet created, or on a GPU missing from the node's register annotation, is not exported (HAMi
+    reports instances only per registered device)."""
+    out: set[_MigKey] = set()
+    for a in allocations:
+        indices = device_indices.get(a.node, {})
+        for m in a.mig:
+            if m.mig_uuid is None or m.gpu_instance_id is None or m.compute_instance_id is None:
+                continue
+            index = indices.get(m.gpu_uuid)
+            if index is None:
+                continue
+            out.add(
+                (
+                    a.node,
+                    m.gpu_uuid,
+                    str(index),
+                    m.mig_uuid,
+                    m.profile,
+                    str(m.gpu_instance_id),
+                    str(m.compute_instance_id),
+                    str(m.placement.start),
+                    str(m.placement.size),
+                )
+            )
+    return out
+
+
+class PodAllocationCollector(Collector):
+    """``hami_vgpu_memory_allocated_bytes`` (MiB × 1048576) and ``hami_vgpu_core_allocated_ratio`` (the container's
+    cores %, as HAMi exports ``Usedcores``: 30 for 30 %), per container and device; ``hami_node_gpu_mig_instance_info``
+    (value 1) per created MIG instance. With ``legacy``, also ``vGPUMemoryAllocated``, ``vGPUCoreAllocated`` and
+    ``nodeGPUMigInstance`` (``migname`` = ``<profile>-<gpuInstanceID>``). ``view`` returns None while standing by:
+    then every family is exported empty."""
+
+    def __init__(self, view: Callable[[], AllocationView | None], *, legacy: bool = False) -> None:
+        self._view = view
+        self._legacy = legacy
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        view = self._view()
+        if view is not None:
+            self._fill(families, view)
+        yield from families
+
+    def _fill(self, families: tuple[GaugeMetricFamily, ...], view: AllocationView) -> None:
+        mem, core, mig = families[:3]
+        legacy = families[3:]
+        allocations = tuple(view.allocations.values())  # one pass over a copy: the term may change it later
+        for key, (mem_mib, cores_pct) in sorted(vgpu_series(allocations).items()):
+            labels = [*key, HAMI_ZONE]
+            mem.add_metric(labels, float(mem_mib * MIB))
+            core.add_metric(labels, float(cores_pct))
+            if legacy:
+                legacy[0].add_metric(labels, float(mem_mib * MIB))
+                legacy[1].add_metric(labels, float(cores_pct))
+        for m in sorted(mig_series(allocations, view.device_indices)):
+            mig.add_metric([*m, HAMI_ZONE], 1.0)
+            if legacy:
+                node, uuid, index, _, profile, gi = m[:6]
+                legacy[2].add_metric([node, uuid, index, f"{profile}-{gi}", HAMI_ZONE], 1.0)
+
+    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+        families = (
+            GaugeMetricFamily(
+                "hami_vgpu_memory_allocated_bytes", "vGPU memory allocated from a container", labels=_VGPU_LABELS
+            ),
+            GaugeMetricFamily(
+                "hami_vgpu_core_allocated_ratio", "vGPU core allocated from a container", labels=_VGPU_LABELS
+            ),
+            GaugeMetricFamily(
+                "hami_node_gpu_mig_instance_info", "MIG instance created on a GPU (value 1)", labels=_MIG_LABELS
+            ),
+        )
+        if not self._legacy:
+            return families
+        return (
+            *families,
+            GaugeMetricFamily(
+                "vGPUMemoryAllocated", "vGPU memory allocated from a container", labels=_LEGACY_VGPU_LABELS
+            ),
+            GaugeMetricFamily("vGPUCoreAllocated", "vGPU core allocated from a container", labels=_LEGACY_VGPU_LABELS),
+            GaugeMetricFamily(
+                "nodeGPUMigInstance",
+                "MIG instance created on a GPU (value 1)",
+                labels=_LEGACY_MIG_LABELS,
+            ),
+        )

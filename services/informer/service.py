@@ -30,17 +30,18 @@ from prometheus_client import CollectorRegistry
 
 from services.informer.accounting import Accountant
 from services.informer.locks import NodeLockReleaser
-from services.informer.metrics import InformerMetrics, Malformed
+from services.informer.metrics import AllocationView, DeviceIndex, InformerMetrics, Malformed, PodAllocationCollector
 from services.informer.pods import PodStatus, pod_facts
 from services.informer.quotas import combine, namespace_limits, read_quota
 from services.informer.reconcile import Reconciler, ReconcileReport
 from services.informer.reporting import ProblemReporter
+from shared.codec import annotations as keys
 from shared.config import InformerSettings
 from shared.coord import Lease, LeaseKeeper
 from shared.errors import NotFoundError, TransientError
 from shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resource, WatchEvent
 from shared.k8s import InformerSettings as WatchSettings
-from shared.k8s.objects import key_of, name_of, namespace_of, uid_of
+from shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
 from shared.runtime import cancel_until_done
 from shared.store import Fence, ReservationState, StaleFenceError, Store, SyncMarker
 
@@ -87,12 +88,13 @@ async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
 class InformerService:
     """See the module docstring. ``ready`` is set when first ready (standby: Redis answered; leader: synced);
     ``synced`` is set while this instance leads and its store is synced (cleared on a flush or on losing the
-    lease)."""
+    lease). ``legacy_metrics`` also exports HAMi's legacy names of the per-container and MIG gauges."""
 
-    def __init__(self, settings: InformerSettings, deps: InformerDeps) -> None:
+    def __init__(self, settings: InformerSettings, deps: InformerDeps, *, legacy_metrics: bool = False) -> None:
         self.settings = settings
         self.deps = deps
         self.metrics = InformerMetrics(deps.registry)
+        deps.registry.register(PodAllocationCollector(self.allocation_view, legacy=legacy_metrics))
         self.ready = asyncio.Event()
         self.synced = asyncio.Event()
         self._term: _Term | None = None
@@ -109,6 +111,14 @@ class InformerService:
         if self._term is None:
             raise RuntimeError("the informer does not lead")
         return self._term
+
+    def allocation_view(self) -> AllocationView | None:
+        """What the scrape-time HAMi gauges show: the current term's recorded allocations and GPU indices; None
+        while standing by (only the leader exports them)."""
+        term = self._term
+        if term is None:
+            return None
+        return AllocationView(allocations=term.accountant.recorded, device_indices=term.device_index.indices)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Stand by for the lease, lead while it is held, until ``stop``; then release it and return."""
@@ -173,6 +183,7 @@ class _Term:
         self.clock = deps.clock
         self.mutex = asyncio.Lock()  # accounting writes vs reconcile passes
         self.reconcile_trigger = asyncio.Event()
+        self.device_index = DeviceIndex()  # node → GPU UUID → index, for hami_node_gpu_mig_instance_info
         self.reporter = ProblemReporter(deps.api, self.metrics)
         self.accountant = Accountant(deps.store, fence, self.cfg, self.reporter, self.metrics)
         watch = self.tuning.watch
@@ -259,8 +270,12 @@ class _Term:
         self.locks.on_pod(pod_facts(ev.obj), deleted)  # last: the worker then sees the updated cache
 
     async def _on_node(self, ev: WatchEvent) -> None:
-        if ev.kind is not EventKind.RELISTED:
-            self.locks.on_node(ev.obj, ev.kind is EventKind.DELETED)
+        if ev.kind is EventKind.RELISTED:
+            return
+        deleted = ev.kind is EventKind.DELETED
+        register = None if deleted else annotations_of(ev.obj).get(keys.NODE_NVIDIA_REGISTER)
+        self.device_index.update(name_of(ev.obj), register if isinstance(register, str) else None)
+        self.locks.on_node(ev.obj, deleted)
 
     async def _on_quota(self, ev: WatchEvent) -> None:
         if ev.kind is EventKind.RELISTED:
