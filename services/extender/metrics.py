@@ -147,13 +147,15 @@ class ExtenderMetrics:
         self.events_posted = Counter(
             "vgpu_extender_events_posted_total", "Kubernetes Events posted.", registry=registry
         )
-        for outcome in FilterOutcome:
-            self.filter_outcomes.labels(outcome.value)
+        # Children bound once: ``labels()`` takes a lock and builds a key on every call (once per /filter).
+        self._filter_outcome_children = {
+            outcome: self.filter_outcomes.labels(outcome.value) for outcome in FilterOutcome
+        }
         for verb in Verb:
             self.request_duration.labels(verb.value)
 
     def filter_outcome(self, outcome: FilterOutcome) -> None:
-        self.filter_outcomes.labels(outcome.value).inc()
+        self._filter_outcome_children[outcome].inc()
 
 
 _DEVICE_LABELS = ["node", "device_uuid", "device_index", "device_type", "zone"]
