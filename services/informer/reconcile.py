@@ -8,7 +8,10 @@ One pass (under the term's mutex, so pod and quota events wait):
    namespace's limits (§8).
 3. Record missing or different allocations; release confirmed records of pods that hold nothing. Unconfirmed
    reservations are in flight (the expiry sweep judges them); records of pods with unreadable annotations
-   are left as they are (fail-safe).
+   are left as they are (fail-safe). So are stored records that cannot be decoded (never lose data): a newer
+   replica's envelope version is left to that replica, even for a pod the API shows (recording it would
+   downgrade it); a corrupt record of a pod the API shows is rewritten from the API (a repair). Each is logged
+   once and counted in ``vgpu_informer_undecodable_records{reason}``; their quota charges are kept too.
 4. Recount every node's usage counters from its per-pod charges.
 5. Record missing or different quota charges; refund charges that belong to no pod and no reservation in two
    consecutive passes (an extender charges quota just before it reserves: one pass may see the charge first).
@@ -29,13 +32,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.informer.accounting import UNREADABLE_ALLOCATION, Accountant
-from services.informer.metrics import InformerMetrics, Malformed, RepairKind
+from services.informer.metrics import InformerMetrics, Malformed, RepairKind, UndecodableReason
 from services.informer.pods import PodStatus, pod_facts
 from services.informer.quotas import namespace_limits
 from services.informer.reporting import ProblemReporter
 from shared.domain.model import Allocation, NvidiaConfig, QuotaLimits
-from shared.errors import DecodeError
-from shared.store import AllocationRecord, Fence, PodQuotaCharge, ReservationState, Store, SyncMarker
+from shared.errors import DecodeError, PermanentError
+from shared.store import (
+    AllocationRecord,
+    Fence,
+    PodQuotaCharge,
+    ReservationState,
+    Store,
+    SyncMarker,
+    UndecodableRecord,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +63,7 @@ class ReconcileReport:
     repairs: dict[RepairKind, int] = field(default_factory=dict)
     pods: int = 0
     duration_s: float = 0.0
+    undecodable: list[UndecodableRecord] = field(default_factory=list)  # left as they are
 
     def add(self, kind: RepairKind, n: int = 1) -> None:
         if n:
@@ -82,6 +94,7 @@ class Reconciler:
         self._list_pods = list_pods
         self._list_quotas = list_quotas
         self._orphans: set[tuple[str, str]] = set()  # (namespace, uid) quota charges orphaned in the last pass
+        self._undecodable_logged: set[tuple[str, str, str]] = set()  # (uid, node, error) logged this term
 
     async def run_pass(self) -> ReconcileReport:
         started = time.perf_counter()
@@ -92,7 +105,8 @@ class Reconciler:
         )
 
         # 1. Redis first, then the API
-        stored = await self._store.reservations.list_all()
+        undecodable: list[UndecodableRecord] = []
+        stored = await self._store.reservations.list_all(undecodable)
         quota_namespaces = await self._store.quota.namespaces()
         charges = {ns: await self._store.quota.pod_charges(ns) for ns in quota_namespaces}
         pods = await self._list_pods()
@@ -102,11 +116,27 @@ class Reconciler:
         desired, unreadable = await self._desired(pods)
         report.pods = len(desired)
         records: dict[str, AllocationRecord] = {r.allocation.pod_uid: r for rs in stored.values() for r in rs}
+        bad = {u.pod_uid: u for u in undecodable}
 
-        # 3. allocations
+        # 3. allocations (an undecodable record is never released: it is not in ``records``)
         for uid, alloc in desired.items():
             rec = records.get(uid)
             if rec is not None and rec.allocation == alloc and rec.state is ReservationState.CONFIRMED:
+                continue
+            u = bad.get(uid)
+            if u is not None and u.newer_version:
+                continue  # a newer replica's record: recording ours would downgrade it
+            if u is not None:  # a corrupt record: rewrite it from the API
+                try:
+                    await self._store.reservations.record(alloc, self._fence)
+                except PermanentError as e:  # its charges are unreadable to the scripts too: leave it
+                    logger.warning(
+                        "corrupt allocation record could not be rewritten",
+                        extra={"pod_uid": uid, "node": u.node, "error": str(e)},
+                    )
+                    continue
+                del bad[uid]
+                self._repair(report, RepairKind.CHANGED_ALLOCATION, alloc)
                 continue
             result = await self._store.reservations.record(alloc, self._fence)
             if rec is None and (result.usage_changed or result.record_changed):
@@ -124,16 +154,30 @@ class Reconciler:
             if released is not None:
                 self._repair(report, RepairKind.EXTRA_ALLOCATION, released)
 
-        # 4. usage counters
-        nodes = set(stored) | {a.node for a in desired.values()} | set(await self._store.inventory.list_nodes())
+        report.undecodable = list(bad.values())
+        self._report_undecodable(report.undecodable, desired)
+
+        # 4. usage counters (an undecodable record's charges count: they are still held)
+        nodes = set(stored) | {u.node for u in undecodable} | {a.node for a in desired.values()}
+        nodes |= set(await self._store.inventory.list_nodes())
+        bad_nodes = {u.node for u in bad.values()}
         for node in sorted(nodes):
-            audit = await self._store.usage.recount(node, self._fence)
+            try:
+                audit = await self._store.usage.recount(node, self._fence)
+            except PermanentError as e:
+                if node not in bad_nodes:
+                    raise
+                # a record whose charges the script cannot parse: the node keeps its counters until it is fixed
+                logger.warning(
+                    "usage recount failed on a node with an undecodable record", extra={"node": node, "error": str(e)}
+                )
+                continue
             if audit.drift:
                 report.add(RepairKind.USAGE_COUNTERS, audit.drift)
                 logger.warning("usage counters repaired", extra={"node": node, "fields": audit.drift})
 
         # 5. quota usage
-        await self._reconcile_quota_usage(report, desired, charges, reserved | unreadable)
+        await self._reconcile_quota_usage(report, desired, charges, reserved | unreadable | set(bad))
 
         # 6. quota limits
         await self._reconcile_quota_limits(report, quotas, quota_namespaces)
@@ -158,6 +202,7 @@ class Reconciler:
                 "epoch": epoch,
                 "pods": report.pods,
                 "repairs": {k.value: n for k, n in report.repairs.items()},
+                "undecodable": len(report.undecodable),
                 "synced": report.synced,
                 "duration_s": round(report.duration_s, 3),
             },
@@ -176,6 +221,32 @@ class Reconciler:
                     "node": alloc.node,
                 },
             )
+
+    def _report_undecodable(self, undecodable: list[UndecodableRecord], desired: Mapping[str, Allocation]) -> None:
+        """Set the gauge; log each undecodable record once per term (again if it recurs after being fixed)."""
+        counts = dict.fromkeys(UndecodableReason, 0)
+        seen: set[tuple[str, str, str]] = set()
+        for u in undecodable:
+            reason = UndecodableReason.NEWER_VERSION if u.newer_version else UndecodableReason.CORRUPT
+            counts[reason] += 1
+            key = (u.pod_uid, u.node, str(u.error))
+            seen.add(key)
+            if key in self._undecodable_logged:
+                continue
+            pod = desired.get(u.pod_uid)
+            logger.warning(
+                "allocation record undecodable: left as it is",
+                extra={
+                    "pod_uid": u.pod_uid,
+                    "pod": None if pod is None else f"{pod.namespace}/{pod.name}",
+                    "node": u.node,
+                    "reason": reason.value,
+                    "error": str(u.error),
+                },
+            )
+        self._undecodable_logged = seen
+        for reason, n in counts.items():
+            self._metrics.undecodable_records.labels(reason.value).set(n)
 
     async def _desired(self, pods: list[dict[str, Any]]) -> tuple[dict[str, Allocation], set[str]]:
         """What every pod holds (by uid), and the uids whose annotations are unreadable."""

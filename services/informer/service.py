@@ -38,7 +38,7 @@ from services.informer.reporting import ProblemReporter
 from shared.codec import annotations as keys
 from shared.config import InformerSettings
 from shared.coord import Lease, LeaseKeeper
-from shared.errors import NotFoundError, TransientError
+from shared.errors import DecodeError, NotFoundError, TransientError
 from shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resource, WatchEvent
 from shared.k8s import InformerSettings as WatchSettings
 from shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
@@ -330,7 +330,8 @@ class _Term:
         now_ms = self.clock() * 1000
         stale = [
             r
-            for records in (await self.store.reservations.list_all()).values()
+            # undecodable records are skipped (never released here): reconcile logs and counts them
+            for records in (await self.store.reservations.list_all(errors=[])).values()
             for r in records
             if r.state is ReservationState.RESERVED and now_ms - r.reserved_at_ms >= grace_ms
         ]
@@ -345,7 +346,10 @@ class _Term:
                 if pod is not None and uid_of(pod) == a.pod_uid and pod_facts(pod).status is PodStatus.HOLDS:
                     await self.accountant.observe(pod, force=True)  # its annotations are there: confirm
                     continue
-                current = await self.store.reservations.get(a.pod_uid)
+                try:
+                    current = await self.store.reservations.get(a.pod_uid)
+                except DecodeError:
+                    continue  # rewritten meanwhile in a form we cannot read (a newer replica's): not ours to expire
                 if (
                     current is None
                     or current.state is not ReservationState.RESERVED
