@@ -88,13 +88,17 @@ async def _wait(event: asyncio.Event, timeout_s: float) -> bool:
 class InformerService:
     """See the module docstring. ``ready`` is set when first ready (standby: Redis answered; leader: synced);
     ``synced`` is set while this instance leads and its store is synced (cleared on a flush or on losing the
-    lease). ``legacy_metrics`` also exports HAMi's legacy names of the per-container and MIG gauges."""
+    lease). ``legacy_metrics`` (default: ``--legacy-metrics``) also exports HAMi's legacy names of the
+    per-container and MIG gauges."""
 
-    def __init__(self, settings: InformerSettings, deps: InformerDeps, *, legacy_metrics: bool = False) -> None:
+    def __init__(
+        self, settings: InformerSettings, deps: InformerDeps, *, legacy_metrics: bool | None = None
+    ) -> None:
         self.settings = settings
         self.deps = deps
         self.metrics = InformerMetrics(deps.registry)
-        deps.registry.register(PodAllocationCollector(self.allocation_view, legacy=legacy_metrics))
+        legacy = settings.legacy_metrics if legacy_metrics is None else legacy_metrics
+        deps.registry.register(PodAllocationCollector(self.allocation_view, legacy=legacy))
         self.ready = asyncio.Event()
         self.synced = asyncio.Event()
         self._term: _Term | None = None

@@ -162,7 +162,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("reservation-grace", Kind.DURATION, "2m", "A reservation not confirmed by the pod's annotations within "
          "this time expires.", frozenset({Service.INFORMER, Service.EXTENDER, Service.ALL_IN_ONE, Service.SIMULATE}),
          parse_positive_duration, metavar="DURATION", group="scheduling"),
-    Option("legacy-metrics", Kind.BOOL, "false", "Also emit HAMi's legacy metric names (HAMi flag).", _EXT,
+    Option("legacy-metrics", Kind.BOOL, "false", "Also emit HAMi's legacy metric names (HAMi flag).",
+         frozenset({Service.INFORMER, Service.EXTENDER, Service.ALL_IN_ONE}),
          parse_go_bool, group="scheduling"),
     # -- leases, reconcile ----------------------------------------------------------------------
     Option("lease-ttl", Kind.DURATION, "15s", "Lease TTL of the registrar and informer; a standby takes over "

@@ -238,6 +238,7 @@ class InformerSettings:
     reconcile_interval_s: float = 300.0
     reservation_grace_s: float = 120.0
     node_lock_timeout_s: float = 300.0
+    legacy_metrics: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,6 +363,7 @@ def _informer(common: CommonSettings, r: _Resolved) -> InformerSettings:
         reconcile_interval_s=r.number("reconcile-interval"),
         reservation_grace_s=r.number("reservation-grace"),
         node_lock_timeout_s=r.number("node-lock-timeout"),
+        legacy_metrics=r.flag("legacy-metrics"),
     )
 
 
