@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+from yarl import URL
 
 from shared.errors import ConfigError, TransientError
 from shared.k8s.errors import error_for
@@ -168,12 +170,39 @@ class KubeClient:
         return resp
 
 
+def _resolve_environment_once(api_client: ApiClient, host: str | None) -> None:
+    """Read the proxy environment once instead of on every request.
+
+    kubernetes-asyncio opens its aiohttp session with ``trust_env=True``, which makes aiohttp look up the
+    proxy variables and ``~/.netrc`` in a worker thread on every API call: about 0.8 ms of CPU and two thread
+    hops per call, on the bind path and for every Event. The API server's proxy (``HTTPS_PROXY``/``NO_PROXY``)
+    cannot change while the process runs, so it is resolved here, and the session is replaced by one on the
+    same connector that does not consult the environment again. ``.netrc`` is not used: Kubernetes credentials
+    come from the kubeconfig or the service account.
+    """
+    rest = api_client.rest_client
+    if not rest.proxy and host:
+        try:
+            proxy, proxy_auth = get_env_proxy_for_url(URL(host))
+        except LookupError:
+            pass
+        else:
+            rest.proxy = str(proxy)
+            if proxy_auth is not None:
+                rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": proxy_auth.encode()}
+    old = rest.pool_manager
+    connector = old.connector
+    old.detach()
+    rest.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False, read_bufsize=2**21)
+
+
 @asynccontextmanager
 async def open_client(settings: KubeSettings) -> AsyncIterator[KubeClient]:
     """Load the configuration, open a client, and always close it (its aiohttp session) on exit."""
     cfg = await load_configuration(settings)
     api_client = ApiClient(configuration=cfg)
     api_client.user_agent = settings.user_agent
+    _resolve_environment_once(api_client, cfg.host)
     try:
         yield KubeClient(api_client, settings)
     finally:
