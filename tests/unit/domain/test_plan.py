@@ -7,6 +7,7 @@ import pytest
 from shared.domain.model import (
     NO_CONSTRAINTS,
     ContainerDevice,
+    DeviceUsage,
     GpuPolicy,
     GpuPolicyToken,
     MigAllocation,
@@ -393,7 +394,7 @@ def test_many_equal_nodes_choose_the_first_name() -> None:
 @pytest.mark.parametrize("exhaustive", [False, True], ids=["fast", "exhaustive"])
 def test_passed_over_counts_the_preferred_nodes_that_do_not_fit(exhaustive: bool) -> None:
     # binpack prefers the busiest node: busy-a and busy-b (equal scores) cannot take a whole card, idle can
-    busy = {i: use(1, mem=1000, cores=10) for i in range(4)}
+    busy: dict[int | str, DeviceUsage] = {i: use(1, mem=1000, cores=10) for i in range(4)}
     nodes = [snap("idle"), snap("busy-b", usage=busy), snap("busy-a", usage=busy)]
     whole = pod(req(1, cores=100))
     d = plan(whole, NO_CONSTRAINTS, nodes, policies=Policies(), exhaustive=exhaustive)
