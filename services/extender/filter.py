@@ -271,17 +271,18 @@ class FilterHandler:
         self, pod: _Pod, decision: Decision, quota: QuotaState | None
     ) -> Reserved | ReserveConflict | QuotaExceeded:
         """Charge the quota (when the namespace has limits), then reserve the devices (design §2)."""
+        allocation = _allocation(pod, decision)
         if quota is not None:
             charge = await self._store.quota.charge(
                 pod.namespace,
                 pod.uid,
-                _quota_mem(decision),
-                _quota_cores(decision),
+                allocation.quota_mem_mib,
+                allocation.quota_cores_pct,
                 mem_limit_factor=max(self._nvidia.memory_factor, 1),
             )
             if isinstance(charge, QuotaExceeded):
                 return charge
-        reserved = await self._store.reservations.reserve(_allocation(pod, decision))
+        reserved = await self._store.reservations.reserve(allocation)
         if isinstance(reserved, Reserved) and reserved.changed:
             self._cache.apply_local(decision, reserved.generation)
         return reserved
@@ -396,14 +397,6 @@ class FilterHandler:
 
 def _limited(quota: QuotaState) -> bool:
     return quota.limits.mem_mib is not None or quota.limits.cores_pct is not None
-
-
-def _quota_mem(decision: Decision) -> int:
-    return sum(c.mem_mib for c in decision.charges)
-
-
-def _quota_cores(decision: Decision) -> int:
-    return sum(c.cores_pct for c in decision.charges)
 
 
 def _allocation(pod: _Pod, decision: Decision) -> Allocation:
