@@ -31,6 +31,7 @@ from services.registrar.vendor import Invalid, NodeView, NotRegistered, Observat
 from shared.domain.model import NodeInventory
 from shared.errors import ConflictError, DecodeError, NotFoundError, PermanentError, TransientError
 from shared.k8s import Api, EventKind, EventType, KubeObject, WatchEvent
+from shared.k8s.objects import resource_version_of
 from shared.store import Fence, StaleFenceError, Store, SyncMarker
 
 logger = logging.getLogger(__name__)
@@ -146,7 +147,7 @@ class NodeSync:
             self._evaluated.clear()
         self._metrics.passes.labels(trigger.value).inc()
         for name, obj in list(self._nodes.items()):
-            if flushed or name in self._time_dependent or self._evaluated.get(name) != _rv(obj):
+            if flushed or name in self._time_dependent or self._evaluated.get(name) != resource_version_of(obj):
                 await self._apply(obj)
         for name in sorted(in_redis - self._written.keys() - self._absent):
             await self._delete(name, None)  # a node that is gone, or that this term does not register
@@ -311,8 +312,3 @@ class NodeSync:
     def known(self) -> Set[str]:
         """Nodes this term has seen (from the informer), registered or not."""
         return self._nodes.keys()
-
-
-def _rv(obj: KubeObject) -> str:
-    meta = obj.get("metadata")
-    return str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else ""
