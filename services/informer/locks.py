@@ -34,7 +34,7 @@ from shared.codec.nodelock import parse_node_lock
 from shared.domain.model import BindPhase
 from shared.errors import ConflictError, DecodeError, NotFoundError, TransientError
 from shared.k8s import Api, KubeObject
-from shared.k8s.objects import annotations_of, resource_version_of
+from shared.k8s.objects import annotations_of, name_of, resource_version_of
 from shared.store import LockInfo, Store
 
 logger = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class NodeLockReleaser:
 
     def on_node(self, node_obj: KubeObject, deleted: bool) -> None:
         """A node event: re-check the node when its lock annotation changed or the node went away."""
-        name = str(node_obj.get("metadata", {}).get("name", ""))
+        name = name_of(node_obj)
         value = None if deleted else annotations_of(node_obj).get(keys.NODE_LOCK)
         if value is not None:
             try:
