@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from shared.codec._go import fail
+from shared.domain import reasons as domain_reasons
 from shared.domain.model import Reason
 
 WHAT = "filter reason"
@@ -38,16 +39,16 @@ class ReasonCount:
 
 
 def gen_reason(counts: Mapping[_R, int], total: int) -> str:
-    """Encode per-reason device counts over ``total`` devices considered; an empty mapping gives ``""``."""
-    entries = []
+    """Encode per-reason device counts over ``total`` devices considered, after checking that each reason is a word
+    :func:`parse_reason` can read back and each count fits; the text is the domain's
+    :func:`shared.domain.reasons.gen_reason` (reasons counted 0 times are left out; none left gives ``""``)."""
     for reason, count in counts.items():
         word = reason.value if isinstance(reason, Reason) else reason
         if not word or any(c.isspace() or c == "," for c in word):
             fail(WHAT, "a reason must be a non-empty word without spaces or ','", word)
         if not (0 <= count < 10**18 and 0 <= total < 10**18):
             fail(WHAT, "counts must be in 0..10^18-1", word)
-        entries.append(f"{count}/{total} {word}")
-    return ", ".join(sorted(entries))
+    return domain_reasons.gen_reason(counts, total)
 
 
 def parse_reason(text: str) -> tuple[ReasonCount, ...]:

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from shared.domain.model import Reason
 
+_R = TypeVar("_R", bound=Reason | str)
 
-def gen_reason(counts: Mapping[Reason, int], total: int) -> str:
+
+def gen_reason(counts: Mapping[_R, int], total: int) -> str:
     """HAMi's ``GenReason``: ``"<count>/<total> <Reason>"`` per reason, sorted as strings, joined with ``", "``.
 
-    ``total`` is the number of devices Fit considered. Reasons counted 0 times are left out.
+    ``total`` is the number of devices Fit considered. Reasons counted 0 times are left out. A reason is a
+    :class:`Reason` or another vendor's plain word; ``shared.codec.reasons.gen_reason`` checks the words first.
     """
-    return ", ".join(sorted(f"{n}/{total} {r.value}" for r, n in counts.items() if n > 0))
+    return ", ".join(
+        sorted(f"{n}/{total} {r.value if isinstance(r, Reason) else r}" for r, n in counts.items() if n > 0)
+    )
 
 
 @dataclass(frozen=True, slots=True)
