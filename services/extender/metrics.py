@@ -191,39 +191,29 @@ class AllocationCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        (mem_limit, core_limit, mem_alloc, shared, core_alloc, overview, mem_ratio, quota_used, quota_limit) = families
+        device_families, (quota_used, quota_limit) = families[:-2], families[-2:]
         legacy = self._legacy_families() if self._legacy else ()
         for name, snap in sorted(self._nodes().items()):
             for dev, u in zip(snap.inventory.devices, snap.usages, strict=True):
-                idx = str(dev.index)
+                idx, used_cores, used_bytes = str(dev.index), str(u.used_cores), float(u.used_mem_mib * MIB)
                 base = [name, dev.id, idx, dev.type, HAMI_ZONE]
-                mem_ratio_value = u.used_mem_mib / dev.devmem_mib if dev.devmem_mib > 0 else 0.0
-                mem_limit.add_metric(base, float(dev.devmem_mib * MIB))
-                core_limit.add_metric(base, float(dev.devcore))
-                mem_alloc.add_metric(
-                    [name, dev.id, idx, str(u.used_cores), dev.type, HAMI_ZONE], float(u.used_mem_mib * MIB)
-                )
-                shared.add_metric(base, float(u.used))
-                core_alloc.add_metric(base, float(u.used_cores))
-                overview.add_metric(
-                    [name, dev.id, idx, str(u.used_cores), str(dev.devmem_mib), dev.type, HAMI_ZONE],
-                    float(u.used_mem_mib * MIB),
-                )
-                mem_ratio.add_metric(base, mem_ratio_value)
+                mem_ratio = u.used_mem_mib / dev.devmem_mib if dev.devmem_mib > 0 else 0.0
+                # One row per device family, in the order of _families() and _legacy_families().
+                rows = [
+                    (base, float(dev.devmem_mib * MIB)),
+                    (base, float(dev.devcore)),
+                    ([name, dev.id, idx, used_cores, dev.type, HAMI_ZONE], used_bytes),
+                    (base, float(u.used)),
+                    (base, float(u.used_cores)),
+                    ([name, dev.id, idx, used_cores, str(dev.devmem_mib), dev.type, HAMI_ZONE], used_bytes),
+                    (base, mem_ratio),
+                ]
+                for family, (labels, value) in zip(device_families, rows, strict=True):
+                    family.add_metric(labels, value)
                 if legacy:
-                    l_mem, l_core, l_shared, l_core_alloc, l_mem_alloc, l_overview, l_ratio, _ = legacy
-                    l_mem.add_metric(base, float(dev.devmem_mib * MIB))
-                    l_core.add_metric(base, float(dev.devcore))
-                    l_shared.add_metric(base, float(u.used))
-                    l_core_alloc.add_metric(base, float(u.used_cores))
-                    l_mem_alloc.add_metric(
-                        [name, dev.id, idx, str(u.used_cores), dev.type, HAMI_ZONE], float(u.used_mem_mib * MIB)
-                    )
-                    l_overview.add_metric(
-                        [name, dev.id, idx, str(u.used_cores), str(dev.devmem_mib), dev.type, HAMI_ZONE],
-                        float(u.used_mem_mib * MIB),
-                    )
-                    l_ratio.add_metric([name, dev.id, idx, HAMI_ZONE], mem_ratio_value)
+                    rows[-1] = ([name, dev.id, idx, HAMI_ZONE], mem_ratio)  # HAMi's old ratio had no device type
+                    for family, (labels, value) in zip(legacy[:-1], rows, strict=True):
+                        family.add_metric(labels, value)
         for ns, state in sorted(self._quotas().by_namespace.items()):
             for quota_name, limit, used in (
                 (self._mem_name, state.limits.mem_mib, state.used_mem_mib),
@@ -247,11 +237,11 @@ class AllocationCollector(Collector):
         return (
             GaugeMetricFamily("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", labels=dev),
             GaugeMetricFamily("GPUDeviceCoreLimit", "Device core limit for a certain GPU", labels=dev),
-            GaugeMetricFamily("GPUDeviceSharedNum", "Number of containers sharing this GPU", labels=dev),
-            GaugeMetricFamily("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", labels=dev),
             GaugeMetricFamily(
                 "GPUDeviceMemoryAllocated", "Device memory allocated for a certain GPU", labels=allocated
             ),
+            GaugeMetricFamily("GPUDeviceSharedNum", "Number of containers sharing this GPU", labels=dev),
+            GaugeMetricFamily("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", labels=dev),
             GaugeMetricFamily("nodeGPUOverview", "GPU overview on a certain node", labels=overview),
             GaugeMetricFamily(
                 "nodeGPUMemoryPercentage",
