@@ -421,7 +421,7 @@ class BindHandler:
             return self._bad(f"extender binding args: request body larger than {MAX_BODY_BYTES} bytes")
         if not body:
             self._metrics.bind_outcomes.labels(BindOutcome.BAD_REQUEST.value).inc()
-            return web.Response(status=400, text=EMPTY_BODY_MESSAGE)
+            return web.Response(status=400, text=EMPTY_BODY_MESSAGE + "\n")  # Go http.Error adds the newline
         try:
             args = parse_binding_args(body)
         except DecodeError as e:

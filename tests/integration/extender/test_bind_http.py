@@ -91,7 +91,7 @@ async def test_keys_are_matched_case_insensitively(replica: Replica) -> None:
 
 
 async def test_an_empty_body_is_http_400_and_an_oversized_one_an_error(replica: Replica) -> None:
-    assert await replica.post("/bind", b"") == (400, "Please send a request body")
+    assert await replica.post("/bind", b"") == (400, "Please send a request body\n")
     huge = io.BytesIO(json.dumps({**GOOD, "Node": "x" * (1 << 20)}).encode())
     headers = {"Content-Type": "application/json"}
     async with replica.http.post(replica.url + "/bind", data=huge, headers=headers) as r:
