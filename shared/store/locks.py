@@ -49,9 +49,8 @@ class LeaseStore:
 
     async def inspect(self, name: str) -> LeaseInfo | None:
         """Who holds the lease now, with which token and for how long; None if nobody."""
-        k = self._ctx.keys
         async with self._ctx.translated("inspect lease"):
-            value, ttl, _epoch = await self._ctx.scripts.lease_inspect(keys=[k.lease(name), k.lease_epoch(name)])
+            value, ttl = await self._ctx.scripts.lease_inspect(keys=[self._ctx.keys.lease(name)])
         if not value:
             return None
         token, _, holder = value.partition(b"|")

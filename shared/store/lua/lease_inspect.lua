@@ -1,3 +1,3 @@
 -- The lease's current value and remaining ttl, atomically.
--- KEYS: 1 lease, 2 epoch   Returns {value or '', ttl ms, epoch}
-return {redis.call('GET', KEYS[1]) or '', fmt(redis.call('PTTL', KEYS[1])), num(redis.call('GET', KEYS[2]))}
+-- KEYS: 1 lease   Returns {value or '', ttl ms}
+return {redis.call('GET', KEYS[1]) or '', fmt(redis.call('PTTL', KEYS[1]))}
