@@ -65,7 +65,12 @@ _PATCH_ATTEMPTS: Final = 5
 
 
 class DriverError(TransientError):
-    """An HTTP call of the driver failed (status and body in the message)."""
+    """An HTTP call of the driver failed (status and body in the message; ``status`` is the HTTP status when the
+    server answered, None when it did not)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,7 +97,10 @@ class KubeHttp:
             ) as resp:
                 text = await resp.read()
                 if resp.status >= 300:
-                    raise DriverError(f"{method} {path}: HTTP {resp.status}: {text[:300].decode(errors='replace')}")
+                    raise DriverError(
+                        f"{method} {path}: HTTP {resp.status}: {text[:300].decode(errors='replace')}",
+                        status=resp.status,
+                    )
                 return json.loads(text) if text else None
         except (aiohttp.ClientError, TimeoutError) as e:
             raise DriverError(f"{method} {path}: {type(e).__name__}: {e}") from e
@@ -152,7 +160,10 @@ class Extenders:
             ) as resp:
                 text = await resp.read()
                 if resp.status != 200:
-                    raise DriverError(f"POST {url}/{verb}: HTTP {resp.status}: {text[:300].decode(errors='replace')}")
+                    raise DriverError(
+                        f"POST {url}/{verb}: HTTP {resp.status}: {text[:300].decode(errors='replace')}",
+                        status=resp.status,
+                    )
                 answer = json.loads(text)
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             raise DriverError(f"POST {url}/{verb}: {type(e).__name__}: {e}") from e
@@ -416,7 +427,7 @@ class Driver:
                 await self.kube.patch_node(node, patch)
                 return
             except DriverError as e:
-                if "HTTP 409" not in str(e):
+                if e.status != 409:
                     raise
         raise DriverError(f"node {node}: could not release the node lock of {ns}/{name} (conflicts)")
 

@@ -407,7 +407,7 @@ async def drive_deployed(
                 try:
                     return await webhook(pod)
                 except DriverError as e:
-                    if "HTTP 404" not in str(e) and "HTTP 501" not in str(e):
+                    if e.status not in (404, 501):
                         raise
                     logger.warning("the extender serves no /webhook: admitting pods locally", extra={"error": str(e)})
                     use_webhook = False

@@ -21,7 +21,7 @@ import yaml
 
 from services.allinone.main import EMBEDDED_STORE_WARNING, serve_all_in_one
 from services.allinone.service import AllInOneService
-from services.simulate.driver import Defaults, Driver, Extenders, KubeHttp, local_admission
+from services.simulate.driver import Defaults, Driver, DriverError, Extenders, KubeHttp, local_admission
 from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_WORKLOAD, drive_deployed
 from services.simulate.manifests import load_cluster, load_workload
 from shared.config import settings_for
@@ -237,3 +237,39 @@ def test_the_all_in_one_process_becomes_ready_and_exits_0_on_sigterm() -> None:
                 p.communicate()
     assert proc.returncode == 0, err
     assert "embedded in-process store" in err
+
+
+async def _no_quota(namespace: str) -> None:
+    return None
+
+
+async def test_driver_errors_carry_the_http_status_and_a_conflict_on_the_node_lock_is_retried(
+    seeded_emulator: Emulator,
+) -> None:
+    em = seeded_emulator
+    node = em.list("nodes")[0]["metadata"]["name"]
+    em.patch("nodes", None, node, {"metadata": {"annotations": {"hami.io/mutex.lock": "2026-01-01T00:00:00Z,ns,p"}}})
+    settings = settings_for("simulate", [], {})
+    async with aiohttp.ClientSession() as session:
+        kube = KubeHttp(session, em.url)
+        em.inject_error(409, method="PATCH", path=f"/nodes/{node}$")
+        with pytest.raises(DriverError) as raised:
+            await kube.patch_node(node, {"metadata": {"labels": {"x": "y"}}})
+        assert raised.value.status == 409
+        with pytest.raises(DriverError) as unreachable:
+            await KubeHttp(session, f"http://127.0.0.1:{free_port()}").list_nodes()
+        assert unreachable.value.status is None
+
+        driver = Driver(
+            kube,
+            Extenders(session, [em.url]),
+            local_admission(
+                cfg=settings.common.nvidia, scheduler_name="", force_overwrite_default_scheduler=False, quota=_no_quota
+            ),
+            cfg=settings.common.nvidia,
+            defaults=Defaults(settings.extender.node_policy, settings.extender.gpu_policy),
+        )
+        em.inject_error(409, method="PATCH", path=f"/nodes/{node}$", times=2)
+        await driver._release_node_lock(node, "ns", "p")
+    annotations = (em.get("nodes", None, node) or {})["metadata"].get("annotations") or {}
+    assert "hami.io/mutex.lock" not in annotations
