@@ -82,3 +82,8 @@ def namespace_limits(quotas: Iterable[Mapping[str, Any]], cfg: NvidiaConfig) -> 
             continue
         by_ns.setdefault(ns, []).append(read_quota(q, cfg).limits)
     return {ns: combine(lims) for ns, lims in by_ns.items()}
+
+
+def limited_namespaces(limits: Mapping[str, QuotaLimits]) -> int:
+    """How many namespaces have at least one limit (the ``vgpu_informer_quota_namespaces`` gauge)."""
+    return sum(1 for lim in limits.values() if lim.mem_mib is not None or lim.cores_pct is not None)

@@ -34,7 +34,7 @@ from typing import Any
 from services.informer.accounting import UNREADABLE_ALLOCATION, Accountant
 from services.informer.metrics import InformerMetrics, Malformed, RepairKind, UndecodableReason
 from services.informer.pods import PodStatus, pod_facts
-from services.informer.quotas import namespace_limits
+from services.informer.quotas import limited_namespaces, namespace_limits
 from services.informer.reporting import ProblemReporter
 from shared.domain.model import Allocation, NvidiaConfig, QuotaLimits
 from shared.errors import DecodeError, PermanentError
@@ -327,6 +327,4 @@ class Reconciler:
                         "quota limits repaired",
                         extra={"namespace": ns, "had": str(state.limits), "want": str(limits)},
                     )
-        self._metrics.quota_namespaces.set(
-            sum(1 for lim in want.values() if lim.mem_mib is not None or lim.cores_pct is not None)
-        )
+        self._metrics.quota_namespaces.set(limited_namespaces(want))

@@ -32,7 +32,7 @@ from services.informer.accounting import Accountant
 from services.informer.locks import NodeLockReleaser
 from services.informer.metrics import AllocationView, DeviceIndex, InformerMetrics, Malformed, PodAllocationCollector
 from services.informer.pods import PodStatus, pod_facts
-from services.informer.quotas import combine, namespace_limits, read_quota
+from services.informer.quotas import combine, limited_namespaces, namespace_limits, read_quota
 from services.informer.reconcile import Reconciler, ReconcileReport
 from services.informer.reporting import ProblemReporter
 from shared.codec import annotations as keys
@@ -91,9 +91,7 @@ class InformerService:
     lease). ``legacy_metrics`` (default: ``--legacy-metrics``) also exports HAMi's legacy names of the
     per-container and MIG gauges."""
 
-    def __init__(
-        self, settings: InformerSettings, deps: InformerDeps, *, legacy_metrics: bool | None = None
-    ) -> None:
+    def __init__(self, settings: InformerSettings, deps: InformerDeps, *, legacy_metrics: bool | None = None) -> None:
         self.settings = settings
         self.deps = deps
         self.metrics = InformerMetrics(deps.registry)
@@ -307,10 +305,7 @@ class _Term:
                     "quota limits set",
                     extra={"namespace": ns, "mem_mib": limits.mem_mib, "cores_pct": limits.cores_pct},
                 )
-        all_limits = namespace_limits(current, self.cfg)
-        self.metrics.quota_namespaces.set(
-            sum(1 for lim in all_limits.values() if lim.mem_mib is not None or lim.cores_pct is not None)
-        )
+        self.metrics.quota_namespaces.set(limited_namespaces(namespace_limits(current, self.cfg)))
 
     # ---- passes (also called directly by tests) ----------------------------------------------------------------
 
