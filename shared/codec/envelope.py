@@ -15,7 +15,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack  # type: ignore[import-untyped]
 
@@ -33,6 +33,7 @@ from shared.domain.model import (
 from shared.errors import DecodeError, SchemaVersionError
 
 Fields = dict[str, Any]
+_T = TypeVar("_T")
 
 
 class Kind(enum.Enum):
@@ -120,50 +121,44 @@ def _get(d: Mapping[str, Any], name: str, what: str) -> Any:
     return d[name]
 
 
-def _int(d: Mapping[str, Any], name: str, what: str) -> int:
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _typed(d: Mapping[str, Any], name: str, what: str, typ: type[_T], label: str) -> _T:
+    """Field ``name`` of ``d``, which must be a ``typ`` (a bool is not an integer here)."""
     v = _get(d, name, what)
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise DecodeError(what, f"field {name!r} must be an integer", repr(v))
+    if not isinstance(v, typ) or (typ is not bool and isinstance(v, bool)):
+        raise DecodeError(what, f"field {name!r} must be {label}", repr(v))
     return v
+
+
+def _int(d: Mapping[str, Any], name: str, what: str) -> int:
+    return _typed(d, name, what, int, "an integer")
 
 
 def _opt_int(d: Mapping[str, Any], name: str, what: str) -> int | None:
-    v = _get(d, name, what)
-    if v is None:
-        return None
-    return _int(d, name, what)
+    return None if _get(d, name, what) is None else _int(d, name, what)
 
 
 def _str(d: Mapping[str, Any], name: str, what: str) -> str:
-    v = _get(d, name, what)
-    if not isinstance(v, str):
-        raise DecodeError(what, f"field {name!r} must be a string", repr(v))
-    return v
+    return _typed(d, name, what, str, "a string")
 
 
 def _opt_str(d: Mapping[str, Any], name: str, what: str) -> str | None:
-    v = _get(d, name, what)
-    if v is None:
-        return None
-    return _str(d, name, what)
+    return None if _get(d, name, what) is None else _str(d, name, what)
 
 
 def _bool(d: Mapping[str, Any], name: str, what: str) -> bool:
-    v = _get(d, name, what)
-    if not isinstance(v, bool):
-        raise DecodeError(what, f"field {name!r} must be a boolean", repr(v))
-    return v
+    return _typed(d, name, what, bool, "a boolean")
 
 
 def _list(d: Mapping[str, Any], name: str, what: str) -> list[Any]:
-    v = _get(d, name, what)
-    if not isinstance(v, list):
-        raise DecodeError(what, f"field {name!r} must be a list", repr(v))
-    return v
+    return _typed(d, name, what, list, "a list")
 
 
 def _pair(v: Any, name: str, what: str) -> tuple[int, int]:
-    if not isinstance(v, list) or len(v) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+    if not isinstance(v, list) or len(v) != 2 or not all(_is_int(x) for x in v):
         raise DecodeError(what, f"{name} must be a pair of integers", repr(v))
     return int(v[0]), int(v[1])
 
@@ -253,7 +248,7 @@ def _inventory_from(d: Fields) -> NodeInventory:
             raise DecodeError(what, "pair_scores rows must be maps", repr(a))
         scores[a] = {}
         for b, s in row.items():
-            if not isinstance(b, str) or not isinstance(s, int) or isinstance(s, bool):
+            if not isinstance(b, str) or not _is_int(s):
                 raise DecodeError(what, "pair score must map a UUID to an integer", repr(b))
             scores[a][b] = s
     cordoned = _list(d, "cordoned", what)
