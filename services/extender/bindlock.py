@@ -43,6 +43,7 @@ from shared.coord import LockHeld, LockInfo, NodeLock, lock_owner
 from shared.domain.model import BindPhase
 from shared.errors import ConflictError, DecodeError, NotFoundError
 from shared.k8s import Api
+from shared.k8s.objects import annotations_of, meta, resource_version_of
 
 logger = logging.getLogger(__name__)
 
@@ -103,20 +104,17 @@ class _Verdict(enum.Enum):
 
 def bind_phase(pod: Mapping[str, Any]) -> str | None:
     """The pod's ``hami.io/bind-phase`` annotation, or None."""
-    meta = pod.get("metadata") or {}
-    annos = meta.get("annotations") or {}
-    value = annos.get(keys.BIND_PHASE)
+    value = annotations_of(pod).get(keys.BIND_PHASE)
     return value if isinstance(value, str) else None
 
 
 def holder_is_done(pod: Mapping[str, Any]) -> bool:
     """A lock holder that can no longer be allocated or is allocated already: terminated, being deleted, or its
     bind phase settled by the device plugin."""
-    meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     return (
         status.get("phase") in _TERMINAL_PHASES
-        or meta.get("deletionTimestamp") is not None
+        or meta(pod).get("deletionTimestamp") is not None
         or bind_phase(pod) in _SETTLED_PHASES
     )
 
@@ -200,8 +198,7 @@ class NodeLocker:
         """Set ``hami.io/mutex.lock`` for the pod (or find it already ours). Returns (value, written)."""
         for _ in range(_MAX_PATCH_CONFLICTS):
             node_obj = await self._api.get_node(node, timeout_s=self._call_timeout_s)
-            meta = node_obj.get("metadata") or {}
-            current = (meta.get("annotations") or {}).get(keys.NODE_LOCK)
+            current = annotations_of(node_obj).get(keys.NODE_LOCK)
             if current is not None:
                 verdict, holder = await self._judge(node, str(current), namespace, name)
                 if verdict is _Verdict.MINE:
@@ -213,7 +210,7 @@ class NodeLocker:
                 await self._api.patch_node_metadata(
                     node,
                     annotations={keys.NODE_LOCK: value},
-                    resource_version=meta.get("resourceVersion"),
+                    resource_version=resource_version_of(node_obj) or None,
                     timeout_s=self._call_timeout_s,
                 )
             except ConflictError:
@@ -269,7 +266,7 @@ class NodeLocker:
                     namespace,
                     name,
                     annotations={keys.BIND_PHASE: BindPhase.FAILED.value},
-                    resource_version=(pod.get("metadata") or {}).get("resourceVersion"),
+                    resource_version=resource_version_of(pod) or None,
                     timeout_s=self._call_timeout_s,
                 )
             except NotFoundError:
@@ -297,8 +294,7 @@ class NodeLocker:
     async def _release_annotation(self, held: HeldNodeLock) -> None:
         for _ in range(_MAX_PATCH_CONFLICTS):
             node_obj = await self._api.get_node(held.node, timeout_s=self._call_timeout_s)
-            meta = node_obj.get("metadata") or {}
-            current = (meta.get("annotations") or {}).get(keys.NODE_LOCK)
+            current = annotations_of(node_obj).get(keys.NODE_LOCK)
             if current is None:
                 return
             try:
@@ -310,7 +306,7 @@ class NodeLocker:
                 await self._api.patch_node_metadata(
                     held.node,
                     annotations={keys.NODE_LOCK: None},
-                    resource_version=meta.get("resourceVersion"),
+                    resource_version=resource_version_of(node_obj) or None,
                     timeout_s=self._call_timeout_s,
                 )
             except ConflictError:
