@@ -146,8 +146,7 @@ class PodContext:
 
     @property
     def quota_active(self) -> bool:
-        q = self.quota
-        return q is not None and (q.limits.mem_mib is not None or q.limits.cores_pct is not None)
+        return self.quota is not None and self.quota.limited
 
 
 class _NodeEval:
@@ -341,14 +340,9 @@ class _NodeEval:
         current = tuple(ContainerDevice(devices[pk.pos].id, pk.quota_mem_mib, pk.cores) for pk in partial)
         current += (ContainerDevice(uuid, memreq, coresreq),)
         charges = collapse((*self.pod_devs[:ci], current), self.ctx.pod.init_count)
-        limits = quota.limits
-        if limits.mem_mib is not None:
-            factor = max(self.ctx.config.memory_factor, 1)
-            if quota.used_mem_mib + sum(c.mem_mib for c in charges) > limits.mem_mib * factor:
-                return False
-        if limits.cores_pct is None:
-            return True
-        return quota.used_cores_pct + sum(c.cores_pct for c in charges) <= limits.cores_pct
+        return quota.admits(
+            sum(c.mem_mib for c in charges), sum(c.cores_pct for c in charges), self.ctx.config.memory_factor
+        )
 
     def _mig_pick(self, p: int, partial: Sequence[_Pick], memreq: int, eff: tuple[int, int, int]) -> _Pick | None:
         """§6.4 step 14: a free MIG placement (dynamic, §7.1) or template slot (legacy, §7.2) for this request.

@@ -339,6 +339,22 @@ class QuotaState:
     used_mem_mib: int = 0
     used_cores_pct: int = 0
 
+    @property
+    def limited(self) -> bool:
+        """Whether the namespace has any limit to check."""
+        return self.limits.mem_mib is not None or self.limits.cores_pct is not None
+
+    def admits(self, mem_mib: int, cores_pct: int, memory_factor: int) -> bool:
+        """``used + demand <= limit`` for memory and cores (hami-compat §8): ``None`` is no limit, ``0`` blocks.
+
+        The memory limit is scaled by ``memoryFactor`` (at least 1), like the requests are. The webhook's
+        pre-check and Fit's per-device check both ask this.
+        """
+        mem_limit, cores_limit = self.limits.mem_mib, self.limits.cores_pct
+        if mem_limit is not None and self.used_mem_mib + mem_mib > mem_limit * max(memory_factor, 1):
+            return False
+        return cores_limit is None or self.used_cores_pct + cores_pct <= cores_limit
+
 
 # --------------------------------------------------------------------------------------------
 # Per-pod scheduling options (hami-compat §1.4) and the NVIDIA device config (§11)

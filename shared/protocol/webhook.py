@@ -232,17 +232,9 @@ def quota_demand(pod: dict[str, Any], cfg: NvidiaConfig) -> QuotaDemand:
 
 
 def fits_quota(demand: QuotaDemand, state: QuotaState, cfg: NvidiaConfig) -> bool:
-    """``used + demand <= limit`` for memory and cores; ``None`` is no limit, an explicit 0 blocks.
-
-    The memory limit is the quota's raw ``limits.<memory resource>`` value, scaled by ``memoryFactor``
-    like the requests are.
-    """
-    limits = state.limits
-    if limits.mem_mib is not None:
-        mem_limit = limits.mem_mib * max(cfg.memory_factor, 1)
-        if state.used_mem_mib + demand.mem_mib > mem_limit:
-            return False
-    return not (limits.cores_pct is not None and state.used_cores_pct + demand.cores_pct > limits.cores_pct)
+    """``used + demand <= limit`` for memory and cores (:meth:`QuotaState.admits`); ``None`` is no limit, an
+    explicit 0 blocks, the memory limit is scaled by ``memoryFactor`` like the requests are."""
+    return state.admits(demand.mem_mib, demand.cores_pct, cfg.memory_factor)
 
 
 # --------------------------------------------------------------------------------------------
