@@ -176,6 +176,12 @@ async def _serve_emulator(port: int) -> None:
 # ---- the floor: aiohttp + the body + two Redis round trips, no decoding or planning -----------------------------
 
 
+async def _floor_calls(store: Store) -> None:
+    """The two Redis round trips of a /filter: a pipelined read, then one script call (as the reservation)."""
+    await store.reservations.node_and_quota("uid", "default")
+    await store.meta.ensure_epoch()
+
+
 async def _serve_floor(port: int, redis_url: str) -> None:
     """What any Python extender of this shape pays per /filter before doing its job: the HTTP server reads the
     body, makes the same two Redis round trips (a pipelined read, then one script call), answers a fixed body."""
@@ -190,8 +196,7 @@ async def _serve_floor(port: int, redis_url: str) -> None:
 
     async def handle(request: web.Request) -> web.Response:
         await request.read()
-        await store.reservations.node_and_quota("uid", "default")
-        await store.meta.ensure_epoch()  # one script call, like the reservation
+        await _floor_calls(store)
         return web.Response(body=answer, content_type="application/json")
 
     async def ready(request: web.Request) -> web.Response:

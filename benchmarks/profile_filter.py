@@ -6,8 +6,8 @@ A private ``redis-server`` on a free port is seeded like ``bench_extender`` (N n
 pods); one ``ExtenderService`` runs in this process (snapshot follower, JSON logs to /dev/null, events recorded
 instead of posted, the API emulator in-process but unused by /filter). Then ``FilterHandler.filter_body`` is
 called sequentially with bodies naming every node, and the script prints its p50/p99 and the process CPU per call
-next to the floor (the same two Redis calls alone). ``--profile`` adds cProfile's top functions by own time.
-Prints figures only.
+next to the floor (two Redis round trips of the same kind alone). ``--profile`` adds cProfile's top functions
+by own time. Prints figures only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from benchmarks.bench_extender import _filter_body, _names, _redis_server, _seed
+from benchmarks.bench_extender import _filter_body, _floor_calls, _names, _pct, _redis_server, _seed
 from services.extender.events import EventSink
 from services.extender.service import ExtenderDeps, ExtenderService
 from shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
@@ -37,10 +37,6 @@ from shared.store import Store, connect
 
 async def _discard(pod: Mapping[str, Any], event: PodEvent) -> None:
     return None
-
-
-def _pct(values: list[float], q: float) -> float:
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
 async def _timed(label: str, call: Callable[[bytes], Awaitable[object]], bodies: list[bytes]) -> None:
@@ -94,11 +90,10 @@ async def _measure(service: ExtenderService, store: Store, nodes: int, requests:
         await service.filter.filter_body(body)
 
     async def floor(body: bytes) -> None:
-        await store.reservations.node_and_quota("uid", "default")
-        await store.meta.ensure_epoch()
+        await _floor_calls(store)
 
     print(f"[{nodes} nodes × 8 GPUs, {requests} sequential /filter calls, in-process]")
-    await _timed("floor (the same two Redis calls)", floor, bodies[50:])
+    await _timed("floor (two Redis round trips, as /filter makes)", floor, bodies[50:])
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
