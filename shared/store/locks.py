@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from shared.store._base import StoreContext, as_int, text
-from shared.store.types import LeaseAcquired, LeaseHeld, LeaseInfo, LockAcquired, LockHeld, LockInfo, LockResult
+from shared.store.types import LeaseAcquired, LeaseInfo, LockAcquired, LockHeld, LockInfo, LockResult
 
 
 def _ms(seconds: float) -> int:
@@ -22,8 +22,8 @@ class LeaseStore:
     def __init__(self, ctx: StoreContext) -> None:
         self._ctx = ctx
 
-    async def acquire(self, name: str, holder: str, ttl_s: float) -> LeaseAcquired | LeaseHeld:
-        """Take the lease if free (or extend it if ``holder`` already has it)."""
+    async def acquire(self, name: str, holder: str, ttl_s: float) -> LeaseAcquired | LeaseInfo:
+        """Take the lease if free (or extend it if ``holder`` already has it); else who holds it."""
         k = self._ctx.keys
         async with self._ctx.translated("acquire lease"):
             reply = await self._ctx.scripts.lease_acquire(
@@ -31,7 +31,7 @@ class LeaseStore:
             )
         if reply[0] == b"acquired":
             return LeaseAcquired(token=as_int(reply[1]), ttl_ms=as_int(reply[2]))
-        return LeaseHeld(holder=text(reply[1]), token=as_int(reply[2]), ttl_ms=as_int(reply[3]))
+        return LeaseInfo(holder=text(reply[1]), token=as_int(reply[2]), ttl_ms=as_int(reply[3]))
 
     async def renew(self, name: str, holder: str, token: int, ttl_s: float) -> bool:
         """Extend the lease if ``holder`` still holds it with ``token``; False means it is lost."""

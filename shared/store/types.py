@@ -259,16 +259,10 @@ class LeaseAcquired:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseHeld:
-    """Somebody else holds the lease for another ``ttl_ms``."""
-
-    holder: str
-    token: int
-    ttl_ms: int
-
-
-@dataclass(frozen=True, slots=True)
 class LeaseInfo:
+    """A held lease: its ``holder``, fencing ``token`` and remaining ``ttl_ms``. ``LeaseStore.inspect`` reports
+    it; ``LeaseStore.acquire`` answers it when somebody else holds the lease."""
+
     holder: str
     token: int
     ttl_ms: int

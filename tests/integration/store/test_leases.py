@@ -25,6 +25,9 @@ async def test_acquire_is_exclusive_and_reentrant(store: Store) -> None:
     info = await b.current()
     assert info is not None and (info.holder, info.token) == ("a", first)
     assert 0 < info.ttl_ms <= 30_000
+    held = await store.leases.acquire("registrar", "b", 30)  # the refusal names the holder, as inspect does
+    assert isinstance(held, LeaseInfo) and (held.holder, held.token) == ("a", first)
+    assert 0 < held.ttl_ms <= 30_000
 
 
 async def test_tokens_grow_with_each_acquisition(store: Store) -> None:
