@@ -86,9 +86,7 @@ class KubeHttp:
         self._base = base_url.rstrip("/") + "/api/v1"
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
-    async def _call(
-        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json", ok: int = 200
-    ) -> Any:
+    async def _call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if data is not None else {}
         try:
@@ -102,7 +100,7 @@ class KubeHttp:
                         status=resp.status,
                     )
                 return json.loads(text) if text else None
-        except (aiohttp.ClientError, TimeoutError) as e:
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             raise DriverError(f"{method} {path}: {type(e).__name__}: {e}") from e
 
     async def list_nodes(self) -> list[KubeObject]:

@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
+from aiohttp import web
 
 from services.allinone.main import EMBEDDED_STORE_WARNING, serve_all_in_one
 from services.allinone.service import AllInOneService
@@ -273,3 +274,22 @@ async def test_driver_errors_carry_the_http_status_and_a_conflict_on_the_node_lo
         await driver._release_node_lock(node, "ns", "p")
     annotations = (em.get("nodes", None, node) or {})["metadata"].get("annotations") or {}
     assert "hami.io/mutex.lock" not in annotations
+
+
+async def test_a_2xx_body_that_is_not_json_is_a_driver_error() -> None:
+    async def text(request: web.Request) -> web.Response:
+        return web.Response(text="<html>a proxy page</html>")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", text)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(DriverError, match="GET /nodes: JSONDecodeError"):
+                await KubeHttp(session, f"http://127.0.0.1:{port}").list_nodes()
+    finally:
+        await runner.cleanup()
