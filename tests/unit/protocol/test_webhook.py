@@ -478,6 +478,15 @@ def quota(mem: int | None = None, cores: int | None = None, used_mem: int = 0, u
     return QuotaState(QuotaLimits(mem_mib=mem, cores_pct=cores), used_mem_mib=used_mem, used_cores_pct=used_cores)
 
 
+def init_and_two_apps(init_mem: int, app_mem: int) -> dict[str, Any]:
+    """One init container and two app containers, each asking one GPU with this much memory."""
+    return pod(
+        ctr("a", limits={GPU: "1", MEM: str(app_mem)}),
+        ctr("b", limits={GPU: "1", MEM: str(app_mem)}),
+        init=(ctr("i", limits={GPU: "1", MEM: str(init_mem)}),),
+    )
+
+
 QUOTA_CASES: list[tuple[str, dict[str, Any], NvidiaConfig, QuotaState | None, bool]] = [
     ("no-quota-state", pod(ctr(limits={GPU: "1", MEM: "3k"})), CFG, None, True),
     ("no-limits", pod(ctr(limits={GPU: "1", MEM: "3k"})), CFG, quota(used_mem=10**9), True),
@@ -495,39 +504,9 @@ QUOTA_CASES: list[tuple[str, dict[str, Any], NvidiaConfig, QuotaState | None, bo
     ("bare-gpu-counts-100-cores", pod(ctr(limits={GPU: "1"})), CFG, quota(cores=99), False),
     ("bare-gpu-cores-fit", pod(ctr(limits={GPU: "1"})), CFG, quota(cores=100), True),
     ("cores-over", pod(ctr(limits={GPU: "2", MEM: "1", CORES: "30"})), CFG, quota(cores=100, used_cores=41), False),
-    (
-        "init-peak-wins",
-        pod(
-            ctr("a", limits={GPU: "1", MEM: "1000"}),
-            ctr("b", limits={GPU: "1", MEM: "1000"}),
-            init=(ctr("i", limits={GPU: "1", MEM: "3000"}),),
-        ),
-        CFG,
-        quota(mem=2999),
-        False,
-    ),
-    (
-        "init-peak-fits",
-        pod(
-            ctr("a", limits={GPU: "1", MEM: "1000"}),
-            ctr("b", limits={GPU: "1", MEM: "1000"}),
-            init=(ctr("i", limits={GPU: "1", MEM: "3000"}),),
-        ),
-        CFG,
-        quota(mem=3000),
-        True,
-    ),
-    (
-        "app-sum-wins",
-        pod(
-            ctr("a", limits={GPU: "1", MEM: "2000"}),
-            ctr("b", limits={GPU: "1", MEM: "2000"}),
-            init=(ctr("i", limits={GPU: "1", MEM: "3000"}),),
-        ),
-        CFG,
-        quota(mem=3999),
-        False,
-    ),
+    ("init-peak-wins", init_and_two_apps(init_mem=3000, app_mem=1000), CFG, quota(mem=2999), False),
+    ("init-peak-fits", init_and_two_apps(init_mem=3000, app_mem=1000), CFG, quota(mem=3000), True),
+    ("app-sum-wins", init_and_two_apps(init_mem=3000, app_mem=2000), CFG, quota(mem=3999), False),
     (
         "memory-factor-scales-limit",
         pod(ctr(limits={GPU: "1", MEM: "1000"})),
