@@ -16,6 +16,7 @@ from typing import Any
 
 from shared.errors import VgpuError
 from shared.k8s import Api
+from shared.k8s.objects import name_of, namespace_of
 from shared.protocol.events import PodEvent
 
 logger = logging.getLogger(__name__)
@@ -102,11 +103,10 @@ class EventSink:
             await self._post(pod, event)
         except (VgpuError, OSError, TimeoutError) as e:
             self._drop(1)
-            meta = pod.get("metadata") or {}
             logger.warning(
                 "event not posted",
                 extra={
-                    "pod": f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+                    "pod": f"{namespace_of(pod)}/{name_of(pod)}",
                     "reason": event.reason.value,
                     "error": str(e),
                 },

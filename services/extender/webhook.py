@@ -27,6 +27,7 @@ from services.extender.service import ExtenderDeps
 from shared.config.settings import ExtenderSettings
 from shared.domain.model import NvidiaConfig, QuotaState
 from shared.errors import DecodeError, VgpuError
+from shared.k8s.objects import meta, namespace_of
 from shared.protocol.admission import (
     HTTP_BAD_REQUEST,
     HTTP_FORBIDDEN,
@@ -96,7 +97,7 @@ class Admitter:
         pod = request.object
         outcome = self._decide(pod, None)
         if outcome.allowed and outcome.message != MSG_OTHER_SCHEDULER and self._quota is not None:
-            namespace = request.namespace or _namespace_of(pod)
+            namespace = request.namespace or namespace_of(pod)
             quota = await self._quota_for(pod, outcome, namespace)
             if quota is not None:
                 outcome = self._decide(pod, quota)
@@ -129,12 +130,6 @@ class Admitter:
                 "webhook: quota pre-check skipped, store unavailable", extra={"namespace": namespace, "error": str(e)}
             )
             return None
-
-
-def _namespace_of(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata")
-    ns = meta.get("namespace") if isinstance(meta, dict) else None
-    return ns if isinstance(ns, str) else ""
 
 
 def _classify(outcome: AdmissionOutcome) -> WebhookOutcome:
@@ -212,6 +207,5 @@ class WebhookHandler:
 
 
 def _generate_name(review: AdmissionRequest) -> str:
-    meta = (review.object or {}).get("metadata")
-    name = meta.get("generateName") if isinstance(meta, dict) else None
+    name = meta(review.object or {}).get("generateName")
     return f"{name}*" if isinstance(name, str) and name else ""
