@@ -18,11 +18,10 @@ import ssl
 import time
 from collections.abc import Callable
 
-from shared.ops import server_ssl_context
+from shared.errors import ConfigError
+from shared.ops import FileStamp, server_ssl_context
 
 logger = logging.getLogger(__name__)
-
-FileStamp = tuple[tuple[int, int, int], ...]
 
 
 def file_stamp(*paths: str) -> FileStamp:
@@ -67,9 +66,8 @@ class CertificateReloader:
         if stamp == self._stamp:
             return False
         try:
-            fresh = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            fresh.load_cert_chain(self.cert_file, self.key_file)
-        except (OSError, ssl.SSLError) as e:
+            fresh = server_ssl_context(self.cert_file, self.key_file)
+        except ConfigError as e:
             logger.warning(
                 "tls certificate changed but does not load; keeping the previous one",
                 extra={"cert_file": self.cert_file, "error": str(e)},
