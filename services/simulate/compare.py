@@ -109,6 +109,17 @@ async def run_scenario(
     async with EmbeddedCluster(settings, cluster, timing=timing, purge_store=scratch) as ec:
         results = await schedule_all(ec.driver(), list(workload.pods), stop=stop, progress=progress)
         nodes, pods = ec.emulator.list("nodes"), ec.emulator.list("pods")
+    return outcome_of(settings, workload, results, nodes, pods)
+
+
+def outcome_of(
+    settings: SimulateSettings,
+    workload: Workload,
+    results: Sequence[PodResult],
+    nodes: Sequence[dict[str, Any]],
+    pods: Sequence[dict[str, Any]],
+) -> Outcome:
+    """The outcome of a run: its results and the summary of the cluster's final ``nodes`` and ``pods``."""
     ext = settings.extender
     states = device_states(nodes, pods, settings.common.nvidia)
     summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))

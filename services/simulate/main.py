@@ -28,6 +28,7 @@ from services.simulate.compare import (
     Combination,
     Outcome,
     comparison_json,
+    outcome_of,
     parse_policies,
     render_comparison,
     run_comparison,
@@ -46,7 +47,7 @@ from services.simulate.driver import (
 from services.simulate.harness import HarnessError
 from services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
 from services.simulate.plot import check_directory, load_pyplot, write_plots
-from services.simulate.report import PodResult, device_states, render_pods, render_summary, summarize
+from services.simulate.report import PodResult, render_pods, render_summary
 from shared.config import (
     OPTIONS_BY_NAME,
     LogFormat,
@@ -418,9 +419,7 @@ async def drive_deployed(
         )
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = await kube.list_nodes(), await kube.list_pods()
-    states = device_states(nodes, pods, settings.common.nvidia)
-    summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))
-    return Outcome(tuple(results), summary, complete=len(results) == len(workload.pods))
+    return outcome_of(settings, workload, results, nodes, pods)
 
 
 async def _no_quota(namespace: str) -> None:
