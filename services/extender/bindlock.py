@@ -76,19 +76,12 @@ class LockTimeoutError(ConflictError):
 
 @dataclass(frozen=True, slots=True)
 class HeldNodeLock:
-    """A node lock this bind holds: the Redis acquisition (``token``) and the annotation value on the node.
-
-    ``reentered``: the pod already held the Redis lock (a retried bind). ``annotation_written``: this call wrote
-    the annotation (otherwise it already named the pod).
-    """
+    """A node lock this bind holds: the Redis acquisition (``token``) and the annotation naming the pod."""
 
     node: str
     namespace: str
     name: str
     token: int
-    reentered: bool
-    annotation: str
-    annotation_written: bool
     waited_s: float
 
     @property
@@ -178,31 +171,22 @@ class NodeLocker:
         if isinstance(result, LockHeld):
             raise LockBusyError(node, result.info.owner, "redis")
         try:
-            value, written = await self._lock_annotation(node, namespace, name)
+            await self._lock_annotation(node, namespace, name)
         except BaseException:
             if not result.reentered:
                 await self._release_redis(node, owner, result.token)
             raise
-        return HeldNodeLock(
-            node=node,
-            namespace=namespace,
-            name=name,
-            token=result.token,
-            reentered=result.reentered,
-            annotation=value,
-            annotation_written=written,
-            waited_s=waited_s,
-        )
+        return HeldNodeLock(node=node, namespace=namespace, name=name, token=result.token, waited_s=waited_s)
 
-    async def _lock_annotation(self, node: str, namespace: str, name: str) -> tuple[str, bool]:
-        """Set ``hami.io/mutex.lock`` for the pod (or find it already ours). Returns (value, written)."""
+    async def _lock_annotation(self, node: str, namespace: str, name: str) -> None:
+        """Set ``hami.io/mutex.lock`` for the pod (or find it already ours)."""
         for _ in range(_MAX_PATCH_CONFLICTS):
             node_obj = await self._api.get_node(node, timeout_s=self._call_timeout_s)
             current = annotations_of(node_obj).get(keys.NODE_LOCK)
             if current is not None:
                 verdict, holder = await self._judge(node, str(current), namespace, name)
                 if verdict is _Verdict.MINE:
-                    return str(current), False
+                    return
                 if verdict is _Verdict.BUSY:
                     raise LockBusyError(node, holder, "annotation")
             value = encode_node_lock(datetime.fromtimestamp(self._clock()).astimezone(), namespace, name)
@@ -217,7 +201,7 @@ class NodeLocker:
                 continue  # the node changed under us: read it again
             if current is not None:
                 logger.info("node lock annotation taken over", extra={"node": node, "previous": current})
-            return value, True
+            return
         raise LockBusyError(node, "concurrent node updates", "annotation")
 
     async def _judge(self, node: str, current: str, namespace: str, name: str) -> tuple[_Verdict, str]:
