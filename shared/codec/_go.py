@@ -24,7 +24,6 @@ UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 
 _INT_RE = re.compile(r"[+-]?[0-9]+\Z")
-_UINT_RE = re.compile(r"\+?[0-9]+\Z")
 
 GO_SPACE = (
     "\t\n\v\f\r \x85\xa0\u1680" + "".join(chr(c) for c in range(0x2000, 0x200B)) + "\u2028\u2029\u202f\u205f\u3000"
@@ -64,19 +63,6 @@ def parse_int(text: str, bits: int, what: str, part: str | None = None) -> int:
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
     if not lo <= value <= hi:
         fail(what, f"integer out of int{bits} range: {text}", part if part is not None else text)
-    return value
-
-
-def parse_uint(text: str, bits: int, what: str, part: str | None = None) -> int:
-    """Go ``strconv.ParseUint(text, 10, bits)``: no minus sign, range-checked."""
-    if not _UINT_RE.match(text):
-        fail(what, f"not an unsigned base-10 integer: {text!r}", part if part is not None else text)
-    try:
-        value = int(text)
-    except ValueError:
-        fail(what, "integer out of range", part if part is not None else text)
-    if value > 2**bits - 1:
-        fail(what, f"integer out of uint{bits} range: {text}", part if part is not None else text)
     return value
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.domain.model import ContainerDevice, DeviceCharge, MigAllocation, MigPlacement, PodDevices
+from shared.domain.model import DeviceCharge, MigAllocation, MigPlacement, PodDevices
 
 
 @dataclass(slots=True)
@@ -74,8 +74,3 @@ def collapse(
         )
         for uuid, a in acc.items()
     )
-
-
-def flatten_devices(devices: PodDevices) -> tuple[ContainerDevice, ...]:
-    """Every device entry of a pod, container by container."""
-    return tuple(d for container in devices for d in container)

@@ -151,11 +151,3 @@ def device_sort_key(policy: EffectivePolicy) -> DeviceKey:
     if binpack:
         return lambda score, dev, used: (-score, -dev.numa, dev.index)
     return lambda score, dev, used: (score, -dev.numa, dev.index)
-
-
-def node_prefers(policy: NodePolicy, a_score: float, a_name: str, b_score: float, b_name: str) -> bool:
-    """Whether node a comes before node b: binpack prefers the busiest, spread the idlest, ties go to the first
-    name (decision 8)."""
-    if a_score != b_score:
-        return a_score > b_score if policy is NodePolicy.BINPACK else a_score < b_score
-    return a_name < b_name
