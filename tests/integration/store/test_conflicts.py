@@ -74,8 +74,11 @@ CASES = {
     "cores": Case(
         PLAIN, (one("a", "GPU-a", 100, 70),), one("p", "GPU-a", 100, 40), ConflictDimension.CORES, "GPU-a", 40, 30
     ),
-    "exclusive-held": Case(
-        PLAIN, (one("a", "GPU-a", 100, 100),), one("p", "GPU-a", 100, 0), ConflictDimension.EXCLUSIVE, "GPU-a", 1, 0
+    "whole-card-held-zero-core": Case(
+        PLAIN, (one("a", "GPU-a", 100, 100),), one("p", "GPU-a", 100, 0), ConflictDimension.COMPUTE_EXHAUSTED, "GPU-a"
+    ),
+    "whole-card-held-some-cores": Case(
+        PLAIN, (one("a", "GPU-a", 100, 100),), one("p", "GPU-a", 100, 10), ConflictDimension.CORES, "GPU-a", 10, 0
     ),
     "exclusive-needs-idle": Case(
         PLAIN, (one("a", "GPU-a", 100, 0),), one("p", "GPU-a", 100, 100), ConflictDimension.EXCLUSIVE, "GPU-a", 1, 0
@@ -185,6 +188,16 @@ async def test_exact_fit_is_accepted(store: Store) -> None:
     assert isinstance(await store.reservations.reserve(one("b", "GPU-a", 2000, 50)), Reserved)
     usage = (await store.usage.node_usage("n1"))["GPU-a"]
     assert (usage.used, usage.used_mem_mib, usage.used_cores) == (2, 4000, 100)
+
+
+async def test_whole_card_mark_alone_does_not_block_free_cores(store: Store) -> None:
+    # the informer marks 100 cores as a whole-card claim when it cannot see the card's total (default 100); on a
+    # 200-core card the core's Fit still sees 100 free cores, and reserve must agree with it
+    await store.inventory.put(node("n1", gpu("GPU-a", cores=200)))
+    held = one("a", "GPU-a", 100, 100)
+    assert held.charges[0].exclusive
+    await store.reservations.record(held)
+    assert isinstance(await store.reservations.reserve(one("p", "GPU-a", 100, 50)), Reserved)
 
 
 async def test_mig_profile_cores_may_sum_past_the_card(store: Store) -> None:
