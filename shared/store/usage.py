@@ -68,17 +68,6 @@ def parse_usage(fields: Mapping[bytes, bytes]) -> dict[str, DeviceUsage]:
     return out
 
 
-def exclusive_holders(fields: Mapping[bytes, bytes]) -> dict[str, int]:
-    """How many exclusive (whole-card) charges each device carries, from a usage hash."""
-    out: dict[str, int] = {}
-    for raw_f, raw_v in fields.items():
-        if raw_f.startswith(b"u|"):
-            x = int(raw_v.split(b",")[3])
-            if x:
-                out[raw_f[2:].decode()] = x
-    return out
-
-
 def _as_fields(reply: Any) -> dict[bytes, bytes]:
     if isinstance(reply, dict):
         return reply
