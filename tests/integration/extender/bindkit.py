@@ -13,46 +13,31 @@ from prometheus_client import CollectorRegistry
 from services.extender.bind import Binder
 from services.extender.events import EventSink
 from services.extender.metrics import ExtenderMetrics
-from shared.codec import annotations as keys
-from shared.codec.register import encode_register_json
 from shared.domain.accounting import collapse
-from shared.domain.model import NVIDIA, Allocation, ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
+from shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
 from shared.emulator import Emulator, WriteRecord
 from shared.k8s import Api, KubeSettings, open_client
 from shared.protocol.events import PodEvent
 from shared.store import Store, connect
+from tests.integration.extender import filter_harness as fh
 
 NOW = 1_800_000_000.0
 
 
 def gpu(node: str, index: int, *, count: int = 10, mem: int = 16384, cores: int = 100) -> DeviceInfo:
-    return DeviceInfo(
-        id=f"GPU-{node}-{index}",
-        index=index,
-        count=count,
-        devmem_mib=mem,
-        devcore=cores,
-        type="NVIDIA-Tesla T4",
-        numa=0,
-        mode="hami-core",
-        health=True,
-    )
+    """GPU ``index`` of ``node`` (UUID ``GPU-<node>-<index>``), as filter_harness builds it."""
+    return fh.gpu(f"GPU-{node}-{index}", index, count=count, mem=mem, cores=cores)
 
 
 def inventory(node: str, n: int = 2, **kw: Any) -> NodeInventory:
-    return NodeInventory(node=node, vendor=NVIDIA, devices=tuple(gpu(node, i, **kw) for i in range(n)))
+    return fh.node(node, n, **kw)
 
 
 def node_obj(name: str, *, n: int = 2, annotations: Mapping[str, str] | None = None, **kw: Any) -> dict[str, Any]:
-    """A Node as the device plugin leaves it: the register annotation and the GPU count in allocatable."""
-    devices = tuple(gpu(name, i, **kw) for i in range(n))
-    annos = {keys.NODE_NVIDIA_REGISTER: encode_register_json(devices), **(annotations or {})}
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "annotations": annos, "labels": {"gpu": "on"}},
-        "status": {"allocatable": {"nvidia.com/gpu": str(n * devices[0].count)}},
-    }
+    """A Node as the device plugin leaves it (filter_harness.node_object), labelled ``gpu: on``."""
+    obj = fh.node_object(fh.node(name, n, **kw), annotations=annotations)
+    obj["metadata"]["labels"] = {"gpu": "on"}
+    return obj
 
 
 def pod_obj(
