@@ -30,6 +30,7 @@ from shared.domain.model import (
     MigProfile,
     MigTemplate,
 )
+from tests import builders
 
 
 def pl(start: int, size: int) -> MigPlacement:
@@ -58,18 +59,7 @@ def gpu(
     profiles: tuple[MigProfile, ...] = A100_PROFILES,
     type_: str = "NVIDIA A100-PCIE-40GB",
 ) -> DeviceInfo:
-    return DeviceInfo(
-        id=uuid,
-        index=0,
-        count=7,
-        devmem_mib=40960,
-        devcore=100,
-        type=type_,
-        numa=0,
-        mode=mode,
-        health=True,
-        mig_profiles=profiles,
-    )
+    return builders.gpu(uuid, count=7, mem=40960, type=type_, mode=mode, mig_profiles=profiles)
 
 
 def chosen(device: DeviceInfo, occupied: list[MigPlacement], mem: int) -> tuple[str, int] | None:

@@ -18,20 +18,11 @@ from shared.domain.topology import (
     select_single,
     set_score,
 )
+from tests import builders
 
 
 def gpu(index: int, uuid: str | None = None) -> DeviceInfo:
-    return DeviceInfo(
-        id=uuid or f"gpu{index}",
-        index=index,
-        count=10,
-        devmem_mib=32768,
-        devcore=100,
-        type="NVIDIA-Tesla V100-PCIE-32GB",
-        numa=0,
-        mode="hami-core",
-        health=True,
-    )
+    return builders.gpu(uuid or f"gpu{index}", index=index, mem=32768)
 
 
 def symmetric(pairs: Mapping[tuple[str, str], int]) -> dict[str, dict[str, int]]:
