@@ -70,7 +70,7 @@ def _redis_server() -> Iterator[str]:
 async def _bench(label: str, url: str | None, nodes: int, reserves: int, concurrency: int) -> None:
     store = Store.create(connect(url), prefix="bench")
     try:
-        await store.client.flushdb()
+        await store.purge()  # only the bench prefix: --url may point at a Redis that holds other data
         names = [f"node-{i:05d}" for i in range(nodes)]
         started = time.perf_counter()
         for n in names:
@@ -115,7 +115,7 @@ async def _bench(label: str, url: str | None, nodes: int, reserves: int, concurr
             f"p99 {_pct(latencies, 0.99):.2f} ms, {reserves / wall:.0f} reserve+release/s, {conflicts} conflicts"
         )
     finally:
-        await store.client.flushdb()
+        await store.purge()
         await store.aclose()
 
 
