@@ -27,8 +27,6 @@ class NodeSummary:
 
     score: float
     """Default node score before the pod (§6.2) plus the vendor's ``ScoreNode`` (0 for NVIDIA)."""
-    device_count: int
-    healthy_count: int
     usable_count: int
     idle_count: int
     """Usable devices with ``used == 0`` (what ``mutex`` needs)."""
@@ -82,16 +80,13 @@ def _fit_pct(devmem: int, free: int) -> int:
 
 def summarize(inventory: NodeInventory, usages: tuple[DeviceUsage, ...]) -> NodeSummary:
     """Compute a node's ``NodeSummary`` (see its docstring for what each figure means)."""
-    healthy = usable = idle = excl_ok = zero_ok = 0
+    usable = idle = excl_ok = zero_ok = 0
     max_mem = max_cores = max_pct = -1
     has_mig = False
     for dev, u in zip(inventory.devices, usages, strict=True):
         if dev.mode == _MIG:
             has_mig = True
-        if not dev.health:
-            continue
-        healthy += 1
-        if dev.id in inventory.cordoned or u.used >= dev.count:
+        if not dev.health or dev.id in inventory.cordoned or u.used >= dev.count:
             continue
         usable += 1
         if u.used == 0:
@@ -106,8 +101,6 @@ def summarize(inventory: NodeInventory, usages: tuple[DeviceUsage, ...]) -> Node
         max_pct = max(max_pct, _fit_pct(dev.devmem_mib, free_mem))
     return NodeSummary(
         score=default_node_score(inventory, usages) + vendor_node_score(inventory),
-        device_count=len(inventory.devices),
-        healthy_count=healthy,
         usable_count=usable,
         idle_count=idle,
         exclusive_ok_count=excl_ok,
