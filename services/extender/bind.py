@@ -27,14 +27,13 @@ import enum
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
 from services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker
 from services.extender.events import EventSink, pod_ref
 from services.extender.metrics import ExtenderMetrics
-from services.extender.service import ExtenderDeps
 from shared.codec import annotations as keys
 from shared.codec.podannotations import allocation_annotations, allocation_labels
 from shared.codec.resources import pod_request
@@ -53,6 +52,9 @@ from shared.protocol.extender import (
     parse_binding_args,
 )
 from shared.store import AllocationRecord, ReservationState, Store
+
+if TYPE_CHECKING:
+    from services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 

@@ -20,11 +20,14 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from services.extender.app import create_app
+from services.extender.bind import BindHandler
 from services.extender.events import EventSink
 from services.extender.filter import FilterHandler
 from services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
 from services.extender.snapshot import CacheSettings, SnapshotCache
 from services.extender.tls import build_ssl_context
+from services.extender.webhook import WebhookHandler
 from shared.config import ExtenderSettings
 from shared.domain.model import NvidiaConfig
 from shared.errors import TransientError
@@ -91,10 +94,6 @@ class ExtenderService:
             )
         )
         deps.event_sink.set_hooks(on_posted=self.metrics.events_posted.inc, on_dropped=self.metrics.events_dropped.inc)
-        # helper B's handlers import this module: imported here, not at the top, to avoid an import cycle
-        from services.extender.bind import BindHandler
-        from services.extender.webhook import WebhookHandler
-
         self.filter = FilterHandler(settings, deps, self.metrics, self.cache)
         self.bind: Handler = BindHandler(settings, deps, self.metrics)
         self.webhook: Handler = WebhookHandler(settings, deps, self.metrics)
@@ -105,8 +104,6 @@ class ExtenderService:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain and return."""
-        from services.extender.app import create_app
-
         ssl_context = self._ssl_context or self._tls_context()
         async with asyncio.TaskGroup() as tg:
             follower = tg.create_task(self.cache.run(), name="extender:snapshot-follower")

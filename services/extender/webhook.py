@@ -18,12 +18,11 @@ import asyncio
 import enum
 import json
 import logging
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
 from services.extender.metrics import ExtenderMetrics
-from services.extender.service import ExtenderDeps
 from shared.config.settings import ExtenderSettings
 from shared.domain.model import NvidiaConfig, QuotaState
 from shared.errors import DecodeError, VgpuError
@@ -42,6 +41,9 @@ from shared.protocol.admission import (
 from shared.protocol.extender import MAX_BODY_BYTES
 from shared.protocol.webhook import MSG_OTHER_SCHEDULER, apply_patch, mutate_pod, quota_demand
 from shared.store import QuotaRepo
+
+if TYPE_CHECKING:
+    from services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 
