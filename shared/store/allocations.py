@@ -100,11 +100,20 @@ class Reservations:
             k.pod_index(),
         ]
 
-    async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None) -> list[Any]:
+    async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None, mutex: bool = False) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
         extra_keys, token = fence_args(self._ctx.keys, fence)
-        args: list[str | bytes | int] = [token, mode, alloc.pod_uid, cjs, blob, alloc.node, self._ctx.stream_maxlen]
+        args: list[str | bytes | int] = [
+            token,
+            mode,
+            alloc.pod_uid,
+            cjs,
+            blob,
+            alloc.node,
+            self._ctx.stream_maxlen,
+            "1" if mutex else "0",
+        ]
         for _ in range(_MAX_MOVES):
             async with self._ctx.translated(f"{mode} allocation"):
                 reply: list[Any] = await self._ctx.scripts.apply_allocation(
@@ -118,13 +127,15 @@ class Reservations:
             await self._release(alloc.pod_uid, text(reply[1]), fence)
         raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
 
-    async def reserve(self, alloc: Allocation, fence: Fence | None = None) -> ReserveResult:
+    async def reserve(self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
-        Idempotent: the same content again is a no-op success; a different earlier reservation of the pod on
-        this node is replaced in the same step, and one on another node is released first.
+        ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-compat §6.4
+        step 7; the charges alone cannot say so). Idempotent: the same content again is a no-op success; a
+        different earlier reservation of the pod on this node is replaced in the same step, and one on another
+        node is released first.
         """
-        reply = await self._run_apply("reserve", alloc, fence)
+        reply = await self._run_apply("reserve", alloc, fence, mutex)
         if reply[0] == b"conflict":
             return ReserveConflict(
                 pod_uid=alloc.pod_uid,

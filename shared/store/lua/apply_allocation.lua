@@ -2,7 +2,8 @@
 -- charges on one node, replacing any earlier record of the same pod uid on this node atomically.
 -- KEYS: 1 capacity, 2 usage, 3 pod charges, 4 allocations, 5 generation, 6 change stream,
 --       7 allocation-nodes set, 8 pod index, [9 lease]
--- ARGV: 1 fence token, 2 'reserve'|'record', 3 pod uid, 4 charges JSON, 5 allocation envelope, 6 node, 7 stream maxlen
+-- ARGV: 1 fence token, 2 'reserve'|'record', 3 pod uid, 4 charges JSON, 5 allocation envelope, 6 node, 7 stream maxlen,
+--       8 '1' when the pod's policy is mutex (reserve only: every charged device must be idle)
 -- Returns {'fenced'} | {'elsewhere', node} (the pod holds charges on another node: release them, then retry)
 --       | {'conflict', dimension, device, needed, free, detail}
 --       | {'ok', generation, usage_changed 0/1, record_changed 0/1}
@@ -14,6 +15,7 @@ if indexed and indexed ~= ARGV[6] then
   return {'elsewhere', indexed}
 end
 local reserve = ARGV[2] == 'reserve'
+local mutex = ARGV[8] == '1'
 local uid, cjs, blob, node, maxlen = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local state = 'confirmed'
 if reserve then
@@ -75,6 +77,9 @@ if reserve then
     end
     if d.n + ch.n > cn then
       return conflict('slots', ch.u, ch.n, math.max(cn - d.n, 0), 'not enough free task slots')
+    end
+    if mutex and d.n > 0 then
+      return conflict('exclusive', ch.u, 1, 0, 'the mutex policy needs an idle device')
     end
     if not wants_mig then
       -- MIG charges carry profile figures whose core sum may pass 100 (ceil rounding): for them the

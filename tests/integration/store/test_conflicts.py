@@ -190,6 +190,19 @@ async def test_exact_fit_is_accepted(store: Store) -> None:
     assert (usage.used, usage.used_mem_mib, usage.used_cores) == (2, 4000, 100)
 
 
+async def test_mutex_reservation_needs_idle_devices(store: Store) -> None:
+    # hami-compat §6.4 step 7: a pod with the mutex policy only takes devices nobody uses (its charges cannot say so)
+    await store.inventory.put(node("n1", gpu("GPU-a"), gpu("GPU-b", index=1)))
+    assert isinstance(await store.reservations.reserve(one("a", "GPU-a", 100, 10)), Reserved)
+
+    refused = await store.reservations.reserve(one("p", "GPU-a", 100, 10), mutex=True)
+    assert isinstance(refused, ReserveConflict)
+    assert (refused.dimension, refused.device) == (ConflictDimension.EXCLUSIVE, "GPU-a")
+    assert isinstance(await store.reservations.reserve(one("p", "GPU-b", 100, 10), mutex=True), Reserved)
+    # without the policy the shared device is fine
+    assert isinstance(await store.reservations.reserve(one("q", "GPU-a", 100, 10)), Reserved)
+
+
 async def test_whole_card_mark_alone_does_not_block_free_cores(store: Store) -> None:
     # the informer marks 100 cores as a whole-card claim when it cannot see the card's total (default 100); on a
     # 200-core card the core's Fit still sees 100 free cores, and reserve must agree with it
