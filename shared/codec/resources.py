@@ -25,6 +25,7 @@ from typing import Any
 
 from shared.codec._go import INT32_MAX, fail
 from shared.codec.quantity import parse_quantity, whole_int64
+from shared.domain.fit import default_memory
 from shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, NVIDIA, ContainerRequest, NvidiaConfig, PodRequest
 
 _NO_RESOURCES: Mapping[str, Any] = {}
@@ -80,11 +81,7 @@ def container_request(container: Mapping[str, Any], cfg: NvidiaConfig, what: str
         pct = min(pct, 100)
         mem_pct = pct if pct > 0 else MEM_PCT_UNSET
 
-    if mem_pct == MEM_PCT_UNSET and mem_mib == 0:
-        if cfg.default_memory != 0:
-            mem_mib = cfg.default_memory
-        else:
-            mem_pct = 100
+    mem_mib, mem_pct = default_memory(mem_mib, mem_pct, cfg)
 
     cores = cfg.default_cores
     present, core = _whole(limits, requests, cfg.resource_core_name, what)

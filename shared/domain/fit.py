@@ -49,18 +49,24 @@ from shared.domain.snapshot import NodeSnapshot
 _MIG = DeviceMode.MIG.value
 
 
+def default_memory(mem_mib: int, mem_pct: int, config: NvidiaConfig) -> tuple[int, int]:
+    """HAMi's memory default (§1.2): no memory and no percentage means ``defaultMemory`` MiB, or 100 % of the card
+    when that default is 0. Returns ``(mem_mib, mem_pct)``; the request parser and :func:`normalize_request` share it.
+    """
+    if mem_mib == 0 and mem_pct == MEM_PCT_UNSET:
+        if config.default_memory != 0:
+            return config.default_memory, mem_pct
+        return mem_mib, 100
+    return mem_mib, mem_pct
+
+
 def normalize_request(req: ContainerRequest, config: NvidiaConfig) -> ContainerRequest:
     """Complete a request the way HAMi's request parsing and ``Fit`` step 8 would (§1.2, §6.4).
 
-    No memory and no percentage means ``defaultMemory`` MiB, or 100 % of the card when that default is 0;
-    cores above 100 are clamped to 100. A request that already went through the parser is unchanged.
+    The memory default (:func:`default_memory`) fills in what is missing; cores above 100 are clamped to 100. A
+    request that already went through the parser is unchanged.
     """
-    mem_mib, mem_pct = req.mem_mib, req.mem_pct
-    if mem_mib == 0 and mem_pct == MEM_PCT_UNSET:
-        if config.default_memory != 0:
-            mem_mib = config.default_memory
-        else:
-            mem_pct = 100
+    mem_mib, mem_pct = default_memory(req.mem_mib, req.mem_pct, config)
     cores = min(req.cores_pct, 100)
     if (mem_mib, mem_pct, cores) == (req.mem_mib, req.mem_pct, req.cores_pct):
         return req
