@@ -255,12 +255,24 @@ async def test_a_busy_redis_lock_times_out_and_undoes_the_reservation(h: Harness
     assert [e.reason for _, e in h.posted.events] == [EventReason.BINDING_FAILED]
 
 
-async def test_a_bind_waits_for_the_lock_and_proceeds_when_it_is_released(h: Harness) -> None:
-    pod = await reserved_pod(h)
+@pytest.mark.parametrize(
+    "labels, lock_wait_s, pod_group_wait_s",
+    [
+        pytest.param({}, 30.0, 0.0, id="ordinary-pod-ordinary-wait"),
+        # with no ordinary wait, only the PodGroup retry timeout lets the member wait
+        pytest.param({keys.POD_GROUP_LABEL: "gang-1"}, 0.0, 30.0, id="pod-group-member-retry-timeout"),
+        # 0: no PodGroup retry, the ordinary wait applies
+        pytest.param({keys.POD_GROUP_LABEL: "gang-1"}, 30.0, 0.0, id="pod-group-member-zero-retry-ordinary-wait"),
+    ],
+)
+async def test_a_bind_waits_for_the_lock_and_proceeds_when_it_is_released(
+    h: Harness, labels: dict[str, str], lock_wait_s: float, pod_group_wait_s: float
+) -> None:
+    pod = await reserved_pod(h, labels=labels)
     held = await h.store.locks.acquire(NODE, "other/holder", 300)
     assert isinstance(held, LockAcquired)
     spy = SpyLocks(h.store.locks)
-    binder = h.binder(lock_wait_s=30.0)
+    binder = h.binder(lock_wait_s=lock_wait_s, pod_group_wait_s=pod_group_wait_s)
     binder.locker._locks = NodeLock(spy, ttl_s=300)  # type: ignore[arg-type]
 
     async def release_when_contended() -> None:
@@ -272,42 +284,6 @@ async def test_a_bind_waits_for_the_lock_and_proceeds_when_it_is_released(h: Har
     await releaser
     assert result.outcome is BindOutcome.BOUND
     assert h.registry.get_sample_value("vgpu_node_lock_wait_seconds_count") == 1.0
-
-
-async def test_a_pod_group_member_uses_the_retry_timeout(h: Harness) -> None:
-    pod = await reserved_pod(h, labels={keys.POD_GROUP_LABEL: "gang-1"})
-    held = await h.store.locks.acquire(NODE, "other/holder", 300)
-    assert isinstance(held, LockAcquired)
-    spy = SpyLocks(h.store.locks)
-    binder = h.binder(lock_wait_s=0.0, pod_group_wait_s=30.0)
-    binder.locker._locks = NodeLock(spy, ttl_s=300)  # type: ignore[arg-type]
-
-    async def release_when_contended() -> None:
-        await spy.contended.wait()
-        await h.store.locks.release(NODE, "other/holder", held.token)
-
-    releaser = asyncio.create_task(release_when_contended(), name="releaser")
-    result = await binder.bind(args_for(pod))
-    await releaser
-    assert result.outcome is BindOutcome.BOUND
-
-
-async def test_a_zero_retry_timeout_treats_pod_group_members_like_other_pods(h: Harness) -> None:
-    pod = await reserved_pod(h, labels={keys.POD_GROUP_LABEL: "gang-1"})
-    held = await h.store.locks.acquire(NODE, "other/holder", 300)
-    assert isinstance(held, LockAcquired)
-    spy = SpyLocks(h.store.locks)
-    binder = h.binder(lock_wait_s=30.0, pod_group_wait_s=0.0)  # 0: no PodGroup retry, the ordinary wait applies
-    binder.locker._locks = NodeLock(spy, ttl_s=300)  # type: ignore[arg-type]
-
-    async def release_when_contended() -> None:
-        await spy.contended.wait()
-        await h.store.locks.release(NODE, "other/holder", held.token)
-
-    releaser = asyncio.create_task(release_when_contended(), name="releaser")
-    result = await binder.bind(args_for(pod))
-    await releaser
-    assert result.outcome is BindOutcome.BOUND
 
 
 async def test_an_expired_redis_lock_settles_its_allocating_holder_first(h: Harness) -> None:
