@@ -63,12 +63,16 @@ def reason_types(text: str) -> tuple[str, ...]:
 def filter_failure_events(failed_nodes: Mapping[str, str], total_nodes: int | None = None) -> list[PodEvent]:
     """The Warning events for a pod no node could take: one per reason type, then the summary.
 
-    ``total_nodes`` is the number of candidates kube-scheduler sent (default: ``len(failed_nodes)``).
+    ``total_nodes`` is the number of candidates kube-scheduler sent (default: ``len(failed_nodes)``). Each distinct
+    ``FailedNodes`` text is parsed once (thousands of nodes share a handful of texts; this runs on ``/filter``).
     """
+    by_text: dict[str, list[str]] = {}
+    for node, text in failed_nodes.items():
+        by_text.setdefault(text, []).append(node)
     by_reason: dict[str, set[str]] = {}
-    for node, reason in failed_nodes.items():
-        for reason_type in reason_types(reason):
-            by_reason.setdefault(reason_type, set()).add(node)
+    for text, nodes_with_text in by_text.items():
+        for reason_type in reason_types(text):
+            by_reason.setdefault(reason_type, set()).update(nodes_with_text)
     events = [
         _event(
             EventType.WARNING,
