@@ -43,12 +43,13 @@ def test_failure_events_one_per_reason_type_then_summary() -> None:
         "node-b": "2/4 CardInsufficientMemory, 2/4 CardNotHealth",
         "node-a": "4/4 CardInsufficientMemory",
         "node-c": "node unregistered",
+        "node-d": "4/4 CardInsufficientMemory",  # the same text as node-a
     }
-    assert filter_failure_events(failed, total_nodes=3) == [
-        warn("2 nodes CardInsufficientMemory(node-a,node-b)"),
+    assert filter_failure_events(failed, total_nodes=4) == [
+        warn("3 nodes CardInsufficientMemory(node-a,node-b,node-d)"),
         warn("1 nodes CardNotHealth(node-b)"),
         warn("1 nodes node unregistered(node-c)"),
-        warn("no available node, 3 nodes do not meet"),
+        warn("no available node, 4 nodes do not meet"),
     ]
 
 
