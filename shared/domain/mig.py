@@ -15,7 +15,6 @@ treated as unhealthy because their MIG state cannot be trusted (fail-closed, §7
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -79,24 +78,6 @@ def select_dynamic(
         if placement is not None:
             return profile, placement
     return None
-
-
-def select_dynamic_many(
-    device: DeviceInfo, occupied: Sequence[MigPlacement], mem_reqs_mib: Sequence[int]
-) -> tuple[tuple[MigProfile, MigPlacement], ...] | None:
-    """Several instances on one GPU, chosen one after the other as HAMi's ``CustomFilterRule`` does.
-
-    Each choice joins the occupied set before the next; ``None`` as soon as one request cannot be placed.
-    """
-    taken = list(occupied)
-    out: list[tuple[MigProfile, MigPlacement]] = []
-    for mem in mem_reqs_mib:
-        choice = select_dynamic(device, taken, mem)
-        if choice is None:
-            return None
-        out.append(choice)
-        taken.append(choice[1])
-    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,11 +147,6 @@ def select_legacy(
         if s not in usage.legacy_slots and template.memory_mib >= mem_req_mib:
             return LegacyMigChoice(geometry=g, slot=s, template=template)
     return None
-
-
-def with_legacy_choice(usage: DeviceUsage, choice: LegacyMigChoice) -> DeviceUsage:
-    """``usage`` with ``choice``'s slot taken (for choosing several instances on one GPU in a row)."""
-    return dataclasses.replace(usage, legacy_geometry=choice.geometry, legacy_slots=usage.legacy_slots | {choice.slot})
 
 
 def legacy_state_from_suffixes(suffixes: Iterable[tuple[int, int]]) -> tuple[int | None, frozenset[int]]:
@@ -289,8 +265,3 @@ def mig_accounting(devices: Sequence[DeviceInfo], allocations: Iterable[Allocati
         legacy=legacy,
         unhealthy=frozenset(unhealthy),
     )
-
-
-def mig_unhealthy_devices(devices: Sequence[DeviceInfo], allocations: Iterable[Allocation]) -> frozenset[str]:
-    """The GPUs :func:`mig_accounting` marks unhealthy (fail-closed MIG checks of hami-compat §7.1)."""
-    return mig_accounting(devices, allocations).unhealthy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,12 +14,9 @@ from shared.domain.mig import (
     legacy_geometries,
     legacy_state_from_suffixes,
     mig_accounting,
-    mig_unhealthy_devices,
     placement_order,
     select_dynamic,
-    select_dynamic_many,
     select_legacy,
-    with_legacy_choice,
 )
 from shared.domain.model import (
     Allocation,
@@ -138,11 +137,17 @@ def test_negative_request_is_an_error() -> None:
         select_dynamic(gpu(), [], -1)
 
 
-def test_select_dynamic_many_places_one_after_the_other() -> None:
-    got = select_dynamic_many(gpu(), [], [4000, 4000, 15000])
-    assert got is not None
-    assert [(p.name, s.start) for p, s in got] == [("1g.5gb", 6), ("1g.5gb", 5), ("3g.20gb", 0)]
-    assert select_dynamic_many(gpu(), [], [30000, 1]) is None
+def test_select_dynamic_one_after_the_other_sees_the_earlier_choices() -> None:
+    # what Fit does for several instances on one GPU (HAMi's CustomFilterRule): each choice joins `occupied`
+    occupied: list[MigPlacement] = []
+    names = []
+    for mem in (4000, 4000, 15000):
+        got = select_dynamic(gpu(), occupied, mem)
+        assert got is not None
+        names.append((got[0].name, got[1].start))
+        occupied.append(got[1])
+    assert names == [("1g.5gb", 6), ("1g.5gb", 5), ("3g.20gb", 0)]
+    assert select_dynamic(gpu(), occupied, 15000) is None  # no 3g/4g/7g placement left beside 3g at 0
 
 
 @settings(max_examples=200, deadline=None)
@@ -264,7 +269,7 @@ def test_repeated_legacy_choices_never_share_a_slot_or_a_geometry_change(request
             continue
         assert got.template.memory_mib >= mem
         assert flatten_geometry(A100_GEOMETRIES[got.geometry])[got.slot] == got.template
-        usage = with_legacy_choice(usage, got)
+        usage = dataclasses.replace(usage, legacy_geometry=got.geometry, legacy_slots=usage.legacy_slots | {got.slot})
         taken.append(got)
     assert len({c.geometry for c in taken}) <= 1
     assert len({c.slot for c in taken}) == len(taken)
@@ -373,7 +378,7 @@ def pod(
     ],
 )
 def test_mig_unhealthy_devices(pods: list[Allocation], unhealthy: set[str]) -> None:
-    assert mig_unhealthy_devices(NODE, pods) == frozenset(unhealthy)
+    assert mig_accounting(NODE, pods).unhealthy == frozenset(unhealthy)
 
 
 def test_accounting_collects_in_use_placements_and_legacy_state() -> None:
