@@ -32,7 +32,7 @@ from shared.codec.selectors import decode_pod_constraints
 from shared.config import ExtenderSettings
 from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
 from shared.domain.plan import Decision, Failure, plan
-from shared.domain.scoring import Policies
+from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 from shared.errors import DecodeError, PermanentError, TransientError, VgpuError
 from shared.protocol.events import filter_failure_events, filter_success_event, reason_types
@@ -282,7 +282,9 @@ class FilterHandler:
             )
             if isinstance(charge, QuotaExceeded):
                 return charge
-        reserved = await self._store.reservations.reserve(allocation)
+        # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
+        mutex = effective_policy(self._policies, pod.constraints).mutex
+        reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
         if isinstance(reserved, Reserved) and reserved.changed:
             self._cache.apply_local(decision, reserved.generation)
         return reserved

@@ -24,12 +24,12 @@ class Intercepted:
         self.left = times
         self.calls: list[str] = []
 
-    async def reserve(self, alloc: Allocation, fence: Any = None) -> ReserveResult:
+    async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
         self.calls.append(alloc.node)
         if self.left > 0:
             self.left -= 1
             await self._before(alloc)
-        return await self._inner.reserve(alloc, fence)
+        return await self._inner.reserve(alloc, fence, mutex=mutex)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -70,6 +70,36 @@ async def test_a_stolen_device_makes_the_filter_retry_on_fresh_data(store: Store
     assert await store.reservations.node_of("p1") == "n2"
 
 
+def share(other: Store, uid: str) -> Callable[[Allocation], Awaitable[None]]:
+    """Put a small pod ``uid`` on the first device the filter is about to reserve (shared, not exclusive)."""
+
+    async def before(alloc: Allocation) -> None:
+        first = alloc.charges[0]
+        small = dataclasses.replace(first, slots=1, mem_mib=100, cores_pct=0, exclusive=False)
+        thief = Allocation(uid, "default", uid, alloc.node, ((ContainerDevice(first.uuid, 100, 0),),), (small,))
+        assert not isinstance(await other.reservations.reserve(thief), ReserveConflict)
+
+    return before
+
+
+async def test_a_mutex_pod_never_shares_a_device_taken_between_plan_and_commit(
+    store: Store, other_store: Store, api: Api
+) -> None:
+    await seed(store, [node("n1", 2)])
+    body = wire_doc("001-filter.json")
+    body["Pod"]["metadata"]["annotations"] = {"hami.io/gpu-scheduler-policy": "mutex"}
+    body["Pod"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = "1000"
+    body["NodeNames"] = ["n1"]
+    spy = Intercepted(store.reservations, share(other_store, "neighbour"))
+    async with running_extender(patched(store, reservations=spy), api) as ext:
+        answer = await ext.filter(body)
+    assert answer["NodeNames"] == ["n1"]
+    mine = await store.reservations.get(body["Pod"]["metadata"]["uid"])
+    theirs = await store.reservations.get("neighbour")
+    assert mine is not None and theirs is not None
+    assert {c.uuid for c in mine.allocation.charges}.isdisjoint(c.uuid for c in theirs.allocation.charges)
+
+
 async def test_when_the_thief_takes_everything_the_filter_fails_with_reasons(
     store: Store, other_store: Store, api: Api
 ) -> None:
@@ -97,7 +127,7 @@ async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api
             self.inner = inner
             self.calls = 0
 
-        async def reserve(self, alloc: Allocation, fence: Any = None) -> ReserveResult:
+        async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
             self.calls += 1
             return ReserveConflict(alloc.pod_uid, alloc.node, ConflictDimension.SLOTS, "GPU-n1-0", 1, 0, "busy")
 
