@@ -16,6 +16,7 @@ Where we differ from HAMi, on purpose:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -243,7 +244,7 @@ class _NodeEval:
         cordoned = self.snap.inventory.cordoned
         numa_bind, mutex, topology = policy.numa_bind, policy.mutex, policy.topology
         quota_active = ctx.quota_active
-        counts: dict[Reason, int] = {}
+        counts: Counter[Reason] = Counter()
         partial: list[_Pick] = []
         remaining = req.nums
         prev_numa: int | None = None
@@ -253,22 +254,22 @@ class _NodeEval:
             dev = devices[p]
             i += 1
             if not dev.health:
-                counts[Reason.CARD_NOT_HEALTH] = counts.get(Reason.CARD_NOT_HEALTH, 0) + 1
+                counts[Reason.CARD_NOT_HEALTH] += 1
                 continue
             if dev.id in cordoned:
-                counts[Reason.CARD_CORDONED] = counts.get(Reason.CARD_CORDONED, 0) + 1
+                counts[Reason.CARD_CORDONED] += 1
                 continue
             if not type_ok(dev, req, constraints):
-                counts[Reason.CARD_TYPE_MISMATCH] = counts.get(Reason.CARD_TYPE_MISMATCH, 0) + 1
+                counts[Reason.CARD_TYPE_MISMATCH] += 1
                 continue
             if numa_bind and dev.numa != prev_numa:
                 if partial:
-                    counts[Reason.NUMA_NOT_FIT] = counts.get(Reason.NUMA_NOT_FIT, 0) + len(partial)
+                    counts[Reason.NUMA_NOT_FIT] += len(partial)
                 partial = []
                 remaining = req.nums
                 prev_numa = dev.numa
             if not uuid_ok(dev, constraints):
-                counts[Reason.CARD_UUID_MISMATCH] = counts.get(Reason.CARD_UUID_MISMATCH, 0) + 1
+                counts[Reason.CARD_UUID_MISMATCH] += 1
                 continue
             is_mig = dev.mode == _MIG
             d_used, d_mem, d_cores = used[p], mem[p], cores[p]
@@ -279,37 +280,33 @@ class _NodeEval:
                         d_mem += pk.mem_mib
                         d_cores += pk.cores
             if dev.count <= d_used:
-                counts[Reason.CARD_TIME_SLICING_EXHAUSTED] = counts.get(Reason.CARD_TIME_SLICING_EXHAUSTED, 0) + 1
+                counts[Reason.CARD_TIME_SLICING_EXHAUSTED] += 1
                 continue
             if mutex and d_used > 0:
-                reason = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-                counts[reason] = counts.get(reason, 0) + 1
+                counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
                 continue
             memreq = fit_mem_mib(req, dev.devmem_mib)
             coresreq = req.cores_pct
             if quota_active and not self._quota_ok(ci, partial, dev.id, memreq, coresreq):
-                counts[Reason.RESOURCE_QUOTA_NOT_FIT] = counts.get(Reason.RESOURCE_QUOTA_NOT_FIT, 0) + 1
+                counts[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
                 continue
             if dev.devmem_mib - d_mem < memreq:
-                counts[Reason.CARD_INSUFFICIENT_MEMORY] = counts.get(Reason.CARD_INSUFFICIENT_MEMORY, 0) + 1
+                counts[Reason.CARD_INSUFFICIENT_MEMORY] += 1
                 continue
             if dev.devcore - d_cores < coresreq:
-                counts[Reason.CARD_INSUFFICIENT_CORE] = counts.get(Reason.CARD_INSUFFICIENT_CORE, 0) + 1
+                counts[Reason.CARD_INSUFFICIENT_CORE] += 1
                 continue
             if dev.devcore == 100 and coresreq == 100 and d_used > 0:
-                reason = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
-                counts[reason] = counts.get(reason, 0) + 1
+                counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
                 continue
             if dev.devcore != 0 and d_cores == dev.devcore and coresreq == 0:
-                reason = Reason.CARD_COMPUTE_UNITS_EXHAUSTED
-                counts[reason] = counts.get(reason, 0) + 1
+                counts[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
                 continue
             pick = _Pick(pos=p, quota_mem_mib=memreq, mem_mib=memreq, cores=coresreq)
             if is_mig:
                 mig_pick = self._mig_pick(p, partial, memreq, (d_used, d_mem, d_cores))
                 if mig_pick is None:
-                    reason = Reason.CARD_MIG_TOPOLOGY_INFEASIBLE
-                    counts[reason] = counts.get(reason, 0) + 1
+                    counts[Reason.CARD_MIG_TOPOLOGY_INFEASIBLE] += 1
                     continue
                 pick = mig_pick
             partial.append(pick)
