@@ -39,15 +39,13 @@ def decode_cordon(value: str) -> frozenset[str]:
     return frozenset(_tokens(value))
 
 
-def decode_type_list(value: str, what: str = keys.USE_GPUTYPE) -> tuple[str, ...]:
-    """A GPU type list → upper-cased, trimmed, non-empty tokens in order, duplicates removed."""
-    del what  # any text is a list; kept for a uniform signature
+def decode_type_list(value: str) -> tuple[str, ...]:
+    """A GPU type list → upper-cased, trimmed, non-empty tokens in order, duplicates removed (never fails)."""
     return _dedupe([go_upper(t) for t in _tokens(value)])
 
 
-def decode_uuid_list(value: str, what: str = keys.USE_GPUUUID) -> frozenset[str]:
-    """A GPU UUID list → trimmed, non-empty UUIDs."""
-    del what
+def decode_uuid_list(value: str) -> frozenset[str]:
+    """A GPU UUID list → trimmed, non-empty UUIDs (never fails)."""
     return frozenset(_tokens(value))
 
 
@@ -137,15 +135,15 @@ def decode_pod_constraints(annotations: Mapping[str, str]) -> PodConstraints:
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
     if (v := text(keys.USE_GPUTYPE)) is not None:
-        use_types = decode_type_list(v, keys.USE_GPUTYPE)
+        use_types = decode_type_list(v)
         _use_list_guard(v, bool(use_types), keys.USE_GPUTYPE)
     if (v := text(keys.NOUSE_GPUTYPE)) is not None:
-        nouse_types = decode_type_list(v, keys.NOUSE_GPUTYPE)
+        nouse_types = decode_type_list(v)
     if (v := text(keys.USE_GPUUUID)) is not None:
-        use_uuids = decode_uuid_list(v, keys.USE_GPUUUID)
+        use_uuids = decode_uuid_list(v)
         _use_list_guard(v, bool(use_uuids), keys.USE_GPUUUID)
     if (v := text(keys.NOUSE_GPUUUID)) is not None:
-        nouse_uuids = decode_uuid_list(v, keys.NOUSE_GPUUUID)
+        nouse_uuids = decode_uuid_list(v)
     numa = text(keys.NUMA_BIND)
     node_policy = text(keys.NODE_SCHEDULER_POLICY)
     gpu_policy = text(keys.GPU_SCHEDULER_POLICY)
