@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from services.extender.events import pod_ref
 from services.extender.metrics import ExtenderMetrics, FilterOutcome
 from services.extender.nodes import NODE_UNREGISTERED, inventory_from_node, node_name
 from services.extender.snapshot import SnapshotCache
@@ -178,14 +179,10 @@ class FilterHandler:
             return None
         namespace, name, uid = args.pod_namespace, args.pod_name, args.pod_uid
         constraints = decode_pod_constraints(_annotations(args.pod))
-        meta: dict[str, Any] = {"namespace": namespace, "name": name}
-        if uid:
-            meta["uid"] = uid
         metadata = args.pod.get("metadata")
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-        if isinstance(rv, str) and rv:
-            meta["resourceVersion"] = rv
-        return _Pod(namespace, name, uid, request, constraints, {"metadata": meta})
+        ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
+        return _Pod(namespace, name, uid, request, constraints, ref)
 
     # ---- full Nodes: simulation, nothing reserved ---------------------------------------------------------------
 
