@@ -10,6 +10,7 @@ import pytest
 from shared.codec.resources import container_request, pod_request, pod_requests_managed_resource
 from shared.domain.model import DEFAULT_NVIDIA_CONFIG, EMPTY_REQUEST, ContainerRequest, NvidiaConfig
 from shared.errors import DecodeError
+from tests.builders import req
 
 CFG = DEFAULT_NVIDIA_CONFIG
 
@@ -26,10 +27,6 @@ def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = 
 def gpu(n: Any = "1", **extra: Any) -> dict[str, Any]:
     names = {"mem": "nvidia.com/gpumem", "pct": "nvidia.com/gpumem-percentage", "cores": "nvidia.com/gpucores"}
     return ctr({"nvidia.com/gpu": n, **{names[k]: v for k, v in extra.items()}})
-
-
-def req(nums: int = 1, mem: int = 0, pct: int = 101, cores: int = 0) -> ContainerRequest:
-    return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores)
 
 
 CASES = [
