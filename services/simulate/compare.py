@@ -17,7 +17,7 @@ from typing import Any
 from services.simulate.driver import schedule_all
 from services.simulate.harness import EmbeddedCluster, HarnessTiming, with_store_prefix
 from services.simulate.manifests import Cluster, Workload
-from services.simulate.report import PodResult, device_states, summarize
+from services.simulate.report import PodResult, device_states, policy_label, summarize
 from shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from shared.config import SimulateSettings
 from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
@@ -35,7 +35,7 @@ class Combination:
 
     @property
     def label(self) -> str:
-        return f"{self.node.value}/{self.gpu}"
+        return policy_label(self.node.value, str(self.gpu))
 
 
 DEFAULT_COMBINATIONS: tuple[Combination, ...] = tuple(

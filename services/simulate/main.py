@@ -47,7 +47,7 @@ from services.simulate.driver import (
 from services.simulate.harness import HarnessError
 from services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
 from services.simulate.plot import check_directory, load_pyplot, write_plots
-from services.simulate.report import PodResult, render_pods, render_summary
+from services.simulate.report import PodResult, policy_label, render_pods, render_summary
 from shared.config import (
     OPTIONS_BY_NAME,
     LogFormat,
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
                 code = _emit_comparison(args, cluster, workload, rows, complete=len(rows) == len(combos))
             else:
                 assert cluster is not None
-                label = f"{settings.extender.node_policy.value}/{settings.extender.gpu_policy}"
+                label = _label(settings)
                 outcome = await run_scenario(
                     settings,
                     cluster,
@@ -305,6 +305,11 @@ def run(args: argparse.Namespace) -> int:
     return exit_code if exit_code != 0 else code
 
 
+def _label(settings: SimulateSettings) -> str:
+    ext = settings.extender
+    return policy_label(ext.node_policy.value, str(ext.gpu_policy))
+
+
 def _emit_single(args: argparse.Namespace, settings: SimulateSettings, outcome: Outcome) -> int:
     if args.output == "json":
         print(json.dumps(outcome.to_json(), indent=2))
@@ -313,8 +318,7 @@ def _emit_single(args: argparse.Namespace, settings: SimulateSettings, outcome: 
         print()
         print(render_summary(outcome.summary))
     if args.plot:
-        ext = settings.extender
-        for path in write_plots([f"{ext.node_policy.value}/{ext.gpu_policy}"], [outcome.summary], args.plot):
+        for path in write_plots([_label(settings)], [outcome.summary], args.plot):
             print(f"wrote {path}", file=sys.stderr)
     if not outcome.complete:
         print("vgpu-scheduler: simulation interrupted: the results above are partial", file=sys.stderr)
