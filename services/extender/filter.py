@@ -314,8 +314,8 @@ class FilterHandler:
         if previous is not None:
             await self._drop_previous(pod, previous)
             quota = await self._store.quota.get(pod.namespace)
-            return (quota if _limited(quota) else None), None, missing
-        if _limited(quota):
+            return (quota if quota.limited else None), None, missing
+        if quota.limited:
             return quota, None, missing
         return None, (result, planned_at), missing
 
@@ -392,10 +392,6 @@ class FilterHandler:
         for reason, n in counts.items():
             self._metrics.filter_reasons.labels(reason).inc(n)
         return dict(counts)
-
-
-def _limited(quota: QuotaState) -> bool:
-    return quota.limits.mem_mib is not None or quota.limits.cores_pct is not None
 
 
 def _allocation(pod: _Pod, decision: Decision) -> Allocation:
