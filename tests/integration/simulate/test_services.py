@@ -4,12 +4,10 @@ system (what docker-compose's ``driver`` runs)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import signal
-import subprocess
-import time
-import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,6 +27,8 @@ from shared.config import settings_for
 from shared.emulator import Emulator
 from shared.store import ReservationState, Store, connect
 from tests.integration.simulate.conftest import free_port, spawn
+from tests.process import http_get, listening_addresses, service_process
+from tests.waiting import eventually
 
 
 def test_the_emulator_subcommand_serves_the_cluster_until_sigterm() -> None:
@@ -191,53 +191,61 @@ def test_the_compose_driver_and_emulator_commands_parse() -> None:
     assert driver.extender_urls == ["http://extender-1:8080", "http://extender-2:8080"]
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-    except OSError:
-        return 0, ""
+def _logged(log: Path, msg: str) -> list[dict[str, Any]]:
+    """The JSON records of ``log`` whose message is ``msg``."""
+    out = []
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("msg") == msg:
+                out.append(record)
+    return out
 
 
-def test_the_all_in_one_process_becomes_ready_and_exits_0_on_sigterm() -> None:
-    emu_port, http_port, ops_port = free_port(), free_port(), free_port()
-    emulator = spawn("emulator", "--cluster", str(EXAMPLE_CLUSTER), f"--bind=127.0.0.1:{emu_port}")
-    proc = spawn(
-        "all-in-one",
-        f"--kube-server=http://127.0.0.1:{emu_port}",
-        f"--http_bind=127.0.0.1:{http_port}",
-        f"--metrics-bind-address=127.0.0.1:{ops_port}",
-        "--log-format=json",
-    )
-    try:
-        deadline = time.monotonic() + 60
-        status, body = 0, ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            status, body = _get(f"http://127.0.0.1:{ops_port}/readyz")
-            if status == 200:
-                break
-            time.sleep(0.1)  # another process starting up: nothing to await
-        assert status == 200, body
-        assert "registrar: " in body and "informer: " in body and "extender: ok" in body
-        assert _get(f"http://127.0.0.1:{http_port}/healthz")[0] == 200
-        metrics = _get(f"http://127.0.0.1:{ops_port}/metrics")[1]
-        for name in ("vgpu_registrar_leader", "vgpu_informer_leader", "vgpu_filter_outcomes_total"):
-            assert name in metrics
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        for p in (proc, emulator):
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.communicate(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.communicate()
-    assert proc.returncode == 0, err
-    assert "embedded in-process store" in err
+async def test_the_all_in_one_process_becomes_ready_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    emu_log, log = tmp_path / "emulator.log", tmp_path / "all-in-one.log"
+    async with (
+        service_process(emu_log, "emulator", "--cluster", str(EXAMPLE_CLUSTER), "--bind=127.0.0.1:0") as emulator,
+        aiohttp.ClientSession() as session,
+    ):
+        await eventually(
+            lambda: _logged(emu_log, "emulator serving") or emulator.returncode is not None, 30, "emulator serving"
+        )
+        served = _logged(emu_log, "emulator serving")
+        assert served, emu_log.read_text()
+        flags = ("--http_bind=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
+        async with service_process(log, "all-in-one", f"--kube-server={served[0]['url']}", *flags) as proc:
+            await eventually(
+                lambda: len(listening_addresses(log)) >= 2 or proc.returncode is not None, 60, "both servers listening"
+            )
+            urls = [f"http://{a}" for a in listening_addresses(log)]
+            assert len(urls) == 2, log.read_text()
+
+            ops: list[str] = []
+
+            async def find_ops() -> bool:
+                for u in urls:
+                    status, body = await http_get(session, f"{u}/readyz")
+                    if status == 200 and "registrar: " in body:
+                        ops.append(u)
+                        return True
+                return proc.returncode is not None
+
+            await eventually(find_ops, 60, "the combined /readyz answering 200")
+            assert ops, log.read_text()
+            body = (await http_get(session, f"{ops[0]}/readyz"))[1]
+            assert "informer: " in body and "extender: ok" in body
+            (extender,) = [u for u in urls if u != ops[0]]
+            assert (await http_get(session, f"{extender}/healthz"))[0] == 200
+            metrics = (await http_get(session, f"{ops[0]}/metrics"))[1]
+            for name in ("vgpu_registrar_leader", "vgpu_informer_leader", "vgpu_filter_outcomes_total"):
+                assert name in metrics
+            proc.send_signal(signal.SIGTERM)
+            code = await asyncio.wait_for(proc.wait(), 30)
+        emulator.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(emulator.wait(), 30) == 0, emu_log.read_text()
+    assert code == 0, log.read_text()
+    assert "embedded in-process store" in log.read_text()
 
 
 async def _no_quota(namespace: str) -> None:
