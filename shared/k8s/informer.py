@@ -233,6 +233,8 @@ class Informer:
             )
             items = body["items"] or []
             rv = str(body["metadata"]["resourceVersion"])
+            if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+                raise TypeError("items is not a list of objects")
         except VgpuError as e:
             raise _ApiFailure(e) from e
         except (KeyError, TypeError) as e:
