@@ -10,8 +10,8 @@
 * ``/metrics``: Prometheus text (format 0.0.4) of the injected registry; an optional async ``before_scrape``
   hook refreshes scrape-time gauges from one snapshot first.
 
-TLS (``--cert_file``/``--key_file``): :func:`server_ssl_context` loads the pair; :func:`watch_certificate` is a
-root task that reloads it when the files change (cert-manager rotation), as HAMi's certwatcher does.
+TLS (``--cert_file``/``--key_file``): :func:`server_ssl_context` loads the pair; the extender reloads it when the
+files change (``services/extender/tls.py``), as HAMi's certwatcher does.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -48,7 +47,6 @@ __all__ = [
     "serve",
     "server_ssl_context",
     "start_server",
-    "watch_certificate",
 ]
 
 
@@ -216,47 +214,3 @@ def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"--cert_file/--key_file: cannot load {cert_file} and {key_file}: {e}") from e
     return context
-
-
-FileStamp = tuple[tuple[int, int, int], ...]
-
-
-def _stamp(*paths: str) -> FileStamp:
-    out = []
-    for path in paths:
-        try:
-            st = os.stat(path)  # follows the symlinks Kubernetes swaps when a Secret volume changes
-        except OSError:
-            out.append((0, 0, 0))
-        else:
-            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
-    return tuple(out)
-
-
-def reload_certificate_if_changed(
-    context: ssl.SSLContext, cert_file: str, key_file: str, last: FileStamp | None
-) -> FileStamp:
-    """Reload the pair into ``context`` if the files changed since ``last``; return the stamp now in force.
-
-    A pair that fails to load (half-written rotation) keeps the previous certificate and is retried next time.
-    """
-    now = _stamp(cert_file, key_file)
-    if last is None or now == last:
-        return now
-    try:
-        context.load_cert_chain(cert_file, key_file)
-    except (OSError, ssl.SSLError) as e:
-        logger.warning("certificate reload failed, keeping the previous one", extra={"error": repr(e)})
-        return last
-    logger.info("certificate reloaded", extra={"cert_file": cert_file})
-    return now
-
-
-async def watch_certificate(
-    context: ssl.SSLContext, cert_file: str, key_file: str, *, interval_s: float = 30.0
-) -> None:
-    """Root task: check the pair every ``interval_s`` and reload it into ``context`` when it changed."""
-    last = _stamp(cert_file, key_file)
-    while True:
-        await asyncio.sleep(interval_s)
-        last = reload_certificate_if_changed(context, cert_file, key_file, last)

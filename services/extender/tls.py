@@ -19,9 +19,11 @@ import time
 from collections.abc import Callable
 
 from shared.errors import ConfigError
-from shared.ops import FileStamp, server_ssl_context
+from shared.ops import server_ssl_context
 
 logger = logging.getLogger(__name__)
+
+FileStamp = tuple[tuple[int, int, int], ...]
 
 
 def file_stamp(*paths: str) -> FileStamp:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import ssl
 import subprocess
@@ -19,7 +18,6 @@ from shared.metrics import new_registry, register_build_info
 from shared.ops import (
     add_ops_routes,
     create_ops_app,
-    reload_certificate_if_changed,
     running_server,
     serve,
     server_ssl_context,
@@ -184,10 +182,6 @@ def make_pair(directory: Path, name: str, cn: str) -> tuple[str, str]:
     return str(cert), str(key)
 
 
-def overwrite(path: str, text: str) -> None:
-    Path(path).write_text(text)
-
-
 def der_of(cert_file: str) -> bytes:
     return ssl.PEM_cert_to_DER_cert(Path(cert_file).read_text())
 
@@ -206,24 +200,11 @@ async def served_cert(port: int) -> bytes:
         await writer.wait_closed()
 
 
-async def test_tls_server_and_certificate_rotation(tmp_path: Path) -> None:
+async def test_tls_server_serves_the_pair(tmp_path: Path) -> None:
+    """Rotation (reload when the files change) is the extender's, tested in tests/integration/extender/test_tls.py."""
     cert, key = make_pair(tmp_path, "live", "one")
-    context = server_ssl_context(cert, key)
-    async with running_server(create_ops_app(), "127.0.0.1:0", ssl_context=context) as srv:
+    async with running_server(create_ops_app(), "127.0.0.1:0", ssl_context=server_ssl_context(cert, key)) as srv:
         assert await served_cert(srv.port) == der_of(cert)
-        stamp = reload_certificate_if_changed(context, cert, key, None)
-        assert reload_certificate_if_changed(context, cert, key, stamp) == stamp  # unchanged: nothing to do
-
-        new_cert, new_key = make_pair(tmp_path, "next", "two")
-        os.replace(new_key, key)
-        os.replace(new_cert, cert)
-        stamp = reload_certificate_if_changed(context, cert, key, stamp)
-        in_force = der_of(cert)
-        assert await served_cert(srv.port) == in_force
-
-        overwrite(cert, "half-written")  # a broken rotation keeps the certificate in force
-        assert reload_certificate_if_changed(context, cert, key, stamp) == stamp
-        assert await served_cert(srv.port) == in_force
 
 
 def test_a_bad_pair_is_a_config_error(tmp_path: Path) -> None:
