@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from shared.codec import annotations as keys
 from shared.codec.nodelock import encode_node_lock, parse_node_lock
-from shared.coord import LockHeld, LockInfo, NodeLock, lock_owner
+from shared.coord import LockHeld, LockInfo, NodeLock, lock_owner, parse_lock_owner
 from shared.domain.model import BindPhase
 from shared.errors import ConflictError, DecodeError, NotFoundError
 from shared.k8s import Api
@@ -230,9 +230,9 @@ class NodeLocker:
     # ---- settling an expired holder (decision 5) -----------------------------------------------------------
 
     async def _settle_redis_holder(self, info: LockInfo) -> None:
-        namespace, sep, name = info.owner.partition("/")
-        if sep and namespace and name:
-            await self._settle_pod(namespace, name, None)
+        owner = parse_lock_owner(info.owner)
+        if owner is not None:
+            await self._settle_pod(*owner, None)
 
     async def _settle_pod(self, namespace: str, name: str, pod: Mapping[str, Any] | None) -> None:
         """Mark an expired lock holder ``bind-phase: failed`` if it is still ``allocating``, so the device plugin

@@ -31,6 +31,7 @@ from services.informer.metrics import InformerMetrics, LockCause, Malformed
 from services.informer.pods import PodFacts, pod_facts
 from shared.codec import annotations as keys
 from shared.codec.nodelock import parse_node_lock
+from shared.coord import parse_lock_owner
 from shared.domain.model import BindPhase
 from shared.errors import ConflictError, DecodeError, NotFoundError, TransientError
 from shared.k8s import Api, KubeObject
@@ -42,14 +43,6 @@ logger = logging.getLogger(__name__)
 Owner = tuple[str, str]  # (namespace, name) of the pod a lock names
 _PATCH_ATTEMPTS = 5
 _CLOCK_SLACK_S = 1.0  # RFC 3339 lock times and bind-time are whole seconds
-
-
-def split_owner(owner: str) -> Owner | None:
-    """``<namespace>/<name>`` (``shared.coord.lock_owner``) → (namespace, name); None if malformed."""
-    ns, sep, name = owner.partition("/")
-    if not sep or not ns or not name:
-        return None
-    return ns, name
 
 
 @dataclass
@@ -195,7 +188,7 @@ class NodeLockReleaser:
                 owner = None if lock.legacy else (lock.namespace or "", lock.name or "")
                 out[owner] = _Held(owner, value, None, lock.at.timestamp())
         if redis is not None:
-            owner = split_owner(redis.owner)
+            owner = parse_lock_owner(redis.owner)
             acquired_s = redis.acquired_ms / 1000
             held = out.get(owner) if owner is not None else None
             if held is not None:
@@ -245,7 +238,8 @@ class NodeLockReleaser:
         redis = await self._store.locks.inspect(node)
         if node_obj is None:
             if redis is not None and not await self._exists(node):
-                await self._release(node, _Held(split_owner(redis.owner), None, redis, 0.0), LockCause.NODE_DELETED)
+                held = _Held(parse_lock_owner(redis.owner), None, redis, 0.0)
+                await self._release(node, held, LockCause.NODE_DELETED)
             self._seen.pop(node, None)
             return
         value = annotations_of(node_obj).get(keys.NODE_LOCK)

@@ -1,7 +1,7 @@
 """Coordination: leases with fencing tokens for the single-active services, node locks for ``/bind``."""
 
 from shared.coord.lease import Lease, LeaseKeeper, LeaseNotHeldError
-from shared.coord.nodelock import NodeLock, lock_owner
+from shared.coord.nodelock import NodeLock, lock_owner, parse_lock_owner
 from shared.store.types import Fence, LockAcquired, LockHeld, LockInfo, LockResult
 
 __all__ = [
@@ -15,4 +15,5 @@ __all__ = [
     "LockResult",
     "NodeLock",
     "lock_owner",
+    "parse_lock_owner",
 ]

@@ -20,6 +20,14 @@ def lock_owner(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+def parse_lock_owner(owner: str) -> tuple[str, str] | None:
+    """The (namespace, name) a :func:`lock_owner` string names; None if it is malformed."""
+    namespace, sep, name = owner.partition("/")
+    if not sep or not namespace or not name:
+        return None
+    return namespace, name
+
+
 class NodeLock:
     """Acquire/release/inspect node locks; ``ttl_s`` is ``--node-lock-timeout`` (HAMi default 5 min)."""
 
