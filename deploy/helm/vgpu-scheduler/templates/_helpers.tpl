@@ -1,5 +1,5 @@
 {{/*
-Helpers. Keep every template within the subset deploy/gotemplate.py renders (see docs/deploy.md).
+Helpers. Rendered by Helm (deploy/render.py uses Helm's SDK; see docs/deploy.md).
 */}}
 
 {{- define "vgpu-scheduler.name" -}}
