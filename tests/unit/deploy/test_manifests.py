@@ -37,6 +37,7 @@ VALUES_SWITCHES: list[dict[str, Any]] = [
     {"deviceConfig": {"existingConfigMap": "hami-scheduler-device"}},
     {"schedulerName": "hami-scheduler"},
     {"registrar": {"nodeLabelSelector": "gpu=on,zone=a"}},
+    {"deviceConfig": {"config": {"nvidia": {"overwriteEnv": True}}}},
 ]
 
 # Exact ClusterRole rules per component: (apiGroup, resource) -> verbs. Anything more is a privilege leak.
@@ -346,6 +347,40 @@ def test_webhook_fails_closed_and_skips_ignored_objects(manifests: Objects) -> N
     assert [p["port"] for p in svc["spec"]["ports"]] == [443]
     extender_labels = manifests.get("Deployment", f"{FULL}-extender")["spec"]["template"]["metadata"]["labels"]
     assert selector_matches(svc["spec"]["selector"], extender_labels)
+
+
+def cel_resource_names(hook: Obj) -> list[str]:
+    """The resource names in the match condition's CEL list literal (its only list of quoted strings)."""
+    [condition] = hook["matchConditions"]
+    [literal] = re.findall(r'\[("[^"\]]+"(?:,"[^"\]]+")*)\]', condition["expression"])
+    return [name.strip('"') for name in literal.split(",")]
+
+
+def test_webhook_sees_only_pods_that_name_a_managed_resource(manifests: Objects) -> None:
+    """Semantics are proven on a real API server (tests/controlplane/test_webhook_gate.py); here, the shape."""
+    [hook] = manifests.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    [condition] = hook["matchConditions"]
+    assert condition["name"] == "asks-for-a-managed-resource"
+    expression = condition["expression"]
+    for part in ("object.spec.initContainers", "object.spec.containers", "c.resources.limits", "c.resources.requests"):
+        assert part in expression
+    assert sorted(cel_resource_names(hook)) == sorted(NVIDIA_RESOURCES)
+
+
+def test_webhook_match_condition_follows_the_device_config(chart: Chart) -> None:
+    renamed = {"resourceCountName": "acme.com/gpu", "resourcePriorityName": ""}
+    objs = render_objects(chart, {"deviceConfig": {"config": {"nvidia": renamed}}})
+    [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    expected = set(NVIDIA_RESOURCES) - {"nvidia.com/gpu", "nvidia.com/priority"} | {"acme.com/gpu"}
+    assert set(cel_resource_names(hook)) == expected
+
+
+def test_overwrite_env_sends_every_pod_to_the_webhook(chart: Chart) -> None:
+    """With overwriteEnv the webhook hides the GPUs from pods that ask for none, so it must see them all."""
+    objs = render_objects(chart, {"deviceConfig": {"config": {"nvidia": {"overwriteEnv": True}}}})
+    [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    assert "matchConditions" not in hook
+    assert hook["failurePolicy"] == "Fail"
 
 
 def test_extender_deployment(manifests: Objects) -> None:

@@ -65,6 +65,19 @@ hami.io/webhook: ignore
 {{ .Values.deviceConfig.existingConfigMap | default (printf "%s-device" (include "vgpu-scheduler.fullname" .)) }}
 {{- end }}
 
+{{/*
+CEL list literal of the device config's resource names (count, memory, memory percentage, cores, priority):
+the resources the webhook acts on. Empty names (a resource switched off) are left out.
+*/}}
+{{- define "vgpu-scheduler.webhookResources" -}}
+{{- $nv := .Values.deviceConfig.config.nvidia }}
+{{- $names := list }}
+{{- range (list $nv.resourceCountName $nv.resourceMemoryName $nv.resourceMemoryPercentageName $nv.resourceCoreName $nv.resourcePriorityName) }}
+{{- if . }}{{ $names = append $names . }}{{ end }}
+{{- end }}
+{{- $names | toJson }}
+{{- end }}
+
 {{- define "vgpu-scheduler.leaseName" -}}
 {{ .Values.kubeScheduler.leaseName | default (include "vgpu-scheduler.fullname" .) }}
 {{- end }}
