@@ -1,4 +1,4 @@
-"""``POST /bind``: turn the pod's Redis reservation into a Binding (hami-compat §5.2, decisions 3-5).
+"""``POST /bind``: turn the pod's Redis reservation into a Binding (hami-wire §5.2, differences 3-5).
 
 The request is ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``; no pod object). The
 devices come from the pod's reservation in Redis, made by whichever replica filtered the pod. Steps:
@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_LOCK_WAIT_S: Final = 3.0
 """How long a bind waits for a busy node lock: well inside kube-scheduler's default 5 s ``httpTimeout``."""
 POD_GROUP_RETRY_S: Final = 0.1
-"""PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-compat §4.2)."""
+"""PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-wire §4.2)."""
 _POD_PATCH_ATTEMPTS: Final = 3
 _JSON: Final = "application/json"
 

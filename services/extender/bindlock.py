@@ -1,6 +1,6 @@
 """The node lock of ``/bind``: a Redis arbiter between replicas, then HAMi's ``hami.io/mutex.lock`` annotation.
 
-hami-compat §4 and decisions 4-5. Taking the lock for pod ``<ns>/<name>`` on a node is two steps:
+hami-wire §4 and differences 4-5. Taking the lock for pod ``<ns>/<name>`` on a node is two steps:
 
 1. **Redis** (``NodeLock``, fencing token, owner ``<ns>/<name>``, ttl ``--node-lock-timeout``): replicas contend
    here, cheaply and atomically. Re-entrant for the same pod. An *expired* holder is first settled (its pod is
@@ -17,7 +17,7 @@ hami-compat §4 and decisions 4-5. Taking the lock for pod ``<ns>/<name>`` on a 
    malformed (the device plugin cannot use it either)     take it over (logged)
    legacy time-only, expired / fresh                      take it over / busy
    another pod, expired                                   settle that pod if ``allocating``, take over
-   another pod that is gone, terminated, being deleted,   take it over (decision 4: such a lock is
+   another pod that is gone, terminated, being deleted,   take it over (difference 4: such a lock is
    or whose bind phase is settled (``success``/``failed``) released anyway; HAMi #1271, #3047)
    another live pod still binding or allocating           busy: release the Redis lock, back off
    =====================================================  ===========================================
@@ -227,7 +227,7 @@ class NodeLocker:
             return _Verdict.TAKE_OVER, holder
         return _Verdict.BUSY, holder
 
-    # ---- settling an expired holder (decision 5) -----------------------------------------------------------
+    # ---- settling an expired holder (difference 5) -----------------------------------------------------------
 
     async def _settle_redis_holder(self, info: LockInfo) -> None:
         owner = parse_lock_owner(info.owner)

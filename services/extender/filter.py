@@ -1,6 +1,6 @@
 """``POST /filter``: plan from the process-local snapshot, then commit the reservation atomically in Redis.
 
-Plan, then commit (design §2, hami-compat §5.1 with decisions 3 and 6):
+Plan, then commit (docs/store.md, Consistency, hami-wire §5.1 with differences 3 and 6):
 
 1. Parse the body (Go JSON rules, 1 MiB cap) and the pod's requests; a pod that asks for nothing we manage
    passes through unchanged. Bad input, an invalid policy or weights annotation → an ``Error`` answer.
@@ -267,7 +267,7 @@ class FilterHandler:
     async def _commit(
         self, pod: _Pod, decision: Decision, quota: QuotaState | None
     ) -> Reserved | ReserveConflict | QuotaExceeded:
-        """Charge the quota (when the namespace has limits), then reserve the devices (design §2)."""
+        """Charge the quota (when the namespace has limits), then reserve the devices (docs/store.md)."""
         allocation = _allocation(pod, decision)
         if quota is not None:
             charge = await self._store.quota.charge(
@@ -320,7 +320,7 @@ class FilterHandler:
         return None, (result, planned_at), missing
 
     async def _drop_previous(self, pod: _Pod, node: str) -> None:
-        """A re-filter: give back the pod's earlier reservation and quota before planning again (design §2)."""
+        """A re-filter: give back the pod's earlier reservation and quota before planning again (docs/store.md)."""
         released = await self._store.reservations.release(pod.uid, node=node)
         await self._store.quota.refund(pod.namespace, pod.uid)
         await self._cache.refresh([node])

@@ -2,7 +2,7 @@
 
 For each workload pod, in order (:meth:`Driver.schedule`):
 
-1. **admission** — the webhook's mutation, as the API server would apply it (hami-compat decision 16): either the
+1. **admission** — the webhook's mutation, as the API server would apply it (difference 16): either the
    pure :func:`~shared.protocol.webhook.mutate_pod` + :func:`~shared.protocol.jsonpatch.apply_patch` (embedded runs)
    or an AdmissionReview POSTed to an extender's ``/webhook`` (a deployed extender). A denied pod is reported as
    unschedulable with the denial message;
@@ -182,7 +182,7 @@ class Extenders:
 
 
 # --------------------------------------------------------------------------------------------
-# Admission (decision 16)
+# Admission (difference 16)
 # --------------------------------------------------------------------------------------------
 
 

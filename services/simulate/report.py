@@ -110,7 +110,7 @@ def _allocatable_count(node: Mapping[str, Any], resource: str) -> int:
 
 
 def holds_devices(pod: Mapping[str, Any]) -> bool:
-    """A pod holds devices while it carries ``hami.io/vgpu-node`` and has not terminated (hami-compat §5.4)."""
+    """A pod holds devices while it carries ``hami.io/vgpu-node`` and has not terminated (hami-wire §5.4)."""
     phase = (pod.get("status") or {}).get("phase", "")
     return keys.VGPU_NODE in _annotations(pod) and phase not in TERMINAL_PHASES
 

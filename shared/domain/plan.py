@@ -3,7 +3,7 @@
 ``plan`` is pure: it reads a pod's requests and constraints, the candidate nodes' snapshots and the policies, and
 returns a ``Decision`` or a ``Failure``. It never reserves anything; the caller commits the decision.
 
-Fast path. A node's score depends only on its usage before the pod (hami-compat §6.2), so the candidates can
+Fast path. A node's score depends only on its usage before the pod (hami-wire §6.2), so the candidates can
 be ordered first (binpack: busiest first, spread: idlest first, ties by name) and fitted in that order until
 one fits: that node is the one the full evaluation would choose. The preferred node is tried before anything
 is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``PodNeeds``), nodes with too few
@@ -311,7 +311,7 @@ def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:
 
 
 def apply_decision(snapshot: NodeSnapshot, decision: Decision) -> NodeSnapshot:
-    """The node's snapshot after the decided pod is placed: each charge added to its device's usage (§5.1 5.2).
+    """The node's snapshot after the decided pod is placed: each charge added to its device's usage (§5.1 step 5.2).
 
     ``used += max(slots, 1)``, memory and cores add up, MIG placements and legacy slots join the device's.
     """

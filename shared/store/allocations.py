@@ -122,7 +122,7 @@ class Reservations:
             check_fenced(reply, fence)
             if reply[0] != b"elsewhere":
                 return reply
-            # the pod still holds charges on another node: drop them there first (design §2); the record
+            # the pod still holds charges on another node: drop them there first (docs/store.md); the record
             # released there is not decoded (it may be unreadable, and nobody needs it)
             await self._release(alloc.pod_uid, text(reply[1]), fence)
         raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
@@ -130,7 +130,7 @@ class Reservations:
     async def reserve(self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
-        ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-compat §6.4
+        ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-wire §6.4
         step 7; the charges alone cannot say so). Idempotent: the same content again is a no-op success; a
         different earlier reservation of the pod on this node is replaced in the same step, and one on another
         node is released first.

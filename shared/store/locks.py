@@ -72,7 +72,7 @@ def _lock_info(node: str, fields: tuple[bytes, bytes, bytes, bytes, bytes]) -> L
 
 class NodeLockStore:
     """One lock per node. The logical expiry is part of the value and judged on the server clock, so an
-    expired lock is *reported* to the next contender rather than silently handed over (hami-compat decision 5)."""
+    expired lock is *reported* to the next contender rather than silently handed over (difference 5)."""
 
     def __init__(self, ctx: StoreContext) -> None:
         self._ctx = ctx

@@ -1,5 +1,5 @@
-"""What ``/filter`` + ``/bind`` write to the API server, byte for byte against hami-compat.md (§3, §3.1, §4.1,
-§5.2, decision 3), through a real extender replica over HTTP, and what HAMi's device plugin reads back from it
+"""What ``/filter`` + ``/bind`` write to the API server, byte for byte against docs/hami-wire.md (§3, §3.1, §4.1,
+§5.2, difference 3), through a real extender replica over HTTP, and what HAMi's device plugin reads back from it
 (§3.1, §4.3) — the HEAD and the ≤ v2.8 decoder."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ async def test_filter_writes_nothing_and_bind_writes_lock_one_pod_patch_and_bind
 
             answer = await ext.post("filter", {"Pod": created, "Nodes": None, "NodeNames": [NODE]})
             assert answer["NodeNames"] == [NODE] and not answer.get("Error")
-            assert emulator.writes() == []  # decision 3: no API writes in /filter
+            assert emulator.writes() == []  # difference 3: no API writes in /filter
 
             before = int(time.time())
             meta = created["metadata"]

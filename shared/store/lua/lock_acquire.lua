@@ -1,5 +1,5 @@
 -- Take a node's bind lock for an owner ('<ns>/<name>'). The logical expiry lives in the value (server clock):
--- an expired lock is reported, never silently handed on (hami-compat decision 5). Re-entrant per owner.
+-- an expired lock is reported, never silently handed on (difference 5). Re-entrant per owner.
 -- Value: '<token>|<expires_ms>|<acquired_ms>|<owner>'.
 -- KEYS: 1 lock, 2 epoch   ARGV: 1 owner, 2 ttl ms, 3 hard ttl ms (0 = key never expires by itself)
 -- Returns {'acquired', token, expires_ms, acquired_ms, reentered 0/1, now_ms}

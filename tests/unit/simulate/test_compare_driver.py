@@ -155,7 +155,7 @@ async def test_local_admission_mutates_denies_and_checks_quota() -> None:
     )
     bare = await admit(_gpu_pod({"nvidia.com/gpu": "1"}))
     assert bare.pod is not None
-    assert bare.pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] == "100"  # decision 16
+    assert bare.pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] == "100"  # difference 16
     assert bare.pod["spec"]["schedulerName"] == "hami-scheduler"
     over = await admit(_gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6000"}))
     assert over.pod is None and over.message == "admission denied: exceeding resource quota"
