@@ -53,6 +53,7 @@ class Outcome:
     bind_latencies_s: list[float]
     scheduler_errors: int
     lock_waits: int
+    """Binds that waited 10 ms or more for the node lock (the live extenders' ``vgpu_node_lock_wait_seconds``)."""
     stalled: bool
     system_log: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -71,6 +72,11 @@ class Outcome:
 _SCHEDULER_ERROR = re.compile(r"Error scheduling pod|SchedulerError|error binding pod|Failed to bind")
 
 
+def count_scheduler_errors(log: str) -> int:
+    """kube-scheduler's error lines for failed scheduling or binding attempts."""
+    return len(_SCHEDULER_ERROR.findall(log))
+
+
 async def _lock_waits(session: aiohttp.ClientSession, system: System) -> int:
     total = 0.0
     for s in system.extenders():
@@ -81,9 +87,13 @@ async def _lock_waits(session: aiohttp.ClientSession, system: System) -> int:
             continue
         with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
             async with session.get(f"http://{plain[0]}/metrics", timeout=aiohttp.ClientTimeout(total=5)) as r:
+                count = quick = 0.0
                 for line in (await r.text()).splitlines():
                     if line.startswith("vgpu_node_lock_wait_seconds_count"):
-                        total += float(line.rsplit(" ", 1)[1])
+                        count = float(line.rsplit(" ", 1)[1])
+                    elif line.startswith('vgpu_node_lock_wait_seconds_bucket{le="0.01"}'):
+                        quick = float(line.rsplit(" ", 1)[1])
+                total += count - quick
     return int(total)
 
 
@@ -206,7 +216,7 @@ async def _drive(
         bound=len(bound_times),
         elapsed_s=elapsed,
         bind_latencies_s=[watch.bound[n] - watch.created[n] for n in watch.bound if n in watch.created],
-        scheduler_errors=len(_SCHEDULER_ERROR.findall(system.scheduler.log_text())),
+        scheduler_errors=count_scheduler_errors(system.scheduler.log_text()),
         lock_waits=waits,
         stalled=stalled,
     )
