@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -131,6 +132,7 @@ class Binder:
         clock: Callable[[], float],
         events: EventSink | None = None,
         metrics: ExtenderMetrics | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._store = store
         self._api = api
@@ -147,6 +149,7 @@ class Binder:
             timeout_s=node_lock_timeout_s,
             clock=clock,
             call_timeout_s=call_timeout_s,
+            rng=rng,
         )
         self._inflight: dict[str, tuple[asyncio.Lock, int]] = {}
 
@@ -412,6 +415,7 @@ class BindHandler:
             clock=deps.clock,
             events=deps.event_sink,
             metrics=metrics,
+            rng=deps.rng,
         )
         self._metrics = metrics
 

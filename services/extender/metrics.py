@@ -87,6 +87,13 @@ class ExtenderMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.policy_info = Gauge(
+            "vgpu_extender_policy_info",
+            "Always 1: the default node and GPU scheduler policies of this replica (--node-scheduler-policy, "
+            "--gpu-scheduler-policy), as labels.",
+            ["node_scheduler_policy", "gpu_scheduler_policy"],
+            registry=registry,
+        )
         self.request_duration = Histogram(
             "vgpu_extender_request_duration_seconds",
             "Time to answer one extender request, by verb.",

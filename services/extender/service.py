@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import ssl
 import time
 from collections.abc import Callable
@@ -60,6 +61,8 @@ class ExtenderDeps:
     event_sink: EventSink
     clock: Callable[[], float] = time.time
     cache_settings: CacheSettings = field(default_factory=CacheSettings)
+    rng: random.Random | None = None
+    """The jitter of ``/bind``'s node-lock retries (None: a fresh ``random.Random()``; ``simulate`` seeds it)."""
 
 
 class ExtenderService:
@@ -77,6 +80,7 @@ class ExtenderService:
         self.deps = deps
         self.drain_timeout_s = drain_timeout_s
         self.metrics = ExtenderMetrics(deps.registry)
+        self.metrics.policy_info.labels(settings.node_policy.value, str(settings.gpu_policy)).set(1)
         self.cache = SnapshotCache(
             deps.store,
             deps.cache_settings,

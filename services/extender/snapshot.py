@@ -71,6 +71,11 @@ class CacheStats:
     corrupt_nodes: int = 0
 
 
+def _loop_time() -> float:
+    """The event loop's clock (monotonic; the simulated one in ``simulate``), for the feed's pacing."""
+    return asyncio.get_running_loop().time()
+
+
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -201,16 +206,16 @@ class SnapshotCache:
             try:
                 if self._reload_reason is not None:
                     await self._full_load(self._reload_reason)
-                pause = self._settings.feed_min_interval_s - (time.monotonic() - self._read_at)
+                pause = self._settings.feed_min_interval_s - (_loop_time() - self._read_at)
                 if pause > 0:
                     await asyncio.sleep(pause)
-                self._read_at = time.monotonic()
+                self._read_at = _loop_time()
                 batch = await self._store.feed.read(
                     self._last_id or "0-0", block_s=self._settings.feed_block_s, count=self._settings.feed_count
                 )
                 self._redis_ok()
                 await self._follow(batch)
-                if time.monotonic() - self._status_at >= self._settings.status_interval_s:
+                if _loop_time() - self._status_at >= self._settings.status_interval_s:
                     await self._check_status()
                 backoff = self._settings.backoff_initial_s
             except TransientError as e:
@@ -245,7 +250,7 @@ class SnapshotCache:
 
     async def _check_status(self) -> None:
         status = await self._store.meta.status()
-        self._status_at = time.monotonic()
+        self._status_at = _loop_time()
         self._redis_ok()
         self._status = status
         if self.loaded.is_set() and status.epoch != self._epoch and self._reload_reason != "epoch":
@@ -271,7 +276,7 @@ class SnapshotCache:
             self._remove(name)
         self._epoch = status.epoch
         self._status = status
-        self._status_at = time.monotonic()
+        self._status_at = _loop_time()
         self._last_id = last_id
         self._reload_reason = None
         self.stats.full_loads += 1
