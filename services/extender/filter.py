@@ -117,6 +117,7 @@ class FilterHandler:
         self._cache = cache
         self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
         self._max_attempts = max(1, max_attempts)
+        self._bind_aware = settings.bind_aware_placement
         self._node_locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -282,12 +283,22 @@ class FilterHandler:
         # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
         mutex = effective_policy(self._policies, pod.constraints).mutex
         reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
-        if isinstance(reserved, Reserved) and reserved.changed:
-            self._cache.apply_local(decision, reserved.generation)
+        if isinstance(reserved, Reserved):
+            if reserved.changed:
+                self._cache.apply_local(decision, reserved.generation)
+            self._cache.mark_busy(decision.node)  # its bind is coming: the next pods prefer other nodes
         return reserved
 
     def _plan(self, pod: _Pod, snaps: Sequence[NodeSnapshot], quota: QuotaState | None) -> Decision | Failure:
-        return plan(pod.request, pod.constraints, snaps, policies=self._policies, quota=quota, config=self._nvidia)
+        return plan(
+            pod.request,
+            pod.constraints,
+            snaps,
+            policies=self._policies,
+            quota=quota,
+            config=self._nvidia,
+            busy=self._cache.busy if self._bind_aware else frozenset(),
+        )
 
     async def _first_plan(
         self, pod: _Pod, names: Sequence[str]

@@ -14,8 +14,8 @@ answer (property-tested).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter
 
@@ -227,6 +227,7 @@ def plan(
     quota: QuotaState | None = None,
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     exhaustive: bool = False,
+    busy: Collection[str] = frozenset(),
 ) -> Decision | Failure:
     """Choose the node and the devices of every container of ``pod``, or say why no candidate fits.
 
@@ -234,7 +235,18 @@ def plan(
     vgpu-mode); ``quota`` the pod namespace's limits and usage (``None``: no quota). A pod that requests no
     device gets the preferred node and empty device lists (callers normally short-circuit such pods).
     ``exhaustive`` evaluates every node instead of stopping at the first that fits; the answer is the same.
+
+    ``busy`` names nodes with a bind in flight. HAMi's device plugin finds the pod it allocates through the node
+    lock, so a node takes one bind at a time; a busy node is chosen only when no other candidate fits (the node
+    policy orders each group). The reasons of a failure do not depend on it.
     """
+    if busy:
+        free = [s for s in nodes if s.name not in busy]
+        if len(free) < len(nodes):
+            others = [s for s in nodes if s.name in busy]
+            return _plan_busy_last(
+                pod, constraints, free, others, policies=policies, quota=quota, config=config, exhaustive=exhaustive
+            )
     policy = effective_policy(policies, constraints)
     ctx = PodContext(
         pod=pod,
@@ -283,6 +295,27 @@ def plan(
             return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
         rejections[idx] = result
     return _failure(nodes, rejections)
+
+
+def _plan_busy_last(
+    pod: PodRequest,
+    constraints: PodConstraints,
+    free: Sequence[NodeSnapshot],
+    busy: Sequence[NodeSnapshot],
+    *,
+    policies: Policies,
+    quota: QuotaState | None,
+    config: NvidiaConfig,
+    exhaustive: bool,
+) -> Decision | Failure:
+    """``plan`` over the free nodes, then, if none fits, over the busy ones (see ``plan``)."""
+    first = plan(pod, constraints, free, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
+    if isinstance(first, Decision):
+        return first
+    second = plan(pod, constraints, busy, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
+    if isinstance(second, Decision):
+        return replace(second, passed_over=second.passed_over + len(free))
+    return Failure(reasons={**first.reasons, **second.reasons}, rejections={**first.rejections, **second.rejections})
 
 
 def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:

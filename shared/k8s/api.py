@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared.k8s.client import KubeClient
+from shared.k8s.client import Budget, KubeClient
 from shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
 from shared.protocol.events import EventType
 
@@ -268,6 +268,7 @@ class Api:
             ns,
             body,
             timeout_s=timeout_s,
+            budget=Budget.EVENTS,
         )
         return created
 
