@@ -226,7 +226,18 @@ class NodeLocker:
         return HeldNodeLock(node=node, namespace=namespace, name=name, token=result.token, waited_s=waited_s)
 
     async def _lock_annotation(self, node: str, namespace: str, name: str) -> None:
-        """Set ``hami.io/mutex.lock`` for the pod (or find it already ours)."""
+        """Set ``hami.io/mutex.lock`` for the pod (or find it already ours).
+
+        First one call that sets it only if absent (the common case: the device plugin released the last one);
+        otherwise read the node and judge the current value (the table of the module docstring)."""
+        value = encode_node_lock(datetime.fromtimestamp(self._clock()).astimezone(), namespace, name)
+        try:
+            if await self._api.add_node_annotation_if_absent(
+                node, keys.NODE_LOCK, value, timeout_s=self._call_timeout_s
+            ):
+                return
+        except ConflictError:
+            pass  # the node changed under the patch: read it and judge, as below
         for _ in range(_MAX_PATCH_CONFLICTS):
             node_obj = await self._api.get_node(node, timeout_s=self._call_timeout_s)
             current = annotations_of(node_obj).get(keys.NODE_LOCK)

@@ -139,6 +139,17 @@ class SnapshotCache:
         until its Allocate settles; ``plan`` prefers the other nodes, so binds run in parallel across nodes."""
         return self._busy
 
+    def lookup_tiers(self, names: Sequence[str]) -> tuple[list[NodeSnapshot], list[NodeSnapshot], list[str]]:
+        """``lookup`` split in two: the snapshots of ``names`` without a bind in flight, those with one (both in
+        order), and the names that are not registered. The split runs in C: no per-name Python code."""
+        busy = self._busy
+        if not busy or busy.isdisjoint(names):
+            free, missing = self.lookup(names)
+            return free, [], missing
+        free, missing = self.lookup(list(itertools.filterfalse(busy.__contains__, names)))
+        taken, gone = self.lookup(list(filter(busy.__contains__, names)))
+        return free, taken, missing + gone
+
     def generation(self, node: str) -> int | None:
         cached = self._nodes.get(node)
         return None if cached is None else cached.generation
