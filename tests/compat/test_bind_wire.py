@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from shared.k8s import Api
+from shared.k8s.api import JSON_PATCH
 from shared.store import Store
 from tests.compat.conftest import SCHEDULER
-from shared.k8s.api import JSON_PATCH
 from tests.compat.kit import MERGE_PATCH, RecordingEmulator, local_zone, running_extender
 from tests.integration.extender.filter_harness import node, node_object, seed
 
