@@ -60,7 +60,17 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_LOCK_WAIT_S: Final = 3.0
-"""How long a bind waits for a busy node lock: well inside kube-scheduler's default 5 s ``httpTimeout``."""
+"""How long a bind waits for a busy node lock with the default ``--bind-timeout`` of 4 s."""
+_BIND_WORK_RESERVE_S: Final = 1.0
+"""Of ``--bind-timeout``, what is kept for the calls after the lock (pod patch, Binding) and the answer."""
+
+
+def lock_wait_budget(bind_timeout_s: float) -> float:
+    """How long a bind may wait for a busy node lock within ``--bind-timeout``: all of it but the time the
+    remaining calls need (a quarter of it when the timeout is short)."""
+    return max(bind_timeout_s - min(_BIND_WORK_RESERVE_S, bind_timeout_s / 4), 0.0)
+
+
 POD_GROUP_RETRY_S: Final = 0.1
 """PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-wire §4.2)."""
 _POD_PATCH_ATTEMPTS: Final = 3
@@ -403,8 +413,10 @@ class BindHandler:
         deps: ExtenderDeps,
         metrics: ExtenderMetrics,
         *,
-        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+        lock_wait_s: float | None = None,
     ) -> None:
+        if lock_wait_s is None:
+            lock_wait_s = lock_wait_budget(settings.bind_timeout_s)
         self.binder = Binder(
             store=deps.store,
             api=deps.api,

@@ -99,7 +99,8 @@ class ExtenderService:
         )
         deps.event_sink.set_hooks(on_posted=self.metrics.events_posted.inc, on_dropped=self.metrics.events_dropped.inc)
         self.filter = FilterHandler(settings, deps, self.metrics, self.cache)
-        self.bind: Handler = BindHandler(settings, deps, self.metrics)
+        self._binds = BindHandler(settings, deps, self.metrics)
+        self.bind: Handler = self._binds
         self.webhook: Handler = WebhookHandler(settings, deps, self.metrics)
         self._ssl_context = ssl_context
         self.ready = asyncio.Event()
@@ -126,6 +127,7 @@ class ExtenderService:
             finally:
                 if self.server is not None:
                     await self.server.stop()  # stop accepting; in-flight requests finish within the deadline
+                await self._binds.binder.locker.drain(min(2.0, self.drain_timeout_s))
                 if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
                     logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
                 self.cache.close()

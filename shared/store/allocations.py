@@ -164,8 +164,10 @@ class Reservations:
             return False
         extra_keys, token = fence_args(self._ctx.keys, fence)
         async with self._ctx.translated("confirm allocation"):
+            k = self._ctx.keys
             reply = await self._ctx.scripts.confirm_allocation(
-                keys=[self._ctx.keys.pod_charges(node), *extra_keys], args=[token, pod_uid]
+                keys=[k.pod_charges(node), k.generation(node), k.changes(), k.node_lock(node), *extra_keys],
+                args=[token, pod_uid, self._ctx.stream_maxlen, node],
             )
         check_fenced(reply, fence)
         return bool(reply[0] == b"ok")
