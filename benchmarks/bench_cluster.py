@@ -102,7 +102,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
         print(_row("native nvidia.com/gpu: 1", native, None), flush=True)
     extra: tuple[str, ...] = ()
     if args.kube_qps is not None:
-        extra += (f"--kube-qps={args.kube_qps}",)
+        extra += (f"--kube-qps={args.kube_qps:g}",)
     if args.kube_burst is not None:
         extra += (f"--kube-burst={args.kube_burst}",)
     for replicas in args.replicas:
