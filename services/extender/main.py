@@ -25,8 +25,8 @@ from shared.store import Store, connect
 
 logger = logging.getLogger(__name__)
 
-API_CALLS_PER_BIND = 5
-"""What one successful /bind costs the API client: GET pod, GET node, PATCH node (lock), PATCH pod, POST binding."""
+API_CALLS_PER_BIND = 4
+"""What one successful /bind costs the API client: GET pod, PATCH node (lock), PATCH pod, POST binding."""
 LOW_BIND_RATE = 10.0
 
 DEFAULT_COMPONENT = "vgpu-scheduler"

@@ -124,9 +124,11 @@ OPTIONS: tuple[Option, ...] = (
          metavar="FILE", group="kubernetes"),
     Option("kube-server", Kind.STRING, None, "API server URL to use directly, without credentials (the test "
          "emulator); excludes --kubeconfig.", _SERVERS, metavar="URL", group="kubernetes"),
-    Option("kube-qps", Kind.NUMBER, "5", "API client queries per second (HAMi flag).", _SERVERS, parse_float,
+    Option("kube-qps", Kind.NUMBER, "500", "API client queries per second (HAMi flag; HAMi's default 5 caps a "
+         "replica at about one bind per second, so ours is 500).", _SERVERS, parse_float,
          metavar="QPS", group="kubernetes"),
-    Option("kube-burst", Kind.INT, "10", "API client burst (HAMi flag).", _SERVERS, _int_min(0), metavar="N",
+    Option("kube-burst", Kind.INT, "1000", "API client burst (HAMi flag; HAMi's default is 10).", _SERVERS,
+         _int_min(0), metavar="N",
          group="kubernetes"),
     Option("kube-timeout", Kind.DURATION, "0s", "API client request timeout; 0 = no timeout (HAMi flag).",
          _SERVERS, parse_nonneg_duration, metavar="DURATION", group="kubernetes"),

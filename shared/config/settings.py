@@ -192,8 +192,8 @@ class KubeSettings:
 
     kubeconfig: str | None = None
     server: str | None = None
-    qps: float = 5.0
-    burst: int = 10
+    qps: float = 500.0
+    burst: int = 1000
     timeout_s: float = 0.0
 
 

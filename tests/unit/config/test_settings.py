@@ -52,8 +52,6 @@ HAMI_DEFAULTS: list[tuple[str, Callable[[ExtenderSettings], object], object]] = 
     ("--node-scheduler-policy", lambda s: s.node_policy, NodePolicy.BINPACK),
     ("--gpu-scheduler-policy", lambda s: s.gpu_policy.tokens, (GpuPolicyToken.SPREAD,)),
     ("--metrics-bind-address", lambda s: s.common.metrics_bind, BindAddress("", 9395)),
-    ("--kube-qps", lambda s: s.common.kube.qps, 5.0),
-    ("--kube-burst", lambda s: s.common.kube.burst, 10),
     ("--kube-timeout", lambda s: s.common.kube.timeout_s, 0.0),
     ("--profiling", lambda s: s.profiling, False),
     ("--node-lock-timeout", lambda s: s.node_lock_timeout_s, 300.0),
@@ -76,6 +74,22 @@ HAMI_DEFAULTS: list[tuple[str, Callable[[ExtenderSettings], object], object]] = 
 ]
 
 
+OUR_DEFAULTS: list[tuple[str, Callable[[ExtenderSettings], object], object, object]] = [
+    # HAMi's flag, our default, HAMi's: a deliberate difference (docs/differences.md, 17)
+    ("--kube-qps", lambda s: s.common.kube.qps, 500.0, 5.0),
+    ("--kube-burst", lambda s: s.common.kube.burst, 1000, 10),
+]
+
+
+@pytest.mark.parametrize(("flag", "get", "ours", "hamis"), OUR_DEFAULTS, ids=[c[0] for c in OUR_DEFAULTS])
+def test_deliberately_different_defaults(
+    flag: str, get: Callable[[ExtenderSettings], object], ours: object, hamis: object
+) -> None:
+    assert find_option(flag) is not None, f"{flag} is not in the option table"
+    assert get(extender()) == ours != hamis
+    assert get(extender(f"{flag}={hamis}")) == hamis  # HAMi's value still works when given
+
+
 @pytest.mark.parametrize(("flag", "get", "default"), HAMI_DEFAULTS, ids=[c[0] for c in HAMI_DEFAULTS])
 def test_extender_defaults_match_hami(flag: str, get: Callable[[ExtenderSettings], object], default: object) -> None:
     assert find_option(flag) is not None, f"{flag} is not in the option table"
@@ -85,7 +99,7 @@ def test_extender_defaults_match_hami(flag: str, get: Callable[[ExtenderSettings
 def test_every_hami_flag_is_accepted_by_the_extender_parser() -> None:
     parser = build_parser(Service.EXTENDER)
     strings = {s for action in parser._actions for s in action.option_strings}
-    hami = {flag for flag, _, _ in HAMI_DEFAULTS} | {"--v"}
+    hami = {flag for flag, _, _ in HAMI_DEFAULTS} | {flag for flag, *_ in OUR_DEFAULTS} | {"--v"}
     legacy = {"--default-mem", "--default-cores", "--default-gpu", "--resource-name", "--resource-mem"}
     legacy |= {"--resource-mem-percentage", "--resource-cores", "--resource-priority", "--node-label-selector"}
     assert hami - strings == set()
@@ -159,7 +173,7 @@ def test_effective_log_level(argv: list[str], level: LogLevel) -> None:
 @pytest.mark.parametrize(
     ("flag", "env", "file", "want"),
     [
-        (None, None, None, 10),
+        (None, None, None, 1000),
         (None, None, "20", 20),
         (None, "30", "20", 30),
         ("40", "30", "20", 40),
@@ -274,7 +288,7 @@ def test_bad_config_file_names_the_file_and_key(tmp_path: Path, yaml_text: str, 
 
 
 def test_empty_config_file_is_all_defaults(tmp_path: Path) -> None:
-    assert extender("--config", write(tmp_path, "# nothing\n")).common.kube.burst == 10
+    assert extender("--config", write(tmp_path, "# nothing\n")).common.kube.burst == 1000
 
 
 # --- per-service rules -----------------------------------------------------------------------
