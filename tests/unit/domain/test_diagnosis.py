@@ -59,7 +59,9 @@ def test_percentage_memory_is_said_as_a_share_and_in_mib() -> None:
     s = snap("n", n=1, mem=10000, usage={0: use(1, mem=6000)})
     m = miss(pod(req(1, pct=50)), s)
     assert m.reason == "CardInsufficientMemory"
-    assert m.text == "needs 50% of the memory of one GPU (5,000 MiB on GPU-n-0); the closest on n is GPU-n-0 with 4,000 MiB free"
+    assert m.text == (
+        "needs 50% of the memory of one GPU (5,000 MiB on GPU-n-0); the closest on n is GPU-n-0 with 4,000 MiB free"
+    )
 
 
 def test_cores_name_the_most_free() -> None:
@@ -103,7 +105,9 @@ def test_quota_left_in_plain_words() -> None:
     quota = QuotaState(limits=QuotaLimits(mem_mib=10000), used_mem_mib=8000)
     m = miss(pod(req(1, mem=5000)), snap("n", n=2), quota=quota)
     assert m.reason == "ResourceQuotaNotFit"
-    assert m.text == "quota: namespace team-a has 2,000 MiB of nvidia.com/gpumem left; this container asks for 5,000 MiB"
+    assert m.text == (
+        "quota: namespace team-a has 2,000 MiB of nvidia.com/gpumem left; this container asks for 5,000 MiB"
+    )
     cores = QuotaState(limits=QuotaLimits(cores_pct=100), used_cores_pct=90)
     m = miss(pod(req(1, mem=10, cores=20)), snap("n", n=2), quota=cores)
     assert m.text == "quota: namespace team-a has 10% of nvidia.com/gpucores left; this container asks for 20%"
