@@ -178,6 +178,10 @@ def _lock_text(row: NodeRow) -> str:
     return f"lock on {row.node}: held by {info['owner']} for {info['age_s']:g}s, {when}"
 
 
+def _n(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
 def render_text(report: UsageReport, *, wide: bool = False) -> str:
     head = ["NODE", "DEVICE", "TYPE", "MEMORY MiB", "MEM%", "CORES", "SLOTS", "STATE", "PODS"]
     if wide:
@@ -218,14 +222,14 @@ def render_text(report: UsageReport, *, wide: bool = False) -> str:
     frag = s["fragmentation"]
     lines += [
         "",
-        f"Cluster: {s['nodes']} nodes, {s['devices']} GPUs ({s['usable_devices']} usable, "
-        f"{s['unhealthy_devices']} unhealthy, {s['cordoned_devices']} cordoned), {s['pods']} pods, "
-        f"{s['node_locks']} node locks held",
+        f"Cluster: {_n(s['nodes'], 'node')}, {_n(s['devices'], 'GPU')} ({s['usable_devices']} usable, "
+        f"{s['unhealthy_devices']} unhealthy, {s['cordoned_devices']} cordoned), {_n(s['pods'], 'pod')}, "
+        f"{_n(s['node_locks'], 'node lock')} held",
         f"  memory {s['memory_allocated_mib']:,}/{s['memory_mib']:,} MiB allocated "
         f"({pct(s['memory_utilisation'])}), cores {s['cores_allocated']:,}/{s['cores']:,}% "
         f"({pct(s['core_utilisation'])}), slots {s['slots_used']}/{s['slots']}",
         f"  stranded {frag['stranded_memory_mib']:,} of {frag['free_memory_mib']:,} MiB free "
-        f"({pct(frag['ratio'])}) is on GPUs already shared, {frag['idle_devices']} idle GPUs",
+        f"({pct(frag['ratio'])}) is on GPUs already shared, {_n(frag['idle_devices'], 'idle GPU')}",
     ]
     if "namespace" in s:
         ns = s["namespace"]

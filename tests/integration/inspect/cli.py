@@ -42,3 +42,11 @@ async def run_cli(*args: str, env: Mapping[str, str] | None = None, program: str
 def columns(line: str) -> list[str]:
     """A table row's cells (columns are separated by two spaces or more)."""
     return [c.strip() for c in re.split(r"\s{2,}", line.strip())]
+
+
+def row(text: str, needle: str, *, start: bool = False) -> list[str]:
+    """The cells of the first line of ``text`` that starts with (or contains) ``needle``."""
+    for line in text.splitlines():
+        if line.startswith(needle) if start else needle in line:
+            return columns(line)
+    raise AssertionError(f"no line with {needle!r} in:\n{text}")

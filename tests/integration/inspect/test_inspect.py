@@ -17,7 +17,7 @@ from shared.codec.podannotations import decode_allocation
 from shared.domain.accounting import collapse
 from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
 from tests.e2e.driver import PodSpec, SchedulerDriver
-from tests.integration.inspect.cli import columns, run_cli
+from tests.integration.inspect.cli import columns, row, run_cli
 
 MEM = 16384
 QUOTA = {"team-a": {"limits.nvidia.com/gpumem": "12000"}}
@@ -91,8 +91,7 @@ async def test_explain_and_usage_against_the_emulated_system(redis_url: str) -> 
         for node in ("node-000", "node-001", "node-002"):
             free = {f"GPU-{node}-{i}": MEM - used.get(f"GPU-{node}-{i}", {"mem": 0})["mem"] for i in range(2)}
             best = max(free, key=lambda u: (free[u], -int(u[-1])))
-            row = next(columns(line) for line in lines if line.startswith(node))
-            assert row == [
+            assert row(ran.out, node, start=True) == [
                 node,
                 "no fit",
                 "2/2 CardInsufficientMemory",
@@ -211,10 +210,9 @@ async def test_explain_and_usage_against_the_emulated_system(redis_url: str) -> 
         assert as_text.code == 0, as_text.err
         lines = as_text.out.splitlines()
         assert columns(lines[0]) == ["NODE", "DEVICE", "TYPE", "MEMORY MiB", "MEM%", "CORES", "SLOTS", "STATE", "PODS"]
-        row = next(columns(line) for line in lines if "GPU-node-001-1" in line)
-        assert row[-2:] == ["cordoned", "default/p3"]
+        assert row(as_text.out, "GPU-node-001-1")[-2:] == ["cordoned", "default/p3"]
         assert any(line.startswith("lock on node-002: held by team-a/q1 for ") for line in lines)
-        summary = "Cluster: 3 nodes, 6 GPUs (5 usable, 0 unhealthy, 1 cordoned), 6 pods, 1 node locks held"
+        summary = "Cluster: 3 nodes, 6 GPUs (5 usable, 0 unhealthy, 1 cordoned), 6 pods, 1 node lock held"
         assert summary in lines
 
         # filters
