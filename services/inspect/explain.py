@@ -365,9 +365,9 @@ def _state_text(e: Explanation) -> str:
     if e.state == "foreign":
         return f"bound to {e.node} without vgpu-scheduler's allocation annotations (another scheduler placed it)"
     if e.state == "reserved":
-        return f"{e.phase}; reserved on {e.node} by /filter, waiting for /bind"
+        return f"reserved on {e.node} by /filter, waiting for /bind (phase {e.phase or 'Pending'})"
     if e.state == "bound":
-        return f"{e.phase}; placed on {e.node}"
+        return f"placed on {e.node} (phase {e.phase or 'unknown'})"
     return f"{e.phase or 'Pending'}; not placed"
 
 

@@ -209,7 +209,7 @@ def render_text(report: UsageReport, *, wide: bool = False) -> str:
             if wide:
                 row[2:2] = [str(d.index), d.mode, str(d.numa)]
             rows.append(row)
-    right = frozenset({5, 6, 7, 8}) if wide else frozenset({3, 4, 5, 6})
+    right = frozenset({6, 7, 8, 9}) if wide else frozenset({3, 4, 5, 6})
     lines = (
         _table(rows, right)
         if len(rows) > 1

@@ -160,7 +160,7 @@ async def test_explain_and_usage_against_the_emulated_system(redis_url: str) -> 
         assert device["cores_pct"] == {"used": u["cores"], "capacity": 100}
         assert {f"{p['namespace']}/{p['name']}" for p in device["pods"]} == u["pods"]
         text = (await run_cli("explain", *flags(c, redis_url), "default/p0")).out
-        assert text.splitlines()[0].startswith("Pod default/p0: ") and "; placed on node-000" in text.splitlines()[0]
+        assert text.splitlines()[0] == "Pod default/p0: placed on node-000 (phase Pending)"  # no kubelet here
 
         # --- usage ------------------------------------------------------------------------------------------------
         await c.api.patch_node_metadata("node-001", annotations={"hami.io/device-cordon": "GPU-node-001-1"})
