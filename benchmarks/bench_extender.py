@@ -1,7 +1,7 @@
 """Extender figures over HTTP: /filter latency at 1,000 and 5,000 nodes × 8 GPUs, /filter+/bind throughput with 1
 and 4 replicas, and the extender's memory (RSS) at 5,000 nodes.
 
-Run: ``/work/venv/bin/python -m benchmarks.bench_extender [--nodes 1000,5000] [--requests 2000] [--pods 1500]``.
+Run: ``.venv/bin/python -m benchmarks.bench_extender [--nodes 1000,5000] [--requests 2000] [--pods 1500]``.
 
 Everything is real and local: a private ``redis-server`` on a free port, the Kubernetes API emulator in its own
 process (with a simulated device plugin that settles each bind at once: it marks the pod ``bind-phase: success``

@@ -1,6 +1,6 @@
 """Benchmark of ``plan()``: p50/p99 per call on 1,000 and 5,000 nodes × 8 GPUs with mixed usage.
 
-Run: ``/work/venv/bin/python -m benchmarks.bench_plan [--nodes 1000 5000] [--calls 400]``. Prints figures only.
+Run: ``.venv/bin/python -m benchmarks.bench_plan [--nodes 1000 5000] [--calls 400]``. Prints figures only.
 Snapshots are built once (as the extender would cache them); each timed call is one ``plan()`` with the fast
 path, plus, for reference, a few calls of the exhaustive evaluation.
 """

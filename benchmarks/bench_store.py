@@ -1,6 +1,6 @@
 """Store figures: reserve latency under concurrency, and pipelined snapshot loads of many nodes.
 
-Run: ``/work/venv/bin/python -m benchmarks.bench_store [--url redis://…] [--nodes 1000] [--reserves 2000]``.
+Run: ``.venv/bin/python -m benchmarks.bench_store [--url redis://…] [--nodes 1000] [--reserves 2000]``.
 Without ``--url`` a private ``redis-server`` is started on a free port (and the embedded fakeredis is measured
 too, with smaller numbers). Prints figures only.
 """

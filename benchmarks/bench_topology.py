@@ -1,6 +1,6 @@
 """Timing of the topology-aware set choice (``select_set``): exact branch and bound versus HAMi's enumeration.
 
-Run: ``/work/venv/bin/python -m benchmarks.bench_topology [--reps N] [--seed S] [--large]``.
+Run: ``.venv/bin/python -m benchmarks.bench_topology [--reps N] [--seed S] [--large]``.
 Prints p50/p99/max per case over freshly drawn score tables. ``random`` tables draw every pair score uniformly
 from 0..1800 (step 10): the hard case, since many sets are nearly optimal. ``islands`` tables look like real
 nodes: NVLink islands (600/1200 inside), PCIe/cross-CPU (20/10) between. Timings include building the weight

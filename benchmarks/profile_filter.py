@@ -1,6 +1,6 @@
 """Where a ``/filter`` call spends its time: the extender in-process, no HTTP, no event posting.
 
-Run: ``/work/venv/bin/python -m benchmarks.profile_filter [--nodes 1000] [--requests 2000] [--profile]``.
+Run: ``.venv/bin/python -m benchmarks.profile_filter [--nodes 1000] [--requests 2000] [--profile]``.
 
 A private ``redis-server`` on a free port is seeded like ``bench_extender`` (N nodes × 8 GPUs, a third carrying
 pods); one ``ExtenderService`` runs in this process (snapshot follower, JSON logs to /dev/null, events recorded

@@ -1,1 +1,1 @@
-"""Deployment artefacts: the Helm chart renderer (``render.py``) and its Go-template subset engine."""
+"""Deployment artefacts: the Helm chart and ``render.py``, which renders it with Helm's SDK into the plain manifests."""

@@ -1,11 +1,11 @@
 """HAMi's device config file (``device-config.yaml``, ConfigMap ``hami-scheduler-device``) → :class:`NvidiaConfig`.
 
-The scheduler and HAMi's device plugin read the same file (``hami-compat.md`` §11). We take the ``nvidia:``
+The scheduler and HAMi's device plugin read the same file (docs/hami-wire.md §11). We take the ``nvidia:``
 section's scheduler keys, validate them, and note (not fail on) everything else: device-plugin-only keys
 such as ``deviceSplitCount``, other vendors' sections, and keys we do not know. Errors name the file and the
 key path: ``device config file /device-config.yaml: nvidia.memoryFactor: expected a positive integer, got 'x'``.
 
-The old command-line flags of decision 13 (``--default-mem`` …) override the file's keys:
+The old command-line flags of difference 13 (``--default-mem`` …) override the file's keys:
 :func:`apply_legacy_overrides`.
 """
 
@@ -23,7 +23,7 @@ from shared.domain.model import MigAllowlistEntry, MigGeometryEntry, MigTemplate
 from shared.errors import ConfigError
 
 GPU_CORE_POLICIES = ("default", "force", "disable")
-"""Valid ``nvidia.gpuCorePolicy`` values (hami-compat §1.1)."""
+"""Valid ``nvidia.gpuCorePolicy`` values (hami-wire §1.1)."""
 
 VENDOR_SECTIONS = frozenset(
     {"cambricon", "hygon", "metax", "mthreads", "iluvatars", "enflame", "kunlun", "awsneuron", "amd", "vastai"}
@@ -43,7 +43,7 @@ DEVICE_PLUGIN_KEYS = frozenset(
         "migstrategy",
     }
 )
-"""``nvidia:`` keys only the device plugin reads (hami-compat §11): accepted and ignored."""
+"""``nvidia:`` keys only the device plugin reads (hami-wire §11): accepted and ignored."""
 
 _PROFILE_RE = re.compile(r"[1-9][0-9]*g\..+")
 
@@ -59,7 +59,7 @@ class DeviceConfig:
 
 @dataclass(frozen=True, slots=True)
 class LegacyOverrides:
-    """Decision 13's old flags; ``None`` = not given (the file's key or HAMi's default stands)."""
+    """Difference 13's old flags; ``None`` = not given (the file's key or HAMi's default stands)."""
 
     default_memory: int | None = None
     default_cores: int | None = None

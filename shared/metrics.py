@@ -1,7 +1,7 @@
 """Prometheus registry helpers. One ``CollectorRegistry`` per process, built in ``__main__`` and injected.
 
 Services define their own metrics against the registry they are given (never the global default registry).
-HAMi puts the constant label ``zone="vGPU"`` on every series it exports (``hami-compat.md`` §10.4). The Python
+HAMi puts the constant label ``zone="vGPU"`` on every series it exports (docs/hami-wire.md §10.4). The Python
 client has no constant labels: metrics that mirror HAMi's declare a ``zone`` label and always set it to
 :data:`HAMI_ZONE`.
 """

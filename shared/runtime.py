@@ -183,9 +183,13 @@ async def supervise(
 
 
 def run_service(
-    main: Callable[[asyncio.Event], Awaitable[None]], *, signals: Sequence[signal.Signals] = STOP_SIGNALS
+    main: Callable[[asyncio.Event], Awaitable[None]],
+    *,
+    signals: Sequence[signal.Signals] = STOP_SIGNALS,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
 ) -> int:
-    """Run ``main(stop)`` in a fresh event loop; SIGTERM/SIGINT set ``stop``. Return the process exit code.
+    """Run ``main(stop)`` in a fresh event loop (made by ``loop_factory``, default asyncio's); SIGTERM/SIGINT set
+    ``stop``. Return the process exit code.
 
     0: ``main`` returned. 2: a :class:`ConfigError` (printed as one ``vgpu-scheduler: error:`` line).
     1: anything else (logged once, with its traceback), or a forced stop by a second signal.
@@ -216,7 +220,8 @@ def run_service(
                 loop.remove_signal_handler(sig)
 
     try:
-        asyncio.run(entry())
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(entry())
     except ConfigError as e:
         print(f"vgpu-scheduler: error: {e}", file=sys.stderr)
         return EXIT_CONFIG

@@ -1,4 +1,4 @@
-"""The accounting audit: what Redis *should* hold, recomputed from the API's pods alone (hami-compat decision 10).
+"""The accounting audit: what Redis *should* hold, recomputed from the API's pods alone (difference 10).
 
 Independent of the informer's code: it uses only the codecs and ``shared.domain.accounting.collapse``, so a test
 that compares it with the store checks the informer (and the extender's reservations) end to end::

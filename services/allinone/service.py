@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,8 @@ class AllInOneDeps:
     clock: Callable[[], float] = time.time
     cache_settings: CacheSettings | None = None
     """The extender's snapshot-follower tuning (None: its defaults)."""
+    rng: random.Random | None = None
+    """The extender's node-lock retry jitter (None: unseeded; ``simulate`` seeds it for reproducible runs)."""
 
 
 class ServiceFailed(RuntimeError):
@@ -98,6 +101,7 @@ class AllInOneService:
             nvidia=common.nvidia,
             event_sink=EventSink(api_poster(api)),
             clock=deps.clock,
+            rng=deps.rng,
         )
         if deps.cache_settings is not None:
             extender_deps = dataclasses.replace(extender_deps, cache_settings=deps.cache_settings)

@@ -1,4 +1,4 @@
-"""``POST /bind``: turn the pod's Redis reservation into a Binding (hami-compat §5.2, decisions 3-5).
+"""``POST /bind``: turn the pod's Redis reservation into a Binding (hami-wire §5.2, differences 3-5).
 
 The request is ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``; no pod object). The
 devices come from the pod's reservation in Redis, made by whichever replica filtered the pod. Steps:
@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import random
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -59,9 +60,19 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_LOCK_WAIT_S: Final = 3.0
-"""How long a bind waits for a busy node lock: well inside kube-scheduler's default 5 s ``httpTimeout``."""
+"""How long a bind waits for a busy node lock with the default ``--bind-timeout`` of 4 s."""
+_BIND_WORK_RESERVE_S: Final = 1.0
+"""Of ``--bind-timeout``, what is kept for the calls after the lock (pod patch, Binding) and the answer."""
+
+
+def lock_wait_budget(bind_timeout_s: float) -> float:
+    """How long a bind may wait for a busy node lock within ``--bind-timeout``: all of it but the time the
+    remaining calls need (a quarter of it when the timeout is short)."""
+    return max(bind_timeout_s - min(_BIND_WORK_RESERVE_S, bind_timeout_s / 4), 0.0)
+
+
 POD_GROUP_RETRY_S: Final = 0.1
-"""PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-compat §4.2)."""
+"""PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-wire §4.2)."""
 _POD_PATCH_ATTEMPTS: Final = 3
 _JSON: Final = "application/json"
 
@@ -131,6 +142,7 @@ class Binder:
         clock: Callable[[], float],
         events: EventSink | None = None,
         metrics: ExtenderMetrics | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._store = store
         self._api = api
@@ -147,6 +159,7 @@ class Binder:
             timeout_s=node_lock_timeout_s,
             clock=clock,
             call_timeout_s=call_timeout_s,
+            rng=rng,
         )
         self._inflight: dict[str, tuple[asyncio.Lock, int]] = {}
 
@@ -400,8 +413,10 @@ class BindHandler:
         deps: ExtenderDeps,
         metrics: ExtenderMetrics,
         *,
-        lock_wait_s: float = DEFAULT_LOCK_WAIT_S,
+        lock_wait_s: float | None = None,
     ) -> None:
+        if lock_wait_s is None:
+            lock_wait_s = lock_wait_budget(settings.bind_timeout_s)
         self.binder = Binder(
             store=deps.store,
             api=deps.api,
@@ -412,6 +427,7 @@ class BindHandler:
             clock=deps.clock,
             events=deps.event_sink,
             metrics=metrics,
+            rng=deps.rng,
         )
         self._metrics = metrics
 

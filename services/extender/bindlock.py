@@ -1,6 +1,6 @@
 """The node lock of ``/bind``: a Redis arbiter between replicas, then HAMi's ``hami.io/mutex.lock`` annotation.
 
-hami-compat §4 and decisions 4-5. Taking the lock for pod ``<ns>/<name>`` on a node is two steps:
+hami-wire §4 and differences 4-5. Taking the lock for pod ``<ns>/<name>`` on a node is two steps:
 
 1. **Redis** (``NodeLock``, fencing token, owner ``<ns>/<name>``, ttl ``--node-lock-timeout``): replicas contend
    here, cheaply and atomically. Re-entrant for the same pod. An *expired* holder is first settled (its pod is
@@ -17,13 +17,16 @@ hami-compat §4 and decisions 4-5. Taking the lock for pod ``<ns>/<name>`` on a 
    malformed (the device plugin cannot use it either)     take it over (logged)
    legacy time-only, expired / fresh                      take it over / busy
    another pod, expired                                   settle that pod if ``allocating``, take over
-   another pod that is gone, terminated, being deleted,   take it over (decision 4: such a lock is
+   another pod that is gone, terminated, being deleted,   take it over (difference 4: such a lock is
    or whose bind phase is settled (``success``/``failed``) released anyway; HAMi #1271, #3047)
    another live pod still binding or allocating           busy: release the Redis lock, back off
    =====================================================  ===========================================
 
-A busy lock is retried with jittered exponential backoff until ``wait_s`` has passed (PodGroup members: every
-``retry_every_s``, as HAMi's ``--node-lock-retry-timeout``), then :class:`LockTimeoutError`.
+Binds of one process waiting for the same node line up in arrival order; the first polls the lock with jittered
+exponential backoff until ``wait_s`` has passed (PodGroup members: every ``retry_every_s``, as HAMi's
+``--node-lock-retry-timeout``), then :class:`LockTimeoutError`. A release after a failed bind that does not land
+(API or Redis trouble) is retried in the background until it does, so a failed bind never leaves its lock behind
+for the whole ``--node-lock-timeout``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import enum
 import logging
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -51,6 +54,8 @@ _MAX_PATCH_CONFLICTS: Final = 5
 """resourceVersion conflicts on the node (kubelet, device plugin writing too) before a try counts as busy."""
 _BACKOFF_INITIAL_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 0.1
+_RELEASE_RETRY_INITIAL_S: Final = 0.2
+_RELEASE_RETRY_MAX_S: Final = 5.0
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 _SETTLED_PHASES: Final = frozenset({BindPhase.SUCCESS.value, BindPhase.FAILED.value})
 
@@ -87,6 +92,14 @@ class HeldNodeLock:
     @property
     def owner(self) -> str:
         return lock_owner(self.namespace, self.name)
+
+
+@dataclass(slots=True)
+class _NodeQueue:
+    """The binds of this process waiting for one node's lock, in arrival order."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class _Verdict(enum.Enum):
@@ -135,6 +148,10 @@ class NodeLocker:
         self._clock = clock
         self._call_timeout_s = call_timeout_s
         self._rng = rng or random.Random()
+        self._queues: dict[str, _NodeQueue] = {}
+        self._queued_holder: dict[str, str] = {}
+        """The last holder seen per node, for the message of a bind that timed out in the local queue."""
+        self._undo_tasks: set[asyncio.Task[None]] = set()
 
     # ---- acquire -------------------------------------------------------------------------------------------
 
@@ -143,6 +160,7 @@ class NodeLocker:
     ) -> HeldNodeLock:
         """Take the node lock for the pod, waiting up to ``wait_s`` while it is busy.
 
+        Binds of this process waiting for the same node line up in arrival order (one polls the lock at a time);
         ``retry_every_s`` fixes the retry period (PodGroup members); otherwise jittered exponential backoff.
         Raises :class:`LockTimeoutError` when still busy at the deadline; API/Redis errors propagate (nothing is
         left held).
@@ -150,11 +168,37 @@ class NodeLocker:
         loop = asyncio.get_running_loop()
         start = loop.time()
         deadline = start + wait_s
+        queue = self._queues.setdefault(node, _NodeQueue())
+        queue.users += 1
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await queue.lock.acquire()
+            except TimeoutError:
+                holder = self._queued_holder.get(node, "another bind of this replica")
+                raise LockTimeoutError(LockBusyError(node, holder, "queue"), loop.time() - start) from None
+            try:
+                return await self._acquire_polling(node, namespace, name, (start, deadline), retry_every_s)
+            finally:
+                queue.lock.release()
+        finally:
+            queue.users -= 1
+            if queue.users == 0:
+                del self._queues[node]
+                self._queued_holder.pop(node, None)
+
+    async def _acquire_polling(
+        self, node: str, namespace: str, name: str, window: tuple[float, float], retry_every_s: float | None
+    ) -> HeldNodeLock:
+        """Poll the lock until it is ours or ``window`` (start, deadline on the loop clock) has passed."""
+        start, deadline = window
+        loop = asyncio.get_running_loop()
         delay = _BACKOFF_INITIAL_S
         while True:
             try:
-                return await self._try_acquire(node, namespace, name, loop.time() - start)
+                held = await self._try_acquire(node, namespace, name, loop.time() - start)
             except LockBusyError as busy:
+                self._queued_holder[node] = busy.holder
                 now = loop.time()
                 if now >= deadline:
                     raise LockTimeoutError(busy, now - start) from busy
@@ -164,6 +208,9 @@ class NodeLocker:
                     pause = delay / 2 + self._rng.uniform(0, delay / 2)  # equal jitter
                     delay = min(delay * 2, _BACKOFF_MAX_S)
                 await asyncio.sleep(min(pause, deadline - now))
+            else:
+                self._queued_holder[node] = held.owner
+                return held
 
     async def _try_acquire(self, node: str, namespace: str, name: str, waited_s: float) -> HeldNodeLock:
         owner = lock_owner(namespace, name)
@@ -179,7 +226,18 @@ class NodeLocker:
         return HeldNodeLock(node=node, namespace=namespace, name=name, token=result.token, waited_s=waited_s)
 
     async def _lock_annotation(self, node: str, namespace: str, name: str) -> None:
-        """Set ``hami.io/mutex.lock`` for the pod (or find it already ours)."""
+        """Set ``hami.io/mutex.lock`` for the pod (or find it already ours).
+
+        First one call that sets it only if absent (the common case: the device plugin released the last one);
+        otherwise read the node and judge the current value (the table of the module docstring)."""
+        value = encode_node_lock(datetime.fromtimestamp(self._clock()).astimezone(), namespace, name)
+        try:
+            if await self._api.add_node_annotation_if_absent(
+                node, keys.NODE_LOCK, value, timeout_s=self._call_timeout_s
+            ):
+                return
+        except ConflictError:
+            pass  # the node changed under the patch: read it and judge, as below
         for _ in range(_MAX_PATCH_CONFLICTS):
             node_obj = await self._api.get_node(node, timeout_s=self._call_timeout_s)
             current = annotations_of(node_obj).get(keys.NODE_LOCK)
@@ -227,7 +285,7 @@ class NodeLocker:
             return _Verdict.TAKE_OVER, holder
         return _Verdict.BUSY, holder
 
-    # ---- settling an expired holder (decision 5) -----------------------------------------------------------
+    # ---- settling an expired holder (difference 5) -----------------------------------------------------------
 
     async def _settle_redis_holder(self, info: LockInfo) -> None:
         owner = parse_lock_owner(info.owner)
@@ -268,12 +326,56 @@ class NodeLocker:
 
     async def release(self, held: HeldNodeLock) -> None:
         """Give the lock back after a failed bind: the annotation if it still names the pod, then the Redis lock
-        (exactly our acquisition). Best effort: errors are logged, never raised."""
+        (exactly our acquisition; kept while the annotation may still name the pod). Never raises: a release that
+        fails is retried in the background until it lands or the lock times out anyway (``drain`` at shutdown)."""
+        if not await self._release_once(held):
+            task = asyncio.create_task(self._release_until_done(held), name=f"node-lock-release:{held.node}")
+            self._undo_tasks.add(task)
+            task.add_done_callback(self._undo_tasks.discard)
+
+    @property
+    def releases_pending(self) -> int:
+        """Failed releases still being retried in the background."""
+        return len(self._undo_tasks)
+
+    async def drain(self, timeout_s: float) -> int:
+        """Let background releases finish for up to ``timeout_s``, then cancel the rest; how many were cancelled
+        (their locks expire after ``--node-lock-timeout``, reclaimed by the informer)."""
+        tasks = set(self._undo_tasks)
+        if not tasks:
+            return 0
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+            logger.warning("node lock releases abandoned at shutdown", extra={"pending": len(pending)})
+        return len(pending)
+
+    async def _release_once(self, held: HeldNodeLock) -> bool:
         try:
             await self._release_annotation(held)
-        except Exception as e:
-            logger.warning("node lock annotation not released", extra={"node": held.node, "error": str(e)})
-        await self._release_redis(held.node, held.owner, held.token)
+            await self._locks.release(held.node, held.owner, held.token)
+        except Exception as e:  # any failure is retried; the error is logged once per try
+            logger.warning(
+                "node lock not released: will retry", extra={"node": held.node, "owner": held.owner, "error": str(e)}
+            )
+            return False
+        return True
+
+    async def _release_until_done(self, held: HeldNodeLock) -> None:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._timeout_s
+        delay = _RELEASE_RETRY_INITIAL_S
+        while loop.time() < give_up:
+            await asyncio.sleep(min(delay, max(give_up - loop.time(), 0.0)))
+            if await self._release_once(held):
+                logger.info("node lock released on retry", extra={"node": held.node, "owner": held.owner})
+                return
+            delay = min(delay * 2, _RELEASE_RETRY_MAX_S)
+        logger.warning(
+            "node lock release given up: the lock timeout reclaims it", extra={"node": held.node, "owner": held.owner}
+        )
 
     async def _release_annotation(self, held: HeldNodeLock) -> None:
         for _ in range(_MAX_PATCH_CONFLICTS):
@@ -296,6 +398,7 @@ class NodeLocker:
             except ConflictError:
                 continue
             return
+        raise ConflictError(f"node {held.node} kept changing while its lock annotation was released")
 
     async def _release_redis(self, node: str, owner: str, token: int) -> None:
         try:

@@ -1,6 +1,6 @@
 """``POST /filter``: plan from the process-local snapshot, then commit the reservation atomically in Redis.
 
-Plan, then commit (design §2, hami-compat §5.1 with decisions 3 and 6):
+Plan, then commit (docs/store.md, Consistency, hami-wire §5.1 with differences 3 and 6):
 
 1. Parse the body (Go JSON rules, 1 MiB cap) and the pod's requests; a pod that asks for nothing we manage
    passes through unchanged. Bad input, an invalid policy or weights annotation → an ``Error`` answer.
@@ -32,7 +32,7 @@ from shared.codec.resources import pod_request
 from shared.codec.selectors import decode_pod_constraints
 from shared.config import ExtenderSettings
 from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
-from shared.domain.plan import Decision, Failure, plan
+from shared.domain.plan import Decision, Failure, plan, plan_tiers
 from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 from shared.errors import DecodeError, PermanentError, TransientError, VgpuError
@@ -117,6 +117,7 @@ class FilterHandler:
         self._cache = cache
         self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
         self._max_attempts = max(1, max_attempts)
+        self._bind_aware = settings.bind_aware_placement
         self._node_locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -228,8 +229,7 @@ class FilterHandler:
             if first is not None:
                 (result, planned_at), first = first, None
             else:
-                snaps, missing = self._cache.lookup(names)
-                result = self._plan(pod, snaps, quota_state)
+                result, missing = self._plan(pod, names, quota_state)
                 planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
             if isinstance(result, Failure):
                 failed = dict(result.reasons)
@@ -267,7 +267,7 @@ class FilterHandler:
     async def _commit(
         self, pod: _Pod, decision: Decision, quota: QuotaState | None
     ) -> Reserved | ReserveConflict | QuotaExceeded:
-        """Charge the quota (when the namespace has limits), then reserve the devices (design §2)."""
+        """Charge the quota (when the namespace has limits), then reserve the devices (docs/store.md)."""
         allocation = _allocation(pod, decision)
         if quota is not None:
             charge = await self._store.quota.charge(
@@ -282,12 +282,25 @@ class FilterHandler:
         # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
         mutex = effective_policy(self._policies, pod.constraints).mutex
         reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
-        if isinstance(reserved, Reserved) and reserved.changed:
-            self._cache.apply_local(decision, reserved.generation)
+        if isinstance(reserved, Reserved):
+            if reserved.changed:
+                self._cache.apply_local(decision, reserved.generation)
+            self._cache.mark_busy(decision.node)  # its bind is coming: the next pods prefer other nodes
         return reserved
 
-    def _plan(self, pod: _Pod, snaps: Sequence[NodeSnapshot], quota: QuotaState | None) -> Decision | Failure:
-        return plan(pod.request, pod.constraints, snaps, policies=self._policies, quota=quota, config=self._nvidia)
+    def _plan(self, pod: _Pod, names: Sequence[str], quota: QuotaState | None) -> tuple[Decision | Failure, list[str]]:
+        """Plan on the snapshot of ``names``: nodes without a bind in flight first (``--bind-aware-placement``).
+        Also returns the candidates missing from the snapshot."""
+        if self._bind_aware:
+            free, busy, missing = self._cache.lookup_tiers(names)
+            tiers = (free, busy) if busy else (free,)
+        else:
+            snaps, missing = self._cache.lookup(names)
+            tiers = (snaps,)
+        result = plan_tiers(
+            pod.request, pod.constraints, tiers, policies=self._policies, quota=quota, config=self._nvidia
+        )
+        return result, missing
 
     async def _first_plan(
         self, pod: _Pod, names: Sequence[str]
@@ -306,8 +319,7 @@ class FilterHandler:
             # without this the read would only be sent once planning is done, and nothing would overlap.
             for _ in range(_SEND_TURNS):
                 await asyncio.sleep(0)
-            snaps, missing = self._cache.lookup(names)
-            result = self._plan(pod, snaps, None)
+            result, missing = self._plan(pod, names, None)
             planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
         finally:
             previous, quota = await context
@@ -320,7 +332,7 @@ class FilterHandler:
         return None, (result, planned_at), missing
 
     async def _drop_previous(self, pod: _Pod, node: str) -> None:
-        """A re-filter: give back the pod's earlier reservation and quota before planning again (design §2)."""
+        """A re-filter: give back the pod's earlier reservation and quota before planning again (docs/store.md)."""
         released = await self._store.reservations.release(pod.uid, node=node)
         await self._store.quota.refund(pod.namespace, pod.uid)
         await self._cache.refresh([node])

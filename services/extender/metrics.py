@@ -3,7 +3,7 @@
 Counters and histograms are updated on the request paths (``ExtenderMetrics``). The HAMi-compatible allocation
 gauges are not stored at all: :class:`AllocationCollector` computes them at scrape time from the snapshot cache
 (one consistent view per scrape), plus the namespace quotas read by an async ``before_scrape`` hook. Every HAMi
-series carries ``zone="vGPU"`` (hami-compat §10.4). Memory is in bytes (MiB × 1048576).
+series carries ``zone="vGPU"`` (hami-wire §10.4). Memory is in bytes (MiB × 1048576).
 """
 
 from __future__ import annotations
@@ -87,6 +87,13 @@ class ExtenderMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self.policy_info = Gauge(
+            "vgpu_extender_policy_info",
+            "Always 1: the default node and GPU scheduler policies of this replica (--node-scheduler-policy, "
+            "--gpu-scheduler-policy), as labels.",
+            ["node_scheduler_policy", "gpu_scheduler_policy"],
+            registry=registry,
+        )
         self.request_duration = Histogram(
             "vgpu_extender_request_duration_seconds",
             "Time to answer one extender request, by verb.",
@@ -230,7 +237,7 @@ class AllocationCollector(Collector):
 
     @staticmethod
     def _legacy_families() -> tuple[GaugeMetricFamily, ...]:
-        """HAMi's pre-rename names, exported too with ``--legacy-metrics`` (hami-compat §10.4)."""
+        """HAMi's pre-rename names, exported too with ``--legacy-metrics`` (hami-wire §10.4)."""
         dev = ["nodeid", "deviceuuid", "deviceidx", "devicetype", "zone"]
         allocated = ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype", "zone"]
         overview = ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone"]

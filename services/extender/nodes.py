@@ -1,6 +1,6 @@
 """Full ``Node`` objects (the autoscaler-simulation path of ``/filter``) → NVIDIA inventories, with zero usage.
 
-The rules are the registrar's (hami-compat decisions 1 and 9, §2.3, §2.4): the vendor is registered while the
+The rules are the registrar's (differences 1 and 9, §2.3, §2.4): the vendor is registered while the
 node's ``hami.io/node-nvidia-register`` decodes and ``status.allocatable[<count resource>] > 0``; a present but
 malformed ``hami.io/node-nvidia-score`` unregisters it too; ``hami.io/device-cordon`` lists cordoned UUIDs. A node
 that is not registered gets ``node unregistered``, like a NodeNames candidate missing from the snapshot.

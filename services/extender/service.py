@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import ssl
 import time
 from collections.abc import Callable
@@ -60,6 +61,8 @@ class ExtenderDeps:
     event_sink: EventSink
     clock: Callable[[], float] = time.time
     cache_settings: CacheSettings = field(default_factory=CacheSettings)
+    rng: random.Random | None = None
+    """The jitter of ``/bind``'s node-lock retries (None: a fresh ``random.Random()``; ``simulate`` seeds it)."""
 
 
 class ExtenderService:
@@ -77,6 +80,7 @@ class ExtenderService:
         self.deps = deps
         self.drain_timeout_s = drain_timeout_s
         self.metrics = ExtenderMetrics(deps.registry)
+        self.metrics.policy_info.labels(settings.node_policy.value, str(settings.gpu_policy)).set(1)
         self.cache = SnapshotCache(
             deps.store,
             deps.cache_settings,
@@ -95,7 +99,8 @@ class ExtenderService:
         )
         deps.event_sink.set_hooks(on_posted=self.metrics.events_posted.inc, on_dropped=self.metrics.events_dropped.inc)
         self.filter = FilterHandler(settings, deps, self.metrics, self.cache)
-        self.bind: Handler = BindHandler(settings, deps, self.metrics)
+        self._binds = BindHandler(settings, deps, self.metrics)
+        self.bind: Handler = self._binds
         self.webhook: Handler = WebhookHandler(settings, deps, self.metrics)
         self._ssl_context = ssl_context
         self.ready = asyncio.Event()
@@ -122,6 +127,7 @@ class ExtenderService:
             finally:
                 if self.server is not None:
                     await self.server.stop()  # stop accepting; in-flight requests finish within the deadline
+                await self._binds.binder.locker.drain(min(2.0, self.drain_timeout_s))
                 if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
                     logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
                 self.cache.close()

@@ -71,6 +71,11 @@ class CacheStats:
     corrupt_nodes: int = 0
 
 
+def _loop_time() -> float:
+    """The event loop's clock (monotonic; the simulated one in ``simulate``), for the feed's pacing."""
+    return asyncio.get_running_loop().time()
+
+
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -102,6 +107,8 @@ class SnapshotCache:
         self._snaps: dict[str, NodeSnapshot] = {}
         """``name → snapshot`` for the request path (the same snapshots as ``_nodes``, looked up in C)."""
         self._gone: dict[str, int] = {}
+        self._busy: set[str] = set()
+        """Nodes with a bind in flight (lock held or a reservation not yet confirmed): see ``busy``."""
         self._seq = itertools.count(1)
         self._last_id: str | None = None
         self._epoch: str | None = None
@@ -128,6 +135,25 @@ class SnapshotCache:
         if len(present) == len(found):
             return present, []
         return present, [n for n, s in zip(names, found, strict=True) if s is None]
+
+    @property
+    def busy(self) -> frozenset[str] | set[str]:
+        """The nodes with a bind in flight, as last read (a live view: do not keep it across an ``await``).
+
+        HAMi's device plugin learns which pod it allocates from the node lock, so a node takes one bind at a time
+        until its Allocate settles; ``plan`` prefers the other nodes, so binds run in parallel across nodes."""
+        return self._busy
+
+    def lookup_tiers(self, names: Sequence[str]) -> tuple[list[NodeSnapshot], list[NodeSnapshot], list[str]]:
+        """``lookup`` split in two: the snapshots of ``names`` without a bind in flight, those with one (both in
+        order), and the names that are not registered. The split runs in C: no per-name Python code."""
+        busy = self._busy
+        if not busy or busy.isdisjoint(names):
+            free, missing = self.lookup(names)
+            return free, [], missing
+        free, missing = self.lookup(list(itertools.filterfalse(busy.__contains__, names)))
+        taken, gone = self.lookup(list(filter(busy.__contains__, names)))
+        return free, taken, missing + gone
 
     def generation(self, node: str) -> int | None:
         cached = self._nodes.get(node)
@@ -180,6 +206,11 @@ class SnapshotCache:
         self._install_snapshot(decision.node, generation, apply_decision(cached.snapshot, decision))
         return True
 
+    def mark_busy(self, node: str) -> None:
+        """Record a bind in flight on ``node`` now (our own reservation there), ahead of the feed."""
+        if node in self._nodes:
+            self._busy.add(node)
+
     async def wait_until(self, predicate: Callable[[], bool], timeout_s: float | None) -> None:
         """Wait until ``predicate()`` holds, re-checking after every change (``timeout_s`` None: no limit)."""
         async with asyncio.timeout(timeout_s):
@@ -201,16 +232,16 @@ class SnapshotCache:
             try:
                 if self._reload_reason is not None:
                     await self._full_load(self._reload_reason)
-                pause = self._settings.feed_min_interval_s - (time.monotonic() - self._read_at)
+                pause = self._settings.feed_min_interval_s - (_loop_time() - self._read_at)
                 if pause > 0:
                     await asyncio.sleep(pause)
-                self._read_at = time.monotonic()
+                self._read_at = _loop_time()
                 batch = await self._store.feed.read(
                     self._last_id or "0-0", block_s=self._settings.feed_block_s, count=self._settings.feed_count
                 )
                 self._redis_ok()
                 await self._follow(batch)
-                if time.monotonic() - self._status_at >= self._settings.status_interval_s:
+                if _loop_time() - self._status_at >= self._settings.status_interval_s:
                     await self._check_status()
                 backoff = self._settings.backoff_initial_s
             except TransientError as e:
@@ -245,7 +276,7 @@ class SnapshotCache:
 
     async def _check_status(self) -> None:
         status = await self._store.meta.status()
-        self._status_at = time.monotonic()
+        self._status_at = _loop_time()
         self._redis_ok()
         self._status = status
         if self.loaded.is_set() and status.epoch != self._epoch and self._reload_reason != "epoch":
@@ -254,6 +285,7 @@ class SnapshotCache:
             self._nodes = {}
             self._snaps = {}
             self._gone = {}
+            self._busy = set()
             self.loaded.clear()
             self._reload_reason = "epoch"
         self._notify()
@@ -271,7 +303,7 @@ class SnapshotCache:
             self._remove(name)
         self._epoch = status.epoch
         self._status = status
-        self._status_at = time.monotonic()
+        self._status_at = _loop_time()
         self._last_id = last_id
         self._reload_reason = None
         self.stats.full_loads += 1
@@ -303,6 +335,10 @@ class SnapshotCache:
         cached = self._nodes.get(name)
         if cached is not None and cached.generation > stored.generation:
             return
+        if stored.bind_in_flight:
+            self._busy.add(name)
+        else:
+            self._busy.discard(name)
         if stored.inventory is None or not stored.inventory.devices:
             if cached is not None or stored.generation > self._gone.get(name, -1):
                 self._remove(name)
@@ -322,6 +358,7 @@ class SnapshotCache:
     def _remove(self, name: str) -> None:
         self._nodes.pop(name, None)
         self._snaps.pop(name, None)
+        self._busy.discard(name)
 
     def _redis_ok(self) -> None:
         if self._redis_error is not None:

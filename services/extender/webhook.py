@@ -1,4 +1,4 @@
-"""``POST /webhook``: the mutating admission webhook (hami-compat §5.3, decisions 14 and 16).
+"""``POST /webhook``: the mutating admission webhook (hami-wire §5.3, differences 14 and 16).
 
 AdmissionReview ``admission.k8s.io/v1`` or ``v1beta1`` in, the same version out, with a JSONPatch when the pod is
 changed. The decision itself is :func:`shared.protocol.webhook.mutate_pod` (pure). The only I/O is the quota

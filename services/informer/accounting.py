@@ -1,4 +1,4 @@
-"""Mirroring pods into Redis (hami-compat decision 10): what each pod holds, and its namespace quota charge.
+"""Mirroring pods into Redis (difference 10): what each pod holds, and its namespace quota charge.
 
 Every write carries the leader's :class:`~shared.store.Fence`; a refused write raises ``StaleFenceError``, which
 ends the leadership term. Recording a pod confirms the extender's reservation of it (the store's ``record`` is

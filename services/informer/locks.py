@@ -1,4 +1,4 @@
-"""Releasing node locks (hami-compat §4, decisions 4 and 5; design §3).
+"""Releasing node locks (hami-wire §4, differences 4 and 5; docs/store.md, Coordination).
 
 The extender takes a node's Redis lock and then writes the ``hami.io/mutex.lock`` annotation in ``/bind``, and
 leaves both held. The informer releases them when:
@@ -263,7 +263,7 @@ class NodeLockReleaser:
             if not await self._still_leader():
                 return
             if not await self._mark_failed(held.owner):
-                return  # never release while the holder may still be allocated (decision 5)
+                return  # never release while the holder may still be allocated (difference 5)
         if held.annotation is not None:
             await self._remove_annotation(node, held.annotation)
         if held.redis is not None:

@@ -1,7 +1,7 @@
 """The informer's Prometheus metrics, registered on the injected registry (never the global one).
 
 Besides its own counters and gauges (:class:`InformerMetrics`), the informer exports HAMi's per-container gauges
-(``hami_vgpu_*``) and ``hami_node_gpu_mig_instance_info`` (hami-compat §10.4): :class:`PodAllocationCollector`
+(``hami_vgpu_*``) and ``hami_node_gpu_mig_instance_info`` (hami-wire §10.4): :class:`PodAllocationCollector`
 computes them at scrape time from the leader's in-memory view (the allocations its term recorded, the GPU indices
 read from the node watch). No I/O at scrape time; a standby exports none of them.
 """
@@ -208,7 +208,7 @@ _MigKey = tuple[str, str, str, str, str, str, str, str, str]  # _MIG_LABELS with
 def vgpu_series(allocations: Iterable[Allocation]) -> dict[_VgpuKey, tuple[int, int]]:
     """Per container and device (HAMi's label set, without ``zone``): (memory MiB, cores %), as the pod's
     ``hami.io/vgpu-devices-allocated`` lists them. ``container_index`` indexes init containers first, then app
-    containers (hami-compat §3.1). A label set met twice (one UUID listed twice in a container) sums."""
+    containers (hami-wire §3.1). A label set met twice (one UUID listed twice in a container) sums."""
     out: dict[_VgpuKey, tuple[int, int]] = {}
     for a in allocations:
         for ctr, devices in enumerate(a.devices):

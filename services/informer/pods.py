@@ -1,4 +1,4 @@
-"""What a pod holds, read from its annotations (hami-compat decision 10, §5.4). Pure: no I/O.
+"""What a pod holds, read from its annotations (difference 10, §5.4). Pure: no I/O.
 
 A pod *holds* devices while it carries ``hami.io/vgpu-node``, is not in phase ``Succeeded``/``Failed`` and exists
 (terminating pods stay counted). What it holds is its ``hami.io/vgpu-devices-allocated`` list (plus

@@ -1,4 +1,4 @@
-"""Namespace quota limits from ResourceQuotas (hami-compat §8). Pure: no I/O.
+"""Namespace quota limits from ResourceQuotas (hami-wire §8). Pure: no I/O.
 
 Honoured keys: ``spec.hard["limits.<memory resource>"]`` and ``spec.hard["limits.<core resource>"]`` with the
 resource names of the device config (HAMi defaults ``nvidia.com/gpumem`` / ``nvidia.com/gpucores``). Values

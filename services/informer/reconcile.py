@@ -4,7 +4,7 @@ One pass (under the term's mutex, so pod and quota events wait):
 
 1. Snapshot Redis (allocations, quota charges) *before* listing the API, so a record that a concurrent writer
    adds after the snapshot can never be mistaken for an extra one; read the store status and epoch.
-2. List pods and ResourceQuotas; compute what every pod holds (hami-compat decision 10, §5.4) and every
+2. List pods and ResourceQuotas; compute what every pod holds (difference 10, §5.4) and every
    namespace's limits (§8).
 3. Record missing or different allocations; release confirmed records of pods that hold nothing. Unconfirmed
    reservations are in flight (the expiry sweep judges them); records of pods with unreadable annotations

@@ -1,5 +1,5 @@
 """NVIDIA as a registrar vendor (pure): ``hami.io/node-nvidia-register`` + ``hami.io/node-nvidia-score`` +
-``hami.io/device-cordon`` → :class:`NodeInventory`, and liveness (hami-compat §2.1–2.4, decisions 1 and 9).
+``hami.io/device-cordon`` → :class:`NodeInventory`, and liveness (hami-wire §2.1–2.4, differences 1 and 9).
 
 Order of the checks, each ending the observation:
 

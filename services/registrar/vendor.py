@@ -4,9 +4,9 @@ A vendor turns a :class:`NodeView` (the few fields of a Node the registrar reads
 into an :class:`Observation`: the node is registered with an inventory (and maybe a handshake value to write),
 unregistered for a reason, or its annotations are invalid. No I/O here (no asyncio, logging, redis, Kubernetes):
 the service (``service.py``) does the reads and writes, this module only decides. That keeps every rule of
-``hami-compat.md`` §2 testable as a table.
+docs/hami-wire.md §2 testable as a table.
 
-Liveness (decision 9): a vendor is live while ``allocatable[<count resource>] > 0`` and its register annotation
+Liveness (difference 9): a vendor is live while ``allocatable[<count resource>] > 0`` and its register annotation
 decodes. For ≤ v2.7 device plugins (colon-format register annotation, or a plugin that writes ``Reported …``)
 the ``Requesting_``/``Reported`` handshake of §2.2 also applies, see :func:`judge_handshake`.
 """
@@ -133,7 +133,7 @@ class Vendor(Protocol):
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The handshake (hami-compat §2.2), shared by every vendor that has one
+# The handshake (hami-wire §2.2), shared by every vendor that has one
 # ------------------------------------------------------------------------------------------------------------
 
 

@@ -107,9 +107,10 @@ async def run_scenario(
     if scratch:
         settings = with_store_prefix(settings, f"{settings.common.key_prefix}-simulate-{uuid.uuid4().hex[:8]}")
     async with EmbeddedCluster(settings, cluster, timing=timing, purge_store=scratch) as ec:
-        results = await schedule_all(ec.driver(), list(workload.pods), stop=stop, progress=progress)
+        driver = ec.driver()
+        results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = ec.emulator.list("nodes"), ec.emulator.list("pods")
-    return outcome_of(settings, workload, results, nodes, pods)
+    return outcome_of(settings, workload, results, nodes, pods, contention=driver.contention.to_json())
 
 
 def outcome_of(
@@ -118,11 +119,16 @@ def outcome_of(
     results: Sequence[PodResult],
     nodes: Sequence[dict[str, Any]],
     pods: Sequence[dict[str, Any]],
+    *,
+    contention: dict[str, Any] | None = None,
 ) -> Outcome:
-    """The outcome of a run: its results and the summary of the cluster's final ``nodes`` and ``pods``."""
+    """The outcome of a run: its results, the summary of the cluster's final ``nodes`` and ``pods``, and what the
+    driver's kube-scheduler met on the way (``contention``, added to the summary)."""
     ext = settings.extender
     states = device_states(nodes, pods, settings.common.nvidia)
     summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))
+    if contention is not None:
+        summary["contention"] = contention
     return Outcome(tuple(results), summary, complete=len(results) == len(workload.pods))
 
 
@@ -164,7 +170,18 @@ def _pct(x: float) -> str:
 
 def render_comparison(rows: Sequence[tuple[Combination, Outcome]]) -> str:
     """One line per combination: placed, pending, utilisation, fragmentation, nodes touched."""
-    headers = ["NODE", "GPU", "PLACED", "PENDING", "GPU MEM", "GPU CORES", "FRAGMENTATION", "NODES TOUCHED"]
+    headers = [
+        "NODE",
+        "GPU",
+        "PLACED",
+        "PENDING",
+        "GPU MEM",
+        "GPU CORES",
+        "FRAGMENTATION",
+        "NODES TOUCHED",
+        "BIND RETRIES",
+        "LOCK WAITS",
+    ]
     table = [headers]
     for combo, outcome in rows:
         s = outcome.summary
@@ -178,6 +195,8 @@ def render_comparison(rows: Sequence[tuple[Combination, Outcome]]) -> str:
                 _pct(s["gpu"]["core_utilisation"]),
                 _pct(s["fragmentation"]["ratio"]),
                 str(s["nodes_touched"]),
+                str(s.get("contention", {}).get("binds_retried", "-")),
+                str(s.get("contention", {}).get("lock_waits", "-")),
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]

@@ -1,4 +1,4 @@
-"""What HAMi's NVIDIA device plugin does with a bound pod, as pure functions (hami-compat §3.1, §4.3).
+"""What HAMi's NVIDIA device plugin does with a bound pod, as pure functions (hami-wire §3.1, §4.3).
 
 The driver settles each bound pod the way the plugin would after the kubelet's Allocate calls, and refuses to
 settle it when the real plugin could not serve it:

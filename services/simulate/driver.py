@@ -2,7 +2,7 @@
 
 For each workload pod, in order (:meth:`Driver.schedule`):
 
-1. **admission** — the webhook's mutation, as the API server would apply it (hami-compat decision 16): either the
+1. **admission** — the webhook's mutation, as the API server would apply it (difference 16): either the
    pure :func:`~shared.protocol.webhook.mutate_pod` + :func:`~shared.protocol.jsonpatch.apply_patch` (embedded runs)
    or an AdmissionReview POSTed to an extender's ``/webhook`` (a deployed extender). A denied pod is reported as
    unschedulable with the denial message;
@@ -26,12 +26,13 @@ Everything travels over HTTP with the exact JSON bodies the real components send
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiohttp
@@ -60,7 +61,6 @@ KubeObject = dict[str, Any]
 
 MERGE_PATCH: Final = "application/merge-patch+json"
 REQUEST_TIMEOUT_S: Final = 30.0
-BIND_ATTEMPTS: Final = 3
 _PATCH_ATTEMPTS: Final = 5
 
 
@@ -68,9 +68,10 @@ class DriverError(TransientError):
     """An HTTP call of the driver failed (status and body in the message; ``status`` is the HTTP status when the
     server answered, None when it did not)."""
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None, timed_out: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        self.timed_out = timed_out
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,6 +144,7 @@ class Extenders:
         self._session = session
         self.urls = [u.rstrip("/") for u in urls]
         self._turn = itertools.count()
+        self.timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
     def next_url(self) -> str:
@@ -163,7 +165,9 @@ class Extenders:
                         status=resp.status,
                     )
                 answer = json.loads(text)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        except TimeoutError as e:
+            raise DriverError(f"POST {url}/{verb}: no answer within {self.timeout_s:g}s", timed_out=True) from e
+        except (aiohttp.ClientError, ValueError) as e:
             raise DriverError(f"POST {url}/{verb}: {type(e).__name__}: {e}") from e
         if not isinstance(answer, dict):
             raise DriverError(f"POST {url}/{verb}: expected a JSON object, got {type(answer).__name__}")
@@ -182,7 +186,7 @@ class Extenders:
 
 
 # --------------------------------------------------------------------------------------------
-# Admission (decision 16)
+# Admission (difference 16)
 # --------------------------------------------------------------------------------------------
 
 
@@ -308,11 +312,121 @@ def candidate_names(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) 
 Hook = Callable[[KubeObject], Awaitable[None]]
 
 
-class Driver:
-    """Schedules workload pods one at a time (see the module docstring).
+@dataclass(frozen=True, slots=True)
+class SchedulerTiming:
+    """How the driver's kube-scheduler and device plugin behave in time (kube-scheduler v1.36's defaults)."""
 
-    ``before_filter(pod)`` runs before every ``/filter``; ``after_settle(pod)`` after the device plugin settled a
-    pod (embedded runs wait there for the extender's snapshot and the informer).
+    initial_backoff_s: float = 1.0
+    """``podInitialBackoffSeconds``: the first backoff of a pod whose bind failed; doubled per attempt."""
+    max_backoff_s: float = 10.0
+    """``podMaxBackoffSeconds``: the cap of that doubling."""
+    http_timeout_s: float = 30.0
+    """The extender's ``httpTimeout`` (the Helm chart's ``kubeScheduler.extenderHTTPTimeout``)."""
+    allocate_latency_s: float = 0.2
+    """From the Binding to the device plugin's Allocate (kubelet's pod admission), as HAMi's plugin sees it."""
+    max_attempts: int = 20
+    """A simulation must end: a pod still failing to bind after this many scheduling attempts is reported pending
+    (kube-scheduler would go on retrying it every ``max_backoff_s``)."""
+
+    def backoff_s(self, attempts: int) -> float:
+        """kube-scheduler's backoff after ``attempts`` scheduling attempts: initial × 2^(attempts-1), capped."""
+        return float(min(self.initial_backoff_s * 2.0 ** max(attempts - 1, 0), self.max_backoff_s))
+
+
+LOCK_WAIT_THRESHOLD_S: Final = 0.01
+"""A bind that took longer than this waited for a node lock (on the simulated clock a bind that does not wait
+takes no time at all; the extender's first lock retry comes after 10 ms or more)."""
+
+
+@dataclass(slots=True)
+class Contention:
+    """What the truthful kube-scheduler met: failed and retried binds, node-lock waits, extender timeouts."""
+
+    clock: str = "real"
+    """``simulated`` (an embedded run, :mod:`services.simulate.clock`) or ``real``."""
+    binds: int = 0
+    bind_failures: int = 0
+    binds_retried: int = 0
+    pods_retried: int = 0
+    lock_waits: int = 0
+    lock_wait_s: float = 0.0
+    lock_wait_max_s: float = 0.0
+    extender_timeouts: int = 0
+    plugin_failures: int = 0
+    duration_s: float = 0.0
+    max_binds_in_flight: int = 0
+    bind_errors: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clock": self.clock,
+            "duration_s": round(self.duration_s, 3),
+            "binds": self.binds,
+            "bind_failures": self.bind_failures,
+            "binds_retried": self.binds_retried,
+            "pods_retried": self.pods_retried,
+            "lock_waits": self.lock_waits,
+            "lock_wait_s": round(self.lock_wait_s, 3),
+            "lock_wait_max_s": round(self.lock_wait_max_s, 3),
+            "max_binds_in_flight": self.max_binds_in_flight,
+            "extender_timeouts": self.extender_timeouts,
+            "plugin_failures": self.plugin_failures,
+            "bind_errors": dict(sorted(self.bind_errors.items())),
+        }
+
+
+def _error_kind(error: str) -> str:
+    """A short class of a bind error for the counts: ``node locked``, ``timeout`` or its first words."""
+    if "is locked by" in error or "lock" in error.lower():
+        return "node locked"
+    if "timed out" in error.lower() or "TimeoutError" in error:
+        return "timeout"
+    return " ".join(error.split()[:4])
+
+
+@dataclass(slots=True)
+class _Queued:
+    """One workload pod inside the driver's scheduling queue."""
+
+    index: int
+    original: KubeObject
+    created: KubeObject | None = None
+    attempts: int = 0
+    retried: bool = False
+    last_error: dict[str, str] = field(default_factory=dict)
+    result: PodResult | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Assume:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    reasons: dict[str, str]
+
+
+class Driver:
+    """Plays kube-scheduler v1.36 and HAMi's device plugin for a workload (see the module docstring).
+
+    * **scheduling cycles are serial**: one pod at a time is filtered (``before_filter(pod)`` runs first; embedded
+      runs wait there for the extender's snapshot to catch up with the store);
+    * **binding cycles are asynchronous**: once the filter chose a node, the bind runs in a task of its own and the
+      next pod is filtered at once, so many binds are in flight together and contend for node locks, as in the
+      real scheduler;
+    * **a failed bind** (an ``Error`` answer, a timeout) puts the pod into backoff, ``timing.backoff_s(attempts)``
+      (1 s doubling to 10 s), then back into the queue ahead of pods that have not arrived yet;
+    * every extender call times out after ``timing.http_timeout_s``;
+    * **the device plugin** settles a bound pod ``timing.allocate_latency_s`` after its Binding;
+    * pods **arrive** in workload order: each is admitted and created when the scheduler is ready for it.
+
+    ``after_settle(pod)`` runs after the device plugin settled a pod.
     """
 
     def __init__(
@@ -325,6 +439,8 @@ class Driver:
         defaults: Defaults,
         before_filter: Hook | None = None,
         after_settle: Hook | None = None,
+        timing: SchedulerTiming | None = None,
+        clock: str = "real",
     ) -> None:
         self.kube = kube
         self.extenders = extenders
@@ -333,7 +449,10 @@ class Driver:
         self.defaults = defaults
         self.before_filter = before_filter
         self.after_settle = after_settle
+        self.timing = timing or SchedulerTiming()
+        self.contention = Contention(clock=clock)
         self._nodes: list[KubeObject] | None = None
+        self._in_flight = 0
 
     async def nodes(self) -> list[KubeObject]:
         if self._nodes is None:
@@ -341,44 +460,202 @@ class Driver:
         return self._nodes
 
     async def schedule(self, pod: KubeObject) -> PodResult:
-        """Admit, create, filter, bind and settle one pod; the outcome as a :class:`PodResult`."""
-        meta = pod["metadata"]
-        ns, name = str(meta.get("namespace") or "default"), str(meta["name"])
+        """Admit, create, filter, bind and settle one pod on its own; the outcome as a :class:`PodResult`."""
+        results = await self.run([pod])
+        return results[0]
+
+    def _result(
+        self, q: _Queued, node: str | None, annotations: Mapping[str, str], reasons: Mapping[str, str]
+    ) -> PodResult:
+        pod = q.created or q.original
+        meta = q.original["metadata"]
         node_policy, gpu_policy = effective_policies(pod, self.defaults)
         try:
             gpu = pod_requests_managed_resource(pod, self.cfg)
         except DecodeError:
             gpu = True
+        ns, name = str(meta.get("namespace") or "default"), str(meta["name"])
+        return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu)
 
-        def result(node: str | None, annotations: Mapping[str, str], reasons: Mapping[str, str]) -> PodResult:
-            return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu)
+    async def run(
+        self,
+        pods: Sequence[KubeObject],
+        *,
+        stop: asyncio.Event | None = None,
+        progress: Callable[[int, int, PodResult], None] | None = None,
+    ) -> list[PodResult]:
+        """Schedule ``pods``; the results of those finished, in workload order (all of them unless ``stop`` was
+        set: then no new pod is taken, binds in flight finish and pods in backoff are left out)."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        queue = [_Queued(i, p) for i, p in enumerate(pods)]
+        arrivals = collections.deque(queue)
+        ready: collections.deque[_Queued] = collections.deque()
+        wake = asyncio.Event()
+        tasks: set[asyncio.Task[None]] = set()
+        failures: list[BaseException] = []
+        finished = 0
 
-        admitted = await self.admit(pod)
-        if admitted.pod is None:
-            return result(None, {}, {ADMISSION: admitted.message})
-        created = await self.kube.create_pod(admitted.pod)
+        def finish(q: _Queued, result: PodResult) -> None:
+            nonlocal finished
+            q.result = result
+            finished += 1
+            if progress is not None:
+                progress(finished, len(pods), result)
+            wake.set()
+
+        def spawn(coro: Awaitable[None], name: str) -> None:
+            task = asyncio.ensure_future(coro)
+            task.set_name(name)
+            tasks.add(task)
+
+            def done(t: asyncio.Task[None]) -> None:
+                tasks.discard(t)
+                if not t.cancelled() and t.exception() is not None:
+                    failures.append(t.exception())  # type: ignore[arg-type]
+                wake.set()
+
+            task.add_done_callback(done)
+
+        async def requeue_after(q: _Queued, delay: float) -> None:
+            await asyncio.sleep(delay)
+            ready.append(q)
+
+        def back_off(q: _Queued, reasons: dict[str, str]) -> None:
+            """A failed scheduling attempt: the pod waits its backoff, then goes back into the queue."""
+            q.last_error = reasons
+            if q.attempts >= self.timing.max_attempts:
+                finish(q, self._result(q, None, {}, reasons))
+                return
+            self.contention.binds_retried += 1
+            if not q.retried:
+                q.retried = True
+                self.contention.pods_retried += 1
+            delay = self.timing.backoff_s(q.attempts)
+            logger.info(
+                "scheduling attempt failed: the pod backs off and is re-queued",
+                extra={"pod": _key(q.created or q.original), "reasons": reasons, "backoff_s": delay},
+            )
+            spawn(requeue_after(q, delay), f"simulate:backoff:{_key(q.created or q.original)}")
+
+        async def binding_cycle(q: _Queued, node: str) -> None:
+            assert q.created is not None
+            error = await self._bind(q.created, node)
+            if error is None:
+                finish(q, await self._settled(q, node))
+            else:
+                back_off(q, {node: f"bind failed: {error}"})
+
+        async def settle_only(q: _Queued, node: str) -> None:
+            finish(q, await self._settled(q, node))
+
+        try:
+            while True:
+                if failures:
+                    raise failures[0]
+                stopping = stop is not None and stop.is_set()
+                q: _Queued | None = None
+                if not stopping and ready:
+                    q = ready.popleft()
+                elif not stopping and arrivals:
+                    q = arrivals.popleft()
+                if q is not None:
+                    outcome = await self._scheduling_cycle(q)
+                    if isinstance(outcome, PodResult):
+                        finish(q, outcome)
+                    elif isinstance(outcome, _Assume):
+                        self._in_flight += 1
+                        self.contention.max_binds_in_flight = max(self.contention.max_binds_in_flight, self._in_flight)
+                        spawn(binding_cycle(q, outcome.node), f"simulate:bind:{_key(q.created or q.original)}")
+                    elif isinstance(outcome, _Bound):
+                        spawn(settle_only(q, outcome.node), f"simulate:settle:{_key(q.created or q.original)}")
+                    else:
+                        back_off(q, outcome.reasons)
+                    continue
+                live = [t for t in tasks if not (stopping and t.get_name().startswith("simulate:backoff"))]
+                if not live:
+                    break
+                wake.clear()
+                await wake.wait()
+        finally:
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.contention.duration_s = loop.time() - start
+        if failures:
+            raise failures[0]
+        return [q.result for q in queue if q.result is not None]
+
+    async def _scheduling_cycle(self, q: _Queued) -> PodResult | _Assume | _Bound | _Retry:
+        """One scheduling cycle: a final result, the node chosen (the binding cycle follows), a pod found bound
+        already (after a bind that timed out on our side), or a failure to retry after a backoff."""
+        if q.created is None:
+            admitted = await self.admit(q.original)
+            if admitted.pod is None:
+                return self._result(q, None, {}, {ADMISSION: admitted.message})
+            q.created = await self.kube.create_pod(admitted.pod)
+        else:
+            meta = q.created["metadata"]
+            current = await self.kube.get_pod(meta["namespace"], meta["name"])
+            node = (current.get("spec") or {}).get("nodeName")
+            if node:  # a bind that timed out on our side went through after all: the pod is bound
+                return _Bound(str(node))
+        q.attempts += 1
+        created = q.created
         candidates = candidate_names(created, await self.nodes())
-        reasons: dict[str, str] = {}
-        for _ in range(BIND_ATTEMPTS):
-            if self.before_filter is not None:
-                await self.before_filter(created)
+        if self.before_filter is not None:
+            await self.before_filter(created)
+        try:
             answer = await self.extenders.filter(created, candidates)
-            if answer.get("Error"):
-                return result(None, {}, {ADMISSION: f"filter error: {answer['Error']}"})
-            chosen = answer.get("NodeNames") or []
-            if not chosen:
-                failed = answer.get("FailedNodes") or {}
-                return result(None, {}, {str(k): str(v) for k, v in failed.items()} or {ADMISSION: "no candidate node"})
-            node = str(chosen[0])
-            error = await self.extenders.bind(created, node)
-            if not error:
-                settled = await self._settle(ns, name, node)
-                if self.after_settle is not None:
-                    await self.after_settle(settled)
-                return result(node, scheduler_annotations(pod, settled), {})
-            reasons = {node: f"bind failed: {error}"}
-            logger.info("bind failed, retrying from the filter", extra={"pod": f"{ns}/{name}", "error": error})
-        return result(None, {}, reasons)
+        except DriverError as e:
+            if not e.timed_out:
+                raise
+            self.contention.extender_timeouts += 1
+            return _Retry({ADMISSION: f"filter timed out: {e}"})
+        if answer.get("Error"):
+            return self._result(q, None, {}, {ADMISSION: f"filter error: {answer['Error']}"})
+        chosen = answer.get("NodeNames") or []
+        if not chosen:
+            failed = answer.get("FailedNodes") or {}
+            return self._result(
+                q, None, {}, {str(k): str(v) for k, v in failed.items()} or {ADMISSION: "no candidate node"}
+            )
+        return _Assume(str(chosen[0]))
+
+    async def _bind(self, pod: KubeObject, node: str) -> str | None:
+        """POST /bind; None when bound, else the error (an ``Error`` answer or a timeout)."""
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        self.contention.binds += 1
+        try:
+            error: str | None = await self.extenders.bind(pod, node) or None
+        except DriverError as e:
+            if not e.timed_out:
+                raise
+            self.contention.extender_timeouts += 1
+            error = f"timed out after {self.timing.http_timeout_s:g}s"
+        finally:
+            self._in_flight -= 1
+        took = loop.time() - began
+        if took > LOCK_WAIT_THRESHOLD_S:
+            self.contention.lock_waits += 1
+            self.contention.lock_wait_s += took
+            self.contention.lock_wait_max_s = max(self.contention.lock_wait_max_s, took)
+        if error is not None:
+            self.contention.bind_failures += 1
+            kind = _error_kind(error)
+            self.contention.bind_errors[kind] = self.contention.bind_errors.get(kind, 0) + 1
+        return error
+
+    async def _settled(self, q: _Queued, node: str) -> PodResult:
+        """The device plugin's Allocate, ``allocate_latency_s`` after the Binding; the pod's result."""
+        assert q.created is not None
+        meta = q.created["metadata"]
+        await asyncio.sleep(self.timing.allocate_latency_s)
+        settled = await self._settle(meta["namespace"], meta["name"], node)
+        if self.after_settle is not None:
+            await self.after_settle(settled)
+        return self._result(q, node, scheduler_annotations(q.original, settled), {})
 
     async def _settle(self, ns: str, name: str, node: str) -> KubeObject:
         """The device plugin after Allocate: bind phase success, node lock released, then the pod runs."""
@@ -444,13 +721,10 @@ async def schedule_all(
     stop: asyncio.Event | None = None,
     progress: Callable[[int, int, PodResult], None] | None = None,
 ) -> list[PodResult]:
-    """Schedule ``pods`` in order; stops early (returning what is done) once ``stop`` is set."""
-    results: list[PodResult] = []
-    for i, pod in enumerate(pods, start=1):
-        if stop is not None and stop.is_set():
-            break
-        res = await driver.schedule(pod)
-        results.append(res)
-        if progress is not None:
-            progress(i, len(pods), res)
-    return results
+    """Schedule ``pods`` (:meth:`Driver.run`); stops early (returning what is done) once ``stop`` is set."""
+    return await driver.run(pods, stop=stop, progress=progress)
+
+
+def _key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"

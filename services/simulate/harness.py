@@ -7,9 +7,10 @@ free port) and waits until all three are ready. ``ec.driver()`` then plays kube-
 against them. Leaving the block sets the stop event and waits for every service to return.
 
 Determinism: before each ``/filter`` the driver waits until the extender's snapshot cache has caught up with every
-node's generation in the store; after each settle it waits until the informer has confirmed the pod's allocation
-and released its node lock in Redis. Those Redis writes announce nothing, so the wait re-reads them with a short
-backoff until they hold (bounded by ``settle_timeout_s``); what is awaited is the condition, never a fixed delay.
+node's generation in the store, so a filter never plans on a stale snapshot. Binds run concurrently, as
+kube-scheduler runs them; on the simulated clock (:mod:`services.simulate.clock`, which ``simulate`` uses with the
+embedded store) their interleaving depends only on the order of events, and the extender's node-lock retry jitter
+is seeded, so the same input gives the same run.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -29,13 +30,14 @@ from prometheus_client import CollectorRegistry
 from services.allinone.service import AllInOneDeps, AllInOneService
 from services.extender.service import ExtenderService
 from services.extender.snapshot import CacheSettings
-from services.simulate.driver import Defaults, Driver, Extenders, KubeHttp, local_admission
+from services.simulate.clock import VirtualClockLoop
+from services.simulate.driver import Defaults, Driver, Extenders, KubeHttp, SchedulerTiming, local_admission
 from services.simulate.manifests import Cluster
 from shared.config import AllInOneSettings, BindAddress, SimulateSettings
 from shared.domain.model import QuotaState
 from shared.emulator import Emulator
 from shared.k8s import KubeClient, KubeSettings, open_client
-from shared.store import ReservationState, Store, connect
+from shared.store import Store, connect
 
 logger = logging.getLogger(__name__)
 
@@ -51,23 +53,11 @@ class HarnessTiming:
     ready_timeout_s: float = 60.0
     """How long the three services may take to become ready."""
     settle_timeout_s: float = 30.0
-    """How long one pod's settle (or the snapshot catch-up) may take."""
-    poll_initial_s: float = 0.001
-    poll_max_s: float = 0.02
-
-
-async def wait_until(
-    check: Callable[[], Awaitable[bool]], *, what: str, timeout_s: float, initial_s: float, max_s: float
-) -> None:
-    """Re-evaluate ``check`` (a Redis read) with a doubling backoff until it holds; HarnessError after ``timeout_s``."""
-    delay = initial_s
-    try:
-        async with asyncio.timeout(timeout_s):
-            while not await check():
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, max_s)
-    except TimeoutError:
-        raise HarnessError(f"timed out after {timeout_s:g}s waiting for {what}") from None
+    """How long the snapshot catch-up before a filter may take."""
+    scheduler: SchedulerTiming = field(default_factory=SchedulerTiming)
+    """kube-scheduler's backoffs and extender timeout, the device plugin's Allocate latency."""
+    seed: int = 0
+    """Seeds the extender's node-lock retry jitter (reproducible runs)."""
 
 
 def with_store_prefix(settings: SimulateSettings, prefix: str) -> SimulateSettings:
@@ -85,6 +75,18 @@ def _with_free_port(settings: SimulateSettings | AllInOneSettings) -> SimulateSe
     """The extender on a free loopback port (``127.0.0.1:0``), whatever ``--http_bind`` says."""
     extender = dataclasses.replace(settings.extender, http_bind=BindAddress("127.0.0.1", 0))
     return dataclasses.replace(settings, extender=extender)
+
+
+SIMULATED_LEASE_TTL_S = 3600.0
+"""The registrar's and informer's lease TTL on the simulated clock. Lease expiry is judged by the store's wall clock
+while renewals follow the simulated one, which stands still while the process computes: with the usual 15 s, a
+busy machine would let a lease lapse mid-run. One process holds both leases anyway."""
+
+
+def _with_long_leases(settings: SimulateSettings | AllInOneSettings) -> SimulateSettings | AllInOneSettings:
+    registrar = dataclasses.replace(settings.registrar, lease_ttl_s=SIMULATED_LEASE_TTL_S)
+    informer = dataclasses.replace(settings.informer, lease_ttl_s=SIMULATED_LEASE_TTL_S)
+    return dataclasses.replace(settings, registrar=registrar, informer=informer)
 
 
 class EmbeddedCluster:
@@ -127,6 +129,9 @@ class EmbeddedCluster:
 
     async def _start(self) -> None:
         common = self.settings.common
+        # Libraries draw from the global generator too (aiohttp's connection-pool waiter order): seed it, so that a
+        # run on the simulated clock is reproducible
+        random.seed(self.timing.seed)
         await self.emulator.start()
         self._stack.push_async_callback(self.emulator.stop)
         for obj in self.cluster.objects():
@@ -140,12 +145,15 @@ class EmbeddedCluster:
             open_client(KubeSettings(server=self.emulator.url, qps=0, burst=1, timeout_s=10.0))
         )
         settings = _with_free_port(self.settings)
+        if isinstance(asyncio.get_running_loop(), VirtualClockLoop):
+            settings = _with_long_leases(settings)
         deps = AllInOneDeps(
             store=store,
             kube=kube,
             registry=CollectorRegistry(),
             instance_id=common.instance_id,
             cache_settings=CacheSettings(status_interval_s=0.05),
+            rng=random.Random(self.timing.seed),
         )
         self.services = AllInOneService(settings, deps, staged=True, drain_timeout_s=2.0)
         self._task = asyncio.create_task(self.services.run(self.stop), name="simulate:services")
@@ -209,9 +217,10 @@ class EmbeddedCluster:
         async def quota(namespace: str) -> QuotaState | None:
             return await store.quota.get(namespace)
 
+        simulated = isinstance(asyncio.get_running_loop(), VirtualClockLoop)
         return Driver(
             KubeHttp(self.session, self.emulator.url),
-            Extenders(self.session, [self.extender_url]),
+            Extenders(self.session, [self.extender_url], timeout_s=self.timing.scheduler.http_timeout_s),
             local_admission(
                 cfg=self.settings.common.nvidia,
                 scheduler_name=ext.scheduler_name,
@@ -221,12 +230,9 @@ class EmbeddedCluster:
             cfg=self.settings.common.nvidia,
             defaults=Defaults(ext.node_policy, ext.gpu_policy),
             before_filter=self.snapshot_caught_up,
-            after_settle=self.informer_settled,
+            timing=self.timing.scheduler,
+            clock="simulated" if simulated else "real",
         )
-
-    async def _poll(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
-        t = self.timing
-        await wait_until(check, what=what, timeout_s=t.settle_timeout_s, initial_s=t.poll_initial_s, max_s=t.poll_max_s)
 
     async def snapshot_caught_up(self, pod: KubeObject | None = None) -> None:
         """Wait until the extender's snapshot holds every registered node at the store's current generation."""
@@ -242,25 +248,3 @@ class EmbeddedCluster:
             await cache.wait_until(caught_up, timeout_s=self.timing.settle_timeout_s)
         except TimeoutError:
             raise HarnessError("timed out waiting for the extender's snapshot to catch up with the store") from None
-
-    async def informer_settled(self, pod: KubeObject) -> None:
-        """Wait until the informer confirmed the pod's allocation and released its node lock in Redis."""
-        assert self.store is not None
-        store = self.store
-        meta = pod["metadata"]
-        uid, owner = meta["uid"], f"{meta['namespace']}/{meta['name']}"
-        node = (pod.get("spec") or {}).get("nodeName")
-        holds = "hami.io/vgpu-node" in (meta.get("annotations") or {})
-
-        async def settled() -> bool:
-            if holds:
-                rec = await store.reservations.get(uid)
-                if rec is None or rec.state is not ReservationState.CONFIRMED:
-                    return False
-            if node:
-                lock = await store.locks.inspect(node)
-                if lock is not None and lock.owner == owner:
-                    return False
-            return True
-
-        await self._poll(settled, f"the informer to settle {owner}")

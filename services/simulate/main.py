@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
+from services.simulate.clock import VirtualClockLoop
 from services.simulate.compare import (
     DEFAULT_COMBINATIONS,
     Combination,
@@ -33,6 +35,7 @@ from services.simulate.compare import (
     render_comparison,
     run_comparison,
     run_scenario,
+    settings_with,
 )
 from services.simulate.driver import (
     Defaults,
@@ -40,14 +43,16 @@ from services.simulate.driver import (
     DriverError,
     Extenders,
     KubeHttp,
+    SchedulerTiming,
     local_admission,
     schedule_all,
     webhook_admission,
 )
-from services.simulate.harness import HarnessError
+from services.simulate.harness import HarnessError, HarnessTiming
 from services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
 from services.simulate.plot import check_directory, load_pyplot, write_plots
 from services.simulate.report import PodResult, policy_label, render_pods, render_summary
+from shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from shared.config import (
     OPTIONS_BY_NAME,
     LogFormat,
@@ -58,8 +63,9 @@ from shared.config import (
     parse_bind_address,
     settings_from_args,
 )
+from shared.config.values import parse_go_duration
 from shared.emulator import Emulator
-from shared.errors import ConfigError
+from shared.errors import ConfigError, DecodeError
 from shared.logs import configure_logging
 from shared.runtime import run_service
 
@@ -147,6 +153,22 @@ def add_simulate_options(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--progress", action="store_true", help="Show progress on stderr even when it is not a terminal.")
     g.add_argument(
+        "--allocate-latency",
+        metavar="DURATION",
+        type=_duration("--allocate-latency"),
+        default=SchedulerTiming().allocate_latency_s,
+        help="The device plugin's Allocate comes this long after a pod's Binding (kubelet's admission), e.g. "
+        "200ms; the node lock is held meanwhile [default: 200ms].",
+    )
+    g.add_argument(
+        "--extender-http-timeout",
+        metavar="DURATION",
+        type=_duration("--extender-http-timeout", positive=True),
+        default=SchedulerTiming().http_timeout_s,
+        help="kube-scheduler's extender httpTimeout: a /filter or /bind not answered within it fails and the pod "
+        "backs off [default: 30s, the Helm chart's value].",
+    )
+    g.add_argument(
         "--kube-server",
         metavar="URL",
         dest="sim_kube_server",
@@ -161,6 +183,24 @@ def add_simulate_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="With --kube-server: an extender's base URL; repeat for several replicas (used in turn).",
     )
+
+
+def _duration(flag: str, *, positive: bool = False) -> Callable[[str], float]:
+    """An argparse type: a Go duration (``200ms``, ``1.5s``) or plain seconds, in seconds."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            try:
+                value = parse_go_duration(text)
+            except ValueError as e:
+                raise argparse.ArgumentTypeError(f"{flag}: {e}") from None
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(f"{flag}: must be {'positive' if positive else 'zero or more'}: {text!r}")
+        return value
+
+    return parse
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,9 +253,11 @@ class ProgressLine:
             self._open = False
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Cluster, Workload]:
-    cluster = load_cluster(args.cluster or EXAMPLE_CLUSTER)
+def _inputs(args: argparse.Namespace, settings: SimulateSettings) -> tuple[Cluster, Workload]:
+    cluster = load_cluster(args.cluster or EXAMPLE_CLUSTER, count_resource=settings.common.nvidia.resource_count_name)
     workload = load_workload(args.workload or EXAMPLE_WORKLOAD)
+    for line in cluster.warnings:
+        print(f"vgpu-scheduler: warning: {line}", file=sys.stderr)
     return cluster, workload
 
 
@@ -255,8 +297,12 @@ def run(args: argparse.Namespace) -> int:
     if external:
         cluster, workload = None, load_workload(args.workload or EXAMPLE_WORKLOAD)
     else:
-        cluster, workload = _inputs(args)
+        cluster, workload = _inputs(args, settings)
     progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if (args.progress or sys.stderr.isatty()) else None
+    scheduler = SchedulerTiming(allocate_latency_s=args.allocate_latency, http_timeout_s=args.extender_http_timeout)
+    timing = HarnessTiming(scheduler=scheduler)
+    # Every party of an embedded run on the embedded store lives in this process: it runs on the simulated clock
+    simulated = not external and settings.common.redis_url is None
     code = 0
 
     async def main(stop: asyncio.Event) -> None:
@@ -270,8 +316,9 @@ def run(args: argparse.Namespace) -> int:
                     workload=workload,
                     stop=stop,
                     progress=progress.callback("driver") if progress is not None else None,
+                    timing=scheduler,
                 )
-                code = _emit_single(args, settings, outcome)
+                code = _emit_single(args, outcome, _source_line(None, workload, kube_server=args.sim_kube_server))
             elif compare:
                 assert cluster is not None
                 rows = await run_comparison(
@@ -281,6 +328,7 @@ def run(args: argparse.Namespace) -> int:
                     combos,
                     stop=stop,
                     progress=(lambda i, c: progress.callback(c.label)) if progress is not None else None,
+                    timing=timing,
                 )
                 code = _emit_comparison(args, cluster, workload, rows, complete=len(rows) == len(combos))
             else:
@@ -292,8 +340,9 @@ def run(args: argparse.Namespace) -> int:
                     workload,
                     stop=stop,
                     progress=progress.callback(label) if progress is not None else None,
+                    timing=timing,
                 )
-                code = _emit_single(args, settings, outcome)
+                code = _emit_single(args, outcome, _source_line(cluster, workload))
         except (HarnessError, DriverError) as e:
             print(f"vgpu-scheduler: error: {e}", file=sys.stderr)
             code = 1
@@ -301,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
             if progress is not None:
                 progress.close()
 
-    exit_code = run_service(main)
+    exit_code = run_service(main, loop_factory=VirtualClockLoop if simulated else None)
     return exit_code if exit_code != 0 else code
 
 
@@ -310,15 +359,29 @@ def _label(settings: SimulateSettings) -> str:
     return policy_label(ext.node_policy.value, str(ext.gpu_policy))
 
 
-def _emit_single(args: argparse.Namespace, settings: SimulateSettings, outcome: Outcome) -> int:
+def _source_line(cluster: Cluster | None, workload: Workload, *, kube_server: str | None = None) -> str:
+    """What was simulated: ``cluster FILE: N nodes, M running pods; workload FILE: K pods``."""
+    where = (
+        f"cluster {cluster.source}: {len(cluster.nodes)} nodes, {len(cluster.pods)} running pods"
+        if cluster is not None
+        else f"cluster at {kube_server or 'a deployed API server'}"
+    )
+    return f"{where}; workload {workload.source}: {len(workload.pods)} pods"
+
+
+def _emit_single(args: argparse.Namespace, outcome: Outcome, source: str) -> int:
+    summary = outcome.summary
+    label = policy_label(summary["policies"]["node"], summary["policies"]["gpu"])
     if args.output == "json":
         print(json.dumps(outcome.to_json(), indent=2))
     else:
+        print(source)
+        print()
         print(render_pods(outcome.results))
         print()
-        print(render_summary(outcome.summary))
+        print(render_summary(summary))
     if args.plot:
-        for path in write_plots([_label(settings)], [outcome.summary], args.plot):
+        for path in write_plots([label], [summary], args.plot, caption=source):
             print(f"wrote {path}", file=sys.stderr)
     if not outcome.complete:
         print("vgpu-scheduler: simulation interrupted: the results above are partial", file=sys.stderr)
@@ -335,28 +398,51 @@ def _emit_comparison(
     complete: bool,
 ) -> int:
     complete = complete and all(outcome.complete for _, outcome in rows)
+    source = _source_line(cluster, workload)
     if args.output == "json":
         print(json.dumps(comparison_json(rows), indent=2))
     else:
-        print(
-            f"cluster {cluster.source}: {len(cluster.nodes)} nodes, {len(cluster.pods)} running pods; "
-            f"workload {workload.source}: {len(workload.pods)} pods"
-        )
+        print(source)
         print()
         print(render_comparison(rows))
         print()
         print(
             "GPU MEM/CORES: allocated over usable devices, running pods included. FRAGMENTATION: free GPU memory "
-            "on cards that already hold a pod, as a share of all free GPU memory. See docs/simulate.md."
+            "on cards that already hold a pod, as a share of all free GPU memory. BIND RETRIES: binds that failed "
+            "(node lock busy) and were retried after kube-scheduler's backoff. LOCK WAITS: binds that waited for "
+            "a node lock. See docs/simulate.md."
         )
     if args.plot and rows:
-        paths = write_plots([c.label for c, _ in rows], [o.summary for _, o in rows], args.plot)
+        paths = write_plots([c.label for c, _ in rows], [o.summary for _, o in rows], args.plot, caption=source)
         for path in paths:
             print(f"wrote {path}", file=sys.stderr)
     if not complete:
         print("vgpu-scheduler: simulation interrupted: the results above are partial", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
+
+
+POLICY_INFO_METRIC = "vgpu_extender_policy_info"
+
+
+async def extender_policies(session: aiohttp.ClientSession, url: str) -> tuple[str, str] | None:
+    """The default node and GPU policies a running extender serves with (its ``vgpu_extender_policy_info``
+    metric on ``/metrics``), or None when it does not say (an older extender, no ``/metrics``)."""
+    try:
+        async with session.get(f"{url.rstrip('/')}/metrics", timeout=aiohttp.ClientTimeout(total=5.0)) as resp:
+            if resp.status != 200:
+                return None
+            text = await resp.text()
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == POLICY_INFO_METRIC and sample.value == 1:
+                    return sample.labels["node_scheduler_policy"], sample.labels["gpu_scheduler_policy"]
+    except (ValueError, KeyError):
+        return None
+    return None
 
 
 async def _wait_extenders_ready(session: aiohttp.ClientSession, urls: Sequence[str], stop: asyncio.Event) -> None:
@@ -384,19 +470,37 @@ async def drive_deployed(
     workload: Workload,
     stop: asyncio.Event | None = None,
     progress: Callable[[int, int, PodResult], None] | None = None,
+    timing: SchedulerTiming | None = None,
 ) -> Outcome:
     """Schedule the workload on a deployed system: its API server (``--kube-server``, e.g. the emulator) and its
     extenders (``--extender-url``, used in turn). Admission goes through the first extender's ``/webhook`` (locally,
-    without the quota pre-check, if it serves none). The report is computed from the API server's objects."""
-    ext = settings.extender
+    without the quota pre-check, if it serves none). The default policies reported are the first extender's own
+    (its ``vgpu_extender_policy_info`` metric; this command's flags only when it does not publish them). The report
+    is computed from the API server's objects."""
+    timing = timing or SchedulerTiming()
     stop = stop or asyncio.Event()
     async with aiohttp.ClientSession() as session:
         kube = KubeHttp(session, kube_server)
-        extenders = Extenders(session, extender_urls)
+        extenders = Extenders(session, extender_urls, timeout_s=timing.http_timeout_s)
         try:
             await _wait_extenders_ready(session, extenders.urls, stop)
         except TimeoutError:
             raise DriverError(f"the extenders were not ready within {EXTERNAL_READY_TIMEOUT_S:g}s") from None
+        served = await extender_policies(session, extenders.urls[0])
+        if served is None:
+            logger.warning(
+                "the extender does not publish its policies (vgpu_extender_policy_info on /metrics): "
+                "reporting this command's --node-scheduler-policy/--gpu-scheduler-policy instead",
+                extra={"extender": extenders.urls[0]},
+            )
+        else:
+            try:
+                settings = settings_with(
+                    settings, Combination(decode_node_policy(served[0]), decode_gpu_policy(served[1]))
+                )
+            except DecodeError as e:
+                raise DriverError(f"{extenders.urls[0]}/metrics: {POLICY_INFO_METRIC}: {e}") from None
+        ext = settings.extender
         webhook = webhook_admission(extenders)
         fallback = local_admission(
             cfg=settings.common.nvidia,
@@ -419,11 +523,16 @@ async def drive_deployed(
             return await fallback(pod)
 
         driver = Driver(
-            kube, extenders, admit, cfg=settings.common.nvidia, defaults=Defaults(ext.node_policy, ext.gpu_policy)
+            kube,
+            extenders,
+            admit,
+            cfg=settings.common.nvidia,
+            defaults=Defaults(ext.node_policy, ext.gpu_policy),
+            timing=timing,
         )
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = await kube.list_nodes(), await kube.list_pods()
-    return outcome_of(settings, workload, results, nodes, pods)
+    return outcome_of(settings, workload, results, nodes, pods, contention=driver.contention.to_json())
 
 
 async def _no_quota(namespace: str) -> None:

@@ -7,7 +7,9 @@ document (1-based, plus ``items[i]`` inside a List) and the field::
     cluster.yaml: document 3: metadata.annotations[hami.io/node-nvidia-register]: ... (a ManifestError)
 
 The HAMi annotations are decoded with the real codecs here (register, topology score, allocated device list,
-MIG allocations) so a typo in an example cluster is an error, not a silently unregistered node.
+MIG allocations). A Node whose HAMi annotations do not decode is not an error: as in production, the registrar
+leaves that node unregistered and the rest proceed; the loader says so in a warning (``Cluster.warnings``), as it
+does for a node whose device plugin registered no ``status.allocatable[nvidia.com/gpu]``.
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ class Cluster:
     quotas: tuple[KubeObject, ...]
     namespaces: tuple[KubeObject, ...] = ()
     source: str = ""
+    unregistered: tuple[tuple[str, str], ...] = ()
+    """(node, why) for every node with a HAMi register annotation that the registrar will not register."""
+
+    @property
+    def warnings(self) -> list[str]:
+        """One line per node left out of scheduling, for stderr."""
+        return [f"{self.source}: node {node}: {why}; its GPUs are not schedulable" for node, why in self.unregistered]
 
     def objects(self) -> Iterator[KubeObject]:
         """Every object in seeding order: namespaces, nodes, quotas, then pods (deep copies)."""
@@ -192,21 +201,24 @@ def _annotation_field(key: str) -> str:
     return f"metadata.annotations[{key}]"
 
 
-def _check_node(loc: Located) -> None:
+def _check_node(loc: Located, count_resource: str) -> str | None:
+    """Fail on a structurally bad Node; return why the registrar will not register it (None: it will, or it has
+    no GPU annotation at all, a CPU node)."""
     node = loc.obj
     annos = node.get("metadata", {}).get("annotations") or {}
     register = annos.get(keys.NODE_NVIDIA_REGISTER)
+    why: str | None = None
     if register is not None:
         try:
             decode_register(register)
         except DecodeError as e:
-            raise _fail(loc.where, _annotation_field(keys.NODE_NVIDIA_REGISTER), str(e)) from None
+            why = f"{loc.where}: {_annotation_field(keys.NODE_NVIDIA_REGISTER)}: {e}"
     score = annos.get(keys.NODE_NVIDIA_SCORE)
-    if score is not None:
+    if score is not None and why is None:
         try:
             decode_topology(score)
         except DecodeError as e:
-            raise _fail(loc.where, _annotation_field(keys.NODE_NVIDIA_SCORE), str(e)) from None
+            why = f"{loc.where}: {_annotation_field(keys.NODE_NVIDIA_SCORE)}: {e}"
     status = _mapping(node, "status", loc.where, "status")
     for section in ("allocatable", "capacity"):
         values = _mapping(status, section, loc.where, f"status.{section}")
@@ -215,6 +227,19 @@ def _check_node(loc: Located) -> None:
     spec = _mapping(node, "spec", loc.where, "spec")
     if not isinstance(spec.get("unschedulable", False), bool):
         raise _fail(loc.where, "spec.unschedulable", f"expected a boolean, got {_type(spec.get('unschedulable'))}")
+    if why is None and register is not None and _allocatable_count(status, count_resource) <= 0:
+        why = f"no allocatable {count_resource}: device plugin not registered"
+    return why
+
+
+def _allocatable_count(status: Mapping[str, Any], resource: str) -> float:
+    raw = (status.get("allocatable") or {}).get(resource)
+    if raw is None:
+        return 0
+    try:
+        return float(parse_quantity(raw, resource))
+    except DecodeError:
+        return 0
 
 
 def _quantity(value: Any, where: str, field: str) -> None:
@@ -282,15 +307,20 @@ def _check_unique(items: Sequence[Located]) -> None:
         seen[key] = loc.where
 
 
-def load_cluster(path: str | Path) -> Cluster:
-    """Read and check a cluster file. Pods in it are already placed: they need ``spec.nodeName`` of a listed node."""
+def load_cluster(path: str | Path, *, count_resource: str = "nvidia.com/gpu") -> Cluster:
+    """Read and check a cluster file. Pods in it are already placed: they need ``spec.nodeName`` of a listed node.
+    A node the registrar will not register (a malformed HAMi annotation, no allocatable ``count_resource``) is kept,
+    as it would be in a cluster, and listed in ``Cluster.unregistered``."""
     p = Path(path)
     items = _located(p, CLUSTER_KINDS)
     _check_unique(items)
     node_names = {loc.name for loc in items if loc.kind == "Node"}
+    unregistered: list[tuple[str, str]] = []
     for loc in items:
         if loc.kind == "Node":
-            _check_node(loc)
+            why = _check_node(loc, count_resource)
+            if why is not None:
+                unregistered.append((loc.name, why))
         elif loc.kind == "Pod":
             _check_pod(loc, running=True)
             node_name = loc.obj["spec"].get("nodeName")
@@ -315,6 +345,7 @@ def load_cluster(path: str | Path) -> Cluster:
         quotas=tuple(loc.obj for loc in items if loc.kind == "ResourceQuota"),
         namespaces=tuple(loc.obj for loc in items if loc.kind == "Namespace"),
         source=str(p),
+        unregistered=tuple(unregistered),
     )
 
 

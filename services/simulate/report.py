@@ -112,7 +112,7 @@ def _allocatable_count(node: Mapping[str, Any], resource: str) -> int:
 
 
 def holds_devices(pod: Mapping[str, Any]) -> bool:
-    """A pod holds devices while it carries ``hami.io/vgpu-node`` and has not terminated (hami-compat §5.4)."""
+    """A pod holds devices while it carries ``hami.io/vgpu-node`` and has not terminated (hami-wire §5.4)."""
     phase = (pod.get("status") or {}).get("phase", "")
     return keys.VGPU_NODE in _annotations(pod) and phase not in TERMINAL_PHASES
 
@@ -273,7 +273,7 @@ def _devices_text(annotations: Mapping[str, str]) -> str:
         for dev in container.split(":"):
             fields = dev.split(",")
             if len(fields) >= 4:
-                parts.append(f"{fields[0][:12]}({fields[2]}MiB,{fields[3]}%)")
+                parts.append(f"{fields[0]}({fields[2]}MiB,{fields[3]}%)")
     return " ".join(parts) if parts else "-"
 
 
@@ -317,6 +317,16 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     ]
     if summary["pending_reasons"]:
         lines.append("pending because: " + ", ".join(f"{k} ({v})" for k, v in summary["pending_reasons"].items()))
+    contention = summary.get("contention")
+    if contention:
+        clock = "simulated" if contention["clock"] == "simulated" else "wall-clock"
+        lines.append(
+            f"binds {contention['binds']} ({contention['max_binds_in_flight']} at most in flight), "
+            f"{contention['binds_retried']} retried after backoff ({contention['pods_retried']} pods), "
+            f"{contention['lock_waits']} waited for a node lock ({contention['lock_wait_s']:.1f} s in all, "
+            f"longest {contention['lock_wait_max_s']:.1f} s), {contention['extender_timeouts']} extender timeouts; "
+            f"{contention['duration_s']:.1f} s {clock} time"
+        )
     if summary["over_capacity"]:
         lines.append("AUDIT FAILED, devices over capacity: " + "; ".join(summary["over_capacity"]))
     return "\n".join(lines)

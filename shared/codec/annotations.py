@@ -1,6 +1,6 @@
 """Every annotation key, label key, label value and resource name of the HAMi protocol we read or write.
 
-Byte-exact to ``../shared/hami-compat.md`` (section numbers in the comments). The NVIDIA resource names are
+Byte-exact to ``docs/hami-wire.md`` (section numbers in the comments). The NVIDIA resource names are
 HAMi's defaults; the effective names come from :class:`shared.domain.model.NvidiaConfig`.
 """
 

@@ -1,4 +1,4 @@
-"""``hami.io/node-handshake``: the liveness handshake between scheduler and ≤ v2.7 device plugins (hami-compat §2.2).
+"""``hami.io/node-handshake``: the liveness handshake between scheduler and ≤ v2.7 device plugins (hami-wire §2.2).
 
 Values: ``Requesting_<2006-01-02 15:04:05>`` (scheduler, its *local* time), ``Deleted_<same layout>`` (scheduler
 ≤ v2.9, node judged dead), ``Reported <Go time.Time.String()>`` (device plugin ≤ v2.7). v2.4 wrote the scheduler

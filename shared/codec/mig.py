@@ -1,4 +1,4 @@
-"""``hami.io/vgpu-mig-allocations``: dynamic-MIG placements of a pod (hami-compat §7.1, HAMi ``mig_allocations.go``).
+"""``hami.io/vgpu-mig-allocations``: dynamic-MIG placements of a pod (hami-wire §7.1, HAMi ``mig_allocations.go``).
 
 ``[{"containerIndex":1,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"2g.10gb","placement":{"start":2,"size":2}}]``;
 after Allocate the device plugin adds ``"migUUID":"MIG-…","gpuInstanceID":<n>,"computeInstanceID":<n>``.

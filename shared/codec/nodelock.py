@@ -1,4 +1,4 @@
-"""``hami.io/mutex.lock``: the node lock value (hami-compat §4.1, HAMi ``pkg/util/nodelock``).
+"""``hami.io/mutex.lock``: the node lock value (hami-wire §4.1, HAMi ``pkg/util/nodelock``).
 
 Current format ``<RFC3339>,<pod namespace>,<pod name>`` (e.g. ``2025-01-23T10:00:00+08:00,default,gpu-pod-1``),
 the time being Go ``time.Now().Format(time.RFC3339)`` in the writer's local zone. Legacy format: the time alone.

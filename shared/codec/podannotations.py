@@ -1,4 +1,4 @@
-"""The pod annotations of an allocation: what ``/bind`` writes (decision 3) and what accounting reads (decision 10).
+"""The pod annotations of an allocation: what ``/bind`` writes (difference 3) and what accounting reads (difference 10).
 
 ``/bind`` writes, in one merge patch, ``hami.io/vgpu-node`` (plus the label of the same key), ``hami.io/vgpu-time``,
 the to-allocate and allocated device lists (identical), ``hami.io/vgpu-mig-allocations`` when there are MIG

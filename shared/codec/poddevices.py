@@ -1,4 +1,4 @@
-"""The pod device list: ``hami.io/vgpu-devices-to-allocate`` / ``…-allocated`` (hami-compat §3.1).
+"""The pod device list: ``hami.io/vgpu-devices-to-allocate`` / ``…-allocated`` (hami-wire §3.1).
 
 Each device is ``<UUID>,<Type>,<Usedmem>,<Usedcores>`` followed by ``:``; each container entry (init containers
 first, then regular containers, empty entries included) is followed by ``;``::
@@ -102,5 +102,5 @@ def encode_device(d: ContainerDevice, what: str = keys.DEVICES_ALLOCATED) -> str
 
 
 def encode_pod_devices(devices: PodDevices, what: str = keys.DEVICES_ALLOCATED) -> str:
-    """Encode one ``;``-terminated entry per container (decision 2: init first, empty entries kept)."""
+    """Encode one ``;``-terminated entry per container (difference 2: init first, empty entries kept)."""
     return "".join("".join(encode_device(d, what) for d in ctr) + ";" for ctr in devices)

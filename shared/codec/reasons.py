@@ -1,4 +1,4 @@
-"""Filter failure reasons, HAMi's ``GenReason`` / ``ParseReason`` (hami-compat §6.6).
+"""Filter failure reasons, HAMi's ``GenReason`` / ``ParseReason`` (hami-wire §6.6).
 
 Each reason becomes ``"<count>/<devices considered> <Reason>"``; the entries are sorted as strings and joined
 with ``", "``: ``2/4 CardInsufficientMemory, 2/4 CardNotHealth``. Reasons are the :class:`Reason` values or other

@@ -1,6 +1,6 @@
-"""``hami.io/node-nvidia-register``: the device plugin's GPU inventory of a node (hami-compat §2.1).
+"""``hami.io/node-nvidia-register``: the device plugin's GPU inventory of a node (hami-wire §2.1).
 
-Two encodings, told apart by the first non-blank character (decision 1): ``[`` is the JSON array of v2.8+
+Two encodings, told apart by the first non-blank character (difference 1): ``[`` is the JSON array of v2.8+
 (unknown keys ignored, omitted fields at their zero value, so a missing ``health`` is ``false``); anything else
 is the colon/comma format of ≤ v2.7, 9 fields (v2.5–v2.7) or 7 fields (≤ v2.4, index 0, mode ``hami-core``).
 
@@ -48,7 +48,7 @@ _PLACEMENT_FIELDS = ("start", "size")
 
 
 def is_json(value: str) -> bool:
-    """Decision 1: the value is JSON when its first non-blank character is ``[``."""
+    """Difference 1: the value is JSON when its first non-blank character is ``[``."""
     return value.lstrip(JSON_SPACE).startswith("[")
 
 

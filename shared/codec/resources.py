@@ -1,4 +1,4 @@
-"""Container resources → NVIDIA device requests, HAMi's ``GenerateResourceRequests`` (hami-compat §1.2).
+"""Container resources → NVIDIA device requests, HAMi's ``GenerateResourceRequests`` (hami-wire §1.2).
 
 Input is the Kubernetes API JSON of a container / pod (camelCase, quantities as the API serves them, e.g.
 ``"3k"``, or plain numbers in hand-written specs). Each resource is taken from ``limits``, else ``requests``.
@@ -116,7 +116,7 @@ def pod_containers(pod: Mapping[str, Any]) -> tuple[Sequence[Any], Sequence[Any]
 
 
 def pod_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> PodRequest:
-    """Every container's request, init containers first (decision 2); ``init_count`` marks the split."""
+    """Every container's request, init containers first (difference 2); ``init_count`` marks the split."""
     init, app = pod_containers(pod)
     reqs = [container_request(c, cfg, f"spec.initContainers[{i}]") for i, c in enumerate(init)]
     reqs += [container_request(c, cfg, f"spec.containers[{i}]") for i, c in enumerate(app)]

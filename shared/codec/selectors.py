@@ -1,4 +1,4 @@
-"""Pod and node annotations that select or order devices (hami-compat §1.4, §2.4, §6.1).
+"""Pod and node annotations that select or order devices (hami-wire §1.4, §2.4, §6.1).
 
 * ``hami.io/device-cordon``: comma list, trimmed, de-duplicated, empty = none.
 * ``nvidia.com/use-gputype`` / ``nouse-gputype``: comma list; tokens trimmed, upper-cased (Go's simple case

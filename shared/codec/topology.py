@@ -1,4 +1,4 @@
-"""``hami.io/node-nvidia-score``: topology pair scores between a node's GPUs (hami-compat §2.3).
+"""``hami.io/node-nvidia-score``: topology pair scores between a node's GPUs (hami-wire §2.3).
 
 ``[{"uuid":"GPU-a","score":{"GPU-b":1260,"GPU-c":20}},…]``. A present but unparsable value makes HAMi fail the
 node's whole NVIDIA registration, so every malformed value is a DecodeError. ``null`` is an empty table, as in Go.

@@ -3,7 +3,7 @@
 Precedence, per option: ``--flag`` > environment variable ``VGPU_<NAME>`` > ``--config FILE`` (YAML) > default.
 Every option is declared once in :data:`OPTIONS`; each subcommand's argparse parser, the environment and
 config-file lookups, ``--help`` and ``docs/config.md`` are all generated from that table. HAMi's flag names
-and defaults are accepted as written (``hami-compat.md`` §10.1, decision 13): ``--http_bind`` keeps its
+and defaults are accepted as written (docs/hami-wire.md §10.1, difference 13): ``--http_bind`` keeps its
 underscore, Go durations (``5m``, ``1h2m``, ``300ms``) and Go-style booleans (``--flag``, ``--flag=false``)
 are parsed the Go way. Either spelling of a name works (``--http-bind`` = ``--http_bind``).
 

@@ -164,6 +164,12 @@ OPTIONS: tuple[Option, ...] = (
          metavar="DURATION", group="scheduling"),
     Option("node-lock-retry-timeout", Kind.DURATION, "28s", "How long a PodGroup member retries a contended node "
          "lock; 0 disables (HAMi flag).", _EXT, parse_nonneg_duration, metavar="DURATION", group="scheduling"),
+    Option("bind-timeout", Kind.DURATION, "4s", "How long one /bind may take, waiting for a busy node lock included; "
+         "keep it below kube-scheduler's extender httpTimeout (default 5s; the chart sets 30s and 25s here).", _EXT_SIM,
+         parse_positive_duration, metavar="DURATION", group="scheduling"),
+    Option("bind-aware-placement", Kind.BOOL, "true", "Prefer nodes with no bind in flight: HAMi's device plugin "
+         "takes one bind per node at a time, so consecutive pods go to other nodes while one binds; false places by "
+         "the node policy alone, as HAMi.", _EXT_SIM, parse_go_bool, group="scheduling"),
     Option("reservation-grace", Kind.DURATION, "2m", "A reservation not confirmed by the pod's annotations within "
          "this time expires.", frozenset({Service.INFORMER, Service.EXTENDER, Service.ALL_IN_ONE, Service.SIMULATE}),
          parse_positive_duration, metavar="DURATION", group="scheduling"),

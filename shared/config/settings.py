@@ -255,6 +255,8 @@ class ExtenderSettings:
     force_overwrite_default_scheduler: bool = True
     node_lock_timeout_s: float = 300.0
     node_lock_retry_timeout_s: float = 28.0
+    bind_timeout_s: float = 4.0
+    bind_aware_placement: bool = True
     reservation_grace_s: float = 120.0
     legacy_metrics: bool = False
     profiling: bool = False
@@ -401,6 +403,8 @@ def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
         force_overwrite_default_scheduler=r.flag("force-overwrite-default-scheduler"),
         node_lock_timeout_s=r.number("node-lock-timeout"),
         node_lock_retry_timeout_s=r.number("node-lock-retry-timeout"),
+        bind_timeout_s=r.number("bind-timeout"),
+        bind_aware_placement=r.flag("bind-aware-placement"),
         reservation_grace_s=r.number("reservation-grace"),
         legacy_metrics=r.flag("legacy-metrics"),
         profiling=r.flag("profiling"),

@@ -1,4 +1,4 @@
-"""Leases for the single-active services (registrar, informer), with fencing tokens (design §3).
+"""Leases for the single-active services (registrar, informer), with fencing tokens (docs/store.md, Coordination).
 
 A :class:`Lease` is taken with ``SET NX PX`` and a fresh token from an ``INCR`` epoch; every write the holder
 makes passes ``lease.fence`` so Redis refuses it once somebody else holds the lease. A :class:`LeaseKeeper`

@@ -1,4 +1,4 @@
-"""The node-lock arbiter of ``/bind`` (design §3, hami-compat decisions 4 and 5).
+"""The node-lock arbiter of ``/bind`` (docs/store.md, Coordination, differences 4 and 5).
 
 Replicas contend on one Redis key per node; the winner gets a fencing token and then writes HAMi's
 ``hami.io/mutex.lock`` annotation. An expired lock is reported, never handed on: the contender must first settle

@@ -1,4 +1,4 @@
-"""Usage accounting: a pod's device list collapsed into per-device charges (hami-compat §5.4).
+"""Usage accounting: a pod's device list collapsed into per-device charges (hami-wire §5.4).
 
 The same function serves the core (what a decision will add), the informer (what a running pod holds)
 and the audit in tests, so all three agree by construction.

@@ -1,4 +1,4 @@
-"""NVIDIA ``Fit`` for one pod on one node (hami-compat §5.1 step 5.3, §5.4, §6.4, §7, §8).
+"""NVIDIA ``Fit`` for one pod on one node (hami-wire §5.1 step 5.3, §5.4, §6.4, §7, §8).
 
 ``evaluate_node`` fits every container of a pod on one node the way HAMi's ``scoreNode`` does: init containers
 one at a time, each against the node as it was before the pod; app containers cumulatively, each seeing the
@@ -8,7 +8,7 @@ collapsed per-device charges, or a ``NodeRejection``.
 
 Where we differ from HAMi, on purpose:
 
-* devices are visited in order of preference with the lowest index winning ties (decision 8);
+* devices are visited in order of preference with the lowest index winning ties (difference 8);
 * a container that takes several MIG instances of one GPU sees its own earlier instances in that GPU's usage,
   and MIG placements are distinct across the whole pod, so a decision never over-commits a device;
 * the quota check collapses the pod's hypothetical device list over init/app containers (§8).

@@ -1,4 +1,4 @@
-"""MIG instance choice and MIG accounting (hami-compat §7, decision 11). Pure; no I/O.
+"""MIG instance choice and MIG accounting (hami-wire §7, difference 11). Pure; no I/O.
 
 Two models share one physical-GPU device entry (``mode == "mig"``):
 
@@ -33,7 +33,7 @@ from shared.domain.model import (
 _HIGH_START_PREFIXES = ("1g.", "3g.")
 
 # --------------------------------------------------------------------------------------------
-# Dynamic MIG (hami-compat §7.1)
+# Dynamic MIG (hami-wire §7.1)
 # --------------------------------------------------------------------------------------------
 
 
@@ -81,7 +81,7 @@ def select_dynamic(
 
 
 # --------------------------------------------------------------------------------------------
-# Legacy MIG templates (hami-compat §7.2)
+# Legacy MIG templates (hami-wire §7.2)
 # --------------------------------------------------------------------------------------------
 
 
@@ -172,7 +172,7 @@ def legacy_state_from_suffixes(suffixes: Iterable[tuple[int, int]]) -> tuple[int
 
 
 # --------------------------------------------------------------------------------------------
-# Accounting (hami-compat §7.1 "Accounting")
+# Accounting (hami-wire §7.1 "Accounting")
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """The scheduling vocabulary: frozen value types shared by the codecs, the core, the store and the services.
 
 Pure data, no I/O. Units are in the names (``mem_mib``, ``cores_pct``); capacities are integers.
-Everything here mirrors a concept of HAMi's protocol (see ``../shared/hami-compat.md``); the
+Everything here mirrors a concept of HAMi's protocol (see ``docs/hami-wire.md``); the
 section that defines each one is named in its docstring.
 """
 
@@ -15,18 +15,18 @@ NVIDIA = "NVIDIA"
 """HAMi's common word for NVIDIA GPUs: the ``Type`` of every NVIDIA request and pod device entry."""
 
 MEM_PCT_UNSET = 101
-"""HAMi's sentinel for "no memory percentage requested" (hami-compat §1.2)."""
+"""HAMi's sentinel for "no memory percentage requested" (hami-wire §1.2)."""
 
 
 class NodePolicy(enum.Enum):
-    """Node ordering (hami-compat §6.2): binpack prefers the busiest node, spread the idlest."""
+    """Node ordering (hami-wire §6.2): binpack prefers the busiest node, spread the idlest."""
 
     BINPACK = "binpack"
     SPREAD = "spread"
 
 
 class GpuPolicyToken(enum.Enum):
-    """One token of a GPU policy chain (hami-compat §6.1, §6.3).
+    """One token of a GPU policy chain (hami-wire §6.1, §6.3).
 
     ``binpack``, ``spread`` and ``numa`` are sort keys; ``topology-aware`` and ``mutex`` act as filters in Fit.
     """
@@ -57,7 +57,7 @@ class GpuPolicy:
 
 
 class BindPhase(enum.Enum):
-    """``hami.io/bind-phase`` values (hami-compat §3)."""
+    """``hami.io/bind-phase`` values (hami-wire §3)."""
 
     ALLOCATING = "allocating"
     SUCCESS = "success"
@@ -65,7 +65,7 @@ class BindPhase(enum.Enum):
 
 
 class DeviceMode(enum.Enum):
-    """The ``mode`` field of a registered device (hami-compat §2.1)."""
+    """The ``mode`` field of a registered device (hami-wire §2.1)."""
 
     HAMI_CORE = "hami-core"
     MIG = "mig"
@@ -73,7 +73,7 @@ class DeviceMode(enum.Enum):
 
 
 class Reason(enum.Enum):
-    """Failure reason strings, byte-exact to HAMi's ``pkg/device/common/common.go`` (hami-compat §6.6)."""
+    """Failure reason strings, byte-exact to HAMi's ``pkg/device/common/common.go`` (hami-wire §6.6)."""
 
     CARD_TYPE_MISMATCH = "CardTypeMismatch"
     CARD_UUID_MISMATCH = "CardUuidMismatch"
@@ -102,7 +102,7 @@ class Reason(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class MigPlacement:
-    """A MIG placement on a GPU's slice grid: ``{"start": s, "size": n}`` (hami-compat §7.1)."""
+    """A MIG placement on a GPU's slice grid: ``{"start": s, "size": n}`` (hami-wire §7.1)."""
 
     start: int
     size: int
@@ -113,7 +113,7 @@ class MigPlacement:
 
 @dataclass(frozen=True, slots=True)
 class MigProfile:
-    """One entry of a device's ``migProfiles`` (hami-compat §7.1)."""
+    """One entry of a device's ``migProfiles`` (hami-wire §7.1)."""
 
     name: str
     memory_mib: int
@@ -124,7 +124,7 @@ class MigProfile:
 
 @dataclass(frozen=True, slots=True)
 class MigTemplate:
-    """One template of a legacy ``knownMigGeometries`` geometry (hami-compat §7.2)."""
+    """One template of a legacy ``knownMigGeometries`` geometry (hami-wire §7.2)."""
 
     name: str
     memory_mib: int
@@ -134,7 +134,7 @@ class MigTemplate:
 
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:
-    """One registered physical GPU, as decoded from ``hami.io/node-nvidia-register`` (hami-compat §2.1).
+    """One registered physical GPU, as decoded from ``hami.io/node-nvidia-register`` (hami-wire §2.1).
 
     ``count`` is the split count (max concurrent tasks), ``devmem_mib`` the registered memory (already scaled
     by the device plugin), ``devcore`` the core total (100 unless core scaling is on).
@@ -156,7 +156,7 @@ class DeviceInfo:
 class NodeInventory:
     """One vendor's devices on one node, with what else the registrar learnt from the node.
 
-    ``pair_scores[a][b]`` is the topology pair score between device UUIDs (hami-compat §2.3); missing pairs
+    ``pair_scores[a][b]`` is the topology pair score between device UUIDs (hami-wire §2.3); missing pairs
     score 0. ``cordoned`` holds the UUIDs listed in ``hami.io/device-cordon`` (§2.4).
     """
 
@@ -180,7 +180,7 @@ class NodeInventory:
 
 @dataclass(frozen=True, slots=True)
 class ContainerRequest:
-    """HAMi's ``ContainerDeviceRequest`` for one container and one vendor (hami-compat §1.2).
+    """HAMi's ``ContainerDeviceRequest`` for one container and one vendor (hami-wire §1.2).
 
     ``nums == 0`` means the container requests nothing from this vendor. ``mem_pct == MEM_PCT_UNSET`` (101)
     means no percentage; ``mem_mib`` is already multiplied by ``memoryFactor``.
@@ -202,7 +202,7 @@ EMPTY_REQUEST = ContainerRequest(nums=0)
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """The device requests of a whole pod: one entry per container, init containers first (decision 2)."""
+    """The device requests of a whole pod: one entry per container, init containers first (difference 2)."""
 
     containers: tuple[ContainerRequest, ...]
     init_count: int
@@ -222,7 +222,7 @@ class PodRequest:
 
 @dataclass(frozen=True, slots=True)
 class ContainerDevice:
-    """One device entry of the pod device list: ``<UUID>,<Type>,<Usedmem>,<Usedcores>:`` (hami-compat §3.1).
+    """One device entry of the pod device list: ``<UUID>,<Type>,<Usedmem>,<Usedcores>:`` (hami-wire §3.1).
 
     ``uuid`` is the physical GPU UUID. ``legacy_mig`` is the ``[g-s]`` suffix of legacy MIG (§7.2), kept
     apart so the physical UUID can be looked up directly; the codec re-attaches it.
@@ -241,7 +241,7 @@ PodDevices = tuple[tuple[ContainerDevice, ...], ...]
 
 @dataclass(frozen=True, slots=True)
 class MigAllocation:
-    """One element of ``hami.io/vgpu-mig-allocations`` (hami-compat §7.1).
+    """One element of ``hami.io/vgpu-mig-allocations`` (hami-wire §7.1).
 
     The runtime fields are written by the device plugin after Allocate: all three or none.
     """
@@ -258,7 +258,7 @@ class MigAllocation:
 
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
-    """What is in use on one physical device (hami-compat §5.4).
+    """What is in use on one physical device (hami-wire §5.4).
 
     ``used`` counts slots (tasks), ``used_mem_mib`` and ``used_cores`` are sums. ``mig_in_use`` holds the
     dynamic-MIG placements occupied on this GPU; ``legacy_geometry``/``legacy_slots`` the legacy-MIG state.
@@ -280,7 +280,7 @@ class DeviceCharge:
     """The collapsed footprint of one pod on one physical device: what it adds to that device's usage.
 
     ``slots`` = max(1 if any init container uses it, number of app-container occurrences); memory and
-    cores = max(peak over init containers, sum over app containers) (hami-compat §5.4).
+    cores = max(peak over init containers, sum over app containers) (hami-wire §5.4).
     ``exclusive`` marks a whole-card claim (cores 100 on a 100-core card) that needs an idle device.
     """
 
@@ -321,7 +321,7 @@ class Allocation:
 
 @dataclass(frozen=True, slots=True)
 class QuotaLimits:
-    """One namespace's honoured hard limits (hami-compat §8); ``None`` means no limit, ``0`` blocks.
+    """One namespace's honoured hard limits (hami-wire §8); ``None`` means no limit, ``0`` blocks.
 
     Values are the ResourceQuota's raw ``limits.nvidia.com/gpumem`` / ``limits.nvidia.com/gpucores``; every check
     scales the memory limit by ``memoryFactor`` at check time, like the requests are scaled.
@@ -345,7 +345,7 @@ class QuotaState:
         return self.limits.mem_mib is not None or self.limits.cores_pct is not None
 
     def admits(self, mem_mib: int, cores_pct: int, memory_factor: int) -> bool:
-        """``used + demand <= limit`` for memory and cores (hami-compat §8): ``None`` is no limit, ``0`` blocks.
+        """``used + demand <= limit`` for memory and cores (hami-wire §8): ``None`` is no limit, ``0`` blocks.
 
         The memory limit is scaled by ``memoryFactor`` (at least 1), like the requests are. The webhook's
         pre-check and Fit's per-device check both ask this.
@@ -357,7 +357,7 @@ class QuotaState:
 
 
 # --------------------------------------------------------------------------------------------
-# Per-pod scheduling options (hami-compat §1.4) and the NVIDIA device config (§11)
+# Per-pod scheduling options (hami-wire §1.4) and the NVIDIA device config (§11)
 # --------------------------------------------------------------------------------------------
 
 
@@ -372,7 +372,7 @@ class ScoringWeights:
 
 @dataclass(frozen=True, slots=True)
 class PodConstraints:
-    """What a pod's annotations say about where it may go and how devices are ordered (hami-compat §1.4).
+    """What a pod's annotations say about where it may go and how devices are ordered (hami-wire §1.4).
 
     Empty ``use_*`` collections mean "no constraint". Type tokens are stored upper-cased (substring match
     against the upper-cased device type). ``node_policy``/``gpu_policy`` are ``None`` when not overridden.
@@ -394,7 +394,7 @@ NO_CONSTRAINTS = PodConstraints()
 
 @dataclass(frozen=True, slots=True)
 class MigAllowlistEntry:
-    """``nvidia.migProfileAllowlist[]``: model substrings and the allowed profile names (hami-compat §7.1)."""
+    """``nvidia.migProfileAllowlist[]``: model substrings and the allowed profile names (hami-wire §7.1)."""
 
     models: tuple[str, ...]
     profiles: tuple[str, ...]
@@ -402,7 +402,7 @@ class MigAllowlistEntry:
 
 @dataclass(frozen=True, slots=True)
 class MigGeometryEntry:
-    """``nvidia.knownMigGeometries[]``: model substrings and their whole-GPU geometries (hami-compat §7.2)."""
+    """``nvidia.knownMigGeometries[]``: model substrings and their whole-GPU geometries (hami-wire §7.2)."""
 
     models: tuple[str, ...]
     geometries: tuple[tuple[MigTemplate, ...], ...]
@@ -410,7 +410,7 @@ class MigGeometryEntry:
 
 @dataclass(frozen=True, slots=True)
 class NvidiaConfig:
-    """The ``nvidia:`` section of HAMi's device config file, with HAMi's defaults (hami-compat §1.1, §11)."""
+    """The ``nvidia:`` section of HAMi's device config file, with HAMi's defaults (hami-wire §1.1, §11)."""
 
     resource_count_name: str = "nvidia.com/gpu"
     resource_memory_name: str = "nvidia.com/gpumem"

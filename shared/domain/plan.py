@@ -3,7 +3,7 @@
 ``plan`` is pure: it reads a pod's requests and constraints, the candidate nodes' snapshots and the policies, and
 returns a ``Decision`` or a ``Failure``. It never reserves anything; the caller commits the decision.
 
-Fast path. A node's score depends only on its usage before the pod (hami-compat §6.2), so the candidates can
+Fast path. A node's score depends only on its usage before the pod (hami-wire §6.2), so the candidates can
 be ordered first (binpack: busiest first, spread: idlest first, ties by name) and fitted in that order until
 one fits: that node is the one the full evaluation would choose. The preferred node is tried before anything
 is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``PodNeeds``), nodes with too few
@@ -15,7 +15,8 @@ answer (property-tested).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter
 
@@ -66,6 +67,7 @@ _NO_NEED = -(1 << 62)
 
 
 _SUMMARY = attrgetter("summary")
+_SCORE = attrgetter("score")
 
 
 def _keep_all(summary: NodeSummary) -> bool:
@@ -227,6 +229,7 @@ def plan(
     quota: QuotaState | None = None,
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     exhaustive: bool = False,
+    busy: AbstractSet[str] = frozenset(),
 ) -> Decision | Failure:
     """Choose the node and the devices of every container of ``pod``, or say why no candidate fits.
 
@@ -234,7 +237,14 @@ def plan(
     vgpu-mode); ``quota`` the pod namespace's limits and usage (``None``: no quota). A pod that requests no
     device gets the preferred node and empty device lists (callers normally short-circuit such pods).
     ``exhaustive`` evaluates every node instead of stopping at the first that fits; the answer is the same.
+
+    ``busy`` names nodes with a bind in flight. HAMi's device plugin finds the pod it allocates through the node
+    lock, so a node takes one bind at a time; a busy node is chosen only when no other candidate fits (the node
+    policy orders each group). The reasons of a failure do not depend on it.
     """
+    if busy and not busy.isdisjoint(s.name for s in nodes):
+        tiers = ([s for s in nodes if s.name not in busy], [s for s in nodes if s.name in busy])
+        return plan_tiers(pod, constraints, tiers, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
     policy = effective_policy(policies, constraints)
     ctx = PodContext(
         pod=pod,
@@ -248,7 +258,7 @@ def plan(
     if not nodes:
         return Failure(reasons={}, rejections={})
     binpack = policy.node is NodePolicy.BINPACK
-    scores = [s.score for s in nodes]
+    scores = list(map(_SCORE, nodes))
     if not pod.any:
         return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
     if exhaustive:
@@ -285,6 +295,32 @@ def plan(
     return _failure(nodes, rejections)
 
 
+def plan_tiers(
+    pod: PodRequest,
+    constraints: PodConstraints,
+    tiers: Sequence[Sequence[NodeSnapshot]],
+    *,
+    policies: Policies,
+    quota: QuotaState | None = None,
+    config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
+    exhaustive: bool = False,
+) -> Decision | Failure:
+    """``plan`` over each tier of candidates in turn: the first tier where a node fits decides (the node policy
+    orders each tier); when none fits, the failure holds every candidate's reason. ``plan(busy=…)`` is the tiers
+    (nodes without a bind in flight, then the others); a caller that already has them split calls this."""
+    reasons: dict[str, str] = {}
+    rejections: dict[str, NodeRejection] = {}
+    passed = 0
+    for tier in tiers:
+        result = plan(pod, constraints, tier, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
+        if isinstance(result, Decision):
+            return replace(result, passed_over=result.passed_over + passed) if passed else result
+        reasons.update(result.reasons)
+        rejections.update(result.rejections)
+        passed += len(tier)
+    return Failure(reasons=reasons, rejections=rejections)
+
+
 def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
     """Evaluate every node, then take the best that fits by the node policy (the reference for the fast path)."""
     binpack = ctx.policy.node is NodePolicy.BINPACK
@@ -311,7 +347,7 @@ def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:
 
 
 def apply_decision(snapshot: NodeSnapshot, decision: Decision) -> NodeSnapshot:
-    """The node's snapshot after the decided pod is placed: each charge added to its device's usage (§5.1 5.2).
+    """The node's snapshot after the decided pod is placed: each charge added to its device's usage (§5.1 step 5.2).
 
     ``used += max(slots, 1)``, memory and cores add up, MIG placements and legacy slots join the device's.
     """

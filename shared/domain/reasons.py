@@ -1,4 +1,4 @@
-"""Why a node was rejected, as data and as HAMi's ``GenReason`` text (hami-compat §6.6)."""
+"""Why a node was rejected, as data and as HAMi's ``GenReason`` text (hami-wire §6.6)."""
 
 from __future__ import annotations
 

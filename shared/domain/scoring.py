@@ -1,8 +1,8 @@
-"""Scores and orderings: which device a container prefers, which node a pod prefers (hami-compat §6.2, §6.3).
+"""Scores and orderings: which device a container prefers, which node a pod prefers (hami-wire §6.2, §6.3).
 
 HAMi sorts devices ascending and walks the sorted list from its end, so its "preferred" device is the last one.
 Here the same preference is written directly: ``device_sort_key`` returns a key whose *ascending* order is the
-order of preference, with the final tie-break on the lowest device index (decision 8). Read each case as
+order of preference, with the final tie-break on the lowest device index (difference 8). Read each case as
 "HAMi's ascending keys, reversed", e.g. HAMi's binpack sorts by score ascending, so we prefer score descending.
 """
 
@@ -91,7 +91,7 @@ def device_scorer(req: ContainerRequest, weights: ScoringWeights) -> Callable[[D
 
 
 def device_score(dev: DeviceInfo, usage: DeviceUsage, req: ContainerRequest, weights: ScoringWeights) -> float:
-    """A device's score with the container's request added to its usage (§6.3, decision 7).
+    """A device's score with the container's request added to its usage (§6.3, difference 7).
 
     ``10 × (wSlot·(nums+Used)/Count + wCore·(cores+Usedcores)/Totalcore + wMem·(mem+Usedmem)/Totalmem)``;
     0 when the device has no slots, cores or memory.
@@ -126,7 +126,7 @@ def _chain_key(tokens: tuple[GpuPolicyToken, ...], numa_bind: bool) -> DeviceKey
 
 
 def device_sort_key(policy: EffectivePolicy) -> DeviceKey:
-    """The device preference for a pod's GPU policy and numa-bind (§6.3 with decisions 8 and 15).
+    """The device preference for a pod's GPU policy and numa-bind (§6.3 with differences 8 and 15).
 
     * a chain (``binpack,numa`` …, or exactly ``numa``): the sort keys in the written order, NUMA forced first
       under numa-bind, ``spread`` when the chain has no sort key;

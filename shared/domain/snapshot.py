@@ -2,7 +2,7 @@
 
 ``NodeSnapshot`` is immutable. Building one aligns the usage with the inventory's devices (a UUID missing from
 ``usage`` is idle, ``ZERO_USAGE``) and computes a ``NodeSummary``: the node's default score before any new pod
-(hami-compat §6.2) and a few maxima that let ``plan`` skip a node that cannot fit a pod in O(1).
+(hami-wire §6.2) and a few maxima that let ``plan`` skip a node that cannot fit a pod in O(1).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Topology-aware device choice for the ``topology-aware`` GPU policy (hami-compat §6.4, §2.3, decision 8).
+"""Topology-aware device choice for the ``topology-aware`` GPU policy (hami-wire §6.4, §2.3, difference 8).
 
 Pure functions over the fitting candidates of one container request and the node's pair-score table
 (``hami.io/node-nvidia-score``, decoded into ``NodeInventory.pair_scores``):
@@ -14,7 +14,7 @@ plugin always writes a symmetric table (it scores an asymmetric link 0 itself), 
 asymmetric table its answer depends on device order; taking the weaker direction keeps ours order-independent
 and extends the device plugin's "asymmetric counts 0" caution.
 
-Ties (decision 8), for a set: the highest internal score; then the lowest score between the set and the other
+Ties (difference 8), for a set: the highest internal score; then the lowest score between the set and the other
 candidates ("keep the best-connected devices free"); then the lowest device indices, compared as sorted tuples.
 For a single card: the lowest summed score, then the lowest index. ``select_set(c, 1, s)`` agrees with
 ``select_single``.
@@ -28,7 +28,7 @@ from itertools import accumulate
 from shared.domain.model import DeviceInfo
 
 PairScores = Mapping[str, Mapping[str, int]]
-"""``scores[uuid_a][uuid_b]``: topology pair score between two GPUs of one node (hami-compat §2.3)."""
+"""``scores[uuid_a][uuid_b]``: topology pair score between two GPUs of one node (hami-wire §2.3)."""
 
 
 def pair_score(a: str, b: str, pair_scores: PairScores) -> int:
@@ -45,7 +45,7 @@ def set_score(devices: Sequence[DeviceInfo], pair_scores: PairScores) -> int:
 
 
 def cut_score(chosen: Sequence[DeviceInfo], rest: Sequence[DeviceInfo], pair_scores: PairScores) -> int:
-    """Sum of :func:`pair_score` between ``chosen`` and ``rest`` (decision 8's first tie-break, lower is better)."""
+    """Sum of :func:`pair_score` between ``chosen`` and ``rest`` (difference 8's first tie-break, lower is better)."""
     return sum(pair_score(a.id, b.id, pair_scores) for a in chosen for b in rest)
 
 
@@ -69,7 +69,7 @@ def select_single(candidates: Sequence[DeviceInfo], pair_scores: PairScores) -> 
 
 
 def select_set(candidates: Sequence[DeviceInfo], k: int, pair_scores: PairScores) -> tuple[DeviceInfo, ...] | None:
-    """The ``k`` candidates with the highest summed pairwise score, ties broken as decision 8 says.
+    """The ``k`` candidates with the highest summed pairwise score, ties broken as difference 8 says.
 
     Returns ``None`` when fewer than ``k`` candidates fit, all of them when exactly ``k`` do. The result keeps
     the order of ``candidates``. Exact: the same set as enumerating every combination (HAMi's

@@ -130,7 +130,7 @@ class Store:
         self._on_change = on_change
         self._objects: dict[str, dict[Key, Obj]] = {}
         self._history: deque[HistoryEntry] = deque()
-        self._watchers: set[Watcher] = set()
+        self._watchers: dict[Watcher, None] = {}  # insertion-ordered: events reach watchers in a fixed order
 
     # ---- reads -------------------------------------------------------------------------------------------------
 
@@ -401,13 +401,13 @@ class Store:
             for entry in self._history:
                 if entry.rv > since:
                     w.offer(entry)
-        self._watchers.add(w)
+        self._watchers[w] = None
         self._on_change()
         return w
 
     def unwatch(self, w: Watcher) -> None:
         if w in self._watchers:
-            self._watchers.discard(w)
+            del self._watchers[w]
             self._on_change()
 
     def watchers(self, rtype: ResourceType | None = None) -> list[Watcher]:
@@ -416,7 +416,7 @@ class Store:
     def _end(self, rtype: ResourceType | None, final: Callable[[Watcher], Iterable[bytes]]) -> int:
         ended = self.watchers(rtype)
         for w in ended:
-            self._watchers.discard(w)
+            del self._watchers[w]
             for frame in final(w):
                 w.queue.put_nowait(frame)
             w.queue.put_nowait(None)

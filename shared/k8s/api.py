@@ -12,11 +12,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from shared.k8s.client import KubeClient
+from shared.k8s.client import Budget, KubeClient
+from shared.k8s.errors import KubeRequestError
 from shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
 from shared.protocol.events import EventType
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 EVENT_MESSAGE_MAX = 1024  # events.k8s.io's note limit; core/v1 messages are cut the same way
 
 
@@ -213,6 +215,24 @@ class Api:
         )
         return obj
 
+    async def add_node_annotation_if_absent(
+        self, name: str, key: str, value: str, *, timeout_s: float | None = None
+    ) -> KubeObject | None:
+        """Set annotation ``key`` on a node only if it is absent, in one call: a JSON patch that tests the member
+        for null (the API server passes that test on an absent member) and adds it. None when the annotation is
+        present, or the node has no annotations at all (the test or the add fails: read the node and decide)."""
+        path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+        body = [{"op": "test", "path": path, "value": None}, {"op": "add", "path": path, "value": value}]
+        try:
+            obj: KubeObject = await self._client.call_json(
+                f"lock node {name}", self._core.patch_node, name, body, _content_type=JSON_PATCH, timeout_s=timeout_s
+            )
+        except KubeRequestError as e:
+            if e.code == 422:
+                return None
+            raise
+        return obj
+
     # ---- binding -----------------------------------------------------------------------------------------------
 
     async def bind_pod(
@@ -268,6 +288,7 @@ class Api:
             ns,
             body,
             timeout_s=timeout_s,
+            budget=Budget.EVENTS,
         )
         return created
 

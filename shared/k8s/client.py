@@ -10,6 +10,7 @@ deserialising into model classes and converting back with ``sanitize_for_seriali
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import time
@@ -33,8 +34,9 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class KubeSettings:
     """How to reach the API server. ``server`` (a direct URL, e.g. the emulator's) wins over ``kubeconfig``;
-    with neither, the in-cluster service account is used. ``qps``/``burst`` shape a token bucket shared by all
-    calls of one client (qps <= 0 disables it); ``timeout_s`` is the default deadline of one call."""
+    with neither, the in-cluster service account is used. ``qps``/``burst`` shape two token buckets of one client,
+    one for Events and one for every other call (qps <= 0 disables them); ``timeout_s`` is the default deadline
+    of one call."""
 
     kubeconfig: str | None = None
     server: str | None = None
@@ -111,6 +113,14 @@ async def load_configuration(settings: KubeSettings) -> Configuration:
 Call = Callable[..., Awaitable[Any]]
 
 
+class Budget(enum.Enum):
+    """Which token bucket a call draws from. Both have ``qps``/``burst`` of their own: Events can never delay a
+    bind, a watch or a patch, however many of them are queued."""
+
+    REQUESTS = "requests"
+    EVENTS = "events"
+
+
 class KubeClient:
     """One API connection: the kubernetes-asyncio ``ApiClient`` and ``CoreV1Api`` (``core``), a token bucket and
     a default deadline. Build it with ``open_client``; ``Api`` and ``Informer`` use it."""
@@ -120,14 +130,24 @@ class KubeClient:
         self.core: Any = CoreV1Api(api_client)
         self.settings = settings
         self.limiter = TokenBucket(settings.qps, settings.burst)
+        self.event_limiter = TokenBucket(settings.qps, settings.burst)
 
-    async def call_json(self, what: str, fn: Call, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """Call one generated API method and return its parsed JSON body. The deadline covers the wait for a
-        token, the request and reading the body. Errors are translated (``shared.k8s.errors``)."""
+    async def call_json(
+        self,
+        what: str,
+        fn: Call,
+        *args: Any,
+        timeout_s: float | None = None,
+        budget: Budget = Budget.REQUESTS,
+        **kwargs: Any,
+    ) -> Any:
+        """Call one generated API method and return its parsed JSON body. The deadline covers the request and
+        reading the body, not the wait for a token of ``budget`` before it: a call queued behind the rate limit
+        is slow, not failed. Errors are translated (``shared.k8s.errors``)."""
         deadline_s = timeout_s if timeout_s is not None else self.settings.timeout_s
+        await (self.event_limiter if budget is Budget.EVENTS else self.limiter).acquire()
         try:
             async with asyncio.timeout(deadline_s):
-                await self.limiter.acquire()
                 resp = await fn(*args, _preload_content=False, _request_timeout=deadline_s, **kwargs)
                 try:
                     body = await resp.read()

@@ -172,8 +172,8 @@ class Informer:
             return getattr(core, self.resource.list_namespaced), (self._namespace,)
         return getattr(core, self.resource.list_all), ()
 
-    def _selectors(self) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def _selectors(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
         if self._label_selector:
             out["label_selector"] = self._label_selector
         if self._field_selector:

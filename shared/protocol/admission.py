@@ -3,7 +3,7 @@
 Unlike the extender, the API server encodes and decodes these with case-sensitive keys, so we match them
 exactly. Responses echo the request's ``apiVersion`` and ``request.uid`` and are shaped like
 controller-runtime's (``admission.Allowed`` / ``Denied`` / ``Errored`` / ``PatchResponseFromRaw``), which is
-what HAMi's webhook answers with (hami-compat §5.3).
+what HAMi's webhook answers with (hami-wire §5.3).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HAMi's pod events for filter and bind outcomes, as pure data (hami-compat §5.1 steps 4 and 7, §5.2 step 6).
+"""HAMi's pod events for filter and bind outcomes, as pure data (hami-wire §5.1 steps 4 and 7, §5.2 step 6).
 
 The extender records these on the pod with the component name ``--scheduler-name``. Texts are HAMi's:
 

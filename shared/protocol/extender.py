@@ -4,7 +4,7 @@ The Go structs carry **no JSON tags**, so ``encoding/json`` writes the Go field 
 ``FailedNodes``, ``Error`` ...) and reads keys case-insensitively. We accept any case on input, at every level
 Go decodes into a struct (``ExtenderArgs``, the ``NodeList``'s ``items``, ``ExtenderBindingArgs``), and answer
 with exactly the bytes Go would (every field present, ``null`` for nil, map keys sorted). The pod and node
-objects stay the API's camelCase JSON dicts (hami-compat §5.1, §5.2; design §5).
+objects stay the API's camelCase JSON dicts (hami-wire §5.1, §5.2; docs/extender.md).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class ExtenderFilterResult:
 
     @classmethod
     def fit(cls, node: str) -> ExtenderFilterResult:
-        """Success, ``nodeCacheCapable`` path: only the chosen node (decision 6)."""
+        """Success, ``nodeCacheCapable`` path: only the chosen node (difference 6)."""
         return cls(node_names=[node])
 
     @classmethod

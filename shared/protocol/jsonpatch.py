@@ -2,7 +2,7 @@
 
 The webhook answers with ``create_patch(original_pod, mutated_pod)`` (as controller-runtime's
 ``PatchResponseFromRaw`` does), and ``simulate`` applies the same operations to workload pods with
-:func:`apply_patch` (decision 16). Path tokens are escaped per RFC 6901: ``~`` → ``~0``, ``/`` → ``~1``,
+:func:`apply_patch` (difference 16). Path tokens are escaped per RFC 6901: ``~`` → ``~0``, ``/`` → ``~1``,
 so ``limits/nvidia.com/gpu`` becomes ``.../limits/nvidia.com~1gpu``.
 """
 

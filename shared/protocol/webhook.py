@@ -1,4 +1,4 @@
-"""The mutating admission webhook's decision for NVIDIA, as a pure function of the pod (hami-compat §5.3, §1.3, §8).
+"""The mutating admission webhook's decision for NVIDIA, as a pure function of the pod (hami-wire §5.3, §1.3, §8).
 
 :func:`mutate_pod` does what HAMi's ``webhook.Handle`` + ``NvidiaGPUDevices.MutateAdmission`` do, in order:
 
@@ -59,7 +59,7 @@ _POD = "pod"
 
 @dataclass(frozen=True, slots=True)
 class QuotaDemand:
-    """What a pod adds to its namespace's quota usage at admission (hami-compat §8)."""
+    """What a pod adds to its namespace's quota usage at admission (hami-wire §8)."""
 
     mem_mib: int
     cores_pct: int
@@ -212,7 +212,7 @@ def _default_exclusive_core(c: dict[str, Any], cfg: NvidiaConfig, where: str) ->
 
 
 def quota_demand(pod: dict[str, Any], cfg: NvidiaConfig) -> QuotaDemand:
-    """``mem = max(Σ_app Memreq·Nums, max_init Memreq·Nums)``, likewise cores (hami-compat §8).
+    """``mem = max(Σ_app Memreq·Nums, max_init Memreq·Nums)``, likewise cores (hami-wire §8).
 
     Percentage-only requests count 0 memory: ``Memreq`` is unknown until a device is chosen.
     """

@@ -122,7 +122,7 @@ class Reservations:
             check_fenced(reply, fence)
             if reply[0] != b"elsewhere":
                 return reply
-            # the pod still holds charges on another node: drop them there first (design §2); the record
+            # the pod still holds charges on another node: drop them there first (docs/store.md); the record
             # released there is not decoded (it may be unreadable, and nobody needs it)
             await self._release(alloc.pod_uid, text(reply[1]), fence)
         raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
@@ -130,7 +130,7 @@ class Reservations:
     async def reserve(self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
-        ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-compat §6.4
+        ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-wire §6.4
         step 7; the charges alone cannot say so). Idempotent: the same content again is a no-op success; a
         different earlier reservation of the pod on this node is replaced in the same step, and one on another
         node is released first.
@@ -164,8 +164,10 @@ class Reservations:
             return False
         extra_keys, token = fence_args(self._ctx.keys, fence)
         async with self._ctx.translated("confirm allocation"):
+            k = self._ctx.keys
             reply = await self._ctx.scripts.confirm_allocation(
-                keys=[self._ctx.keys.pod_charges(node), *extra_keys], args=[token, pod_uid]
+                keys=[k.pod_charges(node), k.generation(node), k.changes(), k.node_lock(node), *extra_keys],
+                args=[token, pod_uid, self._ctx.stream_maxlen, node],
             )
         check_fenced(reply, fence)
         return bool(reply[0] == b"ok")

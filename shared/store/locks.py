@@ -72,7 +72,7 @@ def _lock_info(node: str, fields: tuple[bytes, bytes, bytes, bytes, bytes]) -> L
 
 class NodeLockStore:
     """One lock per node. The logical expiry is part of the value and judged on the server clock, so an
-    expired lock is *reported* to the next contender rather than silently handed over (hami-compat decision 5)."""
+    expired lock is *reported* to the next contender rather than silently handed over (difference 5)."""
 
     def __init__(self, ctx: StoreContext) -> None:
         self._ctx = ctx
@@ -83,7 +83,8 @@ class NodeLockStore:
         hard = 0 if hard_ttl_s is None else _ms(hard_ttl_s)
         async with self._ctx.translated("acquire node lock"):
             reply = await self._ctx.scripts.lock_acquire(
-                keys=[k.node_lock(node), k.node_lock_epoch(node)], args=[owner, _ms(ttl_s), hard]
+                keys=[k.node_lock(node), k.node_lock_epoch(node), k.generation(node), k.changes()],
+                args=[owner, _ms(ttl_s), hard, self._ctx.stream_maxlen, node],
             )
         if reply[0] == b"acquired":
             _, token, expires, acquired, reentered, now = reply
@@ -104,9 +105,11 @@ class NodeLockStore:
         return await self._release(node, "", token)
 
     async def _release(self, node: str, owner: str, token: int | None) -> bool:
+        k = self._ctx.keys
         async with self._ctx.translated("release node lock"):
             reply = await self._ctx.scripts.lock_release(
-                keys=[self._ctx.keys.node_lock(node)], args=[owner, "" if token is None else token]
+                keys=[k.node_lock(node), k.generation(node), k.changes()],
+                args=[owner, "" if token is None else token, self._ctx.stream_maxlen, node],
             )
         return as_int(reply) == 1
 

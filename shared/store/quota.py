@@ -1,8 +1,8 @@
-"""Namespace quotas (hami-compat §8): limits from ResourceQuotas, usage as per-pod charges summed per namespace.
+"""Namespace quotas (hami-wire §8): limits from ResourceQuotas, usage as per-pod charges summed per namespace.
 
 Charges are keyed by pod UID, so charging the same pod twice never double-counts and the informer's
 ``record`` of a pod the extender already charged is a no-op. The extender charges first, then reserves
-devices, and refunds if the device step fails (design §2).
+devices, and refunds if the device step fails (docs/store.md, Consistency).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class QuotaRepo:
 
         ``mem_limit_factor`` is the device config's ``memoryFactor``: charges are scaled MiB, like the requests,
         while the stored limit is the ResourceQuota's raw value, so the check compares against limit × factor
-        (hami-compat §8). A refusal reports the raw limit.
+        (hami-wire §8). A refusal reports the raw limit.
         """
         if mem_limit_factor < 1:
             raise ValueError(f"mem_limit_factor must be >= 1, got {mem_limit_factor}")

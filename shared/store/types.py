@@ -57,6 +57,10 @@ class NodeState:
     usage: Mapping[str, DeviceUsage]
     generation: int
     error: DecodeError | None = None
+    bind_in_flight: bool = False
+    """A bind is in flight on the node: its bind lock is held, or a reservation there is not yet confirmed by the
+    pod's annotations. HAMi's device plugin finds the pod it allocates through the node lock, so a node takes one
+    bind at a time; filters prefer nodes without one."""
 
     def snapshot(self) -> NodeSnapshot | None:
         """The scheduling core's view of this node (None while it has no inventory)."""

@@ -135,16 +135,19 @@ class SnapshotRepo:
         k = self._ctx.keys
         async with self._ctx.pipeline("load snapshots") as pipe:
             for n in nodes:
-                await self._ctx.scripts.node_snapshot(keys=[k.inventory(n), k.usage(n), k.generation(n)], client=pipe)
+                await self._ctx.scripts.node_snapshot(
+                    keys=[k.inventory(n), k.usage(n), k.generation(n), k.pod_charges(n), k.node_lock(n)], client=pipe
+                )
             replies = await pipe.execute()
         out: dict[str, NodeState] = {}
-        for n, (blob, flat, gen) in zip(nodes, replies, strict=True):
+        for n, (blob, flat, gen, busy) in zip(nodes, replies, strict=True):
             try:
                 out[n] = NodeState(
                     node=n,
                     inventory=self._inventory(n, blob),
                     usage=parse_usage(flat_pairs(flat)),
                     generation=as_int(gen),
+                    bind_in_flight=as_int(busy) == 1,
                 )
             except DecodeError as e:
                 out[n] = NodeState(node=n, inventory=None, usage={}, generation=as_int(gen), error=e)

@@ -1,4 +1,4 @@
-"""HAMi's NVIDIA device plugin, READ side, re-implemented from hami-compat.md alone (§3.1, §4.1, §4.3).
+"""HAMi's NVIDIA device plugin, READ side, re-implemented from docs/hami-wire.md alone (§3.1, §4.1, §4.3).
 
 Deliberately independent of ``shared.codec``: it is the yardstick our writers are measured against, so it must
 not share their code. It covers what a real plugin does when the kubelet calls Allocate for a freshly bound pod:

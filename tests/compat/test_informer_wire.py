@@ -1,5 +1,5 @@
-"""What the informer writes when a node lock times out while its holder is still ``allocating`` (hami-compat §4.1,
-decision 5): first ``hami.io/bind-phase: failed`` on the pod, then the lock annotation removed, both as
+"""What the informer writes when a node lock times out while its holder is still ``allocating`` (hami-wire §4.1,
+difference 5): first ``hami.io/bind-phase: failed`` on the pod, then the lock annotation removed, both as
 resourceVersion-guarded merge patches."""
 
 from __future__ import annotations

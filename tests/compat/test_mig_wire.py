@@ -1,4 +1,4 @@
-"""Dynamic MIG on the wire (hami-compat §7.1): the device list carries the physical UUID with the profile's
+"""Dynamic MIG on the wire (hami-wire §7.1): the device list carries the physical UUID with the profile's
 ``memoryMB``/``core``, and ``hami.io/vgpu-mig-allocations`` is Go's ``json.Marshal`` of ``[]MigAllocation``
 (key order ``containerIndex, deviceIndex, gpuUUID, profile, placement{start,size}``, no spaces), with
 ``containerIndex`` counting init containers first — all in the one pod patch of ``/bind``."""

@@ -1,4 +1,4 @@
-"""HAMi's device plugin (re-implemented in :mod:`tests.compat.hami_plugin` from hami-compat.md alone) reads what
+"""HAMi's device plugin (re-implemented in :mod:`tests.compat.hami_plugin` from docs/hami-wire.md alone) reads what
 a real extender wrote through ``/filter`` + ``/bind``: it must find exactly the bound pod through the node lock,
 even with a fallback trap on the node, and hand every kubelet Allocate the devices we gave that container,
 init containers included, for the HEAD decoder and the ≤ v2.8 one that drops empty entries."""

@@ -1,4 +1,4 @@
-"""What the registrar writes to the API server (hami-compat §2.2, decision 9): the ``Requesting_`` handshake for
+"""What the registrar writes to the API server (hami-wire §2.2, difference 9): the ``Requesting_`` handshake for
 ≤ v2.7 device plugins only, as ``Requesting_<2006-01-02 15:04:05 in local time>`` in a resourceVersion-guarded
 merge patch; nothing at all for v2.8+ (JSON) plugins."""
 

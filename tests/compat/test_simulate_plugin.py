@@ -1,4 +1,4 @@
-"""``simulate``'s device-plugin step must behave like HAMi's plugin (hami-compat §3.1, §4.3): it finds the pod
+"""``simulate``'s device-plugin step must behave like HAMi's plugin (hami-wire §3.1, §4.3): it finds the pod
 through the node lock (``GetPendingPod``) and consumes the to-allocate list container by container. If a bind
 left the node in a state where the real plugin would serve another pod, or hand a container the wrong number of
 devices, the simulation must say so instead of settling the pod it just bound.

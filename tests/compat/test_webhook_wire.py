@@ -1,4 +1,4 @@
-"""The webhook's answer on the wire (hami-compat §5.3, §1.3) and what the mutation means downstream: a bare
+"""The webhook's answer on the wire (hami-wire §5.3, §1.3) and what the mutation means downstream: a bare
 ``nvidia.com/gpu: 2`` becomes two whole exclusive cards in the device list ``/bind`` writes (§1.2, §3.1)."""
 
 from __future__ import annotations

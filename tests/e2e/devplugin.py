@@ -1,13 +1,13 @@
 """The node side of the end-to-end tests: a simulated HAMi device plugin and a capacity monitor.
 
 :class:`DevicePlugin` does what HAMi's NVIDIA plugin does after the kubelet calls Allocate for a pod that was just
-bound (hami-compat §3.1, §4.3): it finds "the" pod through the node's ``hami.io/mutex.lock`` (recording a
+bound (hami-wire §3.1, §4.3): it finds "the" pod through the node's ``hami.io/mutex.lock`` (recording a
 violation if the lock names another pod: the allocation would go to the wrong pod), checks that the to-allocate
 devices are the node's, consumes the to-allocate list, sets ``hami.io/bind-phase: success`` and releases the
 lock annotation (owner-checked, resourceVersion-guarded). Everything goes through the API over HTTP.
 
 :class:`CapacityMonitor` is an emulator write hook: after every write to a pod it updates that pod's collapsed
-charges (from its *allocated* annotation, decision 10) and checks every touched device against its capacity, so
+charges (from its *allocated* annotation, difference 10) and checks every touched device against its capacity, so
 "no device over capacity, ever" is checked at every state the API server went through, not only at the end.
 """
 

@@ -117,7 +117,7 @@ async def test_churn_and_a_killed_replica_keep_the_books_straight(redis_url: str
 
 
 async def test_a_device_plugin_that_never_answers_does_not_block_its_node(redis_url: str) -> None:
-    """Decision 5: the stuck holder is marked ``bind-phase: failed`` before its expired lock moves on."""
+    """Difference 5: the stuck holder is marked ``bind-phase: failed`` before its expired lock moves on."""
     spec = ClusterSpec(
         nodes=1, gpus_per_node=2, replicas=2, node_lock_timeout_s=1.0, stuck_nodes=frozenset({"node-000"})
     )

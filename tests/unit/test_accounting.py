@@ -1,4 +1,4 @@
-"""The collapse of a pod's device list into per-device charges (hami-compat §5.4)."""
+"""The collapse of a pod's device list into per-device charges (hami-wire §5.4)."""
 
 from __future__ import annotations
 

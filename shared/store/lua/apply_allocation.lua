@@ -84,7 +84,7 @@ if reserve then
     if not wants_mig then
       -- MIG charges carry profile figures whose core sum may pass 100 (ceil rounding): for them the
       -- placements below are the physical truth, as in HAMi's Fit, which checks the request, not the profile.
-      -- The order and the rules are the core's Fit (hami-compat §6.4 steps 10-13); a whole-card holder needs no
+      -- The order and the rules are the core's Fit (hami-wire §6.4 steps 10-13); a whole-card holder needs no
       -- rule of its own: it holds every core, so steps 11 and 13 refuse any newcomer.
       if d.m + ch.m > cm then
         return conflict('memory', ch.u, ch.m, math.max(cm - d.m, 0), 'not enough free memory (MiB)')

@@ -1,5 +1,8 @@
--- Mark a pod's reservation confirmed (its annotations were observed). Usage is unchanged.
--- KEYS: 1 pod charges, [2 lease]   ARGV: 1 fence token, 2 pod uid
+-- Mark a pod's reservation confirmed (its annotations were observed). Usage is unchanged. When that ends the
+-- node's bind in flight (no lock held, no other reservation unconfirmed: see node_snapshot.lua), the node's
+-- generation moves and the change feed says so, for the extenders' snapshots.
+-- KEYS: 1 pod charges, 2 generation, 3 change stream, 4 node lock, [5 lease]
+-- ARGV: 1 fence token, 2 pod uid, 3 stream maxlen, 4 node
 -- Returns {'fenced'} | {'absent'} | {'ok', changed 0/1}
 if not fence_ok() then
   return {'fenced'}
@@ -13,4 +16,13 @@ if state == 'confirmed' then
   return {'ok', 0}
 end
 redis.call('HSET', KEYS[1], ARGV[2], 'confirmed|' .. t .. '|' .. cjs)
+if redis.call('EXISTS', KEYS[4]) == 0 then
+  for _, other in ipairs(redis.call('HVALS', KEYS[1])) do
+    if string.sub(other, 1, 10) ~= 'confirmed|' then
+      return {'ok', 1}
+    end
+  end
+  local gen = redis.call('INCR', KEYS[2])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[4], 'gen', gen, 'kind', 'usage')
+end
 return {'ok', 1}

@@ -1,7 +1,11 @@
 -- Take a node's bind lock for an owner ('<ns>/<name>'). The logical expiry lives in the value (server clock):
--- an expired lock is reported, never silently handed on (hami-compat decision 5). Re-entrant per owner.
+-- an expired lock is reported, never silently handed on (difference 5). Re-entrant per owner.
 -- Value: '<token>|<expires_ms>|<acquired_ms>|<owner>'.
--- KEYS: 1 lock, 2 epoch   ARGV: 1 owner, 2 ttl ms, 3 hard ttl ms (0 = key never expires by itself)
+-- A fresh acquisition bumps the node's generation and publishes a change (kind 'usage', which readers of earlier
+-- releases know), so every extender replica's snapshot learns that the node has a bind in flight (filters prefer
+-- nodes without one).
+-- KEYS: 1 lock, 2 epoch, 3 generation, 4 change stream
+-- ARGV: 1 owner, 2 ttl ms, 3 hard ttl ms (0 = key never expires by itself), 4 stream maxlen, 5 node
 -- Returns {'acquired', token, expires_ms, acquired_ms, reentered 0/1, now_ms}
 --       | {'held', token, expires_ms, acquired_ms, owner, now_ms}
 local now = now_ms()
@@ -21,4 +25,6 @@ if tonumber(ARGV[3]) > 0 then
 else
   redis.call('SET', KEYS[1], value)
 end
+local gen = redis.call('INCR', KEYS[3])
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'node', ARGV[5], 'gen', gen, 'kind', 'usage')
 return {'acquired', tok, exp, fmt(now), '0', fmt(now)}

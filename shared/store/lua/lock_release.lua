@@ -1,5 +1,7 @@
 -- Release a node lock only if the given owner holds it (and, if a token is given, only that acquisition).
--- KEYS: 1 lock   ARGV: 1 owner ('' = any owner), 2 token ('' = any token)   Returns 1 if released, else 0
+-- A release bumps the node's generation and publishes a change (see lock_acquire.lua).
+-- KEYS: 1 lock, 2 generation, 3 change stream
+-- ARGV: 1 owner ('' = any owner), 2 token ('' = any token), 3 stream maxlen, 4 node   Returns 1 if released, else 0
 local v = redis.call('GET', KEYS[1])
 if not v then
   return 0
@@ -7,6 +9,8 @@ end
 local tok, _, _, owner = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
 if (ARGV[1] == '' or owner == ARGV[1]) and (ARGV[2] == '' or tok == ARGV[2]) then
   redis.call('DEL', KEYS[1])
+  local gen = redis.call('INCR', KEYS[2])
+  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[4], 'gen', gen, 'kind', 'usage')
   return 1
 end
 return 0

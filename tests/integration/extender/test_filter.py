@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from shared.domain.model import DeviceUsage
 from shared.emulator import Emulator
 from shared.k8s import Api
 from shared.store import ReservationState, Store
-from tests.integration.extender.filter_harness import node, running_extender, seed, wire, wire_doc
+from tests.integration.extender.filter_harness import node, running_extender, seed, settings, wire, wire_doc
 
 NULL_RESULT_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
 
@@ -124,13 +126,25 @@ async def test_refilter_drops_the_previous_reservation_before_planning(store: St
     assert await store.reservations.node_of(body["Pod"]["metadata"]["uid"]) == "gpu-node-1"
 
 
-async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(store: Store, api: Api) -> None:
+@pytest.mark.parametrize(
+    "bind_aware, nodes, third_event",
+    [
+        # consecutive pods alternate: the node with a pending bind is passed over while another one fits
+        (True, ["gpu-node-1", "gpu-node-2", "gpu-node-1", "gpu-node-2"], "find fit node(gpu-node-1), 0 nodes not fit"),
+        # the node policy alone (HAMi): binpack fills gpu-node-1 first
+        (False, ["gpu-node-1", "gpu-node-1", "gpu-node-2", "gpu-node-2"], "find fit node(gpu-node-2), 1 nodes not fit"),
+    ],
+    ids=["bind-aware", "policy-only"],
+)
+async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(
+    store: Store, api: Api, bind_aware: bool, nodes: list[str], third_event: str
+) -> None:
     """Whole-card pods: one per GPU until none is left; the next one gets every candidate with its reason."""
     await seed(store, [node("gpu-node-1", 2), node("gpu-node-2", 2)])
     base = wire_doc("001-filter.json")
     base["Pod"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "100"
     placed = []
-    async with running_extender(store, api) as ext:
+    async with running_extender(store, api, extender_settings=settings(bind_aware_placement=bind_aware)) as ext:
         for i in range(5):
             body = copy.deepcopy(base)
             body["Pod"]["metadata"]["uid"] = f"uid-{i}"
@@ -140,7 +154,7 @@ async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(sto
         again = await ext.filter(body)  # kube-scheduler retries the pod: same answer, no second batch of events
         assert again == placed[4]
         assert await ext.flushed_events() == events
-    assert [a["NodeNames"] for a in placed[:4]] == [["gpu-node-1"]] * 2 + [["gpu-node-2"]] * 2
+    assert [a["NodeNames"] for a in placed[:4]] == [[n] for n in nodes]
     last = placed[4]
     assert last["NodeNames"] is None and last["Error"] == ""
     assert last["FailedNodes"] == {
@@ -149,8 +163,7 @@ async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(sto
     }
     placed_events = [(p["metadata"]["name"], e.reason.value, e.message) for p, e in events[:4]]
     assert [e[:2] for e in placed_events] == [(f"pod-{i}", "FilteringSucceed") for i in range(4)]
-    # the second pod on each node passed over nothing; pod-2 and pod-3 passed over the full gpu-node-1
-    assert placed_events[2][2] == "find fit node(gpu-node-2), 1 nodes not fit, 1 nodes fit(gpu-node-2:0.00)"
+    assert placed_events[2][2].startswith(third_event)
     assert [(e.type.value, e.reason.value, e.message) for _, e in events[4:]] == [
         ("Warning", "FilteringFailed", "2 nodes CardInsufficientMemory(gpu-node-1,gpu-node-2)"),
         ("Warning", "FilteringFailed", "no available node, 2 nodes do not meet"),

@@ -229,7 +229,7 @@ async def test_a_device_conflict_refunds_the_quota_charge(store: Store, other_st
 
 async def test_quota_limits_scale_with_the_memory_factor(store: Store, api: Api) -> None:
     """memoryFactor 4: a request of 1000 is 4000 MiB on the card and against the quota, whose raw limit 1000 allows
-    4000 (hami-compat §8)."""
+    4000 (hami-wire §8)."""
     from shared.domain.model import NvidiaConfig
     from tests.integration.extender.filter_harness import settings
 

@@ -1,4 +1,4 @@
-"""Pod accounting end to end: the informer mirrors what pods hold into Redis (decision 10, §5.4)."""
+"""Pod accounting end to end: the informer mirrors what pods hold into Redis (difference 10, §5.4)."""
 
 from __future__ import annotations
 

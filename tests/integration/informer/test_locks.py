@@ -1,4 +1,4 @@
-"""Node-lock release (hami-compat §4, decisions 4 and 5): on settle, annotation removal, pod end, node deletion and
+"""Node-lock release (hami-wire §4, differences 4 and 5): on settle, annotation removal, pod end, node deletion and
 timeout — and on timeout the holder is marked failed *before* the lock is free (HAMi #3096)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HAMi's per-container and MIG-instance gauges, exported by the informer at scrape time (hami-compat §10.4).
+"""HAMi's per-container and MIG-instance gauges, exported by the informer at scrape time (hami-wire §10.4).
 
 Each test scrapes the informer's registry (``generate_latest``, what ``/metrics`` serves) and compares the exact
 samples of the scrape-time families with the pods' allocation annotations.

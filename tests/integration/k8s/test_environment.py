@@ -1,4 +1,4 @@
-"""The proxy environment is read once, when the client opens, not on every API call (hami-compat-free plumbing)."""
+"""The proxy environment is read once, when the client opens, not on every API call (no HAMi protocol involved)."""
 
 from __future__ import annotations
 

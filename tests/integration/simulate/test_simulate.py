@@ -4,6 +4,7 @@ the API emulator and an embedded store, driven over HTTP like kube-scheduler and
 from __future__ import annotations
 
 import importlib.util
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from tests.integration.simulate.conftest import run_cli, run_cli_json, spawn
 POD_KEYS = ["namespace", "name", "node", "annotations", "reasons"]
 SUMMARY_KEYS = {
     "pods", "placed", "pending", "policies", "by_policy", "gpu", "fragmentation", "nodes_touched", "nodes_in_use",
-    "pending_reasons", "over_capacity",
+    "pending_reasons", "over_capacity", "contention",
 }  # fmt: skip
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -143,6 +144,14 @@ def test_comparison_has_one_row_per_combination_with_consistent_numbers(
         assert 0 <= frag["stranded_memory_mib"] <= frag["free_memory_mib"]
         assert r["nodes_touched"] <= r["nodes_in_use"] <= len(load_cluster(EXAMPLE_CLUSTER).nodes)
         assert r["over_capacity"] == []
+        c = r["contention"]
+        assert c["clock"] == "simulated"
+        # kube-scheduler binds concurrently: every placed pod has one successful bind, every failed one was retried
+        assert c["binds"] - c["bind_failures"] == r["placed"]
+        assert c["binds_retried"] == c["bind_failures"] and c["pods_retried"] <= c["binds_retried"]
+        assert c["max_binds_in_flight"] > 1 and c["lock_wait_max_s"] <= 3.0 + 0.2
+    # node binpack piles pods onto few nodes: their binds queue behind the node lock
+    assert rows[0]["contention"]["lock_waits"] > 0
     # a fresh emulator and store per run: the same policies give the same figures as the single run
     assert rows[0] == single["summary"]
 
@@ -155,7 +164,7 @@ def test_binpack_touches_no_more_nodes_than_spread(comparison: dict[str, Any]) -
 @pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib (the plot extra) is not installed")
 def test_plot_writes_png_charts(comparison: dict[str, Any], plot_dir: Path) -> None:
     files = sorted(p.name for p in plot_dir.iterdir())
-    assert files == ["fragmentation.png", "nodes.png", "placement.png", "utilisation.png"]
+    assert files == ["contention.png", "fragmentation.png", "nodes.png", "placement.png", "utilisation.png"]
     for name in files:
         assert (plot_dir / name).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
@@ -167,9 +176,12 @@ def test_text_output_lists_every_pod_and_the_summary(tmp_path: Path) -> None:
     code, out, err = run_cli("simulate", "--workload", str(workload), "--gpu-scheduler-policy=binpack")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].split() == ["POD", "NODE", "DEVICES", "/", "WHY", "NOT"]
-    assert [line.split()[0] for line in lines[1:4]] == [f"inference/infer-0{i}" for i in range(3)]
+    assert lines[0].startswith(f"cluster {EXAMPLE_CLUSTER}: 14 nodes") and f"workload {workload}: 3 pods" in lines[0]
+    assert lines[2].split() == ["POD", "NODE", "DEVICES", "/", "WHY", "NOT"]
+    assert [line.split()[0] for line in lines[3:6]] == [f"inference/infer-0{i}" for i in range(3)]
+    assert re.search(r" GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\(\d+MiB", lines[3]), lines[3]
     assert "policies: node binpack, gpu binpack" in out and "placed 3/3, pending 0" in out
+    assert re.search(r"^binds 3 \(\d+ at most in flight\), 0 retried", out, flags=re.M), out
 
 
 def test_sigint_stops_cleanly_with_partial_results() -> None:

@@ -191,7 +191,7 @@ async def test_exact_fit_is_accepted(store: Store) -> None:
 
 
 async def test_mutex_reservation_needs_idle_devices(store: Store) -> None:
-    # hami-compat §6.4 step 7: a pod with the mutex policy only takes devices nobody uses (its charges cannot say so)
+    # hami-wire §6.4 step 7: a pod with the mutex policy only takes devices nobody uses (its charges cannot say so)
     await store.inventory.put(node("n1", gpu("GPU-a"), gpu("GPU-b", index=1)))
     assert isinstance(await store.reservations.reserve(one("a", "GPU-a", 100, 10)), Reserved)
 

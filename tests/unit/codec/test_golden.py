@@ -1,4 +1,4 @@
-"""Golden tests: every example string of hami-compat.md, decoded to what it means and re-encoded byte for byte."""
+"""Golden tests: every example string of docs/hami-wire.md, decoded to what it means and re-encoded byte for byte."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What /bind writes onto a pod (decision 3) and what accounting reads back (decision 10)."""
+"""What /bind writes onto a pod (difference 3) and what accounting reads back (difference 10)."""
 
 from __future__ import annotations
 

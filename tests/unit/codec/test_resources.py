@@ -1,4 +1,4 @@
-"""GenerateResourceRequests semantics (hami-compat §1.2), one case per rule."""
+"""GenerateResourceRequests semantics (hami-wire §1.2), one case per rule."""
 
 from __future__ import annotations
 

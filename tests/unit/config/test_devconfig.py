@@ -127,7 +127,7 @@ BAD = [
     ({}, "(top level): expected a mapping with at least one non-empty vendor section"),
     ({"nvidia": {}, "hygon": None}, "(top level): expected a mapping with at least one non-empty vendor section"),
     (["nvidia"], "(top level): expected a mapping"),
-    # migProfileAllowlist (hami-compat §7.1)
+    # migProfileAllowlist (hami-wire §7.1)
     ({"nvidia": {"migProfileAllowlist": {"models": ["A30"]}}}, "nvidia.migProfileAllowlist: expected a list"),
     (
         {"nvidia": {"migProfileAllowlist": [{"profiles": ["1g.6gb"]}]}},
@@ -153,7 +153,7 @@ BAD = [
         {"nvidia": {"migProfileAllowlist": [{"models": [""], "profiles": ["1g.6gb"]}]}},
         "nvidia.migProfileAllowlist[0].models[0]: expected a non-empty string",
     ),
-    # knownMigGeometries (hami-compat §7.2)
+    # knownMigGeometries (hami-wire §7.2)
     (
         {"nvidia": {"knownMigGeometries": [{"models": ["A30"]}]}},
         "nvidia.knownMigGeometries[0].allowedGeometries: expected a list, got None",

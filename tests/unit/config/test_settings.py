@@ -42,7 +42,7 @@ def write(tmp_path: Path, text: str, name: str = "config.yaml") -> str:
     return str(path)
 
 
-# --- HAMi's flags (hami-compat §10.1) and their defaults ------------------------------------
+# --- HAMi's flags (hami-wire §10.1) and their defaults ------------------------------------
 
 HAMI_DEFAULTS: list[tuple[str, Callable[[ExtenderSettings], object], object]] = [
     ("--http_bind", lambda s: s.http_bind, BindAddress("127.0.0.1", 8080)),
@@ -338,7 +338,7 @@ def test_tls_files_must_exist_and_pair(tmp_path: Path) -> None:
     assert s.tls and s.cert_file == cert and s.key_file == key
 
 
-# --- legacy flags (decision 13) override the device config file ------------------------------
+# --- legacy flags (difference 13) override the device config file ------------------------------
 
 
 def test_legacy_flags_override_the_device_config_file(tmp_path: Path) -> None:

@@ -1,17 +1,20 @@
-"""Fixtures for the deployment artefact tests: the chart, its committed plain manifests, object lookups."""
+"""Fixtures for the deployment artefact tests: the chart as Helm loads it, its committed plain manifests,
+object lookups. The rendering is real Helm (Helm's Go SDK through ``helm-python-sdk``, in the test extra)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
-from deploy.render import MANIFESTS_DIR, Chart, load_chart, objects, render_chart
-
 REPO = Path(__file__).resolve().parents[3]
+MANIFESTS_DIR = REPO / "deploy" / "manifests"
+
+if TYPE_CHECKING:
+    from deploy.render import Chart
 
 Obj = dict[str, Any]
 
@@ -49,13 +52,25 @@ def committed_objects() -> Objects:
     return Objects(items)
 
 
-def render_objects(chart: Chart, values: dict[str, Any] | None = None) -> Objects:
-    return Objects(objects(render_chart(chart, values=values)))
+def render_objects(
+    chart: Chart, values: dict[str, Any] | None = None, *, release: str | None = None, namespace: str | None = None
+) -> Objects:
+    """The chart rendered by Helm with ``values`` over its defaults, parsed."""
+    from deploy.render import DEFAULT_NAMESPACE, DEFAULT_RELEASE, objects, render_chart
+
+    rendered = render_chart(
+        chart, values=values, release=release or DEFAULT_RELEASE, namespace=namespace or DEFAULT_NAMESPACE
+    )
+    return Objects(objects(rendered))
 
 
 @pytest.fixture(scope="session")
-def chart() -> Chart:
-    return load_chart()
+def chart() -> Iterator[Chart]:
+    pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's SDK, Linux x86_64 only) is not installed")
+    from deploy.render import load_chart
+
+    with load_chart() as loaded:
+        yield loaded
 
 
 @pytest.fixture(scope="session")

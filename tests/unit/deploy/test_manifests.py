@@ -5,14 +5,17 @@ labels, TLS wiring and the device config — for the default values and for each
 from __future__ import annotations
 
 import re
-from typing import Any
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
-from deploy.gotemplate import TemplateError
-from deploy.render import MANIFESTS_DIR, NAMESPACE_FILE, Chart, manifest_files, stale_files
-from tests.unit.deploy.conftest import Obj, Objects, render_objects
+from tests.unit.deploy.conftest import MANIFESTS_DIR, Obj, Objects, render_objects
+
+if TYPE_CHECKING:
+    from deploy.render import Chart
 
 NS = "vgpu-system"
 FULL = "vgpu-scheduler"
@@ -22,6 +25,19 @@ NVIDIA_RESOURCES = [
     "nvidia.com/gpucores",
     "nvidia.com/gpumem-percentage",
     "nvidia.com/priority",
+]
+# Every values switch the tests render; Helm must lint each clean.
+VALUES_SWITCHES: list[dict[str, Any]] = [
+    {"tls": {"certManager": {"enabled": True}}},
+    {"redis": {"enabled": False, "external": {"url": "rediss://cache:6380/2"}}},
+    {"redis": {"enabled": False, "external": {"existingSecret": "redis-conn"}}},
+    {"serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
+    {"extender": {"replicas": 5, "antiAffinity": "hard"}},
+    {"webhook": {"enabled": False}},
+    {"deviceConfig": {"existingConfigMap": "hami-scheduler-device"}},
+    {"schedulerName": "hami-scheduler"},
+    {"registrar": {"nodeLabelSelector": "gpu=on,zone=a"}},
+    {"deviceConfig": {"config": {"nvidia": {"overwriteEnv": True}}}},
 ]
 
 # Exact ClusterRole rules per component: (apiGroup, resource) -> verbs. Anything more is a privilege leak.
@@ -167,9 +183,43 @@ def check_invariants(objs: Objects) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def test_helm_lints_the_chart_clean() -> None:
+    pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's SDK, Linux x86_64 only) is not installed")
+    from deploy.render import lint
+
+    assert lint() == []
+    for values in VALUES_SWITCHES:
+        assert lint(values=values) == [], values
+
+
+def test_lint_reports_what_helm_finds(tmp_path: Path) -> None:
+    """The lint wrapper is not blind: a chart whose template does not parse is reported."""
+    pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's SDK, Linux x86_64 only) is not installed")
+    from deploy.render import CHART_DIR, lint
+
+    broken = tmp_path / "vgpu-scheduler"
+    shutil.copytree(CHART_DIR, broken)
+    (broken / "templates" / "broken.yaml").write_text("kind: {{ .Values.x | nosuchfunction }}\n", encoding="utf-8")
+    found = lint(broken)
+    assert any("nosuchfunction" in line for line in found), found
+
+
 def test_committed_manifests_are_the_chart_rendered_with_default_values(chart: Chart) -> None:
+    from deploy.render import manifest_files, stale_files
+
     stale = stale_files(MANIFESTS_DIR, manifest_files(chart))
-    assert not stale, f"run `python deploy/render.py`: stale {stale}"
+    assert not stale, f"run `python -m deploy.render`: stale {stale}"
+
+
+def test_render_check_flags_a_hand_edited_manifest(chart: Chart, tmp_path: Path) -> None:
+    from deploy.render import main
+
+    out = tmp_path / "manifests"
+    assert main(["--out", str(out)]) == 0
+    assert main(["--out", str(out), "--check"]) == 0
+    edited = out / "webhook.yaml"
+    edited.write_text(edited.read_text(encoding="utf-8").replace("failurePolicy: Fail", "failurePolicy: Ignore"))
+    assert main(["--out", str(out), "--check"]) == 1
 
 
 def test_plain_manifests_hold_every_component(manifests: Objects) -> None:
@@ -194,7 +244,7 @@ def test_plain_manifests_hold_every_component(manifests: Objects) -> None:
 
 def test_the_namespace_is_excluded_from_the_webhook(manifests: Objects) -> None:
     assert manifests.get("Namespace", NS)["metadata"]["labels"]["hami.io/webhook"] == "ignore"
-    assert (MANIFESTS_DIR / NAMESPACE_FILE).is_file()
+    assert (MANIFESTS_DIR / "00-namespace.yaml").is_file()
 
 
 def test_kube_scheduler_configuration_calls_the_extender(manifests: Objects) -> None:
@@ -297,6 +347,40 @@ def test_webhook_fails_closed_and_skips_ignored_objects(manifests: Objects) -> N
     assert [p["port"] for p in svc["spec"]["ports"]] == [443]
     extender_labels = manifests.get("Deployment", f"{FULL}-extender")["spec"]["template"]["metadata"]["labels"]
     assert selector_matches(svc["spec"]["selector"], extender_labels)
+
+
+def cel_resource_names(hook: Obj) -> list[str]:
+    """The resource names in the match condition's CEL list literal (its only list of quoted strings)."""
+    [condition] = hook["matchConditions"]
+    [literal] = re.findall(r'\[("[^"\]]+"(?:,"[^"\]]+")*)\]', condition["expression"])
+    return [name.strip('"') for name in literal.split(",")]
+
+
+def test_webhook_sees_only_pods_that_name_a_managed_resource(manifests: Objects) -> None:
+    """Semantics are proven on a real API server (tests/controlplane/test_webhook_gate.py); here, the shape."""
+    [hook] = manifests.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    [condition] = hook["matchConditions"]
+    assert condition["name"] == "asks-for-a-managed-resource"
+    expression = condition["expression"]
+    for part in ("object.spec.initContainers", "object.spec.containers", "c.resources.limits", "c.resources.requests"):
+        assert part in expression
+    assert sorted(cel_resource_names(hook)) == sorted(NVIDIA_RESOURCES)
+
+
+def test_webhook_match_condition_follows_the_device_config(chart: Chart) -> None:
+    renamed = {"resourceCountName": "acme.com/gpu", "resourcePriorityName": ""}
+    objs = render_objects(chart, {"deviceConfig": {"config": {"nvidia": renamed}}})
+    [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    expected = set(NVIDIA_RESOURCES) - {"nvidia.com/gpu", "nvidia.com/priority"} | {"acme.com/gpu"}
+    assert set(cel_resource_names(hook)) == expected
+
+
+def test_overwrite_env_sends_every_pod_to_the_webhook(chart: Chart) -> None:
+    """With overwriteEnv the webhook hides the GPUs from pods that ask for none, so it must see them all."""
+    objs = render_objects(chart, {"deviceConfig": {"config": {"nvidia": {"overwriteEnv": True}}}})
+    [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    assert "matchConditions" not in hook
+    assert hook["failurePolicy"] == "Fail"
 
 
 def test_extender_deployment(manifests: Objects) -> None:
@@ -455,7 +539,9 @@ def test_external_redis(chart: Chart, external: dict[str, str], expected_env: di
 
 
 def test_external_redis_without_a_url_is_refused(chart: Chart) -> None:
-    with pytest.raises(TemplateError, match=r"redis\.external\.url"):
+    from deploy.render import RenderError
+
+    with pytest.raises(RenderError, match=r"redis\.external\.url"):
         render_objects(chart, {"redis": {"enabled": False}})
 
 
@@ -515,10 +601,7 @@ def test_scheduler_name_reaches_the_profile_and_the_webhook(chart: Chart) -> Non
 
 
 def test_release_name_and_namespace_flow_everywhere(chart: Chart) -> None:
-    from deploy.render import objects as parse_objects
-    from deploy.render import render_chart
-
-    objs = Objects(parse_objects(render_chart(chart, release="gpu", namespace="infra")))
+    objs = render_objects(chart, release="gpu", namespace="infra")
     names = {o["metadata"]["name"] for o in objs.items}
     assert "gpu-vgpu-scheduler-extender" in names
     config = scheduler_config_named(objs, "gpu-vgpu-scheduler-kube-scheduler")

@@ -1,4 +1,4 @@
-"""NVIDIA Fit, check by check, with the reason each failing device counts (hami-compat §6.4, §6.6, §8)."""
+"""NVIDIA Fit, check by check, with the reason each failing device counts (hami-wire §6.4, §6.6, §8)."""
 
 from __future__ import annotations
 

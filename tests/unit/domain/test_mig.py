@@ -1,4 +1,4 @@
-"""MIG choice (dynamic profiles, legacy templates) and the fail-closed MIG accounting of hami-compat §7."""
+"""MIG choice (dynamic profiles, legacy templates) and the fail-closed MIG accounting of hami-wire §7."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def times(t: MigTemplate, count: int) -> MigTemplate:
     return MigTemplate(t.name, t.memory_mib, t.core_pct, count)
 
 
-# hami-compat §7.2's A100-40GB example: 1g.5gb×7 | 1g.5gb×1 + 2g.10gb×3 | 3g.20gb×2 | 7g.40gb×1
+# hami-wire §7.2's A100-40GB example: 1g.5gb×7 | 1g.5gb×1 + 2g.10gb×3 | 3g.20gb×2 | 7g.40gb×1
 A100_GEOMETRIES = (
     (times(T1G, 7),),
     (times(T1G, 1), times(T2G, 3)),

@@ -1,4 +1,4 @@
-"""plan(): node and device choice for whole pods, the seed user stories, init/app containers, MIG, topology."""
+"""plan(): node and device choice for whole pods, HAMi's user stories, init/app containers, MIG, topology."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_seed_stories_node_policy(node_policy: NodePolicy, pod2_node: str) -> No
     nodes = [snap("node1"), snap("node2")]
     policies = Policies(node=node_policy)
     d1, nodes = place(ONE_GPU, nodes, policies=policies)
-    assert d1.node == "node1"  # equal scores: the first name wins (decision 8)
+    assert d1.node == "node1"  # equal scores: the first name wins (difference 8)
     d2, _ = place(ONE_GPU, nodes, policies=policies)
     assert d2.node == pod2_node
 

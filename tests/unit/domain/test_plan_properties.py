@@ -3,6 +3,7 @@
 * the fast path returns exactly what the exhaustive evaluation returns, and a node its summary calls hopeless
   never fits;
 * the answer is deterministic and does not depend on the order the nodes are given in;
+* nodes with a bind in flight (``busy``) are chosen only when no other node fits; reasons do not depend on them;
 * binpack chooses a feasible node of maximal score, spread one of minimal score;
 * no device ever exceeds its slots, memory or cores (MIG GPUs: slots, memory, non-overlapping placements),
   however many decisions are applied in a row.
@@ -165,6 +166,33 @@ def test_fast_path_equals_exhaustive(
     assert fast == full
     if isinstance(fast, Failure):
         assert set(fast.reasons) == {n.name for n in nodes}
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster(), pod_request(), constraints(), policies, quotas, st.data())
+def test_busy_nodes_are_chosen_only_when_no_other_fits(
+    nodes: list[NodeSnapshot],
+    p: PodRequest,
+    c: PodConstraints,
+    pol: Policies,
+    quota: QuotaState | None,
+    data: st.DataObject,
+) -> None:
+    names = [n.name for n in nodes]
+    busy = frozenset(data.draw(st.lists(st.sampled_from(names), unique=True)) if names else [])
+    free = [n for n in nodes if n.name not in busy]
+    result = plan(p, c, nodes, policies=pol, quota=quota, busy=busy)
+    assert result == plan(p, c, nodes, policies=pol, quota=quota, busy=busy, exhaustive=True)
+    alone = plan(p, c, free, policies=pol, quota=quota)
+    if isinstance(alone, Decision):
+        assert isinstance(result, Decision) and result.node == alone.node and result.devices == alone.devices
+    elif isinstance(result, Decision):
+        assert result.node in busy
+        only_busy = plan(p, c, [n for n in nodes if n.name in busy], policies=pol, quota=quota)
+        assert isinstance(only_busy, Decision) and only_busy.node == result.node
+    else:
+        unaware = plan(p, c, nodes, policies=pol, quota=quota)
+        assert isinstance(unaware, Failure) and unaware.reasons == result.reasons
 
 
 @settings(max_examples=150, deadline=None)

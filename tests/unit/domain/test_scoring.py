@@ -1,8 +1,8 @@
-"""Device and node scores, and the device preference order (hami-compat §6.2, §6.3; decisions 7, 8, 15).
+"""Device and node scores, and the device preference order (hami-wire §6.2, §6.3; differences 7, 8, 15).
 
-Seed numbers come from HAMi's scheduler-policy proposal (``docs/develop/scheduler-policy.md``: GPU 6.75 vs
+Reference numbers come from HAMi's scheduler-policy proposal (``docs/develop/scheduler-policy.md``: GPU 6.75 vs
 17.75, node 10 vs 7.5) and the website's ``docs/developers/scheduling.md`` (GPU 7.75 vs 18.75 with the slot term;
-weights example GPU A 16 vs 15 and 26 vs 27). Cases marked "derived" were built from hami-compat where the seed
+weights example GPU A 16 vs 15 and 26 vs 27). Cases marked "derived" were built from docs/hami-wire.md where HAMi's
 text could not be found (the node score table 7.0 / 21.0 / 0.0, the device score 16.25, the NUMA GPU-A…D order).
 """
 

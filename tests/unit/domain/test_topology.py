@@ -1,4 +1,4 @@
-"""Topology-aware device choice: HAMi's seed examples, decision 8's tie-break, and exactness against brute force."""
+"""Topology-aware device choice: HAMi's topology examples, difference 8's tie-break, exactness against brute force."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ SEED_GPUS = [gpu(i) for i in range(4)]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The seed document
+# HAMi's topology-policy proposal (docs/proposals/gpu-topo-policy.md in HAMi's repository)
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -69,7 +69,7 @@ def test_seed_three_cards_score_500_and_the_tie_break_picks_gpu0_gpu2_gpu3() -> 
     by_id = {d.id: d for d in SEED_GPUS}
     a = [by_id["gpu1"], by_id["gpu2"], by_id["gpu3"]]
     b = [by_id["gpu0"], by_id["gpu2"], by_id["gpu3"]]
-    # Decision 8: both sets score 500; both leave 400 between the set and the free card; lowest indices win.
+    # Difference 8: both sets score 500; both leave 400 between the set and the free card; lowest indices win.
     assert set_score(a, SEED) == set_score(b, SEED) == 500
     assert cut_score(a, [by_id["gpu0"]], SEED) == cut_score(b, [by_id["gpu1"]], SEED) == 400
     chosen = select_set(SEED_GPUS, 3, SEED)
@@ -78,8 +78,8 @@ def test_seed_three_cards_score_500_and_the_tie_break_picks_gpu0_gpu2_gpu3() -> 
 
 
 def test_seed_two_cards_follow_decision_8_not_the_seed_prose() -> None:
-    # Three pairs score 200: {0,3}, {1,2}, {2,3}. The seed prose prefers gpu2+gpu3 (the best-connected cards);
-    # decision 8 keeps the best-connected devices free: {2,3} leaves 600 to the rest, {0,3} and {1,2} leave 500,
+    # Three pairs score 200: {0,3}, {1,2}, {2,3}. The proposal's prose prefers gpu2+gpu3 (the best-connected cards);
+    # difference 8 keeps the best-connected devices free: {2,3} leaves 600 to the rest, {0,3} and {1,2} leave 500,
     # and {0,3} has the lower indices.
     chosen = select_set(SEED_GPUS, 2, SEED)
     assert ids(chosen) == ["gpu0", "gpu3"]
@@ -87,7 +87,7 @@ def test_seed_two_cards_follow_decision_8_not_the_seed_prose() -> None:
 
 
 def test_compat_doc_example_nvlink_pair_and_the_lonely_card() -> None:
-    # hami-compat §2.3 example: GPU-a and GPU-b share NVLinks (1260), GPU-c is cross-CPU (20) to both.
+    # hami-wire §2.3 example: GPU-a and GPU-b share NVLinks (1260), GPU-c is cross-CPU (20) to both.
     scores = {
         "GPU-a": {"GPU-b": 1260, "GPU-c": 20},
         "GPU-b": {"GPU-a": 1260, "GPU-c": 20},

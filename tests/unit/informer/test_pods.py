@@ -1,4 +1,4 @@
-"""What a pod holds (decision 10, §5.4): facts, status, collapsed allocation, unreadable annotations."""
+"""What a pod holds (difference 10, §5.4): facts, status, collapsed allocation, unreadable annotations."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The webhook's mutations and denials (hami-compat §5.3, §1.3, §8), checked through the JSONPatch it answers."""
+"""The webhook's mutations and denials (hami-wire §5.3, §1.3, §8), checked through the JSONPatch it answers."""
 
 from __future__ import annotations
 

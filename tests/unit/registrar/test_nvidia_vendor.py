@@ -1,4 +1,4 @@
-"""The pure NVIDIA vendor: register/topology/cordon decoding and liveness (hami-compat §2, decisions 1 and 9)."""
+"""The pure NVIDIA vendor: register/topology/cordon decoding and liveness (hami-wire §2, differences 1 and 9)."""
 
 from __future__ import annotations
 

@@ -77,7 +77,7 @@ def test_plot_without_matplotlib_is_a_clear_error(
     monkeypatch.setattr(importlib, "import_module", fake)
     code, err = run_cli(capsys, "simulate", "--plot", str(tmp_path / "charts"))
     assert code == 2
-    assert_one_line_error(err, "--plot needs matplotlib, which is not installed: pip install 'vgpu-scheduler[plot]'")
+    assert_one_line_error(err, "--plot needs matplotlib, which is not installed: pip install matplotlib")
 
 
 def test_emulator_bad_bind_and_bad_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -73,6 +73,7 @@ def test_render_comparison_one_row_per_combination() -> None:
         "nodes_touched": 3,
         "gpu": {"memory_utilisation": 0.5, "core_utilisation": 0.25},
         "fragmentation": {"ratio": 0.125},
+        "contention": {"binds_retried": 4, "lock_waits": 7},
     }
     rows = [(c, Outcome((), summary)) for c in DEFAULT_COMBINATIONS[:2]]
     lines = render_comparison(rows).splitlines()
@@ -88,8 +89,12 @@ def test_render_comparison_one_row_per_combination() -> None:
         "FRAGMENTATION",
         "NODES",
         "TOUCHED",
+        "BIND",
+        "RETRIES",
+        "LOCK",
+        "WAITS",
     ]
-    assert lines[1].split() == ["binpack", "binpack", "8/10", "2", "50.0%", "25.0%", "12.5%", "3"]
+    assert lines[1].split() == ["binpack", "binpack", "8/10", "2", "50.0%", "25.0%", "12.5%", "3", "4", "7"]
     assert len(lines) == 3
 
 
@@ -155,7 +160,7 @@ async def test_local_admission_mutates_denies_and_checks_quota() -> None:
     )
     bare = await admit(_gpu_pod({"nvidia.com/gpu": "1"}))
     assert bare.pod is not None
-    assert bare.pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] == "100"  # decision 16
+    assert bare.pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] == "100"  # difference 16
     assert bare.pod["spec"]["schedulerName"] == "hami-scheduler"
     over = await admit(_gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6000"}))
     assert over.pod is None and over.message == "admission denied: exceeding resource quota"

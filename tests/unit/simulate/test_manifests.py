@@ -93,16 +93,6 @@ BAD_CLUSTER = [
         "document 2: metadata.annotations[a]: expected a string, got a number",
         id="annotation-int",
     ),
-    pytest.param(
-        NODE.replace(REGISTER, "[{broken"),
-        "document 1: metadata.annotations[hami.io/node-nvidia-register]:",
-        id="register",
-    ),
-    pytest.param(
-        NODE.replace("\nstatus:", "\n    hami.io/node-nvidia-score: '[1'\nstatus:"),
-        "metadata.annotations[hami.io/node-nvidia-score]",
-        id="topology",
-    ),
     pytest.param(NODE.replace('"10"', "lots"), "status.allocatable[nvidia.com/gpu]", id="allocatable"),
     pytest.param(NODE + "---\n" + NODE, "document 2: metadata.name: Node n1 is already defined at", id="duplicate"),
     pytest.param(
@@ -136,6 +126,42 @@ BAD_CLUSTER = [
     ),
     pytest.param("kind: Namespace\nmetadata: {name: x}\n", "no Node in the cluster file", id="no-nodes"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            NODE.replace(REGISTER, "[{broken"),
+            "document 1: metadata.annotations[hami.io/node-nvidia-register]:",
+            id="register",
+        ),
+        pytest.param(
+            NODE.replace("\nstatus:", "\n    hami.io/node-nvidia-score: '[1'\nstatus:"),
+            "metadata.annotations[hami.io/node-nvidia-score]",
+            id="topology",
+        ),
+        pytest.param(
+            NODE.replace('"10"', '"0"'), "no allocatable nvidia.com/gpu: device plugin not registered", id="zero"
+        ),
+        pytest.param(
+            NODE.replace('nvidia.com/gpu: "10"', 'cpu: "4"'),
+            "no allocatable nvidia.com/gpu: device plugin not registered",
+            id="missing",
+        ),
+    ],
+)
+def test_a_node_the_registrar_would_drop_is_kept_with_a_warning_and_the_rest_proceed(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    second = NODE.replace("name: n1", "name: n2")
+    path = write(tmp_path, text + "---\n" + second)
+    cluster = load_cluster(path)
+    assert [n["metadata"]["name"] for n in cluster.nodes] == ["n1", "n2"]
+    assert [node for node, _ in cluster.unregistered] == ["n1"]
+    (warning,) = cluster.warnings
+    assert warning.startswith(f"{path}: node n1: ") and message in warning, warning
+    assert warning.endswith("its GPUs are not schedulable")
 
 
 @pytest.mark.parametrize(("text", "message"), BAD_CLUSTER)

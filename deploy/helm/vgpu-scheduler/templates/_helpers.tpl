@@ -1,5 +1,5 @@
 {{/*
-Helpers. Keep every template within the subset deploy/gotemplate.py renders (see docs/deploy.md).
+Helpers. Rendered by Helm (deploy/render.py uses Helm's SDK; see docs/deploy.md).
 */}}
 
 {{- define "vgpu-scheduler.name" -}}
@@ -63,6 +63,19 @@ hami.io/webhook: ignore
 
 {{- define "vgpu-scheduler.deviceConfigMap" -}}
 {{ .Values.deviceConfig.existingConfigMap | default (printf "%s-device" (include "vgpu-scheduler.fullname" .)) }}
+{{- end }}
+
+{{/*
+CEL list literal of the device config's resource names (count, memory, memory percentage, cores, priority):
+the resources the webhook acts on. Empty names (a resource switched off) are left out.
+*/}}
+{{- define "vgpu-scheduler.webhookResources" -}}
+{{- $nv := .Values.deviceConfig.config.nvidia }}
+{{- $names := list }}
+{{- range (list $nv.resourceCountName $nv.resourceMemoryName $nv.resourceMemoryPercentageName $nv.resourceCoreName $nv.resourcePriorityName) }}
+{{- if . }}{{ $names = append $names . }}{{ end }}
+{{- end }}
+{{- $names | toJson }}
 {{- end }}
 
 {{- define "vgpu-scheduler.leaseName" -}}

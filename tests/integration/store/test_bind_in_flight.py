@@ -1,0 +1,64 @@
+"""A node's "bind in flight" flag: its bind lock is held, or a reservation there is not yet confirmed. Lock changes
+move the node's generation and reach the change feed, so every extender replica re-reads the node."""
+
+from __future__ import annotations
+
+from shared.store import START_ID, ChangeKind, Store
+from tests.integration.store.conftest import alloc, gpu, node
+
+
+async def _busy(store: Store, name: str) -> bool:
+    return (await store.snapshots.load([name]))[name].bind_in_flight
+
+
+async def test_a_reservation_is_in_flight_until_confirmed(store: Store) -> None:
+    await store.inventory.put(node("n1", gpu("GPU-a")))
+    assert await _busy(store, "n1") is False
+    await store.reservations.reserve(alloc("p1", "n1", (("GPU-a", 1000, 30),)))
+    assert await _busy(store, "n1") is True
+    reserved_at = (await store.snapshots.load(["n1"]))["n1"].generation
+    assert await store.reservations.confirm("p1") is True
+    assert await _busy(store, "n1") is False
+    # the end of the bind in flight reaches the feed: replicas re-read the node
+    assert (await store.snapshots.load(["n1"]))["n1"].generation == reserved_at + 1
+
+
+async def test_a_confirmation_under_a_held_lock_changes_nothing_visible(store: Store) -> None:
+    await store.inventory.put(node("n1", gpu("GPU-a")))
+    await store.reservations.reserve(alloc("p1", "n1", (("GPU-a", 1000, 30),)))
+    await store.locks.acquire("n1", "default/p1", ttl_s=60)
+    locked_at = (await store.snapshots.load(["n1"]))["n1"].generation
+    assert await store.reservations.confirm("p1") is True
+    assert await _busy(store, "n1") is True
+    assert (await store.snapshots.load(["n1"]))["n1"].generation == locked_at
+
+
+async def test_a_held_lock_is_in_flight_and_its_changes_reach_the_feed(store: Store) -> None:
+    await store.inventory.put(node("n1", gpu("GPU-a")))
+    before = (await store.snapshots.load(["n1"]))["n1"].generation
+    head = await store.feed.latest_id()
+
+    taken = await store.locks.acquire("n1", "default/pod-a", ttl_s=60)
+    assert await _busy(store, "n1") is True
+    again = await store.locks.acquire("n1", "default/pod-a", ttl_s=60)  # re-entry changes nothing
+    assert again.info.token == taken.info.token
+    assert await store.locks.release("n1", "default/pod-b") is False  # not the holder: nothing changes
+    assert await store.locks.release("n1", "default/pod-a") is True
+    assert await _busy(store, "n1") is False
+
+    events = (await store.feed.read(head)).events
+    assert [(e.node, e.generation, e.kind) for e in events] == [
+        ("n1", before + 1, ChangeKind.USAGE),
+        ("n1", before + 2, ChangeKind.USAGE),
+    ]
+    assert (await store.snapshots.load(["n1"]))["n1"].generation == before + 2
+
+
+async def test_locks_and_reservations_of_other_nodes_do_not_count(store: Store) -> None:
+    await store.inventory.put(node("n1", gpu("GPU-a")))
+    await store.inventory.put(node("n2", gpu("GPU-b")))
+    await store.locks.acquire("n2", "default/pod-a", ttl_s=60)
+    await store.reservations.reserve(alloc("p2", "n2", (("GPU-b", 1000, 30),)))
+    loaded = await store.snapshots.load(["n1", "n2"])
+    assert (loaded["n1"].bind_in_flight, loaded["n2"].bind_in_flight) == (False, True)
+    assert len((await store.feed.read(START_ID)).events) >= 3
