@@ -32,6 +32,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "services.extender.main",
     "services.simulate.main",
     "services.allinone.main",
+    "services.inspect.main",
 )
 
 EXIT_USAGE = 2

@@ -10,7 +10,8 @@ Definitions (docs/simulate.md):
 * **memory / core utilisation** = allocated MiB (cores %) over the usable devices' registered totals, counting every
   pod that holds devices at the end (the cluster's running pods included);
 * **fragmentation** = the free memory on usable devices that already hold at least one allocation ("stranded":
-  usable only by pods that share a card, never by a whole-card request), over all free memory on usable devices;
+  usable only by pods that share a card, never by a whole-card request), over all free memory on usable devices
+  (``shared.domain.diagnosis.fragmentation``, which ``vgpu-scheduler usage`` uses too);
 * **nodes touched** = distinct nodes that received at least one workload pod.
 """
 
@@ -28,6 +29,7 @@ from shared.codec.reasons import parse_reason
 from shared.codec.register import decode_register
 from shared.codec.selectors import decode_cordon
 from shared.domain.accounting import collapse
+from shared.domain.diagnosis import fragmentation
 from shared.domain.model import NvidiaConfig
 from shared.errors import DecodeError
 
@@ -211,8 +213,6 @@ def summarize(
     mem_used = sum(min(s.used_mem_mib, s.devmem_mib) for s in usable)
     cores_total = sum(s.devcore for s in usable)
     cores_used = sum(min(s.used_cores, s.devcore) for s in usable)
-    free = sum(s.free_mem_mib for s in usable)
-    stranded = sum(s.free_mem_mib for s in usable if s.used > 0)
     reasons: Counter[str] = Counter()
     for r in results:
         if not r.placed:
@@ -233,12 +233,7 @@ def summarize(
             "cores_allocated": cores_used,
             "core_utilisation": _ratio(cores_used, cores_total),
         },
-        "fragmentation": {
-            "free_memory_mib": free,
-            "stranded_memory_mib": stranded,
-            "ratio": _ratio(stranded, free),
-            "idle_devices": sum(1 for s in usable if s.used == 0),
-        },
+        "fragmentation": fragmentation(usable).to_json(),
         "nodes_touched": len({r.node for r in placed if r.gpu}),
         "nodes_in_use": len({s.node for s in states.values() if s.used > 0}),
         "pending_reasons": dict(sorted(reasons.items())),

@@ -40,6 +40,8 @@ class Service(enum.Enum):
     EXTENDER = "extender"
     ALL_IN_ONE = "all-in-one"
     SIMULATE = "simulate"
+    EXPLAIN = "explain"
+    USAGE = "usage"
 
 
 # --------------------------------------------------------------------------------------------
@@ -59,8 +61,10 @@ class Kind(enum.Enum):
 
 _ALL = frozenset(Service)
 _SERVERS = frozenset({Service.REGISTRAR, Service.INFORMER, Service.EXTENDER, Service.ALL_IN_ONE})
+_KUBE = _SERVERS | {Service.EXPLAIN}
 _EXT = frozenset({Service.EXTENDER, Service.ALL_IN_ONE})
 _EXT_SIM = frozenset({Service.EXTENDER, Service.ALL_IN_ONE, Service.SIMULATE})
+_PLANNERS = _EXT_SIM | {Service.EXPLAIN}
 _LEASED = frozenset({Service.REGISTRAR, Service.INFORMER, Service.ALL_IN_ONE})
 
 
@@ -120,18 +124,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("key-prefix", Kind.STRING, "vgpu", "Prefix of every Redis key.", _ALL, parse_nonempty, metavar="PREFIX",
          group="redis"),
     # -- kubernetes -----------------------------------------------------------------------------
-    Option("kubeconfig", Kind.STRING, None, "kubeconfig file (default: in-cluster config).", _SERVERS,
+    Option("kubeconfig", Kind.STRING, None, "kubeconfig file (default: in-cluster config; explain falls back "
+         "to $KUBECONFIG or ~/.kube/config outside a cluster).", _KUBE,
          metavar="FILE", group="kubernetes"),
     Option("kube-server", Kind.STRING, None, "API server URL to use directly, without credentials (the test "
-         "emulator); excludes --kubeconfig.", _SERVERS, metavar="URL", group="kubernetes"),
+         "emulator); excludes --kubeconfig.", _KUBE, metavar="URL", group="kubernetes"),
     Option("kube-qps", Kind.NUMBER, "500", "API client queries per second (HAMi flag; HAMi's default 5 caps a "
-         "replica at about one bind per second, so ours is 500).", _SERVERS, parse_float,
+         "replica at about one bind per second, so ours is 500).", _KUBE, parse_float,
          metavar="QPS", group="kubernetes"),
-    Option("kube-burst", Kind.INT, "1000", "API client burst (HAMi flag; HAMi's default is 10).", _SERVERS,
+    Option("kube-burst", Kind.INT, "1000", "API client burst (HAMi flag; HAMi's default is 10).", _KUBE,
          _int_min(0), metavar="N",
          group="kubernetes"),
     Option("kube-timeout", Kind.DURATION, "0s", "API client request timeout; 0 = no timeout (HAMi flag).",
-         _SERVERS, parse_nonneg_duration, metavar="DURATION", group="kubernetes"),
+         _KUBE, parse_nonneg_duration, metavar="DURATION", group="kubernetes"),
     Option("node-label-selector", Kind.STRING, "", "Only nodes with these labels are registered: k=v,k2=v2 "
          "(HAMi flag).", frozenset({Service.REGISTRAR, Service.ALL_IN_ONE}), parse_label_selector,
          metavar="K=V,...", group="kubernetes"),
@@ -149,10 +154,10 @@ OPTIONS: tuple[Option, ...] = (
     # -- scheduling ------------------------------------------------------------------------------
     Option("scheduler-name", Kind.STRING, "", "schedulerName the webhook sets on GPU pods; event source "
          "(HAMi flag; HAMi's chart: hami-scheduler).", _EXT_SIM, metavar="NAME", group="scheduling"),
-    Option("node-scheduler-policy", Kind.STRING, "binpack", "Node policy: binpack or spread (HAMi flag).", _EXT_SIM,
+    Option("node-scheduler-policy", Kind.STRING, "binpack", "Node policy: binpack or spread (HAMi flag).", _PLANNERS,
          parse_node_policy, metavar="POLICY", group="scheduling"),
     Option("gpu-scheduler-policy", Kind.STRING, "spread", "GPU policy: binpack, spread, topology-aware, mutex, "
-         "numa, or a comma chain such as binpack,numa (HAMi flag).", _EXT_SIM, parse_gpu_policy,
+         "numa, or a comma chain such as binpack,numa (HAMi flag).", _PLANNERS, parse_gpu_policy,
          metavar="POLICY", group="scheduling"),
     Option("force-overwrite-default-scheduler", Kind.BOOL, "true", "The webhook also redirects pods that name "
          "the default scheduler (HAMi flag).", _EXT_SIM, parse_go_bool, group="scheduling"),
@@ -271,6 +276,8 @@ _DESCRIPTIONS: Mapping[Service, str] = {
     Service.EXTENDER: "The kube-scheduler extender (/filter, /bind), admission webhook and metrics.",
     Service.ALL_IN_ONE: "Registrar, informer and extender in one process.",
     Service.SIMULATE: "Run the real services against an in-process API emulator; compare policies.",
+    Service.EXPLAIN: "Where a pod would go now, or why it fits nowhere, as the extender sees it (reserves nothing).",
+    Service.USAGE: "GPU usage per node and device: memory, cores, slots, pods, locks, cordons, stranded memory.",
 }
 
 

@@ -289,9 +289,21 @@ class SimulateSettings:
     extender: ExtenderSettings
 
 
-Settings = RegistrarSettings | InformerSettings | ExtenderSettings | AllInOneSettings | SimulateSettings
+@dataclass(frozen=True, slots=True)
+class InspectSettings:
+    """Settings of the operator commands ``explain`` and ``usage``: how to reach Redis (and, for ``explain``, the
+    API server) and the extender's default policies, so ``explain`` plans as ``/filter`` does."""
 
-_REDIS_REQUIRED = frozenset({Service.REGISTRAR, Service.INFORMER, Service.EXTENDER})
+    common: CommonSettings
+    node_policy: NodePolicy = NodePolicy.BINPACK
+    gpu_policy: GpuPolicy = field(default_factory=lambda: GpuPolicy((GpuPolicyToken.SPREAD,)))
+
+
+Settings = (
+    RegistrarSettings | InformerSettings | ExtenderSettings | AllInOneSettings | SimulateSettings | InspectSettings
+)
+
+_REDIS_REQUIRED = frozenset({Service.REGISTRAR, Service.INFORMER, Service.EXTENDER, Service.EXPLAIN, Service.USAGE})
 
 
 def default_instance_id() -> str:
@@ -402,6 +414,14 @@ def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
     )
 
 
+def _inspect(common: CommonSettings, r: _Resolved) -> InspectSettings:
+    if common.service is Service.USAGE:
+        return InspectSettings(common=common)
+    node_policy, gpu_policy = r.get("node-scheduler-policy"), r.get("gpu-scheduler-policy")
+    assert isinstance(node_policy, NodePolicy) and isinstance(gpu_policy, GpuPolicy)
+    return InspectSettings(common=common, node_policy=node_policy, gpu_policy=gpu_policy)
+
+
 def _as_service(service: Service | str) -> Service:
     if isinstance(service, Service):
         return service
@@ -433,6 +453,12 @@ def settings_from_args(
     service: Literal[Service.SIMULATE, "simulate"], args: argparse.Namespace, env: Mapping[str, str]
 ) -> SimulateSettings: ...
 @overload
+def settings_from_args(
+    service: Literal[Service.EXPLAIN, Service.USAGE, "explain", "usage"],
+    args: argparse.Namespace,
+    env: Mapping[str, str],
+) -> InspectSettings: ...
+@overload
 def settings_from_args(service: Service | str, args: argparse.Namespace, env: Mapping[str, str]) -> Settings: ...
 def settings_from_args(service: Service | str, args: argparse.Namespace, env: Mapping[str, str]) -> Settings:
     """Build ``service``'s settings from a namespace parsed by :func:`add_options` and an environment mapping.
@@ -448,6 +474,8 @@ def settings_from_args(service: Service | str, args: argparse.Namespace, env: Ma
         return _informer(common, r)
     if svc is Service.EXTENDER:
         return _extender(common, r)
+    if svc in (Service.EXPLAIN, Service.USAGE):
+        return _inspect(common, r)
     parts = (common, _registrar(common, r), _informer(common, r), _extender(common, r))
     if svc is Service.ALL_IN_ONE:
         return AllInOneSettings(*parts)
@@ -481,6 +509,12 @@ def settings_for(
 def settings_for(
     service: Literal[Service.SIMULATE, "simulate"], argv: Sequence[str], env: Mapping[str, str]
 ) -> SimulateSettings: ...
+@overload
+def settings_for(
+    service: Literal[Service.EXPLAIN, Service.USAGE, "explain", "usage"],
+    argv: Sequence[str],
+    env: Mapping[str, str],
+) -> InspectSettings: ...
 @overload
 def settings_for(service: Service | str, argv: Sequence[str], env: Mapping[str, str]) -> Settings: ...
 def settings_for(service: Service | str, argv: Sequence[str], env: Mapping[str, str]) -> Settings:

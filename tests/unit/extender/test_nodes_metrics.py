@@ -140,6 +140,6 @@ def test_legacy_metrics_repeat_the_gauges_under_hami_old_names() -> None:
 def test_bind_rate_ceiling_follows_the_api_rate_limit() -> None:
     from services.extender.main import bind_rate_ceiling
 
-    assert bind_rate_ceiling(5) == 1.0  # HAMi's client default: one bind per second
-    assert bind_rate_ceiling(100) == 20.0
+    assert bind_rate_ceiling(5) == 1.25  # HAMi's client default: about one bind per second (four calls each)
+    assert bind_rate_ceiling(100) == 25.0
     assert bind_rate_ceiling(0) is None  # no limit

@@ -1,0 +1,386 @@
+"""``vgpu-scheduler explain NAMESPACE/POD``: where a pod would go now, or why it fits nowhere; for a placed pod,
+its devices and their current usage. Reserves nothing, writes nothing.
+
+A pending pod is evaluated exactly as ``/filter`` evaluates it: the same request parsing, the same store snapshot
+(every registered node's inventory and usage counters), the namespace quota when it has limits, the same default
+policies (give ``explain`` the extender's ``--node-scheduler-policy``, ``--gpu-scheduler-policy`` and device
+config) and the pure core's ``plan``. Every node is then planned on its own for its verdict, and each refusal is
+put in plain words by :func:`shared.domain.diagnosis.nearest_miss`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from services.inspect.connect import InspectError, one_line, store_warning
+from services.inspect.devices import DeviceRow, device_rows, shares_by_device
+from shared.codec import annotations as keys
+from shared.codec.podannotations import decode_allocation
+from shared.codec.resources import pod_containers, pod_request
+from shared.codec.selectors import decode_pod_constraints
+from shared.config import InspectSettings
+from shared.domain.diagnosis import nearest_miss, quota_left
+from shared.domain.fit import normalize_request
+from shared.domain.model import MEM_PCT_UNSET, NvidiaConfig, PodDevices, QuotaState
+from shared.domain.plan import Decision, Failure, plan
+from shared.domain.scoring import Policies, effective_policy
+from shared.domain.snapshot import NodeSnapshot
+from shared.errors import DecodeError, NotFoundError
+from shared.k8s import Api
+from shared.store import AllocationRecord, Store
+
+TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    node: str
+    fits: bool
+    reason: str = ""
+    """The ``FailedNodes`` text the extender would give (empty when the pod fits)."""
+    miss: dict[str, Any] | None = None
+    devices: PodDevices = ()
+    """Where the pod's containers would go on this node (when it fits)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "verdict": "fits" if self.fits else "no-fit",
+            "reason": self.reason,
+            "nearest_miss": self.miss,
+            "devices": _devices_json(self.devices),
+        }
+
+
+@dataclass(slots=True)
+class Explanation:
+    """Everything ``explain`` found; ``to_json`` is the ``--output json`` shape."""
+
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    state: str
+    """``ended``, ``no-gpu``, ``pending``, ``reserved``, ``bound`` or ``foreign`` (bound without our annotations)."""
+    node: str | None
+    containers: list[dict[str, Any]] = field(default_factory=list)
+    policies: dict[str, str] = field(default_factory=dict)
+    quota: dict[str, Any] | None = None
+    nodes: list[NodeVerdict] = field(default_factory=list)
+    would_get: dict[str, Any] | None = None
+    allocation: dict[str, Any] | None = None
+    devices: list[DeviceRow] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": {
+                "namespace": self.namespace,
+                "name": self.name,
+                "uid": self.uid,
+                "phase": self.phase,
+                "state": self.state,
+                "node": self.node,
+            },
+            "containers": self.containers,
+            "policies": self.policies,
+            "quota": self.quota,
+            "nodes": [v.to_json() for v in self.nodes],
+            "would_get": self.would_get,
+            "allocation": self.allocation,
+            "devices": [d.to_json() for d in self.devices],
+            "warnings": self.warnings,
+        }
+
+
+def parse_target(target: str, namespace: str | None) -> tuple[str, str]:
+    """``NAMESPACE/POD``, or ``POD`` with ``-n NAMESPACE`` (default ``default``)."""
+    ns, sep, name = target.partition("/")
+    if not sep:
+        ns, name = namespace or "default", target
+    elif namespace is not None and namespace != ns:
+        raise InspectError(f"{target!r} names namespace {ns!r} but -n says {namespace!r}")
+    if not ns or not name or "/" in name:
+        raise InspectError(f"expected NAMESPACE/POD or POD, got {target!r}")
+    return ns, name
+
+
+def _devices_json(devices: PodDevices) -> list[list[dict[str, Any]]]:
+    return [[{"uuid": d.uuid, "mem_mib": d.used_mem_mib, "cores_pct": d.used_cores} for d in c] for c in devices]
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _container_names(pod: Mapping[str, Any]) -> list[tuple[str, bool]]:
+    init, app = pod_containers(pod)
+    names = [
+        (str(c.get("name", f"init-{i}")) if isinstance(c, Mapping) else f"init-{i}", True) for i, c in enumerate(init)
+    ]
+    names += [
+        (str(c.get("name", f"container-{i}")) if isinstance(c, Mapping) else f"container-{i}", False)
+        for i, c in enumerate(app)
+    ]
+    return names
+
+
+async def explain(settings: InspectSettings, store: Store, api: Api, namespace: str, name: str) -> Explanation:
+    """Read the pod, the store and plan (see the module docstring)."""
+    nvidia = settings.common.nvidia
+    try:
+        pod = await api.get_pod(namespace, name)
+    except NotFoundError:
+        raise InspectError(f"pod {namespace}/{name} not found") from None
+    meta = _meta(pod)
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    assert isinstance(status, Mapping) and isinstance(spec, Mapping)
+    phase = str(status.get("phase") or "")
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    assert isinstance(annotations, Mapping)
+    bound_to = spec.get("nodeName") or None
+    out = Explanation(
+        namespace=namespace,
+        name=name,
+        uid=str(meta.get("uid") or ""),
+        phase=phase,
+        state="pending",
+        node=str(bound_to) if bound_to else None,
+    )
+    warning = store_warning(await store.meta.status())
+    if warning:
+        out.warnings.append(warning)
+    try:
+        request = pod_request(pod, nvidia)
+        constraints = decode_pod_constraints({str(k): str(v) for k, v in annotations.items()})
+    except DecodeError as e:
+        raise InspectError(f"pod {namespace}/{name}: {one_line(e)} (the extender would refuse it the same way)") from e
+    policy = effective_policy(Policies(node=settings.node_policy, gpu=settings.gpu_policy), constraints)
+    out.policies = {"node": policy.node.value, "gpu": str(policy.gpu)}
+    out.containers = _containers(pod, request.containers, nvidia)
+    if phase in TERMINAL:
+        out.state = "ended"
+        return out
+    if not request.any:
+        out.state = "no-gpu"
+        return out
+    quota = await store.quota.get(namespace)
+    out.quota = _quota_json(namespace, quota, nvidia)
+    record = await store.reservations.get(out.uid) if out.uid else None
+    if record is not None:
+        await _placed(out, store, record)
+        return out
+    if keys.VGPU_NODE in annotations:
+        out.state = "bound"
+        out.node = str(annotations[keys.VGPU_NODE])
+        decoded = decode_allocation(pod)
+        devices: PodDevices = decoded[0] if decoded else ()
+        out.allocation = {"node": out.node, "state": "annotated", "devices": _devices_json(devices)}
+        out.warnings.append("the pod carries allocation annotations the store has not recorded (yet)")
+        await _device_usage(out, store, out.node, {d.uuid for c in devices for d in c})
+        return out
+    if bound_to:
+        out.state = "foreign"
+        return out
+    await _evaluate(out, settings=settings, store=store, request=request, constraints=constraints, quota=quota)
+    return out
+
+
+def _containers(pod: Mapping[str, Any], requests: Sequence[Any], nvidia: NvidiaConfig) -> list[dict[str, Any]]:
+    out = []
+    for (cname, init), req in zip(_container_names(pod), requests, strict=True):
+        if req.empty:
+            continue
+        r = normalize_request(req, nvidia)
+        out.append(
+            {
+                "name": cname,
+                "init": init,
+                "gpus": r.nums,
+                "mem_mib": r.mem_mib if r.mem_mib > 0 else None,
+                "mem_pct": r.mem_pct if r.mem_mib <= 0 and r.mem_pct != MEM_PCT_UNSET else None,
+                "cores_pct": r.cores_pct,
+                "type": r.type,
+            }
+        )
+    return out
+
+
+def _quota_json(namespace: str, quota: QuotaState, nvidia: NvidiaConfig) -> dict[str, Any] | None:
+    if not quota.limited:
+        return None
+    left = quota_left(quota, nvidia.memory_factor)
+    factor = max(nvidia.memory_factor, 1)
+    return {
+        "namespace": namespace,
+        "memory_resource": f"limits.{nvidia.resource_memory_name}",
+        "cores_resource": f"limits.{nvidia.resource_core_name}",
+        "mem_limit_mib": None if quota.limits.mem_mib is None else quota.limits.mem_mib * factor,
+        "mem_used_mib": quota.used_mem_mib,
+        "mem_left_mib": left.mem_mib,
+        "cores_limit_pct": quota.limits.cores_pct,
+        "cores_used_pct": quota.used_cores_pct,
+        "cores_left_pct": left.cores_pct,
+    }
+
+
+async def _placed(out: Explanation, store: Store, record: AllocationRecord) -> None:
+    a = record.allocation
+    out.state = "bound" if out.node else "reserved"
+    out.node = a.node
+    out.allocation = {"node": a.node, "state": record.state.value, "devices": _devices_json(a.devices)}
+    await _device_usage(out, store, a.node, {c.uuid for c in a.charges})
+
+
+async def _device_usage(out: Explanation, store: Store, node: str, uuids: set[str]) -> None:
+    states = await store.snapshots.load([node])
+    snap = states[node].snapshot() if node in states else None
+    if snap is None:
+        out.warnings.append(f"node {node} is not registered in the store: no usage figures")
+        return
+    shares = shares_by_device(await store.reservations.list_by_node(node, errors=[]))
+    out.devices = [row for row in device_rows(snap, shares) if row.uuid in uuids]
+
+
+async def _evaluate(
+    out: Explanation,
+    *,
+    settings: InspectSettings,
+    store: Store,
+    request: Any,
+    constraints: Any,
+    quota: QuotaState,
+) -> None:
+    nvidia = settings.common.nvidia
+    names = await store.inventory.list_nodes()
+    states = await store.snapshots.load(sorted(names))
+    snaps: list[NodeSnapshot] = []
+    for n in sorted(states):
+        st = states[n]
+        if st.error is not None:
+            out.warnings.append(f"node {n}: stored data unreadable ({one_line(st.error)}); left out")
+            continue
+        snap = st.snapshot()
+        if snap is not None:
+            snaps.append(snap)
+    if not snaps:
+        out.warnings.append("no GPU node is registered in the store")
+        return
+    policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
+    q = quota if quota.limited else None
+    overall = plan(request, constraints, snaps, policies=policies, quota=q, config=nvidia)
+    if isinstance(overall, Decision):
+        out.would_get = {"node": overall.node, "devices": _devices_json(overall.devices)}
+    for snap in snaps:
+        alone = plan(request, constraints, [snap], policies=policies, quota=q, config=nvidia)
+        if isinstance(alone, Decision):
+            out.nodes.append(NodeVerdict(snap.name, True, devices=alone.devices))
+            continue
+        assert isinstance(alone, Failure)
+        rejection = alone.rejections[snap.name]
+        miss = nearest_miss(
+            request, constraints, snap, rejection, policies=policies, quota=q, config=nvidia, namespace=out.namespace
+        )
+        out.nodes.append(NodeVerdict(snap.name, False, reason=rejection.text, miss=miss.to_json()))
+
+
+# --------------------------------------------------------------------------------------------
+# Text
+# --------------------------------------------------------------------------------------------
+
+
+def _request_text(c: Mapping[str, Any]) -> str:
+    parts = [f"{c['gpus']} GPU" + ("s" if c["gpus"] != 1 else "")]
+    if c["mem_mib"] is not None:
+        parts.append(f"{c['mem_mib']:,} MiB each")
+    elif c["mem_pct"] is not None:
+        parts.append(f"{c['mem_pct']}% of the memory each")
+    parts.append(f"{c['cores_pct']}% cores each")
+    kind = "init container" if c["init"] else "container"
+    return f"{kind} {c['name']}: " + ", ".join(parts)
+
+
+def _placement_text(devices: Sequence[Sequence[Mapping[str, Any]]]) -> str:
+    flat = [d for c in devices for d in c]
+    return ", ".join(f"{d['uuid']} ({d['mem_mib']:,} MiB, {d['cores_pct']}%)" for d in flat) or "no device"
+
+
+def _table(rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    return ["  ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]]).rstrip() for r in rows]
+
+
+def render_text(e: Explanation) -> str:
+    lines = [f"Pod {e.namespace}/{e.name}: {_state_text(e)}"]
+    for c in e.containers:
+        lines.append(f"  requests: {_request_text(c)}")
+    if e.policies:
+        lines.append(f"  policies: node {e.policies['node']}, GPU {e.policies['gpu']}")
+    if e.quota is not None:
+        lines.append(f"  {_quota_text(e.quota)}")
+    if e.nodes:
+        rows = [["NODE", "VERDICT", "REASON", "NEAREST MISS / PLACEMENT"]]
+        for v in e.nodes:
+            if v.fits:
+                rows.append([v.node, "fits", "-", "would use " + _placement_text(_devices_json(v.devices))])
+            else:
+                rows.append([v.node, "no fit", v.reason, (v.miss or {}).get("text", "")])
+        lines += ["", *_table(rows), ""]
+        if e.would_get is not None:
+            lines.append(f"Would get now: {e.would_get['node']}, on {_placement_text(e.would_get['devices'])}")
+        else:
+            lines.append("Would get now: no node; the nearest misses above say what is missing")
+        lines.append(
+            "(GPU checks only, as the extender sees them; kube-scheduler may also rule nodes out for taints, "
+            "selectors or CPU/memory)"
+        )
+    if e.allocation is not None:
+        lines.append(f"  devices ({e.allocation['state']}): {_placement_text(e.allocation['devices'])}")
+    if e.devices:
+        rows = [["DEVICE", "MEMORY USED", "CORES USED", "SLOTS", "PODS ON DEVICE"]]
+        for d in e.devices:
+            rows.append(
+                [
+                    d.uuid,
+                    f"{d.mem_used_mib:,}/{d.mem_mib:,} MiB",
+                    f"{d.cores_used}/{d.cores}%",
+                    f"{d.slots_used}/{d.slots}",
+                    ", ".join(f"{p.key} ({p.mem_mib:,} MiB, {p.cores_pct}%)" for p in d.pods) or "-",
+                ]
+            )
+        lines += ["", *_table(rows)]
+    lines += [f"warning: {w}" for w in e.warnings]
+    return "\n".join(lines)
+
+
+def _state_text(e: Explanation) -> str:
+    if e.state == "ended":
+        return f"{e.phase}; an ended pod holds no GPU"
+    if e.state == "no-gpu":
+        return f"{e.phase or 'Unknown'}; requests no GPU resource vgpu-scheduler manages"
+    if e.state == "foreign":
+        return f"bound to {e.node} without vgpu-scheduler's allocation annotations (another scheduler placed it)"
+    if e.state == "reserved":
+        return f"reserved on {e.node} by /filter, waiting for /bind (phase {e.phase or 'Pending'})"
+    if e.state == "bound":
+        return f"placed on {e.node} (phase {e.phase or 'unknown'})"
+    return f"{e.phase or 'Pending'}; not placed"
+
+
+def _quota_text(q: Mapping[str, Any]) -> str:
+    parts = []
+    if q["mem_left_mib"] is not None:
+        parts.append(
+            f"{q['mem_left_mib']:,} MiB of {q['memory_resource'].removeprefix('limits.')} left "
+            f"(limit {q['mem_limit_mib']:,}, used {q['mem_used_mib']:,})"
+        )
+    if q["cores_left_pct"] is not None:
+        parts.append(
+            f"{q['cores_left_pct']}% of {q['cores_resource'].removeprefix('limits.')} left "
+            f"(limit {q['cores_limit_pct']}, used {q['cores_used_pct']})"
+        )
+    return f"quota: namespace {q['namespace']} has " + "; ".join(parts)
