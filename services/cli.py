@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -36,6 +37,15 @@ SUBCOMMANDS: tuple[str, ...] = (
 )
 
 EXIT_USAGE = 2
+DISTRIBUTION = "vgpu-scheduler"
+
+
+def version() -> str:
+    """The installed package's version (its metadata), or a note when running from an uninstalled tree."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (package not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="GPU-sharing scheduler extender for Kubernetes, wire-compatible with HAMi's device plugin.",
         allow_abbrev=False,
     )
+    parser.add_argument("--version", action="version", version=f"{DISTRIBUTION} {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module_name in SUBCOMMANDS:
         module = importlib.import_module(module_name)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -44,6 +45,37 @@ EXIT_FAILED = 1
 EXIT_CONFIG = 2
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class FailureStreak:
+    """Consecutive failures of one retried operation: a capped, jittered exponential delay and a log level that
+    keeps a long outage quiet.
+
+    ``failed()`` counts a failure and returns the delay before the next try: ``initial_s * 2**(n-1)`` capped at
+    ``max_s``, jittered into [d/2, d]. ``level`` is WARNING on the 1st, 2nd, 4th, 8th, … failure of the streak
+    and DEBUG otherwise (an unreachable dependency is a few lines an hour, not one per retry). ``recovered()``
+    ends the streak and returns its length (0: there was none), for a single "recovered" line.
+    """
+
+    def __init__(self, initial_s: float, max_s: float, rng: random.Random | None = None) -> None:
+        self.initial_s = initial_s
+        self.max_s = max(max_s, initial_s)
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def failed(self) -> float:
+        self.failures += 1
+        base = min(self.max_s, self.initial_s * 2.0 ** min(self.failures - 1, 60))
+        return base / 2 + self._rng.random() * base / 2
+
+    @property
+    def level(self) -> int:
+        n = self.failures
+        return logging.WARNING if n > 0 and n & (n - 1) == 0 else logging.DEBUG
+
+    def recovered(self) -> int:
+        n, self.failures = self.failures, 0
+        return n
 
 
 async def cancel_until_done(

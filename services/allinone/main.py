@@ -1,8 +1,8 @@
 """``vgpu-scheduler all-in-one``: the registrar, informer and extender in one process (the composition root).
 
 Settings → logging → Redis (``--redis-url``, or an embedded in-process store when it is unset) → one kube client
-(``--kube-server``, ``--kubeconfig`` or the in-cluster service account) → one metrics registry → the extender on
-``--http_bind`` and the ops server (``/healthz``, ``/readyz`` of all three, ``/metrics``) on
+(``--kube-server``, ``--kubeconfig``, ``KUBECONFIG``, ``~/.kube/config`` or in-cluster) → one metrics registry →
+the extender on ``--http_bind`` and the ops server (``/healthz``, ``/readyz`` of all three, ``/metrics``) on
 ``--metrics-bind-address``, supervised by :func:`shared.runtime.run_service`. SIGTERM: the extender drains, the
 registrar and informer give their leases up, the process exits 0.
 """

@@ -3,7 +3,9 @@
 Plan, then commit (docs/store.md, Consistency, hami-wire §5.1 with differences 3 and 6):
 
 1. Parse the body (Go JSON rules, 1 MiB cap) and the pod's requests; a pod that asks for nothing we manage
-   passes through unchanged. Bad input, an invalid policy or weights annotation → an ``Error`` answer.
+   passes through unchanged. A managed resource with a bad value (``gpumem: 20Gi``, ``gpu: -1``: the webhook
+   was bypassed) → every candidate refused with the message saying what to write, never a pass-through to a
+   node without the GPU. Bad input, an invalid policy or weights annotation → an ``Error`` answer.
 2. Full ``Nodes`` (autoscaler simulation): evaluate the given nodes' annotations with zero usage, reserve
    nothing, answer the best node plus the failed ones.
 3. ``NodeNames``: refuse with an ``Error`` while the snapshot or the store is not ready (never guess). Drop the
@@ -28,7 +30,7 @@ from services.extender.events import pod_ref
 from services.extender.metrics import ExtenderMetrics, FilterOutcome
 from services.extender.nodes import NODE_UNREGISTERED, inventory_from_node, node_name
 from services.extender.snapshot import SnapshotCache
-from shared.codec.resources import pod_request
+from shared.codec.resources import ResourceRequestError, pod_request
 from shared.codec.selectors import decode_pod_constraints
 from shared.config import ExtenderSettings
 from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
@@ -36,7 +38,7 @@ from shared.domain.plan import Decision, Failure, plan, plan_tiers
 from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 from shared.errors import DecodeError, PermanentError, TransientError, VgpuError
-from shared.protocol.events import filter_failure_events, filter_success_event, reason_types
+from shared.protocol.events import filter_failure_events, filter_success_event, invalid_request_event, reason_types
 from shared.protocol.extender import (
     EMPTY_BODY_MESSAGE,
     MAX_BODY_BYTES,
@@ -145,7 +147,10 @@ class FilterHandler:
     async def filter(self, args: ExtenderArgs) -> ExtenderFilterResult:
         """Answer one parsed ``ExtenderArgs``."""
         try:
-            pod = self._decode_pod(args)
+            try:
+                pod = self._decode_pod(args)
+            except ResourceRequestError as e:
+                return self._invalid_request(args, e)
             if pod is None:
                 self._metrics.filter_outcome(FilterOutcome.PASSTHROUGH)
                 return ExtenderFilterResult.passthrough(args)
@@ -184,6 +189,27 @@ class FilterHandler:
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
         return _Pod(namespace, name, uid, request, constraints, ref)
+
+    def _invalid_request(self, args: ExtenderArgs, error: ResourceRequestError) -> ExtenderFilterResult:
+        """A pod whose GPU request cannot be honoured as written: every candidate refused with what to write.
+
+        The webhook denies such a pod at creation; this is the same refusal when it was bypassed (not installed,
+        or a pod created before it was). Nothing is reserved; the Warning event carries the message."""
+        if args.node_names is not None:
+            names = list(args.node_names)
+        elif args.nodes is not None:
+            names = [node_name(node) for node in args.nodes]
+        else:
+            raise FilterError("extender args: neither NodeNames nor Nodes given", FilterOutcome.BAD_REQUEST)
+        message = str(error)
+        self._metrics.filter_outcome(FilterOutcome.INVALID_REQUEST)
+        key = f"{args.pod_namespace}/{args.pod_name}"
+        logger.info("pod refused: invalid GPU request", extra={"pod": key, "nodes": len(names), "error": message})
+        ref = pod_ref(args.pod_namespace, args.pod_name, args.pod_uid, "")
+        self._deps.event_sink.submit(
+            ref, [invalid_request_event(message)], once_key=(args.pod_uid or key, "invalid_request", message)
+        )
+        return ExtenderFilterResult.failure(dict.fromkeys(names, message))
 
     # ---- full Nodes: simulation, nothing reserved ---------------------------------------------------------------
 

@@ -60,6 +60,8 @@ class FilterOutcome(enum.Enum):
     """A node was chosen and the devices reserved."""
     UNSCHEDULABLE = "unschedulable"
     """No candidate fits: every node listed with its reason."""
+    INVALID_REQUEST = "invalid_request"
+    """A managed resource with a bad value (``gpumem: 20Gi``): every node refused with what to write instead."""
     QUOTA_EXCEEDED = "quota_exceeded"
     """The namespace quota refused the charge."""
     SIMULATED = "simulated"

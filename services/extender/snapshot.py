@@ -281,7 +281,13 @@ class SnapshotCache:
         self._status = status
         if self.loaded.is_set() and status.epoch != self._epoch and self._reload_reason != "epoch":
             self.stats.epoch_changes += 1
-            logger.warning("store epoch changed: dropping the node snapshot", extra={"epoch": status.epoch})
+            if self._epoch is None:  # a first start: the snapshot was loaded before any store epoch existed
+                logger.info("store epoch established: reloading the node snapshot", extra={"epoch": status.epoch})
+            else:
+                logger.warning(
+                    "store epoch changed: dropping the node snapshot",
+                    extra={"epoch": status.epoch, "old_epoch": self._epoch},
+                )
             self._nodes = {}
             self._snaps = {}
             self._gone = {}

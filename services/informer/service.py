@@ -42,7 +42,7 @@ from shared.errors import DecodeError, NotFoundError, TransientError
 from shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resource, WatchEvent
 from shared.k8s import InformerSettings as WatchSettings
 from shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
-from shared.runtime import cancel_until_done
+from shared.runtime import FailureStreak, cancel_until_done
 from shared.store import Fence, ReservationState, StaleFenceError, Store, SyncMarker
 
 logger = logging.getLogger(__name__)
@@ -379,14 +379,22 @@ class _Term:
     async def _reconcile_loop(self) -> None:
         await self._loaded()
         interval_s = self.service.settings.reconcile_interval_s
+        streak = FailureStreak(self.tuning.retry_s, max(interval_s, self.tuning.retry_s))
         while True:
             try:
                 report = await self.reconcile()
             except TransientError as e:
-                logger.warning("reconcile pass failed, retrying", extra={"error": str(e)})
-                await _wait(self.reconcile_trigger, self.tuning.retry_s)
+                delay_s = streak.failed()
+                logger.log(
+                    streak.level,
+                    "reconcile pass failed, retrying with backoff",
+                    extra={"error": str(e), "failures": streak.failures, "retry_in_s": round(delay_s, 3)},
+                )
+                await _wait(self.reconcile_trigger, delay_s)
                 self.reconcile_trigger.clear()
                 continue
+            if failures := streak.recovered():
+                logger.info("reconcile pass succeeded again", extra={"failures": failures})
             if not report.synced:
                 continue  # flushed during the pass: again, at once
             await _wait(self.reconcile_trigger, interval_s)
@@ -413,23 +421,35 @@ class _Term:
         interval_s = self.tuning.lock_sweep_s or min(settings.node_lock_timeout_s / 10, 10.0)
         await self.nodes.ready.wait()
         await self.pods.ready.wait()
+        streak = FailureStreak(interval_s, interval_s)
         while True:
             try:
                 await self.locks.sweep()
             except TransientError as e:
-                logger.warning("node lock sweep failed", extra={"error": str(e)})
+                streak.failed()
+                logger.log(streak.level, "node lock sweep failed", extra={"error": str(e), "failures": streak.failures})
+            else:
+                if failures := streak.recovered():
+                    logger.info("node lock sweep succeeded again", extra={"failures": failures})
             await asyncio.sleep(interval_s)
 
     async def _reservation_loop(self) -> None:
         settings = self.service.settings
         interval_s = self.tuning.reservation_sweep_s or min(settings.reservation_grace_s / 4, 15.0)
         await self._loaded()
+        streak = FailureStreak(interval_s, interval_s)
         while True:
             await asyncio.sleep(interval_s)
             try:
                 await self.expire_reservations()
             except TransientError as e:
-                logger.warning("reservation sweep failed", extra={"error": str(e)})
+                streak.failed()
+                logger.log(
+                    streak.level, "reservation sweep failed", extra={"error": str(e), "failures": streak.failures}
+                )
+            else:
+                if failures := streak.recovered():
+                    logger.info("reservation sweep succeeded again", extra={"failures": failures})
 
 
 __all__ = ["LEASE_NAME", "InformerDeps", "InformerService", "InformerTuning"]

@@ -1,34 +1,85 @@
-"""Container resources → NVIDIA device requests, HAMi's ``GenerateResourceRequests`` (hami-wire §1.2).
+"""Container resources → NVIDIA device requests (HAMi's ``GenerateResourceRequests``, made strict; hami-wire §1.2).
 
 Input is the Kubernetes API JSON of a container / pod (camelCase, quantities as the API serves them, e.g.
 ``"3k"``, or plain numbers in hand-written specs). Each resource is taken from ``limits``, else ``requests``.
 
-1. ``n`` = the count resource. Absent, not a whole number, or ≤ 0 → the empty request (no NVIDIA request).
-2. Memory: must be a whole number in ``0 ..= MaxInt32 // max(memoryFactor, 1)``, else the **whole request is
-   empty** (HAMi's contract: such a container silently asks for no GPU). Then × memoryFactor.
-3. Memory percentage: starts at the sentinel 101 (unset); > 100 is clamped to 100; ≤ 0 or not a whole number is
-   ignored (stays 101).
-4. Percentage unset and memory 0: ``defaultMemory`` if non-zero (not scaled), else 100 %.
-5. Cores: ``defaultCores``, overridden by the core resource when it is a whole number (clamping > 100 happens
-   at fit time, as in HAMi).
+**Every managed resource is validated first, the same way at every layer** (the webhook denies with the
+message, ``/filter`` refuses every node with it, ``simulate`` reports it): a container that names the count,
+memory, memory-percentage, cores or priority resource (the names come from the device config) with a value
+that cannot mean what it says is a :class:`ResourceRequestError` whose message says what to write instead::
 
-Where HAMi would wrap a number through ``int32(...)`` we refuse instead: a count above 2³¹−1 or cores outside
-``0 ..= 2³¹−1`` is a DecodeError (the API server never produces these: extended resources are non-negative
-integers). A value that is not a Kubernetes quantity at all is a DecodeError too (HAMi could never receive it).
-"Whole number in int64 range" stands for Go's ``Quantity.AsInt64()`` on the canonical forms the API serves.
+    nvidia.com/gpumem is in MiB: "20Gi" would be 21474836480 MiB; did you mean 20480?
+
+The rules, per kind of value:
+
+* **count** (``nvidia.com/gpu``): a whole number ``0 ..= 2³¹−1`` of GPUs, no binary unit (``"1Ki"``);
+  fractions (``"500m"``) are refused with a pointer to memory / percentage sharing.
+* **memory** (``nvidia.com/gpumem``, units of ``memoryFactor`` MiB): a whole number ``0 ..= 2³¹−1 //
+  memoryFactor``; a binary unit (``"20Gi"``) or a value beyond that range is read as bytes to suggest the
+  MiB figure; a fraction suggests the next whole MiB.
+* **percentages** (``gpumem-percentage``, ``gpucores``): a whole number ``0 ..= 100``, no unit.
+* **priority**: a whole number ``0 ..= 2³¹−1``, no unit.
+* anything negative, or not a Kubernetes quantity at all (``"20GB"``), is refused.
+
+Decimal suffixes are accepted for every kind: the API server normalises what it stores (``gpumem: 3000`` is
+served as ``"3k"``), so they cannot tell a mistake from a plain number.
+
+Then, for a valid container:
+
+1. ``n`` = the count. Absent while memory, percentage or cores are given → ``defaultGPUNum`` (what the webhook
+   writes into the limits), refused when that is 0. ``0`` → the empty request (no NVIDIA request), refused when
+   memory or a percentage asks for something on those zero GPUs.
+2. Memory × memoryFactor.
+3. Memory percentage: ``0`` means unset (the sentinel 101).
+4. Percentage unset and memory 0: ``defaultMemory`` if non-zero (not scaled), else 100 %.
+5. Cores: ``defaultCores``, overridden by the core resource.
+
+Where this differs from HAMi on purpose: HAMi turns a bad memory value into *no request at all* (the pod is
+placed anywhere, without a GPU), ignores a bad percentage, clamps cores above 100 and wraps counts through
+int32; each of these is a refusal here, so a pod that asks for a GPU either gets one or is told why not.
 """
 
 from __future__ import annotations
 
+import enum
+import math
+import re
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 from shared.codec._go import INT32_MAX, fail
-from shared.codec.quantity import parse_quantity, whole_int64
+from shared.codec.quantity import parse_quantity
 from shared.domain.fit import default_memory
 from shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, NVIDIA, ContainerRequest, NvidiaConfig, PodRequest
+from shared.errors import DecodeError
 
 _NO_RESOURCES: Mapping[str, Any] = {}
+_MIB = 2**20
+_BINARY_SUFFIX = re.compile(r"(?P<mantissa>.*?)(?P<suffix>[KMGTPE]i)\Z")
+_BYTE_UNIT = re.compile(r"(?P<size>[0-9.]+\s*[kKMGTPE]i?)[bB]\Z")
+
+
+class ResourceRequestError(DecodeError):
+    """A container asks for a managed resource with a value that cannot be honoured as written.
+
+    ``problems`` are the operator-facing sentences (one per bad value, each naming the container and saying
+    what to write instead); ``str()`` is them joined with ``"; "``.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("resources", "; ".join(self.problems))
+
+    def __str__(self) -> str:
+        return "; ".join(self.problems)
+
+
+class _Kind(enum.Enum):
+    COUNT = "count"
+    MEMORY = "memory"
+    PERCENT = "percent"
+    PRIORITY = "priority"
 
 
 def _mapping(v: Any, what: str) -> Mapping[str, Any]:
@@ -47,48 +98,199 @@ def _lists(container: Any, what: str) -> tuple[Mapping[str, Any], Mapping[str, A
     )
 
 
-def _whole(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str, what: str) -> tuple[bool, int | None]:
-    """(present, value as int64 when it is a whole number). Limits win over requests by key presence."""
-    if name in limits:
-        source, raw = "limits", limits[name]
-    elif name in requests:
-        source, raw = "requests", requests[name]
-    else:
-        return False, None
-    return True, whole_int64(parse_quantity(raw, f"{what}.resources.{source}[{name}]"))
+def _raw(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str) -> tuple[bool, Any]:
+    """(present, raw value). Limits win over requests by key presence."""
+    if name and name in limits:
+        return True, limits[name]
+    if name and name in requests:
+        return True, requests[name]
+    return False, None
+
+
+def _shown(raw: Any) -> str:
+    """A value as the operator wrote it: strings quoted, numbers bare."""
+    if isinstance(raw, str):
+        return f'"{raw}"'
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, int | float):
+        return repr(raw)
+    return type(raw).__name__
+
+
+def _decimal(q: Fraction) -> str:
+    """An exact decimal rendering of a parsed quantity (at most nine decimals, as quantities are)."""
+    if q.denominator == 1:
+        return str(q.numerator)
+    sign = "-" if q < 0 else ""
+    mag = abs(q)
+    whole, rest = divmod(mag.numerator, mag.denominator)
+    digits = []
+    for _ in range(12):
+        if not rest:
+            break
+        rest *= 10
+        d, rest = divmod(rest, mag.denominator)
+        digits.append(str(d))
+    return f"{sign}{whole}.{''.join(digits)}" + ("..." if rest else "")
+
+
+class _Reader:
+    """Reads one container's managed resources, collecting every problem before raising."""
+
+    def __init__(self, cfg: NvidiaConfig, label: str) -> None:
+        self.cfg = cfg
+        self.label = label
+        self.problems: list[str] = []
+
+    def problem(self, text: str) -> None:
+        self.problems.append(f"{self.label}: {text}")
+
+    # ---- hints -------------------------------------------------------------------------------------------------
+
+    def _unit(self) -> str:
+        factor = max(self.cfg.memory_factor, 1)
+        return "MiB" if factor == 1 else f"units of {factor} MiB (memoryFactor {factor})"
+
+    def _bytes_to_units(self, n_bytes: Fraction) -> int:
+        return math.floor(n_bytes / (_MIB * max(self.cfg.memory_factor, 1)))
+
+    def _hint(self, kind: _Kind, name: str) -> str:
+        if kind is _Kind.COUNT:
+            return f"write a whole number of GPUs, e.g. {name}: 1"
+        if kind is _Kind.MEMORY:
+            example = f", e.g. {name}: 20480 for 20 GiB" if max(self.cfg.memory_factor, 1) == 1 else ""
+            return f"write a whole number of {self._unit()}{example}"
+        if kind is _Kind.PERCENT:
+            return "write a whole number from 0 to 100"
+        return "write a whole number, e.g. 0 or 1"
+
+    # ---- one value ---------------------------------------------------------------------------------------------
+
+    def read(self, limits: Mapping[str, Any], requests: Mapping[str, Any], name: str, kind: _Kind) -> int | None:
+        """The validated whole value of ``name`` (``None`` when absent or refused; refusals are collected)."""
+        present, raw = _raw(limits, requests, name)
+        if not present:
+            return None
+        try:
+            q = parse_quantity(raw, name)
+        except DecodeError:
+            self.problem(self._not_a_quantity(raw, name, kind))
+            return None
+        text = self._check(raw, q, name, kind)
+        if text is not None:
+            self.problem(text)
+            return None
+        return q.numerator
+
+    def _not_a_quantity(self, raw: Any, name: str, kind: _Kind) -> str:
+        text = f"{name}: {_shown(raw)} is not a number"
+        if kind is _Kind.MEMORY and isinstance(raw, str):
+            m = _BYTE_UNIT.match(raw.strip())
+            if m:
+                try:
+                    n_bytes = parse_quantity(m["size"].replace(" ", "").replace("K", "k").replace("ki", "Ki"))
+                except DecodeError:
+                    n_bytes = None
+                if n_bytes is not None and n_bytes > 0:
+                    suggestion = self._bytes_to_units(n_bytes)
+                    if suggestion >= 1:
+                        return f"{name} is in {self._unit()}: {_shown(raw)} is not a number; did you mean {suggestion}?"
+        return f"{text}; {self._hint(kind, name)}"
+
+    def _check(self, raw: Any, q: Fraction, name: str, kind: _Kind) -> str | None:
+        shown = _shown(raw)
+        if q < 0:
+            return f"{name} cannot be negative: got {shown}; {self._hint(kind, name)}"
+        binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
+        if kind is _Kind.MEMORY:
+            return self._check_memory(shown, q, name, binary is not None)
+        if binary is not None:
+            what = {_Kind.COUNT: "counts GPUs", _Kind.PERCENT: "is a percentage of one GPU"}.get(kind, "is a number")
+            plain = binary["mantissa"]
+            mean = f"; did you mean {plain}?" if plain.isdigit() else f"; {self._hint(kind, name)}"
+            unit = {_Kind.COUNT: " GPUs", _Kind.PERCENT: "%"}.get(kind, "")
+            return f"{name} {what} and takes no unit: {shown} would be {_decimal(q)}{unit}{mean}"
+        if q.denominator != 1:
+            if kind is _Kind.COUNT:
+                cfg = self.cfg
+                return (
+                    f"{name} counts whole GPUs: {shown} is {_decimal(q)}; to share a GPU, ask for {name}: 1 with "
+                    f"{cfg.resource_memory_name} (MiB) or {cfg.resource_memory_percentage_name}"
+                )
+            return f"{name} must be a whole number: {shown} is {_decimal(q)}; did you mean {math.ceil(q)}?"
+        if kind is _Kind.PERCENT and q > 100:
+            return f"{name} is a percentage of one GPU: {shown} is more than 100; use 100 for a whole GPU"
+        if q > INT32_MAX:
+            return f"{name}: {shown} is too large (at most {INT32_MAX}); {self._hint(kind, name)}"
+        return None
+
+    def _check_memory(self, shown: str, q: Fraction, name: str, binary: bool) -> str | None:
+        limit = INT32_MAX // max(self.cfg.memory_factor, 1)
+        if binary or q > limit:
+            unit = "MiB" if max(self.cfg.memory_factor, 1) == 1 else "units"
+            would = f"{name} is in {self._unit()}: {shown} would be {_decimal(q)} {unit}"
+            suggestion = self._bytes_to_units(q)
+            if 1 <= suggestion <= limit:
+                return f"{would}; did you mean {suggestion}?"
+            why = f"more than {limit}" if q > limit else "a unit does not belong here"
+            return f"{would}, {why}; {self._hint(_Kind.MEMORY, name)}"
+        if q.denominator != 1:
+            return f"{name} is a whole number of {self._unit()}: {shown} is {_decimal(q)}; did you mean {math.ceil(q)}?"
+        return None
+
+
+def _label(container: Any, what: str) -> str:
+    name = container.get("name") if isinstance(container, Mapping) else None
+    kind = "init container" if "initContainers" in what else "container"
+    return f'{kind} "{name}"' if isinstance(name, str) and name else what
 
 
 def container_request(container: Mapping[str, Any], cfg: NvidiaConfig, what: str = "container") -> ContainerRequest:
-    """One container's NVIDIA request (``nums == 0`` when it asks for none). ``what`` prefixes error locations."""
+    """One container's NVIDIA request (``nums == 0`` when it asks for none). ``what`` prefixes error locations.
+
+    Raises :class:`ResourceRequestError` (every problem of the container) for a managed resource with a bad
+    value, :class:`~shared.errors.DecodeError` for a container of the wrong shape.
+    """
     limits, requests = _lists(container, what)
-    present, n = _whole(limits, requests, cfg.resource_count_name, what)
-    if not present or n is None or n <= 0:
+    r = _Reader(cfg, _label(container, what))
+    count_name, mem_name, pct_name = (
+        cfg.resource_count_name,
+        cfg.resource_memory_name,
+        cfg.resource_memory_percentage_name,
+    )
+    n = r.read(limits, requests, count_name, _Kind.COUNT)
+    mem = r.read(limits, requests, mem_name, _Kind.MEMORY)
+    pct = r.read(limits, requests, pct_name, _Kind.PERCENT)
+    core = r.read(limits, requests, cfg.resource_core_name, _Kind.PERCENT)
+    r.read(limits, requests, cfg.resource_priority_name, _Kind.PRIORITY)
+    if r.problems:
+        raise ResourceRequestError(r.problems)
+
+    count_given, _ = _raw(limits, requests, count_name)
+    shares = [x for x in (mem_name, pct_name, cfg.resource_core_name) if _raw(limits, requests, x)[0]]
+    if not count_given:
+        if not shares:
+            return EMPTY_REQUEST
+        if cfg.default_gpu_num <= 0:
+            r.problem(f"{shares[0]} needs {count_name}, the number of GPUs: add {count_name}: 1")
+            raise ResourceRequestError(r.problems)
+        n = cfg.default_gpu_num  # what the webhook writes into the limits
+    assert n is not None
+    if n == 0:
+        asking = mem_name if mem else pct_name if pct else None
+        if asking is not None:
+            r.problem(
+                f"{count_name} is 0 but {asking} asks for GPU memory: set {count_name} to the number of GPUs "
+                f"(e.g. 1) or remove {asking}"
+            )
+            raise ResourceRequestError(r.problems)
         return EMPTY_REQUEST
-    if n > INT32_MAX:
-        fail(f"{what}.resources[{cfg.resource_count_name}]", f"GPU count {n} exceeds 2^31-1")
 
-    factor = max(cfg.memory_factor, 1)
-    mem_mib = 0
-    present, mem = _whole(limits, requests, cfg.resource_memory_name, what)
-    if present:
-        if mem is None or mem < 0 or mem > INT32_MAX // factor:
-            return EMPTY_REQUEST  # HAMi: not a plain int32-range integer → no request at all
-        mem_mib = mem * factor
-
-    mem_pct = MEM_PCT_UNSET
-    present, pct = _whole(limits, requests, cfg.resource_memory_percentage_name, what)
-    if present and pct is not None:
-        pct = min(pct, 100)
-        mem_pct = pct if pct > 0 else MEM_PCT_UNSET
-
+    mem_mib = (mem or 0) * max(cfg.memory_factor, 1)
+    mem_pct = pct if pct else MEM_PCT_UNSET
     mem_mib, mem_pct = default_memory(mem_mib, mem_pct, cfg)
-
-    cores = cfg.default_cores
-    present, core = _whole(limits, requests, cfg.resource_core_name, what)
-    if present and core is not None:
-        if not 0 <= core <= INT32_MAX:
-            fail(f"{what}.resources[{cfg.resource_core_name}]", f"cores {core} outside 0..2^31-1")
-        cores = core
+    cores = cfg.default_cores if core is None else core
     return ContainerRequest(nums=n, mem_mib=mem_mib, mem_pct=mem_pct, cores_pct=cores, type=NVIDIA)
 
 
@@ -116,10 +318,22 @@ def pod_containers(pod: Mapping[str, Any]) -> tuple[Sequence[Any], Sequence[Any]
 
 
 def pod_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> PodRequest:
-    """Every container's request, init containers first (difference 2); ``init_count`` marks the split."""
+    """Every container's request, init containers first (difference 2); ``init_count`` marks the split.
+
+    Raises :class:`ResourceRequestError` with the problems of every container (not only the first).
+    """
     init, app = pod_containers(pod)
-    reqs = [container_request(c, cfg, f"spec.initContainers[{i}]") for i, c in enumerate(init)]
-    reqs += [container_request(c, cfg, f"spec.containers[{i}]") for i, c in enumerate(app)]
+    located = [(f"spec.initContainers[{i}]", c) for i, c in enumerate(init)]
+    located += [(f"spec.containers[{i}]", c) for i, c in enumerate(app)]
+    reqs: list[ContainerRequest] = []
+    problems: list[str] = []
+    for what, c in located:
+        try:
+            reqs.append(container_request(c, cfg, what))
+        except ResourceRequestError as e:
+            problems.extend(e.problems)
+    if problems:
+        raise ResourceRequestError(problems)
     return PodRequest(containers=tuple(reqs), init_count=len(init))
 
 

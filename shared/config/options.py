@@ -124,8 +124,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("key-prefix", Kind.STRING, "vgpu", "Prefix of every Redis key.", _ALL, parse_nonempty, metavar="PREFIX",
          group="redis"),
     # -- kubernetes -----------------------------------------------------------------------------
-    Option("kubeconfig", Kind.STRING, None, "kubeconfig file (default: in-cluster config; explain falls back "
-         "to $KUBECONFIG or ~/.kube/config outside a cluster).", _KUBE,
+    Option("kubeconfig", Kind.STRING, None, "kubeconfig file. Without it, as kubectl: $KUBECONFIG (a "
+         "':'-separated list, merged), then ~/.kube/config, then the in-cluster service account.", _KUBE,
          metavar="FILE", group="kubernetes"),
     Option("kube-server", Kind.STRING, None, "API server URL to use directly, without credentials (the test "
          "emulator); excludes --kubeconfig.", _KUBE, metavar="URL", group="kubernetes"),

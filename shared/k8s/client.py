@@ -13,16 +13,20 @@ import asyncio
 import enum
 import json
 import logging
+import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio.client import ApiClient, Configuration, CoreV1Api
-from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+from kubernetes_asyncio.config import ConfigException, load_incluster_config
+from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader
 from yarl import URL
 
 from shared.errors import ConfigError, TransientError
@@ -34,9 +38,9 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class KubeSettings:
     """How to reach the API server. ``server`` (a direct URL, e.g. the emulator's) wins over ``kubeconfig``;
-    with neither, the in-cluster service account is used. ``qps``/``burst`` shape two token buckets of one client,
-    one for Events and one for every other call (qps <= 0 disables them); ``timeout_s`` is the default deadline
-    of one call."""
+    with neither, kubectl's order: ``KUBECONFIG``, ``~/.kube/config``, the in-cluster service account.
+    ``qps``/``burst`` shape two token buckets of one client, one for Events and one for every other call
+    (qps <= 0 disables them); ``timeout_s`` is the default deadline of one call."""
 
     kubeconfig: str | None = None
     server: str | None = None
@@ -89,24 +93,134 @@ class TokenBucket:
                 raise
 
 
-async def load_configuration(settings: KubeSettings) -> Configuration:
-    """A fresh kubernetes-asyncio ``Configuration`` (never the library's global default)."""
-    cfg = Configuration()
-    try:
-        if settings.server:
-            cfg.host = settings.server.rstrip("/")
-        elif settings.kubeconfig:
-            await load_kube_config(
-                config_file=settings.kubeconfig,
-                context=settings.context,
-                client_configuration=cfg,
-                persist_config=False,
+DEFAULT_KUBECONFIG = "~/.kube/config"
+IN_CLUSTER = "in-cluster service account"
+
+
+@dataclass(frozen=True)
+class KubeSource:
+    """Where the configuration comes from, as kubectl would choose it (see :func:`resolve_source`).
+
+    ``server``: a direct URL; ``files``: kubeconfig files to merge (first wins); neither: in-cluster.
+    ``label`` names the source in messages and the start-up log line.
+    """
+
+    label: str
+    server: str | None = None
+    files: tuple[str, ...] = ()
+
+
+def resolve_source(
+    settings: KubeSettings, environ: Mapping[str, str] | None = None, home: Path | None = None
+) -> tuple[KubeSource | None, list[str]]:
+    """Choose the configuration in kubectl's order: ``--kube-server``; ``--kubeconfig`` (one file);
+    ``KUBECONFIG`` (a ``:``-separated list, files that do not exist skipped, as kubectl does);
+    ``~/.kube/config``; else ``None`` (in-cluster). Also returns what was tried, for the error message.
+
+    Raises ConfigError when a file named by ``--kubeconfig``, or every file ``KUBECONFIG`` lists, is not found:
+    an operator who names a file means that file, never a silent fall-back to another cluster.
+    """
+    env = os.environ if environ is None else environ
+    tried: list[str] = []
+    if settings.server:
+        return KubeSource(f"--kube-server {settings.server}", server=settings.server), tried
+    if settings.kubeconfig:
+        path = os.path.expanduser(settings.kubeconfig)
+        if not os.path.isfile(path):
+            raise ConfigError(f"--kubeconfig {settings.kubeconfig}: file not found")
+        return KubeSource(f"--kubeconfig {settings.kubeconfig}", files=(path,)), tried
+    tried.append("--kubeconfig (not given)")
+    listed = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        found = tuple(dict.fromkeys(os.path.expanduser(p) for p in listed if os.path.isfile(os.path.expanduser(p))))
+        if not found:
+            raise ConfigError(
+                f"KUBECONFIG={env['KUBECONFIG']}: file not found ({', '.join(listed)}); "
+                "give --kubeconfig FILE or --kube-server URL, or unset KUBECONFIG"
             )
-        else:
-            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return KubeSource(f"KUBECONFIG={env['KUBECONFIG']}", files=found), tried
+    tried.append("KUBECONFIG (not set)")
+    default = (home / ".kube" / "config") if home is not None else Path(os.path.expanduser(DEFAULT_KUBECONFIG))
+    if default.is_file():
+        return KubeSource(str(default), files=(str(default),)), tried
+    tried.append(f"{default} (not found)")
+    return None, tried
+
+
+def _read_kubeconfig(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError(f"kubeconfig {path}: cannot read: {e.strerror or e}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"kubeconfig {path}: not valid YAML: {e}") from e
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            f"kubeconfig {path}: expected a mapping (apiVersion, clusters, users, contexts), got {type(doc).__name__}"
+        )
+    for key in ("clusters", "contexts", "users"):
+        items = doc.get(key)
+        if items is not None and (
+            not isinstance(items, list) or not all(isinstance(i, dict) and "name" in i for i in items)
+        ):
+            raise ConfigError(f"kubeconfig {path}: {key} must be a list of named entries")
+    return doc
+
+
+def merge_kubeconfigs(paths: Sequence[str]) -> ConfigNode:
+    """Merge kubeconfig files as kubectl does: the first file that defines a cluster, user or context (by name)
+    or a non-empty ``current-context`` wins. Each entry keeps its own file's directory for relative paths
+    (certificate files, token files). kubernetes-asyncio's own merger lets a *later* file's current-context
+    win, unlike kubectl; this one does not."""
+    docs = [(p, _read_kubeconfig(p)) for p in paths]
+    merged: dict[str, Any] = {"clusters": [], "contexts": [], "users": [], "current-context": ""}
+    seen: dict[str, set[str]] = {"clusters": set(), "contexts": set(), "users": set()}
+    for path, doc in docs:
+        if not merged["current-context"] and doc.get("current-context"):
+            merged["current-context"] = doc["current-context"]
+        for key, names in seen.items():
+            for item in doc.get(key) or []:
+                if item["name"] not in names:
+                    names.add(item["name"])
+                    merged[key].append(ConfigNode(f"{path}/{item['name']}", item, path))
+    return ConfigNode(paths[0] if paths else "kubeconfig", merged, paths[0] if paths else None)
+
+
+async def load_configuration(
+    settings: KubeSettings, *, environ: Mapping[str, str] | None = None, home: Path | None = None
+) -> Configuration:
+    """A fresh kubernetes-asyncio ``Configuration`` (never the library's global default), from the source
+    kubectl would use (:func:`resolve_source`), else the in-cluster service account.
+
+    With no cluster at all, one ConfigError says what was tried and names ``--kubeconfig``/``--kube-server``.
+    """
+    cfg = Configuration()
+    source, tried = resolve_source(settings, environ, home)
+    if source is not None and source.server:
+        cfg.host = source.server.rstrip("/")
+        return cfg
+    if source is not None:
+        merged = merge_kubeconfigs(source.files)
+        if not merged.value["current-context"] and not settings.context:
+            raise ConfigError(f"kubeconfig {source.label}: no current-context set (kubectl config use-context NAME)")
+        try:
+            loader = KubeConfigLoader(config_dict=merged, active_context=settings.context, config_base_path=None)
+            await loader.load_and_set(cfg)
+        except (ConfigException, OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"cannot load Kubernetes configuration from {source.label}: {e}") from e
+        logger.debug("kubernetes configuration", extra={"source": source.label, "server": cfg.host})
+        return cfg
+    try:
+        load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     except (ConfigException, OSError, ValueError) as e:
-        source = settings.kubeconfig or "in-cluster service account"
-        raise ConfigError(f"cannot load Kubernetes configuration from {source}: {e}") from e
+        tried.append(f"{IN_CLUSTER} ({e})")
+        raise ConfigError(
+            "no Kubernetes cluster configured: tried " + "; ".join(tried) + ". Give --kubeconfig FILE (or set "
+            "KUBECONFIG) for a cluster outside, or --kube-server URL for an API server without credentials"
+        ) from e
     return cfg
 
 

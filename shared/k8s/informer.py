@@ -5,7 +5,8 @@ Loop: list (the known set becomes the server's, diffed into ADDED/MODIFIED/DELET
 marker) → watch from the list's resourceVersion with bookmarks and a jittered server-side ``timeoutSeconds`` →
 when the stream ends, watch again from the last version seen → on 410 (HTTP status or an ERROR event) re-list
 and diff; the stale version is never retried (kubernetes-asyncio's own ``Watch`` retries it once, so it is not
-used). Other API errors back off exponentially with jitter and resume.
+used). Other API errors back off exponentially with jitter and resume; a long outage is logged at WARNING only on
+the 1st, 2nd, 4th, … consecutive failure, and its end at INFO.
 
 Delivery: ``await on_event(ev)`` for each event, in order, one at a time (backpressure: the stream is not read
 while the handler runs). The known set and the resume version advance only after the handler returns, so a
@@ -141,6 +142,7 @@ class Informer:
         self._rv = ""
         self._need_list = True
         self._progress = False
+        self._outage = 0  # consecutive list/watch failures of the API server (not the handler's)
         self.ready = asyncio.Event()
         self.stats = InformerStats()
 
@@ -189,6 +191,7 @@ class Informer:
         failures = 0
         while True:
             self._progress = False  # set by every watch event handled, never by a list
+            api_failed = False
             try:
                 if self._need_list:
                     await self._list()
@@ -206,9 +209,8 @@ class Informer:
                         continue
                 else:
                     self.stats.errors += 1
-                    logger.warning(
-                        "kubernetes list/watch failed", extra={"resource": self.resource.name, "error": str(error)}
-                    )
+                    self._outage += 1
+                    api_failed = True
             except TransientError as handler_error:  # from the handler: redeliver after a backoff
                 error = handler_error
                 self.stats.errors += 1
@@ -219,7 +221,33 @@ class Informer:
                 failures = 0
             delay = self._backoff_s(failures, error)
             failures += 1
+            if api_failed:
+                self._log_outage(error, delay)
             await asyncio.sleep(delay)
+
+    def _log_outage(self, error: VgpuError, delay_s: float) -> None:
+        """An unreachable or failing API server is retried with backoff; say so at WARNING on the 1st, 2nd, 4th,
+        8th, … consecutive failure (a few lines an hour once the delay is capped), at DEBUG otherwise."""
+        n = self._outage
+        level = logging.WARNING if n & (n - 1) == 0 else logging.DEBUG
+        logger.log(
+            level,
+            "kubernetes list/watch failed, retrying with backoff",
+            extra={
+                "resource": self.resource.name,
+                "error": str(error),
+                "failures": n,
+                "retry_in_s": round(delay_s, 2),
+            },
+        )
+
+    def _api_answered(self) -> None:
+        """A list or a watch went through: end an outage, saying how long it was."""
+        if self._outage:
+            logger.info(
+                "kubernetes list/watch recovered", extra={"resource": self.resource.name, "failures": self._outage}
+            )
+            self._outage = 0
 
     async def _deliver(self, kind: EventKind, obj: KubeObject, rv: str) -> None:
         await self._on_event(WatchEvent(kind, obj, rv))
@@ -266,6 +294,7 @@ class Informer:
         await self._deliver(EventKind.RELISTED, {}, rv)
         self._rv = rv
         self._need_list = False
+        self._api_answered()
         self.stats.lists += 1
         self.ready.set()
         logger.debug("listed", extra={"resource": self.resource.name, "count": len(fresh), "resource_version": rv})
@@ -288,6 +317,7 @@ class Informer:
             )
         except VgpuError as e:
             raise _ApiFailure(e) from e
+        self._api_answered()
         self.stats.watches += 1
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s + s.read_grace_s

@@ -60,6 +60,12 @@ def reason_types(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(e.reason for e in entries))
 
 
+def invalid_request_event(message: str) -> PodEvent:
+    """The Warning event for a pod whose GPU request cannot be honoured as written (the message says what to
+    write instead); no node was evaluated."""
+    return _event(EventType.WARNING, EventReason.FILTERING_FAILED, message)
+
+
 def filter_failure_events(failed_nodes: Mapping[str, str], total_nodes: int | None = None) -> list[PodEvent]:
     """The Warning events for a pod no node could take: one per reason type, then the summary.
 

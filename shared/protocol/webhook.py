@@ -4,14 +4,17 @@
 
 1. no containers → denied ``pod has no containers``;
 2. a pod meant for another scheduler is allowed untouched;
-3. every init container, then every container: ``gpumem-percentage`` outside 0..100 → error (HTTP 500);
-   ``CUDA_TASK_PRIORITY`` env from ``limits[priority]``; ``GPU_CORE_UTILIZATION_POLICY`` env when the policy is
-   not ``default``; ``limits[gpu] = defaultGPUNum`` when only cores/memory/percentage are in limits; the exclusive
-   default ``limits[gpucores] = 100``; ``runtimeClassName``; ``NVIDIA_VISIBLE_DEVICES=none`` with ``overwriteEnv``;
-4. a privileged (init) container in a pod with a HAMi resource → denied ``container <name> is privileged``;
-5. set ``spec.schedulerName``; a pod with ``spec.nodeName`` → denied ``pod has node assigned``;
-6. quota pre-check → denied ``exceeding resource quota``;
-7. allowed with the JSONPatch from the original to the mutated pod.
+3. a managed resource with a bad value (negative, fractional, a unit that makes no sense, out of range; the
+   rules of :mod:`shared.codec.resources`) → denied with what to write instead, every container's problems at
+   once (HAMi errors with HTTP 500 on a bad ``gpumem-percentage`` only and lets the rest through);
+4. every init container, then every container: ``CUDA_TASK_PRIORITY`` env from ``limits[priority]``;
+   ``GPU_CORE_UTILIZATION_POLICY`` env when the policy is not ``default``; ``limits[gpu] = defaultGPUNum`` when
+   only cores/memory/percentage are in limits; the exclusive default ``limits[gpucores] = 100``;
+   ``runtimeClassName``; ``NVIDIA_VISIBLE_DEVICES=none`` with ``overwriteEnv``;
+5. a privileged (init) container in a pod with a HAMi resource → denied ``container <name> is privileged``;
+6. set ``spec.schedulerName``; a pod with ``spec.nodeName`` → denied ``pod has node assigned``;
+7. quota pre-check → denied ``exceeding resource quota``;
+8. allowed with the JSONPatch from the original to the mutated pod.
 
 No I/O: the caller passes the namespace's :class:`QuotaState` (or ``None`` to skip step 6).
 """
@@ -26,11 +29,11 @@ from fractions import Fraction
 from typing import Any, Final
 
 from shared.codec.quantity import parse_quantity
-from shared.codec.resources import container_request
+from shared.codec.resources import ResourceRequestError, container_request, pod_request
 from shared.domain.model import NvidiaConfig, QuotaState
 from shared.errors import DecodeError
 from shared.protocol import gojson
-from shared.protocol.admission import HTTP_BAD_REQUEST, HTTP_INTERNAL_ERROR, AdmissionOutcome
+from shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome
 from shared.protocol.jsonpatch import apply_patch, create_patch
 
 __all__ = [
@@ -69,10 +72,6 @@ class QuotaDemand:
         return self.mem_mib == 0 and self.cores_pct == 0
 
 
-class _PercentageError(Exception):
-    """``gpumem-percentage`` outside 0..100: HAMi answers ``admission.Errored(500, ...)``."""
-
-
 def mutate_pod(
     pod: dict[str, Any],
     *,
@@ -81,7 +80,7 @@ def mutate_pod(
     force_overwrite_default_scheduler: bool,
     quota: QuotaState | None = None,
 ) -> AdmissionOutcome:
-    """Decide on a pod at CREATE: allow (with a JSONPatch), deny (403) or error (400 malformed, 500 invalid).
+    """Decide on a pod at CREATE: allow (with a JSONPatch), deny (403) or error (400 malformed).
 
     ``pod`` is not modified. ``quota`` is the namespace's quota state; ``None`` skips the quota pre-check.
     """
@@ -89,8 +88,6 @@ def mutate_pod(
         return _mutate(pod, cfg, scheduler_name, force_overwrite_default_scheduler, quota)
     except DecodeError as e:
         return AdmissionOutcome.error(str(e), HTTP_BAD_REQUEST)
-    except _PercentageError as e:
-        return AdmissionOutcome.error(str(e), HTTP_INTERNAL_ERROR)
 
 
 def _mutate(
@@ -114,6 +111,11 @@ def _mutate(
     current = _opt_str(spec, "schedulerName", "spec.schedulerName")
     if current and (current != DEFAULT_SCHEDULER or not force) and (not scheduler_name or current != scheduler_name):
         return AdmissionOutcome.allow(MSG_OTHER_SCHEDULER)
+
+    try:
+        pod_request(pod, cfg)  # the one validation /filter and simulate apply too
+    except ResourceRequestError as e:
+        return AdmissionOutcome.deny(str(e))
 
     privileged = next((c for _, c in _all(init_containers, containers) if _is_privileged(c)), None)
     has_resource = False
@@ -141,16 +143,7 @@ def _mutate(
 
 def _mutate_container(c: dict[str, Any], spec: dict[str, Any], cfg: NvidiaConfig, where: str) -> bool:
     """Mutate one container in place; return whether it has an NVIDIA resource."""
-    name = c.get("name", "")
-    limits, requests = _resource_maps(c, where)
-
-    pct = _value(limits, requests, cfg.resource_memory_percentage_name, where)
-    if pct is not None and not 0 <= pct <= 100:
-        raise _PercentageError(
-            f"invalid {cfg.resource_memory_percentage_name} value {pct} in container {name}: "
-            "must be an integer between 0 and 100"
-        )
-
+    limits, _ = _resource_maps(c, where)
     if limits is not None and cfg.resource_priority_name in limits:
         priority = _go_value(_quantity(limits[cfg.resource_priority_name], where, cfg.resource_priority_name))
         _append_env(c, ENV_TASK_PRIORITY, str(priority), where)

@@ -4,8 +4,11 @@ reload; generations never go backwards; a node Redis cannot decode is skipped.""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+
+import pytest
 
 from services.extender.snapshot import CacheSettings, SnapshotCache
 from shared.domain.model import Allocation, ContainerDevice, DeviceUsage
@@ -140,3 +143,28 @@ async def test_close_stops_the_follower_even_without_cancellation(store: Store) 
     cache.close()
     async with asyncio.timeout(WAIT_S):
         await task
+
+
+def _epoch_records(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if "store epoch" in r.getMessage()]
+
+
+async def test_a_first_start_logs_the_new_epoch_at_info_and_a_real_change_warns(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every normal start loads the snapshot before the registrar creates the store epoch: that is no change
+    worth a WARNING. A flush (an epoch replaced by another) is."""
+    with caplog.at_level(logging.INFO, logger="services.extender.snapshot"):
+        async with following(store) as cache:  # an empty store: no epoch yet
+            first = await seed(store, [node("a", 1)])
+            await cache.wait_until(lambda: cache.get("a") is not None and cache.not_ready_reason() is None, WAIT_S)
+            assert _epoch_records(caplog) == [(logging.INFO, "store epoch established: reloading the node snapshot")]
+            await store.client.flushall()
+            await cache.wait_until(lambda: cache.get("a") is None, WAIT_S)
+            second = await seed(store, [node("b", 1)])
+            assert second != first
+            await cache.wait_until(lambda: cache.get("b") is not None and cache.not_ready_reason() is None, WAIT_S)
+    established = (logging.INFO, "store epoch established: reloading the node snapshot")
+    changed = (logging.WARNING, "store epoch changed: dropping the node snapshot")
+    # the flush warns once; the rebuilt store's new epoch is then established again
+    assert _epoch_records(caplog) == [established, changed, established]

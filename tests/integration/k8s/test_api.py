@@ -247,15 +247,116 @@ current-context: emu
     assert kubeconfig.read_text().count("token: abc") == 1  # never rewritten
 
 
-async def test_missing_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot load Kubernetes configuration"):
-        async with open_client(KubeSettings(kubeconfig=str(tmp_path / "nope"))):
-            pass
+def _kubeconfig(server: str, *, context: str = "emu", current: str | None = "emu", parts: str = "all") -> str:
+    """A kubeconfig document: ``parts`` "all", "context" (context only) or "cluster" (cluster and user only)."""
+    cluster = f"clusters:\n- name: {context}-cluster\n  cluster:\n    server: {server}\n"
+    user = f"users:\n- name: {context}-user\n  user:\n    token: abc\n"
+    ctx = f"contexts:\n- name: {context}\n  context:\n    cluster: {context}-cluster\n    user: {context}-user\n"
+    body = "apiVersion: v1\nkind: Config\n"
+    if parts in ("all", "cluster"):
+        body += cluster + user
+    if parts in ("all", "context"):
+        body += ctx
+    if current is not None:
+        body += f"current-context: {current}\n"
+    return body
 
 
-async def test_outside_a_cluster_in_cluster_config_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def no_ambient_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """No KUBECONFIG, an empty home, outside a cluster: only what the test sets counts."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
-    with pytest.raises(ConfigError, match="in-cluster service account"):
+    return home
+
+
+async def _node_names(settings: KubeSettings) -> list[str]:
+    async with open_client(settings) as client:
+        return [n["metadata"]["name"] for n in await Api(client, component="x").list_nodes()]
+
+
+async def test_kubeconfig_env_list_is_merged_as_kubectl_does(
+    emulator: Emulator, tmp_path: Path, no_ambient_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``KUBECONFIG=a:missing:b``: missing files skipped, entries merged, the first current-context wins (the
+    second file's is ignored: kubernetes-asyncio's own merger would let it win)."""
+    emulator.put(make_node("n1"))
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(_kubeconfig(emulator.url, parts="context"))
+    # the second file's current-context names a context nobody defines: picking it would fail the load
+    second.write_text(_kubeconfig(emulator.url, parts="cluster", current="dead"))
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{tmp_path / 'missing.yaml'}:{second}")
+    assert await _node_names(KubeSettings()) == ["n1"]
+
+
+async def test_home_kubeconfig_is_used_when_nothing_else_is_given(emulator: Emulator, no_ambient_config: Path) -> None:
+    emulator.put(make_node("n2"))
+    (no_ambient_config / ".kube").mkdir()
+    (no_ambient_config / ".kube" / "config").write_text(_kubeconfig(emulator.url))
+    assert await _node_names(KubeSettings()) == ["n2"]
+
+
+async def test_the_flag_wins_over_kubeconfig_env(
+    emulator: Emulator, tmp_path: Path, no_ambient_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emulator.put(make_node("n3"))
+    good, dead = tmp_path / "good.yaml", tmp_path / "dead.yaml"
+    good.write_text(_kubeconfig(emulator.url))
+    dead.write_text(_kubeconfig("http://127.0.0.1:9"))
+    monkeypatch.setenv("KUBECONFIG", str(dead))
+    assert await _node_names(KubeSettings(kubeconfig=str(good))) == ["n3"]
+
+
+async def test_missing_kubeconfig_says_not_found(tmp_path: Path, no_ambient_config: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        async with open_client(KubeSettings(kubeconfig=str(tmp_path / "nope"))):
+            pass
+    assert str(e.value) == f"--kubeconfig {tmp_path / 'nope'}: file not found"
+
+
+async def test_kubeconfig_env_naming_only_missing_files_says_not_found(
+    tmp_path: Path, no_ambient_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'x'}:{tmp_path / 'y'}")
+    with pytest.raises(ConfigError, match=r"KUBECONFIG=.*: file not found .*give --kubeconfig FILE or --kube-server"):
         async with open_client(KubeSettings()):
             pass
+
+
+async def test_kubeconfig_without_current_context_says_so(tmp_path: Path, no_ambient_config: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(_kubeconfig("http://127.0.0.1:9", current=None))
+    with pytest.raises(ConfigError, match="no current-context set"):
+        async with open_client(KubeSettings(kubeconfig=str(path))):
+            pass
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [("[1, 2]", "expected a mapping"), ("clusters: {a: 1}", "clusters must be a list"), ("a: [", "not valid YAML")],
+)
+async def test_malformed_kubeconfig_is_one_line(tmp_path: Path, no_ambient_config: Path, text: str, error: str) -> None:
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=error):
+        async with open_client(KubeSettings(kubeconfig=str(path))):
+            pass
+
+
+async def test_no_cluster_at_all_says_what_was_tried(no_ambient_config: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        async with open_client(KubeSettings()):
+            pass
+    message = str(e.value)
+    assert message.startswith(
+        "no Kubernetes cluster configured: tried --kubeconfig (not given); KUBECONFIG (not set); "
+        f"{no_ambient_config / '.kube' / 'config'} (not found); in-cluster service account ("
+    )
+    assert message.endswith(
+        "Give --kubeconfig FILE (or set KUBECONFIG) for a cluster outside, or --kube-server URL for an API server "
+        "without credentials"
+    )

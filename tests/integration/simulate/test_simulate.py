@@ -93,7 +93,10 @@ def test_unschedulable_pods_carry_the_reasons_of_each_kind(single: dict[str, Any
     by_name = {p["name"]: p for p in single["pods"]}
     assert by_name["privileged-01"]["reasons"] == {"*": "admission denied: container trainer is privileged"}
     assert by_name["notebook-06"]["reasons"] == {"*": "admission denied: exceeding resource quota"}
-    assert "invalid nvidia.com/gpumem-percentage" in by_name["bad-percentage-01"]["reasons"]["*"]
+    assert by_name["bad-percentage-01"]["reasons"] == {
+        "*": 'admission denied: container "worker": nvidia.com/gpumem-percentage is a percentage of one GPU: "150" is '
+        "more than 100; use 100 for a whole GPU"
+    }
     too_big = by_name["too-big-01"]["reasons"]
     assert too_big["cpu-01"] == "node unregistered"
     assert "CardInsufficientMemory" in too_big["gpu-a100-01"]

@@ -80,3 +80,22 @@ def test_cli_missing_redis_is_a_config_error(capsys: pytest.CaptureFixture[str])
 def test_cli_without_a_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 2
     assert "usage: vgpu-scheduler" in capsys.readouterr().out
+
+
+def test_version_comes_from_the_package_metadata(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"vgpu-scheduler {importlib.metadata.version('vgpu-scheduler')}\n"
+
+
+def test_version_of_an_uninstalled_tree_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert cli.version() == "unknown (package not installed)"

@@ -180,10 +180,10 @@ MUTATIONS: list[tuple[str, NvidiaConfig, dict[str, Any], list[dict[str, Any]]]] 
         [ctr(limits={GPU: "1", MEM: "1000", PRIO: "1"}, env=[env("CUDA_TASK_PRIORITY", "1")])],
     ),
     (
-        "priority-env-appended-rounded-up",
+        "priority-env-appended",
         CFG,
-        pod(ctr(limits={GPU: "1", MEM: "1000", PRIO: "500m"}, env=[env("A", "x")])),
-        [ctr(limits={GPU: "1", MEM: "1000", PRIO: "500m"}, env=[env("A", "x"), env("CUDA_TASK_PRIORITY", "1")])],
+        pod(ctr(limits={GPU: "1", MEM: "1000", PRIO: "1"}, env=[env("A", "x")])),
+        [ctr(limits={GPU: "1", MEM: "1000", PRIO: "1"}, env=[env("A", "x"), env("CUDA_TASK_PRIORITY", "1")])],
     ),
     (
         "priority-in-requests-ignored",
@@ -304,11 +304,21 @@ def test_non_gpu_pod_is_left_alone() -> None:
     assert mutated == p
 
 
-def test_default_gpu_num_zero_leaves_partial_requests_unscheduled() -> None:
-    outcome, mutated = run(pod(ctr(limits={MEM: "2000"})), replace(CFG, default_gpu_num=0))
+def test_default_gpu_num_zero_refuses_memory_without_a_count() -> None:
+    # HAMi lets this pod through unscheduled by us (it would run without a GPU); we say what is missing
+    outcome, _ = run(pod(ctr(limits={MEM: "2000"})), replace(CFG, default_gpu_num=0))
+    assert not outcome.allowed
+    assert outcome.code == 403
+    assert (
+        outcome.message
+        == 'container "main": nvidia.com/gpumem needs nvidia.com/gpu, the number of GPUs: add nvidia.com/gpu: 1'
+    )
+
+
+def test_bad_value_of_another_schedulers_pod_is_not_judged() -> None:
+    p = pod(ctr(limits={GPU: "-1"}), scheduler="other-scheduler")
+    outcome, _ = run(p)
     assert outcome.allowed
-    assert mutated["spec"]["containers"] == [ctr(limits={MEM: "2000"})]
-    assert mutated["spec"]["schedulerName"] == "default-scheduler"
 
 
 def test_custom_resource_names() -> None:
@@ -397,32 +407,49 @@ DENIALS: list[tuple[str, dict[str, Any], int, str]] = [
     (
         "percentage-101",
         pod(ctr(limits={GPU: "1", PCT: "101"})),
-        500,
-        "invalid nvidia.com/gpumem-percentage value 101 in container main: must be an integer between 0 and 100",
+        403,
+        'container "main": nvidia.com/gpumem-percentage is a percentage of one GPU: "101" is more than 100',
     ),
-    (
-        "percentage-negative",
-        pod(ctr(limits={GPU: "1", PCT: "-1"})),
-        500,
-        "invalid nvidia.com/gpumem-percentage value -1 in container main",
-    ),
-    (
-        "percentage-rounds-up-past-100",
-        pod(ctr(limits={GPU: "1", PCT: "100.5"})),
-        500,
-        "value 101 in container main",
-    ),
-    (
-        "percentage-in-requests",
-        pod(ctr(limits={GPU: "1"}, requests={PCT: "150"})),
-        500,
-        "value 150",
-    ),
+    ("percentage-negative", pod(ctr(limits={GPU: "1", PCT: "-1"})), 403, "gpumem-percentage cannot be negative"),
+    ("percentage-fraction", pod(ctr(limits={GPU: "1", PCT: "100.5"})), 403, '"100.5" is 100.5; did you mean 101?'),
+    ("percentage-in-requests", pod(ctr(limits={GPU: "1"}, requests={PCT: "150"})), 403, '"150" is more than 100'),
     (
         "percentage-in-init-container-without-gpu",
         pod(ctr(), init=(ctr("init", limits={PCT: "200"}),)),
-        500,
-        "in container init",
+        403,
+        'init container "init": nvidia.com/gpumem-percentage',
+    ),
+    # the cases: a pod that asks for a GPU resource it cannot get as written is told what to write
+    (
+        "gpumem-20Gi",
+        pod(ctr(limits={GPU: "1", MEM: "20Gi"})),
+        403,
+        'container "main": nvidia.com/gpumem is in MiB: "20Gi" would be 21474836480 MiB; did you mean 20480?',
+    ),
+    ("gpumem-negative", pod(ctr(limits={GPU: "1", MEM: "-100"})), 403, 'gpumem cannot be negative: got "-100"'),
+    ("gpumem-fraction", pod(ctr(limits={GPU: "1", MEM: "100.5"})), 403, '"100.5" is 100.5; did you mean 101?'),
+    ("gpumem-not-a-number", pod(ctr(limits={GPU: "1", MEM: "20GB"})), 403, '"20GB" is not a number; did you mean'),
+    ("gpu-negative", pod(ctr(limits={GPU: "-1"})), 403, 'nvidia.com/gpu cannot be negative: got "-1"'),
+    ("gpu-fraction", pod(ctr(limits={GPU: "500m"})), 403, "nvidia.com/gpu counts whole GPUs"),
+    ("gpu-unit", pod(ctr(limits={GPU: "2Ki"})), 403, "did you mean 2?"),
+    ("gpu-huge", pod(ctr(limits={GPU: "3000000000"})), 403, "is too large (at most 2147483647)"),
+    ("gpucores-negative", pod(ctr(limits={GPU: "1", CORES: "-5"})), 403, "gpucores cannot be negative"),
+    ("gpucores-over-100", pod(ctr(limits={GPU: "1", CORES: "150"})), 403, '"150" is more than 100'),
+    ("priority-negative", pod(ctr(limits={GPU: "1", PRIO: "-1"})), 403, "nvidia.com/priority cannot be negative"),
+    ("priority-fraction", pod(ctr(limits={GPU: "1", PRIO: "500m"})), 403, "nvidia.com/priority must be a whole number"),
+    ("memory-on-zero-gpus", pod(ctr(limits={GPU: "0", MEM: "1000"})), 403, "nvidia.com/gpu is 0 but"),
+    (
+        "every-container-at-once",
+        pod(ctr("a", limits={GPU: "-1"}), ctr("b", limits={GPU: "1", MEM: "1Gi"})),
+        403,
+        'container "a": nvidia.com/gpu cannot be negative: got "-1"; write a whole number of GPUs, e.g. '
+        'nvidia.com/gpu: 1; container "b": nvidia.com/gpumem is in MiB',
+    ),
+    (
+        "privileged-and-bad-value",
+        pod(ctr(limits={GPU: "1", MEM: "-1"}, securityContext={"privileged": True})),
+        403,
+        "gpumem cannot be negative",
     ),
     ("spec-not-object", {"spec": "x"}, 400, "spec must be an object, got string"),
     ("containers-not-array", {"spec": {"containers": {}}}, 400, "spec.containers must be an array"),
@@ -431,9 +458,9 @@ DENIALS: list[tuple[str, dict[str, Any], int, str]] = [
         "limits-not-object",
         pod({"name": "c", "resources": {"limits": ["x"]}}),
         400,
-        "spec.containers[0].resources.limits must be an object",
+        "spec.containers[0].resources.limits",
     ),
-    ("bad-quantity", pod(ctr(limits={GPU: "1", PCT: "lots"})), 400, "lots"),
+    ("bad-quantity", pod(ctr(limits={GPU: "1", PCT: "lots"})), 403, '"lots" is not a number; write a whole number'),
     ("env-not-array", pod(ctr(limits={GPU: "1", PRIO: "1"}, env={})), 400, "spec.containers[0].env must be an array"),
     (
         "scheduler-not-string",

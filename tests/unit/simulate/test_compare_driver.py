@@ -167,7 +167,10 @@ async def test_local_admission_mutates_denies_and_checks_quota() -> None:
     fits = await admit(_gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "6000"}, namespace="free"))
     assert fits.pod is not None
     bad = await admit(_gpu_pod({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "120"}))
-    assert bad.pod is None and "invalid nvidia.com/gpumem-percentage value 120" in bad.message
+    assert bad.pod is None and bad.message == (
+        'admission denied: container "main": nvidia.com/gpumem-percentage is a percentage of one GPU: "120" is more '
+        "than 100; use 100 for a whole GPU"
+    )
 
 
 def test_combination_label() -> None:
