@@ -53,6 +53,9 @@ class PasswordFileCredentials(CredentialProvider):
         password = self.password()
         return (password,) if self.username is None else (self.username, password)
 
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()  # a small local file: reading it does not stall the loop
+
 
 def _without_userinfo(url: str) -> tuple[str, str | None]:
     """``url`` without its ``user[:password]@`` part, and the user name it named (percent-decoded)."""
