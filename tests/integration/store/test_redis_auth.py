@@ -45,7 +45,7 @@ def auth_redis() -> Iterator[AuthRedis]:
     port = _free_port()
     workdir = tempfile.mkdtemp(prefix="vgpu-redis-auth-")
     acl = Path(workdir) / "users.acl"
-    acl.write_text(f"user default on >{PASSWORD} ~* &* +@all\nuser {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all\n")
+    acl.write_text(f"user default on >{PASSWORD} ~* &* +@all\nuser {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all -@dangerous\n")
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", workdir, "--aclfile", str(acl), "--loglevel", "warning"],
@@ -174,12 +174,15 @@ async def readyz(url: str) -> tuple[int, str]:
 async def test_the_extender_process_uses_the_password_file(
     auth_redis: AuthRedis, admin: aioredis.Redis, emulator: Emulator, tmp_path: Path
 ) -> None:
-    seeded = Store.create(connect(auth_redis.url, password_file=str(secret_file(tmp_path, PASSWORD))), prefix="x")
+    # the ACL user docs/deploy.md suggests for an external Redis: +@all -@dangerous
+    acl_url = auth_redis.url.replace("redis://", f"redis://{ACL_USER}@")
+    password = secret_file(tmp_path, ACL_PASSWORD)
+    seeded = Store.create(connect(acl_url, password_file=str(password)), prefix="x")
     try:
         await seed(seeded)
     finally:
         await seeded.aclose()
-    common = [f"--redis-url={auth_redis.url}", "--key-prefix=x", f"--kube-server={emulator.url}",
+    common = [f"--redis-url={acl_url}", "--key-prefix=x", f"--kube-server={emulator.url}",
               "--http_bind=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"]  # fmt: skip
 
     without = tmp_path / "without.log"
@@ -187,10 +190,11 @@ async def test_the_extender_process_uses_the_password_file(
         await eventually(lambda: len(listening_addresses(without)) == 2 or proc.returncode is not None, 30)
         assert proc.returncode is None, without.read_text()
         status, text = await readyz(await extender_url(without))
-        assert status == 503 and "redis unavailable" in text and "uthentication" in text, text
+        assert status == 503 and "redis unavailable" in text, text
+        assert "invalid username-password pair" in text or "uthentication" in text, text
 
     with_file = tmp_path / "with.log"
-    flags = [*common, f"--redis-password-file={secret_file(tmp_path, PASSWORD)}"]
+    flags = [*common, f"--redis-password-file={password}"]
     async with service_process(with_file, "extender", *flags) as proc:
         await eventually(lambda: len(listening_addresses(with_file)) == 2 or proc.returncode is not None, 30)
         assert proc.returncode is None, with_file.read_text()
