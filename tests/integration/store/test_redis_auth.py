@@ -45,7 +45,9 @@ def auth_redis() -> Iterator[AuthRedis]:
     port = _free_port()
     workdir = tempfile.mkdtemp(prefix="vgpu-redis-auth-")
     acl = Path(workdir) / "users.acl"
-    acl.write_text(f"user default on >{PASSWORD} ~* &* +@all\nuser {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all -@dangerous\n")
+    acl.write_text(
+        f"user default on >{PASSWORD} ~* &* +@all\nuser {ACL_USER} on >{ACL_PASSWORD} ~* &* +@all -@dangerous\n"
+    )
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
          "--dir", workdir, "--aclfile", str(acl), "--loglevel", "warning"],
