@@ -2,8 +2,8 @@
 
 The rendering is Helm's own: ``helm-python-sdk`` (import name ``helm_python``, in the ``test`` extra) binds
 Helm v4's Go SDK, so no ``helm`` binary is needed. The committed manifests are this script's output for the
-chart's default values (release ``vgpu-scheduler``, namespace ``vgpu-system``); a unit test fails when they
-are out of date.
+chart's default values plus ``deploy/manifests-values.yaml`` (existing Secrets instead of generated credentials;
+release ``vgpu-scheduler``, namespace ``vgpu-system``); a unit test fails when they are out of date.
 
     python -m deploy.render                 # rewrite deploy/manifests/
     python -m deploy.render --check         # exit 1 when deploy/manifests/ is stale
@@ -25,6 +25,7 @@ import yaml
 DEPLOY_DIR = Path(__file__).resolve().parent
 CHART_DIR = DEPLOY_DIR / "helm" / "vgpu-scheduler"
 MANIFESTS_DIR = DEPLOY_DIR / "manifests"
+MANIFEST_VALUES_FILE = DEPLOY_DIR / "manifests-values.yaml"
 DEFAULT_RELEASE = "vgpu-scheduler"
 DEFAULT_NAMESPACE = "vgpu-system"
 NAMESPACE_FILE = "00-namespace.yaml"
@@ -131,6 +132,15 @@ def namespace_manifest(namespace: str) -> str:
     )
 
 
+def manifest_values() -> dict[str, Any]:
+    """The values the plain manifests are rendered with on top of the chart's (``deploy/manifests-values.yaml``:
+    existing Secrets instead of credentials generated into every render)."""
+    loaded = yaml.safe_load(MANIFEST_VALUES_FILE.read_text(encoding="utf-8")) or {}
+    if not isinstance(loaded, dict):
+        raise ManifestError(f"{MANIFEST_VALUES_FILE}: a values file must hold a mapping")
+    return loaded
+
+
 def manifest_files(
     chart: Chart,
     *,
@@ -138,7 +148,10 @@ def manifest_files(
     namespace: str = DEFAULT_NAMESPACE,
     values: Mapping[str, Any] | None = None,
 ) -> dict[str, str]:
-    """The plain manifests: one file per chart template that renders objects, plus the Namespace."""
+    """The plain manifests: one file per chart template that renders objects, plus the Namespace. ``values``
+    default to :func:`manifest_values`."""
+    if values is None:
+        values = manifest_values()
     rendered = render_chart(chart, release=release, namespace=namespace, values=values)
     objects(rendered)  # validate
     header = HEADER.format(release=release, namespace=namespace)
@@ -179,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-f", "--values", type=Path, action="append", default=[], help="extra values file")
     args = parser.parse_args(argv)
     values: dict[str, Any] = {}
-    for path in args.values:
+    for path in [MANIFEST_VALUES_FILE, *args.values]:
         try:
             loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError) as e:

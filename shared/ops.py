@@ -206,11 +206,22 @@ async def serve(
         await asyncio.Event().wait()  # until cancelled
 
 
-def server_ssl_context(cert_file: str, key_file: str) -> ssl.SSLContext:
-    """A server TLS context holding the pair; a pair that does not load is a one-line :class:`ConfigError`."""
+def server_ssl_context(cert_file: str, key_file: str, client_ca_file: str | None = None) -> ssl.SSLContext:
+    """A server TLS context holding the pair; a pair that does not load is a one-line :class:`ConfigError`.
+
+    With ``client_ca_file`` the server asks for a client certificate and verifies one that is presented against
+    that CA bundle (a certificate that does not verify fails the handshake); a client may still present none
+    (``CERT_OPTIONAL``): the application decides per path whether one is required.
+    """
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(cert_file, key_file)
     except (OSError, ssl.SSLError) as e:
         raise ConfigError(f"--cert_file/--key_file: cannot load {cert_file} and {key_file}: {e}") from e
+    if client_ca_file is not None:
+        try:
+            context.load_verify_locations(cafile=client_ca_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"--client-ca-file: cannot load {client_ca_file}: {e}") from e
+        context.verify_mode = ssl.CERT_OPTIONAL
     return context

@@ -1,4 +1,11 @@
-"""The extender's aiohttp app: ``/filter``, ``/bind``, ``/webhook`` plus ``/healthz``, ``/readyz``, ``/metrics``.
+"""The extender's aiohttp apps: ``/filter``, ``/bind``, ``/webhook`` plus ``/healthz``, ``/readyz``, ``/metrics``.
+
+With ``--client-ca-file``, ``/filter`` and ``/bind`` answer only a client that presented a certificate the TLS
+layer verified against that bundle (kube-scheduler's); any other request gets ``403`` before its body is read, so
+nothing is planned, reserved or locked for it, and counts in ``vgpu_extender_unauthenticated_requests_total``.
+``/webhook``, ``/healthz``, ``/readyz`` and ``/metrics`` take no client certificate (the API server and the kubelet
+present none). With ``--webhook-bind``, ``/webhook`` is served by a second app on its own listener
+(:func:`create_webhook_app`) and left off the ``--http_bind`` one.
 
 Bodies are capped at 1 MiB (HAMi's ``io.LimitReader(r.Body, 1<<20)``); the handlers answer an oversized body with
 a clear ``Error``. Every extender verb is timed into ``vgpu_extender_request_duration_seconds{verb}``. An
@@ -16,6 +23,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from services.extender.metrics import ExtenderMetrics, Verb
+from services.extender.tls import peer_certificate
 from shared.ops import add_ops_routes
 from shared.protocol.extender import MAX_BODY_BYTES, ExtenderFilterResult, binding_result
 
@@ -56,17 +64,52 @@ def timed(verb: Verb, handler: HandlerFn, metrics: ExtenderMetrics) -> HandlerFn
     return wrapped
 
 
-def create_app(service: ExtenderService) -> web.Application:
-    """The extender's HTTP application for one service (served by ``ExtenderService.run`` or a test)."""
+def client_certificate_required(verb: Verb, handler: HandlerFn, metrics: ExtenderMetrics) -> HandlerFn:
+    """Wrap ``handler``: answer ``403`` unless the connection carries a verified client certificate."""
+    refused = metrics.unauthenticated_requests.labels(verb.value)
+
+    async def wrapped(request: web.Request) -> web.Response:
+        if peer_certificate(request.transport) is None:
+            refused.inc()
+            logger.warning(
+                "extender request without a client certificate refused",
+                extra={"verb": verb.value, "peer": request.remote},
+            )
+            return web.Response(
+                status=403,
+                text=f"/{verb.value} requires a client certificate signed by the extender's --client-ca-file\n",
+            )
+        return await handler(request)
+
+    return wrapped
+
+
+def create_app(service: ExtenderService, *, webhook: bool = True) -> web.Application:
+    """The extender's ``--http_bind`` application for one service (served by ``ExtenderService.run`` or a test);
+    ``webhook=False`` leaves ``/webhook`` to the ``--webhook-bind`` app."""
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
     metrics = service.metrics
-    app.router.add_post("/filter", timed(Verb.FILTER, service.filter.handle, metrics))
-    app.router.add_post("/bind", timed(Verb.BIND, service.bind.handle, metrics))
-    app.router.add_post("/webhook", timed(Verb.WEBHOOK, service.webhook.handle, metrics))
+    filter_handler = timed(Verb.FILTER, service.filter.handle, metrics)
+    bind_handler = timed(Verb.BIND, service.bind.handle, metrics)
+    if service.settings.client_ca_file is not None:
+        filter_handler = client_certificate_required(Verb.FILTER, filter_handler, metrics)
+        bind_handler = client_certificate_required(Verb.BIND, bind_handler, metrics)
+    app.router.add_post("/filter", filter_handler)
+    app.router.add_post("/bind", bind_handler)
+    if webhook:
+        app.router.add_post("/webhook", timed(Verb.WEBHOOK, service.webhook.handle, metrics))
     add_ops_routes(
         app,
         readiness=service.readiness,
         registry=service.deps.registry,
         before_scrape=service.refresh_quota_metrics,
     )
+    return app
+
+
+def create_webhook_app(service: ExtenderService) -> web.Application:
+    """The ``--webhook-bind`` application: ``/webhook``, ``/healthz`` and ``/readyz``, no client certificates."""
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    app.router.add_post("/webhook", timed(Verb.WEBHOOK, service.webhook.handle, service.metrics))
+    add_ops_routes(app, readiness=service.readiness)
     return app

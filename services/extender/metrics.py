@@ -103,6 +103,12 @@ class ExtenderMetrics:
             buckets=_REQUEST_BUCKETS,
             registry=registry,
         )
+        self.unauthenticated_requests = Counter(
+            "vgpu_extender_unauthenticated_requests_total",
+            "Requests to /filter or /bind refused for want of a client certificate (--client-ca-file), by verb.",
+            ["verb"],
+            registry=registry,
+        )
         self.filter_outcomes = Counter(
             "vgpu_filter_outcomes_total", "Filter calls by outcome.", ["outcome"], registry=registry
         )

@@ -2,9 +2,12 @@
 
 ``ExtenderService(settings, deps).run(stop)`` follows the store's change feed into the snapshot cache, posts
 events, and serves ``/filter``, ``/bind``, ``/webhook``, ``/healthz``, ``/readyz`` and ``/metrics`` on
-``--http_bind`` (TLS with ``--cert_file``/``--key_file``) until ``stop`` is set. Then it drains: it stops
-accepting connections, lets in-flight requests finish within ``drain_timeout_s``, flushes queued events and
-returns. Any number of replicas may run at once: they share only Redis and the API server.
+``--http_bind`` (TLS with ``--cert_file``/``--key_file``; ``/filter`` and ``/bind`` only to a client certificate
+signed by ``--client-ca-file``), and ``/webhook`` there or on its own ``--webhook-bind`` listener, until ``stop`` is
+set. It refuses to start when ``/filter`` and ``/bind`` would answer anyone on a non-loopback address without
+``--insecure-allow-unauthenticated-scheduler`` (:meth:`ExtenderSettings.unauthenticated_scheduler_refusal`).
+Then it drains: it stops accepting connections, lets in-flight requests finish within ``drain_timeout_s``, flushes
+queued events and returns. Any number of replicas may run at once: they share only Redis and the API server.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from services.extender.app import create_app
+from services.extender.app import create_app, create_webhook_app
 from services.extender.bind import BindHandler
 from services.extender.events import EventSink
 from services.extender.filter import FilterHandler
@@ -31,7 +34,7 @@ from services.extender.tls import build_ssl_context
 from services.extender.webhook import WebhookHandler
 from shared.config import ExtenderSettings
 from shared.domain.model import NvidiaConfig
-from shared.errors import TransientError
+from shared.errors import ConfigError, TransientError
 from shared.k8s import Api
 from shared.ops import RunningServer, start_server
 from shared.runtime import cancel_until_done
@@ -105,28 +108,47 @@ class ExtenderService:
         self._ssl_context = ssl_context
         self.ready = asyncio.Event()
         self.server: RunningServer | None = None
+        self.webhook_server: RunningServer | None = None
         self.listening = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set, then drain and return."""
-        ssl_context = self._ssl_context or self._tls_context()
+        """Serve until ``stop`` is set, then drain and return. :class:`ConfigError` if it must not serve."""
+        refusal = self.settings.unauthenticated_scheduler_refusal()
+        if refusal is not None:
+            raise ConfigError(refusal)
+        if self.settings.insecure_allow_unauthenticated_scheduler and self.settings.client_ca_file is None:
+            logger.warning(
+                "/filter and /bind accept any client (--insecure-allow-unauthenticated-scheduler)",
+                extra={"http_bind": str(self.settings.http_bind)},
+            )
+        ssl_context = self._ssl_context or self._tls_context(client_ca_file=self.settings.client_ca_file)
+        webhook_bind = self.settings.webhook_bind
+        webhook_ssl = None if webhook_bind is None else self._tls_context(client_ca_file=None)
         async with asyncio.TaskGroup() as tg:
             follower = tg.create_task(self.cache.run(), name="extender:snapshot-follower")
             sink = tg.create_task(self.deps.event_sink.run(), name="extender:event-sink")
             readiness = tg.create_task(self._watch_ready(), name="extender:ready-watch")
             try:
                 self.server = await start_server(
-                    create_app(self),
+                    create_app(self, webhook=webhook_bind is None),
                     self.settings.http_bind,
                     ssl_context=ssl_context,
                     shutdown_timeout_s=self.drain_timeout_s,
                 )
+                if webhook_bind is not None:
+                    self.webhook_server = await start_server(
+                        create_webhook_app(self),
+                        webhook_bind,
+                        ssl_context=webhook_ssl,
+                        shutdown_timeout_s=self.drain_timeout_s,
+                    )
                 self.listening.set()
                 await stop.wait()
                 logger.info("extender draining", extra={"deadline_s": self.drain_timeout_s})
             finally:
-                if self.server is not None:
-                    await self.server.stop()  # stop accepting; in-flight requests finish within the deadline
+                servers = [srv for srv in (self.server, self.webhook_server) if srv is not None]
+                # stop accepting; in-flight requests finish within the deadline
+                await asyncio.gather(*(srv.stop() for srv in servers))
                 await self._binds.binder.locker.drain(min(2.0, self.drain_timeout_s))
                 if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
                     logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
@@ -156,9 +178,10 @@ class ExtenderService:
         self.ready.set()
         logger.info("extender ready", extra={"nodes": len(self.cache)})
 
-    def _tls_context(self) -> ssl.SSLContext | None:
-        """The serving TLS context for ``--cert_file``/``--key_file`` (reloaded when the files are rotated)."""
+    def _tls_context(self, *, client_ca_file: str | None) -> ssl.SSLContext | None:
+        """The serving TLS context for ``--cert_file``/``--key_file`` (reloaded when the files are rotated), asking
+        for client certificates signed by ``client_ca_file`` when given."""
         s = self.settings
         if s.cert_file is None or s.key_file is None:
             return None
-        return build_ssl_context(s.cert_file, s.key_file)
+        return build_ssl_context(s.cert_file, s.key_file, client_ca_file=client_ca_file)

@@ -1,4 +1,5 @@
-"""TLS for the extender's ``--http_bind`` server (``--cert_file``/``--key_file``), reloaded when the files change.
+"""TLS for the extender's ``--http_bind`` server (``--cert_file``/``--key_file``, ``--client-ca-file``), reloaded when
+the files change.
 
 HAMi hot-reloads its serving certificate (controller-runtime's certwatcher), and cert-manager or the chart's certgen
 job rotate it in place. :func:`build_ssl_context` returns a server context that checks the two files **on new TLS
@@ -8,6 +9,11 @@ the handshaking connection to it, and every later one. No background task is nee
 or stop. Connections already established keep the certificate they negotiated (kube-scheduler and the API server
 reconnect often enough). A pair that does not load (a rotation caught half-written) is logged, the previous
 certificate stays in use and the files are checked again at the next interval.
+
+With a client CA bundle (``--client-ca-file``) the context asks clients for a certificate and verifies one that is
+presented against the bundle; the bundle is watched and reloaded with the pair (replace it with one holding both
+the old and the new CA while clients move over). Whether a path requires a certificate is the app's decision
+(:func:`peer_certificate`).
 """
 
 from __future__ import annotations
@@ -48,27 +54,36 @@ class CertificateReloader:
         cert_file: str,
         key_file: str,
         *,
+        client_ca_file: str | None = None,
         check_interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
+        self.client_ca_file = client_ca_file
         self.check_interval_s = check_interval_s
         self._clock = clock
-        self._stamp = file_stamp(cert_file, key_file)
-        self.context = server_ssl_context(cert_file, key_file)  # ConfigError if the pair does not load
+        self._stamp = self._files_stamp()
+        self.context = self._load()  # ConfigError if the pair (or the CA bundle) does not load
         self.current = self.context
         self.context.sni_callback = self._on_client_hello
         self._next_check = clock() + check_interval_s
         self.reloads = 0
 
+    def _files_stamp(self) -> FileStamp:
+        extra = () if self.client_ca_file is None else (self.client_ca_file,)
+        return file_stamp(self.cert_file, self.key_file, *extra)
+
+    def _load(self) -> ssl.SSLContext:
+        return server_ssl_context(self.cert_file, self.key_file, self.client_ca_file)
+
     def check(self) -> bool:
-        """Reload the pair if the files changed since the last load; True if a new certificate is in force."""
-        stamp = file_stamp(self.cert_file, self.key_file)
+        """Reload the files if they changed since the last load; True if a new context is in force."""
+        stamp = self._files_stamp()
         if stamp == self._stamp:
             return False
         try:
-            fresh = server_ssl_context(self.cert_file, self.key_file)
+            fresh = self._load()
         except ConfigError as e:
             logger.warning(
                 "tls certificate changed but does not load; keeping the previous one",
@@ -95,10 +110,28 @@ class CertificateReloader:
 
 
 def build_ssl_context(
-    cert_file: str, key_file: str, *, check_interval_s: float = 1.0, clock: Callable[[], float] = time.monotonic
+    cert_file: str,
+    key_file: str,
+    *,
+    client_ca_file: str | None = None,
+    check_interval_s: float = 1.0,
+    clock: Callable[[], float] = time.monotonic,
 ) -> ssl.SSLContext:
-    """A server SSL context serving ``cert_file``/``key_file`` that picks up rotated files on new handshakes.
+    """A server SSL context serving ``cert_file``/``key_file`` (and asking for client certificates signed by
+    ``client_ca_file``) that picks up rotated files on new handshakes.
 
-    Raises :class:`shared.errors.ConfigError` when the pair does not load at start-up.
+    Raises :class:`shared.errors.ConfigError` when the files do not load at start-up.
     """
-    return CertificateReloader(cert_file, key_file, check_interval_s=check_interval_s, clock=clock).context
+    return CertificateReloader(
+        cert_file, key_file, client_ca_file=client_ca_file, check_interval_s=check_interval_s, clock=clock
+    ).context
+
+
+def peer_certificate(transport: object) -> dict[str, object] | None:
+    """The verified client certificate of a connection (``getpeercert()``), or ``None`` when the client presented
+    none, the connection is not TLS, or the transport is gone."""
+    get_extra_info = getattr(transport, "get_extra_info", None)
+    if get_extra_info is None:
+        return None
+    cert = get_extra_info("peercert")
+    return cert if isinstance(cert, dict) and cert else None

@@ -36,7 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     async def main(stop: asyncio.Event) -> None:
         common = settings.common
-        store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
+        store = Store.create(
+            connect(common.redis_url, password_file=common.redis_password_file), prefix=common.key_prefix
+        )
         try:
             async with open_client(kube_settings_from(common, default_timeout_s=DEFAULT_KUBE_TIMEOUT_S)) as kube:
                 registry = new_registry()

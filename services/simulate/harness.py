@@ -136,7 +136,9 @@ class EmbeddedCluster:
         self._stack.push_async_callback(self.emulator.stop)
         for obj in self.cluster.objects():
             self.emulator.put(obj)
-        store = Store.create(connect(common.redis_url), prefix=common.key_prefix)
+        store = Store.create(
+            connect(common.redis_url, password_file=common.redis_password_file), prefix=common.key_prefix
+        )
         self.store = store
         self._stack.push_async_callback(store.aclose)
         if self.purge_store:

@@ -121,6 +121,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("redis-url", Kind.STRING, None, "Redis URL (redis://, rediss://, unix://). Required for registrar, "
          "informer and extender; all-in-one and simulate use an embedded in-process store when unset.",
          _ALL, parse_redis_url, metavar="URL", group="redis"),
+    Option("redis-password-file", Kind.STRING, None, "File holding the Redis password (AUTH; the user, if any, "
+         "comes from the URL: redis://USER@host). Read again for every new connection, so a rotated Secret "
+         "applies without a restart. Excludes a password in --redis-url.", _ALL, parse_nonempty, metavar="FILE",
+         group="redis"),
     Option("key-prefix", Kind.STRING, "vgpu", "Prefix of every Redis key.", _ALL, parse_nonempty, metavar="PREFIX",
          group="redis"),
     # -- kubernetes -----------------------------------------------------------------------------
@@ -149,6 +153,17 @@ OPTIONS: tuple[Option, ...] = (
          metavar="FILE", group="servers"),
     Option("key_file", Kind.STRING, None, "TLS private key for --http_bind (HAMi flag); needs --cert_file.", _EXT,
          metavar="FILE", group="servers"),
+    # -- scheduler authentication (mTLS on /filter and /bind; docs/deploy.md) ---------------------
+    Option("client-ca-file", Kind.STRING, None, "CA bundle (PEM) of the client certificates allowed to call "
+         "/filter and /bind on --http_bind (kube-scheduler's); a request without one is refused (403) before any "
+         "work. Reloaded when the file changes. Needs --cert_file.", _EXT, parse_nonempty, metavar="FILE",
+         group="servers"),
+    Option("insecure-allow-unauthenticated-scheduler", Kind.BOOL, "false", "Serve /filter and /bind to any "
+         "client on a non-loopback --http_bind without --client-ca-file (refused at start-up otherwise).", _EXT,
+         parse_go_bool, group="servers"),
+    Option("webhook-bind", Kind.STRING, None, "Separate listen address for /webhook (and /healthz, /readyz), "
+         "TLS without client certificates, for the API server; /webhook then leaves --http_bind.", _EXT,
+         parse_bind_address, metavar="HOST:PORT", group="servers"),
     Option("profiling", Kind.BOOL, "false", "HAMi flag, accepted for compatibility (no pprof in Python).", _EXT,
          parse_go_bool, group="servers"),
     # -- scheduling ------------------------------------------------------------------------------

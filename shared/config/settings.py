@@ -22,7 +22,7 @@ from shared.config.options import (
     find_option,
     normalize_argv,
 )
-from shared.config.values import BindAddress, LogFormat, LogLevel
+from shared.config.values import BindAddress, LogFormat, LogLevel, is_loopback_host, redis_url_password
 from shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config, read_yaml_file
 from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
 from shared.errors import ConfigError
@@ -208,6 +208,7 @@ class CommonSettings:
     debug: bool = False
     verbosity: int = 0
     redis_url: str | None = None
+    redis_password_file: str | None = None
     key_prefix: str = "vgpu"
     kube: KubeSettings = KubeSettings()
     metrics_bind: BindAddress = field(default_factory=lambda: BindAddress("", 9395))
@@ -249,6 +250,9 @@ class ExtenderSettings:
     http_bind: BindAddress = field(default_factory=lambda: BindAddress("127.0.0.1", 8080))
     cert_file: str | None = None
     key_file: str | None = None
+    client_ca_file: str | None = None
+    insecure_allow_unauthenticated_scheduler: bool = False
+    webhook_bind: BindAddress | None = None
     scheduler_name: str = ""
     node_policy: NodePolicy = NodePolicy.BINPACK
     gpu_policy: GpuPolicy = field(default_factory=lambda: GpuPolicy((GpuPolicyToken.SPREAD,)))
@@ -267,6 +271,19 @@ class ExtenderSettings:
     @property
     def tls(self) -> bool:
         return self.cert_file is not None
+
+    def unauthenticated_scheduler_refusal(self) -> str | None:
+        """Why this extender must not serve: ``/filter`` and ``/bind`` would answer any client that can reach a
+        non-loopback ``--http_bind``, and nobody said so on purpose (``None``: fine to serve)."""
+        if self.client_ca_file is not None or self.insecure_allow_unauthenticated_scheduler:
+            return None
+        if is_loopback_host(self.http_bind.host):
+            return None  # reachable from this host (or pod) only, as HAMi's extender beside its kube-scheduler
+        return (
+            f"/filter and /bind on --http_bind={self.http_bind} would accept any client: give --client-ca-file "
+            "(with --cert_file/--key_file) so only kube-scheduler's client certificate is accepted, or "
+            "--insecure-allow-unauthenticated-scheduler to serve them unauthenticated on purpose"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +335,12 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
             f"--redis-url is required by {service.value} (flag, {OPTIONS_BY_NAME['redis-url'].env_var} "
             "or config file key redis-url)"
         )
+    redis_password_file = r.opt_text("redis-password-file")
+    if redis_password_file is not None:
+        if redis_url is not None and redis_url_password(redis_url):
+            raise ConfigError("--redis-url carries a password and --redis-password-file is set: give one")
+        if not Path(redis_password_file).is_file():
+            raise ConfigError(f"--redis-password-file: no such file {redis_password_file!r}")
     kubeconfig, server = r.opt_text("kubeconfig"), r.opt_text("kube-server")
     if kubeconfig and server:
         raise ConfigError("--kubeconfig and --kube-server exclude each other: give one")
@@ -348,6 +371,7 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
         debug=r.flag("debug"),
         verbosity=r.integer("v"),
         redis_url=redis_url,
+        redis_password_file=redis_password_file,
         key_prefix=r.text("key-prefix"),
         kube=KubeSettings(
             kubeconfig=kubeconfig,
@@ -388,6 +412,14 @@ def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
     for flag, path in (("--cert_file", cert_file), ("--key_file", key_file)):
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"{flag}: no such file {path!r}")
+    client_ca_file = r.opt_text("client-ca-file")
+    if client_ca_file is not None:
+        if cert_file is None:
+            raise ConfigError("--client-ca-file needs --cert_file and --key_file (client certificates need TLS)")
+        if not Path(client_ca_file).is_file():
+            raise ConfigError(f"--client-ca-file: no such file {client_ca_file!r}")
+    webhook_bind = r.get("webhook-bind")
+    assert webhook_bind is None or isinstance(webhook_bind, BindAddress)
     http_bind = r.get("http_bind")
     node_policy, gpu_policy = r.get("node-scheduler-policy"), r.get("gpu-scheduler-policy")
     assert isinstance(http_bind, BindAddress) and isinstance(node_policy, NodePolicy)
@@ -397,6 +429,9 @@ def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
         http_bind=http_bind,
         cert_file=cert_file,
         key_file=key_file,
+        client_ca_file=client_ca_file,
+        insecure_allow_unauthenticated_scheduler=r.flag("insecure-allow-unauthenticated-scheduler"),
+        webhook_bind=webhook_bind,
         scheduler_name=r.text("scheduler-name"),
         node_policy=node_policy,
         gpu_policy=gpu_policy,

@@ -7,7 +7,9 @@ addresses) so a HAMi deployment's arguments keep their meaning.
 from __future__ import annotations
 
 import enum
+import ipaddress
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -198,6 +200,21 @@ def parse_redis_url(text: str) -> str:
     if not re.match(r"(redis|rediss|unix)://", text):
         raise ValueError("expected a redis://, rediss:// or unix:// URL")
     return text
+
+
+def redis_url_password(url: str) -> str | None:
+    """The password a ``redis://user:pass@host`` URL carries, if any (``None`` for none, or a unix:// path)."""
+    return urllib.parse.urlsplit(url).password
+
+
+def is_loopback_host(host: str) -> bool:
+    """True for a listen host reachable only from this network namespace (``127.0.0.1``, ``::1``, ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def choice_parser(enum_type: type[enum.Enum]) -> Callable[[str], object]:

@@ -7,9 +7,14 @@ one our scripts use).
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
+from pathlib import Path
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.credentials import CredentialProvider
+
+from shared.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,11 +33,49 @@ class ConnectionSettings:
 DEFAULT_SETTINGS = ConnectionSettings()
 
 
-def connect(url: str | None, settings: ConnectionSettings = DEFAULT_SETTINGS) -> Redis:
+class PasswordFileCredentials(CredentialProvider):
+    """AUTH credentials whose password is read from a file for every new connection, so that a rotated Kubernetes
+    Secret (a symlink swap in the mounted volume) applies to the next connection without a restart. The user, if
+    any, is the URL's (``redis://USER@host``; none = Redis' ``default`` user)."""
+
+    def __init__(self, password_file: str, username: str | None = None) -> None:
+        self.password_file = password_file
+        self.username = username
+
+    def password(self) -> str:
+        try:
+            text = Path(self.password_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--redis-password-file: cannot read {self.password_file}: {e}") from e
+        return text.rstrip("\r\n")  # `echo pass > file` and `kubectl create secret --from-file` leave a newline
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        password = self.password()
+        return (password,) if self.username is None else (self.username, password)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()  # a small local file: reading it does not stall the loop
+
+
+def _without_userinfo(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``user[:password]@`` part, and the user name it named (percent-decoded)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    username = urllib.parse.unquote(parts.username) if parts.username else None
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=host)), username
+
+
+def connect(
+    url: str | None, settings: ConnectionSettings = DEFAULT_SETTINGS, *, password_file: str | None = None
+) -> Redis:
     """A client for ``url`` (``redis://`` / ``rediss://`` / ``unix://``), or an embedded in-memory server if None.
 
-    Nothing is contacted until the first command; close with ``await client.aclose()``.
-    Each ``connect(None)`` call creates a new, empty embedded server: share the returned client.
+    Credentials come from the URL (``redis://user:password@host``) or, with ``password_file``, from that file
+    (read again for each new connection) with the URL's user. Nothing is contacted until the first command; close
+    with ``await client.aclose()``. Each ``connect(None)`` call creates a new, empty embedded server: share the
+    returned client.
     """
     if url is None:
         import fakeredis
@@ -45,8 +88,13 @@ def connect(url: str | None, settings: ConnectionSettings = DEFAULT_SETTINGS) ->
             max_connections=settings.max_connections,
         )
         return fake
+    credentials: dict[str, CredentialProvider] = {}
+    if password_file is not None:
+        url, username = _without_userinfo(url)
+        credentials["credential_provider"] = PasswordFileCredentials(password_file, username)
     pool = BlockingConnectionPool.from_url(
         url,
+        **credentials,
         max_connections=settings.max_connections,
         timeout=settings.pool_timeout_s,
         protocol=2,

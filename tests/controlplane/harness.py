@@ -1,6 +1,7 @@
 """vgpu-scheduler on the real control plane: GPU nodes as HAMi's device plugin registers them, our services as
 real processes (registrar, informer, N extender replicas over TLS behind a round-robin TCP balancer, as a
-Service spreads connections), kube-scheduler configured from the chart's rendered KubeSchedulerConfiguration,
+Service spreads connections; ``/filter`` and ``/bind`` only to kube-scheduler's client certificate, as the chart
+deploys them), kube-scheduler configured from the chart's rendered KubeSchedulerConfiguration,
 the chart's MutatingWebhookConfiguration pointed at the balancer, and the device-plugin emulator.
 
 Used by the scenarios (``tests/controlplane/test_scenarios.py``) and ``benchmarks/bench_cluster.py``.
@@ -31,6 +32,7 @@ from shared.codec.register import encode_register_json
 from shared.codec.topology import encode_topology
 from shared.domain.model import DeviceInfo
 from shared.k8s import KubeSettings, open_client
+from tests.certs import Issued, make_ca
 from tests.controlplane.control import ApiServer, Scheduler, make_serving_cert, start_scheduler
 from tests.controlplane.devplugin import DEFAULT_ALLOCATE_LATENCY_S, HamiDevicePlugin
 from tests.process import listening_addresses
@@ -56,12 +58,18 @@ def _kind(file: str, kind: str) -> dict[str, Any]:
     raise LookupError(f"no {kind} in {MANIFESTS / file}")
 
 
-def chart_scheduler_config(url: str, ca_file: Path) -> dict[str, Any]:
-    """The chart's KubeSchedulerConfiguration with the extender's ``urlPrefix`` and CA pointed at the test's."""
+def chart_scheduler_config(url: str, ca_file: Path, client: Issued | None = None) -> dict[str, Any]:
+    """The chart's KubeSchedulerConfiguration with the extender's ``urlPrefix`` and CA pointed at the test's, and
+    ``client`` as the extender client certificate (``None``: kube-scheduler presents none)."""
     config: dict[str, Any] = yaml.safe_load(_kind("kube-scheduler-config.yaml", "ConfigMap")["data"]["config.yaml"])
     for ext in config.get("extenders") or []:
         ext["urlPrefix"] = url
-        ext.setdefault("tlsConfig", {})["caFile"] = str(ca_file)
+        tls = ext.setdefault("tlsConfig", {})
+        tls["caFile"] = str(ca_file)
+        tls.pop("certFile", None)
+        tls.pop("keyFile", None)
+        if client is not None:
+            tls["certFile"], tls["keyFile"] = str(client.cert), str(client.key)
     return config
 
 
@@ -79,8 +87,12 @@ def chart_args(component: str) -> list[str]:
     args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     own = (
         "--http_bind",
+        "--webhook-bind",  # the balancer fronts --http_bind, which also serves /webhook without it
         "--cert_file",
         "--key_file",
+        "--client-ca-file",
+        "--insecure-allow-unauthenticated-scheduler",
+        "--redis-password-file",  # the session's redis-server has no password
         "--metrics-bind-address",
         "--device-config-file",
         "--key-prefix",
@@ -386,6 +398,8 @@ class Settings:
     allocate_latency_s: float = DEFAULT_ALLOCATE_LATENCY_S
     scheduler_qps: int | None = None
     """kube-scheduler's clientConnection qps (burst twice); None: its defaults."""
+    scheduler_client_cert: bool = True
+    """kube-scheduler presents its client certificate to the extenders (``--client-ca-file``); False: none."""
 
 
 @dataclass
@@ -498,6 +512,8 @@ async def running_system(
     tmp.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - set-up before anything runs
     ca = (api.cert_dir / "ca.crt", api.cert_dir / "ca.key")
     cert, key = make_serving_cert(tmp, "extender", ca)
+    client_ca = make_ca(tmp / "scheduler-client-ca", "vgpu-scheduler-client-ca")
+    client_cert = client_ca.issue(tmp / "scheduler-client", "kube-scheduler", client=True)
     device_config = tmp / "device-config.yaml"
     device_config.write_text(chart_device_config())
     prefix = f"--key-prefix=vgpu-{run_id}"
@@ -539,6 +555,7 @@ async def running_system(
                         "--http_bind=127.0.0.1:0",
                         f"--cert_file={cert}",
                         f"--key_file={key}",
+                        f"--client-ca-file={client_ca.cert}",
                         f"--scheduler-name={SCHEDULER_NAME}",
                         *policy,
                         *settings.extra,
@@ -562,7 +579,9 @@ async def running_system(
             if settings.webhook:
                 hook = chart_webhook(webhook_name, front, api.ca_file.read_bytes(), (RUN_LABEL, run_id))
                 api.request("POST", _WEBHOOKS, hook)
-            sched_config = chart_scheduler_config(front, api.ca_file)
+            sched_config = chart_scheduler_config(
+                front, api.ca_file, client_cert if settings.scheduler_client_cert else None
+            )
             if settings.scheduler_qps:
                 sched_config["clientConnection"] = {"qps": settings.scheduler_qps, "burst": 2 * settings.scheduler_qps}
             scheduler = stack.enter_context(start_scheduler(api, sched_config, tmp / "kube-scheduler"))

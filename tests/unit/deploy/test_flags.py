@@ -42,7 +42,16 @@ def files(manifests: Objects, tmp_path: Path) -> dict[str, str]:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_text("cert", encoding="utf-8")
     key.write_text("key", encoding="utf-8")
-    return {"/device-config.yaml": str(device), "/tls/tls.crt": str(cert), "/tls/tls.key": str(key)}
+    ca, password = tmp_path / "ca.crt", tmp_path / "password"
+    ca.write_text("ca", encoding="utf-8")
+    password.write_text("secret", encoding="utf-8")
+    return {
+        "/device-config.yaml": str(device),
+        "/tls/tls.crt": str(cert),
+        "/tls/tls.key": str(key),
+        "/client-ca/ca.crt": str(ca),
+        "/etc/vgpu-scheduler/redis/password": str(password),
+    }
 
 
 def settings_of(objs: Objects, component: str, files: dict[str, str]) -> Any:
@@ -62,6 +71,9 @@ def test_extender_flags(manifests: Objects, files: dict[str, str]) -> None:
     assert settings.reservation_grace_s == 120
     assert settings.common.redis_url == f"redis://{FULL}-redis.vgpu-system.svc:6379/0"
     assert settings.common.key_prefix == "vgpu"
+    assert settings.client_ca_file == files["/client-ca/ca.crt"]
+    assert settings.common.redis_password_file == files["/etc/vgpu-scheduler/redis/password"]
+    assert settings.bind_timeout_s == 25
     assert settings.common.metrics_bind.port == 9395
     assert settings.common.nvidia.resource_count_name == "nvidia.com/gpu"
 

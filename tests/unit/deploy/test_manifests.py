@@ -266,11 +266,19 @@ def test_kube_scheduler_configuration_calls_the_extender(manifests: Objects) -> 
     assert "prioritizeVerb" not in extender and "preemptVerb" not in extender
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
     assert extender["enableHTTPS"] is True
-    assert extender["tlsConfig"] == {"insecure": False, "caFile": "/etc/vgpu-scheduler/tls/ca.crt"}
+    assert extender["tlsConfig"] == {
+        "insecure": False,
+        "caFile": "/etc/vgpu-scheduler/tls/ca.crt",
+        # kube-scheduler's client certificate: only it may call /filter and /bind (mTLS)
+        "certFile": "/etc/vgpu-scheduler/client/tls.crt",
+        "keyFile": "/etc/vgpu-scheduler/client/tls.key",
+    }
     assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES]
     # The bind's lock retry must finish inside kube-scheduler's timeout for the call.
-    retry = args_map(container(manifests, f"{FULL}-extender"))["node-lock-retry-timeout"]
-    assert extender["httpTimeout"] == "30s" and duration_s(retry) < duration_s(extender["httpTimeout"])
+    args = args_map(container(manifests, f"{FULL}-extender"))
+    assert extender["httpTimeout"] == "30s"
+    for flag in ("node-lock-retry-timeout", "bind-timeout"):
+        assert duration_s(args[flag]) < duration_s(extender["httpTimeout"]), flag
 
 
 def test_kube_scheduler_deployment_mounts_its_config_and_the_extender_ca(manifests: Objects) -> None:
@@ -530,7 +538,8 @@ def test_cert_manager_replaces_certgen(chart: Chart) -> None:
     ],
 )
 def test_external_redis(chart: Chart, external: dict[str, str], expected_env: dict[str, Any]) -> None:
-    objs = render_objects(chart, {"redis": {"enabled": False, "external": external}})
+    # the URL (or the Secret holding it) carries the credentials: no separate password Secret
+    objs = render_objects(chart, {"redis": {"enabled": False, "external": external, "auth": {"enabled": False}}})
     check_invariants(objs)
     assert objs.maybe("Deployment", f"{FULL}-redis") is None and objs.maybe("Service", f"{FULL}-redis") is None
     for name in ("extender", "registrar", "informer"):

@@ -105,6 +105,22 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding kube-scheduler's extender client certificate (tls.crt, tls.key) and the client CA (ca.crt). */}}
+{{- define "vgpu-scheduler.schedulerClientSecret" -}}
+{{ .Values.schedulerAuth.existingSecret | default (printf "%s-scheduler-client" (include "vgpu-scheduler.fullname" .)) }}
+{{- end }}
+
+{{/* The Secret holding the Redis password; fails for an external Redis with auth but no Secret named. */}}
+{{- define "vgpu-scheduler.redisAuthSecret" -}}
+{{- if .Values.redis.auth.existingSecret }}
+{{- .Values.redis.auth.existingSecret }}
+{{- else if .Values.redis.enabled }}
+{{- printf "%s-redis-auth" (include "vgpu-scheduler.fullname" .) }}
+{{- else }}
+{{- fail "redis.auth.existingSecret is required for an external Redis with redis.auth.enabled (or set redis.auth.enabled=false when the URL carries the credentials)" }}
+{{- end }}
+{{- end }}
+
 {{/* Flags every vgpu-scheduler service takes (list items). */}}
 {{- define "vgpu-scheduler.commonArgs" -}}
 - --metrics-bind-address=:{{ .Values.metricsPort }}
@@ -112,6 +128,9 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 - --key-prefix={{ .Values.keyPrefix }}
 - --log-format={{ .Values.log.format }}
 - --log-level={{ .Values.log.level }}
+{{- if .Values.redis.auth.enabled }}
+- --redis-password-file=/etc/vgpu-scheduler/redis/password
+{{- end }}
 {{- end }}
 
 {{/* Pod-level settings shared by our Deployments. */}}
@@ -134,8 +153,18 @@ imagePullSecrets:
     name: {{ include "vgpu-scheduler.deviceConfigMap" . }}
 - name: tmp
   emptyDir: {}
+{{- if .Values.redis.auth.enabled }}
+- name: redis-auth
+  secret:
+    secretName: {{ include "vgpu-scheduler.redisAuthSecret" . }}
+    items:
+      - key: {{ .Values.redis.auth.existingSecretPasswordKey }}
+        path: password
+{{- end }}
 {{- end }}
 
+{{/* Mounts matching commonVolumes. The Redis password is a whole-directory mount (no subPath) so that a
+rotated Secret reaches the running pods; --redis-password-file is read for every new connection. */}}
 {{- define "vgpu-scheduler.commonVolumeMounts" -}}
 - name: device-config
   mountPath: /device-config.yaml
@@ -143,6 +172,11 @@ imagePullSecrets:
   readOnly: true
 - name: tmp
   mountPath: /tmp
+{{- if .Values.redis.auth.enabled }}
+- name: redis-auth
+  mountPath: /etc/vgpu-scheduler/redis
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{/* Environment of every vgpu-scheduler service. */}}
