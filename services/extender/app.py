@@ -58,7 +58,10 @@ def timed(verb: Verb, handler: HandlerFn, metrics: ExtenderMetrics) -> HandlerFn
 
 def create_app(service: ExtenderService) -> web.Application:
     """The extender's HTTP application for one service (served by ``ExtenderService.run`` or a test)."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    # Bodies are read as sent, whatever Content-Encoding says (Go's net/http server never decodes request
+    # bodies either): a bogus "gzip" on plain JSON still parses, compressed bytes are a JSON error like any other,
+    # and aiohttp's decoder never fails mid-parse (it answered with a traceback and a reset connection).
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, handler_args={"auto_decompress": False})
     metrics = service.metrics
     app.router.add_post("/filter", timed(Verb.FILTER, service.filter.handle, metrics))
     app.router.add_post("/bind", timed(Verb.BIND, service.bind.handle, metrics))

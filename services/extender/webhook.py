@@ -146,7 +146,7 @@ def _salvage(body: bytes) -> tuple[str, AdmissionVersion]:
     """The uid and apiVersion of a review we could not decode, when they are readable (else "" and v1)."""
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep (the strict decoder said so already)
         return "", AdmissionVersion.V1
     if not isinstance(doc, dict):
         return "", AdmissionVersion.V1

@@ -59,6 +59,8 @@ class ClusterSpec:
     """Nodes whose device plugin never answers Allocate (their locks must time out)."""
     quotas: dict[str, dict[str, str]] = field(default_factory=dict)
     """namespace → ResourceQuota ``spec.hard``."""
+    registrar_resync_s: float = 15.0
+    """The registrar's full pass (how soon it notices a flushed Redis)."""
 
     def node_names(self) -> list[str]:
         return [f"node-{i:03d}" for i in range(self.nodes)]
@@ -189,7 +191,7 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
         registrar = RegistrarService(
             RegistrarSettings(common=_common(Service.REGISTRAR, "registrar-0"), lease_ttl_s=10.0),
             RegistrarDeps(store=await store_client(), kube=reg_kube, registry=CollectorRegistry(), instance_id="r0"),
-            tuning=RegistrarTuning(informer=FAST_WATCH),
+            tuning=RegistrarTuning(informer=FAST_WATCH, resync_interval_s=spec.registrar_resync_s),
         )
         await stack.enter_async_context(_task("e2e:registrar", registrar.run))
 

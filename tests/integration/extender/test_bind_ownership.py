@@ -79,7 +79,7 @@ async def test_undo_leaves_another_decisions_annotations_alone(h: Harness) -> No
             h.em.patch("Pod", ns, name, {"metadata": {"annotations": winner}, "spec": {"nodeName": "gpu-node-2"}})
         return got
 
-    h.api.get_pod = get_then_race  # type: ignore[method-assign]
+    h.api.get_pod = get_then_race  # type: ignore[method-assign,assignment]
     result = await h.binder().bind(args_for(pod))
     assert result.outcome is BindOutcome.BOUND_ELSEWHERE
     assert _hami(h.pod("p1")) == winner
