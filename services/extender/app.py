@@ -17,6 +17,7 @@ from aiohttp import web
 
 from services.extender.metrics import ExtenderMetrics, Verb
 from shared.ops import add_ops_routes
+from shared.protocol.admission import HTTP_BAD_REQUEST, error_review
 from shared.protocol.extender import MAX_BODY_BYTES, ExtenderFilterResult, binding_result
 
 if TYPE_CHECKING:
@@ -37,6 +38,15 @@ def _internal_error(verb: Verb, error: Exception) -> web.Response:
     return web.Response(status=500, text=message + "\n")
 
 
+def _too_deep(verb: Verb) -> web.Response:
+    message = "request body is nested too deeply"
+    if verb is Verb.FILTER:
+        return web.Response(body=ExtenderFilterResult.from_error(message).to_json(), content_type=_JSON)
+    if verb is Verb.BIND:
+        return web.Response(body=binding_result(message), content_type=_JSON)
+    return web.Response(body=error_review(message, code=HTTP_BAD_REQUEST), content_type=_JSON)
+
+
 def timed(verb: Verb, handler: HandlerFn, metrics: ExtenderMetrics) -> HandlerFn:
     """Wrap ``handler``: observe its duration under ``verb`` and turn an unexpected exception into an answer."""
     histogram = metrics.request_duration.labels(verb.value)
@@ -47,6 +57,9 @@ def timed(verb: Verb, handler: HandlerFn, metrics: ExtenderMetrics) -> HandlerFn
             return await handler(request)
         except web.HTTPException:
             raise
+        except RecursionError:  # a body nested too deeply for some step: bad input, not a bug to trace
+            logger.info("extender request rejected: nested too deeply", extra={"verb": verb.value})
+            return _too_deep(verb)
         except Exception as e:
             logger.exception("extender handler failed", extra={"verb": verb.value})
             return _internal_error(verb, e)

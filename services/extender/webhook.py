@@ -187,7 +187,10 @@ class WebhookHandler:
             review = parse_admission_review(body)
         except DecodeError as e:
             return self._bad(str(e), body)
-        kind, outcome = await self.admitter.admit(review)
+        try:
+            kind, outcome = await self.admitter.admit(review)
+        except RecursionError:  # parsed (under the decoder's limit), but too deep to copy and mutate
+            return self._bad("admission review: the object is nested too deeply", body)
         self._metrics.webhook_outcomes.labels(kind.value).inc()
         extra = {
             "namespace": review.namespace,

@@ -304,6 +304,13 @@ def test_damaged_real_bodies_long_run(
     "path, body, headers, check",
     [
         pytest.param("/webhook", _nested(1000).encode(), {}, _check_webhook, id="webhook-deep-nesting"),
+        pytest.param(
+            "/webhook",
+            json.dumps(_replace(REVIEW, ("request", "object"), _DEEP)).replace(f'"{_DEEP}"', _nested(400)).encode(),
+            {},
+            _check_webhook,
+            id="webhook-object-too-deep-to-copy",
+        ),
         pytest.param("/filter", json.dumps(FILTER).encode(), {"Content-Encoding": "gzip"}, _check_filter, id="gzip"),
         pytest.param("/bind", json.dumps(BIND).encode(), {"Content-Encoding": "deflate"}, _check_bind, id="deflate"),
         pytest.param(
