@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.controlplane.fixtures import kube_apiserver, kube_cleanup  # noqa: F401
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

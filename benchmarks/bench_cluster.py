@@ -1,0 +1,182 @@
+"""The real control plane, native kube-scheduler versus vgpu-scheduler, same nodes, same pods, same run.
+
+Needs ``KUBEBUILDER_ASSETS`` (``../shared/k8s/install.sh .cache/k8s``) and ``redis-server`` on the PATH. Each row
+starts its own kube-scheduler (and our services) on one shared etcd + kube-apiserver, on fresh nodes:
+
+* ``native``: kube-scheduler alone places ``nvidia.com/gpu: 1`` pods (the chart's configuration without the
+  extender block);
+* ``vgpu …``: the chart's configuration, our registrar, informer and N extender replicas (flag defaults, or the
+  chart's flags), the HAMi device-plugin emulator (Allocate latency ``--allocate-latency``), the same pods.
+
+Printed per row: pods bound / created, pods/s (first create to last bind), the ratio to native measured in the
+same run, time-to-bind p50/p99, node-lock waits (the extenders' ``vgpu_node_lock_wait_seconds`` count),
+kube-scheduler errors (its log), and the audit's findings. Figures are printed, never asserted.
+
+    KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 100 --pods 300
+    KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 1000 --gpus 8 --pods 2000 \\
+        --replicas 1,3 --policies binpack,spread --settings defaults,chart
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.controlplane.control import ApiServer, Cleanup, assets_dir, control_plane
+from tests.controlplane.harness import NodeShape, Settings, gpu_pod
+from tests.controlplane.native import run_native
+from tests.controlplane.scenario import Outcome, Scenario, run_scenario
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("bench_cluster: redis-server is not on the PATH (apt-get install redis-server)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                subprocess.run(["sleep", "0.05"], check=False)  # an external process starting: nothing to await
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _pods(n: int, shared: bool) -> list[dict[str, Any]]:
+    if shared:
+        return [gpu_pod(f"p{i:05d}", mem=1000 * (1 + i % 4), cores=10 * (1 + i % 3)) for i in range(n)]
+    return [gpu_pod(f"p{i:05d}", mem=None, cores=None) for i in range(n)]
+
+
+def _row(label: str, o: Outcome, native: float | None) -> str:
+    ratio = f"{o.pods_per_s / native:.2f}" if native else "-"
+    findings = f"{len(o.report.correctness)}/{len(o.report.liveness)}"
+    return (
+        f"{label:<34} {o.bound:>5}/{o.created:<5} {o.pods_per_s:>7.1f} {ratio:>6} {o.percentile(50):>7.2f} "
+        f"{o.percentile(99):>7.2f} {o.lock_waits:>6} {o.scheduler_errors:>7} {findings:>7}"
+    )
+
+
+async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: Path) -> None:
+    shape = NodeShape(gpus=args.gpus)
+    header = (
+        f"{'RUN':<34} {'BOUND':>11} {'PODS/S':>7} {'xNAT':>6} {'P50 S':>7} {'P99 S':>7} {'LOCKW':>6} "
+        f"{'SCHERR':>7} {'C/L':>7}"
+    )
+    print(f"# {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods; kube-scheduler qps {args.scheduler_qps}")
+    print(header, flush=True)
+    native_rate: float | None = None
+    if not args.skip_native:
+        cleanup = Cleanup(api)
+        try:
+            native = await run_native(
+                api, cleanup, tmp / "native", nodes=args.nodes, shape=shape, pods=_pods(args.pods, shared=False),
+                scheduler_qps=args.scheduler_qps, deadline_s=args.deadline,
+            )  # fmt: skip
+        finally:
+            cleanup.run()
+        native_rate = native.pods_per_s or None
+        print(_row("native nvidia.com/gpu: 1", native, None), flush=True)
+    extra: tuple[str, ...] = ()
+    if args.kube_qps is not None:
+        extra += (f"--kube-qps={args.kube_qps}",)
+    if args.kube_burst is not None:
+        extra += (f"--kube-burst={args.kube_burst}",)
+    for replicas in args.replicas:
+        for policy in args.policies:
+            for setting in args.settings:
+                settings = Settings(
+                    replicas=replicas,
+                    chart=setting == "chart",
+                    node_policy=policy,
+                    extra=extra,
+                    allocate_latency_s=args.allocate_latency,
+                    scheduler_qps=args.scheduler_qps,
+                )
+                scenario = Scenario(
+                    f"bench-{replicas}-{policy}-{setting}",
+                    _pods(args.pods, shared=args.shared),
+                    settings,
+                    nodes=args.nodes,
+                    shape=shape,
+                    deadline_s=args.deadline,
+                    stall_s=args.stall,
+                )
+                cleanup = Cleanup(api)
+                try:
+                    outcome = await run_scenario(api, cleanup, redis_url, tmp / scenario.name, scenario)
+                finally:
+                    cleanup.run()
+                label = f"vgpu {replicas} repl {policy} {setting}" + (" " + " ".join(extra) if extra else "")
+                print(_row(label, outcome, native_rate), flush=True)
+                for line in (outcome.report.correctness + outcome.report.liveness)[: args.show_findings]:
+                    print(f"    {line}")
+    print(
+        "BOUND bound/created; PODS/S first create to last bind; xNAT ratio to native in this run; P50/P99 "
+        "create-to-bind; LOCKW node-lock waits; SCHERR kube-scheduler error lines; C/L audit correctness/liveness "
+        "findings"
+    )
+
+
+def _csv(kind: type) -> Any:
+    return lambda text: [kind(x) for x in text.split(",") if x]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=100)
+    p.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    p.add_argument("--pods", type=int, default=300)
+    p.add_argument("--replicas", type=_csv(int), default=[1], help="comma list, e.g. 1,3")
+    p.add_argument("--policies", type=_csv(str), default=["binpack"], help="node policies: binpack,spread")
+    p.add_argument("--settings", type=_csv(str), default=["defaults", "chart"], help="defaults,chart")
+    p.add_argument("--kube-qps", type=float, default=None, help="--kube-qps for every extender replica")
+    p.add_argument("--kube-burst", type=int, default=None, help="--kube-burst for every extender replica")
+    p.add_argument("--scheduler-qps", type=int, default=None, help="kube-scheduler clientConnection qps")
+    p.add_argument("--allocate-latency", type=float, default=0.2, help="device plugin Allocate latency, s")
+    p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=False,
+                   help="shared pods (1-4 GB, 10-30%%) instead of nvidia.com/gpu: 1 for our runs")  # fmt: skip
+    p.add_argument("--deadline", type=float, default=600.0, help="give up a run after this many seconds")
+    p.add_argument("--stall", type=float, default=60.0, help="end a run when nothing binds for this long")
+    p.add_argument("--skip-native", action="store_true")
+    p.add_argument("--show-findings", type=int, default=3)
+    args = p.parse_args()
+    bad = [s for s in args.settings if s not in ("defaults", "chart")]
+    if bad:
+        p.error(f"--settings takes defaults and/or chart, not {bad}")
+    assets = assets_dir()
+    if assets is None:
+        sys.exit("bench_cluster: set KUBEBUILDER_ASSETS (../shared/k8s/install.sh .cache/k8s)")
+    tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
+    try:
+        with redis_server() as redis_url, control_plane(assets) as api:
+            asyncio.run(_main(args, api, redis_url, tmp))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-scheduler on demand) from the
+binaries in ``$KUBEBUILDER_ASSETS``, with openssl-generated certificates. Plain context managers, so the pytest
+fixtures and ``benchmarks/bench_cluster.py`` share them.
+
+No controller-manager and no kubelet run: Nodes are created with their ``status``, pods never run, a namespace
+is finalized by hand (``Cleanup``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ASSETS_ENV = "KUBEBUILDER_ASSETS"
+SKIP_REASON = "real control plane: set KUBEBUILDER_ASSETS (see README: ../shared/k8s/install.sh .cache/k8s)"
+_READY_TIMEOUT_S = 90.0
+_STOP_TIMEOUT_S = 15.0
+
+
+class ControlPlaneError(RuntimeError):
+    """A control-plane process failed to start; the message carries the tail of its log."""
+
+
+def assets_dir() -> Path | None:
+    """``$KUBEBUILDER_ASSETS`` as a directory holding kube-apiserver, or None when unset."""
+    value = os.environ.get(ASSETS_ENV, "").strip()
+    if not value:
+        return None
+    path = Path(value)
+    if not (path / "kube-apiserver").exists():
+        raise ControlPlaneError(f"{ASSETS_ENV}={value} holds no kube-apiserver: run ../shared/k8s/install.sh {value}")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _binary(assets: Path, name: str) -> str:
+    candidate = assets / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise ControlPlaneError(f"{name} is neither in {assets} nor on the PATH (install.sh installs it)")
+    return found
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"openssl {' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def make_ca(directory: Path, name: str = "ca") -> tuple[Path, Path]:
+    """A self-signed CA (``<name>.crt``, ``<name>.key``) in ``directory``."""
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.crt",
+        cwd=directory,
+    )
+    return directory / f"{name}.crt", directory / f"{name}.key"
+
+
+def make_serving_cert(
+    directory: Path, name: str, ca: tuple[Path, Path], sans: str = "IP:127.0.0.1,DNS:localhost"
+) -> tuple[Path, Path]:
+    """A serving certificate ``<name>.crt``/``<name>.key`` for ``sans``, signed by ``ca``."""
+    ext = directory / f"{name}.ext"
+    ext.write_text(f"subjectAltName={sans}\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
+    _openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        f"/CN={name}",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.csr",
+        cwd=directory,
+    )
+    _openssl(
+        "x509",
+        "-req",
+        "-in",
+        f"{name}.csr",
+        "-CA",
+        str(ca[0]),
+        "-CAkey",
+        str(ca[1]),
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        ext.name,
+        "-out",
+        f"{name}.crt",
+        cwd=directory,
+    )
+    return directory / f"{name}.crt", directory / f"{name}.key"
+
+
+@dataclass(frozen=True)
+class ApiServer:
+    """A running kube-apiserver: its URL, an admin kubeconfig (token + CA), and a directory for more certs."""
+
+    url: str
+    kubeconfig: Path
+    ca_file: Path
+    token: str
+    cert_dir: Path
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.ca_file))
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+        """One synchronous API call; the decoded JSON answer. Raises ``urllib.error.HTTPError`` on a 4xx/5xx."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        with urllib.request.urlopen(req, context=self.ssl_context(), timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def list_items(self, path: str, label_selector: str = "") -> list[dict[str, Any]]:
+        """Every item of a list path (``/api/v1/pods``), optionally label-selected."""
+        query = f"?labelSelector={urllib.parse.quote(label_selector)}" if label_selector else ""
+        items: list[dict[str, Any]] = self.request("GET", path + query)["items"]
+        return items
+
+
+def _log_tail(log: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=_STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_http_ok(url: str, ctx: ssl.SSLContext | None, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
+    """Poll ``url`` until it answers 200 (an external process offers no event to await)."""
+    end = time.monotonic() + _READY_TIMEOUT_S
+    last = ""
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise ControlPlaneError(f"{what} exited with code {proc.returncode}:\n{_log_tail(log)}")
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise ControlPlaneError(f"{what} not ready within {_READY_TIMEOUT_S}s ({last}):\n{_log_tail(log)}")
+
+
+def _loopback_env() -> dict[str, str]:
+    """The environment for control-plane processes: no proxy for loopback (webhook calls, extender calls)."""
+    env = dict(os.environ)
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(key, None)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+def _scratch_root() -> str | None:
+    """/dev/shm when writable (etcd on tmpfs is fast), else the default temp dir."""
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+@contextlib.contextmanager
+def control_plane(assets: Path, workdir: Path | None = None) -> Iterator[ApiServer]:
+    """Start etcd (data on tmpfs when possible) and kube-apiserver on free loopback ports; yield the ApiServer;
+    stop the apiserver, then etcd, and remove the scratch data."""
+    owned = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="vgpu-cp-", dir=_scratch_root())) if workdir is None else workdir
+    certs = root / "certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        ca = make_ca(certs)
+        serving = make_serving_cert(certs, "apiserver", ca)
+        _openssl("genrsa", "-out", "sa.key", "2048", cwd=certs)
+        token = secrets.token_hex(16)
+        (certs / "tokens.csv").write_text(f"{token},admin,admin-uid,system:masters\n")
+
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_log = root / "etcd.log"
+        with etcd_log.open("wb") as out:
+            etcd = subprocess.Popen(
+                [
+                    _binary(assets, "etcd"),
+                    "--data-dir",
+                    str(root / "etcd"),
+                    "--listen-client-urls",
+                    f"http://127.0.0.1:{etcd_port}",
+                    "--advertise-client-urls",
+                    f"http://127.0.0.1:{etcd_port}",
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{peer_port}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{peer_port}",
+                    "--initial-cluster",
+                    f"default=http://127.0.0.1:{peer_port}",
+                    "--unsafe-no-fsync",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=_loopback_env(),
+            )
+        procs.append(etcd)
+        _wait_http_ok(f"http://127.0.0.1:{etcd_port}/health", None, etcd, etcd_log, "etcd")
+
+        api_log = root / "kube-apiserver.log"
+        with api_log.open("wb") as out:
+            apiserver = subprocess.Popen(
+                [
+                    _binary(assets, "kube-apiserver"),
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={api_port}",
+                    f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                    "--service-cluster-ip-range=10.0.0.0/24",
+                    "--endpoint-reconciler-type=none",
+                    f"--client-ca-file={ca[0]}",
+                    f"--tls-cert-file={serving[0]}",
+                    f"--tls-private-key-file={serving[1]}",
+                    f"--token-auth-file={certs / 'tokens.csv'}",
+                    "--service-account-issuer=https://kubernetes.default.svc",
+                    f"--service-account-key-file={certs / 'sa.key'}",
+                    f"--service-account-signing-key-file={certs / 'sa.key'}",
+                    "--authorization-mode=RBAC",
+                    "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                    "--profiling=false",
+                    "--max-requests-inflight=2000",
+                    "--max-mutating-requests-inflight=1000",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=_loopback_env(),
+            )
+        procs.append(apiserver)
+        url = f"https://127.0.0.1:{api_port}"
+        ctx = ssl.create_default_context(cafile=str(ca[0]))
+        _wait_http_ok(f"{url}/readyz", ctx, apiserver, api_log, "kube-apiserver")
+
+        kubeconfig = root / "admin.kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "test", "cluster": {"server": url, "certificate-authority": str(ca[0])}}],
+                    "users": [{"name": "admin", "user": {"token": token}}],
+                    "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+                    "current-context": "test",
+                }
+            )
+        )
+        api = ApiServer(url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs)
+        _wait_default_namespace(api)
+        yield api
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        if owned:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_default_namespace(api: ApiServer) -> None:
+    """Create the ``default`` namespace if the apiserver has not yet (its bootstrap controller does it)."""
+    end = time.monotonic() + _READY_TIMEOUT_S
+    while time.monotonic() < end:
+        try:
+            api.request("GET", "/api/v1/namespaces/default")
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404:
+                raise
+        try:
+            api.request("POST", "/api/v1/namespaces", {"metadata": {"name": "default"}})
+            return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise
+        time.sleep(0.1)
+    raise ControlPlaneError("namespace default never appeared")
+
+
+def scheduler_config(api: ApiServer, config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` (a KubeSchedulerConfiguration dict) with ``clientConnection.kubeconfig`` pointing at ``api`` and
+    leader election off; the rest (qps, burst, profiles, extenders) as given."""
+    out: dict[str, Any] = json.loads(json.dumps(dict(config)))
+    out.setdefault("apiVersion", "kubescheduler.config.k8s.io/v1")
+    out.setdefault("kind", "KubeSchedulerConfiguration")
+    client = dict(out.get("clientConnection") or {})
+    client["kubeconfig"] = str(api.kubeconfig)
+    out["clientConnection"] = client
+    out["leaderElection"] = {"leaderElect": False}
+    return out
+
+
+@dataclass
+class Scheduler:
+    """A running kube-scheduler: its process, log and secure port."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    port: int
+    config_file: Path = field(repr=False)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def start_scheduler(api: ApiServer, config: Mapping[str, Any], tmp: Path) -> Iterator[Scheduler]:
+    """Run kube-scheduler with the KubeSchedulerConfiguration ``config`` (clientConnection filled in); wait for its
+    ``/healthz``; SIGTERM it on exit."""
+    assets = assets_dir()
+    if assets is None:
+        raise ControlPlaneError(SKIP_REASON)
+    tmp.mkdir(parents=True, exist_ok=True)
+    config_file = tmp / "kube-scheduler-config.yaml"
+    config_file.write_text(yaml.safe_dump(scheduler_config(api, config)))
+    port = free_port()
+    log = tmp / "kube-scheduler.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                _binary(assets, "kube-scheduler"),
+                f"--config={config_file}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--authentication-kubeconfig={api.kubeconfig}",
+                f"--authorization-kubeconfig={api.kubeconfig}",
+                "--v=2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_loopback_env(),
+        )
+    try:
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed on the fly
+        _wait_http_ok(f"https://127.0.0.1:{port}/healthz", insecure, proc, log, "kube-scheduler")
+        yield Scheduler(proc=proc, log=log, port=port, config_file=config_file)
+    finally:
+        _stop(proc)
+
+
+class Cleanup:
+    """Deletes what a test created on the shared API server: namespaces (their pods first, with grace 0, then
+    the namespace, finalized by hand since no namespace controller runs), nodes, cluster-scoped objects."""
+
+    def __init__(self, api: ApiServer) -> None:
+        self.api = api
+        self.namespaces: list[str] = []
+        self.nodes: list[str] = []
+        self.paths: list[str] = []  # any other object's full path, deleted first
+
+    def namespace(self, name: str, labels: Mapping[str, str] | None = None) -> str:
+        """Create namespace ``name`` and register it for deletion."""
+        self.api.request("POST", "/api/v1/namespaces", {"metadata": {"name": name, "labels": dict(labels or {})}})
+        self.namespaces.append(name)
+        return name
+
+    def node(self, name: str) -> None:
+        self.nodes.append(name)
+
+    def path(self, path: str) -> None:
+        self.paths.append(path)
+
+    def run(self) -> None:
+        for path in reversed(self.paths):
+            self._delete(path)
+        for ns in self.namespaces:
+            delete_namespace(self.api, ns)
+        for name in self.nodes:
+            self._delete(f"/api/v1/nodes/{name}")
+        self.paths.clear()
+        self.namespaces.clear()
+        self.nodes.clear()
+
+    def _delete(self, path: str) -> None:
+        with contextlib.suppress(urllib.error.HTTPError):
+            self.api.request("DELETE", path, {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0})
+
+
+def delete_namespace(api: ApiServer, ns: str) -> None:
+    """Delete every pod of ``ns`` at once (grace 0), then the namespace, finalizing it by hand."""
+    pods = api.list_items(f"/api/v1/namespaces/{ns}/pods")
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+    for pod in pods:
+        with contextlib.suppress(urllib.error.HTTPError):
+            api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", options)
+    for kind in ("resourcequotas", "events", "configmaps"):
+        with contextlib.suppress(urllib.error.HTTPError):
+            api.request("DELETE", f"/api/v1/namespaces/{ns}/{kind}")
+    try:
+        api.request("DELETE", f"/api/v1/namespaces/{ns}")
+        body = api.request("GET", f"/api/v1/namespaces/{ns}")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return
+        raise
+    body["spec"] = {"finalizers": []}
+    with contextlib.suppress(urllib.error.HTTPError):
+        api.request("PUT", f"/api/v1/namespaces/{ns}/finalize", body)

@@ -1,0 +1,32 @@
+"""pytest fixtures over ``tests.controlplane.control``: a session-scoped kube-apiserver (skipped with one line
+when ``KUBEBUILDER_ASSETS`` is unset) and a per-test ``Cleanup`` for what a test creates on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.controlplane.control import SKIP_REASON, ApiServer, Cleanup, assets_dir, control_plane, start_scheduler
+
+__all__ = ["ApiServer", "Cleanup", "kube_apiserver", "kube_cleanup", "start_scheduler"]
+
+
+@pytest.fixture(scope="session")
+def kube_apiserver() -> Iterator[ApiServer]:
+    """etcd + kube-apiserver on free loopback ports for the whole session; skips without KUBEBUILDER_ASSETS."""
+    assets = assets_dir()
+    if assets is None:
+        pytest.skip(SKIP_REASON)
+    with control_plane(assets) as api:
+        yield api
+
+
+@pytest.fixture
+def kube_cleanup(kube_apiserver: ApiServer) -> Iterator[Cleanup]:
+    """Register namespaces, nodes and other objects a test creates; they are deleted after the test."""
+    cleanup = Cleanup(kube_apiserver)
+    try:
+        yield cleanup
+    finally:
+        cleanup.run()

@@ -1,0 +1,596 @@
+"""vgpu-scheduler on the real control plane: GPU nodes as HAMi's device plugin registers them, our services as
+real processes (registrar, informer, N extender replicas over TLS behind a round-robin TCP balancer, as a
+Service spreads connections), kube-scheduler configured from the chart's rendered KubeSchedulerConfiguration,
+the chart's MutatingWebhookConfiguration pointed at the balancer, and the device-plugin emulator.
+
+Used by the scenarios (``tests/controlplane/test_scenarios.py``) and ``benchmarks/bench_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import os
+import signal
+import ssl
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+from shared.codec import annotations as keys
+from shared.codec.register import encode_register_json
+from shared.codec.topology import encode_topology
+from shared.domain.model import DeviceInfo
+from shared.k8s import KubeSettings, open_client
+from tests.controlplane.control import ApiServer, Scheduler, make_serving_cert, start_scheduler
+from tests.controlplane.devplugin import DEFAULT_ALLOCATE_LATENCY_S, HamiDevicePlugin
+from tests.process import listening_addresses
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "deploy" / "manifests"
+SCHEDULER_NAME = "vgpu-scheduler"
+RUN_LABEL = "vgpu-test/run"
+_STOP_TIMEOUT_S = 20.0
+_WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+
+# --- the chart's rendered manifests -------------------------------------------------------------------------
+
+
+def _documents(file: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((MANIFESTS / file).read_text()) if isinstance(d, dict)]
+
+
+def _kind(file: str, kind: str) -> dict[str, Any]:
+    for doc in _documents(file):
+        if doc.get("kind") == kind:
+            return doc
+    raise LookupError(f"no {kind} in {MANIFESTS / file}")
+
+
+def chart_scheduler_config(url: str, ca_file: Path) -> dict[str, Any]:
+    """The chart's KubeSchedulerConfiguration with the extender's ``urlPrefix`` and CA pointed at the test's."""
+    config: dict[str, Any] = yaml.safe_load(_kind("kube-scheduler-config.yaml", "ConfigMap")["data"]["config.yaml"])
+    for ext in config.get("extenders") or []:
+        ext["urlPrefix"] = url
+        ext.setdefault("tlsConfig", {})["caFile"] = str(ca_file)
+    return config
+
+
+def native_scheduler_config() -> dict[str, Any]:
+    """The same configuration without the extender: kube-scheduler places ``nvidia.com/gpu`` by itself."""
+    config = chart_scheduler_config("https://unused", Path("/unused"))
+    config.pop("extenders", None)
+    return config
+
+
+def chart_args(component: str) -> list[str]:
+    """The container args of the chart's ``<component>`` Deployment, minus those the harness sets itself (listen
+    addresses, certificate files, device config path, key prefix, log format)."""
+    deployment = _kind(f"{component}.yaml", "Deployment")
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    own = (
+        "--http_bind",
+        "--cert_file",
+        "--key_file",
+        "--metrics-bind-address",
+        "--device-config-file",
+        "--key-prefix",
+        "--log-format",
+    )
+    return [a for a in args[1:] if not a.startswith(own)]
+
+
+def chart_device_config() -> str:
+    return str(_kind("device-config.yaml", "ConfigMap")["data"]["device-config.yaml"])
+
+
+def chart_webhook(name: str, url: str, ca_pem: bytes, namespace_label: tuple[str, str]) -> dict[str, Any]:
+    """The chart's MutatingWebhookConfiguration with ``clientConfig.url`` and ``caBundle`` instead of a Service,
+    renamed ``name`` and limited to namespaces carrying ``namespace_label`` (the shared API server serves other
+    tests too)."""
+    config = _kind("webhook.yaml", "MutatingWebhookConfiguration")
+    config["metadata"] = {"name": name}
+    for hook in config["webhooks"]:
+        hook["clientConfig"] = {"url": url + "/webhook", "caBundle": base64.b64encode(ca_pem).decode()}
+        selector = hook.setdefault("namespaceSelector", {})
+        selector.setdefault("matchExpressions", []).append(
+            {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]}
+        )
+    return config
+
+
+# --- nodes and pods -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    gpus: int = 4
+    slots: int = 10
+    mem_mib: int = 16384
+    cores: int = 100
+    type: str = "NVIDIA-A100-SXM4-40GB"
+    topology: bool = False
+    """Write ``hami.io/node-nvidia-score`` (pairs in the same half of the node score higher)."""
+
+
+def node_devices(name: str, shape: NodeShape) -> tuple[DeviceInfo, ...]:
+    return tuple(
+        DeviceInfo(
+            id=f"GPU-{name}-{i}",
+            index=i,
+            count=shape.slots,
+            devmem_mib=shape.mem_mib,
+            devcore=shape.cores,
+            type=shape.type,
+            numa=0 if i < shape.gpus // 2 or shape.gpus == 1 else 1,
+            mode="hami-core",
+            health=True,
+        )
+        for i in range(shape.gpus)
+    )
+
+
+def gpu_node(name: str, shape: NodeShape, labels: Mapping[str, str]) -> dict[str, Any]:
+    """A Node as kubelet + HAMi's device plugin leave it: Ready, allocatable GPU slots, the register annotation."""
+    devices = node_devices(name, shape)
+    annotations = {keys.NODE_NVIDIA_REGISTER: encode_register_json(devices)}
+    if shape.topology:
+        half = max(1, shape.gpus // 2)
+        annotations[keys.NODE_NVIDIA_SCORE] = encode_topology(
+            {
+                a.id: {b.id: (100 if a.index // half == b.index // half else 10) for b in devices if b.id != a.id}
+                for a in devices
+            }
+        )
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": str(shape.gpus * shape.slots)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {**labels, "kubernetes.io/hostname": name}, "annotations": annotations},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def gpu_pod(
+    name: str,
+    *,
+    gpus: int = 1,
+    mem: int | None = 2000,
+    cores: int | None = 10,
+    scheduler: str | None = SCHEDULER_NAME,
+    annotations: Mapping[str, str] | None = None,
+    init: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """A pod with one GPU container (``mem``/``cores`` None: not requested) and optional init containers."""
+    limits = {"nvidia.com/gpu": str(gpus)}
+    if mem is not None:
+        limits["nvidia.com/gpumem"] = str(mem)
+    if cores is not None:
+        limits["nvidia.com/gpucores"] = str(cores)
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    if init:
+        spec["initContainers"] = [dict(c) for c in init]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": spec,
+    }
+
+
+def gpu_container(name: str, *, mem: int = 1000, cores: int = 10, sidecar: bool = False) -> dict[str, Any]:
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": str(cores)}
+    ctr: dict[str, Any] = {"name": name, "image": "cuda", "resources": {"limits": limits}}
+    if sidecar:
+        ctr["restartPolicy"] = "Always"
+    return ctr
+
+
+# --- an asynchronous API client for the test itself ---------------------------------------------------------
+
+
+class Kube:
+    """A thin aiohttp client on the admin token (creating pods in bulk, listing, watching binds)."""
+
+    def __init__(self, api: ApiServer, session: aiohttp.ClientSession) -> None:
+        self.api = api
+        self.session = session
+        self.ssl = api.ssl_context()
+        self.headers = {"Authorization": f"Bearer {api.token}"}
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, api: ApiServer) -> AsyncIterator[Kube]:
+        connector = aiohttp.TCPConnector(limit=64)
+        async with aiohttp.ClientSession(connector=connector, trust_env=False) as session:
+            yield cls(api, session)
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """(status, decoded body); retried on 429 and 5xx a few times."""
+        for attempt in range(8):
+            async with self.session.request(
+                method,
+                self.api.url + path,
+                json=body,
+                ssl=self.ssl,
+                headers=self.headers,
+                timeout=aiohttp.ClientTimeout(total=60),
+            ) as resp:
+                data = await resp.json(content_type=None) if resp.content_length != 0 else None
+                if resp.status == 429 or resp.status >= 500:
+                    await asyncio.sleep(0.1 * (attempt + 1))  # the API server asked us to back off
+                    continue
+                return resp.status, data
+        return resp.status, data
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> Any:
+        status, data = await self.call("POST", path, body)
+        if status >= 300:
+            raise RuntimeError(f"POST {path} {body.get('metadata', {}).get('name')}: {status} {data}")
+        return data
+
+    async def create_all(self, path: str, bodies: Iterable[Mapping[str, Any]], concurrency: int = 16) -> None:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(b: Mapping[str, Any]) -> None:
+            async with sem:
+                await self.create(path, b)
+
+        await asyncio.gather(*(one(b) for b in bodies))
+
+    async def items(self, path: str) -> list[dict[str, Any]]:
+        status, data = await self.call("GET", path)
+        if status != 200:
+            raise RuntimeError(f"GET {path}: {status} {data}")
+        items: list[dict[str, Any]] = data["items"]
+        return items
+
+
+@dataclass
+class BindWatch:
+    """When each pod of a namespace was first seen bound (a watch on the real API server)."""
+
+    created: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self, kube: Kube, namespace: str) -> None:
+        rv = "0"
+        while True:
+            url = f"{kube.api.url}/api/v1/namespaces/{namespace}/pods?watch=1&allowWatchBookmarks=false"
+            if rv != "0":
+                url += f"&resourceVersion={rv}"
+            try:
+                async with kube.session.get(
+                    url, ssl=kube.ssl, headers=kube.headers, timeout=aiohttp.ClientTimeout(total=None, sock_read=120)
+                ) as resp:
+                    async for line in resp.content:
+                        event = json.loads(line)
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            rv = "0"
+                            break
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        name = obj.get("metadata", {}).get("name", "")
+                        if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+                            self.bound[name] = time.monotonic()
+                            self.changed.set()
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                await asyncio.sleep(0.2)  # the watch dropped: re-open it
+
+
+# --- a Service: round-robin over the extender replicas, per connection --------------------------------------
+
+
+class TcpBalancer:
+    """A loopback TCP balancer: each new connection goes to the next live backend (round robin), bytes piped both
+    ways, TLS passed through, as kube-proxy spreads a Service's connections over its endpoints."""
+
+    def __init__(self, backends: Sequence[tuple[str, int]]) -> None:
+        self.backends = list(backends)
+        self.down: set[int] = set()
+        self._next = itertools.count()
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            upstream = await self._connect()
+            if upstream is None:
+                return
+            up_reader, up_writer = upstream
+            try:
+                await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            finally:
+                up_writer.close()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            writer.close()
+            self._conns.discard(task)
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        for _ in range(len(self.backends)):
+            i = next(self._next) % len(self.backends)
+            if i in self.down:
+                continue
+            try:
+                return await asyncio.open_connection(*self.backends[i])
+            except OSError:
+                continue
+        return None
+
+    @staticmethod
+    async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            with contextlib.suppress(OSError, RuntimeError):
+                dst.write_eof()
+
+
+# --- our services as real processes -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How vgpu-scheduler runs: ``chart`` takes every flag from the chart's Deployments; otherwise the flag
+    defaults. ``extra`` flags apply to every extender replica (e.g. ``--kube-qps=100``)."""
+
+    replicas: int = 1
+    chart: bool = True
+    node_policy: str | None = None
+    gpu_policy: str | None = None
+    extra: tuple[str, ...] = ()
+    webhook: bool = True
+    allocate_latency_s: float = DEFAULT_ALLOCATE_LATENCY_S
+    scheduler_qps: int | None = None
+    """kube-scheduler's clientConnection qps (burst twice); None: its defaults."""
+
+
+@dataclass
+class Service:
+    name: str
+    proc: asyncio.subprocess.Process
+    log: Path
+    killed: bool = False
+    exit_code: int | None = None
+
+
+@dataclass
+class System:
+    """The running system; :meth:`crashed` lists the project processes that did not stay up or stop cleanly."""
+
+    api: ApiServer
+    services: list[Service]
+    balancer: TcpBalancer
+    scheduler: Scheduler
+    plugin: HamiDevicePlugin
+    extender_urls: list[str]
+
+    def extenders(self) -> list[Service]:
+        return [s for s in self.services if s.name.startswith("extender")]
+
+    async def kill_extender(self, index: int) -> None:
+        """SIGKILL one replica (a node failure: no drain); the balancer stops sending it new connections."""
+        service = self.extenders()[index]
+        service.killed = True
+        self.balancer.down.add(index)
+        service.proc.kill()
+        await service.proc.wait()
+
+    def crashed(self) -> list[str]:
+        out = []
+        for s in self.services:
+            code = s.proc.returncode if s.exit_code is None else s.exit_code
+            if s.killed or code is None or code == 0:
+                continue
+            tail = "\n".join(s.log.read_text(errors="replace").splitlines()[-5:])
+            out.append(f"{s.name} exited with code {code}: {tail}")
+        return out
+
+    def log_count(self, needle: str) -> int:
+        return sum(s.log.read_text(errors="replace").count(needle) for s in self.services)
+
+
+async def _start(name: str, log: Path, args: Sequence[str]) -> Service:
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    with log.open("wb") as err:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "services.cli",
+            *args,
+            "--log-format=json",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+        )
+    return Service(name, proc, log)
+
+
+async def _listening(service: Service, count: int, timeout_s: float = 60.0) -> list[str]:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        addresses = listening_addresses(service.log)
+        if len(addresses) >= count:
+            return addresses
+        if service.proc.returncode is not None:
+            break
+        await asyncio.sleep(0.05)  # another process' log: no event to await
+    raise RuntimeError(f"{service.name} never listened:\n{service.log.read_text(errors='replace')[-3000:]}")
+
+
+async def _ready(session: aiohttp.ClientSession, url: str, ctx: ssl.SSLContext | None, service: Service) -> None:
+    end = time.monotonic() + 90
+    while time.monotonic() < end:
+        if service.proc.returncode is not None:
+            break
+        with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+            timeout = aiohttp.ClientTimeout(total=2)
+            async with session.get(url, ssl=ctx if ctx is not None else False, timeout=timeout) as r:
+                if r.status == 200:
+                    return
+        await asyncio.sleep(0.1)  # another process becoming ready: no event to await
+    raise RuntimeError(f"{service.name} not ready at {url}:\n{service.log.read_text(errors='replace')[-3000:]}")
+
+
+async def _stop(service: Service) -> None:
+    if service.proc.returncode is None:
+        service.proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(service.proc.wait(), _STOP_TIMEOUT_S)
+        except TimeoutError:
+            service.proc.kill()
+            await service.proc.wait()
+            service.exit_code = -9
+            return
+    if service.exit_code is None:
+        service.exit_code = service.proc.returncode
+
+
+@contextlib.asynccontextmanager
+async def running_system(
+    api: ApiServer, redis_url: str, tmp: Path, settings: Settings, *, run_id: str, node_selector: str
+) -> AsyncIterator[System]:
+    """Start registrar, informer, ``settings.replicas`` extenders (TLS), the balancer, the webhook registration,
+    kube-scheduler and the device plugin; stop them all (SIGTERM) on exit, recording each exit code."""
+    tmp.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - set-up before anything runs
+    ca = (api.cert_dir / "ca.crt", api.cert_dir / "ca.key")
+    cert, key = make_serving_cert(tmp, "extender", ca)
+    device_config = tmp / "device-config.yaml"
+    device_config.write_text(chart_device_config())
+    prefix = f"--key-prefix=vgpu-{run_id}"
+    common = [f"--redis-url={redis_url}", f"--kubeconfig={api.kubeconfig}", prefix]
+    common.append("--metrics-bind-address=127.0.0.1:0")
+    if settings.chart:
+        common.append(f"--device-config-file={device_config}")
+
+    def flags(component: str) -> list[str]:
+        return chart_args(component) if settings.chart else []
+
+    services: list[Service] = []
+    balancer = TcpBalancer([])
+    webhook_name = f"vgpu-{run_id}"
+    stack = contextlib.AsyncExitStack()
+    try:
+        async with aiohttp.ClientSession(trust_env=False) as session:
+            registrar = await _start(
+                "registrar",
+                tmp / "registrar.log",
+                ["registrar", *common, *flags("registrar"), f"--node-label-selector={node_selector}"],
+            )
+            services.append(registrar)
+            informer = await _start("informer", tmp / "informer.log", ["informer", *common, *flags("informer")])
+            services.append(informer)
+            policy = []
+            if settings.node_policy:
+                policy.append(f"--node-scheduler-policy={settings.node_policy}")
+            if settings.gpu_policy:
+                policy.append(f"--gpu-scheduler-policy={settings.gpu_policy}")
+            for i in range(settings.replicas):
+                ext = await _start(
+                    f"extender-{i}",
+                    tmp / f"extender-{i}.log",
+                    [
+                        "extender",
+                        *common,
+                        *flags("extender"),
+                        "--http_bind=127.0.0.1:0",
+                        f"--cert_file={cert}",
+                        f"--key_file={key}",
+                        f"--scheduler-name={SCHEDULER_NAME}",
+                        *policy,
+                        *settings.extra,
+                    ],
+                )
+                services.append(ext)
+            ctx = api.ssl_context()
+            for s in (registrar, informer):
+                (metrics,) = (await _listening(s, 1))[:1]
+                await _ready(session, f"http://{metrics}/healthz", None, s)
+            urls = []
+            for s in services[2:]:
+                await _listening(s, 2)
+                tls = _tls_address(s.log)
+                host, port = tls.rsplit(":", 1)
+                balancer.backends.append((host, int(port)))
+                urls.append(f"https://{tls}")
+                await _ready(session, f"https://{tls}/readyz", ctx, s)
+            await balancer.start()
+            front = f"https://127.0.0.1:{balancer.port}"
+            if settings.webhook:
+                hook = chart_webhook(webhook_name, front, api.ca_file.read_bytes(), (RUN_LABEL, run_id))
+                api.request("POST", _WEBHOOKS, hook)
+            sched_config = chart_scheduler_config(front, api.ca_file)
+            if settings.scheduler_qps:
+                sched_config["clientConnection"] = {"qps": settings.scheduler_qps, "burst": 2 * settings.scheduler_qps}
+            scheduler = stack.enter_context(start_scheduler(api, sched_config, tmp / "kube-scheduler"))
+            kube_client = await stack.enter_async_context(
+                open_client(KubeSettings(kubeconfig=str(api.kubeconfig), qps=0, burst=1, user_agent="devplugin"))
+            )
+            plugin = HamiDevicePlugin(kube_client, latency_s=settings.allocate_latency_s)
+            plugin_task = asyncio.create_task(plugin.run(), name="device-plugin")
+            try:
+                yield System(api, services, balancer, scheduler, plugin, urls)
+            finally:
+                plugin_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await plugin_task
+    finally:
+        await stack.aclose()
+        if settings.webhook:
+            with contextlib.suppress(Exception):
+                api.request("DELETE", f"{_WEBHOOKS}/{webhook_name}")
+        await balancer.stop()
+        for s in reversed(services):
+            await _stop(s)
+
+
+def _tls_address(log: Path) -> str:
+    for line in log.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+            if record.get("msg") == "listening" and record.get("tls"):
+                return str(record["address"])
+    raise RuntimeError(f"no TLS listener in {log}")
