@@ -381,7 +381,8 @@ class FilterHandler:
                 "detail": conflict.detail,
             },
         )
-        if charged:
+        # the quota charge is per pod UID: while a concurrent filter of the same pod holds a record, it is theirs
+        if charged and await self._store.reservations.node_of(pod.uid) is None:
             await self._store.quota.refund(pod.namespace, pod.uid)
         if conflict.dimension is ConflictDimension.NODE_UNKNOWN:
             reason = await self._cache.verify()
