@@ -25,6 +25,7 @@ from aiohttp import web
 from services.extender.metrics import ExtenderMetrics, Verb
 from services.extender.tls import peer_certificate
 from shared.ops import add_ops_routes
+from shared.protocol.admission import HTTP_BAD_REQUEST, error_review
 from shared.protocol.extender import MAX_BODY_BYTES, ExtenderFilterResult, binding_result
 
 if TYPE_CHECKING:
@@ -45,6 +46,15 @@ def _internal_error(verb: Verb, error: Exception) -> web.Response:
     return web.Response(status=500, text=message + "\n")
 
 
+def _too_deep(verb: Verb) -> web.Response:
+    message = "request body is nested too deeply"
+    if verb is Verb.FILTER:
+        return web.Response(body=ExtenderFilterResult.from_error(message).to_json(), content_type=_JSON)
+    if verb is Verb.BIND:
+        return web.Response(body=binding_result(message), content_type=_JSON)
+    return web.Response(body=error_review(message, code=HTTP_BAD_REQUEST), content_type=_JSON)
+
+
 def timed(verb: Verb, handler: HandlerFn, metrics: ExtenderMetrics) -> HandlerFn:
     """Wrap ``handler``: observe its duration under ``verb`` and turn an unexpected exception into an answer."""
     histogram = metrics.request_duration.labels(verb.value)
@@ -55,6 +65,9 @@ def timed(verb: Verb, handler: HandlerFn, metrics: ExtenderMetrics) -> HandlerFn
             return await handler(request)
         except web.HTTPException:
             raise
+        except RecursionError:  # a body nested too deeply for some step: bad input, not a bug to trace
+            logger.info("extender request rejected: nested too deeply", extra={"verb": verb.value})
+            return _too_deep(verb)
         except Exception as e:
             logger.exception("extender handler failed", extra={"verb": verb.value})
             return _internal_error(verb, e)
@@ -87,7 +100,10 @@ def client_certificate_required(verb: Verb, handler: HandlerFn, metrics: Extende
 def create_app(service: ExtenderService, *, webhook: bool = True) -> web.Application:
     """The extender's ``--http_bind`` application for one service (served by ``ExtenderService.run`` or a test);
     ``webhook=False`` leaves ``/webhook`` to the ``--webhook-bind`` app."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    # Bodies are read as sent, whatever Content-Encoding says (Go's net/http server never decodes request
+    # bodies either): a bogus "gzip" on plain JSON still parses, compressed bytes are a JSON error like any other,
+    # and aiohttp's decoder never fails mid-parse (it answered with a traceback and a reset connection).
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, handler_args={"auto_decompress": False})
     metrics = service.metrics
     filter_handler = timed(Verb.FILTER, service.filter.handle, metrics)
     bind_handler = timed(Verb.BIND, service.bind.handle, metrics)
@@ -109,7 +125,7 @@ def create_app(service: ExtenderService, *, webhook: bool = True) -> web.Applica
 
 def create_webhook_app(service: ExtenderService) -> web.Application:
     """The ``--webhook-bind`` application: ``/webhook``, ``/healthz`` and ``/readyz``, no client certificates."""
-    app = web.Application(client_max_size=MAX_BODY_BYTES + 1)
+    app = web.Application(client_max_size=MAX_BODY_BYTES + 1, handler_args={"auto_decompress": False})
     app.router.add_post("/webhook", timed(Verb.WEBHOOK, service.webhook.handle, service.metrics))
     add_ops_routes(app, readiness=service.readiness)
     return app

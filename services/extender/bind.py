@@ -3,20 +3,25 @@
 The request is ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``; no pod object). The
 devices come from the pod's reservation in Redis, made by whichever replica filtered the pod. Steps:
 
-1. reservation by pod UID (none → Error; reserved on another node → Error: kube-scheduler retries the pod);
-2. GET the pod: gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
-   node → success (a retried bind); a pod asking for nothing we manage and holding no reservation is bound as is;
+1. GET the pod: gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
+   node → success (a retried bind);
+2. claim the pod's record on the node for this bind (one atomic script: reserved → binding, a random token
+   with an expiry; docs/extender-bind.md, ownership): none → Error, or a plain bind for a pod asking for nothing
+   we manage; on another node → Error; another bind's live claim → Error (``not_owner``; kube-scheduler
+   retries, and finds the pod bound once that bind is done). The devices written are the ones claimed;
 3. the node lock (:mod:`services.extender.bindlock`): Redis arbiter, then ``hami.io/mutex.lock``, waiting a
    bounded time while another pod holds it;
 4. ONE merge patch with every pod annotation and the ``hami.io/vgpu-node`` label (guarded by the pod's
    resourceVersion, so the pod we checked is the pod we write);
 5. the Binding (409 already bound to this node = success).
 
-Any failure undoes in reverse: the pod annotations, the lock (annotation, then Redis), the reservation and its
-quota charge; the answer is ``{"Error": "..."}``. A Binding whose outcome is unknown (timeout) is checked with a
-GET; if it stays unknown nothing is undone (a bound pod must keep its lock and annotations) and the answer is an
-Error. On success the lock stays held: the device plugin (or the informer, when the bind phase settles or the
-lock times out) releases it. Writes on success: node lock patch, pod patch, Binding.
+Any failure undoes in reverse what this bind wrote itself: the pod annotations while they are still the ones it
+wrote (resourceVersion-guarded), the lock (annotation, then Redis, by owner and token), the reservation and its
+quota charge only while its claim still holds; the answer is ``{"Error": "..."}``. The claim is re-checked
+before the pod patch; on success the record becomes ``bound``. A Binding whose outcome is unknown (timeout) is
+checked with a GET; if it stays unknown nothing is undone (a bound pod must keep its lock and annotations) and
+the answer is an Error. On success the lock stays held: the device plugin (or the informer, when the bind phase
+settles or the lock times out) releases it. Writes on success: node lock patch, pod patch, Binding.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import contextlib
 import enum
 import logging
 import random
+import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -52,7 +58,7 @@ from shared.protocol.extender import (
     binding_result,
     parse_binding_args,
 )
-from shared.store import AllocationRecord, ReservationState, Store
+from shared.store import ClaimRefused, Store
 
 if TYPE_CHECKING:
     from services.extender.service import ExtenderDeps
@@ -94,6 +100,8 @@ class BindOutcome(enum.Enum):
     BOUND_ELSEWHERE = "bound_elsewhere"
     NODE_GONE = "node_gone"
     LOCK_TIMEOUT = "lock_timeout"
+    NOT_OWNER = "not_owner"
+    """Another bind of this pod owns its record (claimed first, or took over an expired claim): nothing written."""
     ERROR = "error"
     """An API or Redis failure (or an unknown Binding outcome)."""
 
@@ -162,6 +170,8 @@ class Binder:
             rng=rng,
         )
         self._inflight: dict[str, tuple[asyncio.Lock, int]] = {}
+        self.claim_ttl_s = max(lock_wait_s, pod_group_wait_s) + 8 * call_timeout_s + 10.0
+        """How long a claim holds without a re-check: longer than any bind can take (lock wait plus its calls)."""
 
     async def bind(self, args: ExtenderBindingArgs) -> BindResult:
         """Bind the pod (see the module docstring); never raises for expected failures."""
@@ -183,32 +193,27 @@ class Binder:
 
     async def _bind(self, args: ExtenderBindingArgs) -> tuple[BindResult, Mapping[str, Any] | None]:
         ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
-        record = await self._store.reservations.get(uid)
         try:
             pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
         except NotFoundError:
-            await self._drop_unconfirmed(record, node)
+            await self._drop_unowned(uid, ns, node)
             raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
         try:
             if self._check_pod(pod, args):
                 return BindResult(BindOutcome.ALREADY_BOUND), pod
         except _Failed:
-            await self._drop_unconfirmed(record, node)
+            await self._drop_unowned(uid, ns, node)
             raise
-        if record is None:
-            if not self._requests_devices(pod):
+        token = secrets.token_hex(8)
+        claim = await self._store.reservations.claim(uid, node, token, self.claim_ttl_s)
+        if isinstance(claim, ClaimRefused):
+            if claim.reason == "absent" and not self._requests_devices(pod):
                 await self._create_binding(args)
                 return BindResult(BindOutcome.PLAIN), pod
-            raise _Failed(
-                BindOutcome.NO_RESERVATION,
-                f"pod {ns}/{name} (uid {uid}) has no device reservation: it will be filtered again",
-            )
-        alloc = record.allocation
-        if alloc.node != node:
-            raise _Failed(
-                BindOutcome.WRONG_NODE,
-                f"pod {ns}/{name} has its devices reserved on node {alloc.node}, not {node}: it will be filtered again",
-            )
+            raise self._refused(args, claim)
+        alloc = claim.allocation
+        if claim.took_over:
+            logger.warning("bind took over an expired claim", extra={"pod": f"{ns}/{name}", "node": node})
 
         # PodGroup members retry every 100 ms until --node-lock-retry-timeout (0 disables that, as in HAMi)
         gang = self._pod_group_wait_s > 0 and is_pod_group_member(pod)
@@ -216,26 +221,61 @@ class Binder:
         try:
             held = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
         except NotFoundError:
-            await self._drop(alloc)
+            await self._drop_claimed(alloc, token)
             raise _Failed(BindOutcome.NODE_GONE, f"node {node} not found") from None
         except BaseException:
-            await self._drop(alloc)
+            await self._drop_claimed(alloc, token)
             raise
         if self._metrics is not None:
             self._metrics.node_lock_wait.observe(held.waited_s)
 
+        annos = allocation_annotations(node, alloc.devices, alloc.mig, int(self._clock()))
+        written: KubeObject | None = None
         try:
-            annotated = await self._annotate(pod, args, alloc)
-            if annotated is None:  # a concurrent bind of this pod got there first
+            written = await self._annotate(pod, args, annos, token)
+            if written is None:  # a concurrent bind of this pod got there first
+                await self._finish(args, token)
                 return BindResult(BindOutcome.ALREADY_BOUND), pod
-            pod = annotated
+            pod = written
             await self._create_binding(args)
         except _Unknown as e:
-            raise _Failed(BindOutcome.ERROR, str(e)) from e  # maybe bound: keep lock, annotations, reservation
-        except BaseException:
-            await self._undo(args, alloc, held)
+            # maybe bound: keep lock, annotations, reservation and claim (a retry takes it over once it expires)
+            raise _Failed(BindOutcome.ERROR, str(e)) from e
+        except BaseException as e:
+            wrote = written is not None or not (isinstance(e, _Failed) and e.outcome is BindOutcome.NOT_OWNER)
+            await self._undo(args, alloc, held, token, annos=annos if wrote else None, written=written)
             raise
+        await self._finish(args, token)
         return BindResult(BindOutcome.BOUND), pod
+
+    def _refused(self, args: ExtenderBindingArgs, claim: ClaimRefused) -> _Failed:
+        ns, name = args.pod_namespace, args.pod_name
+        if claim.reason == "elsewhere":
+            return _Failed(
+                BindOutcome.WRONG_NODE,
+                f"pod {ns}/{name} has its devices reserved on node {claim.node}, not {args.node}: "
+                "it will be filtered again",
+            )
+        if claim.reason == "busy":
+            return _Failed(
+                BindOutcome.NOT_OWNER,
+                f"pod {ns}/{name}: another bind of it owns its devices on node {args.node} (for up to "
+                f"{claim.remaining_ms / 1000:.1f}s more); this one writes nothing, the pod will be retried",
+            )
+        return _Failed(
+            BindOutcome.NO_RESERVATION,
+            f"pod {ns}/{name} (uid {args.pod_uid}) has no device reservation: it will be filtered again",
+        )
+
+    async def _finish(self, args: ExtenderBindingArgs, token: str) -> None:
+        """The Binding exists: the record becomes ``bound`` and the claim goes (best effort: the informer confirms
+        the record from the pod's annotations either way)."""
+        try:
+            await self._store.reservations.finish_claim(args.pod_uid, args.node, token)
+        except VgpuError as e:
+            logger.warning(
+                "bind claim not finished", extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)}
+            )
 
     def _requests_devices(self, pod: Mapping[str, Any]) -> bool:
         """The filter's test: a pod whose containers ask for no device passed through it unreserved."""
@@ -261,15 +301,27 @@ class Binder:
         return False
 
     async def _annotate(
-        self, pod: Mapping[str, Any], args: ExtenderBindingArgs, alloc: Allocation
+        self, pod: Mapping[str, Any], args: ExtenderBindingArgs, annos: Mapping[str, str], token: str
     ) -> KubeObject | None:
-        """Write every allocation annotation and the label in one merge patch, guarded by resourceVersion.
+        """Write every allocation annotation and the label in one merge patch, guarded by resourceVersion, while
+        this bind's claim still owns the pod's record (re-checked just before each attempt).
 
-        None when a re-read finds the pod bound to this node meanwhile (a concurrent bind of the same pod)."""
+        None when a re-read finds the pod bound to this node meanwhile (a concurrent bind of the same pod).
+        ``_Failed(NOT_OWNER)`` when the claim was lost or another decision's allocation is on the pod."""
         ns, name = args.pod_namespace, args.pod_name
-        annos = allocation_annotations(args.node, alloc.devices, alloc.mig, int(self._clock()))
         labels = allocation_labels(args.node)
         for _ in range(_POD_PATCH_ATTEMPTS):
+            if not await self._store.reservations.check_claim(args.pod_uid, args.node, token, self.claim_ttl_s):
+                raise _Failed(
+                    BindOutcome.NOT_OWNER,
+                    f"pod {ns}/{name}: this bind no longer owns its devices on node {args.node} (taken over, "
+                    "released or Redis restarted); nothing written, the pod will be retried",
+                )
+            foreign = _foreign_allocation(pod, annos)
+            if foreign:
+                raise _Failed(
+                    BindOutcome.NOT_OWNER, f"pod {ns}/{name} already carries another bind's allocation ({foreign})"
+                )
             try:
                 return await self._api.patch_pod_metadata(
                     ns,
@@ -321,38 +373,73 @@ class Binder:
 
     # ---- undo ----------------------------------------------------------------------------------------------
 
-    async def _undo(self, args: ExtenderBindingArgs, alloc: Allocation, held: HeldNodeLock) -> None:
-        """Reverse order: pod annotations and label (the patch may have landed even when it reported a failure;
-        removing absent keys is a no-op), node lock, reservation and quota. Best effort."""
-        remove: dict[str, str | None] = dict.fromkeys(allocation_annotations(args.node, alloc.devices, alloc.mig, 0))
-        try:
-            await self._api.patch_pod_metadata(
-                args.pod_namespace,
-                args.pod_name,
-                annotations=remove,
-                labels={keys.VGPU_NODE_LABEL: None},
-                timeout_s=self._call_timeout_s,
-            )
-        except NotFoundError:
-            pass
-        except VgpuError as e:
-            logger.warning(
-                "bind undo: pod annotations not removed",
-                extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)},
-            )
+    async def _undo(
+        self,
+        args: ExtenderBindingArgs,
+        alloc: Allocation,
+        held: HeldNodeLock,
+        token: str,
+        *,
+        annos: Mapping[str, str] | None,
+        written: KubeObject | None,
+    ) -> None:
+        """Reverse order, each step only what this bind wrote itself: the pod annotations and label (``annos``:
+        None when no patch was attempted; the patch may have landed even when it reported a failure), the node
+        lock (by owner and token), then the reservation and its quota while the claim still holds. Best effort."""
+        if annos is not None:
+            try:
+                await self._remove_own_annotations(args, annos, written)
+            except NotFoundError:
+                pass
+            except VgpuError as e:
+                logger.warning(
+                    "bind undo: pod annotations not removed",
+                    extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)},
+                )
         await self.locker.release(held)
-        await self._drop(alloc)
+        await self._drop_claimed(alloc, token)
 
-    async def _drop_unconfirmed(self, record: AllocationRecord | None, node: str) -> None:
-        """Drop a reservation on ``node`` the informer has not confirmed (a confirmed one is the informer's)."""
-        if record is not None and record.state is ReservationState.RESERVED and record.allocation.node == node:
-            await self._drop(record.allocation)
+    async def _remove_own_annotations(
+        self, args: ExtenderBindingArgs, annos: Mapping[str, str], written: KubeObject | None
+    ) -> None:
+        """Remove the allocation annotations and label while the pod still carries exactly the values this bind
+        wrote, guarded by the resourceVersion they were seen at (never another bind's)."""
+        ns, name = args.pod_namespace, args.pod_name
+        pod = written
+        for _ in range(_POD_PATCH_ATTEMPTS):
+            if pod is None:
+                pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
+            if uid_of(pod) != args.pod_uid or not _carries(pod, annos):
+                return
+            try:
+                await self._api.patch_pod_metadata(
+                    ns,
+                    name,
+                    annotations=dict.fromkeys(annos),
+                    labels={keys.VGPU_NODE_LABEL: None},
+                    resource_version=resource_version_of(pod) or None,
+                    timeout_s=self._call_timeout_s,
+                )
+                return
+            except ConflictError:
+                pod = None
+        logger.warning("bind undo: pod kept changing, annotations left to the informer", extra={"pod": f"{ns}/{name}"})
 
-    async def _drop(self, alloc: Allocation) -> None:
-        """Release the reservation and refund its quota charge. Best effort (the informer collects leftovers)."""
+    async def _drop_unowned(self, uid: str, namespace: str, node: str) -> None:
+        """The pod is gone or bound elsewhere: drop its plain reservation on ``node`` and the quota charge (never
+        a record a bind owns or the informer confirmed: that is theirs). Best effort."""
         try:
-            await self._store.reservations.release(alloc.pod_uid, node=alloc.node)
-            await self._store.quota.refund(alloc.namespace, alloc.pod_uid)
+            if await self._store.reservations.release_unowned(uid, node) is True:
+                await self._store.quota.refund(namespace, uid)
+        except VgpuError as e:
+            logger.warning("bind: reservation not released", extra={"pod_uid": uid, "node": node, "error": str(e)})
+
+    async def _drop_claimed(self, alloc: Allocation, token: str) -> None:
+        """Release the reservation and refund its quota charge while this bind's claim owns it. Best effort (the
+        informer collects leftovers)."""
+        try:
+            if await self._store.reservations.release_claimed(alloc.pod_uid, alloc.node, token):
+                await self._store.quota.refund(alloc.namespace, alloc.pod_uid)
         except VgpuError as e:
             logger.warning(
                 "bind undo: reservation not released",
@@ -401,6 +488,27 @@ class Binder:
 
 class _Unknown(VgpuError):
     """The Binding's outcome could not be learned."""
+
+
+_OWN_KEYS: Final = (keys.VGPU_NODE, keys.DEVICES_ALLOCATED, keys.VGPU_TIME, keys.BIND_TIME)
+"""The annotations that identify one bind's write (the device plugin changes to-allocate and the phase)."""
+
+
+def _carries(pod: Mapping[str, Any], annos: Mapping[str, str]) -> bool:
+    """The pod still shows the allocation annotations exactly as ``annos`` (one bind's write) set them."""
+    have = meta(pod).get("annotations") or {}
+    return all(have.get(k) == annos.get(k) for k in _OWN_KEYS if k in annos)
+
+
+def _foreign_allocation(pod: Mapping[str, Any], annos: Mapping[str, str]) -> str:
+    """Describe another decision's allocation on the pod ('' when none, or when it is the same devices)."""
+    have = meta(pod).get("annotations") or {}
+    node, devices = have.get(keys.VGPU_NODE), have.get(keys.DEVICES_ALLOCATED)
+    if node is None and devices is None:
+        return ""
+    if node == annos.get(keys.VGPU_NODE) and devices == annos.get(keys.DEVICES_ALLOCATED):
+        return ""
+    return f"node {node}, devices {devices}"
 
 
 class BindHandler:

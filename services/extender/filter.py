@@ -8,8 +8,11 @@ Plan, then commit (docs/store.md, Consistency, hami-wire §5.1 with differences 
    node without the GPU. Bad input, an invalid policy or weights annotation → an ``Error`` answer.
 2. Full ``Nodes`` (autoscaler simulation): evaluate the given nodes' annotations with zero usage, reserve
    nothing, answer the best node plus the failed ones.
-3. ``NodeNames``: refuse with an ``Error`` while the snapshot or the store is not ready (never guess). Drop the
-   pod's previous reservation (re-filters are idempotent), read the namespace quota, plan with the core.
+3. ``NodeNames``: refuse with an ``Error`` while the snapshot or the store is not ready (never guess). A pod that
+   already holds a record (a re-filter, a duplicate from a second scheduler, a proxy retry) keeps it: its node is
+   answered again when it is a candidate; otherwise a plain reservation is given back (atomically, only while no
+   bind owns it) and the pod re-planned, and one a bind owns is never moved (an ``Error``). Then read the
+   namespace quota and plan with the core.
 4. Commit: charge the quota (when the namespace has limits; refused → ``ResourceQuotaNotFit`` everywhere), then
    reserve the devices with the store's capacity-checked script. A conflict refunds the quota, re-reads the
    node and re-plans, a bounded number of times. No API-server call on this path: events go to the sink.
@@ -46,7 +49,7 @@ from shared.protocol.extender import (
     ExtenderFilterResult,
     parse_extender_args,
 )
-from shared.store import ConflictDimension, QuotaExceeded, ReserveConflict, Reserved
+from shared.store import ConflictDimension, Owned, QuotaExceeded, ReserveConflict, Reserved
 
 if TYPE_CHECKING:
     from services.extender.service import ExtenderDeps
@@ -75,6 +78,13 @@ class _Pod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """The pod already holds devices on ``node``, a candidate: answer it again (design: ownership)."""
+
+    node: str
 
 
 class FilterError(VgpuError):
@@ -250,6 +260,8 @@ class FilterHandler:
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
         quota_state, first, missing = await self._first_plan(pod, names)
+        if isinstance(first, _Kept):
+            return self._kept(pod, first.node)
         retries = replans = 0
         while True:
             if first is not None:
@@ -271,6 +283,8 @@ class FilterHandler:
                 outcome = await self._commit(pod, result, quota_state)
                 if isinstance(outcome, Reserved):
                     return self._scheduled(pod, result, outcome, retries)
+                if isinstance(outcome, Owned):  # a concurrent filter or bind of this pod got there first
+                    return self._owned(pod, outcome.node, outcome.state.value, names)
                 if isinstance(outcome, QuotaExceeded):
                     failed = dict.fromkeys(names, Reason.RESOURCE_QUOTA_NOT_FIT.value)
                     logger.debug(
@@ -292,7 +306,7 @@ class FilterHandler:
 
     async def _commit(
         self, pod: _Pod, decision: Decision, quota: QuotaState | None
-    ) -> Reserved | ReserveConflict | QuotaExceeded:
+    ) -> Reserved | ReserveConflict | QuotaExceeded | Owned:
         """Charge the quota (when the namespace has limits), then reserve the devices (docs/store.md)."""
         allocation = _allocation(pod, decision)
         if quota is not None:
@@ -330,7 +344,7 @@ class FilterHandler:
 
     async def _first_plan(
         self, pod: _Pod, names: Sequence[str]
-    ) -> tuple[QuotaState | None, tuple[Decision | Failure, int | None] | None, list[str]]:
+    ) -> tuple[QuotaState | None, tuple[Decision | Failure, int | None] | _Kept | None, list[str]]:
         """Read where the pod's earlier reservation is and its namespace quota (one round trip), and plan while
         that read is in flight: most pods have neither, and then that plan stands.
 
@@ -350,20 +364,47 @@ class FilterHandler:
         finally:
             previous, quota = await context
         if previous is not None:
-            await self._drop_previous(pod, previous)
+            kept = await self._settle_previous(pod, previous, names)
+            if kept is not None:
+                return None, kept, missing
             quota = await self._store.quota.get(pod.namespace)
             return (quota if quota.limited else None), None, missing
         if quota.limited:
             return quota, None, missing
         return None, (result, planned_at), missing
 
-    async def _drop_previous(self, pod: _Pod, node: str) -> None:
-        """A re-filter: give back the pod's earlier reservation and quota before planning again (docs/store.md)."""
-        released = await self._store.reservations.release(pod.uid, node=node)
-        await self._store.quota.refund(pod.namespace, pod.uid)
+    async def _settle_previous(self, pod: _Pod, node: str, names: Sequence[str]) -> _Kept | None:
+        """The pod already holds a record on ``node`` (docs/extender-bind.md, ownership): keep that decision when
+        ``node`` is a registered candidate; otherwise give a plain reservation back (with its quota charge) and
+        plan again. A record a bind owns is never released here: :class:`FilterError` (``owned_elsewhere``)."""
+        if node in names and self._cache.get(node) is not None:
+            return _Kept(node)
+        released = await self._store.reservations.release_unowned(pod.uid, node)
+        if isinstance(released, Owned):
+            raise self._owned_error(pod, node, released.state.value)
+        if released:
+            await self._store.quota.refund(pod.namespace, pod.uid)
         await self._cache.refresh([node])
-        logger.debug(
-            "previous reservation dropped", extra={"pod": pod.key, "node": node, "found": released is not None}
+        logger.debug("previous reservation dropped", extra={"pod": pod.key, "node": node})
+        return None
+
+    def _kept(self, pod: _Pod, node: str) -> ExtenderFilterResult:
+        self._metrics.filter_outcome(FilterOutcome.KEPT)
+        logger.info("pod already holds devices: node kept", extra={"pod": pod.key, "pod_uid": pod.uid, "node": node})
+        return ExtenderFilterResult.fit(node)
+
+    def _owned(self, pod: _Pod, node: str, state: str, names: Sequence[str]) -> ExtenderFilterResult:
+        """A reserve found the pod's record already owned (a concurrent duplicate of this pod won)."""
+        if node in names:
+            return self._kept(pod, node)
+        raise self._owned_error(pod, node, state)
+
+    @staticmethod
+    def _owned_error(pod: _Pod, node: str, state: str) -> FilterError:
+        return FilterError(
+            f"pod {pod.key} already holds devices on node {node} ({state}), which is not among the candidate "
+            "nodes: they are not moved while a bind owns them",
+            FilterOutcome.OWNED_ELSEWHERE,
         )
 
     async def _conflict(self, pod: _Pod, conflict: ReserveConflict, *, charged: bool) -> None:
@@ -378,7 +419,8 @@ class FilterHandler:
                 "detail": conflict.detail,
             },
         )
-        if charged:
+        # the quota charge is per pod UID: while a concurrent filter of the same pod holds a record, it is theirs
+        if charged and await self._store.reservations.node_of(pod.uid) is None:
             await self._store.quota.refund(pod.namespace, pod.uid)
         if conflict.dimension is ConflictDimension.NODE_UNKNOWN:
             reason = await self._cache.verify()

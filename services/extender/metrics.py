@@ -70,6 +70,12 @@ class FilterOutcome(enum.Enum):
     """The snapshot is not loaded or the store is not synced: an Error answer."""
     BAD_REQUEST = "bad_request"
     """A malformed body or pod: an Error answer."""
+    KEPT = "kept"
+    """The pod already holds devices on a candidate node (a re-filter, a duplicate from another scheduler or a
+    retry): that node is answered again, nothing re-planned or moved."""
+    OWNED_ELSEWHERE = "owned_elsewhere"
+    """The pod's devices belong to a bind (claimed, bound or confirmed) on a node not among the candidates: an
+    Error answer, nothing moved."""
     CONFLICTS = "conflicts"
     """Every reservation attempt lost a race: an Error answer (kube-scheduler retries the pod)."""
     ERROR = "error"

@@ -117,6 +117,10 @@ class SnapshotCache:
         self._read_at = 0.0
         self._redis_error: str | None = None
         self._reload_reason: str | None = "start"
+        self._holds_registered = False
+        """The last full load began after the registrar's full sync of its epoch, so it holds every node the
+        registrar registered (a load that began earlier may lag behind the feed: it is repeated once the sync
+        marker appears, and the extender is not ready meanwhile)."""
         self._closing = False
         self.loaded = asyncio.Event()
         self._changed = asyncio.Event()
@@ -184,6 +188,8 @@ class SnapshotCache:
         missing = sorted(m.value for m in self._required if not status.is_synced(m))
         if missing:
             return f"store not synced yet (missing: {', '.join(missing)})"
+        if SyncMarker.INVENTORY in self._required and not self._holds_registered:
+            return "node snapshot was loaded before the registrar's sync: reloading it"
         return None
 
     # ---- request path (I/O) ------------------------------------------------------------------------------------
@@ -294,6 +300,14 @@ class SnapshotCache:
             self._busy = set()
             self.loaded.clear()
             self._reload_reason = "epoch"
+        elif (
+            self.loaded.is_set()
+            and not self._holds_registered
+            and self._reload_reason is None
+            and status.epoch == self._epoch
+            and status.is_synced(SyncMarker.INVENTORY)
+        ):
+            self._reload_reason = "synced"  # the follower reloads at its next turn
         self._notify()
 
     async def _full_load(self, reason: str) -> None:
@@ -308,6 +322,7 @@ class SnapshotCache:
         for name in [n for n, c in self._nodes.items() if n not in listed and c.seq < load_seq]:
             self._remove(name)
         self._epoch = status.epoch
+        self._holds_registered = status.epoch is not None and status.is_synced(SyncMarker.INVENTORY)
         self._status = status
         self._status_at = _loop_time()
         self._last_id = last_id

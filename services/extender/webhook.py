@@ -146,7 +146,7 @@ def _salvage(body: bytes) -> tuple[str, AdmissionVersion]:
     """The uid and apiVersion of a review we could not decode, when they are readable (else "" and v1)."""
     try:
         doc = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deep (the strict decoder said so already)
         return "", AdmissionVersion.V1
     if not isinstance(doc, dict):
         return "", AdmissionVersion.V1
@@ -187,7 +187,10 @@ class WebhookHandler:
             review = parse_admission_review(body)
         except DecodeError as e:
             return self._bad(str(e), body)
-        kind, outcome = await self.admitter.admit(review)
+        try:
+            kind, outcome = await self.admitter.admit(review)
+        except RecursionError:  # parsed (under the decoder's limit), but too deep to copy and mutate
+            return self._bad("admission review: the object is nested too deeply", body)
         self._metrics.webhook_outcomes.labels(kind.value).inc()
         extra = {
             "namespace": review.namespace,

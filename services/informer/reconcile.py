@@ -147,7 +147,7 @@ class Reconciler:
         for uid, rec in records.items():
             if uid in desired or uid in unreadable:
                 continue
-            if rec.state is ReservationState.RESERVED:
+            if rec.state.unconfirmed:  # reserved or mid-bind: expired after the grace, never here
                 reserved.add(uid)
                 continue
             released = await self._store.reservations.release(uid, node=rec.allocation.node, fence=self._fence)

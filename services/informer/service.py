@@ -43,7 +43,7 @@ from shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resourc
 from shared.k8s import InformerSettings as WatchSettings
 from shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
 from shared.runtime import FailureStreak, cancel_until_done
-from shared.store import Fence, ReservationState, StaleFenceError, Store, SyncMarker
+from shared.store import Fence, StaleFenceError, Store, SyncMarker
 
 logger = logging.getLogger(__name__)
 
@@ -332,7 +332,7 @@ class _Term:
             # undecodable records are skipped (never released here): reconcile logs and counts them
             for records in (await self.store.reservations.list_all(errors=[])).values()
             for r in records
-            if r.state is ReservationState.RESERVED and now_ms - r.reserved_at_ms >= grace_ms
+            if r.state.unconfirmed and now_ms - r.reserved_at_ms >= grace_ms
         ]
         expired = 0
         for rec in stale:
@@ -349,13 +349,11 @@ class _Term:
                     current = await self.store.reservations.get(a.pod_uid)
                 except DecodeError:
                     continue  # rewritten meanwhile in a form we cannot read (a newer replica's): not ours to expire
-                if (
-                    current is None
-                    or current.state is not ReservationState.RESERVED
-                    or current.reserved_at_ms != rec.reserved_at_ms
-                ):
+                if current is None or not current.state.unconfirmed or current.reserved_at_ms != rec.reserved_at_ms:
                     continue  # confirmed or reserved again meanwhile
-                await self.store.reservations.release(a.pod_uid, node=a.node, fence=self.fence)
+                # never under a bind that holds a live claim on it: that bind owns the devices until it ends
+                if not await self.store.reservations.release_unclaimed(a.pod_uid, a.node, fence=self.fence):
+                    continue
                 await self.store.quota.refund(a.namespace, a.pod_uid, self.fence)
             expired += 1
             self.metrics.reservations_expired.inc()

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from shared.errors import DecodeError
 from shared.protocol import gojson
+from shared.protocol.names import check_dns_label, check_dns_subdomain
 
 MAX_BODY_BYTES: Final = 1 << 20
 """HAMi's request body cap (``io.LimitReader(r.Body, 1<<20)``); enforced by the HTTP layer."""
@@ -28,6 +29,8 @@ MISSING_POD_MESSAGE: Final = "extender args missing pod"
 
 _ARGS = "extender args"
 _BINDING_ARGS = "extender binding args"
+_MAX_UID: Final = 128
+"""A pod UID is a 36-character UUID; anything far longer is not one (it would become a Redis field)."""
 
 
 class MissingPodError(DecodeError):
@@ -52,15 +55,20 @@ class ExtenderArgs:
 
     @property
     def pod_namespace(self) -> str:
-        return _meta_str(self.pod, "namespace")
+        value = _meta_str(self.pod, "namespace")
+        return check_dns_label(value, _ARGS, "Pod.metadata.namespace") if value else value
 
     @property
     def pod_name(self) -> str:
-        return _meta_str(self.pod, "name")
+        value = _meta_str(self.pod, "name")
+        return check_dns_subdomain(value, _ARGS, "Pod.metadata.name") if value else value
 
     @property
     def pod_uid(self) -> str:
-        return _meta_str(self.pod, "uid")
+        value = _meta_str(self.pod, "uid")
+        if len(value) > _MAX_UID or not value.isprintable():
+            raise DecodeError(_ARGS, f"Pod.metadata.uid must be at most {_MAX_UID} printable characters")
+        return value
 
     def candidates(self) -> list[str]:
         """The candidate node names: ``NodeNames``, else the ``metadata.name`` of each full node, else none."""
@@ -141,6 +149,12 @@ def parse_binding_args(body: bytes | str) -> ExtenderBindingArgs:
         if not isinstance(value, str):
             raise DecodeError(_BINDING_ARGS, f"{field} must be a string, got {gojson.type_name(value)}")
         values.append(value)
+    # they go into API paths and Redis: only names the API server could have given (never "../x", never 100k chars)
+    check_dns_subdomain(values[0], _BINDING_ARGS, "PodName")
+    check_dns_label(values[1], _BINDING_ARGS, "PodNamespace")
+    check_dns_subdomain(values[3], _BINDING_ARGS, "Node")
+    if len(values[2]) > _MAX_UID or not values[2].isprintable():
+        raise DecodeError(_BINDING_ARGS, f"PodUID must be at most {_MAX_UID} printable characters")
     return ExtenderBindingArgs(pod_name=values[0], pod_namespace=values[1], pod_uid=values[2], node=values[3])
 
 

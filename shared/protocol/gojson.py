@@ -11,6 +11,7 @@ Pure: no I/O. Two halves:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -27,6 +28,19 @@ _GO_ESCAPES: Final = (
     ("\u2028", "\\u2028"),
     ("\u2029", "\\u2029"),
 )
+
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATES: Final = re.compile(
+    r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|u([dD][89a-fA-F][0-9a-fA-F]{2})|.)", re.S
+)
+"""Every backslash escape in order (so an escaped backslash is never mistaken for the start of one): a valid
+surrogate pair, a lone surrogate, or anything else."""
+
+
+def _go_surrogate(m: re.Match[str]) -> str:
+    """Go decodes a lone surrogate escape as U+FFFD (Python would keep an unencodable lone surrogate)."""
+    return "\\ufffd" if m.group(3) else m.group(0)
+
 
 MISSING: Final[Any] = object()
 """Returned by :func:`fold_get` when no key matches."""
@@ -71,6 +85,8 @@ def loads(body: bytes | str, what: str) -> Document:
         raise DecodeError(what, "body starts with a byte-order mark")
     if not text.strip():
         raise DecodeError(what, "empty body")
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        text = _SURROGATES.sub(_go_surrogate, text)
     pairs: dict[int, list[tuple[str, Any]]] = {}
 
     def on_object(items: list[tuple[str, Any]]) -> dict[str, Any]:

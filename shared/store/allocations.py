@@ -18,8 +18,11 @@ from shared.store._base import StoreContext, as_int, check_fenced, fence_args, t
 from shared.store.quota import QUOTA_FIELDS, quota_state
 from shared.store.types import (
     AllocationRecord,
+    Claimed,
+    ClaimRefused,
     ConflictDimension,
     Fence,
+    Owned,
     RecordResult,
     ReservationState,
     ReserveConflict,
@@ -98,6 +101,7 @@ class Reservations:
             k.changes(),
             k.allocation_nodes(),
             k.pod_index(),
+            k.claims(node),
         ]
 
     async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None, mutex: bool = False) -> list[Any]:
@@ -123,8 +127,12 @@ class Reservations:
             if reply[0] != b"elsewhere":
                 return reply
             # the pod still holds charges on another node: drop them there first (docs/store.md); the record
-            # released there is not decoded (it may be unreadable, and nobody needs it)
-            await self._release(alloc.pod_uid, text(reply[1]), fence)
+            # released there is not decoded (it may be unreadable, and nobody needs it). A reserve moves only a
+            # plain reservation: one a bind owns stays, and the caller learns where it is.
+            elsewhere = text(reply[1])
+            released = await self._release(alloc.pod_uid, elsewhere, fence, "reserved" if mode == "reserve" else "")
+            if isinstance(released, Owned):
+                return [b"owned", released.state.value.encode(), elsewhere.encode()]
         raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
 
     async def reserve(self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False) -> ReserveResult:
@@ -133,9 +141,13 @@ class Reservations:
         ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-wire §6.4
         step 7; the charges alone cannot say so). Idempotent: the same content again is a no-op success; a
         different earlier reservation of the pod on this node is replaced in the same step, and one on another
-        node is released first.
+        node is released first. A record a decision owns (claimed by a bind, bound, confirmed: not ``reserved``)
+        is never replaced or moved: the answer is :class:`Owned` with its node and state.
         """
         reply = await self._run_apply("reserve", alloc, fence, mutex)
+        if reply[0] == b"owned":
+            node = text(reply[2]) if len(reply) > 2 else alloc.node
+            return Owned(pod_uid=alloc.pod_uid, node=node, state=ReservationState(text(reply[1])))
         if reply[0] == b"conflict":
             return ReserveConflict(
                 pod_uid=alloc.pod_uid,
@@ -180,15 +192,72 @@ class Reservations:
         if node is None:
             return None
         blob = await self._release(pod_uid, node, fence)
-        if blob is None:
+        if not isinstance(blob, bytes):
             return None
         try:
             return decode_allocation(blob)
         except DecodeError:
             return None  # released all the same: a caller must not fail after the write succeeded
 
-    async def _release(self, pod_uid: str, node: str, fence: Fence | None) -> bytes | None:
-        """Release the pod's charges on ``node``; the envelope of what was released, undecoded (None: nothing)."""
+    async def release_unowned(self, pod_uid: str, node: str) -> Owned | bool:
+        """Release the pod's record on ``node`` only while it is a plain reservation (a re-filter giving it back).
+        True when released, False when there was nothing, :class:`Owned` (nothing written) when a bind claimed it,
+        bound it or the informer confirmed it."""
+        released = await self._release(pod_uid, node, None, "reserved")
+        return released if isinstance(released, Owned) else isinstance(released, bytes)
+
+    async def release_unclaimed(self, pod_uid: str, node: str, fence: Fence | None = None) -> bool:
+        """Release the pod's record on ``node`` unless a bind holds a live claim on it (the informer's expiry of
+        an unconfirmed record). True when something was released."""
+        released = await self._release(pod_uid, node, fence, "unclaimed")
+        return isinstance(released, bytes)
+
+    async def release_claimed(self, pod_uid: str, node: str, token: str) -> bool:
+        """Release the pod's record on ``node`` only while the bind holding ``token`` owns it (that bind's undo).
+        True when something was released."""
+        released = await self._release(pod_uid, node, None, f"claim:{token}")
+        return isinstance(released, bytes)
+
+    async def claim(self, pod_uid: str, node: str, token: str, ttl_s: float) -> Claimed | ClaimRefused:
+        """Make the bind holding ``token`` the owner of the pod's record on ``node`` for ``ttl_s`` (design:
+        ownership). The allocation returned is the one read in the same atomic step: the bind writes exactly
+        that. Another bind's live claim refuses (``busy``); an expired one is taken over."""
+        reply = await self._claim_op("claim", pod_uid, node, token, ttl_s)
+        if reply[0] != b"ok":
+            kind = text(reply[0])
+            if kind == "elsewhere":
+                return ClaimRefused(kind, node=text(reply[1]))
+            if kind == "busy":
+                return ClaimRefused(kind, node=node, remaining_ms=as_int(reply[1]))
+            return ClaimRefused(kind, node=node)
+        try:
+            allocation = decode_allocation(reply[2])
+        except DecodeError as e:
+            raise type(e)(f"stored allocation of pod {pod_uid} on node {node}", str(e)) from e
+        previous = ReservationState(text(reply[1]))
+        return Claimed(allocation=allocation, previous=previous, took_over=as_int(reply[3]) == 1)
+
+    async def check_claim(self, pod_uid: str, node: str, token: str, ttl_s: float) -> bool:
+        """True while ``token`` still owns the pod's record on ``node`` (and extend the claim by ``ttl_s``)."""
+        return bool((await self._claim_op("check", pod_uid, node, token, ttl_s))[0] == b"ok")
+
+    async def finish_claim(self, pod_uid: str, node: str, token: str) -> bool:
+        """The Binding exists: the record becomes ``bound`` (unless already confirmed) and the claim is dropped.
+        False when ``token`` no longer owned it."""
+        return bool((await self._claim_op("finish", pod_uid, node, token, 0))[0] == b"ok")
+
+    async def _claim_op(self, op: str, pod_uid: str, node: str, token: str, ttl_s: float) -> list[Any]:
+        k = self._ctx.keys
+        async with self._ctx.translated(f"{op} bind claim"):
+            reply: list[Any] = await self._ctx.scripts.claim_allocation(
+                keys=[k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()],
+                args=["", op, pod_uid, node, token, int(ttl_s * 1000)],
+            )
+        return reply
+
+    async def _release(self, pod_uid: str, node: str, fence: Fence | None, condition: str = "") -> bytes | Owned | None:
+        """Release the pod's charges on ``node`` if ``condition`` allows (see ``release_allocation.lua``); the
+        envelope of what was released, undecoded (None: nothing there; :class:`Owned`: the condition refused)."""
         k = self._ctx.keys
         extra_keys, token = fence_args(k, fence)
         keys = [
@@ -199,12 +268,15 @@ class Reservations:
             k.changes(),
             k.allocation_nodes(),
             k.pod_index(),
+            k.claims(node),
         ]
         async with self._ctx.translated("release allocation"):
             reply = await self._ctx.scripts.release_allocation(
-                keys=keys + extra_keys, args=[token, pod_uid, node, self._ctx.stream_maxlen]
+                keys=keys + extra_keys, args=[token, pod_uid, node, self._ctx.stream_maxlen, condition]
             )
         check_fenced(reply, fence)
+        if reply[0] == b"owned":
+            return Owned(pod_uid=pod_uid, node=node, state=ReservationState(text(reply[1])))
         if reply[0] != b"ok" or not reply[3]:
             return None
         blob: bytes = reply[3]
@@ -258,7 +330,8 @@ class Reservations:
     async def list_unconfirmed_older_than(
         self, age_s: float, errors: list[UndecodableRecord] | None = None
     ) -> list[AllocationRecord]:
-        """Reservations still unconfirmed ``age_s`` seconds after they were made (server clock).
+        """Records still unconfirmed (reserved, binding or bound) ``age_s`` seconds after they were made (server
+        clock).
         ``errors``: see :meth:`list_all`."""
         async with self._ctx.translated("read server time"):
             secs, micros = await self._ctx.client.time()
@@ -267,7 +340,7 @@ class Reservations:
             r
             for records in (await self.list_all(errors)).values()
             for r in records
-            if r.state is ReservationState.RESERVED and r.reserved_at_ms <= cutoff_ms
+            if r.state.unconfirmed and r.reserved_at_ms <= cutoff_ms
         ]
 
     async def _list_nodes(

@@ -62,6 +62,10 @@ class Keys:
         """HASH pod uid → allocation envelope."""
         return f"{self.node_tag(node)}:allocs"
 
+    def claims(self, node: str) -> str:
+        """HASH pod uid → ``<token>|<expires_ms>``: the bind that owns the pod's record on this node."""
+        return f"{self.node_tag(node)}:claims"
+
     def node_lock(self, node: str) -> str:
         """STRING ``<token>|<expires_ms>|<acquired_ms>|<owner>``: the bind arbiter of the node."""
         return f"{self.node_tag(node)}:lock"

@@ -39,6 +39,7 @@ class Scripts:
     apply_allocation: AsyncScript
     release_allocation: AsyncScript
     confirm_allocation: AsyncScript
+    claim_allocation: AsyncScript
     recount_usage: AsyncScript
     lease_acquire: AsyncScript
     lease_renew: AsyncScript

@@ -73,10 +73,26 @@ class NodeState:
 
 
 class ReservationState(enum.Enum):
-    """``reserved``: written by the extender, not yet seen in the pod's annotations; ``confirmed``: seen."""
+    """Where a pod's record is in its life (design: ownership). ``reserved``: written by a ``/filter``, nobody owns
+    it yet (a re-filter may move it); ``binding``: one ``/bind`` claimed it (its token, with an expiry);
+    ``bound``: that bind created the Binding; ``confirmed``: the informer saw the pod's annotations. Only a
+    ``reserved`` record may be replaced or released by a filter."""
 
     RESERVED = "reserved"
+    BINDING = "binding"
+    BOUND = "bound"
     CONFIRMED = "confirmed"
+
+    @property
+    def unconfirmed(self) -> bool:
+        """Written by the extender and not yet seen in the pod's annotations."""
+        return self is not ReservationState.CONFIRMED
+
+    @property
+    def owned(self) -> bool:
+        """A decision owns the pod's devices (a bind claimed or made it, or the API shows it): never moved by a
+        filter."""
+        return self is not ReservationState.RESERVED
 
 
 class ConflictDimension(enum.Enum):
@@ -122,7 +138,38 @@ class ReserveConflict:
     detail: str
 
 
-ReserveResult = Reserved | ReserveConflict
+@dataclass(frozen=True, slots=True)
+class Owned:
+    """The pod's record on ``node`` belongs to a decision (``state`` is not ``reserved``): a reserve or a
+    conditional release left it exactly as it was."""
+
+    pod_uid: str
+    node: str
+    state: ReservationState
+
+
+ReserveResult = Reserved | ReserveConflict | Owned
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """This bind now owns the pod's record: ``allocation`` is what it must write (read in the same atomic step).
+    ``previous`` is the state before the claim; ``took_over`` is True when another bind's expired claim was
+    replaced."""
+
+    allocation: Allocation
+    previous: ReservationState
+    took_over: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRefused:
+    """No claim: ``reason`` is ``absent`` (no record), ``elsewhere`` (the record is on ``node``, not the one asked)
+    or ``busy`` (another bind holds a live claim for ``remaining_ms`` more)."""
+
+    reason: str
+    node: str = ""
+    remaining_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)

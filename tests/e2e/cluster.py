@@ -59,6 +59,10 @@ class ClusterSpec:
     """Nodes whose device plugin never answers Allocate (their locks must time out)."""
     quotas: dict[str, dict[str, str]] = field(default_factory=dict)
     """namespace → ResourceQuota ``spec.hard``."""
+    registrar_resync_s: float = 15.0
+    bind_aware: bool = True
+    """``--bind-aware-placement``: False places by the node policy alone (tests that predict exact nodes)."""
+    """The registrar's full pass (how soon it notices a flushed Redis)."""
 
     def node_names(self) -> list[str]:
         return [f"node-{i:03d}" for i in range(self.nodes)]
@@ -189,7 +193,7 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
         registrar = RegistrarService(
             RegistrarSettings(common=_common(Service.REGISTRAR, "registrar-0"), lease_ttl_s=10.0),
             RegistrarDeps(store=await store_client(), kube=reg_kube, registry=CollectorRegistry(), instance_id="r0"),
-            tuning=RegistrarTuning(informer=FAST_WATCH),
+            tuning=RegistrarTuning(informer=FAST_WATCH, resync_interval_s=spec.registrar_resync_s),
         )
         await stack.enter_async_context(_task("e2e:registrar", registrar.run))
 
@@ -233,6 +237,7 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
                 http_bind=BindAddress("127.0.0.1", 0),
                 scheduler_name=SCHEDULER,
                 node_lock_timeout_s=spec.node_lock_timeout_s,
+                bind_aware_placement=spec.bind_aware,
             )
             service = ExtenderService(
                 settings,

@@ -1,10 +1,14 @@
 -- Reserve (extender: capacity-checked) or record (informer: unconditional, the API is the truth) one pod's
 -- charges on one node, replacing any earlier record of the same pod uid on this node atomically.
 -- KEYS: 1 capacity, 2 usage, 3 pod charges, 4 allocations, 5 generation, 6 change stream,
---       7 allocation-nodes set, 8 pod index, [9 lease]
+--       7 allocation-nodes set, 8 pod index, 9 bind claims, [10 lease]
 -- ARGV: 1 fence token, 2 'reserve'|'record', 3 pod uid, 4 charges JSON, 5 allocation envelope, 6 node, 7 stream maxlen,
 --       8 '1' when the pod's policy is mutex (reserve only: every charged device must be idle)
+-- A reserve never replaces a record a bind has claimed, marked bound, or the informer confirmed: the pod's
+-- devices belong to that decision ({'owned', state}). A record (the API's truth) replaces anything; when its
+-- content differs, the claim on the old record goes with it.
 -- Returns {'fenced'} | {'elsewhere', node} (the pod holds charges on another node: release them, then retry)
+--       | {'owned', state}
 --       | {'conflict', dimension, device, needed, free, detail}
 --       | {'ok', generation, usage_changed 0/1, record_changed 0/1}
 if not fence_ok() then
@@ -34,6 +38,9 @@ local old_rec = redis.call('HGET', KEYS[3], uid)
 local old_state, old_t, old_cjs
 if old_rec then
   old_state, old_t, old_cjs = parse_record(old_rec)
+end
+if reserve and old_rec and old_state ~= 'reserved' then
+  return {'owned', old_state}
 end
 if old_rec and old_cjs == cjs and redis.call('HGET', KEYS[4], uid) == blob then
   -- same content again: a no-op, except that recording confirms a reservation
@@ -150,6 +157,7 @@ end
 
 apply(u, new, 1)
 store_usage(KEYS[2], u)
+redis.call('HDEL', KEYS[9], uid)
 redis.call('HSET', KEYS[3], uid, state .. '|' .. fmt(now_ms()) .. '|' .. cjs)
 redis.call('HSET', KEYS[4], uid, blob)
 redis.call('SADD', KEYS[7], node)

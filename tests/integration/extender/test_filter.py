@@ -9,7 +9,7 @@ import pytest
 from shared.domain.model import DeviceUsage
 from shared.emulator import Emulator
 from shared.k8s import Api
-from shared.store import ReservationState, Store
+from shared.store import ClaimRefused, ReservationState, Store
 from tests.integration.extender.filter_harness import node, running_extender, seed, settings, wire, wire_doc
 
 NULL_RESULT_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
@@ -112,7 +112,8 @@ async def test_refiltering_the_same_pod_is_idempotent(store: Store, api: Api) ->
 
 
 async def test_refilter_drops_the_previous_reservation_before_planning(store: Store, api: Api) -> None:
-    """A pod re-filtered with fewer candidates moves: its old reservation is released, not counted twice."""
+    """A pod re-filtered with candidates that exclude its reserved node moves: the old reservation is released,
+    not counted twice."""
     await seed(store, [node("gpu-node-1", 1, count=1), node("gpu-node-2", 1, count=1)])
     body = wire_doc("001-filter.json")
     async with running_extender(store, api) as ext:
@@ -120,10 +121,55 @@ async def test_refilter_drops_the_previous_reservation_before_planning(store: St
         moved = copy.deepcopy(body)
         moved["NodeNames"] = ["gpu-node-2"]
         assert (await ext.filter(moved))["NodeNames"] == ["gpu-node-2"]
+        assert await store.usage.node_usage("gpu-node-1") == {}
         # and back: gpu-node-1's single slot is free again because the first reservation was dropped
-        assert (await ext.filter(body))["NodeNames"] == ["gpu-node-1"]
+        back = copy.deepcopy(body)
+        back["NodeNames"] = ["gpu-node-1"]
+        assert (await ext.filter(back))["NodeNames"] == ["gpu-node-1"]
     assert await store.usage.node_usage("gpu-node-2") == {}
     assert await store.reservations.node_of(body["Pod"]["metadata"]["uid"]) == "gpu-node-1"
+
+
+async def test_refilter_keeps_the_node_the_pod_already_holds(store: Store, api: Api) -> None:
+    """A duplicate filter (second scheduler, retry) answers the node already chosen: nothing re-planned or moved,
+    even when the policy would now prefer another node."""
+    await seed(store, [node("gpu-node-1", 2), node("gpu-node-2", 2)])
+    body = wire_doc("001-filter.json")
+    uid = body["Pod"]["metadata"]["uid"]
+    async with running_extender(store, api) as ext:
+        first = (await ext.filter(body))["NodeNames"]
+        assert first is not None and len(first) == 1
+        before = await store.reservations.get(uid)
+        reordered = copy.deepcopy(body)
+        reordered["NodeNames"] = list(reversed(body["NodeNames"]))
+        assert (await ext.filter(reordered))["NodeNames"] == first
+        assert (await ext.filter(body))["NodeNames"] == first
+    assert await store.reservations.get(uid) == before
+    usage = await store.usage.node_usage(first[0])
+    assert [u.used for u in usage.values()] == [1]
+
+
+async def test_refilter_never_moves_devices_a_bind_owns(store: Store, api: Api) -> None:
+    """A record a bind has claimed (or bound, or the informer confirmed) stays where it is: a filter whose
+    candidates exclude its node answers an Error and releases nothing."""
+    await seed(store, [node("gpu-node-1", 1, count=1), node("gpu-node-2", 1, count=1)])
+    body = wire_doc("001-filter.json")
+    uid = body["Pod"]["metadata"]["uid"]
+    async with running_extender(store, api) as ext:
+        assert (await ext.filter(body))["NodeNames"] == ["gpu-node-1"]
+        claimed = await store.reservations.claim(uid, "gpu-node-1", "bind-a", 60)
+        assert not isinstance(claimed, ClaimRefused)
+        moved = copy.deepcopy(body)
+        moved["NodeNames"] = ["gpu-node-2"]
+        answer = await ext.filter(moved)
+        assert answer["NodeNames"] is None
+        assert "already holds devices on node gpu-node-1 (binding)" in answer["Error"]
+        # the claimed node is still a fine answer for a duplicate whose candidates include it
+        assert (await ext.filter(body))["NodeNames"] == ["gpu-node-1"]
+    record = await store.reservations.get(uid)
+    assert record is not None and record.state is ReservationState.BINDING
+    assert await store.usage.node_usage("gpu-node-2") == {}
+    assert [u.used for u in (await store.usage.node_usage("gpu-node-1")).values()] == [1]
 
 
 @pytest.mark.parametrize(

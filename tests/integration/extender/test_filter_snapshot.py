@@ -168,3 +168,25 @@ async def test_a_first_start_logs_the_new_epoch_at_info_and_a_real_change_warns(
     changed = (logging.WARNING, "store epoch changed: dropping the node snapshot")
     # the flush warns once; the rebuilt store's new epoch is then established again
     assert _epoch_records(caplog) == [established, changed, established]
+
+
+async def test_not_ready_until_the_snapshot_holds_the_registrars_nodes(store: Store, other_store: Store) -> None:
+    """A load made before the registrar's full sync (a Redis restarted empty, a fresh install) is repeated once
+    the sync marker appears: never "ready" with the nodes still in the feed. A slow follower makes the window
+    wide: without the reload, the status check alone would say ready with 0 nodes."""
+    epoch = await store.meta.ensure_epoch()
+    for marker in (SyncMarker.ALLOCATIONS, SyncMarker.QUOTAS):
+        await store.meta.mark_synced(marker, epoch)
+    slow = CacheSettings(feed_block_s=0.05, feed_min_interval_s=1.0, status_interval_s=30.0)
+    async with following(store, slow) as cache:
+        assert len(cache) == 0 and cache.not_ready_reason() is not None
+        # the registrar registers its nodes, then marks its full sync
+        await other_store.inventory.put(node("a", 2))
+        await other_store.inventory.put(node("b", 2))
+        await other_store.meta.mark_synced(SyncMarker.INVENTORY, epoch)
+        reason = await cache.verify()  # what /readyz asks
+        assert reason == "node snapshot was loaded before the registrar's sync: reloading it"
+        await cache.wait_until(lambda: cache.not_ready_reason() is None, WAIT_S)
+        assert sorted(cache.snapshots()) == ["a", "b"]
+        assert cache.stats.full_loads == 2
+        assert await cache.verify() is None

@@ -7,7 +7,7 @@ from typing import Any
 from shared.codec.podannotations import allocation_annotations, allocation_labels
 from shared.domain.accounting import collapse
 from shared.domain.model import Allocation, DeviceUsage
-from shared.store import ReservationState, Reserved, Store
+from shared.store import Claimed, ReservationState, Reserved, Store
 from tests.integration.informer.conftest import Harness, metric, settings
 from tests.unit.informer.builders import devices, pod
 from tests.waiting import eventually
@@ -123,3 +123,22 @@ async def _gone(store: Store, uid: str) -> bool:
 async def _state(store: Store, uid: str, state: ReservationState) -> bool:
     rec = await store.reservations.get(uid)
     return rec is not None and rec.state is state
+
+
+async def test_a_record_a_bind_is_claiming_is_not_expired_until_its_claim_ends(harness: Harness) -> None:
+    """Past the grace, a record mid-bind (a live claim) is the bind's; once the claim has expired it is collected."""
+    em, store = harness.emulator, harness.store
+    await harness.put_inventory("n1")
+    async with harness.run(settings(grace_s=GRACE_S)) as svc:
+        p = em.put(pod("binding", "ns", phase="Pending"))
+        alloc = await reserve_like_the_extender(store, p, "n1", [("GPU-n1-0", 2000, 20)])
+        assert isinstance(await store.reservations.claim(alloc.pod_uid, "n1", "bind-a", 600), Claimed)
+        harness.clock.advance(GRACE_S + 1)
+        assert await svc.term.expire_reservations() == 0
+        rec = await store.reservations.get(alloc.pod_uid)
+        assert rec is not None and rec.state is ReservationState.BINDING
+
+        # the bind died: its claim runs out (1 ms on the server clock), then the sweep collects the record
+        assert isinstance(await store.reservations.claim(alloc.pod_uid, "n1", "bind-a", 0.001), Claimed)
+        await eventually(lambda: _gone(store, alloc.pod_uid), what="the record of the dead bind expired")
+        await harness.assert_audit()

@@ -58,7 +58,10 @@ async def create_raw(c: Cluster, name: str, namespace: str, mem: int, cores: int
 
 async def test_explain_and_usage_against_the_emulated_system(redis_url: str) -> None:
     stuck = frozenset({"node-002"})
-    spec = ClusterSpec(nodes=3, gpus_per_node=2, mem_mib=MEM, replicas=1, quotas=QUOTA, stuck_nodes=stuck)
+    # the node policy alone (no bind-aware placement), so that the nodes below are predictable
+    spec = ClusterSpec(
+        nodes=3, gpus_per_node=2, mem_mib=MEM, replicas=1, quotas=QUOTA, stuck_nodes=stuck, bind_aware=False
+    )
     async with running_cluster(redis_url, spec) as c:
         driver = SchedulerDriver(c, workers=1)
         placed = [PodSpec(f"p{i}", gpus=1, mem_mib=10000, cores=30) for i in range(4)]

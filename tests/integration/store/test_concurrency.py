@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shared.domain.model import Allocation, DeviceInfo, MigPlacement
-from shared.store import AllocationRecord, ReserveConflict, Reserved, Store, connect
+from shared.store import AllocationRecord, ReserveConflict, Reserved, ReserveResult, Store, connect
 from tests.integration.store.conftest import alloc, gpu, mig_alloc, node
 
 TASKS = 200
@@ -58,7 +58,7 @@ async def test_concurrent_reservations_never_overcommit(stores: list[Store]) -> 
     pods = [random_pod(rng, f"pod-{i}") for i in range(TASKS)]
     # a third of the pods later change their mind (re-reserve different content) or give up (release)
     second_thoughts = {i: rng.choice(["re-reserve", "release"]) for i in rng.sample(range(TASKS), TASKS // 3)}
-    outcomes: dict[str, Reserved | ReserveConflict | None] = {}
+    outcomes: dict[str, ReserveResult | None] = {}
 
     async def one(i: int) -> None:
         s = stores[i % CLIENTS]
