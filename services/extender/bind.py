@@ -170,8 +170,10 @@ class Binder:
             rng=rng,
         )
         self._inflight: dict[str, tuple[asyncio.Lock, int]] = {}
-        self.claim_ttl_s = max(lock_wait_s, pod_group_wait_s) + 8 * call_timeout_s + 10.0
-        """How long a claim holds without a re-check: longer than any bind can take (lock wait plus its calls)."""
+        self.claim_ttl_s = 2 * call_timeout_s + 1.0
+        """How long a claim holds after its re-check before the pod patch: longer than the patch and the Binding
+        can take. The first claim adds the bind's lock wait and the lock's calls. A bind whose replica died holds
+        the pod's devices that long at most; then a retry takes the claim over."""
 
     async def bind(self, args: ExtenderBindingArgs) -> BindResult:
         """Bind the pod (see the module docstring); never raises for expected failures."""
@@ -204,8 +206,12 @@ class Binder:
         except _Failed:
             await self._drop_unowned(uid, ns, node)
             raise
+        # PodGroup members retry every 100 ms until --node-lock-retry-timeout (0 disables that, as in HAMi)
+        gang = self._pod_group_wait_s > 0 and is_pod_group_member(pod)
+        wait_s, retry_s = (self._pod_group_wait_s, POD_GROUP_RETRY_S) if gang else (self._lock_wait_s, None)
         token = secrets.token_hex(8)
-        claim = await self._store.reservations.claim(uid, node, token, self.claim_ttl_s)
+        claim_ttl_s = wait_s + 2 * self._call_timeout_s + self.claim_ttl_s
+        claim = await self._store.reservations.claim(uid, node, token, claim_ttl_s)
         if isinstance(claim, ClaimRefused):
             if claim.reason == "absent" and not self._requests_devices(pod):
                 await self._create_binding(args)
@@ -215,9 +221,6 @@ class Binder:
         if claim.took_over:
             logger.warning("bind took over an expired claim", extra={"pod": f"{ns}/{name}", "node": node})
 
-        # PodGroup members retry every 100 ms until --node-lock-retry-timeout (0 disables that, as in HAMi)
-        gang = self._pod_group_wait_s > 0 and is_pod_group_member(pod)
-        wait_s, retry_s = (self._pod_group_wait_s, POD_GROUP_RETRY_S) if gang else (self._lock_wait_s, None)
         try:
             held = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
         except NotFoundError:

@@ -421,6 +421,9 @@ class System:
     scheduler: Scheduler
     plugin: HamiDevicePlugin
     extender_urls: list[str]
+    scheduler_client: Issued | None = None
+    """kube-scheduler's client certificate (``cert``/``key`` paths): what another caller of /filter and /bind
+    must present, as a second scheduler would."""
 
     def extenders(self) -> list[Service]:
         return [s for s in self.services if s.name.startswith("extender")]
@@ -591,7 +594,7 @@ async def running_system(
             plugin = HamiDevicePlugin(kube_client, latency_s=settings.allocate_latency_s)
             plugin_task = asyncio.create_task(plugin.run(), name="device-plugin")
             try:
-                yield System(api, services, balancer, scheduler, plugin, urls)
+                yield System(api, services, balancer, scheduler, plugin, urls, scheduler_client=client_cert)
             finally:
                 plugin_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -32,6 +32,8 @@ class SecondScheduler:
         self.kube = kube
         self.session = session
         self.ssl = system.api.ssl_context()
+        if system.scheduler_client is not None:  # /filter and /bind take kube-scheduler's client certificate only
+            self.ssl.load_cert_chain(str(system.scheduler_client.cert), str(system.scheduler_client.key))
         self.rng = random.Random(12)
         self.answers: dict[str, int] = {}
         self.bound_by_us = 0

@@ -120,7 +120,10 @@ def test_a_broken_object_is_refused_by_the_dry_run(kube_apiserver: ApiServer, re
         ),
         pytest.param({"tls": {"certManager": {"enabled": True}}}, {"Certificate", "Issuer"}, id="cert-manager"),
         pytest.param(
-            {"redis": {"enabled": False, "external": {"existingSecret": "redis-conn"}}}, set(), id="external-redis"
+            # the Secret's URL carries the credentials: no separate password Secret
+            {"redis": {"enabled": False, "external": {"existingSecret": "redis-conn"}, "auth": {"enabled": False}}},
+            set(),
+            id="external-redis",
         ),
         pytest.param({"deviceConfig": {"config": {"nvidia": {"overwriteEnv": True}}}}, set(), id="overwrite-env"),
     ],
