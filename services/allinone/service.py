@@ -99,7 +99,7 @@ class AllInOneService:
             registry=deps.registry,
             instance_id=deps.instance_id,
             nvidia=common.nvidia,
-            event_sink=EventSink(api_poster(api)),
+            event_sink=EventSink(api_poster(api), normal_per_s=settings.extender.success_event_rate),
             clock=deps.clock,
             rng=deps.rng,
         )

@@ -4,12 +4,18 @@ Handlers ``submit`` a batch of :class:`~shared.protocol.events.PodEvent` and ret
 (``run``) posts them through the API with a deadline each. A full queue drops the batch (counted): an event is
 worth less than a fast answer to kube-scheduler. ``once_key`` suppresses repeats, e.g. one batch of
 ``FilteringFailed`` events per pod and failure kind while kube-scheduler keeps retrying it.
+
+``Normal`` events (``FilteringSucceed``, ``BindingSucceed``: two API writes per placed pod) are sampled: at most
+``normal_per_s`` per second (``--success-event-rate``), the rest skipped and counted. Under load they would cost
+the API server as much as the binds themselves, and kube-scheduler records its own ``Scheduled`` event for every
+pod anyway. Warnings are never sampled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -17,7 +23,7 @@ from typing import Any
 from shared.errors import VgpuError
 from shared.k8s import Api
 from shared.k8s.objects import name_of, namespace_of
-from shared.protocol.events import PodEvent
+from shared.protocol.events import EventType, PodEvent
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +55,22 @@ def pod_ref(namespace: str, name: str, uid: str = "", resource_version: str = ""
 class EventSink:
     """A bounded queue of pod events and the worker that posts them."""
 
-    def __init__(self, post: PostEvent, *, capacity: int = 1024, remember: int = 10_000) -> None:
+    def __init__(
+        self,
+        post: PostEvent,
+        *,
+        capacity: int = 1024,
+        remember: int = 10_000,
+        normal_per_s: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._post = post
+        self._normal_per_s = normal_per_s
+        self._normal_burst = max(2.0 * normal_per_s, 1.0)
+        self._normal_tokens = self._normal_burst
+        self._normal_at = clock()
+        self._clock = clock
+        self.sampled_out = 0
         self._queue: asyncio.Queue[tuple[Mapping[str, Any], tuple[PodEvent, ...]]] = asyncio.Queue(capacity)
         self._seen: OrderedDict[Hashable, None] = OrderedDict()
         self._remember = remember
@@ -58,13 +78,42 @@ class EventSink:
         self.dropped = 0
         self._on_posted: Callable[[], None] = _nothing
         self._on_dropped: Callable[[], None] = _nothing
+        self._on_sampled_out: Callable[[], None] = _nothing
 
-    def set_hooks(self, *, on_posted: Callable[[], None], on_dropped: Callable[[], None]) -> None:
-        """Count posted and dropped events somewhere else too (the service wires its metrics here)."""
+    def set_hooks(
+        self,
+        *,
+        on_posted: Callable[[], None],
+        on_dropped: Callable[[], None],
+        on_sampled_out: Callable[[], None] | None = None,
+    ) -> None:
+        """Count posted, dropped and sampled-out events somewhere else too (the service wires its metrics here)."""
         self._on_posted, self._on_dropped = on_posted, on_dropped
+        self._on_sampled_out = on_sampled_out or _nothing
+
+    def _sample(self, events: Sequence[PodEvent]) -> tuple[PodEvent, ...]:
+        """``events`` less the Normal ones over the rate (``normal_per_s`` <= 0: no limit)."""
+        if self._normal_per_s <= 0:
+            return tuple(events)
+        now = self._clock()
+        self._normal_tokens = min(
+            self._normal_burst, self._normal_tokens + (now - self._normal_at) * self._normal_per_s
+        )
+        self._normal_at = now
+        kept: list[PodEvent] = []
+        for event in events:
+            if event.type is EventType.NORMAL:
+                if self._normal_tokens < 1.0:
+                    self.sampled_out += 1
+                    self._on_sampled_out()
+                    continue
+                self._normal_tokens -= 1.0
+            kept.append(event)
+        return tuple(kept)
 
     def submit(self, pod: Mapping[str, Any], events: Sequence[PodEvent], *, once_key: Hashable | None = None) -> bool:
         """Queue ``events`` for ``pod`` without waiting. False when suppressed by ``once_key`` or dropped."""
+        events = self._sample(events)
         if not events:
             return False
         if once_key is not None:
@@ -134,3 +183,4 @@ class EventSink:
 
 def _nothing() -> None:
     return None
+

@@ -65,7 +65,7 @@ async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> Non
                 registry=registry,
                 instance_id=common.instance_id,
                 nvidia=common.nvidia,
-                event_sink=EventSink(api_poster(api)),
+                event_sink=EventSink(api_poster(api), normal_per_s=settings.success_event_rate),
             )
             service = ExtenderService(settings, deps, drain_timeout_s=DRAIN_TIMEOUT_S)
             ops = create_ops_app(

@@ -168,6 +168,11 @@ class ExtenderMetrics:
         self.events_posted = Counter(
             "vgpu_extender_events_posted_total", "Kubernetes Events posted.", registry=registry
         )
+        self.events_sampled_out = Counter(
+            "vgpu_extender_events_sampled_out_total",
+            "Normal Kubernetes Events not posted because they exceeded --success-event-rate.",
+            registry=registry,
+        )
         # Children bound once: ``labels()`` takes a lock and builds a key on every call (once per /filter).
         self._filter_outcome_children = {
             outcome: self.filter_outcomes.labels(outcome.value) for outcome in FilterOutcome

@@ -100,7 +100,11 @@ class ExtenderService:
                 legacy=settings.legacy_metrics,
             )
         )
-        deps.event_sink.set_hooks(on_posted=self.metrics.events_posted.inc, on_dropped=self.metrics.events_dropped.inc)
+        deps.event_sink.set_hooks(
+            on_posted=self.metrics.events_posted.inc,
+            on_dropped=self.metrics.events_dropped.inc,
+            on_sampled_out=self.metrics.events_sampled_out.inc,
+        )
         self.filter = FilterHandler(settings, deps, self.metrics, self.cache)
         self._binds = BindHandler(settings, deps, self.metrics)
         self.bind: Handler = self._binds

@@ -184,6 +184,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("bind-timeout", Kind.DURATION, "4s", "How long one /bind may take, waiting for a busy node lock included; "
          "keep it below kube-scheduler's extender httpTimeout (default 5s; the chart sets 30s and 25s here).", _EXT_SIM,
          parse_positive_duration, metavar="DURATION", group="scheduling"),
+    Option("success-event-rate", Kind.NUMBER, "10", "Normal Events (FilteringSucceed, BindingSucceed) posted per "
+         "second per replica at most; the rest are skipped and counted (0: no limit). Warnings are never skipped.",
+         _EXT, parse_float, metavar="PER_S", group="scheduling"),
     Option("bind-aware-placement", Kind.BOOL, "true", "Prefer nodes with no bind in flight: HAMi's device plugin "
          "takes one bind per node at a time, so consecutive pods go to other nodes while one binds; false places by "
          "the node policy alone, as HAMi.", _EXT_SIM, parse_go_bool, group="scheduling"),

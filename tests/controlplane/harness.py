@@ -578,7 +578,9 @@ async def running_system(
                 urls.append(f"https://{tls}")
                 await _ready(session, f"https://{tls}/readyz", ctx, s)
             await balancer.start()
-            front = f"https://127.0.0.1:{balancer.port}"
+            # One replica: kube-scheduler calls it directly, as through a Service's kernel-level balancing; the
+            # balancer (bytes relayed in this Python process) would cost as much CPU as the extender itself.
+            front = urls[0] if len(urls) == 1 else f"https://127.0.0.1:{balancer.port}"
             if settings.webhook:
                 hook = chart_webhook(webhook_name, front, api.ca_file.read_bytes(), (RUN_LABEL, run_id))
                 api.request("POST", _WEBHOOKS, hook)

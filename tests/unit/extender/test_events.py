@@ -97,3 +97,33 @@ def test_nothing_to_submit_is_not_queued() -> None:
 def test_pod_ref_carries_what_an_event_needs() -> None:
     assert pod_ref("ns", "name", "uid") == {"metadata": {"namespace": "ns", "name": "name", "uid": "uid"}}
     assert pod_ref("ns", "name") == {"metadata": {"namespace": "ns", "name": "name"}}
+
+
+async def test_normal_events_are_sampled_to_the_rate_and_warnings_never() -> None:
+    now = [100.0]
+    rec = Recorder()
+    sink = EventSink(rec, normal_per_s=2.0, clock=lambda: now[0])  # burst of 4, then 2 per second
+    ok = PodEvent(EventType.NORMAL, EventReason.BINDING_SUCCEED, "bound")
+    task = asyncio.create_task(sink.run(), name="event-sink")
+    try:
+        kept = [sink.submit(pod_ref("default", f"p{i}"), [ok, E1]) for i in range(6)]
+        assert kept == [True] * 6  # every batch still carries its warning
+        assert sink.sampled_out == 2
+        now[0] += 1.0  # one second later: two more Normal events may go
+        assert [sink.submit(POD, [ok]) for _ in range(3)] == [True, True, False]
+        assert await sink.flush(1.0)
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert [m for _, m in rec.posted].count(E1.message) == 6
+    assert [m for _, m in rec.posted].count("bound") == 6
+    assert sink.sampled_out == 3
+
+
+async def test_no_sampling_without_a_rate(running: tuple[EventSink, Recorder]) -> None:
+    sink, rec = running
+    ok = PodEvent(EventType.NORMAL, EventReason.BINDING_SUCCEED, "bound")
+    assert sink.submit(POD, [ok, ok])
+    assert await sink.flush(1.0)
+    assert len(rec.posted) == 2 and sink.sampled_out == 0
