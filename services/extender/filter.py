@@ -322,10 +322,9 @@ class FilterHandler:
         # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
         mutex = effective_policy(self._policies, pod.constraints).mutex
         reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
-        if isinstance(reserved, Reserved):
-            if reserved.changed:
-                self._cache.apply_local(decision, reserved.generation)
-            self._cache.mark_busy(decision.node)  # its bind is coming: the next pods prefer other nodes
+        if isinstance(reserved, Reserved) and reserved.changed:
+            self._cache.apply_local(decision, reserved.generation)
+            self._cache.mark_busy(decision.node)  # its bind is coming: the next pods may prefer other nodes
         return reserved
 
     def _plan(self, pod: _Pod, names: Sequence[str], quota: QuotaState | None) -> tuple[Decision | Failure, list[str]]:

@@ -89,6 +89,7 @@ class ExtenderService:
             deps.cache_settings,
             on_reload=lambda reason: self.metrics.snapshot_reloads.labels(reason).inc(),
             on_node_reads=self.metrics.snapshot_node_reads.inc,
+            binds_per_node=settings.max_binds_per_node,
         )
         self.metrics.snapshot_nodes.set_function(lambda: float(len(self.cache)))
         self._quota_view = QuotaView({})

@@ -97,8 +97,10 @@ class SnapshotCache:
         required: frozenset[SyncMarker] = REQUIRED_MARKERS,
         on_reload: Callable[[str], None] | None = None,
         on_node_reads: Callable[[int], None] | None = None,
+        binds_per_node: int = 1,
     ) -> None:
         self._store = store
+        self._binds_per_node = max(1, binds_per_node)
         self._settings = settings or CacheSettings()
         self._required = required
         self._on_reload = on_reload or (lambda reason: None)
@@ -107,8 +109,10 @@ class SnapshotCache:
         self._snaps: dict[str, NodeSnapshot] = {}
         """``name → snapshot`` for the request path (the same snapshots as ``_nodes``, looked up in C)."""
         self._gone: dict[str, int] = {}
+        self._inflight: dict[str, int] = {}
+        """Binds in flight per node (locks held, reservations not yet confirmed), as last read or made here."""
         self._busy: set[str] = set()
-        """Nodes with a bind in flight (lock held or a reservation not yet confirmed): see ``busy``."""
+        """Nodes with ``binds_per_node`` binds or more in flight: see ``busy``."""
         self._seq = itertools.count(1)
         self._last_id: str | None = None
         self._epoch: str | None = None
@@ -142,11 +146,23 @@ class SnapshotCache:
 
     @property
     def busy(self) -> frozenset[str] | set[str]:
-        """The nodes with a bind in flight, as last read (a live view: do not keep it across an ``await``).
+        """The nodes with ``binds_per_node`` (``--max-binds-per-node``) binds or more in flight, as last read (a
+        live view: do not keep it across an ``await``).
 
         HAMi's device plugin learns which pod it allocates from the node lock, so a node takes one bind at a time
-        until its Allocate settles; ``plan`` prefers the other nodes, so binds run in parallel across nodes."""
+        until its Allocate settles, and the others queue behind it; ``plan`` prefers the other nodes, so binds run
+        in parallel across nodes."""
         return self._busy
+
+    def _set_inflight(self, node: str, count: int) -> None:
+        if count > 0:
+            self._inflight[node] = count
+        else:
+            self._inflight.pop(node, None)
+        if count >= self._binds_per_node:
+            self._busy.add(node)
+        else:
+            self._busy.discard(node)
 
     def lookup_tiers(self, names: Sequence[str]) -> tuple[list[NodeSnapshot], list[NodeSnapshot], list[str]]:
         """``lookup`` split in two: the snapshots of ``names`` without a bind in flight, those with one (both in
@@ -215,7 +231,7 @@ class SnapshotCache:
     def mark_busy(self, node: str) -> None:
         """Record a bind in flight on ``node`` now (our own reservation there), ahead of the feed."""
         if node in self._nodes:
-            self._busy.add(node)
+            self._set_inflight(node, self._inflight.get(node, 0) + 1)
 
     async def wait_until(self, predicate: Callable[[], bool], timeout_s: float | None) -> None:
         """Wait until ``predicate()`` holds, re-checking after every change (``timeout_s`` None: no limit)."""
@@ -298,6 +314,7 @@ class SnapshotCache:
             self._snaps = {}
             self._gone = {}
             self._busy = set()
+            self._inflight = {}
             self.loaded.clear()
             self._reload_reason = "epoch"
         elif (
@@ -356,10 +373,7 @@ class SnapshotCache:
         cached = self._nodes.get(name)
         if cached is not None and cached.generation > stored.generation:
             return
-        if stored.bind_in_flight:
-            self._busy.add(name)
-        else:
-            self._busy.discard(name)
+        self._set_inflight(name, stored.binds_in_flight)
         if stored.inventory is None or not stored.inventory.devices:
             if cached is not None or stored.generation > self._gone.get(name, -1):
                 self._remove(name)
@@ -379,7 +393,7 @@ class SnapshotCache:
     def _remove(self, name: str) -> None:
         self._nodes.pop(name, None)
         self._snaps.pop(name, None)
-        self._busy.discard(name)
+        self._set_inflight(name, 0)
 
     def _redis_ok(self) -> None:
         if self._redis_error is not None:

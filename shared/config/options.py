@@ -184,6 +184,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("bind-timeout", Kind.DURATION, "4s", "How long one /bind may take, waiting for a busy node lock included; "
          "keep it below kube-scheduler's extender httpTimeout (default 5s; the chart sets 30s and 25s here).", _EXT_SIM,
          parse_positive_duration, metavar="DURATION", group="scheduling"),
+    Option("max-binds-per-node", Kind.INT, "4", "With --bind-aware-placement, a node with this many binds in "
+         "flight (the one being allocated and those queued behind its lock) is passed over while another node "
+         "fits; 1 spreads binds the most, larger values pack tighter during bursts and wait longer.", _EXT_SIM,
+         _int_min(1), metavar="N", group="scheduling"),
     Option("success-event-rate", Kind.NUMBER, "10", "Normal Events (FilteringSucceed, BindingSucceed) posted per "
          "second per replica at most; the rest are skipped and counted (0: no limit). Warnings are never skipped.",
          _EXT, parse_float, metavar="PER_S", group="scheduling"),

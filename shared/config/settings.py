@@ -261,6 +261,7 @@ class ExtenderSettings:
     node_lock_retry_timeout_s: float = 28.0
     bind_timeout_s: float = 4.0
     bind_aware_placement: bool = True
+    max_binds_per_node: int = 4
     success_event_rate: float = 10.0
     reservation_grace_s: float = 120.0
     legacy_metrics: bool = False
@@ -441,6 +442,7 @@ def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
         node_lock_retry_timeout_s=r.number("node-lock-retry-timeout"),
         bind_timeout_s=r.number("bind-timeout"),
         bind_aware_placement=r.flag("bind-aware-placement"),
+        max_binds_per_node=r.integer("max-binds-per-node"),
         success_event_rate=r.number("success-event-rate"),
         reservation_grace_s=r.number("reservation-grace"),
         legacy_metrics=r.flag("legacy-metrics"),

@@ -57,10 +57,14 @@ class NodeState:
     usage: Mapping[str, DeviceUsage]
     generation: int
     error: DecodeError | None = None
-    bind_in_flight: bool = False
-    """A bind is in flight on the node: its bind lock is held, or a reservation there is not yet confirmed by the
-    pod's annotations. HAMi's device plugin finds the pod it allocates through the node lock, so a node takes one
-    bind at a time; filters prefer nodes without one."""
+    binds_in_flight: int = 0
+    """Binds in flight on the node: the reservations there not yet confirmed by the pods' annotations, at least
+    1 while its bind lock is held. HAMi's device plugin finds the pod it allocates through the node lock, so a node
+    takes one bind at a time; filters prefer nodes with fewer than ``--max-binds-per-node``."""
+
+    @property
+    def bind_in_flight(self) -> bool:
+        return self.binds_in_flight > 0
 
     def snapshot(self) -> NodeSnapshot | None:
         """The scheduling core's view of this node (None while it has no inventory)."""

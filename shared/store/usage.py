@@ -147,7 +147,7 @@ class SnapshotRepo:
                     inventory=self._inventory(n, blob),
                     usage=parse_usage(flat_pairs(flat)),
                     generation=as_int(gen),
-                    bind_in_flight=as_int(busy) == 1,
+                    binds_in_flight=as_int(busy),
                 )
             except DecodeError as e:
                 out[n] = NodeState(node=n, inventory=None, usage={}, generation=as_int(gen), error=e)

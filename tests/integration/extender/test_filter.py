@@ -172,25 +172,31 @@ async def test_refilter_never_moves_devices_a_bind_owns(store: Store, api: Api) 
     assert [u.used for u in (await store.usage.node_usage("gpu-node-1")).values()] == [1]
 
 
+N1, N2 = "gpu-node-1", "gpu-node-2"
+
+
 @pytest.mark.parametrize(
-    "bind_aware, nodes, third_event",
+    "bind_aware, per_node, nodes, third_event",
     [
-        # consecutive pods alternate: the node with a pending bind is passed over while another one fits
-        (True, ["gpu-node-1", "gpu-node-2", "gpu-node-1", "gpu-node-2"], "find fit node(gpu-node-1), 0 nodes not fit"),
-        # the node policy alone (HAMi): binpack fills gpu-node-1 first
-        (False, ["gpu-node-1", "gpu-node-1", "gpu-node-2", "gpu-node-2"], "find fit node(gpu-node-2), 1 nodes not fit"),
+        # one bind per node: consecutive pods alternate, the node with a pending bind is passed over
+        (True, 1, [N1, N2, N1, N2], "find fit node(gpu-node-1), 0 nodes not fit"),
+        # the default (4 binds per node): two pending binds do not make gpu-node-1 busy, binpack fills it first
+        (True, 4, [N1, N1, N2, N2], "find fit node(gpu-node-2), 1 nodes not fit"),
+        # the node policy alone (HAMi)
+        (False, 1, [N1, N1, N2, N2], "find fit node(gpu-node-2), 1 nodes not fit"),
     ],
-    ids=["bind-aware", "policy-only"],
+    ids=["one-bind-per-node", "bind-aware-default", "policy-only"],
 )
 async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(
-    store: Store, api: Api, bind_aware: bool, nodes: list[str], third_event: str
+    store: Store, api: Api, bind_aware: bool, per_node: int, nodes: list[str], third_event: str
 ) -> None:
     """Whole-card pods: one per GPU until none is left; the next one gets every candidate with its reason."""
     await seed(store, [node("gpu-node-1", 2), node("gpu-node-2", 2)])
     base = wire_doc("001-filter.json")
     base["Pod"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "100"
     placed = []
-    async with running_extender(store, api, extender_settings=settings(bind_aware_placement=bind_aware)) as ext:
+    tuned = settings(bind_aware_placement=bind_aware, max_binds_per_node=per_node)
+    async with running_extender(store, api, extender_settings=tuned) as ext:
         for i in range(5):
             body = copy.deepcopy(base)
             body["Pod"]["metadata"]["uid"] = f"uid-{i}"

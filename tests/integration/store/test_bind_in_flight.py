@@ -62,3 +62,16 @@ async def test_locks_and_reservations_of_other_nodes_do_not_count(store: Store) 
     loaded = await store.snapshots.load(["n1", "n2"])
     assert (loaded["n1"].bind_in_flight, loaded["n2"].bind_in_flight) == (False, True)
     assert len((await store.feed.read(START_ID)).events) >= 3
+
+
+async def test_binds_in_flight_are_counted(store: Store) -> None:
+    await store.inventory.put(node("n1", gpu("GPU-a")))
+    await store.reservations.reserve(alloc("p1", "n1", (("GPU-a", 1000, 10),)))
+    await store.reservations.reserve(alloc("p2", "n1", (("GPU-a", 1000, 10),)))
+    assert (await store.snapshots.load(["n1"]))["n1"].binds_in_flight == 2
+    await store.reservations.confirm("p1")
+    await store.reservations.confirm("p2")
+    await store.locks.acquire("n1", "default/p2", ttl_s=60)  # its device plugin has not settled it yet
+    assert (await store.snapshots.load(["n1"]))["n1"].binds_in_flight == 1
+    await store.locks.release("n1", "default/p2")
+    assert (await store.snapshots.load(["n1"]))["n1"].binds_in_flight == 0
