@@ -76,7 +76,7 @@ def _row(label: str, o: Outcome, native: float | None) -> str:
     findings = f"{len(o.report.correctness)}/{len(o.report.liveness)}"
     return (
         f"{label:<34} {o.bound:>5}/{o.created:<5} {o.pods_per_s:>7.1f} {ratio:>6} {o.percentile(50):>7.2f} "
-        f"{o.percentile(99):>7.2f} {o.lock_waits:>6} {o.scheduler_errors:>7} {findings:>7}"
+        f"{o.percentile(99):>7.2f} {o.lock_waits:>6} {o.scheduler_errors:>7} {findings:>7} {o.nodes_touched:>6}"
     )
 
 
@@ -84,7 +84,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
     shape = NodeShape(gpus=args.gpus)
     header = (
         f"{'RUN':<34} {'BOUND':>11} {'PODS/S':>7} {'xNAT':>6} {'P50 S':>7} {'P99 S':>7} {'LOCKW':>6} "
-        f"{'SCHERR':>7} {'C/L':>7}"
+        f"{'SCHERR':>7} {'C/L':>7} {'NODES':>6}"
     )
     print(f"# {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods; kube-scheduler qps {args.scheduler_qps}")
     print(header, flush=True)
@@ -137,7 +137,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
     print(
         "BOUND bound/created; PODS/S first create to last bind; xNAT ratio to native in this run; P50/P99 "
         "create-to-bind; LOCKW node-lock waits; SCHERR kube-scheduler error lines; C/L audit correctness/liveness "
-        "findings"
+        "findings; NODES nodes that received a pod"
     )
 
 

@@ -282,6 +282,8 @@ class BindWatch:
 
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
+    nodes: dict[str, str] = field(default_factory=dict)
+    """The node each bound pod went to."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self, kube: Kube, namespace: str) -> None:
@@ -302,8 +304,10 @@ class BindWatch:
                             break
                         rv = obj.get("metadata", {}).get("resourceVersion", rv)
                         name = obj.get("metadata", {}).get("name", "")
-                        if (obj.get("spec") or {}).get("nodeName") and name not in self.bound:
+                        node_name = (obj.get("spec") or {}).get("nodeName")
+                        if node_name and name not in self.bound:
                             self.bound[name] = time.monotonic()
+                            self.nodes[name] = node_name
                             self.changed.set()
             except (aiohttp.ClientError, TimeoutError, ValueError):
                 await asyncio.sleep(0.2)  # the watch dropped: re-open it

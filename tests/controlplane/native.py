@@ -73,4 +73,5 @@ async def run_native(
         scheduler_errors=errors,
         lock_waits=0,
         stalled=len(watch.bound) < len(pods),
+        nodes_touched=len(set(watch.nodes.values())),
     )

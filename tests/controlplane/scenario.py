@@ -56,6 +56,8 @@ class Outcome:
     """Binds that waited 10 ms or more for the node lock (the live extenders' ``vgpu_node_lock_wait_seconds``)."""
     stalled: bool
     system_log: dict[str, str] = field(default_factory=dict, repr=False)
+    nodes_touched: int = 0
+    """Nodes that received at least one pod (binpack's packing, next to one-at-a-time packing)."""
 
     @property
     def pods_per_s(self) -> float:
@@ -219,4 +221,5 @@ async def _drive(
         scheduler_errors=count_scheduler_errors(system.scheduler.log_text()),
         lock_waits=waits,
         stalled=stalled,
+        nodes_touched=len(set(watch.nodes.values())),
     )
