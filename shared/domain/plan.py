@@ -217,7 +217,15 @@ def _empty_decision(snap: NodeSnapshot, pod: PodRequest) -> Decision:
 
 def _failure(nodes: Sequence[NodeSnapshot], rejections: Mapping[int, NodeRejection]) -> Failure:
     by_name = {nodes[i].name: rejections[i] for i in sorted(rejections)}
-    return Failure(reasons={name: r.text for name, r in by_name.items()}, rejections=by_name)
+    texts: dict[object, str] = {}  # nodes of one shape share their counts: each distinct verdict is written once
+    reasons: dict[str, str] = {}
+    for name, r in by_name.items():
+        key: object = r.plain if r.plain is not None else id(r.counts)
+        text = texts.get(key)
+        if text is None:
+            text = texts[key] = r.text
+        reasons[name] = text
+    return Failure(reasons=reasons, rejections=by_name)
 
 
 def plan(
@@ -283,8 +291,35 @@ def plan(
         if isinstance(result, NodeFit):
             return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
         rejections[idx] = result
-    # 3. nothing fits: give the skipped nodes their reasons too (in order: were the summaries ever wrong, the
-    # first of them that fits would still be the right answer)
+    # 3. nothing fits: give the skipped nodes their reasons too. Nodes of one shape (devices and usage alike but
+    # for names and UUIDs) get one evaluation when UUIDs cannot matter (no UUID selector, no topology policy).
+    share = not (constraints.use_uuids or constraints.nouse_uuids or policy.topology)
+    verdicts: dict[str, NodeRejection] = {}
+    for idx, snap in enumerate(nodes):
+        if idx in rejections:
+            continue
+        same = verdicts.get(snap.shape) if share else None
+        if same is not None:
+            rejections[idx] = NodeRejection(snap.name, same.counts, same.total, same.plain, same.container_index)
+            continue
+        result = evaluate_node(ctx, snap)
+        if isinstance(result, NodeFit):
+            return _first_fit_in_order(ctx, nodes, scores, order, rejections)
+        rejections[idx] = result
+        if share:
+            verdicts[snap.shape] = result
+    return _failure(nodes, rejections)
+
+
+def _first_fit_in_order(
+    ctx: PodContext,
+    nodes: Sequence[NodeSnapshot],
+    scores: list[float],
+    order: list[int],
+    rejections: dict[int, NodeRejection],
+) -> Decision | Failure:
+    """The walk of step 3 in order of preference, for when a node skipped by its summary fits after all (the
+    summaries are sound, so this is a safety net): the first node that fits is the right answer."""
     for idx in _walk(nodes, scores, order, _keep_all):
         if idx in rejections:
             continue
