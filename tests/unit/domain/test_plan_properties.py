@@ -7,6 +7,7 @@
 * binpack chooses a feasible node of maximal score, spread one of minimal score;
 * no device ever exceeds its slots, memory or cores (MIG GPUs: slots, memory, non-overlapping placements),
   however many decisions are applied in a row;
+* walking the nodes in ``rank_key`` order (``plan_ranked``) finds the decision ``plan`` takes, or none when it fails;
 * nodes of one shape (clones but for names and UUIDs), which a failure evaluates once, get the reasons each
   would get alone.
 """
@@ -38,7 +39,7 @@ from shared.domain.model import (
     QuotaState,
     ScoringWeights,
 )
-from shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan
+from shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan, plan_ranked, rank_key
 from shared.domain.scoring import Policies, device_sort_key, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 
@@ -197,6 +198,20 @@ def test_fast_path_equals_exhaustive(
     assert fast == full
     if isinstance(fast, Failure):
         assert set(fast.reasons) == {n.name for n in nodes}
+
+
+@settings(max_examples=300, deadline=None)
+@given(cluster(), pod_request(), constraints(), policies, quotas)
+def test_ranked_walk_finds_the_same_decision(
+    nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies, quota: QuotaState | None
+) -> None:
+    ranked = sorted(nodes, key=rank_key(effective_policy(pol, c).node))
+    walked = plan_ranked(p, c, iter(ranked), policies=pol, quota=quota)
+    full = plan(p, c, nodes, policies=pol, quota=quota)
+    if isinstance(full, Decision):
+        assert walked == full
+    else:
+        assert walked is None
 
 
 @settings(max_examples=300, deadline=None)
