@@ -238,6 +238,7 @@ def plan(
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     exhaustive: bool = False,
     busy: AbstractSet[str] = frozenset(),
+    none_fit: bool = False,
 ) -> Decision | Failure:
     """Choose the node and the devices of every container of ``pod``, or say why no candidate fits.
 
@@ -249,10 +250,22 @@ def plan(
     ``busy`` names nodes with a bind in flight. HAMi's device plugin finds the pod it allocates through the node
     lock, so a node takes one bind at a time; a busy node is chosen only when no other candidate fits (the node
     policy orders each group). The reasons of a failure do not depend on it.
+
+    ``none_fit``: the caller walked every candidate with :func:`plan_ranked` and none fits, so only the reasons
+    remain to be found (the answer is the same; a node that fits after all is still found).
     """
     if busy and not busy.isdisjoint(s.name for s in nodes):
         tiers = ([s for s in nodes if s.name not in busy], [s for s in nodes if s.name in busy])
-        return plan_tiers(pod, constraints, tiers, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
+        return plan_tiers(
+            pod,
+            constraints,
+            tiers,
+            policies=policies,
+            quota=quota,
+            config=config,
+            exhaustive=exhaustive,
+            none_fit=none_fit,
+        )
     policy = effective_policy(policies, constraints)
     ctx = PodContext(
         pod=pod,
@@ -272,25 +285,26 @@ def plan(
     if exhaustive:
         return _plan_exhaustive(ctx, nodes)
 
-    viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
     rejections: dict[int, NodeRejection] = {}
-    # 1. the preferred node overall: most pods fit there, for one pass over the scores
-    first = _preferred(nodes, scores, binpack)
-    if viable(nodes[first].summary) and may_fit(ctx, nodes[first]):
-        result = evaluate_node(ctx, nodes[first])
-        if isinstance(result, NodeFit):
-            return _decision(nodes[first], result)
-        rejections[first] = result
-    # 2. the others in order of preference, skipping in O(1) those whose summary proves they cannot fit, and
-    # in O(devices) those with too few devices that pass Fit's order-free checks
-    order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
-    for idx in _walk(nodes, scores, order, viable):
-        if idx in rejections or idx == first or not may_fit(ctx, nodes[idx]):
-            continue
-        result = evaluate_node(ctx, nodes[idx])
-        if isinstance(result, NodeFit):
-            return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
-        rejections[idx] = result
+    if not none_fit:
+        viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
+        # 1. the preferred node overall: most pods fit there, for one pass over the scores
+        first = _preferred(nodes, scores, binpack)
+        if viable(nodes[first].summary) and may_fit(ctx, nodes[first]):
+            result = evaluate_node(ctx, nodes[first])
+            if isinstance(result, NodeFit):
+                return _decision(nodes[first], result)
+            rejections[first] = result
+        # 2. the others in order of preference, skipping in O(1) those whose summary proves they cannot fit, and
+        # in O(devices) those with too few devices that pass Fit's order-free checks
+        order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
+        for idx in _walk(nodes, scores, order, viable):
+            if idx in rejections or idx == first or not may_fit(ctx, nodes[idx]):
+                continue
+            result = evaluate_node(ctx, nodes[idx])
+            if isinstance(result, NodeFit):
+                return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
+            rejections[idx] = result
     # 3. nothing fits: give the skipped nodes their reasons too. Nodes of one shape (devices and usage alike but
     # for names and UUIDs) get one evaluation when UUIDs cannot matter (no UUID selector, no topology policy).
     share = not (constraints.use_uuids or constraints.nouse_uuids or policy.topology)
@@ -304,7 +318,7 @@ def plan(
             continue
         result = evaluate_node(ctx, snap)
         if isinstance(result, NodeFit):
-            return _first_fit_in_order(ctx, nodes, scores, order, rejections)
+            return _first_fit_in_order(ctx, nodes, scores, binpack, rejections)
         rejections[idx] = result
         if share:
             verdicts[snap.shape] = result
@@ -315,11 +329,12 @@ def _first_fit_in_order(
     ctx: PodContext,
     nodes: Sequence[NodeSnapshot],
     scores: list[float],
-    order: list[int],
+    binpack: bool,
     rejections: dict[int, NodeRejection],
 ) -> Decision | Failure:
     """The walk of step 3 in order of preference, for when a node skipped by its summary fits after all (the
     summaries are sound, so this is a safety net): the first node that fits is the right answer."""
+    order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
     for idx in _walk(nodes, scores, order, _keep_all):
         if idx in rejections:
             continue
@@ -382,6 +397,7 @@ def plan_tiers(
     quota: QuotaState | None = None,
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     exhaustive: bool = False,
+    none_fit: bool = False,
 ) -> Decision | Failure:
     """``plan`` over each tier of candidates in turn: the first tier where a node fits decides (the node policy
     orders each tier); when none fits, the failure holds every candidate's reason. ``plan(busy=…)`` is the tiers
@@ -390,7 +406,16 @@ def plan_tiers(
     rejections: dict[str, NodeRejection] = {}
     passed = 0
     for tier in tiers:
-        result = plan(pod, constraints, tier, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
+        result = plan(
+            pod,
+            constraints,
+            tier,
+            policies=policies,
+            quota=quota,
+            config=config,
+            exhaustive=exhaustive,
+            none_fit=none_fit,
+        )
         if isinstance(result, Decision):
             return replace(result, passed_over=result.passed_over + passed) if passed else result
         reasons.update(result.reasons)

@@ -212,6 +212,7 @@ def test_ranked_walk_finds_the_same_decision(
         assert walked == full
     else:
         assert walked is None
+        assert plan(p, c, nodes, policies=pol, quota=quota, none_fit=True) == full  # the reasons alone
 
 
 @settings(max_examples=300, deadline=None)
