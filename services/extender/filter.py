@@ -524,10 +524,9 @@ class FilterHandler:
         if logger.isEnabledFor(logging.DEBUG):
             for node, text in sorted(failed.items()):
                 logger.debug("node refused pod", extra={"pod": pod.key, "node": node, "reason": text})
-        kind = ",".join(sorted(kinds))
-        self._deps.event_sink.submit(
-            pod.ref, filter_failure_events(failed, len(names)), once_key=(pod.uid or pod.key, outcome.value, kind)
-        )
+        once_key = (pod.uid or pod.key, outcome.value, ",".join(sorted(kinds)))
+        if not self._deps.event_sink.suppressed(once_key):  # kube-scheduler retries: build the events once
+            self._deps.event_sink.submit(pod.ref, filter_failure_events(failed, len(names)), once_key=once_key)
         return ExtenderFilterResult.failure(failed)
 
     def _count_reasons(self, failed: Mapping[str, str]) -> dict[str, int]:

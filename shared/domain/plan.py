@@ -215,17 +215,49 @@ def _empty_decision(snap: NodeSnapshot, pod: PodRequest) -> Decision:
     )
 
 
+class _Rejections(Mapping[str, NodeRejection]):
+    """``name → NodeRejection`` where nodes of one shape share one verdict (named after one of them): each node's
+    own copy is made on first access, so a failure over thousands of alike nodes builds none it is not asked for."""
+
+    __slots__ = ("_made", "verdicts")
+
+    def __init__(self, verdicts: dict[str, NodeRejection]) -> None:
+        self.verdicts = verdicts
+        self._made: dict[str, NodeRejection] = {}
+
+    def __getitem__(self, name: str) -> NodeRejection:
+        made = self._made.get(name)
+        if made is None:
+            v = self.verdicts[name]
+            made = v if v.node == name else NodeRejection(name, v.counts, v.total, v.plain, v.container_index)
+            self._made[name] = made
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.verdicts)
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _verdicts(rejections: Mapping[str, NodeRejection]) -> Mapping[str, NodeRejection]:
+    """The shared verdicts behind a failure's ``rejections`` (for merging failures without copying each)."""
+    return rejections.verdicts if isinstance(rejections, _Rejections) else rejections
+
+
 def _failure(nodes: Sequence[NodeSnapshot], rejections: Mapping[int, NodeRejection]) -> Failure:
     by_name = {nodes[i].name: rejections[i] for i in sorted(rejections)}
-    texts: dict[object, str] = {}  # nodes of one shape share their counts: each distinct verdict is written once
+    texts: dict[int, str] = {}  # nodes of one shape share their verdict: each distinct one is written once
     reasons: dict[str, str] = {}
     for name, r in by_name.items():
-        key: object = r.plain if r.plain is not None else id(r.counts)
-        text = texts.get(key)
+        text = texts.get(id(r))
         if text is None:
-            text = texts[key] = r.text
+            text = texts[id(r)] = r.text
         reasons[name] = text
-    return Failure(reasons=reasons, rejections=by_name)
+    return Failure(reasons=reasons, rejections=_Rejections(by_name))
 
 
 def plan(
@@ -314,7 +346,7 @@ def plan(
             continue
         same = verdicts.get(snap.shape) if share else None
         if same is not None:
-            rejections[idx] = NodeRejection(snap.name, same.counts, same.total, same.plain, same.container_index)
+            rejections[idx] = same  # named after the first node of the shape: _Rejections gives each its own
             continue
         result = evaluate_node(ctx, snap)
         if isinstance(result, NodeFit):
@@ -403,7 +435,7 @@ def plan_tiers(
     orders each tier); when none fits, the failure holds every candidate's reason. ``plan(busy=…)`` is the tiers
     (nodes without a bind in flight, then the others); a caller that already has them split calls this."""
     reasons: dict[str, str] = {}
-    rejections: dict[str, NodeRejection] = {}
+    verdicts: dict[str, NodeRejection] = {}
     passed = 0
     for tier in tiers:
         result = plan(
@@ -419,9 +451,9 @@ def plan_tiers(
         if isinstance(result, Decision):
             return replace(result, passed_over=result.passed_over + passed) if passed else result
         reasons.update(result.reasons)
-        rejections.update(result.rejections)
+        verdicts.update(_verdicts(result.rejections))
         passed += len(tier)
-    return Failure(reasons=reasons, rejections=rejections)
+    return Failure(reasons=reasons, rejections=_Rejections(verdicts))
 
 
 def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:

@@ -97,3 +97,15 @@ def test_nothing_to_submit_is_not_queued() -> None:
 def test_pod_ref_carries_what_an_event_needs() -> None:
     assert pod_ref("ns", "name", "uid") == {"metadata": {"namespace": "ns", "name": "name", "uid": "uid"}}
     assert pod_ref("ns", "name") == {"metadata": {"namespace": "ns", "name": "name"}}
+
+
+def test_suppressed_says_what_submit_would_do_and_keeps_the_key_fresh() -> None:
+    sink = EventSink(Recorder(), remember=2)
+    assert not sink.suppressed("a")
+    assert sink.submit(POD, [E1], once_key="a")
+    assert sink.submit(POD, [E1], once_key="b")
+    assert sink.suppressed("a")  # seen again: now the most recent key
+    assert sink.submit(POD, [E1], once_key="c")  # forgets the oldest key, "b"
+    assert sink.suppressed("a") and not sink.suppressed("b")
+    assert not sink.submit(POD, [E1], once_key="a")
+    assert sink.pending == 3
