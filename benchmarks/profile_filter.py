@@ -6,8 +6,9 @@ A private ``redis-server`` on a free port is seeded like ``bench_extender`` (N n
 pods); one ``ExtenderService`` runs in this process (snapshot follower, JSON logs to /dev/null, events recorded
 instead of posted, the API emulator in-process but unused by /filter). Then ``FilterHandler.filter_body`` is
 called sequentially with bodies naming every node, and the script prints its p50/p99 and the process CPU per call
-next to the floor (two Redis round trips of the same kind alone). ``--profile`` adds cProfile's top functions
-by own time. Prints figures only.
+next to the floor (two Redis round trips of the same kind alone); then the same for a pod no node fits (9 GPUs:
+every node evaluated, every reason listed, as kube-scheduler retries it). ``--profile`` adds cProfile's top
+functions by own time for both. Prints figures only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from benchmarks.bench_extender import _filter_body, _floor_calls, _names, _pct, _redis_server, _seed
+from benchmarks.bench_extender import GPUS, _filter_body, _floor_calls, _names, _pct, _redis_server, _seed
 from services.extender.events import EventSink
 from services.extender.service import ExtenderDeps, ExtenderService
 from shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
@@ -98,6 +99,16 @@ async def _measure(service: ExtenderService, store: Store, nodes: int, requests:
     if profiler is not None:
         profiler.enable()
     await _timed("FilterHandler.filter_body", service.filter.filter_body, bodies[50:])
+    _report(profiler)
+    unfit = [_filter_body("prof-unfit", names, gpus=GPUS + 1)] * max(requests // 10, 20)
+    profiler = cProfile.Profile() if profile else None
+    if profiler is not None:
+        profiler.enable()
+    await _timed(f"the same for a pod no node fits ({GPUS + 1} GPUs)", service.filter.filter_body, unfit)
+    _report(profiler)
+
+
+def _report(profiler: cProfile.Profile | None) -> None:
     if profiler is not None:
         profiler.disable()
         out = io.StringIO()

@@ -131,6 +131,14 @@ class EventSink:
             return False
         return True
 
+    def suppressed(self, once_key: Hashable) -> bool:
+        """Whether :meth:`submit` would suppress events under ``once_key`` now; when so, the key counts as seen
+        again, as a suppressed submit would count it (lets a caller skip building events nobody will post)."""
+        if once_key in self._seen:
+            self._seen.move_to_end(once_key)
+            return True
+        return False
+
     def forget(self, once_key: Hashable) -> None:
         """Allow ``once_key`` again (e.g. the pod was scheduled, so a later failure is news)."""
         self._seen.pop(once_key, None)

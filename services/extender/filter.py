@@ -24,7 +24,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -37,7 +37,7 @@ from shared.codec.resources import ResourceRequestError, pod_request
 from shared.codec.selectors import decode_pod_constraints
 from shared.config import ExtenderSettings
 from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
-from shared.domain.plan import Decision, Failure, plan, plan_tiers
+from shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
 from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 from shared.errors import DecodeError, PermanentError, TransientError, VgpuError
@@ -49,7 +49,7 @@ from shared.protocol.extender import (
     ExtenderFilterResult,
     parse_extender_args,
 )
-from shared.store import ConflictDimension, Owned, QuotaExceeded, ReserveConflict, Reserved
+from shared.store import ConflictDimension, Owned, QuotaExceeded, ReserveConflict, Reserved, Unsettled
 
 if TYPE_CHECKING:
     from services.extender.service import ExtenderDeps
@@ -259,9 +259,20 @@ class FilterHandler:
             raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
-        quota_state, first, missing = await self._first_plan(pod, names)
-        if isinstance(first, _Kept):
-            return self._kept(pod, first.node)
+        # Plan first: most pods hold no record and their namespace no quota, and then the reservation checks that
+        # in the same atomic step (one round trip); a pod no node fits reads its context now (it may hold a record).
+        planned = self._plan(pod, names, None)
+        quota_state: QuotaState | None = None
+        first: tuple[Decision | Failure, int | None] | None
+        missing: list[str] = []
+        fresh = isinstance(planned[0], Decision)
+        if isinstance(planned[0], Decision):
+            first = (planned[0], self._cache.generation(planned[0].node))
+        else:
+            quota_state, context_plan, missing = await self._first_plan(pod, names, planned)
+            if isinstance(context_plan, _Kept):
+                return self._kept(pod, context_plan.node)
+            first = context_plan
         retries = replans = 0
         while True:
             if first is not None:
@@ -273,6 +284,7 @@ class FilterHandler:
                 failed = dict(result.reasons)
                 failed.update(dict.fromkeys(missing, NODE_UNREGISTERED))
                 return self._unschedulable(pod, names, failed, FilterOutcome.UNSCHEDULABLE, retries)
+            unsettled = False
             async with self._node_locks[result.node]:
                 # Requests of this process commit one node at a time: one that planned on an older view of the node
                 # (another request here reserved on it meanwhile, or the feed moved it) plans again instead of
@@ -280,19 +292,29 @@ class FilterHandler:
                 if self._cache.generation(result.node) != planned_at and replans < _MAX_LOCAL_REPLANS:
                     replans += 1
                     continue
-                outcome = await self._commit(pod, result, quota_state)
-                if isinstance(outcome, Reserved):
+                outcome = await self._commit(pod, result, quota_state, fresh=fresh)
+                fresh = False  # once the context is known (no record, no quota), reserve as usual
+                if isinstance(outcome, Unsettled):
+                    unsettled = True  # the pod holds a record or its namespace a quota: read them (below)
+                elif isinstance(outcome, Reserved):
                     return self._scheduled(pod, result, outcome, retries)
-                if isinstance(outcome, Owned):  # a concurrent filter or bind of this pod got there first
+                elif isinstance(outcome, Owned):  # a concurrent filter or bind of this pod got there first
                     return self._owned(pod, outcome.node, outcome.state.value, names)
-                if isinstance(outcome, QuotaExceeded):
+                elif isinstance(outcome, QuotaExceeded):
                     failed = dict.fromkeys(names, Reason.RESOURCE_QUOTA_NOT_FIT.value)
                     logger.debug(
                         "quota refused the charge",
                         extra={"pod": pod.key, "dimension": outcome.dimension.value, "limit": outcome.limit},
                     )
                     return self._unschedulable(pod, names, failed, FilterOutcome.QUOTA_EXCEEDED, retries)
-                await self._conflict(pod, outcome, charged=quota_state is not None)
+                else:
+                    await self._conflict(pod, outcome, charged=quota_state is not None)
+            if unsettled:
+                quota_state, context_plan, missing = await self._first_plan(pod, names)
+                if isinstance(context_plan, _Kept):
+                    return self._kept(pod, context_plan.node)
+                first = context_plan
+                continue
             if retries + 1 >= self._max_attempts:
                 self._metrics.filter_outcome(FilterOutcome.CONFLICTS)
                 logger.warning(
@@ -305,9 +327,10 @@ class FilterHandler:
             self._metrics.reservation_retries.inc()
 
     async def _commit(
-        self, pod: _Pod, decision: Decision, quota: QuotaState | None
-    ) -> Reserved | ReserveConflict | QuotaExceeded | Owned:
-        """Charge the quota (when the namespace has limits), then reserve the devices (docs/store.md)."""
+        self, pod: _Pod, decision: Decision, quota: QuotaState | None, *, fresh: bool = False
+    ) -> Reserved | ReserveConflict | QuotaExceeded | Owned | Unsettled:
+        """Charge the quota (when the namespace has limits), then reserve the devices (docs/store.md). ``fresh``:
+        the pod's context was not read; reserve only if it holds no record and its namespace no quota."""
         allocation = _allocation(pod, decision)
         if quota is not None:
             charge = await self._store.quota.charge(
@@ -321,7 +344,10 @@ class FilterHandler:
                 return charge
         # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
         mutex = effective_policy(self._policies, pod.constraints).mutex
-        reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
+        if fresh:
+            reserved = await self._store.reservations.reserve_fresh(allocation, mutex=mutex)
+        else:
+            reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
         if isinstance(reserved, Reserved) and reserved.changed:
             self._cache.apply_local(decision, reserved.generation)
             self._cache.mark_busy(decision.node)  # its bind is coming: the next pods may prefer other nodes
@@ -329,7 +355,11 @@ class FilterHandler:
 
     def _plan(self, pod: _Pod, names: Sequence[str], quota: QuotaState | None) -> tuple[Decision | Failure, list[str]]:
         """Plan on the snapshot of ``names``: nodes without a bind in flight first (``--bind-aware-placement``).
-        Also returns the candidates missing from the snapshot."""
+        Also returns the candidates missing from the snapshot (only with a failure: a decision needs none)."""
+        decision = self._plan_ranked(pod, names, quota)
+        if isinstance(decision, Decision):
+            return decision, []
+        none_fit = decision  # every candidate was walked: only the reasons remain to be found
         if self._bind_aware:
             free, busy, missing = self._cache.lookup_tiers(names)
             tiers = (free, busy) if busy else (free,)
@@ -337,15 +367,49 @@ class FilterHandler:
             snaps, missing = self._cache.lookup(names)
             tiers = (snaps,)
         result = plan_tiers(
-            pod.request, pod.constraints, tiers, policies=self._policies, quota=quota, config=self._nvidia
+            pod.request,
+            pod.constraints,
+            tiers,
+            policies=self._policies,
+            quota=quota,
+            config=self._nvidia,
+            none_fit=none_fit,
         )
         return result, missing
 
+    def _plan_ranked(self, pod: _Pod, names: Sequence[str], quota: QuotaState | None) -> Decision | bool:
+        """``_plan``'s decision found by walking the cache's nodes in order of preference, as far as the first that
+        fits (no per-request sort, no lookup of every name). Otherwise whether every candidate was walked: True
+        when none fits (``_plan`` then only looks for the reasons), False when ``names`` repeats a name (``plan``
+        counts repeats in ``passed_over``: it plans them itself)."""
+        candidates = set(names)
+        if len(candidates) != len(names):
+            return False
+        policy = effective_policy(self._policies, pod.constraints).node
+
+        def walk(busy: bool | None) -> Decision | None:
+            ranked = self._cache.ranked(policy, candidates, busy)
+            return plan_ranked(
+                pod.request, pod.constraints, ranked, policies=self._policies, quota=quota, config=self._nvidia
+            )
+
+        if not self._bind_aware or self._cache.busy.isdisjoint(candidates):
+            return walk(None) or True
+        free = walk(False)
+        if free is not None:
+            return free
+        taken = walk(True)
+        if taken is None:
+            return True
+        passed = sum(1 for _ in self._cache.ranked(policy, candidates, False))  # as plan_tiers counts the free tier
+        return replace(taken, passed_over=taken.passed_over + passed)
+
     async def _first_plan(
-        self, pod: _Pod, names: Sequence[str]
+        self, pod: _Pod, names: Sequence[str], planned: tuple[Decision | Failure, list[str]] | None = None
     ) -> tuple[QuotaState | None, tuple[Decision | Failure, int | None] | _Kept | None, list[str]]:
         """Read where the pod's earlier reservation is and its namespace quota (one round trip), and plan while
-        that read is in flight: most pods have neither, and then that plan stands.
+        that read is in flight (unless ``planned`` already holds the plan without quota): most pods have neither,
+        and then that plan stands.
 
         Returns the quota to plan with (None: the namespace has no limits), the plan with the chosen node's
         generation if it still holds (else None: plan again) and the candidates missing from the snapshot.
@@ -354,11 +418,13 @@ class FilterHandler:
             self._store.reservations.node_and_quota(pod.uid, pod.namespace), name=f"filter-context:{pod.uid}"
         )
         try:
-            # Let the task reach the socket first (redis-py takes a pooled connection, then sends: two loop turns);
-            # without this the read would only be sent once planning is done, and nothing would overlap.
-            for _ in range(_SEND_TURNS):
-                await asyncio.sleep(0)
-            result, missing = self._plan(pod, names, None)
+            if planned is None:
+                # Let the task reach the socket first (redis-py takes a pooled connection, then sends: two loop
+                # turns); without this the read would only be sent once planning is done, and nothing would overlap.
+                for _ in range(_SEND_TURNS):
+                    await asyncio.sleep(0)
+                planned = self._plan(pod, names, None)
+            result, missing = planned
             planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
         finally:
             previous, quota = await context
@@ -457,10 +523,9 @@ class FilterHandler:
         if logger.isEnabledFor(logging.DEBUG):
             for node, text in sorted(failed.items()):
                 logger.debug("node refused pod", extra={"pod": pod.key, "node": node, "reason": text})
-        kind = ",".join(sorted(kinds))
-        self._deps.event_sink.submit(
-            pod.ref, filter_failure_events(failed, len(names)), once_key=(pod.uid or pod.key, outcome.value, kind)
-        )
+        once_key = (pod.uid or pod.key, outcome.value, ",".join(sorted(kinds)))
+        if not self._deps.event_sink.suppressed(once_key):  # kube-scheduler retries: build the events once
+            self._deps.event_sink.submit(pod.ref, filter_failure_events(failed, len(names)), once_key=once_key)
         return ExtenderFilterResult.failure(failed)
 
     def _count_reasons(self, failed: Mapping[str, str]) -> dict[str, int]:

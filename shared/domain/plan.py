@@ -14,7 +14,7 @@ answer (property-tested).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from itertools import compress
@@ -215,9 +215,49 @@ def _empty_decision(snap: NodeSnapshot, pod: PodRequest) -> Decision:
     )
 
 
+class _Rejections(Mapping[str, NodeRejection]):
+    """``name → NodeRejection`` where nodes of one shape share one verdict (named after one of them): each node's
+    own copy is made on first access, so a failure over thousands of alike nodes builds none it is not asked for."""
+
+    __slots__ = ("_made", "verdicts")
+
+    def __init__(self, verdicts: dict[str, NodeRejection]) -> None:
+        self.verdicts = verdicts
+        self._made: dict[str, NodeRejection] = {}
+
+    def __getitem__(self, name: str) -> NodeRejection:
+        made = self._made.get(name)
+        if made is None:
+            v = self.verdicts[name]
+            made = v if v.node == name else NodeRejection(name, v.counts, v.total, v.plain, v.container_index)
+            self._made[name] = made
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.verdicts)
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _verdicts(rejections: Mapping[str, NodeRejection]) -> Mapping[str, NodeRejection]:
+    """The shared verdicts behind a failure's ``rejections`` (for merging failures without copying each)."""
+    return rejections.verdicts if isinstance(rejections, _Rejections) else rejections
+
+
 def _failure(nodes: Sequence[NodeSnapshot], rejections: Mapping[int, NodeRejection]) -> Failure:
     by_name = {nodes[i].name: rejections[i] for i in sorted(rejections)}
-    return Failure(reasons={name: r.text for name, r in by_name.items()}, rejections=by_name)
+    texts: dict[int, str] = {}  # nodes of one shape share their verdict: each distinct one is written once
+    reasons: dict[str, str] = {}
+    for name, r in by_name.items():
+        text = texts.get(id(r))
+        if text is None:
+            text = texts[id(r)] = r.text
+        reasons[name] = text
+    return Failure(reasons=reasons, rejections=_Rejections(by_name))
 
 
 def plan(
@@ -230,6 +270,7 @@ def plan(
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     exhaustive: bool = False,
     busy: AbstractSet[str] = frozenset(),
+    none_fit: bool = False,
 ) -> Decision | Failure:
     """Choose the node and the devices of every container of ``pod``, or say why no candidate fits.
 
@@ -241,10 +282,22 @@ def plan(
     ``busy`` names nodes with a bind in flight. HAMi's device plugin finds the pod it allocates through the node
     lock, so a node takes one bind at a time; a busy node is chosen only when no other candidate fits (the node
     policy orders each group). The reasons of a failure do not depend on it.
+
+    ``none_fit``: the caller walked every candidate with :func:`plan_ranked` and none fits, so only the reasons
+    remain to be found (the answer is the same; a node that fits after all is still found).
     """
     if busy and not busy.isdisjoint(s.name for s in nodes):
         tiers = ([s for s in nodes if s.name not in busy], [s for s in nodes if s.name in busy])
-        return plan_tiers(pod, constraints, tiers, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
+        return plan_tiers(
+            pod,
+            constraints,
+            tiers,
+            policies=policies,
+            quota=quota,
+            config=config,
+            exhaustive=exhaustive,
+            none_fit=none_fit,
+        )
     policy = effective_policy(policies, constraints)
     ctx = PodContext(
         pod=pod,
@@ -264,27 +317,56 @@ def plan(
     if exhaustive:
         return _plan_exhaustive(ctx, nodes)
 
-    viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
     rejections: dict[int, NodeRejection] = {}
-    # 1. the preferred node overall: most pods fit there, for one pass over the scores
-    first = _preferred(nodes, scores, binpack)
-    if viable(nodes[first].summary) and may_fit(ctx, nodes[first]):
-        result = evaluate_node(ctx, nodes[first])
-        if isinstance(result, NodeFit):
-            return _decision(nodes[first], result)
-        rejections[first] = result
-    # 2. the others in order of preference, skipping in O(1) those whose summary proves they cannot fit, and
-    # in O(devices) those with too few devices that pass Fit's order-free checks
-    order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
-    for idx in _walk(nodes, scores, order, viable):
-        if idx in rejections or idx == first or not may_fit(ctx, nodes[idx]):
+    if not none_fit:
+        viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
+        # 1. the preferred node overall: most pods fit there, for one pass over the scores
+        first = _preferred(nodes, scores, binpack)
+        if viable(nodes[first].summary) and may_fit(ctx, nodes[first]):
+            result = evaluate_node(ctx, nodes[first])
+            if isinstance(result, NodeFit):
+                return _decision(nodes[first], result)
+            rejections[first] = result
+        # 2. the others in order of preference, skipping in O(1) those whose summary proves they cannot fit, and
+        # in O(devices) those with too few devices that pass Fit's order-free checks
+        order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
+        for idx in _walk(nodes, scores, order, viable):
+            if idx in rejections or idx == first or not may_fit(ctx, nodes[idx]):
+                continue
+            result = evaluate_node(ctx, nodes[idx])
+            if isinstance(result, NodeFit):
+                return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
+            rejections[idx] = result
+    # 3. nothing fits: give the skipped nodes their reasons too. Nodes of one shape (devices and usage alike but
+    # for names and UUIDs) get one evaluation when UUIDs cannot matter (no UUID selector, no topology policy).
+    share = not (constraints.use_uuids or constraints.nouse_uuids or policy.topology)
+    verdicts: dict[str, NodeRejection] = {}
+    for idx, snap in enumerate(nodes):
+        if idx in rejections:
             continue
-        result = evaluate_node(ctx, nodes[idx])
+        same = verdicts.get(snap.shape) if share else None
+        if same is not None:
+            rejections[idx] = same  # named after the first node of the shape: _Rejections gives each its own
+            continue
+        result = evaluate_node(ctx, snap)
         if isinstance(result, NodeFit):
-            return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
+            return _first_fit_in_order(ctx, nodes, scores, binpack, rejections)
         rejections[idx] = result
-    # 3. nothing fits: give the skipped nodes their reasons too (in order: were the summaries ever wrong, the
-    # first of them that fits would still be the right answer)
+        if share:
+            verdicts[snap.shape] = result
+    return _failure(nodes, rejections)
+
+
+def _first_fit_in_order(
+    ctx: PodContext,
+    nodes: Sequence[NodeSnapshot],
+    scores: list[float],
+    binpack: bool,
+    rejections: dict[int, NodeRejection],
+) -> Decision | Failure:
+    """The walk of step 3 in order of preference, for when a node skipped by its summary fits after all (the
+    summaries are sound, so this is a safety net): the first node that fits is the right answer."""
+    order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
     for idx in _walk(nodes, scores, order, _keep_all):
         if idx in rejections:
             continue
@@ -293,6 +375,49 @@ def plan(
             return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
         rejections[idx] = result
     return _failure(nodes, rejections)
+
+
+def rank_key(policy: NodePolicy) -> Callable[[NodeSnapshot], tuple[float, str]]:
+    """The order ``plan`` prefers nodes in under node ``policy``: binpack busiest first, spread idlest first, equal
+    scores by name. A caller that keeps its nodes sorted by this key can use :func:`plan_ranked`."""
+    if policy is NodePolicy.BINPACK:
+        return lambda snap: (-snap.score, snap.name)
+    return lambda snap: (snap.score, snap.name)
+
+
+def plan_ranked(
+    pod: PodRequest,
+    constraints: PodConstraints,
+    ranked: Iterable[NodeSnapshot],
+    *,
+    policies: Policies,
+    quota: QuotaState | None = None,
+    config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
+) -> Decision | None:
+    """``plan``'s fast path over candidates given in order of preference (sorted by :func:`rank_key` of the pod's
+    effective node policy, each node once): the decision ``plan`` takes, found by walking only as far as the first
+    node that fits; None when none fits (``plan`` then says why, node by node). ``ranked`` is consumed lazily, so a
+    caller that keeps its nodes sorted pays for the nodes walked, not for all of them."""
+    policy = effective_policy(policies, constraints)
+    ctx = PodContext(
+        pod=pod,
+        requests=tuple(normalize_request(r, config) for r in pod.containers),
+        constraints=constraints,
+        policy=policy,
+        key=device_sort_key(policy),
+        config=config,
+        quota=quota,
+    )
+    if not pod.any:
+        first = next(iter(ranked), None)
+        return None if first is None else _empty_decision(first, pod)
+    viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
+    for position, snap in enumerate(ranked):
+        if viable(snap.summary) and may_fit(ctx, snap):
+            result = evaluate_node(ctx, snap)
+            if isinstance(result, NodeFit):
+                return _decision(snap, result, position)
+    return None
 
 
 def plan_tiers(
@@ -304,21 +429,31 @@ def plan_tiers(
     quota: QuotaState | None = None,
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     exhaustive: bool = False,
+    none_fit: bool = False,
 ) -> Decision | Failure:
     """``plan`` over each tier of candidates in turn: the first tier where a node fits decides (the node policy
     orders each tier); when none fits, the failure holds every candidate's reason. ``plan(busy=…)`` is the tiers
     (nodes without a bind in flight, then the others); a caller that already has them split calls this."""
     reasons: dict[str, str] = {}
-    rejections: dict[str, NodeRejection] = {}
+    verdicts: dict[str, NodeRejection] = {}
     passed = 0
     for tier in tiers:
-        result = plan(pod, constraints, tier, policies=policies, quota=quota, config=config, exhaustive=exhaustive)
+        result = plan(
+            pod,
+            constraints,
+            tier,
+            policies=policies,
+            quota=quota,
+            config=config,
+            exhaustive=exhaustive,
+            none_fit=none_fit,
+        )
         if isinstance(result, Decision):
             return replace(result, passed_over=result.passed_over + passed) if passed else result
         reasons.update(result.reasons)
-        rejections.update(result.rejections)
+        verdicts.update(_verdicts(result.rejections))
         passed += len(tier)
-    return Failure(reasons=reasons, rejections=rejections)
+    return Failure(reasons=reasons, rejections=_Rejections(verdicts))
 
 
 def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:

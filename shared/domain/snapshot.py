@@ -112,6 +112,38 @@ def summarize(inventory: NodeInventory, usages: tuple[DeviceUsage, ...]) -> Node
     )
 
 
+def node_shape(inventory: NodeInventory, usages: tuple[DeviceUsage, ...]) -> str:
+    """A node's devices and usage with the names left out, as text (hashed once, compared in C): each device's
+    fields but its UUID, whether it is cordoned, which earlier device (if any) shares its UUID, and its usage.
+    Fit reads UUIDs only to match UUID selectors, for cordons and topology pair scores, and to tell devices
+    apart; the shape keeps the last two. Equal shapes mean equal nodes for Fit; unequal ones may still be."""
+    first: dict[str, int] = {}
+    return repr(
+        tuple(
+            (
+                d.index,
+                d.count,
+                d.devmem_mib,
+                d.devcore,
+                d.type,
+                d.numa,
+                d.mode,
+                d.health,
+                d.mig_profiles,
+                d.id in inventory.cordoned,
+                first.setdefault(d.id, i),
+                u.used,
+                u.used_mem_mib,
+                u.used_cores,
+                u.mig_in_use,
+                u.legacy_geometry,
+                tuple(sorted(u.legacy_slots)),
+            )
+            for i, (d, u) in enumerate(zip(inventory.devices, usages, strict=True))
+        )
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     """One node's inventory and current usage, keyed by device UUID (a missing UUID is idle)."""
@@ -125,6 +157,7 @@ class NodeSnapshot:
     """The node's name (``inventory.node``), kept at hand for ordering."""
     score: float = field(init=False, repr=False, compare=False)
     """``summary.score``, kept at hand for ordering."""
+    _shape: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         usages = tuple(self.usage.get(d.id, ZERO_USAGE) for d in self.inventory.devices)
@@ -133,6 +166,17 @@ class NodeSnapshot:
         object.__setattr__(self, "summary", summary)
         object.__setattr__(self, "name", self.inventory.node)
         object.__setattr__(self, "score", summary.score)
+
+    @property
+    def shape(self) -> str:
+        """Everything a fit reads of the node but its name, device UUIDs and topology pair scores
+        (:func:`node_shape`, computed on first use): two nodes of equal shape give a pod the same verdict when no
+        UUID selector or topology policy is in play."""
+        shape = self._shape
+        if shape is None:
+            shape = node_shape(self.inventory, self.usages)
+            object.__setattr__(self, "_shape", shape)
+        return shape
 
     def device_usage(self, uuid: str) -> DeviceUsage:
         """The usage of one device (``ZERO_USAGE`` when nothing is recorded for it)."""

@@ -41,6 +41,7 @@ from shared.store.types import (
     StoreStatus,
     SyncMarker,
     UndecodableRecord,
+    Unsettled,
     UsageAudit,
 )
 from shared.store.usage import SnapshotRepo, UsageRepo, parse_usage
@@ -96,6 +97,7 @@ __all__ = [
     "StoreStatus",
     "SyncMarker",
     "UndecodableRecord",
+    "Unsettled",
     "UsageAudit",
     "UsageRepo",
     "charges_json",

@@ -29,6 +29,7 @@ from shared.store.types import (
     Reserved,
     ReserveResult,
     UndecodableRecord,
+    Unsettled,
 )
 
 _MAX_MOVES = 3
@@ -90,8 +91,9 @@ class Reservations:
     def __init__(self, ctx: StoreContext) -> None:
         self._ctx = ctx
 
-    def _apply_keys(self, node: str) -> list[str]:
+    def _apply_keys(self, alloc: Allocation, fresh: bool) -> list[str]:
         k = self._ctx.keys
+        node = alloc.node
         return [
             k.capacity(node),
             k.usage(node),
@@ -102,9 +104,12 @@ class Reservations:
             k.allocation_nodes(),
             k.pod_index(),
             k.claims(node),
+            k.quota(alloc.namespace) if fresh else k.pod_index(),  # read by a fresh reserve only
         ]
 
-    async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None, mutex: bool = False) -> list[Any]:
+    async def _run_apply(
+        self, mode: str, alloc: Allocation, fence: Fence | None, mutex: bool = False, fresh: bool = False
+    ) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
         extra_keys, token = fence_args(self._ctx.keys, fence)
@@ -117,11 +122,12 @@ class Reservations:
             alloc.node,
             self._ctx.stream_maxlen,
             "1" if mutex else "0",
+            "1" if fresh else "0",
         ]
         for _ in range(_MAX_MOVES):
             async with self._ctx.translated(f"{mode} allocation"):
                 reply: list[Any] = await self._ctx.scripts.apply_allocation(
-                    keys=self._apply_keys(alloc.node) + extra_keys, args=args
+                    keys=self._apply_keys(alloc, fresh) + extra_keys, args=args
                 )
             check_fenced(reply, fence)
             if reply[0] != b"elsewhere":
@@ -144,7 +150,19 @@ class Reservations:
         node is released first. A record a decision owns (claimed by a bind, bound, confirmed: not ``reserved``)
         is never replaced or moved: the answer is :class:`Owned` with its node and state.
         """
-        reply = await self._run_apply("reserve", alloc, fence, mutex)
+        return self._reserve_result(alloc, await self._run_apply("reserve", alloc, fence, mutex))
+
+    async def reserve_fresh(self, alloc: Allocation, *, mutex: bool = False) -> ReserveResult | Unsettled:
+        """:meth:`reserve`, only if the pod index holds nothing for the pod and its namespace has no quota
+        envelope, checked in the same atomic step: what ``/filter`` would otherwise read first (in a round trip of
+        its own). Otherwise nothing is reserved and the answer is :class:`Unsettled` (with the indexed node)."""
+        reply = await self._run_apply("reserve", alloc, None, mutex, fresh=True)
+        if reply[0] == b"unsettled":
+            return Unsettled(pod_uid=alloc.pod_uid, node=text(reply[1]) or None)
+        return self._reserve_result(alloc, reply)
+
+    @staticmethod
+    def _reserve_result(alloc: Allocation, reply: list[Any]) -> ReserveResult:
         if reply[0] == b"owned":
             node = text(reply[2]) if len(reply) > 2 else alloc.node
             return Owned(pod_uid=alloc.pod_uid, node=node, state=ReservationState(text(reply[1])))

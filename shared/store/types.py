@@ -156,6 +156,15 @@ ReserveResult = Reserved | ReserveConflict | Owned
 
 
 @dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A fresh reserve found that the pod already holds a record (``node``; None: the namespace has a quota
+    envelope instead) and reserved nothing: read the pod's context and reserve as usual."""
+
+    pod_uid: str
+    node: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     """This bind now owns the pod's record: ``allocation`` is what it must write (read in the same atomic step).
     ``previous`` is the state before the claim; ``took_over`` is True when another bind's expired claim was

@@ -11,7 +11,7 @@ from typing import Any
 
 from shared.domain.model import Allocation, ContainerDevice, QuotaLimits
 from shared.k8s import Api
-from shared.store import ConflictDimension, Reservations, ReserveConflict, ReserveResult, Store
+from shared.store import ConflictDimension, Reservations, ReserveConflict, ReserveResult, Store, Unsettled
 from tests.integration.extender.filter_harness import node, patched, running_extender, seed, wire_doc
 
 
@@ -25,11 +25,18 @@ class Intercepted:
         self.calls: list[str] = []
 
     async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
+        await self._intercept(alloc)
+        return await self._inner.reserve(alloc, fence, mutex=mutex)
+
+    async def reserve_fresh(self, alloc: Allocation, *, mutex: bool = False) -> ReserveResult | Unsettled:
+        await self._intercept(alloc)
+        return await self._inner.reserve_fresh(alloc, mutex=mutex)
+
+    async def _intercept(self, alloc: Allocation) -> None:
         self.calls.append(alloc.node)
         if self.left > 0:
             self.left -= 1
             await self._before(alloc)
-        return await self._inner.reserve(alloc, fence, mutex=mutex)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -130,6 +137,9 @@ async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api
         async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
             self.calls += 1
             return ReserveConflict(alloc.pod_uid, alloc.node, ConflictDimension.SLOTS, "GPU-n1-0", 1, 0, "busy")
+
+        async def reserve_fresh(self, alloc: Allocation, *, mutex: bool = False) -> ReserveResult:
+            return await self.reserve(alloc, mutex=mutex)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)

@@ -145,6 +145,8 @@ async def test_a_store_failure_mid_request_is_an_error_answer(store: Store, api:
 
             raise TransientError("redis unavailable during reserve allocation: connection reset")
 
+        reserve_fresh = reserve
+
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)
 
@@ -307,6 +309,11 @@ async def test_stop_drains_in_flight_filters_before_returning(store: Store, api:
             entered.set()
             await release.wait()
             return await self.inner.reserve(*args, **kw)
+
+        async def reserve_fresh(self, *args: Any, **kw: Any) -> Any:
+            entered.set()
+            await release.wait()
+            return await self.inner.reserve_fresh(*args, **kw)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)

@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 import pytest
 
 from services.extender.snapshot import CacheSettings, SnapshotCache
-from shared.domain.model import Allocation, ContainerDevice, DeviceUsage
-from shared.domain.plan import Decision
+from shared.domain.model import Allocation, ContainerDevice, DeviceUsage, NodePolicy
+from shared.domain.plan import Decision, rank_key
 from shared.store import Reserved, Store, SyncMarker
 from tests.integration.extender.filter_harness import FAST_CACHE, node, seed
 
@@ -83,6 +83,50 @@ async def test_apply_local_installs_our_own_reservation_only_on_the_next_generat
         assert after is not None and cache.generation("a") == generation + 1
         assert after.device_usage("GPU-a-1") == DeviceUsage(used=1, used_mem_mib=2000, used_cores=20)
         assert snap.device_usage("GPU-a-1") == DeviceUsage()  # snapshots are immutable; the old one is untouched
+
+
+def assert_ranked(cache: SnapshotCache) -> None:
+    """``ranked`` walks every registered node in each policy's order, and splits them by bind in flight."""
+    snaps = cache.snapshots()
+    everything = set(snaps) | {"ghost"}
+    for policy in NodePolicy:
+        expected = [s.name for s in sorted(snaps.values(), key=rank_key(policy))]
+        assert [s.name for s in cache.ranked(policy, everything)] == expected
+        assert [s.name for s in cache.ranked(policy, {expected[-1]} if expected else set())] == expected[-1:]
+        free = [s.name for s in cache.ranked(policy, everything, False)]
+        taken = [s.name for s in cache.ranked(policy, everything, True)]
+        assert free == [n for n in expected if n not in cache.busy]
+        assert taken == [n for n in expected if n in cache.busy]
+
+
+async def test_the_ranking_follows_every_change(store: Store, other_store: Store) -> None:
+    await seed(store, [node("a", 2), node("b", 2), node("c", 2)])
+    async with following(store) as cache:
+        assert_ranked(cache)
+        assert [s.name for s in cache.ranked(NodePolicy.SPREAD, {"a", "b", "c"})] == ["a", "b", "c"]
+        result = await other_store.reservations.reserve(one_gpu("p1", "b", mem=4000, cores=50))
+        assert isinstance(result, Reserved)
+        await cache.wait_until(lambda: cache.generation("b") == result.generation, WAIT_S)
+        assert_ranked(cache)
+        assert [s.name for s in cache.ranked(NodePolicy.BINPACK, {"a", "b", "c"})] == ["b", "a", "c"]
+        assert [s.name for s in cache.ranked(NodePolicy.BINPACK, {"a", "b", "c"}, False)] == ["a", "c"]
+        snap, generation = cache.get("c"), cache.generation("c")
+        assert snap is not None and generation is not None
+        mine = await store.reservations.reserve(one_gpu("p2", "c", mem=8000, cores=60))
+        assert isinstance(mine, Reserved) and mine.generation == generation + 1
+        alloc = one_gpu("p2", "c", mem=8000, cores=60)
+        decision = Decision(node="c", devices=alloc.devices, mig=(), charges=alloc.charges, score=snap.score)
+        assert cache.apply_local(decision, mine.generation)
+        assert_ranked(cache)
+        assert [s.name for s in cache.ranked(NodePolicy.BINPACK, {"a", "b", "c"})] == ["c", "b", "a"]
+        await other_store.inventory.put(node("d", 1))
+        await other_store.inventory.delete("a")
+        await cache.wait_until(lambda: cache.get("d") is not None and cache.get("a") is None, WAIT_S)
+        assert_ranked(cache)
+        await store.client.flushall()
+        await cache.wait_until(lambda: cache.get("b") is None, WAIT_S)
+        assert_ranked(cache)
+        assert list(cache.ranked(NodePolicy.SPREAD, {"b", "c", "d"})) == []
 
 
 async def test_a_late_read_never_replaces_a_newer_generation(store: Store, other_store: Store) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import DeviceUsage
-from shared.store import START_ID, ChangeKind, ReservationState, ReserveConflict, Reserved, Store
+from shared.domain.model import DeviceUsage, QuotaLimits
+from shared.store import START_ID, ChangeKind, ReservationState, ReserveConflict, Reserved, Store, Unsettled
 from tests.integration.store.conftest import alloc, gpu, node
 
 
@@ -41,6 +41,26 @@ async def test_same_reservation_twice_is_a_no_op(two_gpus: Store) -> None:
     assert (again.changed, again.generation) == (False, 2)
     assert await s.usage.node_usage("n1") == {"GPU-a": DeviceUsage(used=1, used_mem_mib=1000, used_cores=30)}
     assert await s.feed.latest_id() == head
+
+
+async def test_a_fresh_reserve_reserves_only_a_pod_without_record_or_quota(two_gpus: Store) -> None:
+    s = two_gpus
+    first = await s.reservations.reserve_fresh(alloc("p1", "n1", (("GPU-a", 1000, 30),)))
+    assert first == Reserved(pod_uid="p1", node="n1", generation=2, changed=True)
+    # the pod holds a record now (here or elsewhere): nothing is reserved, the answer names its node
+    for node_name, device in (("n1", "GPU-b"), ("n2", "GPU-c")):
+        again = await s.reservations.reserve_fresh(alloc("p1", node_name, ((device, 500, 10),)))
+        assert again == Unsettled(pod_uid="p1", node="n1")
+    assert await s.usage.node_usage("n1") == {"GPU-a": DeviceUsage(used=1, used_mem_mib=1000, used_cores=30)}
+    assert await s.usage.node_usage("n2") == {}
+    # a namespace with a quota envelope (even without limits) is read first, as before
+    await s.quota.set_limits("default", QuotaLimits())
+    quota_first = await s.reservations.reserve_fresh(alloc("p2", "n2", (("GPU-c", 500, 10),)))
+    assert quota_first == Unsettled(pod_uid="p2", node=None)
+    assert await s.reservations.node_of("p2") is None
+    # a conflict is a conflict, as with reserve
+    full = await s.reservations.reserve_fresh(alloc("p3", "n1", (("GPU-b", 10**6, 10),), namespace="other"))
+    assert isinstance(full, ReserveConflict) and full.dimension.value == "memory"
 
 
 async def test_different_reservation_replaces_the_old_one(two_gpus: Store) -> None:

@@ -6,12 +6,16 @@
 * nodes with a bind in flight (``busy``) are chosen only when no other node fits; reasons do not depend on them;
 * binpack chooses a feasible node of maximal score, spread one of minimal score;
 * no device ever exceeds its slots, memory or cores (MIG GPUs: slots, memory, non-overlapping placements),
-  however many decisions are applied in a row.
+  however many decisions are applied in a row;
+* walking the nodes in ``rank_key`` order (``plan_ranked``) finds the decision ``plan`` takes, or none when it fails;
+* nodes of one shape (clones but for names and UUIDs), which a failure evaluates once, get the reasons each
+  would get alone.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,7 +39,7 @@ from shared.domain.model import (
     QuotaState,
     ScoringWeights,
 )
-from shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan
+from shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan, plan_ranked, rank_key
 from shared.domain.scoring import Policies, device_sort_key, effective_policy
 from shared.domain.snapshot import NodeSnapshot
 
@@ -111,6 +115,34 @@ def cluster(draw: st.DrawFn, mig_ok: bool = True) -> list[NodeSnapshot]:
     return [draw(node_snapshot(f"node-{x}", mig_ok)) for x in names]
 
 
+def _clone(snap: NodeSnapshot, name: str, cordon: int | None, first_mem: int | None) -> NodeSnapshot:
+    """``snap`` renamed, with new device UUIDs (pair scores follow them); ``cordon``: the inventory position of
+    the only cordoned device instead of the template's cordons (when within range); ``first_mem``: the first
+    device's used memory instead of the template's (one task, when it is not a MIG device)."""
+    inv = snap.inventory
+    ids = {d.id: f"GPU-{name}-{d.index}" for d in inv.devices}
+    devices = tuple(replace(d, id=ids[d.id]) for d in inv.devices)
+    scores = {ids[a]: {ids[b]: s for b, s in row.items()} for a, row in inv.pair_scores.items()}
+    cordoned = frozenset(ids[u] for u in inv.cordoned)
+    if cordon is not None:
+        cordoned = frozenset(d.id for i, d in enumerate(devices) if i == cordon)
+    clone = NodeInventory(node=name, vendor=inv.vendor, devices=devices, pair_scores=scores, cordoned=cordoned)
+    usage = {ids[u]: used for u, used in snap.usage.items()}
+    if first_mem is not None and devices[0].mode != "mig":
+        usage[devices[0].id] = DeviceUsage(used=1, used_mem_mib=min(first_mem, devices[0].devmem_mib))
+    return NodeSnapshot(clone, usage)
+
+
+@st.composite
+def cloned_cluster(draw: st.DrawFn) -> list[NodeSnapshot]:
+    """A few node templates, each cloned under several names: many nodes share a shape."""
+    templates = draw(st.lists(node_snapshot("template", mig_ok=True), min_size=1, max_size=3))
+    picks = draw(st.lists(st.integers(0, len(templates) - 1), min_size=1, max_size=8))
+    cordons = st.one_of(st.none(), st.integers(0, 3))
+    mems = st.one_of(st.none(), st.sampled_from([0, 2000, 8000]))
+    return [_clone(templates[t], f"node-{i}", draw(cordons), draw(mems)) for i, t in enumerate(picks)]
+
+
 @st.composite
 def container(draw: st.DrawFn) -> ContainerRequest:
     nums = draw(st.integers(0, 3))
@@ -166,6 +198,36 @@ def test_fast_path_equals_exhaustive(
     assert fast == full
     if isinstance(fast, Failure):
         assert set(fast.reasons) == {n.name for n in nodes}
+
+
+@settings(max_examples=300, deadline=None)
+@given(cluster(), pod_request(), constraints(), policies, quotas)
+def test_ranked_walk_finds_the_same_decision(
+    nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies, quota: QuotaState | None
+) -> None:
+    ranked = sorted(nodes, key=rank_key(effective_policy(pol, c).node))
+    walked = plan_ranked(p, c, iter(ranked), policies=pol, quota=quota)
+    full = plan(p, c, nodes, policies=pol, quota=quota)
+    if isinstance(full, Decision):
+        assert walked == full
+    else:
+        assert walked is None
+        assert plan(p, c, nodes, policies=pol, quota=quota, none_fit=True) == full  # the reasons alone
+
+
+@settings(max_examples=300, deadline=None)
+@given(cloned_cluster(), pod_request(), constraints(), policies, quotas)
+def test_nodes_of_one_shape_get_their_own_reasons(
+    nodes: list[NodeSnapshot], p: PodRequest, c: PodConstraints, pol: Policies, quota: QuotaState | None
+) -> None:
+    fast = plan(p, c, nodes, policies=pol, quota=quota)
+    assert fast == plan(p, c, nodes, policies=pol, quota=quota, exhaustive=True)
+    if isinstance(fast, Failure):
+        for node in nodes:
+            alone = plan(p, c, [node], policies=pol, quota=quota, exhaustive=True)
+            assert isinstance(alone, Failure)
+            assert fast.reasons[node.name] == alone.reasons[node.name]
+            assert fast.rejections[node.name] == alone.rejections[node.name]
 
 
 @settings(max_examples=200, deadline=None)

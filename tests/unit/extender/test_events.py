@@ -127,3 +127,15 @@ async def test_no_sampling_without_a_rate(running: tuple[EventSink, Recorder]) -
     assert sink.submit(POD, [ok, ok])
     assert await sink.flush(1.0)
     assert len(rec.posted) == 2 and sink.sampled_out == 0
+
+
+def test_suppressed_says_what_submit_would_do_and_keeps_the_key_fresh() -> None:
+    sink = EventSink(Recorder(), remember=2)
+    assert not sink.suppressed("a")
+    assert sink.submit(POD, [E1], once_key="a")
+    assert sink.submit(POD, [E1], once_key="b")
+    assert sink.suppressed("a")  # seen again: now the most recent key
+    assert sink.submit(POD, [E1], once_key="c")  # forgets the oldest key, "b"
+    assert sink.suppressed("a") and not sink.suppressed("b")
+    assert not sink.submit(POD, [E1], once_key="a")
+    assert sink.pending == 3

@@ -6,12 +6,16 @@ import asyncio
 import shutil
 import ssl
 import subprocess
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from shared.errors import ConfigError
 from shared.metrics import new_registry, register_build_info
@@ -89,6 +93,27 @@ async def test_metrics_serves_the_injected_registry_as_prometheus_text() -> None
     assert 'vgpu_scheduler_build_info{python_version="' in body and 'service="extender"' in body
     assert 'hami_build_info{build_date="",compiler="' in body and 'zone="vGPU"} 1.0' in body
     assert "process_cpu_seconds_total" in body or "python_info" in body
+
+
+async def test_a_scrape_leaves_the_event_loop_serving() -> None:
+    """A collector that waits for the event loop to act: were the scrape rendered on the loop, it would never end."""
+    started, loop_ran = threading.Event(), threading.Event()
+
+    class WaitsForTheLoop(Collector):
+        def collect(self) -> Iterable[Metric]:
+            started.set()
+            if not loop_ran.wait(timeout=10):
+                raise AssertionError("the event loop did not run during the scrape")
+            yield GaugeMetricFamily("vgpu_probe", "probe", value=1)
+
+    registry = CollectorRegistry()
+    registry.register(WaitsForTheLoop())
+    async with running_server(create_ops_app(registry=registry), "127.0.0.1:0") as srv:
+        scrape = asyncio.create_task(get(srv.url + "/metrics"))
+        assert await asyncio.to_thread(started.wait, 10)  # the scrape is rendering; the loop still runs
+        loop_ran.set()
+        status, _, body = await scrape
+    assert status == 200 and "vgpu_probe 1.0" in body
 
 
 async def test_a_failing_scrape_hook_still_serves_metrics() -> None:
