@@ -52,8 +52,10 @@ async def settle_and_audit(c: Cluster, report: Report) -> None:
 
 async def test_a_handful_of_pods_flow_through_the_whole_system(redis_url: str) -> None:
     async with running_cluster(redis_url, ClusterSpec(nodes=2, gpus_per_node=2, replicas=2)) as c:
-        specs = [PodSpec(f"p{i}", gpus=1, mem_mib=1000, cores=10) for i in range(6)]
-        specs.append(PodSpec("whole", gpus=1))
+        # the whole card first: with three drivers racing and binds spread over nodes without one in flight, six
+        # shared pods under the GPU spread policy may otherwise leave no idle card on two 2-GPU nodes
+        specs = [PodSpec("whole", gpus=1)]
+        specs += [PodSpec(f"p{i}", gpus=1, mem_mib=1000, cores=10) for i in range(6)]
         report = await SchedulerDriver(c, workers=3).run(specs)
         assert sorted(report.bound) == sorted(s.name for s in specs)
         await settle_and_audit(c, report)
