@@ -1,7 +1,8 @@
 """Redis: key names, Lua scripts and typed repositories. The only package that imports redis/fakeredis."""
 
+from shared.store._base import Durability, ReplicationShortfall
 from shared.store.allocations import Reservations, charges_json
-from shared.store.connection import ConnectionSettings, connect
+from shared.store.connection import ConnectionSettings, connect, is_sentinel
 from shared.store.feed import START_ID, ChangeFeed
 from shared.store.inventory import InventoryRepo
 from shared.store.keys import Keys
@@ -62,6 +63,7 @@ __all__ = [
     "Claimed",
     "ConflictDimension",
     "ConnectionSettings",
+    "Durability",
     "Fence",
     "InventoryRepo",
     "Keys",
@@ -85,6 +87,7 @@ __all__ = [
     "QuotaExceeded",
     "QuotaRepo",
     "RecordResult",
+    "ReplicationShortfall",
     "ReservationState",
     "Reservations",
     "ReserveConflict",
@@ -100,5 +103,6 @@ __all__ = [
     "UsageRepo",
     "charges_json",
     "connect",
+    "is_sentinel",
     "parse_usage",
 ]

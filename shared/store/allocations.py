@@ -7,14 +7,23 @@ reservations it has seen, ``release``s ended pods and collects reservations neve
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from shared.codec.envelope import decode_allocation, encode_allocation
 from shared.domain.model import Allocation, DeviceCharge, QuotaState
-from shared.errors import ConflictError, DecodeError
-from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
+from shared.errors import ConflictError, DecodeError, VgpuError
+from shared.store._base import (
+    ReplicationShortfall,
+    StoreContext,
+    as_int,
+    check_fenced,
+    fence_args,
+    run_script,
+    text,
+)
 from shared.store.quota import QUOTA_FIELDS, quota_state
 from shared.store.types import (
     AllocationRecord,
@@ -119,10 +128,12 @@ class Reservations:
             "1" if mutex else "0",
         ]
         for _ in range(_MAX_MOVES):
-            async with self._ctx.translated(f"{mode} allocation"):
-                reply: list[Any] = await self._ctx.scripts.apply_allocation(
-                    keys=self._apply_keys(alloc.node) + extra_keys, args=args
-                )
+            script_keys = self._apply_keys(alloc.node) + extra_keys
+            if mode == "reserve":  # the decision /filter answers: on the replicas too before it is acknowledged
+                reply = await self._durable_reserve(alloc, script_keys, args)
+            else:
+                async with self._ctx.translated(f"{mode} allocation"):
+                    reply = await self._ctx.scripts.apply_allocation(keys=script_keys, args=args)
             check_fenced(reply, fence)
             if reply[0] != b"elsewhere":
                 return reply
@@ -134,6 +145,21 @@ class Reservations:
             if isinstance(released, Owned):
                 return [b"owned", released.state.value.encode(), elsewhere.encode()]
         raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
+
+    async def _durable_reserve(self, alloc: Allocation, script_keys: list[str], args: list[Any]) -> list[Any]:
+        """The reserve script, waited for on the replicas (``StoreContext.durability``). When too few replicas
+        acknowledged it, the reservation is given back (best effort: the informer's expiry collects it otherwise)
+        and :class:`ReplicationShortfall` raised, so that nothing is answered on a reservation a failover
+        could lose."""
+        try:
+            reply: list[Any] = await run_script(
+                self._ctx, self._ctx.scripts.apply_allocation, "reserve allocation", script_keys, args
+            )
+        except ReplicationShortfall:
+            with contextlib.suppress(VgpuError):
+                await self._release(alloc.pod_uid, alloc.node, None, "reserved")
+            raise
+        return reply
 
     async def reserve(self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
@@ -248,11 +274,15 @@ class Reservations:
 
     async def _claim_op(self, op: str, pod_uid: str, node: str, token: str, ttl_s: float) -> list[Any]:
         k = self._ctx.keys
-        async with self._ctx.translated(f"{op} bind claim"):
-            reply: list[Any] = await self._ctx.scripts.claim_allocation(
-                keys=[k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()],
-                args=["", op, pod_uid, node, token, int(ttl_s * 1000)],
+        script_keys = [k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()]
+        args: list[Any] = ["", op, pod_uid, node, token, int(ttl_s * 1000)]
+        if op == "check":  # the last word before the bind writes the pod: its claim is on the replicas too
+            reply: list[Any] = await run_script(
+                self._ctx, self._ctx.scripts.claim_allocation, f"{op} bind claim", script_keys, args
             )
+            return reply
+        async with self._ctx.translated(f"{op} bind claim"):
+            reply = await self._ctx.scripts.claim_allocation(keys=script_keys, args=args)
         return reply
 
     async def _release(self, pod_uid: str, node: str, fence: Fence | None, condition: str = "") -> bytes | Owned | None:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.credentials import CredentialProvider
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.credentials import CredentialProvider, UsernamePasswordCredentialProvider
 
+from shared.config.redisurl import is_sentinel_url, parse_sentinel_url
 from shared.errors import ConfigError
 
 
@@ -67,10 +70,64 @@ def _without_userinfo(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=host)), username
 
 
+def _connect_sentinel(url: str, settings: ConnectionSettings, password_file: str | None) -> Redis:
+    """A client of the primary that Sentinel names, following a failover: every new connection asks the Sentinels
+    where the primary is, idle connections to a former primary are dropped, and a former primary answering
+    READONLY closes the connection (redis-py's ``SentinelConnectionPool``)."""
+    parsed = parse_sentinel_url(url)
+    provider: CredentialProvider | None = None
+    if password_file is not None:
+        provider = PasswordFileCredentials(password_file, parsed.username)
+    elif parsed.password is not None:
+        provider = UsernamePasswordCredentialProvider(parsed.username, parsed.password)
+    common: dict[str, Any] = {
+        "protocol": 2,
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.connect_timeout_s,
+        "decode_responses": False,
+    }
+    if parsed.tls:
+        common["ssl"] = True
+    sentinel_kwargs = dict(common)
+    if provider is not None and parsed.sentinel_auth:
+        sentinel_kwargs["credential_provider"] = provider
+    data_kwargs: dict[str, Any] = dict(common)
+    if provider is not None:
+        data_kwargs["credential_provider"] = provider
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs, **data_kwargs
+    )
+    client: Redis = sentinel.master_for(
+        parsed.service,
+        redis_class=Redis,
+        connection_pool_class=SentinelConnectionPool,
+        db=parsed.db,
+        max_connections=settings.max_connections,
+        health_check_interval=int(settings.health_check_interval_s),
+        client_name=settings.client_name,
+    )
+    return client
+
+
+async def aclose_client(client: Redis) -> None:
+    """Close ``client``'s connections, and for a Sentinel client also those to the Sentinels."""
+    await client.aclose()
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        for sentinel in pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
+def is_sentinel(client: Redis) -> bool:
+    """True for a client that follows a Sentinel-managed primary (it may fail over to a replica)."""
+    return isinstance(client.connection_pool, SentinelConnectionPool)
+
+
 def connect(
     url: str | None, settings: ConnectionSettings = DEFAULT_SETTINGS, *, password_file: str | None = None
 ) -> Redis:
-    """A client for ``url`` (``redis://`` / ``rediss://`` / ``unix://``), or an embedded in-memory server if None.
+    """A client for ``url`` (``redis://`` / ``rediss://`` / ``unix://``, or ``redis+sentinel://`` /
+    ``rediss+sentinel://``: see :class:`SentinelUrl`), or an embedded in-memory server if None.
 
     Credentials come from the URL (``redis://user:password@host``) or, with ``password_file``, from that file
     (read again for each new connection) with the URL's user. Nothing is contacted until the first command; close
@@ -88,6 +145,8 @@ def connect(
             max_connections=settings.max_connections,
         )
         return fake
+    if is_sentinel_url(url):
+        return _connect_sentinel(url, settings, password_file)
     credentials: dict[str, CredentialProvider] = {}
     if password_file is not None:
         url, username = _without_userinfo(url)
