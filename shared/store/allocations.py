@@ -274,15 +274,11 @@ class Reservations:
 
     async def _claim_op(self, op: str, pod_uid: str, node: str, token: str, ttl_s: float) -> list[Any]:
         k = self._ctx.keys
-        script_keys = [k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()]
-        args: list[Any] = ["", op, pod_uid, node, token, int(ttl_s * 1000)]
-        if op == "check":  # the last word before the bind writes the pod: its claim is on the replicas too
-            reply: list[Any] = await run_script(
-                self._ctx, self._ctx.scripts.claim_allocation, f"{op} bind claim", script_keys, args
-            )
-            return reply
         async with self._ctx.translated(f"{op} bind claim"):
-            reply = await self._ctx.scripts.claim_allocation(keys=script_keys, args=args)
+            reply: list[Any] = await self._ctx.scripts.claim_allocation(
+                keys=[k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()],
+                args=["", op, pod_uid, node, token, int(ttl_s * 1000)],
+            )
         return reply
 
     async def _release(self, pod_uid: str, node: str, fence: Fence | None, condition: str = "") -> bytes | Owned | None:

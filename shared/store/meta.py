@@ -61,7 +61,7 @@ class MetaRepo:
         lease_keys = [key for name in LEASE_NAMES for key in (k.lease(name), k.lease_epoch(name))]
         async with self._ctx.translated("follow primary"):
             reply = await self._ctx.scripts.meta_follow_primary(
-                keys=[k.meta(), *lease_keys], args=[replid, secrets.token_hex(8)]
+                keys=[k.meta(), k.allocation_nodes(), *lease_keys], args=[replid, secrets.token_hex(8), k.prefix]
             )
         rotated = as_int(reply[0]) == 1
         if rotated:

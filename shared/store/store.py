@@ -51,9 +51,9 @@ class Store:
     ) -> Store:
         """Register the scripts on ``client`` and build the repositories (no round trip).
 
-        ``wait_replicas``: replicas that must acknowledge a reservation before ``/filter`` answers it, and a bind's
-        claim before the bind writes the pod (``WAIT``, up to ``wait_timeout_s``); None = 1 for a Sentinel client,
-        0 otherwise. ``track_primary``: a new primary starts a new store epoch; None = for a Sentinel client.
+        ``wait_replicas``: replicas that must acknowledge a reservation before ``/filter`` answers it (``WAIT``, up
+        to ``wait_timeout_s``); None = 1 for a Sentinel client, 0 otherwise. ``track_primary``: a new primary starts
+        a new store epoch (docs/store.md, failover); None = for a Sentinel client or when waiting for replicas.
         """
         sentinel = is_sentinel(client)
         replicas = (1 if sentinel else 0) if wait_replicas is None else wait_replicas
@@ -64,7 +64,7 @@ class Store:
             stream_maxlen=stream_maxlen,
             retry_delay_s=retry_delay_s,
             durability=Durability(replicas, max(1, round(wait_timeout_s * 1000))) if replicas > 0 else None,
-            track_primary=sentinel if track_primary is None else track_primary,
+            track_primary=(sentinel or replicas > 0) if track_primary is None else track_primary,
         )
         return cls(
             client=client,

@@ -1,7 +1,7 @@
 -- A new primary starts a new store epoch (docs/store.md, failover): the writes a failover lost are rebuilt from
 -- the API server, as after a flush.
--- KEYS: 1 meta, then per lease: its key and its fencing counter
--- ARGV: 1 the primary's replication id, 2 candidate epoch
+-- KEYS: 1 meta, 2 the set of nodes holding allocations, then per lease: its key and its fencing counter
+-- ARGV: 1 the primary's replication id, 2 candidate epoch, 3 key prefix (the nodes' claim keys are built from it)
 -- Returns {rotated (0/1), epoch or false}
 local known = redis.call('HGET', KEYS[1], 'primary')
 if known == ARGV[1] then
@@ -15,10 +15,15 @@ end
 redis.call('HSET', KEYS[1], 'epoch', ARGV[2])
 -- every lease ends: its holder steps down and a new term rebuilds; the counters jump past any token the old
 -- primary handed out after its last replicated write
-for i = 2, #KEYS, 2 do
+for i = 3, #KEYS, 2 do
   redis.call('DEL', KEYS[i])
   if redis.call('EXISTS', KEYS[i + 1]) == 1 then
     redis.call('INCRBY', KEYS[i + 1], 1000000)
   end
+end
+-- every bind claim ends, as a flush ends them: a bind in flight finds its claim gone at its next check and writes
+-- nothing; the pod's retry claims the record at once instead of waiting for the claim to run out
+for _, node in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  redis.call('DEL', ARGV[3] .. ':{node:' .. node .. '}:claims')
 end
 return {1, ARGV[2]}

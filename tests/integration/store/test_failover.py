@@ -10,7 +10,16 @@ import time
 import pytest
 
 from shared.errors import TransientError
-from shared.store import LeaseAcquired, ReplicationShortfall, Reserved, Store, connect, is_sentinel
+from shared.store import (
+    Claimed,
+    LeaseAcquired,
+    ReplicationShortfall,
+    Reserved,
+    Store,
+    StoreStatus,
+    connect,
+    is_sentinel,
+)
 from tests.e2e.redisproc import SentinelGroup
 from tests.integration.store.conftest import alloc, gpu, node
 
@@ -32,18 +41,29 @@ async def test_a_reservation_no_replica_acknowledged_is_undone_and_not_answered(
         await waiting.aclose()
 
 
-async def test_a_bind_claim_no_replica_acknowledged_stops_the_bind(redis_url: str) -> None:
-    plain = Store.create(connect(redis_url), prefix="t")
-    waiting = Store.create(connect(redis_url), prefix="t", wait_replicas=1, wait_timeout_s=0.02)
+async def test_a_new_primary_starts_a_new_epoch_and_ends_leases_and_bind_claims(redis_url: str) -> None:
+    store = Store.create(connect(redis_url), prefix="t", track_primary=True)
     try:
-        await plain.inventory.put(node("n1", gpu("GPU-a")))
-        assert isinstance(await plain.reservations.reserve(A), Reserved)
-        await plain.reservations.claim("p1", "n1", "tok", 60)
-        with pytest.raises(ReplicationShortfall):
-            await waiting.reservations.check_claim("p1", "n1", "tok", 60)
+        await store.inventory.put(node("n1", gpu("GPU-a")))
+        assert isinstance(await store.reservations.reserve(A), Reserved)
+        assert isinstance(await store.reservations.claim("p1", "n1", "tok-a", 600), Claimed)
+        epoch = await store.meta.ensure_epoch()  # records this primary's replication id
+        assert await store.meta.status() == StoreStatus(epoch=epoch)  # the same primary: nothing changes
+        lease = await store.leases.acquire("registrar", "r-1", 60)
+        assert isinstance(lease, LeaseAcquired)
+
+        assert await store.meta.follow_primary("a-promoted-replica")  # what a client meets after a failover
+        status = await store.meta.status()  # the real primary's id differs again: one more rotation, same rules
+        assert status.epoch not in (None, epoch) and not status.synced
+        assert await store.leases.inspect("registrar") is None  # the leader steps down; a new term rebuilds
+        again = await store.leases.acquire("registrar", "r-2", 60)
+        assert isinstance(again, LeaseAcquired) and again.token > lease.token
+        # the bind in flight has lost its claim (it writes nothing); the reservation itself stays, claimable
+        assert not await store.reservations.check_claim("p1", "n1", "tok-a", 600)
+        taken = await store.reservations.claim("p1", "n1", "tok-b", 600)
+        assert isinstance(taken, Claimed) and taken.allocation == A
     finally:
-        await plain.aclose()
-        await waiting.aclose()
+        await store.aclose()
 
 
 async def test_without_waiting_nothing_changes_for_a_plain_url(redis_url: str) -> None:
