@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -35,16 +36,18 @@ async def _failover(*, pods: int, share: float, seed: int, nodes: int = 6, repli
             async def kill_primary_mid_run() -> None:
                 for k in range(kills):
                     target = (k + 1) * pods // (kills + 2)
-                    await eventually(lambda t=target: len(sched.out.bound) >= t, 120, what=f"{target} pods bound")
+
+                    def bound_at_least(n: int) -> Callable[[], bool]:
+                        return lambda: len(sched.out.bound) >= n
+
+                    await eventually(bound_at_least(target), 120, what=f"{target} pods bound")
                     bound_before = len(sched.out.bound)
                     killed_at = time.monotonic()
                     await group.kill_primary()
                     # not ready is observed (the store epoch changed), then ready again
                     await eventually(lambda: _all_ready(c), 60, what="every extender ready after the failover")
                     ready_s = time.monotonic() - killed_at
-                    await eventually(
-                        lambda b=bound_before: len(sched.out.bound) > b, 60, what="a pod bound after the failover"
-                    )
+                    await eventually(bound_at_least(bound_before + 1), 60, what="a pod bound after the failover")
                     timings.append((ready_s, time.monotonic() - killed_at))
 
             killer = asyncio.create_task(kill_primary_mid_run(), name="e2e:kill-primary")
