@@ -344,6 +344,8 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
             raise ConfigError("--redis-url carries a password and --redis-password-file is set: give one")
         if not Path(redis_password_file).is_file():
             raise ConfigError(f"--redis-password-file: no such file {redis_password_file!r}")
+    if redis_url is None and r.opt_integer("redis-wait-replicas"):
+        raise ConfigError("--redis-wait-replicas needs --redis-url: the embedded store has no replicas")
     kubeconfig, server = r.opt_text("kubeconfig"), r.opt_text("kube-server")
     if kubeconfig and server:
         raise ConfigError("--kubeconfig and --kube-server exclude each other: give one")

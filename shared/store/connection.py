@@ -118,6 +118,11 @@ async def aclose_client(client: Redis) -> None:
             await sentinel.aclose()
 
 
+def is_embedded(client: Redis) -> bool:
+    """True for the embedded in-process server of ``connect(None)`` (no replicas, no INFO, no WAIT)."""
+    return type(client).__module__.startswith("fakeredis")
+
+
 def is_sentinel(client: Redis) -> bool:
     """True for a client that follows a Sentinel-managed primary (it may fail over to a replica)."""
     return isinstance(client.connection_pool, SentinelConnectionPool)

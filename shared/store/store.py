@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from shared.store._base import Durability, StoreContext, translated
 from shared.store.allocations import Reservations
-from shared.store.connection import aclose_client, is_sentinel
+from shared.store.connection import aclose_client, is_embedded, is_sentinel
 from shared.store.feed import ChangeFeed
 from shared.store.inventory import InventoryRepo
 from shared.store.keys import Keys
@@ -57,6 +57,8 @@ class Store:
         """
         sentinel = is_sentinel(client)
         replicas = (1 if sentinel else 0) if wait_replicas is None else wait_replicas
+        if is_embedded(client):  # one process, no replicas: nothing to wait for, no primary to follow
+            replicas, track_primary = 0, False
         ctx = StoreContext(
             client=client,
             keys=Keys(prefix),

@@ -75,5 +75,6 @@ async def test_primary_killed_mid_run_with_three_extender_replicas() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 async def test_primary_killed_twice_with_every_pod_scheduled_twice_on_four_replicas() -> None:
     await _failover(pods=400, share=1.0, seed=22, nodes=16, replicas=4, kills=2)

@@ -122,3 +122,14 @@ async def test_a_failover_keeps_acknowledged_reservations_and_starts_a_new_epoch
             print(f"\nfailover: store answering again {down_s:.2f}s after the primary was killed")
         finally:
             await store.aclose()
+
+
+async def test_the_embedded_store_has_no_replicas_to_wait_for() -> None:
+    embedded = Store.create(connect(None), prefix="t", wait_replicas=1, track_primary=True)
+    try:
+        assert not is_sentinel(embedded.client)
+        await embedded.inventory.put(node("n1", gpu("GPU-a")))
+        assert isinstance(await embedded.reservations.reserve(A), Reserved)  # no WAIT (fakeredis has none)
+        assert (await embedded.meta.status()).epoch is None  # and no INFO: nothing to follow
+    finally:
+        await embedded.aclose()

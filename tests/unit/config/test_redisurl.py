@@ -72,3 +72,9 @@ def test_a_password_in_a_sentinel_url_excludes_the_password_file() -> None:
             ["--redis-url=redis+sentinel://:secret@s1/mymaster", "--redis-password-file=/etc/hostname"],
             {},
         )
+
+
+def test_waiting_for_replicas_needs_a_redis_url() -> None:
+    with pytest.raises(ConfigError, match="--redis-wait-replicas needs --redis-url"):
+        settings_for(Service.ALL_IN_ONE, ["--redis-wait-replicas=1"], {})
+    assert settings_for(Service.ALL_IN_ONE, ["--redis-wait-replicas=0"], {}).common.redis_wait_replicas == 0
