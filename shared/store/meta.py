@@ -16,6 +16,7 @@ import logging
 import secrets
 import time
 
+from shared.errors import PermanentError
 from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
 from shared.store.types import Fence, StoreStatus, SyncMarker
 
@@ -35,7 +36,10 @@ def _replication_id(info: object) -> str:
     for line in raw.splitlines():
         if line.startswith("master_replid:"):
             return line.split(":", 1)[1].strip()
-    raise ValueError("INFO replication has no master_replid")
+    raise PermanentError(
+        "redis INFO replication has no master_replid: this server cannot tell a new primary from the old one "
+        "(set --redis-wait-replicas 0 with a plain redis:// URL, or use Redis 5 or later)"
+    )
 
 
 class MetaRepo:
