@@ -98,6 +98,8 @@ class SentinelGroup:
         self.down_after_ms = down_after_ms
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self.killed: list[int] = []
+        """Ports of the servers killed and not yet revived."""
+        self.kills = 0
 
     @property
     def url(self) -> str:
@@ -135,24 +137,29 @@ class SentinelGroup:
             writer.close()
             await writer.wait_closed()
 
+    async def _start_server(self, port: int, primary: int | None) -> None:
+        args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        args += ["--dir", self._dir, "--dbfilename", f"dump-{port}.rdb", "--daemonize", "no"]
+        args += ["--loglevel", "warning", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]
+        if primary is not None and port != primary:
+            args += ["--replicaof", "127.0.0.1", str(primary)]
+        await self._spawn(port, args)
+
+    async def _replicas_online(self, primary: int, count: int) -> None:
+        """Until ``primary`` counts ``count`` replicas online (it counts one for WAIT only after its first
+        acknowledgement, up to a second after the sync)."""
+        for _ in range(500):
+            info = await self._command(primary, "INFO", "replication")
+            if info.count(b"state=online") >= count:
+                return
+            await asyncio.sleep(0.02)  # external processes syncing: nothing to await
+        raise RuntimeError(f"{count} replicas did not come online")
+
     async def start(self) -> None:
         primary = self.data_ports[0]
         for port in self.data_ports:
-            args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-            args += ["--dir", self._dir, "--dbfilename", f"dump-{port}.rdb", "--daemonize", "no"]
-            args += ["--loglevel", "warning", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"]
-            if port != primary:
-                args += ["--replicaof", "127.0.0.1", str(primary)]
-            await self._spawn(port, args)
-        # replicas online before the Sentinels look (the primary counts a replica for WAIT only after its first
-        # acknowledgement, up to a second after the sync)
-        for _ in range(500):
-            info = await self._command(primary, "INFO", "replication")
-            if info.count(b"state=online") == len(self.data_ports) - 1:
-                break
-            await asyncio.sleep(0.02)  # external processes syncing: nothing to await
-        else:
-            raise RuntimeError("the replicas did not come online")
+            await self._start_server(port, primary)
+        await self._replicas_online(primary, len(self.data_ports) - 1)  # before the Sentinels look
         quorum = len(self.sentinel_ports) // 2 + 1
         for port in self.sentinel_ports:
             conf = Path(self._dir) / f"sentinel-{port}.conf"
@@ -202,7 +209,16 @@ class SentinelGroup:
         proc.kill()
         await proc.wait()
         self.killed.append(port)
+        self.kills += 1
         return port
+
+    async def revive(self) -> None:
+        """Start every killed server again, empty, as a replica of the current primary (what a restarted Redis pod
+        of the chart does), and wait until the primary counts it online."""
+        primary = await self.primary_port()
+        while self.killed:
+            await self._start_server(self.killed.pop(), primary)
+        await self._replicas_online(primary, len(self.data_ports) - 1)
 
     async def __aenter__(self) -> SentinelGroup:
         try:
