@@ -321,7 +321,8 @@ class FilterHandler:
                 return charge
         # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
         mutex = effective_policy(self._policies, pod.constraints).mutex
-        reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
+        # planned on the snapshot of one store epoch: a flush or a new Redis primary since refuses (not ready)
+        reserved = await self._store.reservations.reserve(allocation, mutex=mutex, epoch=self._cache.epoch)
         if isinstance(reserved, Reserved):
             if reserved.changed:
                 self._cache.apply_local(decision, reserved.generation)

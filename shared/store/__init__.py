@@ -1,6 +1,6 @@
 """Redis: key names, Lua scripts and typed repositories. The only package that imports redis/fakeredis."""
 
-from shared.store._base import Durability, ReplicationShortfall
+from shared.store._base import Durability, ReplicationShortfall, StoreEpochChanged
 from shared.store.allocations import Reservations, charges_json
 from shared.store.connection import ConnectionSettings, connect, is_sentinel
 from shared.store.feed import START_ID, ChangeFeed
@@ -96,6 +96,7 @@ __all__ = [
     "SnapshotRepo",
     "StaleFenceError",
     "Store",
+    "StoreEpochChanged",
     "StoreStatus",
     "SyncMarker",
     "UndecodableRecord",

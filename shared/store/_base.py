@@ -53,6 +53,11 @@ class Durability:
     timeout_ms: int
 
 
+class StoreEpochChanged(TransientError):
+    """A write planned in one store epoch met another (Redis flushed, or failed over to a new primary): nothing
+    was written; the caller is not ready until it has reloaded."""
+
+
 class ReplicationShortfall(TransientError):
     """Fewer replicas than required acknowledged a write within the timeout: the decision must not be
     acknowledged (a failover now could lose it)."""

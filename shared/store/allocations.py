@@ -18,6 +18,7 @@ from shared.errors import ConflictError, DecodeError, VgpuError
 from shared.store._base import (
     ReplicationShortfall,
     StoreContext,
+    StoreEpochChanged,
     as_int,
     check_fenced,
     fence_args,
@@ -111,9 +112,12 @@ class Reservations:
             k.allocation_nodes(),
             k.pod_index(),
             k.claims(node),
+            k.meta(),
         ]
 
-    async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None, mutex: bool = False) -> list[Any]:
+    async def _run_apply(
+        self, mode: str, alloc: Allocation, fence: Fence | None, mutex: bool = False, epoch: str | None = None
+    ) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
         extra_keys, token = fence_args(self._ctx.keys, fence)
@@ -126,6 +130,7 @@ class Reservations:
             alloc.node,
             self._ctx.stream_maxlen,
             "1" if mutex else "0",
+            epoch or "",
         ]
         for _ in range(_MAX_MOVES):
             script_keys = self._apply_keys(alloc.node) + extra_keys
@@ -135,6 +140,12 @@ class Reservations:
                 async with self._ctx.translated(f"{mode} allocation"):
                     reply = await self._ctx.scripts.apply_allocation(keys=script_keys, args=args)
             check_fenced(reply, fence)
+            if reply[0] == b"epoch":
+                raise StoreEpochChanged(
+                    f"pod {alloc.pod_uid}: the store epoch is no longer {epoch} (Redis flushed or a new primary): "
+                    "nothing reserved until the store is rebuilt",
+                    self._ctx.retry_delay_s,
+                )
             if reply[0] != b"elsewhere":
                 return reply
             # the pod still holds charges on another node: drop them there first (docs/store.md); the record
@@ -161,7 +172,9 @@ class Reservations:
             raise
         return reply
 
-    async def reserve(self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False) -> ReserveResult:
+    async def reserve(
+        self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False, epoch: str | None = None
+    ) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
         ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-wire §6.4
@@ -169,8 +182,11 @@ class Reservations:
         different earlier reservation of the pod on this node is replaced in the same step, and one on another
         node is released first. A record a decision owns (claimed by a bind, bound, confirmed: not ``reserved``)
         is never replaced or moved: the answer is :class:`Owned` with its node and state.
+
+        ``epoch``: the store epoch the caller planned in; when the store is in another one (flushed, or a new
+        primary: docs/store.md, failover), nothing is written and :class:`StoreEpochChanged` is raised.
         """
-        reply = await self._run_apply("reserve", alloc, fence, mutex)
+        reply = await self._run_apply("reserve", alloc, fence, mutex, epoch)
         if reply[0] == b"owned":
             node = text(reply[2]) if len(reply) > 2 else alloc.node
             return Owned(pod_uid=alloc.pod_uid, node=node, state=ReservationState(text(reply[1])))
@@ -274,11 +290,17 @@ class Reservations:
 
     async def _claim_op(self, op: str, pod_uid: str, node: str, token: str, ttl_s: float) -> list[Any]:
         k = self._ctx.keys
-        async with self._ctx.translated(f"{op} bind claim"):
-            reply: list[Any] = await self._ctx.scripts.claim_allocation(
-                keys=[k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()],
-                args=["", op, pod_uid, node, token, int(ttl_s * 1000)],
+        script_keys = [k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()]
+        args: list[Any] = ["", op, pod_uid, node, token, int(ttl_s * 1000)]
+        if op == "check":
+            # the last word before the bind writes the pod: its claim (and the record's binding state) must be
+            # on a replica too, or after a failover another bind could take the record of a pod already bound
+            reply: list[Any] = await run_script(
+                self._ctx, self._ctx.scripts.claim_allocation, f"{op} bind claim", script_keys, args
             )
+            return reply
+        async with self._ctx.translated(f"{op} bind claim"):
+            reply = await self._ctx.scripts.claim_allocation(keys=script_keys, args=args)
         return reply
 
     async def _release(self, pod_uid: str, node: str, fence: Fence | None, condition: str = "") -> bytes | Owned | None:

@@ -8,11 +8,13 @@ one our scripts use).
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.credentials import CredentialProvider, UsernamePasswordCredentialProvider
 
@@ -70,6 +72,31 @@ def _without_userinfo(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=host)), username
 
 
+OnPrimary = Callable[[AbstractConnection], Awaitable[None]]
+
+
+class PrimaryCheck:
+    """Runs on every new connection of a Sentinel client, right after AUTH/SELECT and before any command:
+    ``on_primary(connection)`` (set by ``Store.create``) compares the server's replication id with the store's and
+    starts a new store epoch when the primary changed, so that no write reaches a new primary before the failover
+    is known (docs/store.md, failover). Connections are pooled: this costs two round trips per new connection."""
+
+    def __init__(self) -> None:
+        self.on_primary: OnPrimary | None = None
+
+    async def connect(self, connection: AbstractConnection) -> None:
+        """The ``redis_connect_func`` of the client's connections (a coroutine function, as redis-py requires)."""
+        await connection.on_connect_check_health(check_health=True)  # what redis-py does without this hook
+        if self.on_primary is not None:
+            await self.on_primary(connection)
+
+
+def primary_check(client: Redis) -> PrimaryCheck | None:
+    """The :class:`PrimaryCheck` of a Sentinel client (None for any other)."""
+    hook = getattr(client.connection_pool.connection_kwargs.get("redis_connect_func"), "__self__", None)
+    return hook if isinstance(hook, PrimaryCheck) else None
+
+
 def _connect_sentinel(url: str, settings: ConnectionSettings, password_file: str | None) -> Redis:
     """A client of the primary that Sentinel names, following a failover: every new connection asks the Sentinels
     where the primary is, idle connections to a former primary are dropped, and a former primary answering
@@ -92,6 +119,7 @@ def _connect_sentinel(url: str, settings: ConnectionSettings, password_file: str
     if provider is not None and parsed.sentinel_auth:
         sentinel_kwargs["credential_provider"] = provider
     data_kwargs: dict[str, Any] = dict(common)
+    data_kwargs["redis_connect_func"] = PrimaryCheck().connect
     if provider is not None:
         data_kwargs["credential_provider"] = provider
     sentinel = Sentinel(  # type: ignore[no-untyped-call]

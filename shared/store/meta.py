@@ -16,6 +16,8 @@ import logging
 import secrets
 import time
 
+from redis.asyncio.connection import AbstractConnection
+
 from shared.errors import PermanentError
 from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
 from shared.store.types import Fence, StoreStatus, SyncMarker
@@ -74,6 +76,23 @@ class MetaRepo:
                 extra={"epoch": text(reply[1]), "replication_id": replid},
             )
         return rotated
+
+    async def follow_primary_on(self, connection: AbstractConnection) -> None:
+        """:meth:`follow_primary` on a raw connection being set up (``connection.PrimaryCheck``): before any other
+        command reaches a new primary, the store epoch is rotated if the primary changed."""
+        await connection.send_command("INFO", "replication")
+        replid = _replication_id(await connection.read_response())
+        k = self._ctx.keys
+        lease_keys = [key for name in LEASE_NAMES for key in (k.lease(name), k.lease_epoch(name))]
+        keys = [k.meta(), k.allocation_nodes(), *lease_keys]
+        script = self._ctx.scripts.meta_follow_primary
+        await connection.send_command("EVAL", script.script, len(keys), *keys, replid, secrets.token_hex(8), k.prefix)
+        reply = await connection.read_response()
+        if isinstance(reply, list) and reply and as_int(reply[0]) == 1:
+            logger.warning(
+                "redis primary changed: new store epoch, rebuilt from the API server",
+                extra={"epoch": text(reply[1]), "replication_id": replid},
+            )
 
     async def ensure_epoch(self) -> str:
         """The current store epoch, creating it if the store is new or was flushed."""

@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 
 from shared.store._base import Durability, StoreContext, translated
 from shared.store.allocations import Reservations
-from shared.store.connection import aclose_client, is_embedded, is_sentinel
+from shared.store.connection import aclose_client, is_embedded, is_sentinel, primary_check
 from shared.store.feed import ChangeFeed
 from shared.store.inventory import InventoryRepo
 from shared.store.keys import Keys
@@ -68,6 +68,10 @@ class Store:
             durability=Durability(replicas, max(1, round(wait_timeout_s * 1000))) if replicas > 0 else None,
             track_primary=(sentinel or replicas > 0) if track_primary is None else track_primary,
         )
+        meta = MetaRepo(ctx)
+        check = primary_check(client)
+        if check is not None and ctx.track_primary:
+            check.on_primary = meta.follow_primary_on  # every new connection: a new primary is known before use
         return cls(
             client=client,
             keys=ctx.keys,
@@ -77,7 +81,7 @@ class Store:
             snapshots=SnapshotRepo(ctx),
             feed=ChangeFeed(ctx),
             quota=QuotaRepo(ctx),
-            meta=MetaRepo(ctx),
+            meta=meta,
             leases=LeaseStore(ctx),
             locks=NodeLockStore(ctx),
         )

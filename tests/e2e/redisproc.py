@@ -148,12 +148,13 @@ class SentinelGroup:
     async def _replicas_online(self, primary: int, count: int) -> None:
         """Until ``primary`` counts ``count`` replicas online (it counts one for WAIT only after its first
         acknowledgement, up to a second after the sync)."""
-        for _ in range(500):
+        info = b""
+        for _ in range(1500):
             info = await self._command(primary, "INFO", "replication")
             if info.count(b"state=online") >= count:
                 return
             await asyncio.sleep(0.02)  # external processes syncing: nothing to await
-        raise RuntimeError(f"{count} replicas did not come online")
+        raise RuntimeError(f"{count} replicas did not come online: {info.decode(errors='replace')}")
 
     async def start(self) -> None:
         primary = self.data_ports[0]
@@ -202,9 +203,25 @@ class SentinelGroup:
             writer.close()
             await writer.wait_closed()
 
+    async def agreed_primary(self) -> int:
+        """The primary's port once every Sentinel names the same live server and it says it is the primary
+        (right after a failover they may disagree for a moment)."""
+        for _ in range(1500):
+            named: set[int] = set()
+            for sentinel in self.sentinel_ports:
+                reply = await self._command_lines(sentinel, "SENTINEL", "get-master-addr-by-name", self.SERVICE)
+                if len(reply) == 2:
+                    named.add(int(reply[1]))
+            if len(named) == 1:
+                port = named.pop()
+                if port in self._procs and b"role:master" in await self._command(port, "INFO", "replication"):
+                    return port
+            await asyncio.sleep(0.02)  # Sentinels still converging: nothing to await
+        raise RuntimeError("the Sentinels do not agree on a live primary")
+
     async def kill_primary(self) -> int:
-        """SIGKILL the current primary; its port."""
-        port = await self.primary_port()
+        """SIGKILL the current primary (:meth:`agreed_primary`); its port."""
+        port = await self.agreed_primary()
         proc = self._procs.pop(port)
         proc.kill()
         await proc.wait()
@@ -215,10 +232,19 @@ class SentinelGroup:
     async def revive(self) -> None:
         """Start every killed server again, empty, as a replica of the current primary (what a restarted Redis pod
         of the chart does), and wait until the primary counts it online."""
-        primary = await self.primary_port()
+        primary = await self.agreed_primary()
         while self.killed:
             await self._start_server(self.killed.pop(), primary)
-        await self._replicas_online(primary, len(self.data_ports) - 1)
+        info = b""
+        for _ in range(1500):
+            info = await self._command(primary, "INFO", "replication")
+            if b"role:master" not in info:  # the Sentinels failed over again meanwhile (a loaded machine)
+                primary = await self.agreed_primary()
+                continue
+            if info.count(b"state=online") >= len(self.data_ports) - 1:
+                return
+            await asyncio.sleep(0.02)  # external processes syncing: nothing to await
+        raise RuntimeError(f"the revived replicas did not come online: {info.decode(errors='replace')}")
 
     async def __aenter__(self) -> SentinelGroup:
         try:

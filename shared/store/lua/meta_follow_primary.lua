@@ -1,7 +1,9 @@
 -- A new primary starts a new store epoch (docs/store.md, failover): the writes a failover lost are rebuilt from
 -- the API server, as after a flush.
--- KEYS: 1 meta, 2 the set of nodes holding allocations, then per lease: its key and its fencing counter
--- ARGV: 1 the primary's replication id, 2 candidate epoch, 3 key prefix (the nodes' claim keys are built from it)
+-- KEYS: 1 meta, 2 the set of nodes holding allocations (unused), then per lease: its key and its fencing counter
+-- ARGV: 1 the primary's replication id, 2 candidate epoch, 3 key prefix (unused)
+-- Bind claims are kept: a claim is taken over only once its holder has given up (docs/extender-bind.md), and
+-- the claim a bind re-checks before writing the pod was acknowledged by a replica (WAIT), so it survived.
 -- Returns {rotated (0/1), epoch or false}
 local known = redis.call('HGET', KEYS[1], 'primary')
 if known == ARGV[1] then
@@ -20,10 +22,5 @@ for i = 3, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i + 1]) == 1 then
     redis.call('INCRBY', KEYS[i + 1], 1000000)
   end
-end
--- every bind claim ends, as a flush ends them: a bind in flight finds its claim gone at its next check and writes
--- nothing; the pod's retry claims the record at once instead of waiting for the claim to run out
-for _, node in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-  redis.call('DEL', ARGV[3] .. ':{node:' .. node .. '}:claims')
 end
 return {1, ARGV[2]}

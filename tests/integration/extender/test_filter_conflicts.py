@@ -24,12 +24,14 @@ class Intercepted:
         self.left = times
         self.calls: list[str] = []
 
-    async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
+    async def reserve(
+        self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None
+    ) -> ReserveResult:
         self.calls.append(alloc.node)
         if self.left > 0:
             self.left -= 1
             await self._before(alloc)
-        return await self._inner.reserve(alloc, fence, mutex=mutex)
+        return await self._inner.reserve(alloc, fence, mutex=mutex, epoch=epoch)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -127,7 +129,9 @@ async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api
             self.inner = inner
             self.calls = 0
 
-        async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
+        async def reserve(
+            self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None
+        ) -> ReserveResult:
             self.calls += 1
             return ReserveConflict(alloc.pod_uid, alloc.node, ConflictDimension.SLOTS, "GPU-n1-0", 1, 0, "busy")
 

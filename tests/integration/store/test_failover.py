@@ -12,10 +12,12 @@ import pytest
 from shared.errors import TransientError
 from shared.store import (
     Claimed,
+    ClaimRefused,
     LeaseAcquired,
     ReplicationShortfall,
     Reserved,
     Store,
+    StoreEpochChanged,
     StoreStatus,
     connect,
     is_sentinel,
@@ -41,7 +43,7 @@ async def test_a_reservation_no_replica_acknowledged_is_undone_and_not_answered(
         await waiting.aclose()
 
 
-async def test_a_new_primary_starts_a_new_epoch_and_ends_leases_and_bind_claims(redis_url: str) -> None:
+async def test_a_new_primary_starts_a_new_epoch_and_ends_leases_but_keeps_bind_claims(redis_url: str) -> None:
     store = Store.create(connect(redis_url), prefix="t", track_primary=True)
     try:
         await store.inventory.put(node("n1", gpu("GPU-a")))
@@ -58,12 +60,26 @@ async def test_a_new_primary_starts_a_new_epoch_and_ends_leases_and_bind_claims(
         assert await store.leases.inspect("registrar") is None  # the leader steps down; a new term rebuilds
         again = await store.leases.acquire("registrar", "r-2", 60)
         assert isinstance(again, LeaseAcquired) and again.token > lease.token
-        # the bind in flight has lost its claim (it writes nothing); the reservation itself stays, claimable
-        assert not await store.reservations.check_claim("p1", "n1", "tok-a", 600)
-        taken = await store.reservations.claim("p1", "n1", "tok-b", 600)
-        assert isinstance(taken, Claimed) and taken.allocation == A
+        # a bind in flight keeps its claim: nobody else may take the record of a pod it may already have bound
+        assert await store.reservations.check_claim("p1", "n1", "tok-a", 600)
+        busy = await store.reservations.claim("p1", "n1", "tok-b", 600)
+        assert isinstance(busy, ClaimRefused) and busy.reason == "busy"
     finally:
         await store.aclose()
+
+
+async def test_a_bind_claim_no_replica_acknowledged_stops_the_bind(redis_url: str) -> None:
+    plain = Store.create(connect(redis_url), prefix="t")
+    waiting = Store.create(connect(redis_url), prefix="t", wait_replicas=1, wait_timeout_s=0.02)
+    try:
+        await plain.inventory.put(node("n1", gpu("GPU-a")))
+        assert isinstance(await plain.reservations.reserve(A), Reserved)
+        assert isinstance(await plain.reservations.claim("p1", "n1", "tok", 60), Claimed)
+        with pytest.raises(ReplicationShortfall):  # the bind must not write the pod on an unreplicated claim
+            await waiting.reservations.check_claim("p1", "n1", "tok", 60)
+    finally:
+        await plain.aclose()
+        await waiting.aclose()
 
 
 async def test_without_waiting_nothing_changes_for_a_plain_url(redis_url: str) -> None:
@@ -91,7 +107,8 @@ async def _until_served(store: Store, timeout_s: float = 30.0) -> float:
 
 async def test_a_failover_keeps_acknowledged_reservations_and_starts_a_new_epoch() -> None:
     async with SentinelGroup() as group:
-        store = Store.create(connect(group.url), prefix="t")
+        # a generous WAIT timeout: a loaded test machine may not run a replica within the default 250 ms
+        store = Store.create(connect(group.url), prefix="t", wait_timeout_s=2.0)
         try:
             assert is_sentinel(store.client)
             await store.inventory.put(node("n1", gpu("GPU-a", count=100)))
@@ -133,3 +150,16 @@ async def test_the_embedded_store_has_no_replicas_to_wait_for() -> None:
         assert (await embedded.meta.status()).epoch is None  # and no INFO: nothing to follow
     finally:
         await embedded.aclose()
+
+
+async def test_a_reservation_planned_in_another_store_epoch_writes_nothing(redis_url: str) -> None:
+    store = Store.create(connect(redis_url), prefix="t")
+    try:
+        await store.inventory.put(node("n1", gpu("GPU-a")))
+        epoch = await store.meta.ensure_epoch()
+        with pytest.raises(StoreEpochChanged):  # planned before a flush or a failover rotated the epoch
+            await store.reservations.reserve(A, epoch="an-older-epoch")
+        assert await store.reservations.get("p1") is None and await store.usage.raw("n1") == {}
+        assert isinstance(await store.reservations.reserve(A, epoch=epoch), Reserved)
+    finally:
+        await store.aclose()
