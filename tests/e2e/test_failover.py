@@ -8,6 +8,7 @@ time until the system serves again is printed."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Callable
@@ -60,7 +61,7 @@ async def _failover(
                     # not ready is observed (the store epoch changed), then ready again
                     await eventually(lambda: _all_ready(c), 60, what="every extender ready after the failover")
                     ready_s = time.monotonic() - killed_at
-                    await eventually(lambda e=epoch: _new_epoch(c, e), 30, what="a new store epoch (rebuilt)")
+                    await eventually(functools.partial(_new_epoch, c, epoch), 30, what="a new store epoch (rebuilt)")
                     await eventually(bound_at_least(bound_before + 1), 60, what="a pod bound after the failover")
                     timings.append((ready_s, time.monotonic() - killed_at))
                     await group.revive()  # the killed Redis pod restarts, empty, as a replica
