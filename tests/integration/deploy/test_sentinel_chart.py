@@ -167,7 +167,8 @@ async def test_the_charts_sentinel_pods_fail_over_and_a_restarted_pod_rejoins_as
     password_file = tmp_path / "password"
     password_file.write_text(PASSWORD + "\n")
     url = "redis+sentinel://" + ",".join(f"{ip}:{sentinel_port}" for ip in IPS) + "/mymaster/0"
-    store = Store.create(connect(url, password_file=str(password_file)), prefix="chart")
+    # a generous WAIT timeout: a loaded test machine may not run a replica within the default 250 ms
+    store = Store.create(connect(url, password_file=str(password_file)), prefix="chart", wait_timeout_s=2.0)
     try:
         await store.inventory.put(node("n1", gpu("GPU-a", count=100)))
         epoch = await store.meta.ensure_epoch()
