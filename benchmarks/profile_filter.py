@@ -9,21 +9,42 @@ called sequentially with bodies naming every node, and the script prints its p50
 next to the floor (two Redis round trips of the same kind alone); then the same for a pod no node fits (9 GPUs:
 every node evaluated, every reason listed, as kube-scheduler retries it). ``--profile`` adds cProfile's top
 functions by own time for both. Prints figures only.
+
+``--wait-replicas N`` measures what the failover guarantee costs (docs/store.md, failover): N replicas of the
+private Redis are started (``--replicaof``), and two extenders run in this process on the same Redis, one whose
+store waits for N replicas after each reservation (``WAIT``, as with a Sentinel URL) and one that does not. Their
+``filter_body`` calls alternate in ``--rounds`` rounds, so that both see the same machine load; each round prints
+p50 and CPU per call, then the median over the rounds. Prints figures only.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import io
 import os
 import pstats
+import shutil
+import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
-from benchmarks.bench_extender import GPUS, _filter_body, _floor_calls, _names, _pct, _redis_server, _seed
+import redis as sync_redis
+
+from benchmarks.bench_extender import (
+    GPUS,
+    _filter_body,
+    _floor_calls,
+    _free_port,
+    _names,
+    _pct,
+    _process,
+    _redis_server,
+    _seed,
+)
 from services.extender.events import EventSink
 from services.extender.service import ExtenderDeps, ExtenderService
 from shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
@@ -116,15 +137,141 @@ def _report(profiler: cProfile.Profile | None) -> None:
         print(out.getvalue())
 
 
+async def _extender(store: Store, kube: Any, name: str) -> tuple[ExtenderService, asyncio.Event, asyncio.Task[None]]:
+    common = CommonSettings(service=Service.EXTENDER, instance_id=name)
+    settings = ExtenderSettings(common=common, http_bind=BindAddress("127.0.0.1", 0), scheduler_name="vgpu-scheduler")
+    deps = ExtenderDeps(
+        store=store,
+        api=Api(kube, component="vgpu-scheduler", instance=name),
+        registry=new_registry(process_metrics=False),
+        instance_id=name,
+        nvidia=common.nvidia,
+        event_sink=EventSink(_discard),
+    )
+    service = ExtenderService(settings, deps)
+    stop = asyncio.Event()
+    task = asyncio.create_task(service.run(stop), name=f"profile-extender-{name}")
+    await service.ready.wait()
+    return service, stop, task
+
+
+async def _round(call: Callable[[bytes], Awaitable[object]], bodies: list[bytes]) -> tuple[float, float]:
+    """p50 and process CPU per call, both in ms."""
+    rtts: list[float] = []
+    cpu = time.process_time()
+    for body in bodies:
+        t = time.perf_counter()
+        await call(body)
+        rtts.append(time.perf_counter() - t)
+    return _pct(rtts, 0.5), (time.process_time() - cpu) / len(bodies) * 1000
+
+
+async def _compare_wait(redis_url: str, nodes: int, requests: int, replicas: int, rounds: int) -> None:
+    await _seed(redis_url, nodes)
+    emulator = Emulator(bookmark_interval_s=None)
+    await emulator.start()
+    plain = Store.create(connect(redis_url), prefix="vgpu")
+    waiting = Store.create(connect(redis_url), prefix="vgpu", wait_replicas=replicas)
+    try:
+        async with open_client(KubeSettings(server=emulator.url, qps=0, timeout_s=5.0)) as kube:
+            started = [await _extender(plain, kube, "no-wait"), await _extender(waiting, kube, "wait")]
+            try:
+                names = _names(nodes)
+                per_round = max(requests // rounds, 1)
+                bodies = [_filter_body(f"cmp-{i}", names) for i in range(2 * per_round * rounds + 100)]
+                for service, _, _ in started:  # warm-up
+                    for body in bodies[:50]:
+                        await service.filter.filter_body(body)
+                    bodies = bodies[50:]
+                print(
+                    f"[{nodes} nodes × 8 GPUs, {rounds} rounds × {per_round} sequential /filter calls each, "
+                    f"in-process; WAIT {replicas} replica(s) vs none, alternating]"
+                )
+                figures: dict[str, list[tuple[float, float]]] = {"no-wait": [], "wait": []}
+                for r in range(rounds):
+                    for (service, _, _), label in zip(started, ("no-wait", "wait"), strict=True):
+                        chunk, bodies = bodies[:per_round], bodies[per_round:]
+                        p50, cpu = await _round(service.filter.filter_body, chunk)
+                        figures[label].append((p50, cpu))
+                        print(f"  round {r + 1} {label:>7}: p50 {p50:.2f} ms, CPU {cpu:.2f} ms per call")
+                stats = await plain.client.info("commandstats")
+                waits = stats.get("cmdstat_wait", {}).get("calls", 0) if isinstance(stats, dict) else "?"
+                print(f"  WAIT calls the primary served: {waits}")
+                for label, values in figures.items():
+                    p50s = sorted(v[0] for v in values)
+                    cpus = sorted(v[1] for v in values)
+                    print(
+                        f"  median of rounds, {label:>7}: p50 {p50s[len(p50s) // 2]:.2f} ms, "
+                        f"CPU {cpus[len(cpus) // 2]:.2f} ms per call"
+                    )
+            finally:
+                for _, stop, task in started:
+                    stop.set()
+                    await task
+    finally:
+        await plain.aclose()
+        await waiting.aclose()
+        await emulator.stop()
+
+
+@contextlib.contextmanager
+def _replicas(redis_url: str, count: int) -> Iterator[None]:
+    """``count`` replicas of the Redis at ``redis_url`` (a private one), online before this returns."""
+    primary_port = int(redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
+    with contextlib.ExitStack() as stack:
+        for _ in range(count):
+            port = _free_port()
+            workdir = tempfile.mkdtemp(prefix="bench-replica-")
+            stack.callback(shutil.rmtree, workdir, True)
+            cmd = [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                workdir,
+                "--replicaof",
+                "127.0.0.1",
+                str(primary_port),
+            ]
+            stack.enter_context(_process(cmd, port, "redis-server replica"))
+        client = sync_redis.Redis.from_url(redis_url)
+        try:
+            for _ in range(500):
+                if str(client.info("replication").get("connected_slaves")) == str(count) and all(
+                    v.get("state") == "online"
+                    for k, v in client.info("replication").items()
+                    if k.startswith("slave") and isinstance(v, dict)
+                ):
+                    break
+                time.sleep(0.02)
+            else:
+                raise SystemExit("the replicas did not come online")
+        finally:
+            client.close()
+        yield
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions (slows calls down)")
+    parser.add_argument("--wait-replicas", type=int, default=0, help="compare /filter with and without WAIT")
+    parser.add_argument("--rounds", type=int, default=5, help="with --wait-replicas: alternating rounds")
     args = parser.parse_args()
     with _redis_server() as redis_url, open(os.devnull, "w") as devnull:
         configure_logging(fmt=LogFormat.JSON, stream=devnull)  # JSON lines, as the process writes them
-        asyncio.run(_run(redis_url, args.nodes, args.requests, args.profile))
+        if args.wait_replicas > 0:
+            with _replicas(redis_url, args.wait_replicas):
+                asyncio.run(_compare_wait(redis_url, args.nodes, args.requests, args.wait_replicas, args.rounds))
+        else:
+            asyncio.run(_run(redis_url, args.nodes, args.requests, args.profile))
 
 
 if __name__ == "__main__":

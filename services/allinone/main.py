@@ -46,7 +46,12 @@ async def serve_all_in_one(
     common = settings.common
     if common.redis_url is None:
         logger.warning(EMBEDDED_STORE_WARNING)
-    store = Store.create(connect(common.redis_url, password_file=common.redis_password_file), prefix=common.key_prefix)
+    store = Store.create(
+        connect(common.redis_url, password_file=common.redis_password_file),
+        prefix=common.key_prefix,
+        wait_replicas=common.redis_wait_replicas,
+        wait_timeout_s=common.redis_wait_timeout_s,
+    )
     try:
         async with open_client(kube_settings_from(common)) as kube:
             registry = new_registry()

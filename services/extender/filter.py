@@ -344,10 +344,12 @@ class FilterHandler:
                 return charge
         # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
         mutex = effective_policy(self._policies, pod.constraints).mutex
+        # planned on the snapshot of one store epoch: a flush or a new Redis primary since refuses (not ready)
+        epoch = self._cache.epoch
         if fresh:
-            reserved = await self._store.reservations.reserve_fresh(allocation, mutex=mutex)
+            reserved = await self._store.reservations.reserve_fresh(allocation, mutex=mutex, epoch=epoch)
         else:
-            reserved = await self._store.reservations.reserve(allocation, mutex=mutex)
+            reserved = await self._store.reservations.reserve(allocation, mutex=mutex, epoch=epoch)
         if isinstance(reserved, Reserved) and reserved.changed:
             self._cache.apply_local(decision, reserved.generation)
             self._cache.mark_busy(decision.node)  # its bind is coming: the next pods may prefer other nodes

@@ -53,7 +53,12 @@ async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> Non
             "the API rate limit caps this replica's binds",
             extra={"kube_qps": common.kube.qps, "binds_per_s": round(ceiling, 2), "hint": "raise --kube-qps"},
         )
-    store = Store.create(connect(common.redis_url, password_file=common.redis_password_file), prefix=common.key_prefix)
+    store = Store.create(
+        connect(common.redis_url, password_file=common.redis_password_file),
+        prefix=common.key_prefix,
+        wait_replicas=common.redis_wait_replicas,
+        wait_timeout_s=common.redis_wait_timeout_s,
+    )
     try:
         async with open_client(kube_settings_from(common)) as kube:
             api = Api(kube, component=settings.scheduler_name or DEFAULT_COMPONENT, instance=common.instance_id)

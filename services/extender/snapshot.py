@@ -233,6 +233,11 @@ class SnapshotCache:
     def __len__(self) -> int:
         return len(self._nodes)
 
+    @property
+    def epoch(self) -> str | None:
+        """The store epoch the snapshot was loaded in (a reservation planned on it is refused in another)."""
+        return self._epoch
+
     def not_ready_reason(self) -> str | None:
         """Why placements must not be made right now (None: ready), from what the follower last saw."""
         if self._redis_error is not None:

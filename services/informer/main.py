@@ -26,7 +26,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 async def serve_informer(settings: InformerSettings, stop: asyncio.Event) -> None:
     """Build every dependency, serve ops and run the informer until ``stop``; close everything after."""
     common = settings.common
-    store = Store.create(connect(common.redis_url, password_file=common.redis_password_file), prefix=common.key_prefix)
+    store = Store.create(
+        connect(common.redis_url, password_file=common.redis_password_file),
+        prefix=common.key_prefix,
+        wait_replicas=common.redis_wait_replicas,
+        wait_timeout_s=common.redis_wait_timeout_s,
+    )
     try:
         async with open_client(kube_settings_from(common)) as kube:
             registry = new_registry()

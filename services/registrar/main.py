@@ -37,7 +37,10 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> None:
         common = settings.common
         store = Store.create(
-            connect(common.redis_url, password_file=common.redis_password_file), prefix=common.key_prefix
+            connect(common.redis_url, password_file=common.redis_password_file),
+            prefix=common.key_prefix,
+            wait_replicas=common.redis_wait_replicas,
+            wait_timeout_s=common.redis_wait_timeout_s,
         )
         try:
             async with open_client(kube_settings_from(common, default_timeout_s=DEFAULT_KUBE_TIMEOUT_S)) as kube:

@@ -137,7 +137,10 @@ class EmbeddedCluster:
         for obj in self.cluster.objects():
             self.emulator.put(obj)
         store = Store.create(
-            connect(common.redis_url, password_file=common.redis_password_file), prefix=common.key_prefix
+            connect(common.redis_url, password_file=common.redis_password_file),
+            prefix=common.key_prefix,
+            wait_replicas=common.redis_wait_replicas,
+            wait_timeout_s=common.redis_wait_timeout_s,
         )
         self.store = store
         self._stack.push_async_callback(store.aclose)

@@ -125,6 +125,15 @@ OPTIONS: tuple[Option, ...] = (
          "comes from the URL: redis://USER@host). Read again for every new connection, so a rotated Secret "
          "applies without a restart. Excludes a password in --redis-url.", _ALL, parse_nonempty, metavar="FILE",
          group="redis"),
+    Option("redis-wait-replicas", Kind.INT, None, "Redis replicas that must hold a reservation before /filter "
+         "answers it, and a bind's claim before the bind writes the pod (Redis WAIT; a shortfall gives the "
+         "reservation back, or stops the bind, with an error kube-scheduler retries), so that a failover loses no "
+         "acknowledged decision; above 0, a new primary also starts a new store epoch (rebuilt from the API "
+         "server). Default: 1 with a redis+sentinel:// URL, 0 otherwise.", _ALL, _int_min(0), metavar="N",
+         group="redis"),
+    Option("redis-wait-timeout", Kind.DURATION, "250ms", "How long /filter and /bind wait for "
+         "--redis-wait-replicas replicas to acknowledge a write.", _ALL, parse_positive_duration,
+         metavar="DURATION", group="redis"),
     Option("key-prefix", Kind.STRING, "vgpu", "Prefix of every Redis key.", _ALL, parse_nonempty, metavar="PREFIX",
          group="redis"),
     # -- kubernetes -----------------------------------------------------------------------------

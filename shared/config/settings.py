@@ -209,6 +209,9 @@ class CommonSettings:
     verbosity: int = 0
     redis_url: str | None = None
     redis_password_file: str | None = None
+    redis_wait_replicas: int | None = None
+    """None: 1 with a Sentinel URL, else 0 (``Store.create``)."""
+    redis_wait_timeout_s: float = 0.25
     key_prefix: str = "vgpu"
     kube: KubeSettings = KubeSettings()
     metrics_bind: BindAddress = field(default_factory=lambda: BindAddress("", 9395))
@@ -343,6 +346,8 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
             raise ConfigError("--redis-url carries a password and --redis-password-file is set: give one")
         if not Path(redis_password_file).is_file():
             raise ConfigError(f"--redis-password-file: no such file {redis_password_file!r}")
+    if redis_url is None and r.opt_integer("redis-wait-replicas"):
+        raise ConfigError("--redis-wait-replicas needs --redis-url: the embedded store has no replicas")
     kubeconfig, server = r.opt_text("kubeconfig"), r.opt_text("kube-server")
     if kubeconfig and server:
         raise ConfigError("--kubeconfig and --kube-server exclude each other: give one")
@@ -374,6 +379,8 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
         verbosity=r.integer("v"),
         redis_url=redis_url,
         redis_password_file=redis_password_file,
+        redis_wait_replicas=r.opt_integer("redis-wait-replicas"),
+        redis_wait_timeout_s=r.number("redis-wait-timeout"),
         key_prefix=r.text("key-prefix"),
         kube=KubeSettings(
             kubeconfig=kubeconfig,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
+from shared.config.redisurl import is_sentinel_url, parse_sentinel_url
 from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
 
 
@@ -197,13 +198,18 @@ def parse_float(text: str, *, minimum: float = 0.0) -> float:
 
 
 def parse_redis_url(text: str) -> str:
+    if is_sentinel_url(text):
+        parse_sentinel_url(text)  # a ValueError names what is wrong
+        return text
     if not re.match(r"(redis|rediss|unix)://", text):
-        raise ValueError("expected a redis://, rediss:// or unix:// URL")
+        raise ValueError("expected a redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel:// URL")
     return text
 
 
 def redis_url_password(url: str) -> str | None:
     """The password a ``redis://user:pass@host`` URL carries, if any (``None`` for none, or a unix:// path)."""
+    if is_sentinel_url(url):
+        return parse_sentinel_url(url).password
     return urllib.parse.urlsplit(url).password
 
 

@@ -1,7 +1,8 @@
 """Redis: key names, Lua scripts and typed repositories. The only package that imports redis/fakeredis."""
 
+from shared.store._base import Durability, ReplicationShortfall, StoreEpochChanged
 from shared.store.allocations import Reservations, charges_json
-from shared.store.connection import ConnectionSettings, connect
+from shared.store.connection import ConnectionSettings, connect, is_sentinel
 from shared.store.feed import START_ID, ChangeFeed
 from shared.store.inventory import InventoryRepo
 from shared.store.keys import Keys
@@ -63,6 +64,7 @@ __all__ = [
     "Claimed",
     "ConflictDimension",
     "ConnectionSettings",
+    "Durability",
     "Fence",
     "InventoryRepo",
     "Keys",
@@ -86,6 +88,7 @@ __all__ = [
     "QuotaExceeded",
     "QuotaRepo",
     "RecordResult",
+    "ReplicationShortfall",
     "ReservationState",
     "Reservations",
     "ReserveConflict",
@@ -94,6 +97,7 @@ __all__ = [
     "SnapshotRepo",
     "StaleFenceError",
     "Store",
+    "StoreEpochChanged",
     "StoreStatus",
     "SyncMarker",
     "UndecodableRecord",
@@ -102,5 +106,6 @@ __all__ = [
     "UsageRepo",
     "charges_json",
     "connect",
+    "is_sentinel",
     "parse_usage",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 import redis.exceptions as rexc
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
+from redis.commands.core import AsyncScript
 
 from shared.errors import PermanentError, TransientError
 from shared.store.keys import Keys
@@ -26,6 +27,10 @@ class StoreContext:
     scripts: Scripts
     stream_maxlen: int = 10_000
     retry_delay_s: float = 0.5
+    durability: Durability | None = None
+    """Replicas that must hold a decision's write before it is acknowledged (None: not waited for)."""
+    track_primary: bool = False
+    """The primary may change (Sentinel): a new primary starts a new store epoch (docs/store.md, failover)."""
 
     def translated(self, what: str) -> AbstractAsyncContextManager[None]:
         """Translate redis errors raised inside the block (see :func:`translated`)."""
@@ -36,6 +41,63 @@ class StoreContext:
         """A non-transactional pipeline whose errors (including at ``execute``) are translated."""
         async with translated(what, self.retry_delay_s), self.client.pipeline(transaction=False) as pipe:
             yield pipe
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """``WAIT replicas timeout_ms`` after a write that an acknowledged decision stands on (a reservation answered
+    by ``/filter``, a bind's claim before the pod patch): the write is then on the primary and ``replicas``
+    replicas, so a failover to the most up-to-date replica keeps it."""
+
+    replicas: int
+    timeout_ms: int
+
+
+class StoreEpochChanged(TransientError):
+    """A write planned in one store epoch met another (Redis flushed, or failed over to a new primary): nothing
+    was written; the caller is not ready until it has reloaded."""
+
+
+class ReplicationShortfall(TransientError):
+    """Fewer replicas than required acknowledged a write within the timeout: the decision must not be
+    acknowledged (a failover now could lose it)."""
+
+    def __init__(self, what: str, acked: int, durability: Durability, delay: float = 0.5) -> None:
+        super().__init__(
+            f"{what}: {acked} of {durability.replicas} Redis replicas acknowledged it within "
+            f"{durability.timeout_ms} ms (replication not confirmed)",
+            delay,
+        )
+        self.acked = acked
+
+
+async def run_script(ctx: StoreContext, script: AsyncScript, what: str, keys: list[str], args: list[Any]) -> Any:
+    """Run ``script``; with ``ctx.durability``, in one pipeline with ``WAIT`` on the same connection (one round
+    trip; WAIT covers every earlier write too, as replication is ordered). Returns the script's reply and raises
+    :class:`ReplicationShortfall` when too few replicas acknowledged."""
+    durability = ctx.durability
+    if durability is None or durability.replicas <= 0:
+        async with ctx.translated(what):
+            return await script(keys=keys, args=args)
+    for _ in range(2):
+        async with ctx.pipeline(what) as pipe:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.wait(durability.replicas, durability.timeout_ms)
+            reply, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(reply, rexc.NoScriptError):  # a restarted or new primary: load it, then again
+            async with ctx.translated(what):
+                await ctx.client.script_load(script.script)
+            continue
+        if isinstance(reply, BaseException):
+            async with ctx.translated(what):
+                raise reply
+        if isinstance(acked, BaseException):
+            async with ctx.translated(f"{what} (WAIT)"):
+                raise acked
+        if int(acked) < durability.replicas:
+            raise ReplicationShortfall(what, int(acked), durability, ctx.retry_delay_s)
+        return reply
+    raise TransientError(f"redis lost the script of {what} twice in a row", ctx.retry_delay_s)
 
 
 @asynccontextmanager

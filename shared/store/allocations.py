@@ -7,14 +7,24 @@ reservations it has seen, ``release``s ended pods and collects reservations neve
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from typing import Any
 
 from shared.codec.envelope import decode_allocation, encode_allocation
 from shared.domain.model import Allocation, DeviceCharge, QuotaState
-from shared.errors import ConflictError, DecodeError
-from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
+from shared.errors import ConflictError, DecodeError, VgpuError
+from shared.store._base import (
+    ReplicationShortfall,
+    StoreContext,
+    StoreEpochChanged,
+    as_int,
+    check_fenced,
+    fence_args,
+    run_script,
+    text,
+)
 from shared.store.quota import QUOTA_FIELDS, quota_state
 from shared.store.types import (
     AllocationRecord,
@@ -105,10 +115,18 @@ class Reservations:
             k.pod_index(),
             k.claims(node),
             k.quota(alloc.namespace) if fresh else k.pod_index(),  # read by a fresh reserve only
+            k.meta(),
         ]
 
     async def _run_apply(
-        self, mode: str, alloc: Allocation, fence: Fence | None, mutex: bool = False, fresh: bool = False
+        self,
+        mode: str,
+        alloc: Allocation,
+        fence: Fence | None,
+        mutex: bool = False,
+        epoch: str | None = None,
+        *,
+        fresh: bool = False,
     ) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
@@ -123,13 +141,22 @@ class Reservations:
             self._ctx.stream_maxlen,
             "1" if mutex else "0",
             "1" if fresh else "0",
+            epoch or "",
         ]
         for _ in range(_MAX_MOVES):
-            async with self._ctx.translated(f"{mode} allocation"):
-                reply: list[Any] = await self._ctx.scripts.apply_allocation(
-                    keys=self._apply_keys(alloc, fresh) + extra_keys, args=args
-                )
+            script_keys = self._apply_keys(alloc, fresh) + extra_keys
+            if mode == "reserve":  # the decision /filter answers: on the replicas too before it is acknowledged
+                reply = await self._durable_reserve(alloc, script_keys, args)
+            else:
+                async with self._ctx.translated(f"{mode} allocation"):
+                    reply = await self._ctx.scripts.apply_allocation(keys=script_keys, args=args)
             check_fenced(reply, fence)
+            if reply[0] == b"epoch":
+                raise StoreEpochChanged(
+                    f"pod {alloc.pod_uid}: the store epoch is no longer {epoch} (Redis flushed or a new primary): "
+                    "nothing reserved until the store is rebuilt",
+                    self._ctx.retry_delay_s,
+                )
             if reply[0] != b"elsewhere":
                 return reply
             # the pod still holds charges on another node: drop them there first (docs/store.md); the record
@@ -141,7 +168,24 @@ class Reservations:
                 return [b"owned", released.state.value.encode(), elsewhere.encode()]
         raise ConflictError(f"pod {alloc.pod_uid}: its previous node kept changing while moving it to {alloc.node}")
 
-    async def reserve(self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False) -> ReserveResult:
+    async def _durable_reserve(self, alloc: Allocation, script_keys: list[str], args: list[Any]) -> list[Any]:
+        """The reserve script, waited for on the replicas (``StoreContext.durability``). When too few replicas
+        acknowledged it, the reservation is given back (best effort: the informer's expiry collects it otherwise)
+        and :class:`ReplicationShortfall` raised, so that nothing is answered on a reservation a failover
+        could lose."""
+        try:
+            reply: list[Any] = await run_script(
+                self._ctx, self._ctx.scripts.apply_allocation, "reserve allocation", script_keys, args
+            )
+        except ReplicationShortfall:
+            with contextlib.suppress(VgpuError):
+                await self._release(alloc.pod_uid, alloc.node, None, "reserved")
+            raise
+        return reply
+
+    async def reserve(
+        self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False, epoch: str | None = None
+    ) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
         ``mutex``: the pod's GPU policy includes ``mutex``, so every charged device must be idle (hami-wire §6.4
@@ -149,14 +193,19 @@ class Reservations:
         different earlier reservation of the pod on this node is replaced in the same step, and one on another
         node is released first. A record a decision owns (claimed by a bind, bound, confirmed: not ``reserved``)
         is never replaced or moved: the answer is :class:`Owned` with its node and state.
-        """
-        return self._reserve_result(alloc, await self._run_apply("reserve", alloc, fence, mutex))
 
-    async def reserve_fresh(self, alloc: Allocation, *, mutex: bool = False) -> ReserveResult | Unsettled:
+        ``epoch``: the store epoch the caller planned in; when the store is in another one (flushed, or a new
+        primary: docs/store.md, failover), nothing is written and :class:`StoreEpochChanged` is raised.
+        """
+        return self._reserve_result(alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch))
+
+    async def reserve_fresh(
+        self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None
+    ) -> ReserveResult | Unsettled:
         """:meth:`reserve`, only if the pod index holds nothing for the pod and its namespace has no quota
         envelope, checked in the same atomic step: what ``/filter`` would otherwise read first (in a round trip of
         its own). Otherwise nothing is reserved and the answer is :class:`Unsettled` (with the indexed node)."""
-        reply = await self._run_apply("reserve", alloc, None, mutex, fresh=True)
+        reply = await self._run_apply("reserve", alloc, None, mutex, epoch, fresh=True)
         if reply[0] == b"unsettled":
             return Unsettled(pod_uid=alloc.pod_uid, node=text(reply[1]) or None)
         return self._reserve_result(alloc, reply)
@@ -266,11 +315,17 @@ class Reservations:
 
     async def _claim_op(self, op: str, pod_uid: str, node: str, token: str, ttl_s: float) -> list[Any]:
         k = self._ctx.keys
-        async with self._ctx.translated(f"{op} bind claim"):
-            reply: list[Any] = await self._ctx.scripts.claim_allocation(
-                keys=[k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()],
-                args=["", op, pod_uid, node, token, int(ttl_s * 1000)],
+        script_keys = [k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()]
+        args: list[Any] = ["", op, pod_uid, node, token, int(ttl_s * 1000)]
+        if op == "check":
+            # the last word before the bind writes the pod: its claim (and the record's binding state) must be
+            # on a replica too, or after a failover another bind could take the record of a pod already bound
+            reply: list[Any] = await run_script(
+                self._ctx, self._ctx.scripts.claim_allocation, f"{op} bind claim", script_keys, args
             )
+            return reply
+        async with self._ctx.translated(f"{op} bind claim"):
+            reply = await self._ctx.scripts.claim_allocation(keys=script_keys, args=args)
         return reply
 
     async def _release(self, pod_uid: str, node: str, fence: Fence | None, condition: str = "") -> bytes | Owned | None:

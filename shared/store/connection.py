@@ -8,12 +8,17 @@ one our scripts use).
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.credentials import CredentialProvider
+from redis.asyncio.connection import AbstractConnection
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.credentials import CredentialProvider, UsernamePasswordCredentialProvider
 
+from shared.config.redisurl import is_sentinel_url, parse_sentinel_url
 from shared.errors import ConfigError
 
 
@@ -67,10 +72,95 @@ def _without_userinfo(url: str) -> tuple[str, str | None]:
     return urllib.parse.urlunsplit(parts._replace(netloc=host)), username
 
 
+OnPrimary = Callable[[AbstractConnection], Awaitable[None]]
+
+
+class PrimaryCheck:
+    """Runs on every new connection of a Sentinel client, right after AUTH/SELECT and before any command:
+    ``on_primary(connection)`` (set by ``Store.create``) compares the server's replication id with the store's and
+    starts a new store epoch when the primary changed, so that no write reaches a new primary before the failover
+    is known (docs/store.md, failover). Connections are pooled: this costs two round trips per new connection."""
+
+    def __init__(self) -> None:
+        self.on_primary: OnPrimary | None = None
+
+    async def connect(self, connection: AbstractConnection) -> None:
+        """The ``redis_connect_func`` of the client's connections (a coroutine function, as redis-py requires)."""
+        await connection.on_connect_check_health(check_health=True)  # what redis-py does without this hook
+        if self.on_primary is not None:
+            await self.on_primary(connection)
+
+
+def primary_check(client: Redis) -> PrimaryCheck | None:
+    """The :class:`PrimaryCheck` of a Sentinel client (None for any other)."""
+    hook = getattr(client.connection_pool.connection_kwargs.get("redis_connect_func"), "__self__", None)
+    return hook if isinstance(hook, PrimaryCheck) else None
+
+
+def _connect_sentinel(url: str, settings: ConnectionSettings, password_file: str | None) -> Redis:
+    """A client of the primary that Sentinel names, following a failover: every new connection asks the Sentinels
+    where the primary is, idle connections to a former primary are dropped, and a former primary answering
+    READONLY closes the connection (redis-py's ``SentinelConnectionPool``)."""
+    parsed = parse_sentinel_url(url)
+    provider: CredentialProvider | None = None
+    if password_file is not None:
+        provider = PasswordFileCredentials(password_file, parsed.username)
+    elif parsed.password is not None:
+        provider = UsernamePasswordCredentialProvider(parsed.username, parsed.password)
+    common: dict[str, Any] = {
+        "protocol": 2,
+        "socket_timeout": settings.socket_timeout_s,
+        "socket_connect_timeout": settings.connect_timeout_s,
+        "decode_responses": False,
+    }
+    if parsed.tls:
+        common["ssl"] = True
+    sentinel_kwargs = dict(common)
+    if provider is not None and parsed.sentinel_auth:
+        sentinel_kwargs["credential_provider"] = provider
+    data_kwargs: dict[str, Any] = dict(common)
+    data_kwargs["redis_connect_func"] = PrimaryCheck().connect
+    if provider is not None:
+        data_kwargs["credential_provider"] = provider
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs, **data_kwargs
+    )
+    client: Redis = sentinel.master_for(
+        parsed.service,
+        redis_class=Redis,
+        connection_pool_class=SentinelConnectionPool,
+        db=parsed.db,
+        max_connections=settings.max_connections,
+        health_check_interval=int(settings.health_check_interval_s),
+        client_name=settings.client_name,
+    )
+    return client
+
+
+async def aclose_client(client: Redis) -> None:
+    """Close ``client``'s connections, and for a Sentinel client also those to the Sentinels."""
+    await client.aclose()
+    pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        for sentinel in pool.sentinel_manager.sentinels:
+            await sentinel.aclose()
+
+
+def is_embedded(client: Redis) -> bool:
+    """True for the embedded in-process server of ``connect(None)`` (no replicas, no INFO, no WAIT)."""
+    return type(client).__module__.startswith("fakeredis")
+
+
+def is_sentinel(client: Redis) -> bool:
+    """True for a client that follows a Sentinel-managed primary (it may fail over to a replica)."""
+    return isinstance(client.connection_pool, SentinelConnectionPool)
+
+
 def connect(
     url: str | None, settings: ConnectionSettings = DEFAULT_SETTINGS, *, password_file: str | None = None
 ) -> Redis:
-    """A client for ``url`` (``redis://`` / ``rediss://`` / ``unix://``), or an embedded in-memory server if None.
+    """A client for ``url`` (``redis://`` / ``rediss://`` / ``unix://``, or ``redis+sentinel://`` /
+    ``rediss+sentinel://``: see :class:`SentinelUrl`), or an embedded in-memory server if None.
 
     Credentials come from the URL (``redis://user:password@host``) or, with ``password_file``, from that file
     (read again for each new connection) with the URL's user. Nothing is contacted until the first command; close
@@ -88,6 +178,8 @@ def connect(
             max_connections=settings.max_connections,
         )
         return fake
+    if is_sentinel_url(url):
+        return _connect_sentinel(url, settings, password_file)
     credentials: dict[str, CredentialProvider] = {}
     if password_file is not None:
         url, username = _without_userinfo(url)

@@ -54,6 +54,7 @@ class Scripts:
     quota_reset: AsyncScript
     meta_ensure_epoch: AsyncScript
     meta_mark_synced: AsyncScript
+    meta_follow_primary: AsyncScript
 
     @classmethod
     def register(cls, client: Redis) -> Scripts:

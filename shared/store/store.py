@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from shared.store._base import StoreContext, translated
+from shared.store._base import Durability, StoreContext, translated
 from shared.store.allocations import Reservations
+from shared.store.connection import aclose_client, is_embedded, is_sentinel, primary_check
 from shared.store.feed import ChangeFeed
 from shared.store.inventory import InventoryRepo
 from shared.store.keys import Keys
@@ -16,6 +17,8 @@ from shared.store.meta import MetaRepo
 from shared.store.quota import QuotaRepo
 from shared.store.scripts import Scripts
 from shared.store.usage import SnapshotRepo, UsageRepo
+
+DEFAULT_WAIT_TIMEOUT_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +39,39 @@ class Store:
 
     @classmethod
     def create(
-        cls, client: Redis, *, prefix: str = "vgpu", stream_maxlen: int = 10_000, retry_delay_s: float = 0.5
+        cls,
+        client: Redis,
+        *,
+        prefix: str = "vgpu",
+        stream_maxlen: int = 10_000,
+        retry_delay_s: float = 0.5,
+        wait_replicas: int | None = None,
+        wait_timeout_s: float = DEFAULT_WAIT_TIMEOUT_S,
+        track_primary: bool | None = None,
     ) -> Store:
-        """Register the scripts on ``client`` and build the repositories (no round trip)."""
+        """Register the scripts on ``client`` and build the repositories (no round trip).
+
+        ``wait_replicas``: replicas that must acknowledge a reservation before ``/filter`` answers it (``WAIT``, up
+        to ``wait_timeout_s``); None = 1 for a Sentinel client, 0 otherwise. ``track_primary``: a new primary starts
+        a new store epoch (docs/store.md, failover); None = for a Sentinel client or when waiting for replicas.
+        """
+        sentinel = is_sentinel(client)
+        replicas = (1 if sentinel else 0) if wait_replicas is None else wait_replicas
+        if is_embedded(client):  # one process, no replicas: nothing to wait for, no primary to follow
+            replicas, track_primary = 0, False
         ctx = StoreContext(
             client=client,
             keys=Keys(prefix),
             scripts=Scripts.register(client),
             stream_maxlen=stream_maxlen,
             retry_delay_s=retry_delay_s,
+            durability=Durability(replicas, max(1, round(wait_timeout_s * 1000))) if replicas > 0 else None,
+            track_primary=(sentinel or replicas > 0) if track_primary is None else track_primary,
         )
+        meta = MetaRepo(ctx)
+        check = primary_check(client)
+        if check is not None and ctx.track_primary:
+            check.on_primary = meta.follow_primary_on  # every new connection: a new primary is known before use
         return cls(
             client=client,
             keys=ctx.keys,
@@ -55,7 +81,7 @@ class Store:
             snapshots=SnapshotRepo(ctx),
             feed=ChangeFeed(ctx),
             quota=QuotaRepo(ctx),
-            meta=MetaRepo(ctx),
+            meta=meta,
             leases=LeaseStore(ctx),
             locks=NodeLockStore(ctx),
         )
@@ -76,5 +102,5 @@ class Store:
         return deleted
 
     async def aclose(self) -> None:
-        """Close the client's connections."""
-        await self.client.aclose()
+        """Close the client's connections (and a Sentinel client's connections to the Sentinels)."""
+        await aclose_client(self.client)

@@ -126,6 +126,7 @@ def test_a_broken_object_is_refused_by_the_dry_run(kube_apiserver: ApiServer, re
             id="external-redis",
         ),
         pytest.param({"deviceConfig": {"config": {"nvidia": {"overwriteEnv": True}}}}, set(), id="overwrite-env"),
+        pytest.param({"redis": {"sentinel": {"enabled": True}}}, set(), id="redis-sentinel"),
     ],
 )
 def test_values_switches_pass_a_server_side_dry_run(

@@ -60,6 +60,8 @@ class ClusterSpec:
     quotas: dict[str, dict[str, str]] = field(default_factory=dict)
     """namespace → ResourceQuota ``spec.hard``."""
     registrar_resync_s: float = 15.0
+    redis_wait_replicas: int | None = None
+    """``--redis-wait-replicas`` of every component (None: the default, 1 with a Sentinel URL)."""
     bind_aware: bool = True
     """``--bind-aware-placement``: False places by the node policy alone (tests that predict exact nodes)."""
     """The registrar's full pass (how soon it notices a flushed Redis)."""
@@ -181,7 +183,7 @@ async def running_cluster(redis_url: str, spec: ClusterSpec) -> AsyncIterator[Cl
             return await stack.enter_async_context(open_client(KubeSettings(server=em.url, qps=0, timeout_s=10.0)))
 
         async def store_client() -> Store:
-            s = Store.create(connect(redis_url), prefix="e2e")
+            s = Store.create(connect(redis_url), prefix="e2e", wait_replicas=spec.redis_wait_replicas)
             stack.push_async_callback(s.aclose)
             return s
 

@@ -1,21 +1,26 @@
 -- Reserve (extender: capacity-checked) or record (informer: unconditional, the API is the truth) one pod's
 -- charges on one node, replacing any earlier record of the same pod uid on this node atomically.
 -- KEYS: 1 capacity, 2 usage, 3 pod charges, 4 allocations, 5 generation, 6 change stream,
---       7 allocation-nodes set, 8 pod index, 9 bind claims, 10 the pod namespace's quota, [11 lease]
+--       7 allocation-nodes set, 8 pod index, 9 bind claims, 10 the pod namespace's quota, 11 meta, [12 lease]
 -- ARGV: 1 fence token, 2 'reserve'|'record', 3 pod uid, 4 charges JSON, 5 allocation envelope, 6 node, 7 stream maxlen,
 --       8 '1' when the pod's policy is mutex (reserve only: every charged device must be idle),
 --       9 '1' for a fresh reserve: only when the pod index holds nothing for the pod and the namespace has no
---         quota envelope (what /filter would otherwise read first), else {'unsettled', indexed node or ''}
+--         quota envelope (what /filter would otherwise read first), else {'unsettled', indexed node or ''},
+--       10 the store epoch the caller planned in ('' = unchecked): another epoch (a flush, a new primary) refuses
 -- A reserve never replaces a record a bind has claimed, marked bound, or the informer confirmed: the pod's
 -- devices belong to that decision ({'owned', state}). A record (the API's truth) replaces anything; when its
 -- content differs, the claim on the old record goes with it.
--- Returns {'fenced'} | {'unsettled', node or ''} (fresh only)
+-- Returns {'fenced'} | {'epoch'} (the store epoch is not ARGV[10]: nothing written)
+--       | {'unsettled', node or ''} (fresh only)
 --       | {'elsewhere', node} (the pod holds charges on another node: release them, then retry)
 --       | {'owned', state}
 --       | {'conflict', dimension, device, needed, free, detail}
 --       | {'ok', generation, usage_changed 0/1, record_changed 0/1}
 if not fence_ok() then
   return {'fenced'}
+end
+if ARGV[10] ~= nil and ARGV[10] ~= '' and redis.call('HGET', KEYS[11], 'epoch') ~= ARGV[10] then
+  return {'epoch'}
 end
 local indexed = redis.call('HGET', KEYS[8], ARGV[3])
 if ARGV[9] == '1' then

@@ -24,13 +24,17 @@ class Intercepted:
         self.left = times
         self.calls: list[str] = []
 
-    async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
+    async def reserve(
+        self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None
+    ) -> ReserveResult:
         await self._intercept(alloc)
-        return await self._inner.reserve(alloc, fence, mutex=mutex)
+        return await self._inner.reserve(alloc, fence, mutex=mutex, epoch=epoch)
 
-    async def reserve_fresh(self, alloc: Allocation, *, mutex: bool = False) -> ReserveResult | Unsettled:
+    async def reserve_fresh(
+        self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None
+    ) -> ReserveResult | Unsettled:
         await self._intercept(alloc)
-        return await self._inner.reserve_fresh(alloc, mutex=mutex)
+        return await self._inner.reserve_fresh(alloc, mutex=mutex, epoch=epoch)
 
     async def _intercept(self, alloc: Allocation) -> None:
         self.calls.append(alloc.node)
@@ -134,7 +138,9 @@ async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api
             self.inner = inner
             self.calls = 0
 
-        async def reserve(self, alloc: Allocation, fence: Any = None, *, mutex: bool = False) -> ReserveResult:
+        async def reserve(
+            self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None
+        ) -> ReserveResult:
             self.calls += 1
             return ReserveConflict(alloc.pod_uid, alloc.node, ConflictDimension.SLOTS, "GPU-n1-0", 1, 0, "busy")
 

@@ -71,6 +71,7 @@ async def test_explain_and_usage_against_the_emulated_system(redis_url: str) -> 
         # binpack fills node-000 and node-001 (two 10,000 MiB pods each), q1 goes to node-002, whose device plugin
         # never answers: its node lock stays held
         assert report.bound["q1"] == "node-002"
+
         async def locked() -> bool:
             return await c.store.locks.inspect("node-002") is not None
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ VALUES_SWITCHES: list[dict[str, Any]] = [
     {"tls": {"certManager": {"enabled": True}}},
     {"redis": {"enabled": False, "external": {"url": "rediss://cache:6380/2"}}},
     {"redis": {"enabled": False, "external": {"existingSecret": "redis-conn"}}},
+    {"redis": {"sentinel": {"enabled": True}}},
     {"serviceMonitor": {"enabled": True}, "grafanaDashboard": {"enabled": True}},
     {"extender": {"replicas": 5, "antiAffinity": "hard"}},
     {"webhook": {"enabled": False}},
@@ -146,7 +148,7 @@ def check_invariants(objs: Objects) -> None:
             sc = c["securityContext"]
             assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True, name
             assert sc["capabilities"]["drop"] == ["ALL"] and not sc.get("privileged"), name
-            if workload["kind"] == "Deployment":
+            if workload["kind"] in ("Deployment", "StatefulSet"):
                 assert "livenessProbe" in c and "readinessProbe" in c, f"{name}/{c['name']} lacks probes"
                 port_names = {p["name"] for p in c.get("ports", [])}
                 for probe in (c["livenessProbe"], c["readinessProbe"]):
@@ -154,7 +156,7 @@ def check_invariants(objs: Objects) -> None:
                     assert port is None or port in port_names, f"{name}: probe on unknown port {port}"
             mounts = {m["name"] for m in c.get("volumeMounts", [])}
             assert mounts <= {v["name"] for v in pod.get("volumes", [])}, name
-        if workload["kind"] == "Deployment":
+        if workload["kind"] in ("Deployment", "StatefulSet"):
             assert selector_matches(workload["spec"]["selector"]["matchLabels"], template["metadata"]["labels"])
     # Every namespaced object lives in the release namespace, except the auth-reader binding.
     for o in objs.items:
@@ -163,7 +165,7 @@ def check_invariants(objs: Objects) -> None:
         expected = "kube-system" if o["metadata"]["name"].endswith("-auth-reader") else NS
         assert o["metadata"].get("namespace") == expected, f"{o['kind']} {o['metadata']['name']}"
     # Services select pods that exist and target ports those pods name.
-    pod_sets = [t for w, t in objs.pod_templates() if w["kind"] == "Deployment"]
+    pod_sets = [t for w, t in objs.pod_templates() if w["kind"] in ("Deployment", "StatefulSet")]
     for svc in objs.of_kind("Service"):
         matching = [t for t in pod_sets if selector_matches(svc["spec"]["selector"], t["metadata"]["labels"])]
         assert matching, f"Service {svc['metadata']['name']} selects no pods"
@@ -545,6 +547,60 @@ def test_external_redis(chart: Chart, external: dict[str, str], expected_env: di
     for name in ("extender", "registrar", "informer"):
         env = next(e for e in container(objs, f"{FULL}-{name}")["env"] if e["name"] == "VGPU_REDIS_URL")
         assert {k: v for k, v in env.items() if k != "name"} == expected_env
+
+
+def test_redis_with_sentinel(chart: Chart) -> None:
+    objs = render_objects(chart, {"redis": {"sentinel": {"enabled": True}}})
+    check_invariants(objs)
+    assert objs.maybe("Deployment", f"{FULL}-redis") is None  # instead of the single Redis
+    sts = objs.get("StatefulSet", f"{FULL}-redis")
+    assert sts["spec"]["replicas"] == 3 and sts["spec"]["serviceName"] == f"{FULL}-redis-headless"
+    pod = sts["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    assert set(containers) == {"redis", "sentinel"}
+    assert {p["containerPort"] for c in containers.values() for p in c["ports"]} == {6379, 26379}
+    for c in containers.values():  # the password comes from the Secret, never from a command line
+        assert c["command"] == ["sh", f"/scripts/start-{c['name']}.sh"] and "args" not in c
+        env = {e["name"]: e for e in c["env"]}
+        assert env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]["name"] == f"{FULL}-redis-auth"
+    service = objs.get("Service", f"{FULL}-redis-headless")
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert objs.get("PodDisruptionBudget", f"{FULL}-redis")["spec"]["maxUnavailable"] == 1
+    # every component finds the primary through the three Sentinels, by the pods' stable names
+    from shared.config.redisurl import parse_sentinel_url
+
+    urls = set()
+    for name in ("extender", "registrar", "informer"):
+        env = {e["name"]: e for e in container(objs, f"{FULL}-{name}")["env"]}
+        urls.add(env["VGPU_REDIS_URL"]["value"])
+        assert "VGPU_REDIS_WAIT_REPLICAS" not in env  # the built-in default: 1 replica with Sentinel
+    (url,) = urls
+    parsed = parse_sentinel_url(url)
+    hosts = [f"{FULL}-redis-{i}.{FULL}-redis-headless.{NS}.svc" for i in range(3)]
+    assert parsed.sentinels == tuple((h, 26379) for h in hosts) and parsed.service == "mymaster"
+    # the start scripts are valid sh, and name the same pods as the URL
+    scripts = objs.get("ConfigMap", f"{FULL}-redis-scripts")["data"]
+    assert set(scripts) == {"common.sh", "start-redis.sh", "start-sentinel.sh"}
+    for name, text in scripts.items():
+        checked = subprocess.run(["sh", "-n"], input=text, text=True, capture_output=True, check=False)
+        assert checked.returncode == 0, f"{name}: {checked.stderr}"
+    headless = {e["name"]: e.get("value") for e in containers["redis"]["env"]}["HEADLESS"]
+    assert headless == f"{FULL}-redis-headless.{NS}.svc"
+    assert all(f"{FULL}-redis-{i}.${{HEADLESS}}" in scripts["common.sh"] for i in range(3))
+
+
+def test_redis_wait_flags_reach_every_component(chart: Chart) -> None:
+    objs = render_objects(chart, {"redis": {"sentinel": {"enabled": True}, "waitReplicas": 2, "waitTimeout": "1s"}})
+    for name in ("extender", "registrar", "informer"):
+        env = {e["name"]: e.get("value") for e in container(objs, f"{FULL}-{name}")["env"]}
+        assert env["VGPU_REDIS_WAIT_REPLICAS"] == "2" and env["VGPU_REDIS_WAIT_TIMEOUT"] == "1s"
+
+
+def test_redis_with_fewer_than_three_sentinels_is_refused(chart: Chart) -> None:
+    from deploy.render import RenderError
+
+    with pytest.raises(RenderError, match="at least 3"):
+        render_objects(chart, {"redis": {"sentinel": {"enabled": True, "replicas": 2}}})
 
 
 def test_external_redis_without_a_url_is_refused(chart: Chart) -> None:

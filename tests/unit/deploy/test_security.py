@@ -284,3 +284,25 @@ def test_cert_manager_issues_the_client_certificate_from_a_ca_of_its_own() -> No
     issuer = get(docs, "Issuer", cert["spec"]["issuerRef"]["name"])
     serving = get(docs, "Certificate", f"{FULL}-serving-cert")
     assert issuer["metadata"]["name"] != serving["spec"]["issuerRef"]["name"]  # not the serving CA
+
+
+def test_sentinel_redis_admits_our_components_and_its_own_pods_only() -> None:
+    docs = render({"redis": {"sentinel": {"enabled": True}}})
+    sts = get(docs, "StatefulSet", f"{FULL}-redis")["spec"]["template"]
+    redis, spec = sts["metadata"]["labels"], sts["spec"]
+    ports = (container_port(spec, "redis"), container_port(spec, "sentinel"))
+    for port in ports:
+        for component in ("registrar", "informer", "extender"):
+            assert admits(docs, redis, Peer(labels=pod_labels(docs, f"{FULL}-{component}")), port), component
+        assert admits(docs, redis, Peer(labels=redis), port)  # replication and the Sentinels' own traffic
+        for stranger in (
+            Peer(labels=pod_labels(docs, f"{FULL}-kube-scheduler")),
+            Peer(labels={"app": "curious"}),
+            Peer(namespace="default", labels=redis),  # the same labels in another namespace are not ours
+        ):
+            assert not admits(docs, redis, stranger, port), stranger
+    # the password reaches both containers from the Secret, and no command line carries it
+    for c in spec["containers"]:
+        env = {e["name"]: e for e in c["env"]}
+        assert env["REDISCLI_AUTH"]["valueFrom"]["secretKeyRef"]["name"] == f"{FULL}-redis-auth"
+        assert not any("REDIS_PASSWORD" in a for a in args_of(c))

@@ -90,10 +90,38 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- printf "%s,%s.%s,%s.%s.svc,%s,%s.%s,%s.%s.svc" $ext $ext $ns $ext $ns $hook $hook $ns $hook $ns }}
 {{- end }}
 
+{{/* The bundled Redis-with-Sentinel: the headless Service that names each pod, and the URL listing every
+Sentinel (redis+sentinel://host:port,.../masterName/0). */}}
+{{- define "vgpu-scheduler.redisHeadless" -}}
+{{- printf "%s-redis-headless.%s.svc" (include "vgpu-scheduler.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{- define "vgpu-scheduler.sentinelUrl" -}}
+{{- $hosts := list }}
+{{- range $i := until (int .Values.redis.sentinel.replicas) }}
+{{- $hosts = append $hosts (printf "%s-redis-%d.%s:%d" (include "vgpu-scheduler.fullname" $) $i (include "vgpu-scheduler.redisHeadless" $) (int $.Values.redis.sentinel.port)) }}
+{{- end }}
+{{- printf "redis+sentinel://%s/%s/0" (join "," $hosts) .Values.redis.sentinel.masterName }}
+{{- end }}
+
+{{/* --redis-wait-replicas / --redis-wait-timeout, when set (environment list items). */}}
+{{- define "vgpu-scheduler.redisWaitEnv" -}}
+{{- if ne (toString .Values.redis.waitReplicas) "" }}
+- name: VGPU_REDIS_WAIT_REPLICAS
+  value: {{ toString .Values.redis.waitReplicas | quote }}
+{{- end }}
+{{- if ne (toString .Values.redis.waitTimeout) "" }}
+- name: VGPU_REDIS_WAIT_TIMEOUT
+  value: {{ toString .Values.redis.waitTimeout | quote }}
+{{- end }}
+{{- end }}
+
 {{/* The Redis URL, as the VGPU_REDIS_URL environment variable (a list item). */}}
 {{- define "vgpu-scheduler.redisEnv" -}}
 - name: VGPU_REDIS_URL
-{{- if .Values.redis.enabled }}
+{{- if and .Values.redis.enabled .Values.redis.sentinel.enabled }}
+  value: {{ include "vgpu-scheduler.sentinelUrl" . | quote }}
+{{- else if .Values.redis.enabled }}
   value: {{ printf "redis://%s-redis.%s.svc:%d/0" (include "vgpu-scheduler.fullname" .) .Release.Namespace (int .Values.redis.port) | quote }}
 {{- else if .Values.redis.external.existingSecret }}
   valueFrom:
@@ -190,6 +218,7 @@ rotated Secret reaches the running pods; --redis-password-file is read for every
     fieldRef:
       fieldPath: metadata.namespace
 {{ include "vgpu-scheduler.redisEnv" . }}
+{{- include "vgpu-scheduler.redisWaitEnv" . }}
 {{- end }}
 
 {{/*
