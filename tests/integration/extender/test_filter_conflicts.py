@@ -144,8 +144,10 @@ async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api
             self.calls += 1
             return ReserveConflict(alloc.pod_uid, alloc.node, ConflictDimension.SLOTS, "GPU-n1-0", 1, 0, "busy")
 
-        async def reserve_fresh(self, alloc: Allocation, *, mutex: bool = False) -> ReserveResult:
-            return await self.reserve(alloc, mutex=mutex)
+        async def reserve_fresh(
+            self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None
+        ) -> ReserveResult:
+            return await self.reserve(alloc, mutex=mutex, epoch=epoch)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)
