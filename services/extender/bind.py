@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker
+from services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
 from services.extender.events import EventSink, pod_ref
 from services.extender.metrics import ExtenderMetrics
 from shared.codec import annotations as keys
@@ -238,6 +238,7 @@ class Binder:
             written = await self._annotate(pod, args, annos, token)
             if written is None:  # a concurrent bind of this pod got there first
                 await self._finish(args, token)
+                await self._release_if_settled(args, held)
                 return BindResult(BindOutcome.ALREADY_BOUND), pod
             pod = written
             await self._create_binding(args)
@@ -250,6 +251,20 @@ class Binder:
             raise
         await self._finish(args, token)
         return BindResult(BindOutcome.BOUND), pod
+
+    async def _release_if_settled(self, args: ExtenderBindingArgs, held: HeldNodeLock) -> None:
+        """This bind took the node lock for a pod another bind has bound meanwhile. While the device plugin has
+        not settled that pod, the lock is the one it allocates through: keep it (the plugin or the informer
+        releases it). Once settled, nobody else would: give it back, or it stays until ``--node-lock-timeout``."""
+        try:
+            pod = await self._api.get_pod(args.pod_namespace, args.pod_name, timeout_s=self._call_timeout_s)
+        except NotFoundError:
+            await self.locker.release(held)
+            return
+        except VgpuError:
+            return  # unknown: keep it; the informer's lock timeout is the backstop
+        if holder_is_done(pod):
+            await self.locker.release(held)
 
     def _refused(self, args: ExtenderBindingArgs, claim: ClaimRefused) -> _Failed:
         ns, name = args.pod_namespace, args.pod_name
