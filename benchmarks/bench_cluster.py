@@ -22,47 +22,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bench_extender import _redis_server
 from tests.controlplane.control import ApiServer, Cleanup, assets_dir, control_plane
 from tests.controlplane.harness import NodeShape, Settings, gpu_pod
 from tests.controlplane.native import run_native
 from tests.controlplane.scenario import Outcome, Scenario, run_scenario
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("bench_cluster: redis-server is not on the PATH (apt-get install redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                subprocess.run(["sleep", "0.05"], check=False)  # an external process starting: nothing to await
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _pods(n: int, shared: bool) -> list[dict[str, Any]]:
@@ -172,7 +141,7 @@ def main() -> None:
         sys.exit("bench_cluster: set KUBEBUILDER_ASSETS (../shared/k8s/install.sh .cache/k8s)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
-        with redis_server() as redis_url, control_plane(assets) as api:
+        with _redis_server() as redis_url, control_plane(assets) as api:
             asyncio.run(_main(args, api, redis_url, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

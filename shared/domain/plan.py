@@ -137,6 +137,26 @@ class PodNeeds:
         return not self.predicate()(summary)
 
 
+def _context(
+    pod: PodRequest,
+    constraints: PodConstraints,
+    policies: Policies,
+    quota: QuotaState | None,
+    config: NvidiaConfig,
+) -> PodContext:
+    """What ``plan`` and ``plan_ranked`` evaluate nodes with: the effective policy and the normalized requests."""
+    policy = effective_policy(policies, constraints)
+    return PodContext(
+        pod=pod,
+        requests=tuple(normalize_request(r, config) for r in pod.containers),
+        constraints=constraints,
+        policy=policy,
+        key=device_sort_key(policy),
+        config=config,
+        quota=quota,
+    )
+
+
 def _preferred(nodes: Sequence[NodeSnapshot], scores: list[float], binpack: bool) -> int:
     """Position of the node the policy prefers most: highest (binpack) or lowest (spread) score, then first name."""
     best = max(scores) if binpack else min(scores)
@@ -298,16 +318,8 @@ def plan(
             exhaustive=exhaustive,
             none_fit=none_fit,
         )
-    policy = effective_policy(policies, constraints)
-    ctx = PodContext(
-        pod=pod,
-        requests=tuple(normalize_request(r, config) for r in pod.containers),
-        constraints=constraints,
-        policy=policy,
-        key=device_sort_key(policy),
-        config=config,
-        quota=quota,
-    )
+    ctx = _context(pod, constraints, policies, quota, config)
+    policy = ctx.policy
     if not nodes:
         return Failure(reasons={}, rejections={})
     binpack = policy.node is NodePolicy.BINPACK
@@ -398,16 +410,8 @@ def plan_ranked(
     effective node policy, each node once): the decision ``plan`` takes, found by walking only as far as the first
     node that fits; None when none fits (``plan`` then says why, node by node). ``ranked`` is consumed lazily, so a
     caller that keeps its nodes sorted pays for the nodes walked, not for all of them."""
-    policy = effective_policy(policies, constraints)
-    ctx = PodContext(
-        pod=pod,
-        requests=tuple(normalize_request(r, config) for r in pod.containers),
-        constraints=constraints,
-        policy=policy,
-        key=device_sort_key(policy),
-        config=config,
-        quota=quota,
-    )
+    ctx = _context(pod, constraints, policies, quota, config)
+    policy = ctx.policy
     if not pod.any:
         first = next(iter(ranked), None)
         return None if first is None else _empty_decision(first, pod)
