@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.domain.fit import PodContext, evaluate_node, fit_mem_mib, normalize_request, type_ok, uuid_ok
+from shared.domain.fit import PodContext, evaluate_node, normalize_request, type_ok, uuid_ok
 from shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
@@ -34,6 +34,7 @@ from shared.domain.plan import Decision, apply_decision
 from shared.domain.reasons import NodeRejection
 from shared.domain.scoring import Policies, device_sort_key, effective_policy
 from shared.domain.snapshot import NodeSnapshot
+from shared.domain.vendor import fit_mem_mib
 
 # --------------------------------------------------------------------------------------------
 # Fragmentation

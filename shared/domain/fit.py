@@ -30,7 +30,6 @@ from shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
     DeviceCharge,
-    DeviceInfo,
     DeviceMode,
     DeviceUsage,
     MigAllocation,
@@ -46,6 +45,7 @@ from shared.domain.model import (
 from shared.domain.reasons import NodeRejection
 from shared.domain.scoring import DeviceKey, EffectivePolicy, device_scorer
 from shared.domain.snapshot import NodeSnapshot
+from shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
 
 _MIG = DeviceMode.MIG.value
 
@@ -61,12 +61,15 @@ def default_memory(mem_mib: int, mem_pct: int, config: NvidiaConfig) -> tuple[in
     return mem_mib, mem_pct
 
 
-def normalize_request(req: ContainerRequest, config: NvidiaConfig) -> ContainerRequest:
+def normalize_request(req: ContainerRequest, config: NvidiaConfig, rules: RuleSet = NVIDIA_ONLY) -> ContainerRequest:
     """Complete a request the way HAMi's request parsing and ``Fit`` step 8 would (§1.2, §6.4).
 
-    The memory default (:func:`default_memory`) fills in what is missing; cores above 100 are clamped to 100. A
-    request that already went through the parser is unchanged.
+    NVIDIA: the memory default (:func:`default_memory`) fills in what is missing; cores above 100 are clamped to
+    100. Other vendors: their own ``normalize``. A request that already went through the parser is unchanged.
     """
+    if req.type != NVIDIA and not req.empty:
+        vendor = rules.get(req.type)
+        return vendor.normalize(req) if vendor is not None else req
     mem_mib, mem_pct = default_memory(req.mem_mib, req.mem_pct, config)
     cores = min(req.cores_pct, 100)
     if (mem_mib, mem_pct, cores) == (req.mem_mib, req.mem_pct, req.cores_pct):
@@ -74,33 +77,11 @@ def normalize_request(req: ContainerRequest, config: NvidiaConfig) -> ContainerR
     return ContainerRequest(nums=req.nums, mem_mib=mem_mib, mem_pct=mem_pct, cores_pct=cores, type=req.type)
 
 
-def fit_mem_mib(req: ContainerRequest, devmem_mib: int) -> int:
-    """The memory a request takes on one card (§1.2): MiB when given, else ``Totalmem × pct // 100``, else 0."""
-    if req.mem_mib > 0:
-        return req.mem_mib
-    if req.mem_pct != MEM_PCT_UNSET:
-        return devmem_mib * req.mem_pct // 100
-    return 0
+type_ok = NVIDIA_RULES.type_ok
+"""§6.4 step 3: use/nouse GPU types (upper-cased substring) and ``nvidia.com/vgpu-mode`` (mode substring)."""
 
-
-def type_ok(dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
-    """§6.4 step 3: use/nouse GPU types (upper-cased substring) and ``nvidia.com/vgpu-mode`` (mode substring)."""
-    if req.type != NVIDIA:
-        return False
-    if constraints.use_types or constraints.nouse_types:
-        kind = dev.type.upper()
-        if constraints.use_types and not any(t in kind for t in constraints.use_types):
-            return False
-        if any(t in kind for t in constraints.nouse_types):
-            return False
-    return constraints.vgpu_mode is None or dev.mode in constraints.vgpu_mode
-
-
-def uuid_ok(dev: DeviceInfo, constraints: PodConstraints) -> bool:
-    """§6.4 step 5: ``use-gpuuuid`` when given (the device must be listed), otherwise ``nouse-gpuuuid``."""
-    if constraints.use_uuids:
-        return dev.id in constraints.use_uuids
-    return dev.id not in constraints.nouse_uuids
+uuid_ok = NVIDIA_RULES.uuid_ok
+"""§6.4 step 5: ``use-gpuuuid`` when given (the device must be listed), otherwise ``nouse-gpuuuid``."""
 
 
 class _Pick(NamedTuple):
@@ -150,6 +131,8 @@ class PodContext:
     key: DeviceKey
     config: NvidiaConfig
     quota: QuotaState | None
+    rules: RuleSet = NVIDIA_ONLY
+    """Every vendor's ``Fit`` hooks, by common word (``shared.domain.vendor``)."""
 
     @property
     def quota_active(self) -> bool:
@@ -165,18 +148,17 @@ class _NodeEval:
         self.ctx = ctx
         self.snap = snap
         self.devices = snap.inventory.devices
-        self.pod_devs: list[tuple[ContainerDevice, ...]] = [() for _ in ctx.requests]
+        self.pod_devs: list[tuple[ContainerDevice, ...]] = [() for _ in range(ctx.pod.container_count)]
         self.pod_mig: dict[int, list[MigPlacement]] = {}
         self.pod_legacy: dict[int, tuple[int, set[int]]] = {}
         self.typed_cache: dict[str, list[int]] = {}
 
-    def typed(self, req_type: str) -> list[int]:
-        """Positions of the devices whose lower-cased type contains the lower-cased request type."""
-        got = self.typed_cache.get(req_type)
+    def typed(self, req: ContainerRequest, rules: DeviceRules) -> list[int]:
+        """Positions of the devices of the request's family (NVIDIA: lower-cased type contains the request type)."""
+        got = self.typed_cache.get(req.type)
         if got is None:
-            want = req_type.lower()
-            got = [p for p, d in enumerate(self.devices) if want in d.type.lower()]
-            self.typed_cache[req_type] = got
+            got = [p for p, d in enumerate(self.devices) if rules.candidate(d, req)]
+            self.typed_cache[req.type] = got
         return got
 
     def run(self) -> NodeFit | NodeRejection:
@@ -186,19 +168,24 @@ class _NodeEval:
         app = base.copy()
         init_count = ctx.pod.init_count
         mig_allocs: list[MigAllocation] = []
-        for ci, req in enumerate(ctx.requests):
+        pod = ctx.pod
+        for ei, req in enumerate(ctx.requests):
             if req.empty:
                 continue
+            ci = pod.owner(ei)
             work = base if ci < init_count else app
             picks = self.fit_container(ci, req, work)
             if isinstance(picks, NodeRejection):
                 return picks
-            entries: list[ContainerDevice] = []
-            for di, pk in enumerate(picks):
+            entries: list[ContainerDevice] = list(self.pod_devs[ci])
+            offset = len(entries)
+            for di, pk in enumerate(picks, start=offset):
                 dev = self.devices[pk.pos]
                 legacy = (pk.legacy.geometry, pk.legacy.slot) if pk.legacy is not None else None
                 entries.append(
-                    ContainerDevice(uuid=dev.id, used_mem_mib=pk.mem_mib, used_cores=pk.cores, legacy_mig=legacy)
+                    ContainerDevice(
+                        uuid=dev.id, used_mem_mib=pk.mem_mib, used_cores=pk.cores, type=req.type, legacy_mig=legacy
+                    )
                 )
                 if pk.profile is not None and pk.placement is not None:
                     self.pod_mig.setdefault(pk.pos, []).append(pk.placement)
@@ -232,7 +219,10 @@ class _NodeEval:
         devices = self.devices
         constraints = ctx.constraints
         policy = ctx.policy
-        typed = self.typed(req.type)
+        rules = ctx.rules.get(req.type)
+        if rules is None:
+            return NodeRejection(node=self.snap.name, plain=Reason.NODE_INSUFFICIENT_DEVICE, container_index=ci)
+        typed = self.typed(req, rules)
         total = len(typed)
         if req.nums > total and not self._is_mig_request(req, typed):
             return NodeRejection(node=self.snap.name, plain=Reason.NODE_INSUFFICIENT_DEVICE, container_index=ci)
@@ -242,8 +232,11 @@ class _NodeEval:
         order = sorted(typed, key=lambda p: key(score(devices[p], used[p], mem[p], cores[p]), devices[p], used[p]))
 
         cordoned = self.snap.inventory.cordoned
-        numa_bind, mutex, topology = policy.numa_bind, policy.mutex, policy.topology
-        quota_active = ctx.quota_active
+        numa_bind, mutex = policy.numa_bind, policy.mutex
+        sets = rules.selects_sets
+        topology = policy.topology or sets
+        quota_active = ctx.quota_active and req.type == NVIDIA
+        type_ok, uuid_ok, take = rules.type_ok, rules.uuid_ok, rules.take
         counts: Counter[Reason] = Counter()
         partial: list[_Pick] = []
         remaining = req.nums
@@ -285,8 +278,12 @@ class _NodeEval:
             if mutex and d_used > 0:
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
                 continue
-            memreq = fit_mem_mib(req, dev.devmem_mib)
-            coresreq = req.cores_pct
+            took = take(dev, req, d_mem)
+            if took.reason is not None:
+                counts[took.reason] += 1
+                continue
+            memreq = took.mem_mib
+            coresreq = took.cores
             if quota_active and not self._quota_ok(ci, partial, dev.id, memreq, coresreq):
                 counts[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
                 continue
@@ -319,7 +316,7 @@ class _NodeEval:
                 i -= 1  # several MIG instances can come from one GPU: look at it again
 
         if topology:
-            chosen = self._select_topology(partial, req.nums)
+            chosen = self._select_set(partial, req.nums, rules) if sets else self._select_topology(partial, req.nums)
             if chosen is not None:
                 return chosen
         if partial:
@@ -398,6 +395,17 @@ class _NodeEval:
             legacy=choice,
         )
 
+    def _select_set(self, candidates: list[_Pick], nums: int, rules: DeviceRules) -> list[_Pick] | None:
+        """A vendor that chooses multi-device requests as a set (e.g. Ascend's card rules) picks among all
+        candidates, given in preference order."""
+        if len(candidates) < nums:
+            return None
+        chosen = rules.select([self.devices[pk.pos] for pk in candidates], nums, self.snap.inventory)
+        if chosen is None or len(chosen) != nums:
+            return None
+        chosen_ids = {d.id for d in chosen}
+        return [pk for pk in candidates if self.devices[pk.pos].id in chosen_ids]
+
     def _select_topology(self, candidates: list[_Pick], nums: int) -> list[_Pick] | None:
         """``topology-aware``: exactly ``nums`` candidates are taken as they are; more are narrowed by pair score."""
         if len(candidates) == nums:
@@ -435,21 +443,24 @@ def may_fit(ctx: PodContext, snap: NodeSnapshot) -> bool:
     for req in ctx.requests:
         if req.empty:
             continue
-        want = req.type.lower()
-        cores = req.cores_pct
+        rules = ctx.rules.get(req.type)
+        if rules is None:
+            return False
+        candidate, type_ok, uuid_ok, take = rules.candidate, rules.type_ok, rules.uuid_ok, rules.take
         found = 0
         for dev, u in zip(devices, usages, strict=True):
             used = u.used
+            if not candidate(dev, req) or not dev.health or used >= dev.count or (mutex and used > 0):
+                continue
+            took = take(dev, req, u.used_mem_mib)
+            cores = took.cores
             if (
-                not dev.health
-                or used >= dev.count
-                or (mutex and used > 0)
-                or dev.devmem_mib - u.used_mem_mib < fit_mem_mib(req, dev.devmem_mib)
+                took.reason is not None
+                or dev.devmem_mib - u.used_mem_mib < took.mem_mib
                 or dev.devcore - u.used_cores < cores
                 or (cores == 100 and used > 0 and dev.devcore == 100)
                 or (cores == 0 and dev.devcore != 0 and u.used_cores == dev.devcore)
                 or dev.id in cordoned
-                or want not in dev.type.lower()
                 or not type_ok(dev, req, constraints)
                 or not uuid_ok(dev, constraints)
             ):

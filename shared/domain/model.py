@@ -150,6 +150,9 @@ class DeviceInfo:
     mode: str
     health: bool
     mig_profiles: tuple[MigProfile, ...] = ()
+    vendor: str = NVIDIA
+    """HAMi's common word of the device's family (``NVIDIA``, ``DCU``, ``MLU``, ``AMD``, ``Ascend910B``…): a node
+    may carry devices of several vendors, and a request only ever takes devices of its own vendor."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,14 +205,33 @@ EMPTY_REQUEST = ContainerRequest(nums=0)
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """The device requests of a whole pod: one entry per container, init containers first (difference 2)."""
+    """The device requests of a whole pod: one entry per container, init containers first (difference 2).
+
+    A container asking for several vendors at once (HAMi's multi-type request) has one entry per vendor:
+    ``owners[i]`` is then the container index of entry ``i`` (entries of one container are adjacent, in
+    container order). Empty ``owners`` means one entry per container (``owners[i] == i``), the common case.
+    """
 
     containers: tuple[ContainerRequest, ...]
     init_count: int
+    owners: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.owners and len(self.owners) != len(self.containers):
+            raise ValueError("PodRequest.owners must name the container of every request entry")
 
     @property
     def any(self) -> bool:
         return any(not c.empty for c in self.containers)
+
+    @property
+    def container_count(self) -> int:
+        """How many (init + app) containers the pod has: the length of its device list."""
+        return self.owners[-1] + 1 if self.owners else len(self.containers)
+
+    def owner(self, entry: int) -> int:
+        """The container index of request entry ``entry``."""
+        return self.owners[entry] if self.owners else entry
 
     def is_init(self, container_index: int) -> bool:
         return container_index < self.init_count
@@ -371,6 +393,24 @@ class ScoringWeights:
 
 
 @dataclass(frozen=True, slots=True)
+class Selectors:
+    """A vendor's device selectors from the pod's annotations (HAMi's ``CheckType`` / ``CheckUUID`` inputs).
+
+    Types are upper-cased substrings of the device type; UUIDs match exactly. Empty means no constraint.
+    NVIDIA's come from ``nvidia.com/use-gputype`` … and are the NVIDIA fields of :class:`PodConstraints`; every
+    other vendor's are in ``PodConstraints.vendor_selectors[<common word>]``.
+    """
+
+    use_types: tuple[str, ...] = ()
+    nouse_types: tuple[str, ...] = ()
+    use_uuids: frozenset[str] = frozenset()
+    nouse_uuids: frozenset[str] = frozenset()
+
+
+NO_SELECTORS = Selectors()
+
+
+@dataclass(frozen=True, slots=True)
 class PodConstraints:
     """What a pod's annotations say about where it may go and how devices are ordered (hami-wire §1.4).
 
@@ -387,6 +427,14 @@ class PodConstraints:
     node_policy: NodePolicy | None = None
     gpu_policy: GpuPolicy | None = None
     weights: ScoringWeights = ScoringWeights()
+    vendor_selectors: Mapping[str, Selectors] = field(default_factory=dict)
+    """Other vendors' selectors by common word (``hygon.com/use-dcutype`` …); NVIDIA's are the fields above."""
+
+    def selectors(self, vendor: str) -> Selectors:
+        """The selectors of ``vendor`` (NVIDIA's from the fields above)."""
+        if vendor == NVIDIA:
+            return Selectors(self.use_types, self.nouse_types, self.use_uuids, self.nouse_uuids)
+        return self.vendor_selectors.get(vendor, NO_SELECTORS)
 
 
 NO_CONSTRAINTS = PodConstraints()

@@ -24,6 +24,7 @@ from shared.domain.fit import NodeFit, PodContext, evaluate_node, may_fit, norma
 from shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
+    NVIDIA,
     ContainerRequest,
     DeviceCharge,
     DeviceUsage,
@@ -38,6 +39,7 @@ from shared.domain.model import (
 from shared.domain.reasons import NodeRejection
 from shared.domain.scoring import Policies, device_sort_key, effective_policy
 from shared.domain.snapshot import NodeSnapshot, NodeSummary
+from shared.domain.vendor import NVIDIA_ONLY, RuleSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +100,10 @@ class PodNeeds:
     @classmethod
     def of(cls, requests: Sequence[ContainerRequest], mutex: bool) -> PodNeeds:
         """The needs of a pod's (normalized) requests; ``mutex`` when the GPU policy contains ``mutex``."""
-        wanted = [r for r in requests if not r.empty]
-        devices = max((r.nums for r in wanted), default=0)
+        every = [r for r in requests if not r.empty]
+        devices = max((r.nums for r in every), default=0)
+        # memory and cores as NVIDIA's Fit reads them; other vendors take what their rules say (a vNPU template…)
+        wanted = [r for r in every if r.type == NVIDIA]
         return cls(
             devices=devices,
             mem_mib=max((r.mem_mib for r in wanted if r.mem_mib > 0), default=_NO_NEED),
@@ -137,23 +141,25 @@ class PodNeeds:
         return not self.predicate()(summary)
 
 
-def _context(
+def _context(  # noqa: PLR0917
     pod: PodRequest,
     constraints: PodConstraints,
     policies: Policies,
     quota: QuotaState | None,
     config: NvidiaConfig,
+    rules: RuleSet = NVIDIA_ONLY,
 ) -> PodContext:
     """What ``plan`` and ``plan_ranked`` evaluate nodes with: the effective policy and the normalized requests."""
     policy = effective_policy(policies, constraints)
     return PodContext(
         pod=pod,
-        requests=tuple(normalize_request(r, config) for r in pod.containers),
+        requests=tuple(normalize_request(r, config, rules) for r in pod.containers),
         constraints=constraints,
         policy=policy,
         key=device_sort_key(policy),
         config=config,
         quota=quota,
+        rules=rules,
     )
 
 
@@ -231,7 +237,11 @@ def _passed_over_in_order(nodes: Sequence[NodeSnapshot], scores: list[float], or
 
 def _empty_decision(snap: NodeSnapshot, pod: PodRequest) -> Decision:
     return Decision(
-        node=snap.name, devices=tuple(() for _ in pod.containers), mig=(), charges=(), score=snap.summary.score
+        node=snap.name,
+        devices=tuple(() for _ in range(pod.container_count)),
+        mig=(),
+        charges=(),
+        score=snap.summary.score,
     )
 
 
@@ -291,6 +301,7 @@ def plan(
     exhaustive: bool = False,
     busy: AbstractSet[str] = frozenset(),
     none_fit: bool = False,
+    rules: RuleSet = NVIDIA_ONLY,
 ) -> Decision | Failure:
     """Choose the node and the devices of every container of ``pod``, or say why no candidate fits.
 
@@ -317,8 +328,9 @@ def plan(
             config=config,
             exhaustive=exhaustive,
             none_fit=none_fit,
+            rules=rules,
         )
-    ctx = _context(pod, constraints, policies, quota, config)
+    ctx = _context(pod, constraints, policies, quota, config, rules)
     policy = ctx.policy
     if not nodes:
         return Failure(reasons={}, rejections={})
@@ -405,12 +417,13 @@ def plan_ranked(
     policies: Policies,
     quota: QuotaState | None = None,
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
+    rules: RuleSet = NVIDIA_ONLY,
 ) -> Decision | None:
     """``plan``'s fast path over candidates given in order of preference (sorted by :func:`rank_key` of the pod's
     effective node policy, each node once): the decision ``plan`` takes, found by walking only as far as the first
     node that fits; None when none fits (``plan`` then says why, node by node). ``ranked`` is consumed lazily, so a
     caller that keeps its nodes sorted pays for the nodes walked, not for all of them."""
-    ctx = _context(pod, constraints, policies, quota, config)
+    ctx = _context(pod, constraints, policies, quota, config, rules)
     policy = ctx.policy
     if not pod.any:
         first = next(iter(ranked), None)
@@ -434,6 +447,7 @@ def plan_tiers(
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     exhaustive: bool = False,
     none_fit: bool = False,
+    rules: RuleSet = NVIDIA_ONLY,
 ) -> Decision | Failure:
     """``plan`` over each tier of candidates in turn: the first tier where a node fits decides (the node policy
     orders each tier); when none fits, the failure holds every candidate's reason. ``plan(busy=…)`` is the tiers
@@ -451,6 +465,7 @@ def plan_tiers(
             config=config,
             exhaustive=exhaustive,
             none_fit=none_fit,
+            rules=rules,
         )
         if isinstance(result, Decision):
             return replace(result, passed_over=result.passed_over + passed) if passed else result
