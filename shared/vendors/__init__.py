@@ -1,0 +1,1 @@
+"""Device vendors (HAMi's ``Devices`` implementations): pure codecs and rules, one module per family."""
