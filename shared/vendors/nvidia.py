@@ -1,0 +1,174 @@
+"""NVIDIA as a :class:`~shared.vendors.base.Vendor` (pure). Registration: ``hami.io/node-nvidia-register`` +
+``hami.io/node-nvidia-score`` + ``hami.io/device-cordon`` → :class:`NodeInventory`, and
+liveness (hami-wire §2.1–2.4, differences 1 and 9).
+
+Order of the checks, each ending the observation:
+
+1. no register annotation → not registered (``absent``);
+2. the register annotation does not decode (JSON, 9- or 7-field colon format) → invalid (``register``);
+3. the topology score annotation is present but does not decode → invalid (``topology_score``): HAMi fails the
+   whole NVIDIA registration of the node in that case (§2.3);
+4. ``allocatable[<resourceCountName>]`` is not a quantity → invalid (``allocatable``);
+5. the device list is empty → not registered (``no_devices``);
+6. liveness: live when allocatable > 0; for ≤ v2.7 plugins (colon format, or ``Reported`` seen) also while our
+   ``Requesting_`` is fresh or is being answered (:func:`~services.registrar.vendor.judge_handshake`);
+   otherwise not registered (``no_allocatable`` / ``handshake_timeout``).
+
+Cordoned UUIDs are kept only when the node has such a device (the list is an admin's free text).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.codec import annotations as keys
+from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from shared.codec.quantity import parse_quantity
+from shared.codec.register import decode_register, is_json
+from shared.codec.resources import container_request
+from shared.codec.selectors import decode_cordon, decode_pod_constraints
+from shared.codec.topology import decode_topology
+from shared.domain.model import NVIDIA, ContainerDevice, ContainerRequest, NodeInventory, NvidiaConfig, Selectors
+from shared.domain.vendor import NVIDIA_RULES, DeviceRules
+from shared.errors import DecodeError
+from shared.vendors.base import NodeLockKind, ResourceNames
+from shared.vendors.registration import (
+    HANDSHAKE_TIMEOUT_S,
+    DecodeFailure,
+    HandshakeState,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+    is_reported,
+    judge_handshake,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class NvidiaVendor:
+    """The NVIDIA vendor. ``config.resource_count_name`` is the allocatable resource judged for liveness."""
+
+    config: NvidiaConfig = field(default_factory=NvidiaConfig)
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+
+    @property
+    def name(self) -> str:
+        return NVIDIA
+
+    @property
+    def handshake_key(self) -> str:
+        return keys.NODE_HANDSHAKE
+
+    @property
+    def resources(self) -> ResourceNames:
+        c = self.config
+        return ResourceNames(
+            count=c.resource_count_name,
+            memory=c.resource_memory_name,
+            cores=c.resource_core_name,
+            memory_percentage=c.resource_memory_percentage_name,
+            memory_unit_mib=max(c.memory_factor, 1),
+            extra=(c.resource_priority_name,),
+        )
+
+    @property
+    def rules(self) -> DeviceRules:
+        return NVIDIA_RULES
+
+    @property
+    def to_allocate_key(self) -> str:
+        return keys.DEVICES_TO_ALLOCATE
+
+    @property
+    def allocated_key(self) -> str:
+        return keys.DEVICES_ALLOCATED
+
+    @property
+    def register_key(self) -> str:
+        return keys.NODE_NVIDIA_REGISTER
+
+    @property
+    def node_lock(self) -> NodeLockKind:
+        return NodeLockKind.HAMI
+
+    def manages(self, container: Mapping[str, Any]) -> bool:
+        names = self.config.resource_names
+        res = container.get("resources") if isinstance(container, Mapping) else None
+        if not isinstance(res, Mapping):
+            return False
+        maps = (res.get("limits"), res.get("requests"))
+        return any(isinstance(m, Mapping) and any(n in m for n in names) for m in maps)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        return container_request(container, self.config, what)
+
+    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
+        """NVIDIA's admission edits need the whole pod (``shared.protocol.webhook``); here only "is it ours"."""
+        del where
+        return self.manages(container)
+
+    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
+        c = decode_pod_constraints(annotations)
+        return Selectors(c.use_types, c.nouse_types, c.use_uuids, c.nouse_uuids)
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value)
+
+    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
+        """See the module docstring for the order of the checks."""
+        a = node.annotations
+        register = a.get(keys.NODE_NVIDIA_REGISTER)
+        if register is None:
+            return NotRegistered(Unregistered.ABSENT)
+        try:
+            devices = decode_register(register)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.REGISTER, keys.NODE_NVIDIA_REGISTER, register, e)
+        score = a.get(keys.NODE_NVIDIA_SCORE)
+        pair_scores = {}
+        if score is not None:
+            try:
+                pair_scores = {k: dict(v) for k, v in decode_topology(score).items()}
+            except DecodeError as e:
+                return Invalid(DecodeFailure.TOPOLOGY, keys.NODE_NVIDIA_SCORE, score, e)
+        count_name = self.config.resource_count_name
+        source = f"status.allocatable[{count_name}]"
+        raw = node.allocatable.get(count_name, 0)
+        try:
+            allocatable = parse_quantity(raw, source)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+
+        handshake_value = a.get(self.handshake_key)
+        legacy = not is_json(register) or is_reported(handshake_value) or reported_before
+        if not devices:
+            return NotRegistered(Unregistered.NO_DEVICES, legacy)
+
+        write: str | None = None
+        reporter = False
+        live = allocatable > 0
+        reason = Unregistered.NO_ALLOCATABLE
+        if legacy:
+            judged = judge_handshake(handshake_value, now_local, self.handshake_timeout_s)
+            write, reporter = judged.write, judged.reporter
+            if judged.state is not HandshakeState.EXPIRED:
+                live = True
+            reason = Unregistered.HANDSHAKE_TIMEOUT
+        if not live:
+            return NotRegistered(reason, legacy)
+
+        ids = {d.id for d in devices}
+        cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
+        inventory = NodeInventory(
+            node=node.name, vendor=NVIDIA, devices=devices, pair_scores=pair_scores, cordoned=cordoned
+        )
+        return Registered(inventory, handshake=write, legacy=legacy, reporter=reporter)
