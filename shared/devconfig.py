@@ -55,6 +55,9 @@ class DeviceConfig:
     nvidia: NvidiaConfig
     notes: tuple[str, ...] = ()
     source: str = ""
+    vendor_sections: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    """Other vendors' sections as parsed YAML, by section name: ``shared.vendors.catalog`` validates them and
+    enables those vendors (this module stays free of the codecs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,15 +123,16 @@ def _parse(data: object, source: str) -> DeviceConfig:
         raise _KeyError("(top level)", "expected a mapping with at least one non-empty vendor section such as nvidia:")
     notes: list[str] = []
     nvidia = NvidiaConfig()
+    sections: dict[str, object] = {}
     for key, value in data.items():
         if key == "nvidia":
             if value is not None:
                 nvidia = _parse_nvidia(value, notes)
         elif key in VENDOR_SECTIONS:
-            notes.append(f"{key}: section accepted and ignored (only NVIDIA is scheduled)")
+            sections[key] = value
         else:
             notes.append(f"{key}: unknown top-level section ignored")
-    return DeviceConfig(nvidia=nvidia, notes=tuple(notes), source=source)
+    return DeviceConfig(nvidia=nvidia, notes=tuple(notes), source=source, vendor_sections=sections)
 
 
 # key in YAML -> (NvidiaConfig field, validator)

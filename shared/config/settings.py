@@ -218,6 +218,8 @@ class CommonSettings:
     device_config_file: str = ""
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
     device_config_notes: tuple[str, ...] = ()
+    device_sections: Mapping[str, object] = field(default_factory=dict)
+    """The device config's other vendor sections (``hygon:`` …), for ``shared.vendors.catalog.enabled_vendors``."""
     config_file: str | None = None
 
     @property
@@ -393,6 +395,7 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
         device_config_file=device_config_file,
         nvidia=nvidia,
         device_config_notes=loaded.notes if loaded else (),
+        device_sections=loaded.vendor_sections if loaded else {},
         config_file=r.opt_text("config"),
     )
 
