@@ -235,6 +235,12 @@ def _passed_over_in_order(nodes: Sequence[NodeSnapshot], scores: list[float], or
     return start + sum(1 for j in range(start, end) if nodes[order[j]].name < name)
 
 
+def _sets(ctx: PodContext, req: ContainerRequest) -> bool:
+    """Whether the request's vendor chooses devices as a set (the choice may depend on device identities)."""
+    rules = ctx.rules.get(req.type)
+    return not req.empty and rules is not None and rules.selects_sets
+
+
 def _empty_decision(snap: NodeSnapshot, pod: PodRequest) -> Decision:
     return Decision(
         node=snap.name,
@@ -363,7 +369,13 @@ def plan(
             rejections[idx] = result
     # 3. nothing fits: give the skipped nodes their reasons too. Nodes of one shape (devices and usage alike but
     # for names and UUIDs) get one evaluation when UUIDs cannot matter (no UUID selector, no topology policy).
-    share = not (constraints.use_uuids or constraints.nouse_uuids or policy.topology)
+    share = not (
+        constraints.use_uuids
+        or constraints.nouse_uuids
+        or policy.topology
+        or any(sel.use_uuids or sel.nouse_uuids for sel in constraints.vendor_selectors.values())
+        or any(_sets(ctx, r) for r in ctx.requests)
+    )
     verdicts: dict[str, NodeRejection] = {}
     for idx, snap in enumerate(nodes):
         if idx in rejections:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -35,6 +35,9 @@ class NodeView:
     resource_version: str
     annotations: Mapping[str, str]
     allocatable: Mapping[str, Any]
+    capacity: Mapping[str, Any] = field(default_factory=dict)
+    """``status.capacity`` (vendors that register from node capacity, e.g. Cambricon, read it)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, node: Mapping[str, Any]) -> NodeView:
@@ -47,6 +50,8 @@ class NodeView:
             resource_version=str(meta.get("resourceVersion", "")),
             annotations={k: v for k, v in annotations.items() if isinstance(v, str)},
             allocatable=_mapping(status.get("allocatable")),
+            capacity=_mapping(status.get("capacity")),
+            labels={k: v for k, v in _mapping(meta.get("labels")).items() if isinstance(v, str)},
         )
 
 
