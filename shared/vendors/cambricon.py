@@ -114,8 +114,8 @@ class LockState(enum.Enum):
     FREE = "free"
     """No lock annotation: lock by writing :func:`lock_annotation`."""
     HELD = "held"
-    """Locked at most two minutes ago, or the value is not an RFC 3339 time (HAMi then fails the bind every time:
-    such a value stays until somebody removes it)."""
+    """Locked at most two minutes ago (or in the future), or the value is not an RFC 3339 time: HAMi fails the bind
+    (and its failure path then deletes the annotation, whoever wrote it)."""
     EXPIRED = "expired"
     """Locked more than two minutes ago: HAMi removes the annotation and locks again."""
 
