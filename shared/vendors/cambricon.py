@@ -597,10 +597,6 @@ class CambriconVendor:
 DEFAULT_VENDOR: Final = CambriconVendor()
 
 
-def _check_vendor(v: CambriconVendor) -> Vendor:
-    return v  # mypy: CambriconVendor implements the Vendor protocol
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Pod annotations besides the device list
 # ------------------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from shared.vendors.registration import (
     Registered,
     Unregistered,
 )
+from shared.vendors.registry import Vendors
 
 V = cam.DEFAULT_VENDOR
 HAMI_TEST = cam.CambriconVendor(count_name="cambricon.com/mlu")
@@ -622,6 +623,30 @@ def test_running_pods_on_a_cordoned_card_are_unaffected() -> None:
     node_snap = snapshot(two_cards(), usage, cordoned=["dev-1"])
     assert chosen(fit(mlu_req(mem=64), node_snap)) == ["dev-0"]
     assert node_snap.device_usage("dev-1").used == 1
+
+
+@pytest.mark.xfail(
+    strict=True, reason="plan() shares verdicts between nodes of one shape unless NVIDIA's UUID selectors are set"
+)
+def test_uuid_selector_reasons_are_per_node() -> None:
+    # ids name their node, so a UUID selector makes equal-shaped nodes differ: b's card is the one asked for,
+    # and it is too small
+    def node_snap(name: str) -> NodeSnapshot:
+        devices = cam.devices_from_capacity(name, 100, 1)  # one card of 25600 MiB
+        return NodeSnapshot(NodeInventory(node=name, vendor="MLU", devices=devices))
+
+    pod = PodRequest((mlu_req(mem=30000),), 0)
+    sel = constraints({"cambricon.com/use-gpuuuid": "b-cambricon-mlu-0"})
+    got = plan(pod, sel, [node_snap("a"), node_snap("b")], policies=Policies(), rules=RULESET)
+    assert isinstance(got, Failure)
+    assert got.reasons == {"a": "1/1 CardUuidMismatch", "b": "1/1 CardInsufficientMemory"}
+
+
+def test_registry_takes_the_vendor() -> None:
+    vendors = Vendors((V,))
+    assert vendors.get("MLU") is V
+    assert vendors.rules.get("MLU") is cam.RULES
+    assert vendors.managing(ctr({"cambricon.com/vmlu": "1"})) == (V,)
 
 
 def test_nvidia_request_sees_no_mlu() -> None:
