@@ -1,0 +1,390 @@
+"""Hygon DCU as a vendor (HAMi's ``pkg/device/hygon``): common word ``DCU``, pure.
+
+What a DCU pod and node look like on the wire (docs/vendors/hygon.md):
+
+* resources ``hygon.com/dcunum`` (count), ``hygon.com/dcumem`` (memory, units of ``memoryFactor`` MiB) and
+  ``hygon.com/dcucores`` (percent of one card), renamed by the ``hygon:`` section of the device config;
+* registration ``hami.io/node-dcu-register`` in the **colon format** only (``id,count,devmem,devcore,type,numa,
+  health[,index,mode]:`` per device, HAMi's ``DecodeNodeDevices``), liveness through the
+  ``hami.io/node-handshake-dcu`` handshake (a ``Requesting_`` past 60 s falls back to ``allocatable > 0``);
+* pod device lists ``hami.io/dcu-devices-to-allocate`` and ``hami.io/dcu-devices-allocated`` (the same value:
+  ``UUID,DCU,mem,cores:`` per device, ``;`` per container), the shared node lock ``hami.io/mutex.lock``;
+* selectors ``hygon.com/use-dcutype`` / ``hygon.com/nouse-dcutype`` (upper-cased substrings of the device type)
+  and ``hygon.com/use-gpuuuid`` / ``hygon.com/nouse-gpuuuid`` (exact UUIDs; both lists apply).
+
+``Fit`` is the common skeleton unchanged: memory in MiB or, when none is asked, the whole card (100 %); cores as
+asked, 100 when not given; a 100-core request wants the card to itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from shared.codec import annotations as keys
+from shared.codec._go import fail, trim_space
+from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from shared.codec.quantity import parse_quantity
+from shared.codec.register import WHAT as NVIDIA_REGISTER
+from shared.codec.register import decode_register, encode_register_colon, is_json
+from shared.codec.resources import ResourceRequestError, _Kind, _label, _lists, _raw, _Reader
+from shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
+from shared.domain.model import (
+    EMPTY_REQUEST,
+    MEM_PCT_UNSET,
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    NodeInventory,
+    NvidiaConfig,
+    PodConstraints,
+    Selectors,
+)
+from shared.domain.vendor import BasicRules, DeviceRules
+from shared.errors import ConfigError, DecodeError
+from shared.vendors.base import NodeLockKind, ResourceNames
+from shared.vendors.registration import (
+    HANDSHAKE_TIMEOUT_S,
+    DecodeFailure,
+    HandshakeState,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+    judge_handshake,
+)
+
+SECTION: Final = "hygon"
+"""The device-config section that enables the vendor."""
+
+NAME: Final = "DCU"
+"""HAMi's common word: the ``type`` of DCU requests and pod device entries, ``DeviceInfo.vendor``."""
+
+REGISTER_KEY: Final = "hami.io/node-dcu-register"
+HANDSHAKE_KEY: Final = "hami.io/node-handshake-dcu"
+TO_ALLOCATE_KEY: Final = "hami.io/dcu-devices-to-allocate"
+ALLOCATED_KEY: Final = "hami.io/dcu-devices-allocated"
+USE_TYPE: Final = "hygon.com/use-dcutype"
+NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
+USE_UUID: Final = "hygon.com/use-gpuuuid"
+NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
+
+_DEFAULT_CORES = 100
+"""HAMi's core request when ``hygon.com/dcucores`` is not given: the whole card's compute."""
+
+
+@dataclass(frozen=True, slots=True)
+class HygonConfig:
+    """The ``hygon:`` section (HAMi's ``HygonConfig``), with HAMi's defaults (its ``--dcu-*`` flags and chart)."""
+
+    resource_count_name: str = "hygon.com/dcunum"
+    resource_memory_name: str = "hygon.com/dcumem"
+    resource_core_name: str = "hygon.com/dcucores"
+    memory_factor: int = 1
+    """``hygon.com/dcumem`` is in units of this many MiB (HAMi scales only when it is above 1)."""
+
+
+_KEYS: Mapping[str, str] = {
+    "resourceCountName": "resource_count_name",
+    "resourceMemoryName": "resource_memory_name",
+    "resourceCoreName": "resource_core_name",
+    "memoryFactor": "memory_factor",
+}
+
+
+def parse_config(section: object) -> HygonConfig:
+    """Validate the ``hygon:`` section; absent keys keep HAMi's defaults. ConfigError names the key path."""
+    if section is None:
+        return HygonConfig()
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{SECTION}: expected a mapping, got {type(section).__name__}")
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        field = _KEYS.get(key) if isinstance(key, str) else None
+        if field is None:
+            known = ", ".join(_KEYS)
+            raise ConfigError(f"{SECTION}.{key}: unknown key (known: {known})")
+        path = f"{SECTION}.{key}"
+        if field == "memory_factor":
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31 - 1:
+                raise ConfigError(f"{path}: expected a whole number from 0 to 2147483647, got {value!r}")
+            values[field] = max(value, 1)
+        else:
+            if not isinstance(value, str):
+                raise ConfigError(f"{path}: expected a string, got {value!r}")
+            if field == "resource_count_name" and trim_space(value) == "":
+                raise ConfigError(f"{path}: must not be empty (it is how a container asks for DCUs)")
+            values[field] = value
+    return HygonConfig(**values)
+
+
+def build(section: object) -> tuple[HygonVendor, ...]:
+    """The vendor the ``hygon:`` section configures (``None`` or ``{}``: HAMi's defaults)."""
+    return (HygonVendor(parse_config(section)),)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fit
+# ------------------------------------------------------------------------------------------------------------
+
+
+def uuid_selectors_ok(dev: DeviceInfo, sel: Selectors) -> bool:
+    """HAMi's ``CheckUUID``: the device must be in the use list when there is one, and never in the nouse list."""
+    if sel.use_uuids and dev.id not in sel.use_uuids:
+        return False
+    return dev.id not in sel.nouse_uuids
+
+
+@dataclass(frozen=True, slots=True)
+class DcuRules(BasicRules):
+    """DCU ``Fit``: the common skeleton; only the UUID check differs (both lists apply, as in HAMi)."""
+
+    name: str = NAME
+
+    def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
+        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+
+
+DCU_RULES: DeviceRules = DcuRules()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Selectors
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _use_guard(value: str, found: bool, key: str) -> None:
+    if trim_space(value) != "" and not found:
+        fail(key, "list holds no token, so no device could ever match", value)
+
+
+def decode_selectors(
+    annotations: Mapping[str, str], use_type: str, nouse_type: str, use_uuid: str, nouse_uuid: str
+) -> Selectors:
+    """The four selector annotations → Selectors (trimmed, upper-cased types; blank means no constraint).
+
+    A use list that is not blank but names nothing (``","``) matches no device in HAMi: a DecodeError here.
+    """
+
+    def text(key: str) -> str:
+        value = annotations.get(key, "")
+        if not isinstance(value, str):
+            fail(key, f"annotation value must be a string, got {type(value).__name__}")
+        return value
+
+    use_types = decode_type_list(text(use_type))
+    _use_guard(text(use_type), bool(use_types), use_type)
+    use_uuids = decode_uuid_list(text(use_uuid))
+    _use_guard(text(use_uuid), bool(use_uuids), use_uuid)
+    return Selectors(
+        use_types=use_types,
+        nouse_types=decode_type_list(text(nouse_type)),
+        use_uuids=use_uuids,
+        nouse_uuids=decode_uuid_list(text(nouse_uuid)),
+    )
+
+
+def rekey(e: DecodeError, key: str) -> DecodeError:
+    """The shared register codec names NVIDIA's key: name ours instead."""
+    what = key + e.what[len(NVIDIA_REGISTER) :] if e.what.startswith(NVIDIA_REGISTER) else e.what
+    return DecodeError(what, e.detail, e.part)
+
+
+def reader_config(count: str, memory: str, cores: str, memory_factor: int = 1) -> NvidiaConfig:
+    """The resource names and memory unit the strict quantity reader of ``shared.codec.resources`` needs."""
+    return NvidiaConfig(
+        resource_count_name=count,
+        resource_memory_name=memory,
+        resource_memory_percentage_name=cores or memory,
+        resource_core_name=cores,
+        resource_priority_name="",
+        memory_factor=memory_factor,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The vendor
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HygonVendor:
+    """Hygon DCU (see the module docstring)."""
+
+    config: HygonConfig = dataclasses.field(default_factory=HygonConfig)
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def resources(self) -> ResourceNames:
+        c = self.config
+        return ResourceNames(
+            count=c.resource_count_name,
+            memory=c.resource_memory_name or None,
+            cores=c.resource_core_name or None,
+            memory_unit_mib=c.memory_factor,
+        )
+
+    @property
+    def rules(self) -> DeviceRules:
+        return DCU_RULES
+
+    @property
+    def to_allocate_key(self) -> str | None:
+        return TO_ALLOCATE_KEY
+
+    @property
+    def allocated_key(self) -> str:
+        return ALLOCATED_KEY
+
+    @property
+    def register_key(self) -> str | None:
+        return REGISTER_KEY
+
+    @property
+    def handshake_key(self) -> str | None:
+        return HANDSHAKE_KEY
+
+    @property
+    def node_lock(self) -> NodeLockKind:
+        return NodeLockKind.HAMI
+
+    # ---- requests ----------------------------------------------------------------------------------------------
+
+    def manages(self, container: Mapping[str, Any]) -> bool:
+        limits, requests = _lists(container, "container")
+        return any(n in limits or n in requests for n in self.resources.all)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        """HAMi's ``GenerateResourceRequests`` for DCUs, strict (see docs/vendors/hygon.md).
+
+        Each resource is read from the limits, else the requests. Memory × ``memoryFactor``; no memory means the
+        whole card (100 %); cores default to 100. A memory or core resource without the count, a count of 0 with
+        memory, and any bad quantity are a ResourceRequestError.
+        """
+        c = self.config
+        limits, requests = _lists(container, what)
+        r = _Reader(
+            reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name, c.memory_factor),
+            _label(container, what),
+        )
+        n = r.read(limits, requests, c.resource_count_name, _Kind.COUNT)
+        mem = r.read(limits, requests, c.resource_memory_name, _Kind.MEMORY) if c.resource_memory_name else None
+        core = r.read(limits, requests, c.resource_core_name, _Kind.PERCENT) if c.resource_core_name else None
+        if r.problems:
+            raise ResourceRequestError(r.problems)
+        if not _raw(limits, requests, c.resource_count_name)[0]:
+            shares = [x for x in (c.resource_memory_name, c.resource_core_name) if x and _raw(limits, requests, x)[0]]
+            if not shares:
+                return EMPTY_REQUEST
+            r.problem(f"{shares[0]} needs {c.resource_count_name}, the number of DCUs: add {c.resource_count_name}: 1")
+            raise ResourceRequestError(r.problems)
+        if not n:
+            if mem:
+                r.problem(
+                    f"{c.resource_count_name} is 0 but {c.resource_memory_name} asks for DCU memory: set "
+                    f"{c.resource_count_name} to the number of DCUs (e.g. 1) or remove {c.resource_memory_name}"
+                )
+                raise ResourceRequestError(r.problems)
+            return EMPTY_REQUEST
+        mem_mib = (mem or 0) * c.memory_factor
+        return ContainerRequest(
+            nums=n,
+            mem_mib=mem_mib,
+            mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
+            cores_pct=_DEFAULT_CORES if core is None else core,
+            type=NAME,
+        )
+
+    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
+        """HAMi's ``MutateAdmission``: no edit; True when the count resource is in the container's limits."""
+        limits, _ = _lists(container, where)
+        return self.config.resource_count_name in limits
+
+    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
+        return decode_selectors(annotations, USE_TYPE, NOUSE_TYPE, USE_UUID, NOUSE_UUID)
+
+    # ---- registration ------------------------------------------------------------------------------------------
+
+    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
+        """Registration + HAMi's ``CheckHealth`` for DCUs. The order of the checks, each ending the observation:
+
+        1. no ``hami.io/node-dcu-register`` → not registered (``absent``);
+        2. the value is JSON, or not the 7/9-field colon format → invalid (``register``);
+        3. ``allocatable[<resourceCountName>]`` is not a quantity → invalid (``allocatable``);
+        4. no device → not registered (``no_devices``);
+        5. the handshake, always (DCU plugins speak it): live while our ``Requesting_`` is fresh or being
+           answered; once it expired, live only while allocatable > 0 (else ``handshake_timeout``).
+        """
+        del reported_before  # DCU always speaks the handshake
+        a = node.annotations
+        register = a.get(REGISTER_KEY)
+        if register is None:
+            return NotRegistered(Unregistered.ABSENT)
+        try:
+            devices = decode_devices_register(register)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.REGISTER, REGISTER_KEY, register, e)
+        count_name = self.config.resource_count_name
+        source = f"status.allocatable[{count_name}]"
+        raw = node.allocatable.get(count_name, 0)
+        try:
+            allocatable = parse_quantity(raw, source)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        if not devices:
+            return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
+        judged = judge_handshake(a.get(HANDSHAKE_KEY), now_local, self.handshake_timeout_s)
+        if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
+            return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
+        ids = {d.id for d in devices}
+        cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
+        inventory = NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned)
+        return Registered(inventory, handshake=judged.write, legacy=True, reporter=judged.reporter)
+
+    # ---- pod device lists --------------------------------------------------------------------------------------
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices, ALLOCATED_KEY)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value, ALLOCATED_KEY)
+
+
+def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
+    """``hami.io/node-dcu-register`` → the node's DCUs (``vendor`` = ``DCU``). Colon format only, as HAMi's
+    ``DecodeNodeDevices``: a JSON value is a DecodeError."""
+    if is_json(value):
+        fail(
+            REGISTER_KEY,
+            "expected the colon format (id,count,devmem,devcore,type,numa,health[,index,mode]:), got JSON",
+            value,
+        )
+    try:
+        devices = decode_register(value)
+    except DecodeError as e:
+        raise rekey(e, REGISTER_KEY) from e
+    return tuple(dataclasses.replace(d, vendor=NAME) for d in devices)
+
+
+def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
+    """What a DCU device plugin writes on its Node: the 9-field colon register value (the handshake answer is the
+    plugin's own business and not included)."""
+    try:
+        return {REGISTER_KEY: encode_register_colon(tuple(devices), 9)}
+    except DecodeError as e:
+        raise rekey(e, REGISTER_KEY) from e
+
+
+def node_capacity(devices: Sequence[DeviceInfo], config: HygonConfig | None = None) -> dict[str, str]:
+    """The count resource a DCU device plugin advertises: one per slot (the sum of the devices' ``count``)."""
+    name = (config or HygonConfig()).resource_count_name
+    return {name: str(sum(max(d.count, 0) for d in devices))}
