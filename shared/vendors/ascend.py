@@ -292,8 +292,8 @@ class AscendRules:
 
     The skeleton is the common one: a device is a candidate when registered by this chip's vendor, the type must
     equal the common word (HAMi's ``checkType``; there are no type selectors), the UUID selectors are the chip's
-    own, cores above 100 are clamped. Memory is rounded up to a template in :meth:`normalize`. ``Ascend910*`` chips
-    choose multi-NPU sets (:meth:`select`); ``Ascend310P`` walks greedily.
+    own, cores above 100 are clamped. ``Ascend910*`` chips choose multi-NPU sets (:meth:`select`); ``Ascend310P``
+    walks greedily.
     """
 
     chip: ChipConfig
@@ -307,14 +307,11 @@ class AscendRules:
         return dev.vendor == self.chip.common_word
 
     def normalize(self, req: ContainerRequest) -> ContainerRequest:
-        mem = req.mem_mib
-        if mem > 0:
-            trimmed, _ = self.chip.trim_memory(mem)
-            mem = trimmed or mem
-        cores = min(req.cores_pct, 100)
-        if (mem, cores) == (req.mem_mib, req.cores_pct):
-            return req
-        return ContainerRequest(req.nums, mem, req.mem_pct, cores, req.type)
+        """Cores above 100 are clamped (HAMi's ``Fit``). Memory is not rounded here: the request parser already
+        rounded it to a template, and HAMi's ``Fit`` takes the request's memory as it is."""
+        if req.cores_pct > 100:
+            return ContainerRequest(req.nums, req.mem_mib, req.mem_pct, 100, req.type)
+        return req
 
     def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
         del dev, constraints
