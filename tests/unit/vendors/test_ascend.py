@@ -34,6 +34,7 @@ from shared.vendors import ascend
 from shared.vendors.ascend import AscendVendor, ChipConfig, Template, build
 from shared.vendors.base import NodeLockKind
 from shared.vendors.registration import DecodeFailure, Invalid, NodeView, NotRegistered, Registered, Unregistered
+from shared.vendors.registry import Vendors
 from tests.builders import pod
 
 VENDORS = {v.name: v for v in build(None)}
@@ -929,3 +930,11 @@ def test_unhealthy_npus_are_skipped() -> None:
     reasons = fit(VENDORS[cw], node(cards[:1]), want(cw, 1, 16384))
     assert isinstance(reasons, Failure)
     assert reasons.rejections["node1"].counts == {Reason.CARD_NOT_HEALTH: 1}
+
+
+def test_the_chips_are_vendors_of_the_registry() -> None:
+    vendors = Vendors(build(None))
+    assert vendors.names == tuple(VENDORS)
+    assert vendors.rules.get("Ascend910B3") is VENDORS["Ascend910B3"].rules
+    c = ctr({"huawei.com/Ascend910B3": 1})
+    assert [v.name for v in vendors.managing(c)] == ["Ascend910B3"]
