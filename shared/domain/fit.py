@@ -232,9 +232,11 @@ class _NodeEval:
         order = sorted(typed, key=lambda p: key(score(devices[p], used[p], mem[p], cores[p]), devices[p], used[p]))
 
         cordoned = self.snap.inventory.cordoned
-        numa_bind, mutex = policy.numa_bind, policy.mutex
+        # numa-bind and topology-aware are NVIDIA's (HAMi's other vendors' Fit ignores both)
+        nvidia = req.type == NVIDIA
+        numa_bind, mutex = policy.numa_bind and nvidia, policy.mutex
         sets = rules.selects_sets
-        topology = policy.topology or sets
+        topology = (policy.topology and nvidia) or sets
         quota_active = ctx.quota_active and req.type == NVIDIA
         type_ok, uuid_ok, take = rules.type_ok, rules.uuid_ok, rules.take
         counts: Counter[Reason] = Counter()

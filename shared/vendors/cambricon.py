@@ -527,17 +527,10 @@ class CambriconVendor:
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
         """Registration from ``capacity`` and the ``Model`` label; liveness from ``allocatable[count] > 0``.
 
-        ``NodeView`` has no capacity or labels (yet): ``node.capacity`` / ``node.labels`` are used when present,
-        else allocatable stands in for capacity and the type is ``MLU``."""
+        A node view without capacity (some test doubles) reads allocatable in its place."""
         del now_local, reported_before
-        capacity = getattr(node, "capacity", None)
-        labels = getattr(node, "labels", None)
         return self.observe_node(
-            node.name,
-            node.annotations,
-            capacity if isinstance(capacity, Mapping) else node.allocatable,
-            node.allocatable,
-            labels if isinstance(labels, Mapping) else {},
+            node.name, node.annotations, node.capacity or node.allocatable, node.allocatable, node.labels
         )
 
     def observe_node(

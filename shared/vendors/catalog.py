@@ -10,13 +10,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shared.domain.model import NvidiaConfig
+from shared.vendors import amd, ascend, cambricon, hygon
 from shared.vendors.base import Vendor
 from shared.vendors.nvidia import NvidiaVendor
 from shared.vendors.registry import Vendors
 
 Builder = Callable[[object], tuple[Vendor, ...]]
 
-BUILDERS: Mapping[str, Builder] = {}
+BUILDERS: Mapping[str, Builder] = {
+    hygon.SECTION: hygon.build,
+    cambricon.SECTION: cambricon.build,
+    amd.SECTION: amd.build,
+    ascend.SECTION: ascend.build,
+}
 """Device-config section → the builder of its vendors, in the order vendors are listed (after NVIDIA)."""
 
 

@@ -356,7 +356,10 @@ def test_observe_reads_a_node_view() -> None:
     view = NodeView.of(
         {
             "metadata": {"name": "n", "resourceVersion": "1"},
-            "status": {"allocatable": {CORE: "100", MEM: "64", "cambricon.com/vmlu": "100"}},
+            "status": {
+                "capacity": {CORE: "100", MEM: "64", "cambricon.com/vmlu": "100"},
+                "allocatable": {CORE: "100", MEM: "64", "cambricon.com/vmlu": "100"},
+            },
         }
     )
     got = V.observe(view, datetime(2025, 1, 1))
@@ -625,9 +628,6 @@ def test_running_pods_on_a_cordoned_card_are_unaffected() -> None:
     assert node_snap.device_usage("dev-1").used == 1
 
 
-@pytest.mark.xfail(
-    strict=True, reason="plan() shares verdicts between nodes of one shape unless NVIDIA's UUID selectors are set"
-)
 def test_uuid_selector_reasons_are_per_node() -> None:
     # ids name their node, so a UUID selector makes equal-shaped nodes differ: b's card is the one asked for,
     # and it is too small
