@@ -103,7 +103,7 @@ class FakeVendor:
         return encode_pod_devices(devices, FAKE_ALLOCATED)
 
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value)
+        return decode_pod_devices(value, FAKE_ALLOCATED)
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
         del reported_before
