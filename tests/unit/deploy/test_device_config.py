@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from shared.devconfig import parse_device_config
+from tests.unit.deploy.conftest import render_objects
+from tests.unit.deploy.test_manifests import FULL, NVIDIA_RESOURCES, cel_resource_names, scheduler_config
+
+if TYPE_CHECKING:
+    from deploy.render import Chart
 
 VALUES = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "vgpu-scheduler" / "values.yaml"
 
@@ -41,3 +47,36 @@ def test_the_commented_vendor_sections_parse_when_uncommented() -> None:
     assert isinstance(vnpus, dict)
     assert [c["commonWord"] for c in vnpus["configs"]] == ["Ascend910B3", "Ascend310P"]
     assert vnpus["configs"][1]["templates"][0] == {"name": "vir01", "memory": 3072, "aiCore": 1, "aiCPU": 1}
+
+
+VENDOR_SECTIONS: dict[str, object] = {
+    "hygon": {"resourceCountName": "hygon.com/hcunum", "resourceMemoryName": "hygon.com/hcumem"},
+    "amd": {"resourceCountName": "amd.com/gpu", "resourceCoreName": "amd.com/gpucores"},
+    "vnpus": {
+        "configs": [
+            {"resourceName": "huawei.com/Ascend310P", "resourceMemoryName": "huawei.com/Ascend310P-memory"},
+        ]
+    },
+    "metax": {"resourceCountName": "metax-tech.com/gpu"},  # accepted and ignored: not scheduled
+}
+VENDOR_RESOURCES = [
+    "hygon.com/hcunum",
+    "hygon.com/hcumem",
+    "amd.com/gpu",
+    "amd.com/gpucores",
+    "huawei.com/Ascend310P",
+    "huawei.com/Ascend310P-memory",
+]
+
+
+def test_enabled_vendors_resources_reach_kube_scheduler_and_the_webhook(chart: Chart) -> None:
+    objs = render_objects(chart, {"deviceConfig": {"config": VENDOR_SECTIONS}})
+    [extender] = scheduler_config(objs)["extenders"]
+    managed = [r["name"] for r in extender["managedResources"]]
+    assert managed == NVIDIA_RESOURCES + VENDOR_RESOURCES
+    assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
+    [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    names = cel_resource_names(hook)
+    assert sorted(names[:5]) == sorted(NVIDIA_RESOURCES) and names[5:] == VENDOR_RESOURCES
+    document = yaml.safe_load(objs.get("ConfigMap", f"{FULL}-device")["data"]["device-config.yaml"])
+    assert set(parse_device_config(document).vendor_sections) == {"hygon", "amd", "vnpus", "metax"}
