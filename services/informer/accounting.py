@@ -15,11 +15,13 @@ from services.informer.metrics import InformerMetrics, Malformed
 from services.informer.pods import PodFacts, PodStatus, pod_allocation, pod_facts
 from services.informer.reporting import ProblemReporter
 from shared.codec import annotations as keys
-from shared.codec.resources import pod_requests_managed_resource
-from shared.domain.model import Allocation, NvidiaConfig
+from shared.codec.resources import pod_containers, pod_requests_managed_resource
+from shared.domain.model import NVIDIA, Allocation, NvidiaConfig
 from shared.errors import DecodeError
 from shared.k8s.objects import annotations_of
 from shared.store import Fence, Store
+from shared.vendors.catalog import NVIDIA_ONLY_VENDORS
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
@@ -38,10 +40,16 @@ class Accountant:
         cfg: NvidiaConfig,
         reporter: ProblemReporter,
         metrics: InformerMetrics,
+        *,
+        vendors: Vendors = NVIDIA_ONLY_VENDORS,
     ) -> None:
+        """``vendors``: every enabled vendor (a pod is ours when it names any one's resources; what it holds is
+        read from each one's allocated annotation). NVIDIA's resource names come from ``cfg``."""
         self._store = store
         self._fence = fence
         self._cfg = cfg
+        self._vendors = vendors
+        self._others = tuple(v for v in vendors if v.name != NVIDIA)
         self._reporter = reporter
         self._metrics = metrics
         self._recorded: dict[str, Allocation] = {}
@@ -66,7 +74,7 @@ class Accountant:
 
     def allocation_of(self, pod: Mapping[str, Any], totals: Mapping[str, int] | None) -> Allocation | None:
         """What ``pod`` holds (None: nothing). Raises DecodeError for unreadable annotations or node names."""
-        alloc = pod_allocation(pod, totals)
+        alloc = pod_allocation(pod, totals, self._vendors.all)
         if alloc is not None:
             self._store.keys.node_tag(alloc.node)  # a node name Redis keys cannot carry is a DecodeError too
             self._store.keys.quota(alloc.namespace)
@@ -77,9 +85,14 @@ class Accountant:
         if keys.VGPU_NODE in annotations_of(pod):
             return True
         try:
-            return pod_requests_managed_resource(pod, self._cfg)
+            if pod_requests_managed_resource(pod, self._cfg):
+                return True
+            if not self._others:
+                return False
+            init, app = pod_containers(pod)
         except DecodeError:
             return True
+        return any(isinstance(c, Mapping) and v.manages(c) for c in (*init, *app) for v in self._others)
 
     async def observe(self, pod: Mapping[str, Any], *, force: bool = False) -> None:
         """Bring Redis in line with one pod as the API shows it (ADDED/MODIFIED)."""
@@ -111,7 +124,7 @@ class Accountant:
         cached = self._recorded.get(facts.uid)
         if cached is None:
             return False
-        alloc = pod_allocation(pod)
+        alloc = pod_allocation(pod, vendors=self._vendors.all)
         return alloc is not None and (alloc.node, alloc.namespace, alloc.name, alloc.devices, alloc.mig) == (
             cached.node,
             cached.namespace,

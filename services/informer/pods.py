@@ -2,19 +2,21 @@
 
 A pod *holds* devices while it carries ``hami.io/vgpu-node``, is not in phase ``Succeeded``/``Failed`` and exists
 (terminating pods stay counted). What it holds is its ``hami.io/vgpu-devices-allocated`` list (plus
-``hami.io/vgpu-mig-allocations``), collapsed over init and app containers by :func:`shared.domain.accounting.collapse`
-— the same function the extender charges a decision with, so a confirmed reservation and the recorded pod agree.
+``hami.io/vgpu-mig-allocations``) and every other enabled vendor's allocated list
+(``hami.io/dcu-devices-allocated`` …), merged per container in vendor order, collapsed over init and app containers
+by :func:`shared.domain.accounting.collapse` — the same function the extender charges a decision with, so a
+confirmed reservation and the recorded pod agree.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from shared.codec import annotations as keys
-from shared.codec.podannotations import decode_allocation
+from shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
 from shared.codec.resources import pod_containers
 from shared.domain.accounting import collapse
 from shared.domain.model import Allocation, BindPhase
@@ -94,14 +96,21 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
-def pod_allocation(pod: Mapping[str, Any], device_totals: Mapping[str, int] | None = None) -> Allocation | None:
+def pod_allocation(
+    pod: Mapping[str, Any],
+    device_totals: Mapping[str, int] | None = None,
+    vendors: Sequence[AllocatedReader] = (NVIDIA_READER,),
+) -> Allocation | None:
     """The allocation a placed pod holds, or None when it holds nothing (not placed, or no device entries).
+
+    ``vendors`` are read in order (each one's allocated annotation), their devices merged per container
+    (:func:`~shared.codec.podannotations.decode_allocation`).
 
     Does not look at the phase: callers decide whether a terminated pod still counts (it does not).
     ``device_totals`` (UUID → core total, from the node's inventory) marks whole-card charges as the extender
     does. Raises :class:`DecodeError` naming the annotation when the pod's allocation cannot be read.
     """
-    decoded = decode_allocation(pod)
+    decoded = decode_allocation(pod, vendors)
     if decoded is None:
         return None
     facts = pod_facts(pod)

@@ -44,6 +44,8 @@ from shared.k8s import InformerSettings as WatchSettings
 from shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
 from shared.runtime import FailureStreak, cancel_until_done
 from shared.store import Fence, StaleFenceError, Store, SyncMarker
+from shared.vendors.catalog import enabled_vendors
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
@@ -91,9 +93,20 @@ class InformerService:
     lease). ``legacy_metrics`` (default: ``--legacy-metrics``) also exports HAMi's legacy names of the
     per-container and MIG gauges."""
 
-    def __init__(self, settings: InformerSettings, deps: InformerDeps, *, legacy_metrics: bool | None = None) -> None:
+    def __init__(
+        self,
+        settings: InformerSettings,
+        deps: InformerDeps,
+        *,
+        legacy_metrics: bool | None = None,
+        vendors: Vendors | None = None,
+    ) -> None:
         self.settings = settings
         self.deps = deps
+        common = settings.common
+        self.vendors = vendors or enabled_vendors(common.nvidia, common.device_sections)
+        """Every enabled vendor (default: from the device config): whose pods are ours and whose allocated
+        annotations are read."""
         self.metrics = InformerMetrics(deps.registry)
         legacy = settings.legacy_metrics if legacy_metrics is None else legacy_metrics
         deps.registry.register(PodAllocationCollector(self.allocation_view, legacy=legacy))
@@ -187,7 +200,7 @@ class _Term:
         self.reconcile_trigger = asyncio.Event()
         self.device_index = DeviceIndex()  # node → GPU UUID → index, for hami_node_gpu_mig_instance_info
         self.reporter = ProblemReporter(deps.api, self.metrics)
-        self.accountant = Accountant(deps.store, fence, self.cfg, self.reporter, self.metrics)
+        self.accountant = Accountant(deps.store, fence, self.cfg, self.reporter, self.metrics, vendors=service.vendors)
         watch = self.tuning.watch
         self.pods = Informer(deps.kube, Resource.PODS, self._on_pod, settings=watch)
         self.nodes = Informer(deps.kube, Resource.NODES, self._on_node, settings=watch)

@@ -9,6 +9,10 @@ import enum
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+UUID_COLLISION = "uuid_collision"
+"""The ``reason`` of ``vgpu_registrar_decode_errors_total`` for a vendor left out of a node because its device IDs
+collide with an earlier vendor's (the other reasons are :class:`~shared.vendors.registration.DecodeFailure`)."""
+
 
 class WriteOp(enum.Enum):
     PUT = "put"
@@ -70,7 +74,8 @@ class RegistrarMetrics:
         )
         self.decode_errors = Counter(
             "vgpu_registrar_decode_errors_total",
-            "Distinct malformed node values seen (each drops that node's vendor), by vendor and reason.",
+            "Distinct malformed node values seen (each drops that node's vendor), by vendor and reason "
+            "(register, topology_score, allocatable, uuid_collision).",
             ["vendor", "reason"],
             registry=registry,
         )

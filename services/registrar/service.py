@@ -24,15 +24,15 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from services.registrar.metrics import PassTrigger, RegistrarMetrics, StepDown
-from services.registrar.nvidia import NvidiaVendor
 from services.registrar.sync import NodeSync, ProcessMemory
-from services.registrar.vendor import HANDSHAKE_TIMEOUT_S, Vendor
+from services.registrar.vendor import HANDSHAKE_TIMEOUT_S
 from shared.config import RegistrarSettings
 from shared.coord import Lease, LeaseKeeper
 from shared.errors import TransientError
 from shared.k8s import Api, Informer, InformerSettings, KubeClient, Resource
 from shared.runtime import cancel_until_done
 from shared.store import StaleFenceError, Store
+from shared.vendors.catalog import NodeObserver, enabled_vendors, with_handshake_timeout
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +80,22 @@ class RegistrarService:
         deps: RegistrarDeps,
         *,
         tuning: RegistrarTuning | None = None,
-        vendor: Vendor | None = None,
+        vendor: NodeObserver | None = None,
+        vendors: Sequence[NodeObserver] | None = None,
     ) -> None:
+        """``vendors`` (default: every vendor the device config enables, NVIDIA first, with the tuning's handshake
+        timeout) are observed on every node; ``vendor`` alone observes just that one."""
         self.settings = settings
         self.deps = deps
         self.tuning = tuning or RegistrarTuning()
-        self.vendor: Vendor = vendor or NvidiaVendor(settings.common.nvidia, self.tuning.handshake_timeout_s)
+        if vendors is None:
+            if vendor is not None:
+                vendors = (vendor,)
+            else:
+                common = settings.common
+                enabled = enabled_vendors(common.nvidia, common.device_sections)
+                vendors = tuple(with_handshake_timeout(enabled, self.tuning.handshake_timeout_s))
+        self.vendors: tuple[NodeObserver, ...] = tuple(vendors)
         self.metrics = RegistrarMetrics(deps.registry)
         self.api = Api(deps.kube, component=self.tuning.event_component, instance=deps.instance_id, clock=deps.clock)
         self.lease = Lease(deps.store.leases, self.tuning.lease_name, deps.instance_id, settings.lease_ttl_s)
@@ -191,7 +201,7 @@ class RegistrarService:
                 sync = NodeSync(
                     store=self.deps.store,
                     api=self.api,
-                    vendor=self.vendor,
+                    vendors=self.vendors,
                     metrics=self.metrics,
                     fence=fence,
                     memory=self._memory,
@@ -204,7 +214,8 @@ class RegistrarService:
             self._sync = None
             self._acquired = False
             self.metrics.leader.set(0)
-            self.metrics.nodes_registered.labels(self.vendor.name).set(0)
+            for v in self.vendors:
+                self.metrics.nodes_registered.labels(v.name).set(0)
             self.metrics.step_downs.labels(reason.value).inc()
             logger.info("registrar leadership ended", extra={"reason": reason.value, "token": fence.token})
 

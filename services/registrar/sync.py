@@ -1,11 +1,15 @@
 """One leadership term of the registrar: nodes in, fenced inventory writes out.
 
 A :class:`NodeSync` lives exactly as long as this process holds the lease. It mirrors the Nodes the informer
-delivers, asks the vendor (pure) what each one means, and makes Redis agree:
+delivers, asks every enabled vendor (pure) what each one means, and makes Redis agree:
 
+* a node has one inventory holding the devices of every vendor registered on it
+  (:func:`~shared.vendors.catalog.observe_node`): each vendor is registered, unregistered or invalid on its own,
+  so a node whose DCU plugin died keeps its NVIDIA devices; a vendor whose device IDs collide with an earlier
+  vendor's on the node is left out (reported like a malformed value, reason ``uuid_collision``);
 * an inventory is written only when it differs from what this term last wrote (the store's ``put`` bumps the
   generation and appends the change event only when the bytes changed, too);
-* a node that is gone, dead, or malformed has its inventory deleted;
+* a node that is gone, or where no vendor is registered, has its inventory deleted;
 * every write carries the term's :class:`~shared.store.Fence`; a refused write raises
   :class:`~shared.store.StaleFenceError`, which ends the term (``stale`` is set, nothing more is written);
 * a *full pass* re-evaluates the nodes, deletes every Redis inventory of a node it did not register, and marks
@@ -13,26 +17,27 @@ delivers, asks the vendor (pure) what each one means, and makes Redis agree:
   that finds the store flushed (new epoch, missing marker, or a node set that differs from what was written)
   forget what was written and put every node again: Redis is rebuilt from the API.
 
-Malformed values are reported once per distinct (node, annotation, value): a warning log, a counted metric
-reason and a Warning event on the node. Handshake values are merge-patched onto the node, guarded by the
-resourceVersion they were judged from.
+Malformed values are reported once per distinct (node, vendor, annotation, value): a warning log, a counted
+metric reason and a Warning event on the node naming the vendor. Handshake values (each vendor's own key) are
+merge-patched onto the node in one patch, guarded by the resourceVersion they were judged from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from services.registrar.metrics import HandshakeResult, PassTrigger, RegistrarMetrics, WriteOp
-from services.registrar.vendor import Invalid, NodeView, NotRegistered, Observation, Registered, Unregistered, Vendor
+from services.registrar.metrics import UUID_COLLISION, HandshakeResult, PassTrigger, RegistrarMetrics, WriteOp
+from services.registrar.vendor import Invalid, NodeView, NotRegistered, Registered, Unregistered
 from shared.domain.model import NodeInventory
 from shared.errors import ConflictError, DecodeError, NotFoundError, PermanentError, TransientError
 from shared.k8s import Api, EventKind, EventType, KubeObject, WatchEvent
 from shared.k8s.objects import resource_version_of
 from shared.store import Fence, StaleFenceError, Store, SyncMarker
+from shared.vendors.catalog import NodeObservation, NodeObserver, UuidCollision, inventory_vendor, observe_node
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +46,32 @@ INVALID_EVENT_REASON = "InvalidDeviceRegistration"
 
 @dataclass
 class ProcessMemory:
-    """What the registrar remembers across terms (not in Redis): malformed values already reported, and nodes
-    whose device plugin was seen answering the handshake with ``Reported``."""
+    """What the registrar remembers across terms (not in Redis): malformed values already reported (node →
+    vendor → (source, value)), and the (node, vendor) pairs whose device plugin was seen answering the handshake
+    with ``Reported``."""
 
-    reported_invalid: dict[str, tuple[str, str]] = field(default_factory=dict)
-    reporters: set[str] = field(default_factory=set)
+    reported_invalid: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+    reporters: set[tuple[str, str]] = field(default_factory=set)
 
     def forget(self, node: str) -> None:
         self.reported_invalid.pop(node, None)
-        self.reporters.discard(node)
+        self.reporters = {r for r in self.reporters if r[0] != node}
+
+    def valid(self, node: str, vendor: str) -> None:
+        """``vendor`` is fine on ``node`` again: a later malformed value is reported anew."""
+        seen = self.reported_invalid.get(node)
+        if seen is not None:
+            seen.pop(vendor, None)
+            if not seen:
+                del self.reported_invalid[node]
+
+    def first_report(self, node: str, vendor: str, key: tuple[str, str]) -> bool:
+        """Remember ``key`` as reported for (node, vendor); False when it was the last one reported already."""
+        seen = self.reported_invalid.setdefault(node, {})
+        if seen.get(vendor) == key:
+            return False
+        seen[vendor] = key
+        return True
 
 
 class NodeSync:
@@ -60,16 +82,21 @@ class NodeSync:
         *,
         store: Store,
         api: Api,
-        vendor: Vendor,
         metrics: RegistrarMetrics,
         fence: Fence,
         memory: ProcessMemory,
         clock: Callable[[], float],
         epoch: str | None = None,
+        vendors: Sequence[NodeObserver] = (),
+        vendor: NodeObserver | None = None,
     ) -> None:
+        """``vendors`` are observed on every node, in order (their devices are merged in that order); ``vendor``
+        is the one-vendor form (kept for existing callers)."""
         self._store = store
         self._api = api
-        self._vendor = vendor
+        self._vendors: tuple[NodeObserver, ...] = tuple(vendors) or ((vendor,) if vendor is not None else ())
+        if not self._vendors:
+            raise ValueError("NodeSync needs at least one vendor")
         self._metrics = metrics
         self._fence = fence
         self._memory = memory
@@ -77,6 +104,8 @@ class NodeSync:
         self._lock = asyncio.Lock()
         self._nodes: dict[str, KubeObject] = {}
         self._written: dict[str, NodeInventory] = {}
+        self._registered: dict[str, tuple[str, ...]] = {}  # node -> the vendors of its written inventory
+        self._vendor_nodes: dict[str, set[str]] = {v.name: set() for v in self._vendors}
         self._absent: set[str] = set()  # confirmed not in Redis during this term
         self._evaluated: dict[str, str] = {}  # node -> resourceVersion last evaluated
         self._time_dependent: set[str] = set()  # handshake nodes: their state changes with time alone
@@ -143,6 +172,9 @@ class NodeSync:
             )
             trigger = PassTrigger.FLUSH
             self._written.clear()
+            self._registered.clear()
+            for nodes in self._vendor_nodes.values():
+                nodes.clear()
             self._absent.clear()
             self._evaluated.clear()
         self._metrics.passes.labels(trigger.value).inc()
@@ -150,7 +182,7 @@ class NodeSync:
             if flushed or name in self._time_dependent or self._evaluated.get(name) != resource_version_of(obj):
                 await self._apply(obj)
         for name in sorted(in_redis - self._written.keys() - self._absent):
-            await self._delete(name, None)  # a node that is gone, or that this term does not register
+            await self._delete(name, "gone")  # a node that is gone, or that this term does not register
         marked = await self._store.meta.mark_synced(SyncMarker.INVENTORY, epoch, self._fence)
         if not marked:  # flushed while we were writing: the next pass rebuilds
             logger.warning("redis flushed during a full pass; the next pass rebuilds", extra={"epoch": epoch})
@@ -166,41 +198,73 @@ class NodeSync:
 
     # ---- one node ------------------------------------------------------------------------------------------
 
-    def _observe(self, view: NodeView) -> Observation:
+    def _observe(self, view: NodeView) -> NodeObservation:
         now_local = datetime.fromtimestamp(self._clock())
-        return self._vendor.observe(view, now_local, reported_before=view.name in self._memory.reporters)
+        reporters = self._memory.reporters
+        return observe_node(self._vendors, view, now_local, lambda vendor: (view.name, vendor) in reporters)
 
     async def _apply(self, obj: KubeObject) -> None:
         view = NodeView.of(obj)
         name = view.name
-        obs = self._observe(view)
+        seen = self._observe(view)
         self._evaluated[name] = view.resource_version
-        legacy = not isinstance(obs, Invalid) and obs.legacy
-        if legacy:
+        if seen.legacy:
             self._time_dependent.add(name)
         else:
             self._time_dependent.discard(name)
-        if isinstance(obs, Registered):
-            self._memory.reported_invalid.pop(name, None)
-            if obs.reporter:
-                self._memory.reporters.add(name)
-            await self._put(obs.inventory)
-            if obs.handshake is not None:
-                await self._write_handshake(view, obs.handshake)
-        elif isinstance(obs, NotRegistered):
-            self._memory.reported_invalid.pop(name, None)
-            await self._drop(name, obs.reason)
+        collided = {c.vendor for c in seen.merged.collisions}
+        handshakes: dict[str, str] = {}  # vendor -> value to write on its handshake key
+        gone: dict[str, Unregistered] = {}
+        for vendor, obs in seen.observations.items():
+            if isinstance(obs, Registered):
+                if obs.reporter:
+                    self._memory.reporters.add((name, vendor))
+                if obs.handshake is not None:
+                    handshakes[vendor] = obs.handshake
+                if vendor not in collided:
+                    self._memory.valid(name, vendor)
+            elif isinstance(obs, NotRegistered):
+                self._memory.valid(name, vendor)
+                gone[vendor] = obs.reason
+            else:
+                await self._report_invalid(obj, view, vendor, obs)
+        for collision in seen.merged.collisions:
+            await self._report_collision(obj, view, collision)
+        before = self._registered.get(name, ())
+        if seen.merged.inventory is not None:
+            await self._put(seen.merged.inventory, seen.registered)
+            if handshakes:
+                await self._write_handshake(view, handshakes)
         else:
-            await self._report_invalid(obj, view, obs)
-            await self._drop(name, None)
+            await self._drop(name, _why(seen))
+        now = self._registered.get(name, ())
+        for vendor in before:
+            reason = gone.get(vendor)
+            if vendor not in now and reason is not None:
+                self._metrics.unregistered.labels(vendor, reason.value).inc()
+                logger.info("vendor unregistered", extra={"node": name, "vendor": vendor, "reason": reason.value})
 
     async def _forget(self, name: str) -> None:
         self._evaluated.pop(name, None)
         self._time_dependent.discard(name)
         self._handshake_sent.pop(name, None)
-        await self._drop(name, None)
+        await self._drop(name, "gone")
 
-    async def _put(self, inv: NodeInventory) -> None:
+    def _set_registered(self, node: str, vendors: tuple[str, ...]) -> None:
+        before = self._registered.get(node, ())
+        if vendors:
+            self._registered[node] = vendors
+        else:
+            self._registered.pop(node, None)
+        for vendor in {*before, *vendors}:
+            nodes = self._vendor_nodes.setdefault(vendor, set())
+            if vendor in vendors:
+                nodes.add(node)
+            else:
+                nodes.discard(node)
+            self._metrics.nodes_registered.labels(vendor).set(len(nodes))
+
+    async def _put(self, inv: NodeInventory, vendors: tuple[str, ...]) -> None:
         if self._written.get(inv.node) == inv:
             self._metrics.skipped.inc()
             return
@@ -212,7 +276,7 @@ class NodeSync:
         self._metrics.wrote(WriteOp.PUT, result.changed)
         self._written[inv.node] = inv
         self._absent.discard(inv.node)
-        self._metrics.nodes_registered.labels(self._vendor.name).set(len(self._written))
+        self._set_registered(inv.node, vendors)
         if result.changed:
             logger.info(
                 "inventory registered",
@@ -225,69 +289,80 @@ class NodeSync:
                 },
             )
 
-    async def _drop(self, name: str, reason: Unregistered | None) -> None:
+    async def _drop(self, name: str, why: str) -> None:
         if name in self._absent:
             return
-        was_registered = name in self._written
-        await self._delete(name, reason)
-        if was_registered and reason is not None:
-            self._metrics.unregistered.labels(self._vendor.name, reason.value).inc()
+        await self._delete(name, why)
 
-    async def _delete(self, name: str, reason: Unregistered | None) -> None:
+    async def _delete(self, name: str, why: str) -> None:
         try:
             result = await self._store.inventory.delete(name, self._fence)
         except DecodeError as e:
             logger.error("node name unusable as a redis key", extra={"node": name, "error": str(e)})
             return
         self._metrics.wrote(WriteOp.DELETE, result.changed)
+        vendors = self._registered.get(name, ())
         self._written.pop(name, None)
         self._absent.add(name)
-        self._metrics.nodes_registered.labels(self._vendor.name).set(len(self._written))
+        self._set_registered(name, ())
         if result.changed:
             logger.info(
                 "inventory removed",
-                extra={"node": name, "vendor": self._vendor.name, "reason": reason.value if reason else "gone"},
+                extra={"node": name, "vendor": inventory_vendor(vendors), "reason": why},
             )
 
-    async def _write_handshake(self, view: NodeView, value: str) -> None:
+    async def _write_handshake(self, view: NodeView, values: dict[str, str]) -> None:
+        """Merge-patch each vendor's ``Requesting_`` onto its own handshake key, in one patch."""
         if self._handshake_sent.get(view.name) == view.resource_version or self.stale.is_set():
             return
-        vendor = self._vendor.name
+        keys = {v.name: v.handshake_key for v in self._vendors}
+        annotations = {key: values[vendor] for vendor, key in keys.items() if key and vendor in values}
+        vendors = [vendor for vendor, key in keys.items() if key and vendor in values]
+        if not annotations:
+            return
         try:
             await self._api.patch_node_metadata(
-                view.name,
-                annotations={self._vendor.handshake_key: value},
-                resource_version=view.resource_version or None,
+                view.name, annotations=annotations, resource_version=view.resource_version or None
             )
         except (ConflictError, NotFoundError):
             # the node changed (or went) since we judged it: its next event is judged afresh
-            self._metrics.handshake_writes.labels(vendor, HandshakeResult.CONFLICT.value).inc()
+            for vendor in vendors:
+                self._metrics.handshake_writes.labels(vendor, HandshakeResult.CONFLICT.value).inc()
             self._handshake_sent[view.name] = view.resource_version
             return
         except (TransientError, PermanentError) as e:
-            self._metrics.handshake_writes.labels(vendor, HandshakeResult.FAILED.value).inc()
-            logger.warning("handshake write failed", extra={"node": view.name, "error": str(e)})
+            for vendor in vendors:
+                self._metrics.handshake_writes.labels(vendor, HandshakeResult.FAILED.value).inc()
+            logger.warning("handshake write failed", extra={"node": view.name, "vendors": vendors, "error": str(e)})
             return
         self._handshake_sent[view.name] = view.resource_version
-        self._metrics.handshake_writes.labels(vendor, HandshakeResult.WRITTEN.value).inc()
-        logger.debug("handshake requested", extra={"node": view.name, "value": value})
+        for vendor in vendors:
+            self._metrics.handshake_writes.labels(vendor, HandshakeResult.WRITTEN.value).inc()
+        logger.debug("handshake requested", extra={"node": view.name, "annotations": annotations})
 
-    async def _report_invalid(self, obj: KubeObject, view: NodeView, obs: Invalid) -> None:
-        key = (obs.source, obs.value)
-        if self._memory.reported_invalid.get(view.name) == key:
+    async def _report_invalid(self, obj: KubeObject, view: NodeView, vendor: str, obs: Invalid) -> None:
+        if not self._memory.first_report(view.name, vendor, (obs.source, obs.value)):
             return
-        self._memory.reported_invalid[view.name] = key
-        self._metrics.decode_errors.labels(self._vendor.name, obs.failure.value).inc()
+        self._metrics.decode_errors.labels(vendor, obs.failure.value).inc()
         logger.warning(
             "malformed node value, vendor not registered",
-            extra={
-                "node": view.name,
-                "vendor": self._vendor.name,
-                "reason": obs.failure.value,
-                "error": str(obs.error),
-            },
+            extra={"node": view.name, "vendor": vendor, "reason": obs.failure.value, "error": str(obs.error)},
         )
-        message = f"{obs.error}; the node's {self._vendor.name} devices are not registered until this is fixed"
+        message = f"{obs.error}; the node's {vendor} devices are not registered until this is fixed"
+        await self._warn(obj, view, message)
+
+    async def _report_collision(self, obj: KubeObject, view: NodeView, c: UuidCollision) -> None:
+        key = (f"device IDs of {c.owner}", ",".join(c.uuids))
+        if not self._memory.first_report(view.name, c.vendor, key):
+            return
+        self._metrics.decode_errors.labels(c.vendor, UUID_COLLISION).inc()
+        logger.warning(
+            "device IDs collide across vendors, vendor not registered",
+            extra={"node": view.name, "vendor": c.vendor, "owner": c.owner, "uuids": list(c.uuids)},
+        )
+        await self._warn(obj, view, c.message)
+
+    async def _warn(self, obj: KubeObject, view: NodeView, message: str) -> None:
         try:
             await self._api.node_event(obj, reason=INVALID_EVENT_REASON, message=message, event_type=EventType.WARNING)
         except (TransientError, PermanentError, ConflictError, NotFoundError) as e:
@@ -312,3 +387,16 @@ class NodeSync:
     def known(self) -> Set[str]:
         """Nodes this term has seen (from the informer), registered or not."""
         return self._nodes.keys()
+
+
+def _why(seen: NodeObservation) -> str:
+    """Why no vendor is registered on a node, for the log: ``<vendor>:<reason>`` per vendor."""
+    parts = []
+    for vendor, obs in seen.observations.items():
+        if isinstance(obs, NotRegistered):
+            parts.append(f"{vendor}:{obs.reason.value}")
+        elif isinstance(obs, Invalid):
+            parts.append(f"{vendor}:invalid_{obs.failure.value}")
+        else:
+            parts.append(f"{vendor}:uuid_collision")
+    return ",".join(parts)

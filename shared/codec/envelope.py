@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import msgpack  # type: ignore[import-untyped]
 
 from shared.domain.model import (
+    NVIDIA,
     Allocation,
     ContainerDevice,
     DeviceCharge,
@@ -56,6 +57,10 @@ class KindCodec:
     encode: Callable[[Any], Fields]
     decode: Callable[[Fields], Any]
     upgraders: Mapping[int, Callable[[Fields], Fields]] = field(default_factory=dict)
+    version_of: Callable[[Any], int] | None = None
+    """The version ``obj`` is written at when that is not always ``version``: the oldest format that can hold it,
+    so that readers of that format keep reading what they can represent (and refuse, with
+    :class:`~shared.errors.SchemaVersionError`, what they cannot). ``encode`` must produce that version's fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,8 @@ class EnvelopeRegistry:
     def encode(self, kind: Kind, obj: Any) -> bytes:
         """Wrap ``obj`` in an envelope of the current version of ``kind``."""
         codec = self.codecs[kind]
-        body = {"k": kind.value, "v": codec.version, "d": codec.encode(obj)}
+        version = codec.version if codec.version_of is None else codec.version_of(obj)
+        body = {"k": kind.value, "v": version, "d": codec.encode(obj)}
         packed: bytes = msgpack.packb(body, use_bin_type=True)
         return packed
 
@@ -165,7 +171,16 @@ def _pair(v: Any, name: str, what: str) -> tuple[int, int]:
 
 # --------------------------------------------------------------------------------------------
 # NodeInventory
+#
+# Version 1 (every inventory until devices had vendors) has no per-device vendor: its devices are NVIDIA's.
+# Version 2 adds ``vendor`` (HAMi's common word) to every device. An inventory whose devices are all NVIDIA's is
+# still written as version 1, byte for byte as before, so a reader that predates vendors keeps reading
+# NVIDIA nodes; an inventory with another vendor's device is written as version 2, which such a reader refuses
+# (SchemaVersionError) instead of taking a DCU for a GPU.
 # --------------------------------------------------------------------------------------------
+
+INVENTORY_VERSION = 2
+"""The newest node-inventory format (see above)."""
 
 
 def _placements_out(ps: tuple[MigPlacement, ...]) -> list[list[int]]:
@@ -176,12 +191,18 @@ def _placements_in(v: list[Any], what: str) -> tuple[MigPlacement, ...]:
     return tuple(MigPlacement(*_pair(p, "placement", what)) for p in v)
 
 
+def _inventory_version(inv: NodeInventory) -> int:
+    return 1 if all(d.vendor == NVIDIA for d in inv.devices) else INVENTORY_VERSION
+
+
 def _inventory_fields(inv: NodeInventory) -> Fields:
+    with_vendor = _inventory_version(inv) >= 2
     return {
         "node": inv.node,
         "vendor": inv.vendor,
         "devices": [
             {
+                **({"vendor": d.vendor} if with_vendor else {}),
                 "id": d.id,
                 "index": d.index,
                 "count": d.count,
@@ -231,7 +252,16 @@ def _device_from(dev: Any, what: str) -> DeviceInfo:
         mode=_str(dev, "mode", what),
         health=_bool(dev, "health", what),
         mig_profiles=tuple(_profile_from(p, what) for p in _list(dev, "mig_profiles", what)),
+        vendor=_str(dev, "vendor", what),
     )
+
+
+def _inventory_v1_to_v2(d: Fields) -> Fields:
+    """Version 1 devices are NVIDIA's (malformed fields are left for the decoder to name)."""
+    devices = d.get("devices")
+    if not isinstance(devices, list):
+        return d
+    return {**d, "devices": [{**dev, "vendor": NVIDIA} if isinstance(dev, dict) else dev for dev in devices]}
 
 
 def _inventory_from(d: Fields) -> NodeInventory:
@@ -383,7 +413,14 @@ def _quota_from(d: Fields) -> QuotaLimits:
 STANDARD_REGISTRY = EnvelopeRegistry(
     MappingProxyType(
         {
-            Kind.NODE_INVENTORY: KindCodec(Kind.NODE_INVENTORY, 1, _inventory_fields, _inventory_from),
+            Kind.NODE_INVENTORY: KindCodec(
+                Kind.NODE_INVENTORY,
+                INVENTORY_VERSION,
+                _inventory_fields,
+                _inventory_from,
+                upgraders={1: _inventory_v1_to_v2},
+                version_of=_inventory_version,
+            ),
             Kind.ALLOCATION: KindCodec(Kind.ALLOCATION, 1, _allocation_fields, _allocation_from),
             Kind.QUOTA_LIMITS: KindCodec(Kind.QUOTA_LIMITS, 1, _quota_fields, _quota_from),
         }

@@ -9,15 +9,53 @@ never to-allocate (the device plugin rewrites that one while it consumes it).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Final
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from shared.codec import annotations as keys
 from shared.codec._go import fail
 from shared.codec.mig import decode_mig_allocations, encode_mig_allocations
 from shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
 from shared.codec.resources import pod_containers
-from shared.domain.model import BindPhase, MigAllocation, PodDevices
+from shared.domain.model import BindPhase, ContainerDevice, MigAllocation, PodDevices
+
+
+class AllocatedReader(Protocol):
+    """What reading a vendor's allocation needs (a :class:`~shared.vendors.base.Vendor` is one): the pod annotation
+    its device plugin reads the allocation from, and the decoder of that annotation's device list."""
+
+    @property
+    def allocated_key(self) -> str: ...
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _NvidiaReader:
+    @property
+    def allocated_key(self) -> str:
+        return keys.DEVICES_ALLOCATED
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value)
+
+
+NVIDIA_READER: AllocatedReader = _NvidiaReader()
+"""``hami.io/vgpu-devices-allocated``: the reader :func:`decode_allocation` uses when given no vendors."""
+
+
+def merge_pod_devices(parts: Sequence[PodDevices]) -> PodDevices:
+    """Several vendors' device lists of one pod (each aligned to the same containers) as one: container ``i``
+    holds the entries of every part for ``i``, part after part (vendor order), each part's own order kept."""
+    if not parts:
+        return ()
+    if len(parts) == 1:
+        return parts[0]
+    count = len(parts[0])
+    if any(len(p) != count for p in parts):
+        raise ValueError("merge_pod_devices needs device lists of the same container count")
+    return tuple(tuple(d for p in parts for d in p[i]) for i in range(count))
 
 
 def allocation_annotations(
@@ -82,11 +120,15 @@ def _text(annos: Mapping[str, Any], key: str) -> str | None:
     return v
 
 
-def decode_allocation(pod: Mapping[str, Any]) -> tuple[PodDevices, tuple[MigAllocation, ...]] | None:
-    """A pod's NVIDIA allocation from its *allocated* annotation, aligned to its init + app containers.
+def decode_allocation(
+    pod: Mapping[str, Any], vendors: Sequence[AllocatedReader] = (NVIDIA_READER,)
+) -> tuple[PodDevices, tuple[MigAllocation, ...]] | None:
+    """A pod's allocation from the *allocated* annotation of every vendor in ``vendors`` (default NVIDIA's only),
+    each aligned to the pod's init + app containers and merged per container in vendor order
+    (:func:`merge_pod_devices`).
 
     ``None`` when the pod carries no ``hami.io/vgpu-node`` (not placed by a HAMi-compatible scheduler). A placed
-    pod without an allocated list (e.g. one that only uses another vendor) has all-empty entries.
+    pod without any allocated list has all-empty entries. A malformed list raises DecodeError naming its key.
     MIG placements are decoded and validated on their own; matching them to device entries is accounting's job.
     """
     if not isinstance(pod, Mapping):
@@ -96,9 +138,15 @@ def decode_allocation(pod: Mapping[str, Any]) -> tuple[PodDevices, tuple[MigAllo
         return None
     init, app = pod_containers(pod)
     count = len(init) + len(app)
-    allocated = _text(annos, keys.DEVICES_ALLOCATED)
-    entries = decode_pod_devices(allocated) if allocated is not None else ()
-    devices = align_to_containers(entries, count)
+    parts: list[PodDevices] = []
+    for vendor in vendors:
+        key = vendor.allocated_key
+        allocated = _text(annos, key)
+        if allocated is None and parts:
+            continue  # nothing from this vendor (the first part keeps the all-empty shape)
+        entries = vendor.decode_devices(allocated) if allocated is not None else ()
+        parts.append(align_to_containers(entries, count, key))
+    devices = merge_pod_devices(parts) if parts else ((),) * count
     mig_text = _text(annos, keys.MIG_ALLOCATIONS)
     mig = decode_mig_allocations(mig_text) if mig_text is not None else ()
     return devices, mig

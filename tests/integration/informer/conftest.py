@@ -25,6 +25,7 @@ from shared.emulator import Emulator
 from shared.k8s import Api, KubeClient
 from shared.k8s import InformerSettings as WatchSettings
 from shared.store import Store
+from shared.vendors.registry import Vendors
 from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
 from tests.builders import inventory
 from tests.unit.informer.builders import devices
@@ -83,7 +84,10 @@ class Harness:
         return Api(self.kube, component="vgpu-scheduler", instance="test")
 
     def service(
-        self, cfg: InformerSettings | None = None, registry: CollectorRegistry | None = None
+        self,
+        cfg: InformerSettings | None = None,
+        registry: CollectorRegistry | None = None,
+        vendors: Vendors | None = None,
     ) -> InformerService:
         cfg = cfg or settings()
         deps = InformerDeps(
@@ -95,15 +99,20 @@ class Harness:
             clock=self.clock,
             tuning=TUNING,
         )
-        return InformerService(cfg, deps)
+        return InformerService(cfg, deps, vendors=vendors)
 
     @contextlib.asynccontextmanager
     async def run(
-        self, cfg: InformerSettings | None = None, *, wait_synced: bool = True, audit: bool = True
+        self,
+        cfg: InformerSettings | None = None,
+        *,
+        wait_synced: bool = True,
+        audit: bool = True,
+        vendors: Vendors | None = None,
     ) -> AsyncIterator[InformerService]:
         """Run an informer until the block ends; then (unless the block failed or ``audit=False``) check that
         Redis equals the usage recomputed from the API's pods, stop it cleanly and check it returned."""
-        svc = self.service(cfg)
+        svc = self.service(cfg, vendors=vendors)
         stop = asyncio.Event()
         task = asyncio.create_task(svc.run(stop), name=f"test-informer:{svc.deps.instance_id}")
         try:

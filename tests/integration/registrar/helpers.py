@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +16,7 @@ from services.registrar.service import RegistrarDeps, RegistrarService, Registra
 from shared.config import CommonSettings, RegistrarSettings, Service
 from shared.k8s import InformerSettings, KubeClient
 from shared.store import Store
+from shared.vendors.catalog import NodeObserver
 
 REGISTER = "hami.io/node-nvidia-register"
 SCORE = "hami.io/node-nvidia-score"
@@ -104,12 +105,14 @@ async def running_registrar(
     selector: tuple[tuple[str, str], ...] = (),
     resync_interval_s: float = 3600.0,
     wait_ready: bool = True,
+    vendors: Sequence[NodeObserver] | None = None,
 ) -> AsyncIterator[Running]:
     registry = CollectorRegistry()
     service = RegistrarService(
         settings(instance=instance, ttl_s=ttl_s, selector=selector),
         RegistrarDeps(store=store, kube=kube, registry=registry, instance_id=instance, clock=clock),
         tuning=RegistrarTuning(resync_interval_s=resync_interval_s, informer=FAST_INFORMER),
+        vendors=vendors,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop), name=f"registrar:{instance}")

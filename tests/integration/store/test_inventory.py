@@ -80,3 +80,17 @@ async def test_state_converts_to_the_cores_snapshot(store: Store) -> None:
     snap = state["n1"].snapshot()
     assert snap is not None and snap.inventory == inv and snap.name == "n1"
     assert state["n2"].snapshot() is None
+
+
+async def test_a_mixed_vendor_inventory_round_trips_and_a_vendor_change_is_a_change(store: Store) -> None:
+    nv = gpu("GPU-a")
+    other = dataclasses.replace(gpu("DCU-a", index=0), vendor="DCU")
+    inv = dataclasses.replace(node("mix", nv, other), vendor="NVIDIA,DCU")
+    assert (await store.inventory.put(inv)).changed
+    got = await store.inventory.get("mix")
+    assert got == inv
+    assert got is not None and [d.vendor for d in got.devices] == ["NVIDIA", "DCU"]
+    assert not (await store.inventory.put(inv)).changed
+    # the same device under another vendor is another inventory
+    relabelled = dataclasses.replace(inv, devices=(nv, dataclasses.replace(other, vendor="MLU")))
+    assert (await store.inventory.put(relabelled)).changed

@@ -40,6 +40,14 @@ VALUES_SWITCHES: list[dict[str, Any]] = [
     {"schedulerName": "hami-scheduler"},
     {"registrar": {"nodeLabelSelector": "gpu=on,zone=a"}},
     {"deviceConfig": {"config": {"nvidia": {"overwriteEnv": True}}}},
+    {
+        "deviceConfig": {
+            "config": {
+                "hygon": {"resourceCountName": "hygon.com/hcunum"},
+                "vnpus": {"configs": [{"resourceName": "huawei.com/Ascend310P"}]},
+            }
+        }
+    },
 ]
 
 # Exact ClusterRole rules per component: (apiGroup, resource) -> verbs. Anything more is a privilege leak.

@@ -118,6 +118,60 @@ def test_inventory_encoding_ignores_map_and_set_order() -> None:
     assert encode_inventory(shuffled) == encode_inventory(INVENTORY)
 
 
+MIXED = NodeInventory(
+    node="mixed-1",
+    vendor="NVIDIA,DCU",
+    devices=(
+        DeviceInfo("GPU-a", 0, 10, 16384, 100, "NVIDIA-Tesla T4", 0, "hami-core", True),
+        DeviceInfo("DCU-a", 0, 4, 65520, 100, "DCU-Z100", 0, "hami-core", True, vendor="DCU"),
+    ),
+    pair_scores={"GPU-a": {}},
+    cordoned=frozenset({"DCU-a"}),
+)
+
+
+def test_nvidia_only_inventory_is_written_in_the_first_format() -> None:
+    """Unchanged bytes for NVIDIA nodes: readers that predate vendors keep reading them."""
+    body = msgpack.unpackb(encode_inventory(INVENTORY))
+    assert body["v"] == 1
+    assert "vendor" not in body["d"]["devices"][0]
+
+
+def test_inventory_with_another_vendor_is_version_2_with_per_device_vendors() -> None:
+    body = msgpack.unpackb(encode_inventory(MIXED))
+    assert body["v"] == 2
+    assert [d["vendor"] for d in body["d"]["devices"]] == ["NVIDIA", "DCU"]
+    got = decode_inventory(encode_inventory(MIXED))
+    assert got == MIXED
+    assert [d.vendor for d in got.devices] == ["NVIDIA", "DCU"]
+
+
+def test_a_reader_of_version_1_refuses_a_mixed_inventory() -> None:
+    old = EnvelopeRegistry(
+        MappingProxyType({Kind.NODE_INVENTORY: KindCodec(Kind.NODE_INVENTORY, 1, lambda i: {}, lambda d: None)})
+    )
+    with pytest.raises(SchemaVersionError):
+        old.decode(Kind.NODE_INVENTORY, encode_inventory(MIXED))
+
+
+def test_version_1_devices_read_as_nvidia() -> None:
+    fields = msgpack.unpackb(bytes.fromhex(INVENTORY_HEX))["d"]
+    fields["vendor"] = "something-else"  # the node-level field is taken as written; devices default to NVIDIA
+    got = decode_inventory(_packed({"k": "node-inventory", "v": 1, "d": fields}))
+    assert [d.vendor for d in got.devices] == ["NVIDIA"]
+    assert got.vendor == "something-else"
+
+
+def test_version_2_device_without_vendor_is_refused() -> None:
+    body = msgpack.unpackb(encode_inventory(MIXED))
+    del body["d"]["devices"][1]["vendor"]
+    with pytest.raises(DecodeError, match="missing field 'vendor'"):
+        decode_inventory(_packed(body))
+    body["d"]["devices"][1]["vendor"] = 7
+    with pytest.raises(DecodeError, match="field 'vendor' must be a string"):
+        decode_inventory(_packed(body))
+
+
 def _packed(body: Any) -> bytes:
     return bytes(msgpack.packb(body, use_bin_type=True))
 
@@ -227,6 +281,7 @@ _devices = st.builds(
     numa=st.integers(-1, 8),
     mode=st.sampled_from(["hami-core", "mig", "mps"]),
     health=st.booleans(),
+    vendor=st.sampled_from(["NVIDIA", "DCU", "Ascend910B"]),
     mig_profiles=st.lists(
         st.builds(MigProfile, _names, _ints, st.integers(0, 100), st.integers(1, 8), st.tuples(_placements)),
         max_size=2,
@@ -235,7 +290,7 @@ _devices = st.builds(
 _inventories = st.builds(
     NodeInventory,
     node=_names,
-    vendor=st.just("NVIDIA"),
+    vendor=st.sampled_from(["NVIDIA", "DCU", "NVIDIA,DCU"]),
     devices=st.lists(_devices, max_size=4).map(tuple),
     pair_scores=st.dictionaries(_names, st.dictionaries(_names, st.integers(0, 2000), max_size=3), max_size=3),
     cordoned=st.frozensets(_names, max_size=3),

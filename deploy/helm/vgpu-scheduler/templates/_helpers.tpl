@@ -75,7 +75,32 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- range (list $nv.resourceCountName $nv.resourceMemoryName $nv.resourceMemoryPercentageName $nv.resourceCoreName $nv.resourcePriorityName) }}
 {{- if . }}{{ $names = append $names . }}{{ end }}
 {{- end }}
-{{- $names | toJson }}
+{{- concat $names (include "vgpu-scheduler.vendorResources" . | fromJsonArray) | uniq | toJson }}
+{{- end }}
+
+{{/* The resource names of the other enabled vendors, as written in their device config sections (a section
+enables its vendor): cambricon, hygon and amd's resourceCountName / resourceMemoryName / resourceCoreName, and
+each vnpus config's resourceName / resourceMemoryName / resourceCoreName. A JSON list. */}}
+{{- define "vgpu-scheduler.vendorResources" -}}
+{{- $cfg := .Values.deviceConfig.config }}
+{{- $names := list }}
+{{- range $section := list "cambricon" "hygon" "amd" }}
+{{- $s := index $cfg $section }}
+{{- if kindIs "map" $s }}
+{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
+{{- $v := index $s $key }}{{ if $v }}{{ $names = append $names $v }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $vnpus := index $cfg "vnpus" }}
+{{- if kindIs "map" $vnpus }}
+{{- range $chip := ($vnpus.configs | default list) }}
+{{- range $key := list "resourceName" "resourceMemoryName" "resourceCoreName" }}
+{{- $v := index $chip $key }}{{ if $v }}{{ $names = append $names $v }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $names | uniq | toJson }}
 {{- end }}
 
 {{- define "vgpu-scheduler.leaseName" -}}
