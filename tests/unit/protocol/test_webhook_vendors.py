@@ -25,7 +25,8 @@ def _mutate(p: dict[str, Any], vendors: Vendors | None = VENDORS, **kw: Any) -> 
 
 def _after(p: dict[str, Any], outcome: AdmissionOutcome) -> dict[str, Any]:
     assert outcome.allowed, outcome.message
-    return apply_patch(p, outcome.patch_ops)
+    got: dict[str, Any] = apply_patch(p, outcome.patch_ops)
+    return got
 
 
 @pytest.mark.parametrize(
