@@ -10,12 +10,13 @@ container asking for it (a visible edit for webhook tests).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
+from shared.codec.register import decode_register, encode_register_json
 from shared.codec.resources import ResourceRequestError
 from shared.codec.selectors import decode_uuid_list
 from shared.domain.model import (
@@ -30,7 +31,15 @@ from shared.domain.model import (
 from shared.domain.vendor import BasicRules, DeviceRules
 from shared.errors import DecodeError
 from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.registration import NodeView, NotRegistered, Observation, Unregistered
+from shared.vendors.registration import (
+    DecodeFailure,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +144,20 @@ class FakeVendor:
         )
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        del node, now_local, reported_before
-        return NotRegistered(Unregistered.ABSENT)
+        """Registered from ``register_key`` in NVIDIA's register format (the devices get this vendor)."""
+        del now_local, reported_before
+        key = self.register_key
+        value = node.annotations.get(key) if key else None
+        if value is None:
+            return NotRegistered(Unregistered.ABSENT)
+        try:
+            devices = decode_register(value)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.REGISTER, str(key), value, e)
+        if not devices:
+            return NotRegistered(Unregistered.NO_DEVICES)
+        mine = tuple(replace(d, vendor=self.vendor_name) for d in devices)
+        return Registered(NodeInventory(node=node.name, vendor=self.vendor_name, devices=mine))
 
     def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
         return encode_pod_devices(devices)
@@ -169,3 +190,10 @@ def fake_devices(
 def mixed_inventory(node: str, nvidia: tuple[DeviceInfo, ...], other: tuple[DeviceInfo, ...]) -> NodeInventory:
     """One node carrying NVIDIA devices and another vendor's."""
     return NodeInventory(node=node, vendor="NVIDIA", devices=(*nvidia, *other))
+
+
+def register_annotation(vendor: FakeVendor, devices: tuple[DeviceInfo, ...]) -> dict[str, str]:
+    """What the vendor's device plugin would write on the Node (the inverse of ``observe``)."""
+    key = vendor.register_key
+    assert key is not None
+    return {key: encode_register_json(devices)}
