@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, Protocol
@@ -201,8 +201,3 @@ class TimedNodeLocker:
             return
         except Exception as e:  # best effort: the lock expires by itself
             logger.warning("node time lock not released", extra={"node": held.node, "key": held.key, "error": str(e)})
-
-
-def lock_names(kinds: Iterable[NodeLockKind]) -> list[str]:
-    """The annotation keys of ``kinds`` (for logs)."""
-    return sorted(k.value for k in kinds if k is not NodeLockKind.NONE)
