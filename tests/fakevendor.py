@@ -1,146 +1,199 @@
-"""A small made-up device vendor ("FAKE") for testing the plumbing that every vendor goes through: registration
-of several vendors on one node, merged inventories, per-vendor allocated annotations.
+"""A small non-NVIDIA vendor for tests of the vendor plumbing (requests, selectors, annotations, locks).
 
-Its register annotation ``hami.io/node-fake-register`` uses NVIDIA's JSON register format; it is live while
-``allocatable[example.com/fake] > 0`` (and, when ``handshake`` is set, also while its ``Requesting_`` on
-``hami.io/node-handshake-fake`` is fresh, like a ≤ v2.7 plugin); its pod device lists use NVIDIA's format under
-its own keys. Nothing here is a real vendor's wire format.
+``FakeVendor("DCU")`` behaves like a simple HAMi vendor: resources ``<prefix>/num``, ``<prefix>/mem`` (MiB) and
+``<prefix>/cores``; memory 0 means the whole card (100 %); the device list is NVIDIA's format with the vendor's
+own keys ``hami.io/<lower>-devices-to-allocate`` / ``-allocated``; selectors ``<prefix>/use-uuid`` /
+``<prefix>/nouse-uuid``; the node lock is configurable. ``mutate_container`` sets env ``<NAME>_VISIBLE=1`` on a
+container asking for it (a visible edit for webhook tests).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
-from shared.codec.register import decode_register
-from shared.domain.model import EMPTY_REQUEST, ContainerDevice, ContainerRequest, NodeInventory, Selectors
+from shared.codec.register import decode_register, encode_register_json
+from shared.codec.resources import ResourceRequestError
+from shared.codec.selectors import decode_uuid_list
+from shared.domain.model import (
+    EMPTY_REQUEST,
+    MEM_PCT_UNSET,
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    NodeInventory,
+    Selectors,
+)
 from shared.domain.vendor import BasicRules, DeviceRules
 from shared.errors import DecodeError
 from shared.vendors.base import NodeLockKind, ResourceNames
 from shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
-    HandshakeState,
     Invalid,
     NodeView,
     NotRegistered,
     Observation,
     Registered,
     Unregistered,
-    judge_handshake,
 )
-
-FAKE = "FAKE"
-FAKE_REGISTER = "hami.io/node-fake-register"
-FAKE_HANDSHAKE = "hami.io/node-handshake-fake"
-FAKE_ALLOCATED = "hami.io/fake-devices-allocated"
-FAKE_TO_ALLOCATE = "hami.io/fake-devices-to-allocate"
-FAKE_COUNT = "example.com/fake"
-FAKE_MEM = "example.com/fakemem"
 
 
 @dataclass(frozen=True, slots=True)
 class FakeVendor:
-    name: str = FAKE
-    handshake: bool = False
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    """A test vendor named ``name`` (its common word) with resources under ``prefix`` (default ``<lower>.com``)."""
+
+    vendor_name: str = "DCU"
+    lock: NodeLockKind = NodeLockKind.HAMI
+    prefix: str = ""
+    has_to_allocate: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.vendor_name
+
+    @property
+    def _prefix(self) -> str:
+        return self.prefix or f"{self.vendor_name.lower()}.com"
 
     @property
     def resources(self) -> ResourceNames:
-        return ResourceNames(count=FAKE_COUNT, memory=FAKE_MEM)
+        p = self._prefix
+        return ResourceNames(count=f"{p}/num", memory=f"{p}/mem", cores=f"{p}/cores")
 
     @property
     def rules(self) -> DeviceRules:
-        return BasicRules(self.name)
+        return BasicRules(self.vendor_name)
 
     @property
-    def to_allocate_key(self) -> str:
-        return FAKE_TO_ALLOCATE
+    def to_allocate_key(self) -> str | None:
+        return f"hami.io/{self.vendor_name.lower()}-devices-to-allocate" if self.has_to_allocate else None
 
     @property
     def allocated_key(self) -> str:
-        return FAKE_ALLOCATED
+        return f"hami.io/{self.vendor_name.lower()}-devices-allocated"
 
     @property
-    def register_key(self) -> str:
-        return FAKE_REGISTER
+    def register_key(self) -> str | None:
+        return f"hami.io/node-{self.vendor_name.lower()}-register"
 
     @property
     def handshake_key(self) -> str | None:
-        return FAKE_HANDSHAKE if self.handshake else None
+        return None
 
     @property
     def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
+        return self.lock
+
+    def _maps(self, container: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+        res = container.get("resources") or {}
+        return res.get("limits") or {}, res.get("requests") or {}
 
     def manages(self, container: Mapping[str, Any]) -> bool:
-        res = container.get("resources")
-        if not isinstance(res, Mapping):
-            return False
-        maps = (res.get("limits"), res.get("requests"))
-        return any(isinstance(m, Mapping) and any(n in m for n in self.resources.all) for m in maps)
+        limits, requests = self._maps(container)
+        return any(n in limits or n in requests for n in self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        del what
-        if not self.manages(container):
+        limits, requests = self._maps(container)
+        values: dict[str, int] = {}
+        problems: list[str] = []
+        for name in sorted(self.resources.all):
+            raw = limits.get(name, requests.get(name))
+            if raw is None:
+                continue
+            try:
+                q = parse_quantity(raw, name)
+            except DecodeError:
+                problems.append(f"{what}: {name}: {raw!r} is not a number")
+                continue
+            if q < 0 or q.denominator != 1:
+                problems.append(f"{what}: {name}: {raw!r} must be a whole number")
+                continue
+            values[name] = q.numerator
+        if problems:
+            raise ResourceRequestError(problems)
+        r = self.resources
+        n = values.get(r.count, 0)
+        if n == 0:
             return EMPTY_REQUEST
-        return ContainerRequest(nums=1, type=self.name)
+        mem = values.get(r.memory or "", 0)
+        return ContainerRequest(
+            nums=n,
+            mem_mib=mem,
+            mem_pct=MEM_PCT_UNSET if mem else 100,
+            cores_pct=values.get(r.cores or "", 0),
+            type=self.vendor_name,
+        )
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         del where
-        return self.manages(container)
+        if not self.manages(container):
+            return False
+        container.setdefault("env", []).append({"name": f"{self.vendor_name}_VISIBLE", "value": "1"})
+        return True
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        del annotations
-        return Selectors()
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, FAKE_ALLOCATED)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, FAKE_ALLOCATED)
+        use = annotations.get(f"{self._prefix}/use-uuid")
+        nouse = annotations.get(f"{self._prefix}/nouse-uuid")
+        return Selectors(
+            use_uuids=decode_uuid_list(use) if use is not None else frozenset(),
+            nouse_uuids=decode_uuid_list(nouse) if nouse is not None else frozenset(),
+        )
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        del reported_before
-        register = node.annotations.get(FAKE_REGISTER)
-        if register is None:
+        """Registered from ``register_key`` in NVIDIA's register format (the devices get this vendor)."""
+        del now_local, reported_before
+        key = self.register_key
+        value = node.annotations.get(key) if key else None
+        if value is None:
             return NotRegistered(Unregistered.ABSENT)
         try:
-            devices = tuple(dataclasses.replace(d, vendor=self.name) for d in decode_register(register))
+            devices = decode_register(value)
         except DecodeError as e:
-            named = DecodeError(FAKE_REGISTER, e.detail, e.part)
-            return Invalid(DecodeFailure.REGISTER, FAKE_REGISTER, register, named)
-        source = f"status.allocatable[{FAKE_COUNT}]"
-        raw = node.allocatable.get(FAKE_COUNT, 0)
-        try:
-            allocatable = parse_quantity(raw, source)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+            return Invalid(DecodeFailure.REGISTER, str(key), value, e)
         if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES, self.handshake)
-        write = None
-        live = allocatable > 0
-        if self.handshake:
-            judged = judge_handshake(node.annotations.get(FAKE_HANDSHAKE), now_local, self.handshake_timeout_s)
-            write = judged.write
-            live = live or judged.state is not HandshakeState.EXPIRED
-        if not live:
-            reason = Unregistered.HANDSHAKE_TIMEOUT if self.handshake else Unregistered.NO_ALLOCATABLE
-            return NotRegistered(reason, self.handshake)
-        inventory = NodeInventory(node=node.name, vendor=self.name, devices=devices)
-        return Registered(inventory, handshake=write, legacy=self.handshake)
+            return NotRegistered(Unregistered.NO_DEVICES)
+        mine = tuple(replace(d, vendor=self.vendor_name) for d in devices)
+        return Registered(NodeInventory(node=node.name, vendor=self.vendor_name, devices=mine))
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value)
 
 
-def fake_register(*uuids: str, mem: int = 65536) -> str:
-    """The fake vendor's register annotation with one healthy device per ID."""
-    items = [
-        f'{{"id":"{u}","index":{i},"count":4,"devmem":{mem},"devcore":100,"type":"FAKE-X1",'
-        f'"mode":"hami-core","health":true}}'
-        for i, u in enumerate(uuids)
-    ]
-    return "[" + ",".join(items) + "]"
+def fake_devices(
+    node: str, vendor: str = "DCU", n: int = 2, mem: int = 16000, count: int = 4
+) -> tuple[DeviceInfo, ...]:
+    """``n`` devices of ``vendor`` named ``<vendor>-<node>-<i>`` (type = the common word)."""
+    return tuple(
+        DeviceInfo(
+            id=f"{vendor}-{node}-{i}",
+            index=i,
+            count=count,
+            devmem_mib=mem,
+            devcore=100,
+            type=vendor,
+            numa=0,
+            mode="hami-core",
+            health=True,
+            vendor=vendor,
+        )
+        for i in range(n)
+    )
+
+
+def mixed_inventory(node: str, nvidia: tuple[DeviceInfo, ...], other: tuple[DeviceInfo, ...]) -> NodeInventory:
+    """One node carrying NVIDIA devices and another vendor's."""
+    return NodeInventory(node=node, vendor="NVIDIA", devices=(*nvidia, *other))
+
+
+def register_annotation(vendor: FakeVendor, devices: tuple[DeviceInfo, ...]) -> dict[str, str]:
+    """What the vendor's device plugin would write on the Node (the inverse of ``observe``)."""
+    key = vendor.register_key
+    assert key is not None
+    return {key: encode_register_json(devices)}

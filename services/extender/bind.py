@@ -41,9 +41,10 @@ from aiohttp import web
 from services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
 from services.extender.events import EventSink, pod_ref
 from services.extender.metrics import ExtenderMetrics
+from services.extender.vendorlock import DSMLU_LOCK, HeldTimedLock, TimedLockRules, TimedNodeLocker, lock_kinds
 from shared.codec import annotations as keys
 from shared.codec.podannotations import allocation_annotations, allocation_labels
-from shared.codec.resources import pod_request
+from shared.codec.resources import vendors_pod_request
 from shared.config.settings import ExtenderSettings
 from shared.coord import NodeLock
 from shared.domain.model import Allocation, NvidiaConfig
@@ -59,6 +60,9 @@ from shared.protocol.extender import (
     parse_binding_args,
 )
 from shared.store import ClaimRefused, Store
+from shared.vendors.base import NodeLockKind
+from shared.vendors.nvidia import NvidiaVendor
+from shared.vendors.registry import Vendors
 
 if TYPE_CHECKING:
     from services.extender.service import ExtenderDeps
@@ -151,10 +155,14 @@ class Binder:
         events: EventSink | None = None,
         metrics: ExtenderMetrics | None = None,
         rng: random.Random | None = None,
+        vendors: Vendors | None = None,
+        timed_lock: TimedLockRules = DSMLU_LOCK,
     ) -> None:
         self._store = store
         self._api = api
         self._nvidia = nvidia
+        self._vendors = vendors if vendors is not None else Vendors((NvidiaVendor(nvidia),))
+        self._allocated_keys = tuple(dict.fromkeys(v.allocated_key for v in self._vendors))
         self._lock_wait_s = lock_wait_s
         self._pod_group_wait_s = pod_group_wait_s
         self._call_timeout_s = call_timeout_s
@@ -169,6 +177,8 @@ class Binder:
             call_timeout_s=call_timeout_s,
             rng=rng,
         )
+        self.timed_locker = TimedNodeLocker(api, timed_lock, clock=clock, call_timeout_s=call_timeout_s)
+        """Cambricon's ``cambricon.com/dsmlu.lock``, for pods given devices of a vendor with that lock kind."""
         self._inflight: dict[str, tuple[asyncio.Lock, int]] = {}
         self.claim_ttl_s = 2 * call_timeout_s + 1.0
         """How long a claim holds after its re-check before the pod patch: longer than the patch and the Binding
@@ -221,20 +231,12 @@ class Binder:
         if claim.took_over:
             logger.warning("bind took over an expired claim", extra={"pod": f"{ns}/{name}", "node": node})
 
-        try:
-            held = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
-        except NotFoundError:
-            await self._drop_claimed(alloc, token)
-            raise _Failed(BindOutcome.NODE_GONE, f"node {node} not found") from None
-        except BaseException:
-            await self._drop_claimed(alloc, token)
-            raise
-        if self._metrics is not None:
-            self._metrics.node_lock_wait.observe(held.waited_s)
+        held = await self._lock(args, alloc, token, (wait_s, retry_s))
 
-        annos = allocation_annotations(node, alloc.devices, alloc.mig, int(self._clock()))
         written: KubeObject | None = None
+        annos: dict[str, str] | None = None
         try:
+            annos = allocation_annotations(node, alloc.devices, alloc.mig, int(self._clock()), self._vendors)
             written = await self._annotate(pod, args, annos, token)
             if written is None:  # a concurrent bind of this pod got there first
                 await self._finish(args, token)
@@ -252,19 +254,55 @@ class Binder:
         await self._finish(args, token)
         return BindResult(BindOutcome.BOUND), pod
 
-    async def _release_if_settled(self, args: ExtenderBindingArgs, held: HeldNodeLock) -> None:
+    async def _lock(
+        self, args: ExtenderBindingArgs, alloc: Allocation, token: str, wait: tuple[float, float | None]
+    ) -> _Held:
+        """Take the node locks the pod's devices need (:func:`lock_kinds`): HAMi's ``hami.io/mutex.lock`` when a
+        vendor of the pod uses it, Cambricon's ``cambricon.com/dsmlu.lock`` when one uses that, none otherwise. On
+        failure nothing stays held and the claimed reservation is dropped."""
+        kinds = lock_kinds(alloc.devices, self._vendors)
+        node, ns, name = args.node, args.pod_namespace, args.pod_name
+        wait_s, retry_s = wait
+        hami: HeldNodeLock | None = None
+        timed: HeldTimedLock | None = None
+        try:
+            if NodeLockKind.HAMI in kinds:
+                hami = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
+            if NodeLockKind.CAMBRICON in kinds:
+                timed = await self.timed_locker.acquire(node, wait_s=wait_s)
+        except BaseException as e:
+            if hami is not None:
+                await self.locker.release(hami)
+            await self._drop_claimed(alloc, token)
+            if isinstance(e, NotFoundError):
+                raise _Failed(BindOutcome.NODE_GONE, f"node {node} not found") from None
+            raise
+        held = _Held(hami, timed)
+        if self._metrics is not None and (hami is not None or timed is not None):
+            self._metrics.node_lock_wait.observe(held.waited_s)
+        return held
+
+    async def _release_locks(self, held: _Held) -> None:
+        if held.timed is not None:
+            await self.timed_locker.release(held.timed)
+        if held.hami is not None:
+            await self.locker.release(held.hami)
+
+    async def _release_if_settled(self, args: ExtenderBindingArgs, held: _Held) -> None:
         """This bind took the node lock for a pod another bind has bound meanwhile. While the device plugin has
         not settled that pod, the lock is the one it allocates through: keep it (the plugin or the informer
         releases it). Once settled, nobody else would: give it back, or it stays until ``--node-lock-timeout``."""
+        if held.hami is None and held.timed is None:
+            return
         try:
             pod = await self._api.get_pod(args.pod_namespace, args.pod_name, timeout_s=self._call_timeout_s)
         except NotFoundError:
-            await self.locker.release(held)
+            await self._release_locks(held)
             return
         except VgpuError:
             return  # unknown: keep it; the informer's lock timeout is the backstop
         if holder_is_done(pod):
-            await self.locker.release(held)
+            await self._release_locks(held)
 
     def _refused(self, args: ExtenderBindingArgs, claim: ClaimRefused) -> _Failed:
         ns, name = args.pod_namespace, args.pod_name
@@ -298,7 +336,7 @@ class Binder:
     def _requests_devices(self, pod: Mapping[str, Any]) -> bool:
         """The filter's test: a pod whose containers ask for no device passed through it unreserved."""
         try:
-            return pod_request(pod, self._nvidia).any
+            return vendors_pod_request(pod, self._vendors).any
         except DecodeError:
             return True  # the filter refused it too; never bind it blind
 
@@ -335,7 +373,7 @@ class Binder:
                     f"pod {ns}/{name}: this bind no longer owns its devices on node {args.node} (taken over, "
                     "released or Redis restarted); nothing written, the pod will be retried",
                 )
-            foreign = _foreign_allocation(pod, annos)
+            foreign = _foreign_allocation(pod, annos, self._allocated_keys)
             if foreign:
                 raise _Failed(
                     BindOutcome.NOT_OWNER, f"pod {ns}/{name} already carries another bind's allocation ({foreign})"
@@ -395,7 +433,7 @@ class Binder:
         self,
         args: ExtenderBindingArgs,
         alloc: Allocation,
-        held: HeldNodeLock,
+        held: _Held,
         token: str,
         *,
         annos: Mapping[str, str] | None,
@@ -414,7 +452,7 @@ class Binder:
                     "bind undo: pod annotations not removed",
                     extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)},
                 )
-        await self.locker.release(held)
+        await self._release_locks(held)
         await self._drop_claimed(alloc, token)
 
     async def _remove_own_annotations(
@@ -427,7 +465,7 @@ class Binder:
         for _ in range(_POD_PATCH_ATTEMPTS):
             if pod is None:
                 pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
-            if uid_of(pod) != args.pod_uid or not _carries(pod, annos):
+            if uid_of(pod) != args.pod_uid or not _carries(pod, annos, self._allocated_keys):
                 return
             try:
                 await self._api.patch_pod_metadata(
@@ -508,24 +546,45 @@ class _Unknown(VgpuError):
     """The Binding's outcome could not be learned."""
 
 
-_OWN_KEYS: Final = (keys.VGPU_NODE, keys.DEVICES_ALLOCATED, keys.VGPU_TIME, keys.BIND_TIME)
-"""The annotations that identify one bind's write (the device plugin changes to-allocate and the phase)."""
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """The node locks one bind holds (None: that kind was not needed)."""
+
+    hami: HeldNodeLock | None
+    timed: HeldTimedLock | None
+
+    @property
+    def waited_s(self) -> float:
+        return sum(h.waited_s for h in (self.hami, self.timed) if h is not None)
 
 
-def _carries(pod: Mapping[str, Any], annos: Mapping[str, str]) -> bool:
+_OWN_KEYS: Final = (keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_TIME)
+"""With every vendor's allocated key, the annotations that identify one bind's write (the device plugin changes
+to-allocate and the phase)."""
+
+
+def _carries(
+    pod: Mapping[str, Any], annos: Mapping[str, str], allocated_keys: tuple[str, ...] = (keys.DEVICES_ALLOCATED,)
+) -> bool:
     """The pod still shows the allocation annotations exactly as ``annos`` (one bind's write) set them."""
     have = meta(pod).get("annotations") or {}
-    return all(have.get(k) == annos.get(k) for k in _OWN_KEYS if k in annos)
+    return all(have.get(k) == annos.get(k) for k in (*_OWN_KEYS, *allocated_keys) if k in annos)
 
 
-def _foreign_allocation(pod: Mapping[str, Any], annos: Mapping[str, str]) -> str:
+def _foreign_allocation(
+    pod: Mapping[str, Any], annos: Mapping[str, str], allocated_keys: tuple[str, ...] = (keys.DEVICES_ALLOCATED,)
+) -> str:
     """Describe another decision's allocation on the pod ('' when none, or when it is the same devices)."""
     have = meta(pod).get("annotations") or {}
-    node, devices = have.get(keys.VGPU_NODE), have.get(keys.DEVICES_ALLOCATED)
-    if node is None and devices is None:
+    node = have.get(keys.VGPU_NODE)
+    lists = {k: have.get(k) for k in allocated_keys if have.get(k) is not None or k in annos}
+    if node is None and all(v is None for v in lists.values()):
         return ""
-    if node == annos.get(keys.VGPU_NODE) and devices == annos.get(keys.DEVICES_ALLOCATED):
+    if node == annos.get(keys.VGPU_NODE) and all(v == annos.get(k) for k, v in lists.items()):
         return ""
+    devices = "; ".join(f"{k}={v}" for k, v in lists.items() if v is not None) or "none"
+    if lists.keys() == {keys.DEVICES_ALLOCATED}:
+        devices = str(lists[keys.DEVICES_ALLOCATED])
     return f"node {node}, devices {devices}"
 
 
@@ -554,6 +613,7 @@ class BindHandler:
             events=deps.event_sink,
             metrics=metrics,
             rng=deps.rng,
+            vendors=deps.vendor_set,
         )
         self._metrics = metrics
 

@@ -31,12 +31,12 @@ from aiohttp import web
 
 from services.extender.events import pod_ref
 from services.extender.metrics import ExtenderMetrics, FilterOutcome
-from services.extender.nodes import NODE_UNREGISTERED, inventory_from_node, node_name
+from services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
 from services.extender.snapshot import SnapshotCache
-from shared.codec.resources import ResourceRequestError, pod_request
-from shared.codec.selectors import decode_pod_constraints
+from shared.codec.resources import ResourceRequestError, vendors_pod_request
+from shared.codec.selectors import decode_vendor_constraints
 from shared.config import ExtenderSettings
-from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
+from shared.domain.model import NVIDIA, Allocation, PodConstraints, PodRequest, QuotaState, Reason
 from shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
 from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
@@ -125,6 +125,8 @@ class FilterHandler:
         self._deps = deps
         self._store = deps.store
         self._nvidia = deps.nvidia
+        self._vendors = deps.vendor_set
+        self._rules = self._vendors.rules
         self._metrics = metrics
         self._cache = cache
         self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
@@ -190,11 +192,11 @@ class FilterHandler:
 
     def _decode_pod(self, args: ExtenderArgs) -> _Pod | None:
         """The pod's identity, requests and constraints; None when it requests no managed resource."""
-        request = pod_request(args.pod, self._nvidia)
+        request = vendors_pod_request(args.pod, self._vendors)
         if not request.any:
             return None
         namespace, name, uid = args.pod_namespace, args.pod_name, args.pod_uid
-        constraints = decode_pod_constraints(_annotations(args.pod))
+        constraints = decode_vendor_constraints(_annotations(args.pod), self._vendors)
         metadata = args.pod.get("metadata")
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
@@ -231,11 +233,13 @@ class FilterHandler:
             name = node_name(node)
             objects[name] = node
             try:
-                snaps.append(NodeSnapshot(inventory_from_node(node, self._nvidia)))
+                snaps.append(NodeSnapshot(vendor_inventory_from_node(node, self._vendors, self._deps.clock())))
             except DecodeError as e:
                 logger.debug("simulated node unregistered", extra={"node": name, "error": str(e)})
                 failed[name] = NODE_UNREGISTERED
-        result = plan(pod.request, pod.constraints, snaps, policies=self._policies, config=self._nvidia)
+        result = plan(
+            pod.request, pod.constraints, snaps, policies=self._policies, config=self._nvidia, rules=self._rules
+        )
         self._metrics.filter_outcome(FilterOutcome.SIMULATED)
         if isinstance(result, Failure):
             failed.update(result.reasons)
@@ -245,7 +249,9 @@ class FilterHandler:
         for snap in snaps:
             if snap.name == result.node:
                 continue
-            alone = plan(pod.request, pod.constraints, [snap], policies=self._policies, config=self._nvidia)
+            alone = plan(
+                pod.request, pod.constraints, [snap], policies=self._policies, config=self._nvidia, rules=self._rules
+            )
             if isinstance(alone, Failure):
                 failed.update(alone.reasons)
         logger.info("simulated filter", extra={"pod": pod.key, "node": result.node, "nodes": len(nodes)})
@@ -333,11 +339,12 @@ class FilterHandler:
         the pod's context was not read; reserve only if it holds no record and its namespace no quota."""
         allocation = _allocation(pod, decision)
         if quota is not None:
+            mem_mib, cores_pct = quota_charge(allocation)
             charge = await self._store.quota.charge(
                 pod.namespace,
                 pod.uid,
-                allocation.quota_mem_mib,
-                allocation.quota_cores_pct,
+                mem_mib,
+                cores_pct,
                 mem_limit_factor=max(self._nvidia.memory_factor, 1),
             )
             if isinstance(charge, QuotaExceeded):
@@ -376,6 +383,7 @@ class FilterHandler:
             quota=quota,
             config=self._nvidia,
             none_fit=none_fit,
+            rules=self._rules,
         )
         return result, missing
 
@@ -392,7 +400,13 @@ class FilterHandler:
         def walk(busy: bool | None) -> Decision | None:
             ranked = self._cache.ranked(policy, candidates, busy)
             return plan_ranked(
-                pod.request, pod.constraints, ranked, policies=self._policies, quota=quota, config=self._nvidia
+                pod.request,
+                pod.constraints,
+                ranked,
+                policies=self._policies,
+                quota=quota,
+                config=self._nvidia,
+                rules=self._rules,
             )
 
         if not self._bind_aware or self._cache.busy.isdisjoint(candidates):
@@ -550,6 +564,15 @@ def _allocation(pod: _Pod, decision: Decision) -> Allocation:
         charges=decision.charges,
         mig=decision.mig,
     )
+
+
+def quota_charge(allocation: Allocation) -> tuple[int, int]:
+    """What the allocation charges to its namespace's quota: memory and cores of its NVIDIA devices (the quota's
+    ``nvidia.com/gpumem`` / ``gpucores``); other vendors' devices are not counted there. For an NVIDIA-only pod
+    this is ``Allocation.quota_mem_mib`` / ``quota_cores_pct``."""
+    nvidia = {d.uuid for ctr in allocation.devices for d in ctr if d.type == NVIDIA}
+    charges = [c for c in allocation.charges if c.uuid in nvidia]
+    return sum(c.mem_mib for c in charges), sum(c.cores_pct for c in charges)
 
 
 def _answer(result: ExtenderFilterResult) -> web.Response:

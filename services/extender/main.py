@@ -22,6 +22,7 @@ from shared.metrics import new_registry, register_build_info
 from shared.ops import create_ops_app, serve
 from shared.runtime import RootTask, run_service, supervise
 from shared.store import Store, connect
+from shared.vendors.catalog import enabled_vendors
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> Non
                 registry=registry,
                 instance_id=common.instance_id,
                 nvidia=common.nvidia,
+                vendors=enabled_vendors(common.nvidia, common.device_sections),
                 event_sink=EventSink(api_poster(api), normal_per_s=settings.success_event_rate),
             )
             service = ExtenderService(settings, deps, drain_timeout_s=DRAIN_TIMEOUT_S)

@@ -184,10 +184,19 @@ class ExtenderMetrics:
         self._filter_outcome_children[outcome].inc()
 
 
-_DEVICE_LABELS = ["node", "device_uuid", "device_index", "device_type", "zone"]
-_ALLOCATED_LABELS = ["node", "device_uuid", "device_index", "device_cores", "device_type", "zone"]
-_OVERVIEW_LABELS = ["node", "device_uuid", "device_index", "device_cores", "device_memory_limit", "device_type", "zone"]
-_RATIO_LABELS = ["node", "device_uuid", "device_index", "device_type", "zone"]
+_DEVICE_LABELS = ["node", "device_uuid", "device_index", "device_type", "vendor", "zone"]
+_ALLOCATED_LABELS = ["node", "device_uuid", "device_index", "device_cores", "device_type", "vendor", "zone"]
+_OVERVIEW_LABELS = [
+    "node",
+    "device_uuid",
+    "device_index",
+    "device_cores",
+    "device_memory_limit",
+    "device_type",
+    "vendor",
+    "zone",
+]
+_RATIO_LABELS = ["node", "device_uuid", "device_index", "device_type", "vendor", "zone"]
 _QUOTA_USED_LABELS = ["namespace", "quota_name", "limit", "zone"]
 _QUOTA_LIMIT_LABELS = ["namespace", "quota_name", "zone"]
 
@@ -224,7 +233,8 @@ class AllocationCollector(Collector):
                 idx, used_cores, used_bytes = str(dev.index), str(u.used_cores), float(u.used_mem_mib * MIB)
                 base = [name, dev.id, idx, dev.type, HAMI_ZONE]
                 mem_ratio = u.used_mem_mib / dev.devmem_mib if dev.devmem_mib > 0 else 0.0
-                # One row per device family, in the order of _families() and _legacy_families().
+                # One row per device family, in the order of _families() and _legacy_families(); the current
+                # names add the device's vendor (its common word) before the zone, the legacy ones do not.
                 rows = [
                     (base, float(dev.devmem_mib * MIB)),
                     (base, float(dev.devcore)),
@@ -235,7 +245,7 @@ class AllocationCollector(Collector):
                     (base, mem_ratio),
                 ]
                 for family, (labels, value) in zip(device_families, rows, strict=True):
-                    family.add_metric(labels, value)
+                    family.add_metric([*labels[:-1], dev.vendor, labels[-1]], value)
                 if legacy:
                     rows[-1] = ([name, dev.id, idx, HAMI_ZONE], mem_ratio)  # HAMi's old ratio had no device type
                     for family, (labels, value) in zip(legacy[:-1], rows, strict=True):

@@ -1,14 +1,17 @@
-"""Full ``Node`` objects (the autoscaler-simulation path of ``/filter``) → NVIDIA inventories, with zero usage.
+"""Full ``Node`` objects (the autoscaler-simulation path of ``/filter``) → inventories, with zero usage.
 
 The rules are the registrar's (differences 1 and 9, §2.3, §2.4): the vendor is registered while the
 node's ``hami.io/node-nvidia-register`` decodes and ``status.allocatable[<count resource>] > 0``; a present but
 malformed ``hami.io/node-nvidia-score`` unregisters it too; ``hami.io/device-cordon`` lists cordoned UUIDs. A node
-that is not registered gets ``node unregistered``, like a NodeNames candidate missing from the snapshot.
+that is not registered gets ``node unregistered``, like a NodeNames candidate missing from the snapshot. Other
+enabled vendors are read by their own ``observe`` (:func:`vendor_inventory_from_node`); a node's devices of every
+vendor make one inventory.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from shared.codec import annotations as keys
@@ -18,6 +21,9 @@ from shared.codec.selectors import decode_cordon
 from shared.codec.topology import decode_topology
 from shared.domain.model import NVIDIA, NodeInventory, NvidiaConfig
 from shared.errors import DecodeError
+from shared.vendors.nvidia import NvidiaVendor
+from shared.vendors.registration import NodeView, Registered
+from shared.vendors.registry import Vendors
 
 NODE_UNREGISTERED = "node unregistered"
 """HAMi's ``FailedNodes`` text for a candidate without a (healthy) registration."""
@@ -62,3 +68,38 @@ def inventory_from_node(node: Mapping[str, Any], cfg: NvidiaConfig) -> NodeInven
     cordon = annotations.get(keys.DEVICE_CORDON)
     cordoned = decode_cordon(cordon) if isinstance(cordon, str) else frozenset()
     return NodeInventory(node=name, vendor=NVIDIA, devices=devices, pair_scores=pair_scores, cordoned=cordoned)
+
+
+def vendor_inventory_from_node(node: Mapping[str, Any], vendors: Vendors, now_unix: float) -> NodeInventory:
+    """The node's devices of every enabled vendor, in one inventory: NVIDIA's as :func:`inventory_from_node`
+    reads them, every other vendor's through its ``observe`` (registration and liveness at ``now_unix``, local
+    time). DecodeError when no vendor is registered on the node (NVIDIA's reason when NVIDIA is enabled)."""
+    name = node_name(node)
+    found: list[NodeInventory] = []
+    nvidia_error: DecodeError | None = None
+    view: NodeView | None = None
+    for vendor in vendors:
+        if vendor.name == NVIDIA and isinstance(vendor, NvidiaVendor):
+            try:
+                found.append(inventory_from_node(node, vendor.config))
+            except DecodeError as e:
+                nvidia_error = e
+            continue
+        view = view or NodeView.of(node)
+        seen = vendor.observe(view, datetime.fromtimestamp(now_unix).astimezone())
+        if isinstance(seen, Registered):
+            found.append(seen.inventory)
+    if not found:
+        raise nvidia_error or DecodeError(f"node {name}", "no enabled vendor registers devices")
+    if len(found) == 1:
+        return found[0]
+    pair_scores: dict[str, Mapping[str, int]] = {}
+    for inv in found:
+        pair_scores.update(inv.pair_scores)
+    return NodeInventory(
+        node=name,
+        vendor=found[0].vendor,
+        devices=tuple(d for inv in found for d in inv.devices),
+        pair_scores=pair_scores,
+        cordoned=frozenset().union(*(inv.cordoned for inv in found)),
+    )

@@ -19,6 +19,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
 from aiohttp import web
@@ -39,6 +40,8 @@ from shared.k8s import Api
 from shared.ops import RunningServer, start_server
 from shared.runtime import cancel_until_done
 from shared.store import Store
+from shared.vendors.nvidia import NvidiaVendor
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,13 @@ class ExtenderDeps:
     cache_settings: CacheSettings = field(default_factory=CacheSettings)
     rng: random.Random | None = None
     """The jitter of ``/bind``'s node-lock retries (None: a fresh ``random.Random()``; ``simulate`` seeds it)."""
+    vendors: Vendors | None = None
+    """The enabled device vendors (``shared.vendors.catalog.enabled_vendors``); None: NVIDIA only, with ``nvidia``."""
+
+    @cached_property
+    def vendor_set(self) -> Vendors:
+        """:attr:`vendors`, or NVIDIA alone (with :attr:`nvidia`) when none were given."""
+        return self.vendors if self.vendors is not None else Vendors((NvidiaVendor(self.nvidia),))
 
 
 class ExtenderService:

@@ -41,6 +41,7 @@ from shared.protocol.admission import (
 from shared.protocol.extender import MAX_BODY_BYTES
 from shared.protocol.webhook import MSG_OTHER_SCHEDULER, apply_patch, mutate_pod, quota_demand
 from shared.store import QuotaRepo
+from shared.vendors.registry import Vendors
 
 if TYPE_CHECKING:
     from services.extender.service import ExtenderDeps
@@ -80,8 +81,10 @@ class Admitter:
         force_overwrite_default_scheduler: bool,
         quota: QuotaRepo | None,
         quota_timeout_s: float = QUOTA_READ_TIMEOUT_S,
+        vendors: Vendors | None = None,
     ) -> None:
         self._nvidia = nvidia
+        self._vendors = vendors
         self._scheduler_name = scheduler_name
         self._force = force_overwrite_default_scheduler
         self._quota = quota
@@ -112,6 +115,7 @@ class Admitter:
             scheduler_name=self._scheduler_name,
             force_overwrite_default_scheduler=self._force,
             quota=quota,
+            vendors=self._vendors,
         )
 
     async def _quota_for(self, pod: dict[str, Any], outcome: AdmissionOutcome, namespace: str) -> QuotaState | None:
@@ -168,6 +172,7 @@ class WebhookHandler:
             scheduler_name=settings.scheduler_name,
             force_overwrite_default_scheduler=settings.force_overwrite_default_scheduler,
             quota=deps.store.quota,
+            vendors=deps.vendor_set,
         )
         self._metrics = metrics
 

@@ -18,18 +18,20 @@ from services.inspect.connect import InspectError, one_line, store_warning
 from services.inspect.devices import DeviceRow, device_rows, shares_by_device
 from shared.codec import annotations as keys
 from shared.codec.podannotations import decode_allocation
-from shared.codec.resources import pod_containers, pod_request
-from shared.codec.selectors import decode_pod_constraints
+from shared.codec.resources import pod_containers, vendors_pod_request
+from shared.codec.selectors import decode_vendor_constraints
 from shared.config import InspectSettings
 from shared.domain.diagnosis import nearest_miss, quota_left
 from shared.domain.fit import normalize_request
-from shared.domain.model import MEM_PCT_UNSET, NvidiaConfig, PodDevices, QuotaState
+from shared.domain.model import MEM_PCT_UNSET, NvidiaConfig, PodDevices, PodRequest, QuotaState
 from shared.domain.plan import Decision, Failure, plan
 from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
+from shared.domain.vendor import RuleSet
 from shared.errors import DecodeError, NotFoundError
 from shared.k8s import Api
 from shared.store import AllocationRecord, Store
+from shared.vendors.catalog import enabled_vendors
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 
@@ -155,13 +157,14 @@ async def explain(settings: InspectSettings, store: Store, api: Api, namespace: 
     if warning:
         out.warnings.append(warning)
     try:
-        request = pod_request(pod, nvidia)
-        constraints = decode_pod_constraints({str(k): str(v) for k, v in annotations.items()})
+        vendors = enabled_vendors(nvidia, settings.common.device_sections)
+        request = vendors_pod_request(pod, vendors)
+        constraints = decode_vendor_constraints({str(k): str(v) for k, v in annotations.items()}, vendors)
     except DecodeError as e:
         raise InspectError(f"pod {namespace}/{name}: {one_line(e)} (the extender would refuse it the same way)") from e
     policy = effective_policy(Policies(node=settings.node_policy, gpu=settings.gpu_policy), constraints)
     out.policies = {"node": policy.node.value, "gpu": str(policy.gpu)}
-    out.containers = _containers(pod, request.containers, nvidia)
+    out.containers = _containers(pod, request, nvidia, vendors.rules)
     if phase in TERMINAL:
         out.state = "ended"
         return out
@@ -190,12 +193,17 @@ async def explain(settings: InspectSettings, store: Store, api: Api, namespace: 
     return out
 
 
-def _containers(pod: Mapping[str, Any], requests: Sequence[Any], nvidia: NvidiaConfig) -> list[dict[str, Any]]:
+def _containers(
+    pod: Mapping[str, Any], request: PodRequest, nvidia: NvidiaConfig, rules: RuleSet
+) -> list[dict[str, Any]]:
+    """One row per container and vendor it asks for (``type``: the vendor's common word)."""
     out = []
-    for (cname, init), req in zip(_container_names(pod), requests, strict=True):
+    names = _container_names(pod)
+    for entry, req in enumerate(request.containers):
         if req.empty:
             continue
-        r = normalize_request(req, nvidia)
+        cname, init = names[request.owner(entry)]
+        r = normalize_request(req, nvidia, rules)
         out.append(
             {
                 "name": cname,
@@ -272,11 +280,12 @@ async def _evaluate(
         return
     policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
     q = quota if quota.limited else None
-    overall = plan(request, constraints, snaps, policies=policies, quota=q, config=nvidia)
+    rules = enabled_vendors(nvidia, settings.common.device_sections).rules
+    overall = plan(request, constraints, snaps, policies=policies, quota=q, config=nvidia, rules=rules)
     if isinstance(overall, Decision):
         out.would_get = {"node": overall.node, "devices": _devices_json(overall.devices)}
     for snap in snaps:
-        alone = plan(request, constraints, [snap], policies=policies, quota=q, config=nvidia)
+        alone = plan(request, constraints, [snap], policies=policies, quota=q, config=nvidia, rules=rules)
         if isinstance(alone, Decision):
             out.nodes.append(NodeVerdict(snap.name, True, devices=alone.devices))
             continue

@@ -15,7 +15,7 @@ settle it when the real plugin could not serve it:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,10 @@ from shared.codec.nodelock import parse_node_lock
 from shared.codec.poddevices import decode_pod_devices
 from shared.codec.quantity import parse_quantity, whole_int64
 from shared.codec.resources import pod_containers
+from shared.domain.model import PodDevices
 from shared.errors import DecodeError
+from shared.vendors.base import NodeLockKind
+from shared.vendors.registry import Vendors
 
 _CANDIDATE_PHASES = ("allocating", "success")
 
@@ -96,12 +99,19 @@ def _device_count(container: Mapping[str, Any], resource: str) -> int:
     return 0
 
 
-def allocation_problems(pod: Mapping[str, Any], count_resource: str) -> list[str]:
-    """Why the HEAD plugin could not serve ``pod``'s Allocate calls as the scheduler meant them ([] if it can)."""
+def allocation_problems(
+    pod: Mapping[str, Any],
+    count_resource: str,
+    to_allocate_key: str = keys.DEVICES_TO_ALLOCATE,
+    decode: Callable[[str], PodDevices] = decode_pod_devices,
+) -> list[str]:
+    """Why the HEAD plugin could not serve ``pod``'s Allocate calls as the scheduler meant them ([] if it can).
+
+    ``count_resource``, ``to_allocate_key`` and ``decode`` are the vendor's (NVIDIA's by default)."""
     annos = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         init, app = pod_containers(pod)
-        entries = [list(e) for e in decode_pod_devices(str(annos.get(keys.DEVICES_TO_ALLOCATE, "")))]
+        entries = [list(e) for e in decode(str(annos.get(to_allocate_key, "")))]
         asks = [(i, str(c.get("name", "")), _device_count(c, count_resource)) for i, c in enumerate([*init, *app])]
     except DecodeError as e:
         return [f"unreadable device request: {e}"]
@@ -122,3 +132,34 @@ def allocation_problems(pod: Mapping[str, Any], count_resource: str) -> list[str
     if leftover:
         problems.append(f"{leftover} device(s) listed for no container")
     return problems
+
+
+def vendor_allocation_problems(pod: Mapping[str, Any], vendors: Vendors) -> list[str]:
+    """:func:`allocation_problems` for every enabled vendor whose devices the pod asks for, each reading its own
+    to-allocate key (the allocated key for a vendor without one) with its own device-list codec; problems are
+    prefixed with the vendor's common word."""
+    problems: list[str] = []
+    for vendor in vendors:
+        if not any(vendor.manages(c) for group in _safe_containers(pod) for c in group):
+            continue
+        key = vendor.to_allocate_key or vendor.allocated_key
+        found = allocation_problems(pod, vendor.resources.count, key, vendor.decode_devices)
+        problems.extend(f"{vendor.name}: {p}" for p in found)
+    return problems
+
+
+def lock_kinds_of(pod: Mapping[str, Any], vendors: Vendors) -> frozenset[NodeLockKind]:
+    """The node locks the pod's vendors take (``NONE`` dropped; none found: HAMi's, as for NVIDIA)."""
+    containers = [c for group in _safe_containers(pod) for c in group]
+    kinds = {v.node_lock for v in vendors if any(v.manages(c) for c in containers)}
+    if not kinds:
+        return frozenset({NodeLockKind.HAMI})
+    kinds.discard(NodeLockKind.NONE)
+    return frozenset(kinds)
+
+
+def _safe_containers(pod: Mapping[str, Any]) -> tuple[Sequence[Any], ...]:
+    try:
+        return pod_containers(pod)
+    except DecodeError:
+        return ()

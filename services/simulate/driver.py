@@ -44,16 +44,18 @@ from services.simulate.devplugin import (
     allocation_problems,
     fallback_choice,
     lock_choice,
+    vendor_allocation_problems,
 )
 from services.simulate.report import ADMISSION, PodResult
 from shared.codec import annotations as keys
-from shared.codec.resources import pod_requests_managed_resource
+from shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
 from shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig, QuotaState
 from shared.errors import DecodeError, TransientError
 from shared.protocol.admission import decode_patch
 from shared.protocol.jsonpatch import apply_patch
 from shared.protocol.webhook import mutate_pod
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
@@ -207,8 +209,10 @@ def local_admission(
     scheduler_name: str,
     force_overwrite_default_scheduler: bool,
     quota: Callable[[str], Awaitable[QuotaState | None]],
+    vendors: Vendors | None = None,
 ) -> Admit:
-    """The webhook's decision computed in-process: ``mutate_pod`` (with the namespace's quota) + ``apply_patch``."""
+    """The webhook's decision computed in-process: ``mutate_pod`` (with the namespace's quota and the enabled
+    ``vendors``) + ``apply_patch``."""
 
     async def admit(pod: KubeObject) -> Admitted:
         ns = pod["metadata"].get("namespace") or "default"
@@ -218,6 +222,7 @@ def local_admission(
             scheduler_name=scheduler_name,
             force_overwrite_default_scheduler=force_overwrite_default_scheduler,
             quota=await quota(ns),
+            vendors=vendors,
         )
         if not outcome.allowed:
             return Admitted(None, f"admission denied: {outcome.message}")
@@ -441,8 +446,11 @@ class Driver:
         after_settle: Hook | None = None,
         timing: SchedulerTiming | None = None,
         clock: str = "real",
+        vendors: Vendors | None = None,
     ) -> None:
         self.kube = kube
+        self.vendors = vendors
+        """The enabled vendors (None: NVIDIA only, with ``cfg``): "is this pod ours", each device plugin's check."""
         self.extenders = extenders
         self.admit = admit
         self.cfg = cfg
@@ -471,7 +479,11 @@ class Driver:
         meta = q.original["metadata"]
         node_policy, gpu_policy = effective_policies(pod, self.defaults)
         try:
-            gpu = pod_requests_managed_resource(pod, self.cfg)
+            gpu = (
+                vendors_manage_pod(pod, self.vendors)
+                if self.vendors is not None
+                else pod_requests_managed_resource(pod, self.cfg)
+            )
         except DecodeError:
             gpu = True
         ns, name = str(meta.get("namespace") or "default"), str(meta["name"])
@@ -681,7 +693,10 @@ class Driver:
         if (choice.namespace, choice.name) != (ns, name):
             how = "the node lock names" if isinstance(choice, LockedPod) else "without a lock it would pick"
             raise DriverError(f"{where}: {how} {choice.namespace}/{choice.name} instead")
-        problems = allocation_problems(pod, self.cfg.resource_count_name)
+        if self.vendors is not None:
+            problems = vendor_allocation_problems(pod, self.vendors)
+        else:
+            problems = allocation_problems(pod, self.cfg.resource_count_name)
         if problems:
             raise DriverError(f"{where}: " + "; ".join(problems))
 

@@ -1,9 +1,10 @@
 """The pod annotations of an allocation: what ``/bind`` writes (difference 3) and what accounting reads (difference 10).
 
 ``/bind`` writes, in one merge patch, ``hami.io/vgpu-node`` (plus the label of the same key), ``hami.io/vgpu-time``,
-the to-allocate and allocated device lists (identical), ``hami.io/vgpu-mig-allocations`` when there are MIG
-placements, ``hami.io/bind-phase: allocating`` and ``hami.io/bind-time``. Accounting reads the *allocated* list,
-never to-allocate (the device plugin rewrites that one while it consumes it).
+the to-allocate and allocated device lists (identical; one pair per vendor the pod was given devices of, each
+under that vendor's keys), ``hami.io/vgpu-mig-allocations`` when there are MIG placements,
+``hami.io/bind-phase: allocating`` and ``hami.io/bind-time``. Accounting reads the *allocated* list, never
+to-allocate (the device plugin rewrites that one while it consumes it).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from shared.codec import annotations as keys
 from shared.codec._go import fail
@@ -57,27 +58,76 @@ def merge_pod_devices(parts: Sequence[PodDevices]) -> PodDevices:
         raise ValueError("merge_pod_devices needs device lists of the same container count")
     return tuple(tuple(d for p in parts for d in p[i]) for i in range(count))
 
+if TYPE_CHECKING:
+    from shared.vendors.registry import Vendors
+
 
 def allocation_annotations(
-    node: str, devices: PodDevices, mig: tuple[MigAllocation, ...], now_unix: int
+    node: str,
+    devices: PodDevices,
+    mig: tuple[MigAllocation, ...],
+    now_unix: int,
+    vendors: Vendors | None = None,
 ) -> dict[str, str]:
-    """The annotations ``/bind`` patches onto the pod, exactly as the device plugin expects them."""
+    """The annotations ``/bind`` patches onto the pod, exactly as the device plugins expect them.
+
+    ``vendors`` None: NVIDIA's keys only (the device list as is). Otherwise, for every vendor the devices use
+    (``ContainerDevice.type``), its to-allocate key (when it has one) and its allocated key with
+    ``vendor.encode_devices`` of that vendor's devices per container, one entry per container (init first),
+    empty where a container has none of them: a pod asking two vendors gets one pair per vendor, each listing
+    only its own devices. A device of a type no vendor has is a DecodeError (its plugin could never find it).
+    """
     if not node:
         fail(keys.VGPU_NODE, "cannot encode an empty node name")
     if now_unix < 0:
         fail(keys.VGPU_TIME, "cannot encode a negative Unix time", str(now_unix))
-    device_list = encode_pod_devices(devices)
     stamp = str(now_unix)
-    out = {
-        keys.VGPU_NODE: node,
-        keys.VGPU_TIME: stamp,
-        keys.DEVICES_TO_ALLOCATE: device_list,
-        keys.DEVICES_ALLOCATED: device_list,
-    }
+    out = {keys.VGPU_NODE: node, keys.VGPU_TIME: stamp}
+    out.update(device_list_annotations(devices, vendors))
     if mig:
         out[keys.MIG_ALLOCATIONS] = encode_mig_allocations(mig)
     out[keys.BIND_PHASE] = BindPhase.ALLOCATING.value
     out[keys.BIND_TIME] = stamp
+    return out
+
+
+@runtime_checkable
+class ExtraPodAnnotations(Protocol):
+    """Optional vendor hook: further pod annotations its device plugin reads besides the device lists (HAMi's
+    ``PatchAnnotations`` of Cambricon adds ``CAMBRICON_DSMLU_PROFILE`` …). ``devices`` holds only the vendor's
+    devices, one entry per container."""
+
+    def extra_pod_annotations(self, devices: PodDevices) -> Mapping[str, str]: ...
+
+
+def vendors_used(devices: PodDevices) -> tuple[str, ...]:
+    """The common words of the devices' types, in order of first appearance."""
+    return tuple(dict.fromkeys(d.type for ctr in devices for d in ctr))
+
+
+def split_by_vendor(devices: PodDevices, vendor: str) -> PodDevices:
+    """``vendor``'s devices of every container, one entry per container (empty where it has none)."""
+    return tuple(tuple(d for d in ctr if d.type == vendor) for ctr in devices)
+
+
+def device_list_annotations(devices: PodDevices, vendors: Vendors | None = None) -> dict[str, str]:
+    """The to-allocate and allocated device lists of every vendor ``devices`` use (see
+    :func:`allocation_annotations`). ``vendors`` None, or devices of no vendor at all: NVIDIA's pair, as is."""
+    used = vendors_used(devices)
+    if vendors is None or not used:
+        device_list = encode_pod_devices(devices)
+        return {keys.DEVICES_TO_ALLOCATE: device_list, keys.DEVICES_ALLOCATED: device_list}
+    out: dict[str, str] = {}
+    for name in used:
+        vendor = vendors.get(name)
+        if vendor is None:
+            fail(keys.DEVICES_ALLOCATED, f"no enabled vendor has device type {name!r}", name)
+        encoded = vendor.encode_devices(split_by_vendor(devices, name))
+        if vendor.to_allocate_key is not None:
+            out[vendor.to_allocate_key] = encoded
+        out[vendor.allocated_key] = encoded
+        if isinstance(vendor, ExtraPodAnnotations):
+            out.update(vendor.extra_pod_annotations(split_by_vendor(devices, name)))
     return out
 
 

@@ -46,13 +46,16 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.codec._go import INT32_MAX, fail
 from shared.codec.quantity import parse_quantity
 from shared.domain.fit import default_memory
 from shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, NVIDIA, ContainerRequest, NvidiaConfig, PodRequest
 from shared.errors import DecodeError
+
+if TYPE_CHECKING:
+    from shared.vendors.registry import Vendors
 
 _NO_RESOURCES: Mapping[str, Any] = {}
 _MIB = 2**20
@@ -322,9 +325,7 @@ def pod_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> PodRequest:
 
     Raises :class:`ResourceRequestError` with the problems of every container (not only the first).
     """
-    init, app = pod_containers(pod)
-    located = [(f"spec.initContainers[{i}]", c) for i, c in enumerate(init)]
-    located += [(f"spec.containers[{i}]", c) for i, c in enumerate(app)]
+    located, init_count = _located(pod)
     reqs: list[ContainerRequest] = []
     problems: list[str] = []
     for what, c in located:
@@ -334,7 +335,7 @@ def pod_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> PodRequest:
             problems.extend(e.problems)
     if problems:
         raise ResourceRequestError(problems)
-    return PodRequest(containers=tuple(reqs), init_count=len(init))
+    return PodRequest(containers=tuple(reqs), init_count=init_count)
 
 
 def pod_requests_managed_resource(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
@@ -345,5 +346,55 @@ def pod_requests_managed_resource(pod: Mapping[str, Any], cfg: NvidiaConfig) -> 
     for i, c in enumerate([*init, *app]):
         limits, requests = _lists(c, f"container {i}")
         if any(n in limits or n in requests for n in names):
+            return True
+    return False
+
+
+def _located(pod: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], int]:
+    init, app = pod_containers(pod)
+    located = [(f"spec.initContainers[{i}]", c) for i, c in enumerate(init)]
+    located += [(f"spec.containers[{i}]", c) for i, c in enumerate(app)]
+    return located, len(init)
+
+
+def vendors_pod_request(pod: Mapping[str, Any], vendors: Vendors) -> PodRequest:
+    """The pod's requests from every enabled vendor, init containers first (HAMi's ``Resourcereqs``).
+
+    Each container gets one entry per vendor it asks for, in the vendors' order (NVIDIA first); a container that
+    asks for none gets one empty entry. When some container asks for several vendors, ``owners`` names the
+    container of every entry; otherwise it is empty, and the request equals :func:`pod_request`'s for an
+    NVIDIA-only pod. Raises :class:`ResourceRequestError` with the problems of every container and every vendor.
+    """
+    located, init_count = _located(pod)
+    entries: list[ContainerRequest] = []
+    owners: list[int] = []
+    problems: list[str] = []
+    multi = False
+    for ci, (what, c) in enumerate(located):
+        _lists(c, what)  # a container of the wrong shape is a DecodeError, whatever the vendors
+        asked: list[ContainerRequest] = []
+        for vendor in vendors:
+            try:
+                req = vendor.container_request(c, what)
+            except ResourceRequestError as e:
+                problems.extend(e.problems)
+                continue
+            if not req.empty:
+                asked.append(req)
+        multi = multi or len(asked) > 1
+        entries.extend(asked or [EMPTY_REQUEST])
+        owners.extend([ci] * max(len(asked), 1))
+    if problems:
+        raise ResourceRequestError(problems)
+    return PodRequest(containers=tuple(entries), init_count=init_count, owners=tuple(owners) if multi else ())
+
+
+def vendors_manage_pod(pod: Mapping[str, Any], vendors: Vendors) -> bool:
+    """Whether any (init) container names a resource of any enabled vendor (whatever the value): what makes a
+    pod "ours" for the extender and the webhook."""
+    located, _ = _located(pod)
+    for what, c in located:
+        _lists(c, what)
+        if any(v.manages(c) for v in vendors):
             return True
     return False

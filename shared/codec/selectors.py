@@ -17,11 +17,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from shared.codec import annotations as keys
 from shared.codec._go import INT64_MAX, fail, go_upper, parse_bool, parse_int, trim_space
-from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, PodConstraints, ScoringWeights
+from shared.domain.model import (
+    NO_SELECTORS,
+    NVIDIA,
+    GpuPolicy,
+    GpuPolicyToken,
+    NodePolicy,
+    PodConstraints,
+    ScoringWeights,
+    Selectors,
+)
 from shared.errors import DecodeError
+
+if TYPE_CHECKING:
+    from shared.vendors.registry import Vendors
 
 _WEIGHT_KEYS = ("slot", "core", "memory")
 
@@ -159,3 +173,18 @@ def decode_pod_constraints(annotations: Mapping[str, str]) -> PodConstraints:
         gpu_policy=decode_gpu_policy(gpu_policy) if gpu_policy is not None else None,
         weights=decode_scoring_weights(weights) if weights is not None else ScoringWeights(),
     )
+
+
+def decode_vendor_constraints(annotations: Mapping[str, str], vendors: Vendors) -> PodConstraints:
+    """:func:`decode_pod_constraints` plus every other enabled vendor's selectors (``Vendor.selectors``) in
+    ``vendor_selectors``, by common word; vendors whose annotations select nothing are left out. A malformed
+    selector of any vendor is a DecodeError naming its key."""
+    constraints = decode_pod_constraints(annotations)
+    found: dict[str, Selectors] = {}
+    for vendor in vendors:
+        if vendor.name == NVIDIA:
+            continue
+        sel = vendor.selectors(annotations)
+        if sel != NO_SELECTORS:
+            found[vendor.name] = sel
+    return replace(constraints, vendor_selectors=found) if found else constraints

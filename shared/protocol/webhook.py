@@ -1,4 +1,4 @@
-"""The mutating admission webhook's decision for NVIDIA, as a pure function of the pod (hami-wire §5.3, §1.3, §8).
+"""The mutating admission webhook's decision, as a pure function of the pod (hami-wire §5.3, §1.3, §8).
 
 :func:`mutate_pod` does what HAMi's ``webhook.Handle`` + ``NvidiaGPUDevices.MutateAdmission`` do, in order:
 
@@ -16,6 +16,9 @@
 7. quota pre-check → denied ``exceeding resource quota``;
 8. allowed with the JSONPatch from the original to the mutated pod.
 
+Other enabled vendors (``vendors``) validate their requests in step 3 and edit each container after NVIDIA in
+step 4 (``Vendor.mutate_container``); a container asking for any vendor's devices counts in steps 5 and 6.
+
 No I/O: the caller passes the namespace's :class:`QuotaState` (or ``None`` to skip step 6).
 """
 
@@ -26,15 +29,19 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from shared.codec.quantity import parse_quantity
-from shared.codec.resources import ResourceRequestError, container_request, pod_request
-from shared.domain.model import NvidiaConfig, QuotaState
+from shared.codec.resources import ResourceRequestError, container_request, pod_request, vendors_pod_request
+from shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
 from shared.errors import DecodeError
 from shared.protocol import gojson
 from shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome
 from shared.protocol.jsonpatch import apply_patch, create_patch
+
+if TYPE_CHECKING:
+    from shared.vendors.base import Vendor
+    from shared.vendors.registry import Vendors
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -79,13 +86,20 @@ def mutate_pod(
     scheduler_name: str,
     force_overwrite_default_scheduler: bool,
     quota: QuotaState | None = None,
+    vendors: Vendors | None = None,
 ) -> AdmissionOutcome:
     """Decide on a pod at CREATE: allow (with a JSONPatch), deny (403) or error (400 malformed).
 
     ``pod`` is not modified. ``quota`` is the namespace's quota state; ``None`` skips the quota pre-check.
+    ``vendors``: the enabled vendors (None: NVIDIA only). Every vendor's requests are validated; after NVIDIA's
+    edits of a container, each other vendor's ``mutate_container`` runs on it (HAMi runs every device's
+    ``MutateAdmission`` on every container), and a container of any vendor sends the pod to our scheduler.
     """
+    others = tuple(v for v in vendors if v.name != NVIDIA) if vendors is not None else ()
     try:
-        return _mutate(pod, cfg, scheduler_name, force_overwrite_default_scheduler, quota)
+        return _mutate(
+            pod, cfg, scheduler_name, force_overwrite_default_scheduler, quota, vendors=vendors, others=others
+        )
     except DecodeError as e:
         return AdmissionOutcome.error(str(e), HTTP_BAD_REQUEST)
 
@@ -96,6 +110,9 @@ def _mutate(
     scheduler_name: str,
     force: bool,
     quota: QuotaState | None,
+    *,
+    vendors: Vendors | None = None,
+    others: tuple[Vendor, ...] = (),
 ) -> AdmissionOutcome:
     if not isinstance(original, dict):
         raise DecodeError(_POD, f"expected an object, got {gojson.type_name(original)}")
@@ -112,8 +129,11 @@ def _mutate(
     if current and (current != DEFAULT_SCHEDULER or not force) and (not scheduler_name or current != scheduler_name):
         return AdmissionOutcome.allow(MSG_OTHER_SCHEDULER)
 
-    try:
-        pod_request(pod, cfg)  # the one validation /filter and simulate apply too
+    try:  # the one validation /filter and simulate apply too
+        if vendors is not None:
+            vendors_pod_request(pod, vendors)
+        else:
+            pod_request(pod, cfg)
     except ResourceRequestError as e:
         return AdmissionOutcome.deny(str(e))
 
@@ -121,6 +141,8 @@ def _mutate(
     has_resource = False
     for where, container in _all(init_containers, containers):
         found = _mutate_container(container, spec, cfg, where)
+        for vendor in others:
+            found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
 
     if privileged is not None and has_resource:

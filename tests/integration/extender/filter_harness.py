@@ -30,6 +30,7 @@ from shared.k8s import Api
 from shared.metrics import new_registry
 from shared.protocol.events import PodEvent
 from shared.store import Store, SyncMarker
+from shared.vendors.registry import Vendors
 
 WIRE = Path(__file__).resolve().parents[2] / "data" / "kube-scheduler-wire"
 FAST_CACHE = CacheSettings(
@@ -162,6 +163,7 @@ async def running_extender(
     cache_settings: CacheSettings = FAST_CACHE,
     wait_ready: bool = True,
     drain_timeout_s: float = 5.0,
+    vendors: Vendors | None = None,
 ) -> AsyncIterator[Replica]:
     """Run one replica until the block ends (then stop it and wait for its drain)."""
     recorded: list[tuple[Mapping[str, Any], PodEvent]] = []
@@ -177,6 +179,7 @@ async def running_extender(
         nvidia=(extender_settings or settings()).common.nvidia,
         event_sink=EventSink(record),
         cache_settings=cache_settings,
+        vendors=vendors,
     )
     service = ExtenderService(extender_settings or settings(), deps, drain_timeout_s=drain_timeout_s)
     stop = asyncio.Event()

@@ -269,7 +269,7 @@ async def test_metrics_expose_the_allocation_gauges_and_the_filter_counters(stor
         return samples[(name, frozenset(labels.items()))]
 
     dev = {"node": "gpu-node-2", "device_uuid": "GPU-gpu-node-2-3", "device_index": "3", "zone": "vGPU"}
-    t4 = {"device_type": "NVIDIA-Tesla T4"}
+    t4 = {"device_type": "NVIDIA-Tesla T4", "vendor": "NVIDIA"}
     assert value("hami_gpu_memory_limit_bytes", **dev, **t4) == 16384 * 1048576
     assert value("hami_gpu_core_limit_ratio", **dev, **t4) == 100
     assert value("hami_gpu_memory_allocated_bytes", **dev, **t4, device_cores="30") == 3000 * 1048576

@@ -9,7 +9,7 @@ from shared.domain.model import DeviceUsage
 from shared.store import ReservationState, Store
 from shared.vendors.nvidia import NvidiaVendor
 from shared.vendors.registry import Vendors
-from tests.fakevendor import FAKE, FAKE_ALLOCATED, FAKE_COUNT, FakeVendor
+from tests.fakevendor_node import FAKE, FAKE_ALLOCATED, FAKE_COUNT, FakeVendor
 from tests.integration.informer.conftest import Harness
 from tests.unit.informer.builders import pod
 from tests.waiting import eventually

@@ -12,7 +12,7 @@ from shared.emulator import Emulator
 from shared.k8s import KubeClient
 from shared.store import Store
 from shared.vendors.nvidia import NvidiaVendor
-from tests.fakevendor import FAKE_COUNT, FAKE_HANDSHAKE, FAKE_REGISTER, FakeVendor, fake_register
+from tests.fakevendor_node import FAKE_COUNT, FAKE_HANDSHAKE, FAKE_REGISTER, FakeVendor, fake_register
 from tests.integration.registrar.helpers import REGISTER, FakeClock, Running, json_register, running_registrar
 from tests.waiting import eventually
 

@@ -86,7 +86,13 @@ def test_allocation_gauges_are_computed_from_the_snapshots_at_scrape_time() -> N
     def v(name: str, **labels: str) -> float:
         return samples[(name, frozenset({**labels, "zone": "vGPU"}.items()))]
 
-    busy = {"node": "n1", "device_uuid": "GPU-n1-1", "device_index": "1", "device_type": "NVIDIA-T4"}
+    busy = {
+        "node": "n1",
+        "device_uuid": "GPU-n1-1",
+        "device_index": "1",
+        "device_type": "NVIDIA-T4",
+        "vendor": "NVIDIA",
+    }
     assert v("hami_gpu_memory_limit_bytes", **busy) == 8000 * 1048576
     assert v("hami_gpu_memory_allocated_bytes", **busy, device_cores="40") == 3000 * 1048576
     assert v("hami_gpu_shared_count", **busy) == 2
@@ -143,3 +149,20 @@ def test_bind_rate_ceiling_follows_the_api_rate_limit() -> None:
     assert bind_rate_ceiling(5) == 1.25  # HAMi's client default: about one bind per second (four calls each)
     assert bind_rate_ceiling(100) == 25.0
     assert bind_rate_ceiling(0) is None  # no limit
+
+
+def test_device_gauges_carry_the_devices_vendor() -> None:
+    from tests.fakevendor import fake_devices, mixed_inventory
+
+    inv = mixed_inventory("n1", inventory("n1", n=1, type="NVIDIA-T4").devices, fake_devices("n1", "DCU", n=1))
+    snaps = {"n1": NodeSnapshot(inv, {"DCU-n1-0": use(1, 2000, 30)})}
+    registry = CollectorRegistry()
+    registry.register(AllocationCollector(lambda: snaps, lambda: QuotaView({}), legacy=True))
+    samples = _scrape(registry)
+    dcu = {"node": "n1", "device_uuid": "DCU-n1-0", "device_index": "0", "device_type": "DCU", "zone": "vGPU"}
+    assert samples[("hami_gpu_shared_count", frozenset({**dcu, "vendor": "DCU"}.items()))] == 1
+    assert samples[("hami_gpu_core_allocated_ratio", frozenset({**dcu, "vendor": "DCU"}.items()))] == 30
+    nvidia = {"node": "n1", "device_uuid": "GPU-n1-0", "device_index": "0", "device_type": "NVIDIA-T4"}
+    assert samples[("hami_gpu_shared_count", frozenset({**nvidia, "vendor": "NVIDIA", "zone": "vGPU"}.items()))] == 0
+    legacy = {"nodeid": "n1", "deviceuuid": "DCU-n1-0", "deviceidx": "0", "devicetype": "DCU", "zone": "vGPU"}
+    assert samples[("GPUDeviceSharedNum", frozenset(legacy.items()))] == 1  # HAMi's old names: labels as they were

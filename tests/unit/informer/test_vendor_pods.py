@@ -12,7 +12,7 @@ from shared.codec.podannotations import NVIDIA_READER, decode_allocation, merge_
 from shared.domain.model import ContainerDevice, DeviceCharge
 from shared.errors import DecodeError
 from shared.vendors.nvidia import NvidiaVendor
-from tests.fakevendor import FAKE, FAKE_ALLOCATED, FakeVendor
+from tests.fakevendor_node import FAKE, FAKE_ALLOCATED, FakeVendor
 from tests.unit.informer.builders import pod
 
 VENDORS = (NvidiaVendor(), FakeVendor())

@@ -18,7 +18,7 @@ from shared.vendors.catalog import (
 from shared.vendors.nvidia import NvidiaVendor
 from shared.vendors.registration import Invalid, NodeView, NotRegistered, Registered, Unregistered
 from shared.vendors.registry import Vendors
-from tests.fakevendor import FAKE_COUNT, FAKE_HANDSHAKE, FAKE_REGISTER, FakeVendor, fake_register
+from tests.fakevendor_node import FAKE_COUNT, FAKE_HANDSHAKE, FAKE_REGISTER, FakeVendor, fake_register
 
 NOW = datetime(2025, 6, 13, 9, 7, 40)
 NV_REGISTER = "hami.io/node-nvidia-register"

@@ -1,0 +1,180 @@
+"""/bind for pods given devices of other vendors: each vendor's device-list annotations, and the node locks by
+kind (HAMi's hami.io/mutex.lock, Cambricon's cambricon.com/dsmlu.lock, none)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from services.extender.bind import BindOutcome
+from services.extender.vendorlock import DSMLU_LOCK, TimedLockState, lock_kinds
+from shared.codec import annotations as keys
+from shared.codec.nodelock import format_rfc3339, parse_node_lock
+from shared.domain.accounting import collapse
+from shared.domain.model import Allocation, ContainerDevice, NodeInventory
+from shared.protocol.extender import ExtenderBindingArgs
+from shared.store import ReservationState
+from shared.vendors.base import NodeLockKind
+from shared.vendors.nvidia import NvidiaVendor
+from shared.vendors.registry import Vendors
+from tests.fakevendor import FakeVendor, fake_devices
+from tests.integration.extender.bindkit import NOW, Harness, gpu, harness, node_obj, pod_obj
+
+NODE = "mixed-1"
+DCU = FakeVendor("DCU", NodeLockKind.HAMI)
+AWS = FakeVendor("AWS", NodeLockKind.NONE, has_to_allocate=False)
+MLU = FakeVendor("MLU", NodeLockKind.CAMBRICON)
+VENDORS = Vendors((NvidiaVendor(), DCU, AWS, MLU))
+DSMLU = NodeLockKind.CAMBRICON.value
+
+
+@pytest.fixture
+async def h(redis_url: str) -> AsyncIterator[Harness]:
+    async with harness(redis_url) as hh:
+        devices = (gpu(NODE, 0), gpu(NODE, 1), *fake_devices(NODE, "DCU"), *fake_devices(NODE, "AWS"))
+        devices += fake_devices(NODE, "MLU")
+        await hh.store.inventory.put(NodeInventory(node=NODE, vendor="NVIDIA", devices=devices))
+        hh.em.put(node_obj(NODE))
+        yield hh
+
+
+def _args(pod: dict[str, Any]) -> ExtenderBindingArgs:
+    m = pod["metadata"]
+    return ExtenderBindingArgs(pod_name=m["name"], pod_namespace=m["namespace"], pod_uid=m["uid"], node=NODE)
+
+
+def _dev(uuid: str, vendor: str, mem: int = 1000, cores: int = 10) -> ContainerDevice:
+    return ContainerDevice(uuid=uuid, used_mem_mib=mem, used_cores=cores, type=vendor)
+
+
+async def _reserved(h: Harness, name: str, *containers: tuple[ContainerDevice, ...]) -> dict[str, Any]:
+    pod = pod_obj(name, gpus=0)
+    pod["spec"]["containers"] = [
+        {"name": f"c{i}", "image": "busybox", "resources": {"limits": {"dcu.com/num": "1"}}}
+        for i in range(len(containers))
+    ]
+    pod = h.create_pod(pod)
+    meta = pod["metadata"]
+    alloc = Allocation(
+        pod_uid=meta["uid"],
+        namespace=meta["namespace"],
+        name=meta["name"],
+        node=NODE,
+        devices=containers,
+        charges=collapse(containers, 0, ()),
+    )
+    await h.reserve(alloc, quota=False)
+    return pod
+
+
+def _node_annos(h: Harness) -> dict[str, str]:
+    return dict(h.node(NODE)["metadata"].get("annotations") or {})
+
+
+def _hami(annos: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in annos.items() if k.startswith("hami.io/")}
+
+
+async def test_a_hami_lock_vendor_writes_its_own_keys_and_takes_the_mutex_lock(h: Harness) -> None:
+    pod = await _reserved(h, "dcu", (_dev(f"DCU-{NODE}-1", "DCU", 2000, 30),), ())
+    result = await h.binder(vendors=VENDORS).bind(_args(pod))
+    assert result.outcome is BindOutcome.BOUND, result.error
+    listed = f"DCU-{NODE}-1,DCU,2000,30:;;"
+    assert _hami(h.pod("dcu")["metadata"]["annotations"]) == {
+        keys.VGPU_NODE: NODE,
+        keys.VGPU_TIME: str(int(NOW)),
+        "hami.io/dcu-devices-to-allocate": listed,
+        "hami.io/dcu-devices-allocated": listed,
+        keys.BIND_PHASE: "allocating",
+        keys.BIND_TIME: str(int(NOW)),
+    }
+    node_annos = _node_annos(h)
+    assert parse_node_lock(node_annos[keys.NODE_LOCK]).owned_by("default", "dcu")
+    assert DSMLU not in node_annos
+    rec = await h.store.reservations.get(pod["metadata"]["uid"])
+    assert rec is not None and rec.state is ReservationState.BOUND
+
+
+async def test_a_vendor_without_a_node_lock_binds_without_any(h: Harness) -> None:
+    pod = await _reserved(h, "aws", (_dev(f"AWS-{NODE}-0", "AWS"),))
+    result = await h.binder(vendors=VENDORS).bind(_args(pod))
+    assert result.outcome is BindOutcome.BOUND, result.error
+    annos = h.pod("aws")["metadata"]["annotations"]
+    assert annos["hami.io/aws-devices-allocated"] == f"AWS-{NODE}-0,AWS,1000,10:;"
+    assert "hami.io/aws-devices-to-allocate" not in annos
+    assert keys.NODE_LOCK not in _node_annos(h)
+    assert DSMLU not in _node_annos(h)
+    assert await h.store.locks.inspect(NODE) is None
+
+
+async def test_a_cambricon_lock_vendor_sets_the_dsmlu_lock_only(h: Harness) -> None:
+    pod = await _reserved(h, "mlu", (_dev(f"MLU-{NODE}-0", "MLU", 4096, 20),))
+    result = await h.binder(vendors=VENDORS).bind(_args(pod))
+    assert result.outcome is BindOutcome.BOUND, result.error
+    node_annos = _node_annos(h)
+    assert node_annos[DSMLU] == format_rfc3339(datetime.fromtimestamp(NOW).astimezone())
+    assert keys.NODE_LOCK not in node_annos
+    assert h.pod("mlu")["metadata"]["annotations"]["hami.io/mlu-devices-allocated"] == (f"MLU-{NODE}-0,MLU,4096,20:;")
+
+
+async def test_a_fresh_dsmlu_lock_makes_the_bind_wait_then_fail_and_undo(h: Harness) -> None:
+    fresh = format_rfc3339(datetime.fromtimestamp(NOW - 60).astimezone())
+    h.em.put(node_obj(NODE, annotations={DSMLU: fresh}))
+    pod = await _reserved(h, "mlu", (_dev(f"GPU-{NODE}-0", "NVIDIA"), _dev(f"MLU-{NODE}-0", "MLU")))
+    result = await h.binder(vendors=VENDORS).bind(_args(pod))
+    assert result.outcome is BindOutcome.LOCK_TIMEOUT
+    assert DSMLU in result.error
+    node_annos = _node_annos(h)
+    assert node_annos[DSMLU] == fresh  # not ours: untouched
+    assert keys.NODE_LOCK not in node_annos  # the HAMi lock taken first was given back
+    assert await h.store.reservations.node_of(pod["metadata"]["uid"]) is None
+    assert "spec" not in h.pod("mlu") or not h.pod("mlu")["spec"].get("nodeName")
+
+
+async def test_an_expired_or_malformed_dsmlu_lock_is_taken_over(h: Harness) -> None:
+    for name, previous in (("old", datetime.fromtimestamp(NOW - 121).astimezone()), ("junk", None)):
+        value = format_rfc3339(previous) if previous is not None else "not-a-time"
+        h.em.put(node_obj(NODE, annotations={DSMLU: value}))
+        pod = await _reserved(h, name, (_dev(f"MLU-{NODE}-1", "MLU"),))
+        result = await h.binder(vendors=VENDORS).bind(_args(pod))
+        assert result.outcome is BindOutcome.BOUND, result.error
+        assert _node_annos(h)[DSMLU] == format_rfc3339(datetime.fromtimestamp(NOW).astimezone())
+
+
+async def test_a_mixed_pod_takes_both_locks_and_writes_both_pairs(h: Harness) -> None:
+    pod = await _reserved(h, "mixed", (_dev(f"GPU-{NODE}-1", "NVIDIA", 3000, 0), _dev(f"MLU-{NODE}-1", "MLU")))
+    result = await h.binder(vendors=VENDORS).bind(_args(pod))
+    assert result.outcome is BindOutcome.BOUND, result.error
+    annos = h.pod("mixed")["metadata"]["annotations"]
+    assert annos[keys.DEVICES_ALLOCATED] == f"GPU-{NODE}-1,NVIDIA,3000,0:;"
+    assert annos[keys.DEVICES_TO_ALLOCATE] == f"GPU-{NODE}-1,NVIDIA,3000,0:;"
+    assert annos["hami.io/mlu-devices-allocated"] == f"MLU-{NODE}-1,MLU,1000,10:;"
+    node_annos = _node_annos(h)
+    assert parse_node_lock(node_annos[keys.NODE_LOCK]).owned_by("default", "mixed")
+    assert DSMLU in node_annos
+
+
+def test_lock_kinds_by_vendor() -> None:
+    def of(*types: str) -> frozenset[NodeLockKind]:
+        return lock_kinds(((*(_dev("x", t) for t in types),),), VENDORS)
+
+    assert of("NVIDIA") == {NodeLockKind.HAMI}
+    assert of("AWS") == frozenset()
+    assert of("MLU") == {NodeLockKind.CAMBRICON}
+    assert of("AWS", "MLU", "DCU") == {NodeLockKind.CAMBRICON, NodeLockKind.HAMI}
+    assert of() == {NodeLockKind.HAMI}  # no device at all: as before
+    assert of("XPU") == {NodeLockKind.HAMI}  # a vendor no longer enabled: the shared lock
+
+
+def test_dsmlu_lock_rules() -> None:
+    now = datetime.fromtimestamp(NOW).astimezone()
+    assert DSMLU_LOCK.key == "cambricon.com/dsmlu.lock"
+    assert DSMLU_LOCK.state(DSMLU_LOCK.value(now - timedelta(seconds=119)), now) is TimedLockState.HELD
+    assert DSMLU_LOCK.state(DSMLU_LOCK.value(now - timedelta(seconds=121)), now) is TimedLockState.EXPIRED
+    assert DSMLU_LOCK.state("2025-13-01T00:00:00Z", now) is TimedLockState.MALFORMED
+    assert DSMLU_LOCK.state("2025-01-23T10:00:00+08:00", datetime.fromisoformat("2025-01-23T02:01:00+00:00")) is (
+        TimedLockState.HELD
+    )
