@@ -36,7 +36,7 @@ from services.extender.snapshot import SnapshotCache
 from shared.codec.resources import ResourceRequestError, vendors_pod_request
 from shared.codec.selectors import decode_vendor_constraints
 from shared.config import ExtenderSettings
-from shared.domain.model import NVIDIA, Allocation, PodConstraints, PodRequest, QuotaState, Reason
+from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
 from shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
 from shared.domain.scoring import Policies, effective_policy
 from shared.domain.snapshot import NodeSnapshot
@@ -568,11 +568,8 @@ def _allocation(pod: _Pod, decision: Decision) -> Allocation:
 
 def quota_charge(allocation: Allocation) -> tuple[int, int]:
     """What the allocation charges to its namespace's quota: memory and cores of its NVIDIA devices (the quota's
-    ``nvidia.com/gpumem`` / ``gpucores``); other vendors' devices are not counted there. For an NVIDIA-only pod
-    this is ``Allocation.quota_mem_mib`` / ``quota_cores_pct``."""
-    nvidia = {d.uuid for ctr in allocation.devices for d in ctr if d.type == NVIDIA}
-    charges = [c for c in allocation.charges if c.uuid in nvidia]
-    return sum(c.mem_mib for c in charges), sum(c.cores_pct for c in charges)
+    ``nvidia.com/gpumem`` / ``gpucores``); other vendors' devices are not counted there."""
+    return allocation.quota_mem_mib, allocation.quota_cores_pct
 
 
 def _answer(result: ExtenderFilterResult) -> web.Response:

@@ -327,13 +327,19 @@ class Allocation:
     charges: tuple[DeviceCharge, ...]
     mig: tuple[MigAllocation, ...] = ()
 
+    def _quota_charges(self) -> list[DeviceCharge]:
+        """The charges of NVIDIA devices: what the namespace quota (``nvidia.com/gpumem`` / ``gpucores``) counts.
+        Other vendors' devices are not charged there."""
+        nvidia = {d.uuid for ctr in self.devices for d in ctr if d.type == NVIDIA}
+        return [c for c in self.charges if c.uuid in nvidia]
+
     @property
     def quota_mem_mib(self) -> int:
-        return sum(c.mem_mib for c in self.charges)
+        return sum(c.mem_mib for c in self._quota_charges())
 
     @property
     def quota_cores_pct(self) -> int:
-        return sum(c.cores_pct for c in self.charges)
+        return sum(c.cores_pct for c in self._quota_charges())
 
 
 # --------------------------------------------------------------------------------------------

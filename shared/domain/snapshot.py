@@ -130,6 +130,7 @@ def node_shape(inventory: NodeInventory, usages: tuple[DeviceUsage, ...]) -> str
                 d.mode,
                 d.health,
                 d.mig_profiles,
+                d.vendor,
                 d.id in inventory.cordoned,
                 first.setdefault(d.id, i),
                 u.used,
