@@ -83,7 +83,7 @@ def allocation_annotations(
         fail(keys.VGPU_TIME, "cannot encode a negative Unix time", str(now_unix))
     stamp = str(now_unix)
     out = {keys.VGPU_NODE: node, keys.VGPU_TIME: stamp}
-    out.update(device_list_annotations(devices, vendors))
+    out.update(device_list_annotations(devices, vendors, now_unix))
     if mig:
         out[keys.MIG_ALLOCATIONS] = encode_mig_allocations(mig)
     out[keys.BIND_PHASE] = BindPhase.ALLOCATING.value
@@ -94,10 +94,11 @@ def allocation_annotations(
 @runtime_checkable
 class ExtraPodAnnotations(Protocol):
     """Optional vendor hook: further pod annotations its device plugin reads besides the device lists (HAMi's
-    ``PatchAnnotations`` of Cambricon adds ``CAMBRICON_DSMLU_PROFILE`` …). ``devices`` holds only the vendor's
-    devices, one entry per container."""
+    ``PatchAnnotations`` of Cambricon adds ``CAMBRICON_DSMLU_PROFILE`` …, Ascend's adds its runtime list and
+    ``predicate-time``). ``devices`` holds only the vendor's devices, one entry per container; ``now_unix`` is the
+    bind's time."""
 
-    def extra_pod_annotations(self, devices: PodDevices) -> Mapping[str, str]: ...
+    def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]: ...
 
 
 def vendors_used(devices: PodDevices) -> tuple[str, ...]:
@@ -110,7 +111,7 @@ def split_by_vendor(devices: PodDevices, vendor: str) -> PodDevices:
     return tuple(tuple(d for d in ctr if d.type == vendor) for ctr in devices)
 
 
-def device_list_annotations(devices: PodDevices, vendors: Vendors | None = None) -> dict[str, str]:
+def device_list_annotations(devices: PodDevices, vendors: Vendors | None = None, now_unix: int = 0) -> dict[str, str]:
     """The to-allocate and allocated device lists of every vendor ``devices`` use (see
     :func:`allocation_annotations`). ``vendors`` None, or devices of no vendor at all: NVIDIA's pair, as is."""
     used = vendors_used(devices)
@@ -127,7 +128,7 @@ def device_list_annotations(devices: PodDevices, vendors: Vendors | None = None)
             out[vendor.to_allocate_key] = encoded
         out[vendor.allocated_key] = encoded
         if isinstance(vendor, ExtraPodAnnotations):
-            out.update(vendor.extra_pod_annotations(split_by_vendor(devices, name)))
+            out.update(vendor.extra_pod_annotations(split_by_vendor(devices, name), now_unix))
     return out
 
 

@@ -99,6 +99,8 @@ NETWORK_ID = "NetworkID"
 """The ``custominfo`` key of an NPU's HCCS network in the registration."""
 NPUS_PER_910C_MODULE = 2
 VNPU_MODE_ANNOTATION = "huawei.com/vnpu-mode"
+PREDICATE_TIME = "predicate-time"
+"""Pod annotation HAMi writes at bind for Ascend pods (Unix seconds): Huawei's device plugins find the pod by it."""
 """HAMi's pod annotation for the ``hami-core`` soft-split mode (not supported here)."""
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
 
@@ -864,6 +866,13 @@ class AscendVendor:
                     pairs.append(("temp", dump_str(temp)))
                 items.append(dump_object(pairs))
         return dump_array(items) if items else "null"
+
+    def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> dict[str, str]:
+        """Written with the device lists when the pod got NPUs of this chip: the plugin's runtime list
+        ``huawei.com/<cw>`` and ``predicate-time`` (Unix seconds; Huawei's plugins find the pod by it)."""
+        if not any(devices):
+            return {}
+        return {self.runtime_key: self.runtime_info(devices), PREDICATE_TIME: str(now_unix)}
 
     def pod_annotations(self, devices: PodDevices) -> dict[str, str]:
         """The Ascend annotations a bind writes when the pod got NPUs of this chip (besides ``predicate-time``,

@@ -86,6 +86,9 @@ NOUSE_UUID_KEY: Final = "cambricon.com/nouse-gpuuuid"
 DSMLU_PROFILE_KEY: Final = "CAMBRICON_DSMLU_PROFILE"
 """Pod annotation ``<card index>_<cores>_<memory in 256 MiB units>`` of the pod's first MLU."""
 DSMLU_ASSIGNED_KEY: Final = "CAMBRICON_DSMLU_ASSIGNED"
+DSMLU_ASSIGNED_LEGACY_KEY: Final = "CAMBRICON_DSMLU_ASSIGHED"
+"""The same flag as Cambricon's device plugin spells it (sic): HAMi's scheduler has written both spellings over
+its releases and the plugin reads this one, so a bind writes both."""
 """Pod annotation the scheduler sets to ``false``; the device plugin flips it once the profile is applied."""
 MODEL_LABEL: Final = "Model"
 """Node label with the card model (published by the Cambricon device plugin with ``--node-label``)."""
@@ -522,6 +525,11 @@ class CambriconVendor:
             nouse_uuids = decode_uuid_list(v)
         return Selectors(use_types, nouse_types, use_uuids, nouse_uuids)
 
+    def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> dict[str, str]:
+        """HAMi's extra Cambricon pod annotations (:func:`extra_annotations`), written with the device lists."""
+        del now_unix
+        return extra_annotations(devices)
+
     # ---- nodes ---------------------------------------------------------------------------------------------
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
@@ -596,14 +604,15 @@ DEFAULT_VENDOR: Final = CambriconVendor()
 
 
 def extra_annotations(devices: PodDevices) -> dict[str, str]:
-    """HAMi's extra pod annotations for a pod given MLUs: ``CAMBRICON_DSMLU_ASSIGNED=false`` and
+    """HAMi's extra pod annotations for a pod given MLUs: ``CAMBRICON_DSMLU_ASSIGNED=false`` (under both
+    spellings, see :data:`DSMLU_ASSIGNED_LEGACY_KEY`) and
     ``CAMBRICON_DSMLU_PROFILE=<index>_<cores>_<memory // 256>`` of the first device of the first container that
     has one (HAMi reads only that one). Empty when the pod has no MLU."""
     for entry in devices:
         if entry:
             d = entry[0]
             profile = f"{card_index(d.uuid)}_{d.used_cores}_{d.used_mem_mib // MEMORY_UNIT_MIB}"
-            return {DSMLU_ASSIGNED_KEY: "false", DSMLU_PROFILE_KEY: profile}
+            return {DSMLU_ASSIGNED_KEY: "false", DSMLU_ASSIGNED_LEGACY_KEY: "false", DSMLU_PROFILE_KEY: profile}
     return {}
 
 

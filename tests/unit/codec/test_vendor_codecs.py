@@ -161,7 +161,8 @@ def test_split_by_vendor_keeps_empty_containers() -> None:
 
 
 class _Profiled(FakeVendor):
-    def extra_pod_annotations(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> dict[str, str]:
+    def extra_pod_annotations(self, devices: tuple[tuple[ContainerDevice, ...], ...], now_unix: int) -> dict[str, str]:
+        del now_unix
         first = next(d for ctr in devices for d in ctr)
         return {"PROFILE": f"{first.used_cores}_{first.used_mem_mib // 256}"}
 
@@ -171,3 +172,22 @@ def test_a_vendor_may_add_its_own_annotations() -> None:
     got = device_list_annotations(((), (_dev("MLU-0", "MLU", 1024, 20),)), vendors)
     assert got["PROFILE"] == "20_4"
     assert got["hami.io/mlu-devices-allocated"] == ";MLU-0,MLU,1024,20:;"
+
+
+def test_bind_annotations_of_real_vendors_carry_their_extra_keys() -> None:
+    from shared.vendors import ascend, cambricon
+
+    npu = ascend.build(None)[1]  # a 910B chip of the default config
+    mlu = cambricon.build(None)[0]
+    vendors = Vendors((NvidiaVendor(), npu, mlu))
+    devices = (
+        (_dev("npu-0", npu.name, 65536, 0),),
+        (_dev("n-cambricon-mlu-2", "MLU", 1024, 20),),
+    )
+    got = allocation_annotations("n", devices, (), 1_700_000_000, vendors)
+    assert got[npu.allocated_key] == got[npu.to_allocate_key] == f"npu-0,{npu.name},65536,0:;;"
+    assert got[f"huawei.com/{npu.name}"].startswith('[{"UUID":"npu-0"')
+    assert got["predicate-time"] == "1700000000"
+    assert got["CAMBRICON_DSMLU_PROFILE"] == "2_20_4"
+    assert got["CAMBRICON_DSMLU_ASSIGHED"] == got["CAMBRICON_DSMLU_ASSIGNED"] == "false"
+    assert "hami.io/vgpu-devices-allocated" not in got  # no NVIDIA device: no NVIDIA keys

@@ -667,6 +667,7 @@ def test_patch_annotations_exist_device() -> None:
     assert value == "node-cambricon-mlu-0,MLU,256000,1:;"
     assert cam.extra_annotations(devices) == {
         "CAMBRICON_DSMLU_ASSIGNED": "false",
+        "CAMBRICON_DSMLU_ASSIGHED": "false",  # the device plugin's spelling (HAMi's test of its own era)
         "CAMBRICON_DSMLU_PROFILE": "0_1_1000",
     }
     assert V.decode_devices(value) == (devices[0], ())
