@@ -24,15 +24,15 @@ import enum
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Final, Protocol
 
 from services.extender.bindlock import LockBusyError, LockTimeoutError
-from shared.codec.nodelock import format_rfc3339, parse_rfc3339
 from shared.domain.model import PodDevices
 from shared.errors import ConflictError, DecodeError, NotFoundError
 from shared.k8s import Api
 from shared.k8s.objects import annotations_of, resource_version_of
+from shared.vendors import cambricon
 from shared.vendors.base import NodeLockKind
 from shared.vendors.registry import Vendors
 
@@ -82,20 +82,21 @@ class TimedLockRules(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class DsmluLockRules:
-    """HAMi's Cambricon lock: RFC3339 local time, busy for ``expiry`` (2 minutes) after it was taken."""
+    """HAMi's Cambricon lock (:mod:`shared.vendors.cambricon`): an RFC3339 time, held for 2 minutes after it was
+    taken. A value that does not parse is MALFORMED here (taken over, logged), where HAMi keeps the node locked."""
 
-    key: str = NodeLockKind.CAMBRICON.value
-    expiry: timedelta = timedelta(minutes=2)
+    key: str = cambricon.LOCK_KEY
 
     def value(self, now: datetime) -> str:
-        return format_rfc3339(now)
+        return cambricon.lock_annotation(now)[self.key]
 
     def state(self, value: str, now: datetime) -> TimedLockState:
         try:
-            taken = parse_rfc3339(value, self.key)
+            cambricon.lock_time({self.key: value})
         except DecodeError:
             return TimedLockState.MALFORMED
-        return TimedLockState.EXPIRED if now - taken > self.expiry else TimedLockState.HELD
+        held = cambricon.lock_state({self.key: value}, now) is cambricon.LockState.HELD
+        return TimedLockState.HELD if held else TimedLockState.EXPIRED
 
 
 DSMLU_LOCK: Final = DsmluLockRules()
