@@ -292,7 +292,15 @@ async def _evaluate(
         assert isinstance(alone, Failure)
         rejection = alone.rejections[snap.name]
         miss = nearest_miss(
-            request, constraints, snap, rejection, policies=policies, quota=q, config=nvidia, namespace=out.namespace
+            request,
+            constraints,
+            snap,
+            rejection,
+            policies=policies,
+            quota=q,
+            config=nvidia,
+            namespace=out.namespace,
+            rules=rules,
         )
         out.nodes.append(NodeVerdict(snap.name, False, reason=rejection.text, miss=miss.to_json()))
 

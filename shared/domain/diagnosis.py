@@ -17,10 +17,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.domain.fit import PodContext, evaluate_node, normalize_request, type_ok, uuid_ok
+from shared.domain.fit import PodContext, evaluate_node, normalize_request
 from shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
+    NVIDIA,
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
@@ -34,7 +35,7 @@ from shared.domain.plan import Decision, apply_decision
 from shared.domain.reasons import NodeRejection
 from shared.domain.scoring import Policies, device_sort_key, effective_policy
 from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import fit_mem_mib
+from shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
 
 # --------------------------------------------------------------------------------------------
 # Fragmentation
@@ -170,6 +171,17 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+_NOUNS = {NVIDIA: "GPU", "AMD": "GPU", "DCU": "DCU", "MLU": "MLU"}
+
+
+def device_noun(vendor: str) -> str:
+    """What one device of ``vendor`` is called in a sentence: ``GPU`` (NVIDIA, AMD), ``DCU``, ``MLU``, ``NPU``
+    (Ascend chips, whose common words start with ``Ascend``), else ``device``."""
+    if vendor.startswith("Ascend"):
+        return "NPU"
+    return _NOUNS.get(vendor, "device")
+
+
 @dataclass(frozen=True, slots=True)
 class _View:
     """The node as one container saw it, and that container's (normalized) request."""
@@ -181,10 +193,15 @@ class _View:
     req: ContainerRequest
     constraints: PodConstraints
     mutex: bool
+    rules: DeviceRules = NVIDIA_RULES
+
+    @property
+    def noun(self) -> str:
+        """What the vendor's devices are called in a sentence."""
+        return device_noun(self.req.type)
 
     def typed(self) -> list[int]:
-        want = self.req.type.lower()
-        return [p for p, d in enumerate(self.devices) if want in d.type.lower()]
+        return [p for p, d in enumerate(self.devices) if self.rules.candidate(d, self.req)]
 
     def eligible(self) -> list[int]:
         """Typed devices that pass the checks that do not depend on room: health, cordon, type, UUID."""
@@ -193,15 +210,15 @@ class _View:
             for p in self.typed()
             if self.devices[p].health
             and self.devices[p].id not in self.cordoned
-            and type_ok(self.devices[p], self.req, self.constraints)
-            and uuid_ok(self.devices[p], self.constraints)
+            and self.rules.type_ok(self.devices[p], self.req, self.constraints)
+            and self.rules.uuid_ok(self.devices[p], self.constraints)
         ]
 
     def with_slot(self) -> list[int]:
         return [p for p in self.eligible() if self.usages[p].used < self.devices[p].count]
 
     def memreq(self, p: int) -> int:
-        return fit_mem_mib(self.req, self.devices[p].devmem_mib)
+        return self.rules.take(self.devices[p], self.req, self.usages[p].used_mem_mib).mem_mib
 
     def free_mem(self, p: int) -> int:
         return self.devices[p].devmem_mib - self.usages[p].used_mem_mib
@@ -216,17 +233,20 @@ def _seen_by(ctx: PodContext, snap: NodeSnapshot, ci: int) -> NodeSnapshot:
     pod = ctx.pod
     if ci < pod.init_count:
         return snap
-    earlier = tuple(c if pod.init_count <= i < ci else ContainerRequest(nums=0) for i, c in enumerate(ctx.requests))
+    earlier = tuple(
+        c if pod.init_count <= pod.owner(i) < ci else ContainerRequest(nums=0) for i, c in enumerate(ctx.requests)
+    )
     if not any(not c.empty for c in earlier):
         return snap
     sub = PodContext(
-        pod=PodRequest(containers=earlier, init_count=pod.init_count),
+        pod=PodRequest(containers=earlier, init_count=pod.init_count, owners=pod.owners),
         requests=earlier,
         constraints=ctx.constraints,
         policy=ctx.policy,
         key=ctx.key,
         config=ctx.config,
         quota=None,
+        rules=ctx.rules,
     )
     fit = evaluate_node(sub, snap)
     if isinstance(fit, NodeRejection):  # cannot happen: they fitted in the full evaluation
@@ -242,7 +262,7 @@ def _memory(v: _View) -> NearestMiss:
         return _generic(v, Reason.CARD_INSUFFICIENT_MEMORY)
     p = min(short, key=lambda q: (v.memreq(q) - v.free_mem(q), q))
     need, free, uuid = v.memreq(p), max(v.free_mem(p), 0), v.devices[p].id
-    each = "one GPU" if v.req.nums == 1 else f"each of {v.req.nums} GPUs"
+    each = f"one {v.noun}" if v.req.nums == 1 else f"each of {v.req.nums} {v.noun}s"
     if v.req.mem_mib <= 0 and v.req.mem_pct != MEM_PCT_UNSET:
         text = (
             f"needs {v.req.mem_pct}% of the memory of {each} ({need:,} MiB on {uuid}); "
@@ -260,7 +280,7 @@ def _cores(v: _View) -> NearestMiss:
         return _generic(v, Reason.CARD_INSUFFICIENT_CORE)
     p = max(short, key=lambda q: (v.free_cores(q), -q))
     free, uuid = max(v.free_cores(p), 0), v.devices[p].id
-    each = "one GPU" if v.req.nums == 1 else f"each of {v.req.nums} GPUs"
+    each = f"one {v.noun}" if v.req.nums == 1 else f"each of {v.req.nums} {v.noun}s"
     text = f"needs {need}% of the cores of {each}; the most free on {v.node} is {free}% on {uuid}"
     return NearestMiss(Reason.CARD_INSUFFICIENT_CORE.value, text, uuid, need, free, "%")
 
@@ -272,7 +292,7 @@ def _slots(v: _View) -> NearestMiss:
     p = full[0]
     dev = v.devices[p]
     text = (
-        f"{_plural(len(full), 'GPU')} on {v.node} already run as many pods as they may share "
+        f"{_plural(len(full), v.noun)} on {v.node} already run as many pods as they may share "
         f"({dev.id}: {v.usages[p].used}/{dev.count})"
     )
     return NearestMiss(Reason.CARD_TIME_SLICING_EXHAUSTED.value, text, dev.id, 1, 0, "slots")
@@ -285,7 +305,7 @@ def _exclusive(v: _View) -> NearestMiss:
     p = min(busy, key=lambda q: (v.usages[q].used, q))
     why = "the mutex GPU policy" if v.mutex else "a whole card (100% of the cores)"
     text = (
-        f"needs an idle GPU for {why}; every candidate GPU on {v.node} holds pods, the least busy is "
+        f"needs an idle {v.noun} for {why}; every candidate {v.noun} on {v.node} holds pods, the least busy is "
         f"{v.devices[p].id} with {_plural(v.usages[p].used, 'pod')}"
     )
     return NearestMiss(
@@ -299,8 +319,8 @@ def _compute(v: _View) -> NearestMiss:
         return _generic(v, Reason.CARD_COMPUTE_UNITS_EXHAUSTED)
     dev = v.devices[full[0]]
     text = (
-        f"asks for no guaranteed cores, which needs a GPU whose cores are not all allotted; "
-        f"{_plural(len(full), 'GPU')} on {v.node} have all of them allotted ({dev.id}: "
+        f"asks for no guaranteed cores, which needs a {v.noun} whose cores are not all allotted; "
+        f"{_plural(len(full), v.noun)} on {v.node} have all of them allotted ({dev.id}: "
         f"{v.usages[full[0]].used_cores}/{dev.devcore}%)"
     )
     return NearestMiss(Reason.CARD_COMPUTE_UNITS_EXHAUSTED.value, text, dev.id, 1, 0, "%")
@@ -331,10 +351,10 @@ def _static(v: _View, reason: Reason) -> NearestMiss:
     typed = [v.devices[p] for p in v.typed()]
     if reason is Reason.CARD_CORDONED:
         ids = [d.id for d in typed if d.id in v.cordoned]
-        text = f"{_plural(len(ids), 'GPU')} cordoned by hami.io/device-cordon: {', '.join(ids)}"
+        text = f"{_plural(len(ids), v.noun)} cordoned by hami.io/device-cordon: {', '.join(ids)}"
     elif reason is Reason.CARD_NOT_HEALTH:
         ids = [d.id for d in typed if not d.health]
-        text = f"{_plural(len(ids), 'GPU')} reported unhealthy by the device plugin: {', '.join(ids)}"
+        text = f"{_plural(len(ids), v.noun)} reported unhealthy by the device plugin: {', '.join(ids)}"
     elif reason is Reason.CARD_TYPE_MISMATCH:
         c = v.constraints
         wants = []
@@ -369,13 +389,15 @@ def nearest_miss(
     quota: QuotaState | None = None,
     config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
     namespace: str = "",
+    rules: RuleSet = NVIDIA_ONLY,
 ) -> NearestMiss:
     """One sentence saying how close ``pod`` came on ``snapshot``'s node, given the ``rejection`` that ``plan``
     returned for that node with the same arguments (see the module docstring)."""
     policy = effective_policy(policies, constraints)
-    requests = tuple(normalize_request(r, config) for r in pod.containers)
+    requests = tuple(normalize_request(r, config, rules) for r in pod.containers)
     ci = rejection.container_index
-    if ci is None or not 0 <= ci < len(requests):
+    ei = rejection.entry_index if rejection.entry_index is not None else ci
+    if ci is None or ei is None or not 0 <= ei < len(requests) or requests[ei].empty:
         return NearestMiss(rejection.text, f"{rejection.text} on {snapshot.name}")
     ctx = PodContext(
         pod=pod,
@@ -385,21 +407,26 @@ def nearest_miss(
         key=device_sort_key(policy),
         config=config,
         quota=quota,
+        rules=rules,
     )
     seen = _seen_by(ctx, snapshot, ci)
+    vendor = rules.get(requests[ei].type)
+    if vendor is None:
+        return NearestMiss(rejection.text, f"{rejection.text} on {snapshot.name}")
     v = _View(
         node=snapshot.name,
         devices=seen.inventory.devices,
         usages=seen.usages,
         cordoned=seen.inventory.cordoned,
-        req=requests[ci],
+        req=requests[ei],
         constraints=constraints,
         mutex=policy.mutex,
+        rules=vendor,
     )
     if rejection.plain is Reason.NODE_INSUFFICIENT_DEVICE:
         have = len(v.typed())
-        text = f"needs {_plural(v.req.nums, 'GPU')} in one container; {v.node} has {have}"
-        return NearestMiss(Reason.NODE_INSUFFICIENT_DEVICE.value, text, None, v.req.nums, have, "GPUs")
+        text = f"needs {_plural(v.req.nums, v.noun)} in one container; {v.node} has {have}"
+        return NearestMiss(Reason.NODE_INSUFFICIENT_DEVICE.value, text, None, v.req.nums, have, f"{v.noun}s")
     if rejection.plain is not None:
         return NearestMiss(rejection.plain.value, f"{rejection.plain.value} on {v.node}")
     counts = rejection.counts
@@ -407,12 +434,13 @@ def nearest_miss(
     primary = _primary(counts)
     detail = _explain(v, primary, quota, namespace, config) if primary is not None else None
     if partial:
-        head = f"needs {_plural(v.req.nums, 'GPU')}; {partial} on {v.node} can take this container"
+        head = f"needs {_plural(v.req.nums, v.noun)}; {partial} on {v.node} can take this container"
         if Reason.NUMA_NOT_FIT in counts and constraints.numa_bind:
             head += " on one NUMA node"
         text = head if detail is None else f"{head}; {detail.text}"
         device = None if detail is None else detail.device
-        return NearestMiss(Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST.value, text, device, v.req.nums, partial, "GPUs")
+        unit = f"{v.noun}s"
+        return NearestMiss(Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST.value, text, device, v.req.nums, partial, unit)
     return detail or NearestMiss(rejection.text, f"{rejection.text} on {v.node}")
 
 
@@ -435,8 +463,8 @@ def _explain(v: _View, reason: Reason, quota: QuotaState | None, namespace: str,
         return NearestMiss(reason.value, text, None, need, None, "MiB")
     if reason is Reason.NUMA_NOT_FIT:
         text = (
-            f"needs {_plural(v.req.nums, 'GPU')} on one NUMA node (nvidia.com/numa-bind); "
+            f"needs {_plural(v.req.nums, v.noun)} on one NUMA node (nvidia.com/numa-bind); "
             f"no NUMA node of {v.node} has that many with room"
         )
-        return NearestMiss(reason.value, text, None, v.req.nums, None, "GPUs")
+        return NearestMiss(reason.value, text, None, v.req.nums, None, f"{v.noun}s")
     return _static(v, reason)

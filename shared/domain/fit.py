@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from shared.domain import mig, topology
@@ -176,7 +176,7 @@ class _NodeEval:
             work = base if ci < init_count else app
             picks = self.fit_container(ci, req, work)
             if isinstance(picks, NodeRejection):
-                return picks
+                return replace(picks, entry_index=ei) if pod.owners else picks
             entries: list[ContainerDevice] = list(self.pod_devs[ci])
             offset = len(entries)
             for di, pk in enumerate(picks, start=offset):

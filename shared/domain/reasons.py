@@ -35,6 +35,9 @@ class NodeRejection:
     total: int = 0
     plain: Reason | None = None
     container_index: int | None = None
+    entry_index: int | None = None
+    """The request entry that failed when a container asks several vendors (``PodRequest.owners``); None when
+    entries are containers."""
 
     @property
     def text(self) -> str:
