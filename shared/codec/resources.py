@@ -78,7 +78,7 @@ class ResourceRequestError(DecodeError):
         return "; ".join(self.problems)
 
 
-class _Kind(enum.Enum):
+class QuantityKind(enum.Enum):
     COUNT = "count"
     MEMORY = "memory"
     PERCENT = "percent"
@@ -93,7 +93,7 @@ def _mapping(v: Any, what: str) -> Mapping[str, Any]:
     return v
 
 
-def _lists(container: Any, what: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+def container_lists(container: Any, what: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     c = _mapping(container, what)
     res = _mapping(c.get("resources"), f"{what}.resources")
     return _mapping(res.get("limits"), f"{what}.resources.limits"), _mapping(
@@ -101,7 +101,7 @@ def _lists(container: Any, what: str) -> tuple[Mapping[str, Any], Mapping[str, A
     )
 
 
-def _raw(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str) -> tuple[bool, Any]:
+def raw_value(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str) -> tuple[bool, Any]:
     """(present, raw value). Limits win over requests by key presence."""
     if name and name in limits:
         return True, limits[name]
@@ -138,7 +138,7 @@ def _decimal(q: Fraction) -> str:
     return f"{sign}{whole}.{''.join(digits)}" + ("..." if rest else "")
 
 
-class _Reader:
+class RequestReader:
     """Reads one container's managed resources, collecting every problem before raising."""
 
     def __init__(self, cfg: NvidiaConfig, label: str) -> None:
@@ -158,21 +158,21 @@ class _Reader:
     def _bytes_to_units(self, n_bytes: Fraction) -> int:
         return math.floor(n_bytes / (_MIB * max(self.cfg.memory_factor, 1)))
 
-    def _hint(self, kind: _Kind, name: str) -> str:
-        if kind is _Kind.COUNT:
+    def _hint(self, kind: QuantityKind, name: str) -> str:
+        if kind is QuantityKind.COUNT:
             return f"write a whole number of GPUs, e.g. {name}: 1"
-        if kind is _Kind.MEMORY:
+        if kind is QuantityKind.MEMORY:
             example = f", e.g. {name}: 20480 for 20 GiB" if max(self.cfg.memory_factor, 1) == 1 else ""
             return f"write a whole number of {self._unit()}{example}"
-        if kind is _Kind.PERCENT:
+        if kind is QuantityKind.PERCENT:
             return "write a whole number from 0 to 100"
         return "write a whole number, e.g. 0 or 1"
 
     # ---- one value ---------------------------------------------------------------------------------------------
 
-    def read(self, limits: Mapping[str, Any], requests: Mapping[str, Any], name: str, kind: _Kind) -> int | None:
+    def read(self, limits: Mapping[str, Any], requests: Mapping[str, Any], name: str, kind: QuantityKind) -> int | None:
         """The validated whole value of ``name`` (``None`` when absent or refused; refusals are collected)."""
-        present, raw = _raw(limits, requests, name)
+        present, raw = raw_value(limits, requests, name)
         if not present:
             return None
         try:
@@ -186,9 +186,9 @@ class _Reader:
             return None
         return q.numerator
 
-    def _not_a_quantity(self, raw: Any, name: str, kind: _Kind) -> str:
+    def _not_a_quantity(self, raw: Any, name: str, kind: QuantityKind) -> str:
         text = f"{name}: {_shown(raw)} is not a number"
-        if kind is _Kind.MEMORY and isinstance(raw, str):
+        if kind is QuantityKind.MEMORY and isinstance(raw, str):
             m = _BYTE_UNIT.match(raw.strip())
             if m:
                 try:
@@ -201,28 +201,30 @@ class _Reader:
                         return f"{name} is in {self._unit()}: {_shown(raw)} is not a number; did you mean {suggestion}?"
         return f"{text}; {self._hint(kind, name)}"
 
-    def _check(self, raw: Any, q: Fraction, name: str, kind: _Kind) -> str | None:
+    def _check(self, raw: Any, q: Fraction, name: str, kind: QuantityKind) -> str | None:
         shown = _shown(raw)
         if q < 0:
             return f"{name} cannot be negative: got {shown}; {self._hint(kind, name)}"
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
-        if kind is _Kind.MEMORY:
+        if kind is QuantityKind.MEMORY:
             return self._check_memory(shown, q, name, binary is not None)
         if binary is not None:
-            what = {_Kind.COUNT: "counts GPUs", _Kind.PERCENT: "is a percentage of one GPU"}.get(kind, "is a number")
+            what = {QuantityKind.COUNT: "counts GPUs", QuantityKind.PERCENT: "is a percentage of one GPU"}.get(
+                kind, "is a number"
+            )
             plain = binary["mantissa"]
             mean = f"; did you mean {plain}?" if plain.isdigit() else f"; {self._hint(kind, name)}"
-            unit = {_Kind.COUNT: " GPUs", _Kind.PERCENT: "%"}.get(kind, "")
+            unit = {QuantityKind.COUNT: " GPUs", QuantityKind.PERCENT: "%"}.get(kind, "")
             return f"{name} {what} and takes no unit: {shown} would be {_decimal(q)}{unit}{mean}"
         if q.denominator != 1:
-            if kind is _Kind.COUNT:
+            if kind is QuantityKind.COUNT:
                 cfg = self.cfg
                 return (
                     f"{name} counts whole GPUs: {shown} is {_decimal(q)}; to share a GPU, ask for {name}: 1 with "
                     f"{cfg.resource_memory_name} (MiB) or {cfg.resource_memory_percentage_name}"
                 )
             return f"{name} must be a whole number: {shown} is {_decimal(q)}; did you mean {math.ceil(q)}?"
-        if kind is _Kind.PERCENT and q > 100:
+        if kind is QuantityKind.PERCENT and q > 100:
             return f"{name} is a percentage of one GPU: {shown} is more than 100; use 100 for a whole GPU"
         if q > INT32_MAX:
             return f"{name}: {shown} is too large (at most {INT32_MAX}); {self._hint(kind, name)}"
@@ -237,13 +239,13 @@ class _Reader:
             if 1 <= suggestion <= limit:
                 return f"{would}; did you mean {suggestion}?"
             why = f"more than {limit}" if q > limit else "a unit does not belong here"
-            return f"{would}, {why}; {self._hint(_Kind.MEMORY, name)}"
+            return f"{would}, {why}; {self._hint(QuantityKind.MEMORY, name)}"
         if q.denominator != 1:
             return f"{name} is a whole number of {self._unit()}: {shown} is {_decimal(q)}; did you mean {math.ceil(q)}?"
         return None
 
 
-def _label(container: Any, what: str) -> str:
+def container_label(container: Any, what: str) -> str:
     name = container.get("name") if isinstance(container, Mapping) else None
     kind = "init container" if "initContainers" in what else "container"
     return f'{kind} "{name}"' if isinstance(name, str) and name else what
@@ -255,23 +257,23 @@ def container_request(container: Mapping[str, Any], cfg: NvidiaConfig, what: str
     Raises :class:`ResourceRequestError` (every problem of the container) for a managed resource with a bad
     value, :class:`~shared.errors.DecodeError` for a container of the wrong shape.
     """
-    limits, requests = _lists(container, what)
-    r = _Reader(cfg, _label(container, what))
+    limits, requests = container_lists(container, what)
+    r = RequestReader(cfg, container_label(container, what))
     count_name, mem_name, pct_name = (
         cfg.resource_count_name,
         cfg.resource_memory_name,
         cfg.resource_memory_percentage_name,
     )
-    n = r.read(limits, requests, count_name, _Kind.COUNT)
-    mem = r.read(limits, requests, mem_name, _Kind.MEMORY)
-    pct = r.read(limits, requests, pct_name, _Kind.PERCENT)
-    core = r.read(limits, requests, cfg.resource_core_name, _Kind.PERCENT)
-    r.read(limits, requests, cfg.resource_priority_name, _Kind.PRIORITY)
+    n = r.read(limits, requests, count_name, QuantityKind.COUNT)
+    mem = r.read(limits, requests, mem_name, QuantityKind.MEMORY)
+    pct = r.read(limits, requests, pct_name, QuantityKind.PERCENT)
+    core = r.read(limits, requests, cfg.resource_core_name, QuantityKind.PERCENT)
+    r.read(limits, requests, cfg.resource_priority_name, QuantityKind.PRIORITY)
     if r.problems:
         raise ResourceRequestError(r.problems)
 
-    count_given, _ = _raw(limits, requests, count_name)
-    shares = [x for x in (mem_name, pct_name, cfg.resource_core_name) if _raw(limits, requests, x)[0]]
+    count_given, _ = raw_value(limits, requests, count_name)
+    shares = [x for x in (mem_name, pct_name, cfg.resource_core_name) if raw_value(limits, requests, x)[0]]
     if not count_given:
         if not shares:
             return EMPTY_REQUEST
@@ -344,7 +346,7 @@ def pod_requests_managed_resource(pod: Mapping[str, Any], cfg: NvidiaConfig) -> 
     names = cfg.resource_names
     init, app = pod_containers(pod)
     for i, c in enumerate([*init, *app]):
-        limits, requests = _lists(c, f"container {i}")
+        limits, requests = container_lists(c, f"container {i}")
         if any(n in limits or n in requests for n in names):
             return True
     return False
@@ -371,7 +373,7 @@ def vendors_pod_request(pod: Mapping[str, Any], vendors: Vendors) -> PodRequest:
     problems: list[str] = []
     multi = False
     for ci, (what, c) in enumerate(located):
-        _lists(c, what)  # a container of the wrong shape is a DecodeError, whatever the vendors
+        container_lists(c, what)  # a container of the wrong shape is a DecodeError, whatever the vendors
         asked: list[ContainerRequest] = []
         for vendor in vendors:
             try:
@@ -394,7 +396,7 @@ def vendors_manage_pod(pod: Mapping[str, Any], vendors: Vendors) -> bool:
     pod "ours" for the extender and the webhook."""
     located, _ = _located(pod)
     for what, c in located:
-        _lists(c, what)
+        container_lists(c, what)
         if any(v.manages(c) for v in vendors):
             return True
     return False

@@ -30,7 +30,14 @@ from shared.codec._go import fail, trim_space
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
 from shared.codec.register import decode_register, encode_register_json, is_json
-from shared.codec.resources import ResourceRequestError, _Kind, _label, _lists, _raw, _Reader
+from shared.codec.resources import (
+    QuantityKind,
+    RequestReader,
+    ResourceRequestError,
+    container_label,
+    container_lists,
+    raw_value,
+)
 from shared.codec.selectors import decode_cordon
 from shared.domain.model import (
     EMPTY_REQUEST,
@@ -46,7 +53,7 @@ from shared.domain.model import (
 from shared.domain.vendor import BasicRules, DeviceRules, Take
 from shared.errors import ConfigError, DecodeError
 from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.hygon import decode_selectors, reader_config, rekey, uuid_selectors_ok
+from shared.vendors.common import decode_selectors, reader_config, rekey, uuid_selectors_ok
 from shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -209,7 +216,7 @@ class AmdVendor:
     # ---- requests ----------------------------------------------------------------------------------------------
 
     def manages(self, container: Mapping[str, Any]) -> bool:
-        limits, requests = _lists(container, "container")
+        limits, requests = container_lists(container, "container")
         return any(n in limits or n in requests for n in self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
@@ -220,14 +227,15 @@ class AmdVendor:
         memory, a core percentage of 0 and any bad quantity are a ResourceRequestError.
         """
         c = self.config
-        limits, requests = _lists(container, what)
+        limits, requests = container_lists(container, what)
         none: Mapping[str, Any] = {}
-        r = _Reader(
-            reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name), _label(container, what)
+        r = RequestReader(
+            reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name),
+            container_label(container, what),
         )
-        n = r.read(limits, none, c.resource_count_name, _Kind.COUNT)
-        mem = r.read(limits, none, c.resource_memory_name, _Kind.MEMORY) if c.resource_memory_name else None
-        core = r.read(limits, requests, c.resource_core_name, _Kind.PERCENT) if c.resource_core_name else None
+        n = r.read(limits, none, c.resource_count_name, QuantityKind.COUNT)
+        mem = r.read(limits, none, c.resource_memory_name, QuantityKind.MEMORY) if c.resource_memory_name else None
+        core = r.read(limits, requests, c.resource_core_name, QuantityKind.PERCENT) if c.resource_core_name else None
         if core == 0:
             r.problem(f"{c.resource_core_name} is a percentage of one GPU's compute units: write 1 to 100, not 0")
         for name in (c.resource_count_name, c.resource_memory_name):
@@ -235,8 +243,10 @@ class AmdVendor:
                 r.problem(f"{name} is read from the limits only: move it to resources.limits")
         if r.problems:
             raise ResourceRequestError(r.problems)
-        if not _raw(limits, none, c.resource_count_name)[0]:
-            shares = [x for x in (c.resource_memory_name, c.resource_core_name) if x and _raw(limits, requests, x)[0]]
+        if not raw_value(limits, none, c.resource_count_name)[0]:
+            shares = [
+                x for x in (c.resource_memory_name, c.resource_core_name) if x and raw_value(limits, requests, x)[0]
+            ]
             if not shares:
                 return EMPTY_REQUEST
             r.problem(f"{shares[0]} needs {c.resource_count_name}, the number of GPUs: add {c.resource_count_name}: 1")
@@ -263,7 +273,7 @@ class AmdVendor:
 
         HAMi also refuses a core limit outside 1..100 here; :meth:`container_request` reports that (with every
         other problem) where the webhook validates the pod."""
-        limits, _ = _lists(container, where)
+        limits, _ = container_lists(container, where)
         return any(n in limits for n in self.resources.all)
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:

@@ -28,10 +28,16 @@ from shared.codec import annotations as keys
 from shared.codec._go import fail, trim_space
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
-from shared.codec.register import WHAT as NVIDIA_REGISTER
 from shared.codec.register import decode_register, encode_register_colon, is_json
-from shared.codec.resources import ResourceRequestError, _Kind, _label, _lists, _raw, _Reader
-from shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
+from shared.codec.resources import (
+    QuantityKind,
+    RequestReader,
+    ResourceRequestError,
+    container_label,
+    container_lists,
+    raw_value,
+)
+from shared.codec.selectors import decode_cordon
 from shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
@@ -39,13 +45,13 @@ from shared.domain.model import (
     ContainerRequest,
     DeviceInfo,
     NodeInventory,
-    NvidiaConfig,
     PodConstraints,
     Selectors,
 )
 from shared.domain.vendor import BasicRules, DeviceRules
 from shared.errors import ConfigError, DecodeError
 from shared.vendors.base import NodeLockKind, ResourceNames
+from shared.vendors.common import decode_selectors, reader_config, rekey, uuid_selectors_ok
 from shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
@@ -133,13 +139,6 @@ def build(section: object) -> tuple[HygonVendor, ...]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def uuid_selectors_ok(dev: DeviceInfo, sel: Selectors) -> bool:
-    """HAMi's ``CheckUUID``: the device must be in the use list when there is one, and never in the nouse list."""
-    if sel.use_uuids and dev.id not in sel.use_uuids:
-        return False
-    return dev.id not in sel.nouse_uuids
-
-
 @dataclass(frozen=True, slots=True)
 class DcuRules(BasicRules):
     """DCU ``Fit``: the common skeleton; only the UUID check differs (both lists apply, as in HAMi)."""
@@ -156,55 +155,6 @@ DCU_RULES: DeviceRules = DcuRules()
 # ------------------------------------------------------------------------------------------------------------
 # Selectors
 # ------------------------------------------------------------------------------------------------------------
-
-
-def _use_guard(value: str, found: bool, key: str) -> None:
-    if trim_space(value) != "" and not found:
-        fail(key, "list holds no token, so no device could ever match", value)
-
-
-def decode_selectors(
-    annotations: Mapping[str, str], use_type: str, nouse_type: str, use_uuid: str, nouse_uuid: str
-) -> Selectors:
-    """The four selector annotations → Selectors (trimmed, upper-cased types; blank means no constraint).
-
-    A use list that is not blank but names nothing (``","``) matches no device in HAMi: a DecodeError here.
-    """
-
-    def text(key: str) -> str:
-        value = annotations.get(key, "")
-        if not isinstance(value, str):
-            fail(key, f"annotation value must be a string, got {type(value).__name__}")
-        return value
-
-    use_types = decode_type_list(text(use_type))
-    _use_guard(text(use_type), bool(use_types), use_type)
-    use_uuids = decode_uuid_list(text(use_uuid))
-    _use_guard(text(use_uuid), bool(use_uuids), use_uuid)
-    return Selectors(
-        use_types=use_types,
-        nouse_types=decode_type_list(text(nouse_type)),
-        use_uuids=use_uuids,
-        nouse_uuids=decode_uuid_list(text(nouse_uuid)),
-    )
-
-
-def rekey(e: DecodeError, key: str) -> DecodeError:
-    """The shared register codec names NVIDIA's key: name ours instead."""
-    what = key + e.what[len(NVIDIA_REGISTER) :] if e.what.startswith(NVIDIA_REGISTER) else e.what
-    return DecodeError(what, e.detail, e.part)
-
-
-def reader_config(count: str, memory: str, cores: str, memory_factor: int = 1) -> NvidiaConfig:
-    """The resource names and memory unit the strict quantity reader of ``shared.codec.resources`` needs."""
-    return NvidiaConfig(
-        resource_count_name=count,
-        resource_memory_name=memory,
-        resource_memory_percentage_name=cores or memory,
-        resource_core_name=cores,
-        resource_priority_name="",
-        memory_factor=memory_factor,
-    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -260,7 +210,7 @@ class HygonVendor:
     # ---- requests ----------------------------------------------------------------------------------------------
 
     def manages(self, container: Mapping[str, Any]) -> bool:
-        limits, requests = _lists(container, "container")
+        limits, requests = container_lists(container, "container")
         return any(n in limits or n in requests for n in self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
@@ -271,18 +221,20 @@ class HygonVendor:
         memory, and any bad quantity are a ResourceRequestError.
         """
         c = self.config
-        limits, requests = _lists(container, what)
-        r = _Reader(
+        limits, requests = container_lists(container, what)
+        r = RequestReader(
             reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name, c.memory_factor),
-            _label(container, what),
+            container_label(container, what),
         )
-        n = r.read(limits, requests, c.resource_count_name, _Kind.COUNT)
-        mem = r.read(limits, requests, c.resource_memory_name, _Kind.MEMORY) if c.resource_memory_name else None
-        core = r.read(limits, requests, c.resource_core_name, _Kind.PERCENT) if c.resource_core_name else None
+        n = r.read(limits, requests, c.resource_count_name, QuantityKind.COUNT)
+        mem = r.read(limits, requests, c.resource_memory_name, QuantityKind.MEMORY) if c.resource_memory_name else None
+        core = r.read(limits, requests, c.resource_core_name, QuantityKind.PERCENT) if c.resource_core_name else None
         if r.problems:
             raise ResourceRequestError(r.problems)
-        if not _raw(limits, requests, c.resource_count_name)[0]:
-            shares = [x for x in (c.resource_memory_name, c.resource_core_name) if x and _raw(limits, requests, x)[0]]
+        if not raw_value(limits, requests, c.resource_count_name)[0]:
+            shares = [
+                x for x in (c.resource_memory_name, c.resource_core_name) if x and raw_value(limits, requests, x)[0]
+            ]
             if not shares:
                 return EMPTY_REQUEST
             r.problem(f"{shares[0]} needs {c.resource_count_name}, the number of DCUs: add {c.resource_count_name}: 1")
@@ -306,7 +258,7 @@ class HygonVendor:
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count resource is in the container's limits."""
-        limits, _ = _lists(container, where)
+        limits, _ = container_lists(container, where)
         return self.config.resource_count_name in limits
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:

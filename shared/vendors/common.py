@@ -1,0 +1,68 @@
+"""Small pieces several vendor modules share: selector annotations, the strict request reader's settings, and
+register-codec error keys. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shared.codec._go import fail, trim_space
+from shared.codec.register import WHAT as NVIDIA_REGISTER
+from shared.codec.selectors import decode_type_list, decode_uuid_list
+from shared.domain.model import DeviceInfo, NvidiaConfig, Selectors
+from shared.errors import DecodeError
+
+
+def uuid_selectors_ok(dev: DeviceInfo, sel: Selectors) -> bool:
+    """HAMi's ``CheckUUID``: the device must be in the use list when there is one, and never in the nouse list."""
+    if sel.use_uuids and dev.id not in sel.use_uuids:
+        return False
+    return dev.id not in sel.nouse_uuids
+
+
+def _use_guard(value: str, found: bool, key: str) -> None:
+    if trim_space(value) != "" and not found:
+        fail(key, "list holds no token, so no device could ever match", value)
+
+
+def decode_selectors(
+    annotations: Mapping[str, str], use_type: str, nouse_type: str, use_uuid: str, nouse_uuid: str
+) -> Selectors:
+    """The four selector annotations → Selectors (trimmed, upper-cased types; blank means no constraint).
+
+    A use list that is not blank but names nothing (``","``) matches no device in HAMi: a DecodeError here.
+    """
+
+    def text(key: str) -> str:
+        value = annotations.get(key, "")
+        if not isinstance(value, str):
+            fail(key, f"annotation value must be a string, got {type(value).__name__}")
+        return value
+
+    use_types = decode_type_list(text(use_type))
+    _use_guard(text(use_type), bool(use_types), use_type)
+    use_uuids = decode_uuid_list(text(use_uuid))
+    _use_guard(text(use_uuid), bool(use_uuids), use_uuid)
+    return Selectors(
+        use_types=use_types,
+        nouse_types=decode_type_list(text(nouse_type)),
+        use_uuids=use_uuids,
+        nouse_uuids=decode_uuid_list(text(nouse_uuid)),
+    )
+
+
+def rekey(e: DecodeError, key: str) -> DecodeError:
+    """The shared register codec names NVIDIA's key: name ours instead."""
+    what = key + e.what[len(NVIDIA_REGISTER) :] if e.what.startswith(NVIDIA_REGISTER) else e.what
+    return DecodeError(what, e.detail, e.part)
+
+
+def reader_config(count: str, memory: str, cores: str, memory_factor: int = 1) -> NvidiaConfig:
+    """The resource names and memory unit the strict quantity reader of ``shared.codec.resources`` needs."""
+    return NvidiaConfig(
+        resource_count_name=count,
+        resource_memory_name=memory,
+        resource_memory_percentage_name=cores or memory,
+        resource_core_name=cores,
+        resource_priority_name="",
+        memory_factor=memory_factor,
+    )
