@@ -155,12 +155,12 @@ class BasicRules:
 
 
 @dataclass(frozen=True, slots=True)
-class NvidiaRules:
+class NvidiaRules(BasicRules):
     """NVIDIA's ``Fit`` hooks, exactly as before vendors were pluggable (hami-wire §6.4).
 
     A device is a candidate when its lower-cased type contains the lower-cased request type (HAMi's substring
     test, so ``NVIDIA`` matches ``NVIDIA-A100``); type selectors and ``nvidia.com/vgpu-mode`` come from the
-    NVIDIA fields of :class:`PodConstraints`.
+    NVIDIA fields of :class:`PodConstraints`. Memory and cores are taken as :class:`BasicRules` takes them.
     """
 
     name: str = NVIDIA
@@ -174,7 +174,7 @@ class NvidiaRules:
     def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
         if req.type != NVIDIA:
             return False
-        if constraints.use_types or constraints.nouse_types:
+        if constraints.use_types or constraints.nouse_types:  # inline: this runs for every device Fit visits
             kind = dev.type.upper()
             if constraints.use_types and not any(t in kind for t in constraints.use_types):
                 return False
@@ -186,24 +186,6 @@ class NvidiaRules:
         if constraints.use_uuids:
             return dev.id in constraints.use_uuids
         return dev.id not in constraints.nouse_uuids
-
-    def take(self, dev: DeviceInfo, req: ContainerRequest, used_mem_mib: int) -> Take:
-        del used_mem_mib
-        return Take(fit_mem_mib(req, dev.devmem_mib), req.cores_pct)
-
-    @property
-    def selects_sets(self) -> bool:
-        return False
-
-    def select(
-        self, candidates: Sequence[DeviceInfo], nums: int, inventory: NodeInventory
-    ) -> Sequence[DeviceInfo] | None:
-        del inventory
-        return candidates[:nums] if len(candidates) >= nums else None
-
-    def score_node(self, inventory: NodeInventory) -> float:
-        del inventory
-        return 0.0
 
 
 NVIDIA_RULES: DeviceRules = NvidiaRules()
