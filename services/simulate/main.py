@@ -68,6 +68,7 @@ from shared.emulator import Emulator
 from shared.errors import ConfigError, DecodeError
 from shared.logs import configure_logging
 from shared.runtime import run_service
+from shared.vendors.catalog import enabled_vendors
 
 logger = logging.getLogger(__name__)
 
@@ -501,12 +502,14 @@ async def drive_deployed(
             except DecodeError as e:
                 raise DriverError(f"{extenders.urls[0]}/metrics: {POLICY_INFO_METRIC}: {e}") from None
         ext = settings.extender
+        vendors = enabled_vendors(settings.common.nvidia, settings.common.device_sections)
         webhook = webhook_admission(extenders)
         fallback = local_admission(
             cfg=settings.common.nvidia,
             scheduler_name=ext.scheduler_name,
             force_overwrite_default_scheduler=ext.force_overwrite_default_scheduler,
             quota=_no_quota,
+            vendors=vendors,
         )
         use_webhook = True
 
@@ -529,6 +532,7 @@ async def drive_deployed(
             cfg=settings.common.nvidia,
             defaults=Defaults(ext.node_policy, ext.gpu_policy),
             timing=timing,
+            vendors=vendors,
         )
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = await kube.list_nodes(), await kube.list_pods()
