@@ -5,8 +5,11 @@ collapsed as the informer does), never from Redis: the report checks the schedul
 
 Definitions (docs/simulate.md):
 
-* a device is **usable** when its register entry says healthy, its node's ``allocatable[nvidia.com/gpu] > 0`` and it
-  is not listed in ``hami.io/device-cordon``. Utilisation and fragmentation are over usable devices;
+* devices are NVIDIA's (its register annotation) and every other enabled vendor's (read by the vendor's own
+  registration decode); each pod's charges come from every vendor's allocated list;
+* a device is **usable** when its register entry says healthy, its node's allocatable count resource of its vendor
+  (``nvidia.com/gpu`` …) is above 0 and it is not listed in the cordon. Utilisation and fragmentation are over
+  usable devices, in all (``gpu``) and per vendor (``by_vendor``);
 * **memory / core utilisation** = allocated MiB (cores %) over the usable devices' registered totals, counting every
   pod that holds devices at the end (the cluster's running pods included);
 * **fragmentation** = the free memory on usable devices that already hold at least one allocation ("stranded":
