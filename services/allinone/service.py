@@ -26,11 +26,13 @@ from services.extender.events import EventSink, api_poster
 from services.extender.service import ExtenderDeps, ExtenderService
 from services.extender.snapshot import CacheSettings
 from services.informer.service import InformerDeps, InformerService
-from services.registrar.service import RegistrarDeps, RegistrarService
+from services.registrar.service import RegistrarDeps, RegistrarService, RegistrarTuning
 from shared.config import AllInOneSettings, SimulateSettings
 from shared.k8s import Api, KubeClient
 from shared.runtime import wait_then_cancel
 from shared.store import Store
+from shared.vendors.catalog import enabled_vendors, with_handshake_timeout
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class AllInOneDeps:
     """The extender's snapshot-follower tuning (None: its defaults)."""
     rng: random.Random | None = None
     """The extender's node-lock retry jitter (None: unseeded; ``simulate`` seeds it for reproducible runs)."""
+    vendors: Vendors | None = None
+    """The enabled device vendors (None: those the device config enables, as the separate services do)."""
 
 
 class ServiceFailed(RuntimeError):
@@ -74,12 +78,22 @@ class AllInOneService:
         self.deps = deps
         self.staged = staged
         common = settings.common
+        self.vendors = (
+            deps.vendors if deps.vendors is not None else enabled_vendors(common.nvidia, common.device_sections)
+        )
+        """The vendors the informer and the extender serve (the registrar observes the same, with its handshake
+        timeout)."""
         component = settings.extender.scheduler_name or DEFAULT_COMPONENT
         api = Api(deps.kube, component=component, instance=deps.instance_id, clock=deps.clock)
         self.registrar = RegistrarService(
             settings.registrar,
             RegistrarDeps(
                 store=deps.store, kube=deps.kube, registry=deps.registry, instance_id=deps.instance_id, clock=deps.clock
+            ),
+            vendors=(
+                tuple(with_handshake_timeout(deps.vendors, RegistrarTuning().handshake_timeout_s))
+                if deps.vendors is not None
+                else None
             ),
         )
         self.informer = InformerService(
@@ -92,6 +106,7 @@ class AllInOneService:
                 instance_id=deps.instance_id,
                 clock=deps.clock,
             ),
+            vendors=self.vendors,
         )
         extender_deps = ExtenderDeps(
             store=deps.store,
@@ -102,6 +117,7 @@ class AllInOneService:
             event_sink=EventSink(api_poster(api), normal_per_s=settings.extender.success_event_rate),
             clock=deps.clock,
             rng=deps.rng,
+            vendors=self.vendors,
         )
         if deps.cache_settings is not None:
             extender_deps = dataclasses.replace(extender_deps, cache_settings=deps.cache_settings)

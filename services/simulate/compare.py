@@ -22,6 +22,7 @@ from shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from shared.config import SimulateSettings
 from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
 from shared.errors import ConfigError, DecodeError
+from shared.vendors.catalog import enabled_vendors
 
 Progress = Callable[[int, int, PodResult], None]
 
@@ -125,7 +126,8 @@ def outcome_of(
     """The outcome of a run: its results, the summary of the cluster's final ``nodes`` and ``pods``, and what the
     driver's kube-scheduler met on the way (``contention``, added to the summary)."""
     ext = settings.extender
-    states = device_states(nodes, pods, settings.common.nvidia)
+    common = settings.common
+    states = device_states(nodes, pods, common.nvidia, enabled_vendors(common.nvidia, common.device_sections))
     summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))
     if contention is not None:
         summary["contention"] = contention
@@ -200,6 +202,34 @@ def render_comparison(rows: Sequence[tuple[Combination, Outcome]]) -> str:
             ]
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+    lines = []
+    for row in table:
+        cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def render_vendor_comparison(rows: Sequence[tuple[Combination, Outcome]]) -> str:
+    """Per vendor, per combination: ``memory%/cores%`` allocated and ``used/devices`` (empty when every run's devices
+    are of one vendor)."""
+    vendors: list[str] = []
+    for _, outcome in rows:
+        vendors += [v for v in outcome.summary.get("by_vendor") or {} if v not in vendors]
+    if len(vendors) < 2:
+        return ""
+    table = [["NODE", "GPU", *vendors]]
+    for combo, outcome in rows:
+        by_vendor = outcome.summary.get("by_vendor") or {}
+        cells = []
+        for name in vendors:
+            v = by_vendor.get(name)
+            cells.append(
+                "-"
+                if v is None
+                else f"{_pct(v['memory_utilisation'])}/{_pct(v['core_utilisation'])} {v['devices_used']}/{v['devices']}"
+            )
+        table.append([combo.node.value, str(combo.gpu), *cells])
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = []
     for row in table:
         cells = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]

@@ -15,7 +15,8 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    ``hami.io/mutex.lock`` (``GetPendingPod``, :mod:`services.simulate.devplugin`), and its to-allocate list must
    serve every container's Allocate; then ``hami.io/bind-phase: success`` on the pod, the node's
    ``hami.io/mutex.lock`` removed (owner- and resourceVersion-checked, as ``ReleaseNodeLock`` does), and the pod's
-   ``status.phase: Running``. A bind the real plugin would serve wrongly (another pod, wrong device counts) is a
+   ``status.phase: Running``; for a pod given Cambricon MLUs, Cambricon's plugin also removes its own node lock
+   ``cambricon.com/dsmlu.lock``. A bind the real plugin would serve wrongly (another pod, wrong device counts) is a
    :class:`DriverError`;
 5. optional hooks let an embedded run wait for the informer to observe the settle before the next pod, and for the
    extender's snapshot to catch up before each filter, so placements do not depend on timing.
@@ -44,6 +45,7 @@ from services.simulate.devplugin import (
     allocation_problems,
     fallback_choice,
     lock_choice,
+    lock_kinds_of,
     vendor_allocation_problems,
 )
 from services.simulate.report import ADMISSION, PodResult
@@ -55,6 +57,7 @@ from shared.errors import DecodeError, TransientError
 from shared.protocol.admission import decode_patch
 from shared.protocol.jsonpatch import apply_patch
 from shared.protocol.webhook import mutate_pod
+from shared.vendors.base import NodeLockKind
 from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
@@ -677,6 +680,8 @@ class Driver:
             await self._check_plugin_serves(pod, node)
             await self.kube.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
             await self._release_node_lock(node, ns, name)
+            if self.vendors is not None and NodeLockKind.CAMBRICON in lock_kinds_of(pod, self.vendors):
+                await self._release_time_lock(node, NodeLockKind.CAMBRICON.value)
         await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
         return await self.kube.get_pod(ns, name)
 
@@ -699,6 +704,22 @@ class Driver:
             problems = allocation_problems(pod, self.cfg.resource_count_name)
         if problems:
             raise DriverError(f"{where}: " + "; ".join(problems))
+
+    async def _release_time_lock(self, node: str, key: str) -> None:
+        """Cambricon's device plugin after Allocate: its node lock ``key`` (a time, naming no pod) removed,
+        guarded by the node's resourceVersion."""
+        for _ in range(_PATCH_ATTEMPTS):
+            obj = await self.kube.get_node(node)
+            if key not in (obj["metadata"].get("annotations") or {}):
+                return
+            patch = {"metadata": {"annotations": {key: None}, "resourceVersion": obj["metadata"]["resourceVersion"]}}
+            try:
+                await self.kube.patch_node(node, patch)
+                return
+            except DriverError as e:
+                if e.status != 409:
+                    raise
+        raise DriverError(f"node {node}: could not remove {key} (conflicts)")
 
     async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
         """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""

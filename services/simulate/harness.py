@@ -4,7 +4,9 @@
 the cluster's objects, connects the store (embedded fakeredis via ``connect(None)`` unless ``redis_url`` is given),
 opens one kube client against the emulator, runs the three services as named tasks (the extender's HTTP app on a
 free port) and waits until all three are ready. ``ec.driver()`` then plays kube-scheduler and the device plugin
-against them. Leaving the block sets the stop event and waits for every service to return.
+against them. Leaving the block sets the stop event and waits for every service to return. Every party (the
+registrar, informer and extender, the driver's admission and device plugins) serves the vendors the settings' device
+config enables (:attr:`EmbeddedCluster.vendors`).
 
 Determinism: before each ``/filter`` the driver waits until the extender's snapshot cache has caught up with every
 node's generation in the store, so a filter never plans on a stale snapshot. Binds run concurrently, as
@@ -38,6 +40,7 @@ from shared.domain.model import QuotaState
 from shared.emulator import Emulator
 from shared.k8s import KubeClient, KubeSettings, open_client
 from shared.store import Store, connect
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
@@ -208,6 +211,12 @@ class EmbeddedCluster:
         return self.services.extender
 
     @property
+    def vendors(self) -> Vendors:
+        """The enabled vendors the services run with (from the device config, NVIDIA first)."""
+        assert self.services is not None
+        return self.services.vendors
+
+    @property
     def extender_url(self) -> str:
         server = self.extender.server
         assert server is not None
@@ -223,6 +232,7 @@ class EmbeddedCluster:
             return await store.quota.get(namespace)
 
         simulated = isinstance(asyncio.get_running_loop(), VirtualClockLoop)
+        vendors = self.vendors
         return Driver(
             KubeHttp(self.session, self.emulator.url),
             Extenders(self.session, [self.extender_url], timeout_s=self.timing.scheduler.http_timeout_s),
@@ -231,12 +241,14 @@ class EmbeddedCluster:
                 scheduler_name=ext.scheduler_name,
                 force_overwrite_default_scheduler=ext.force_overwrite_default_scheduler,
                 quota=quota,
+                vendors=vendors,
             ),
             cfg=self.settings.common.nvidia,
             defaults=Defaults(ext.node_policy, ext.gpu_policy),
             before_filter=self.snapshot_caught_up,
             timing=self.timing.scheduler,
             clock="simulated" if simulated else "real",
+            vendors=vendors,
         )
 
     async def snapshot_caught_up(self, pod: KubeObject | None = None) -> None:

@@ -33,6 +33,7 @@ from services.simulate.compare import (
     outcome_of,
     parse_policies,
     render_comparison,
+    render_vendor_comparison,
     run_comparison,
     run_scenario,
     settings_with,
@@ -68,6 +69,7 @@ from shared.emulator import Emulator
 from shared.errors import ConfigError, DecodeError
 from shared.logs import configure_logging
 from shared.runtime import run_service
+from shared.vendors.catalog import enabled_vendors
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,9 @@ EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 """The bundled example cluster and workload (package data; the repository's ``examples/`` holds the same files)."""
 EXAMPLE_CLUSTER = EXAMPLES_DIR / "cluster.yaml"
 EXAMPLE_WORKLOAD = EXAMPLES_DIR / "workload.yaml"
+EXAMPLE_DEVICE_CONFIG = EXAMPLES_DIR / "device-config.yaml"
+"""The device config of the bundled example (every vendor enabled), used with the bundled cluster unless a device
+config is given (``--device-config-file``, its environment variable or a ``--config`` file)."""
 
 EXIT_INTERRUPTED = 130
 EXTERNAL_READY_TIMEOUT_S = 120.0
@@ -253,8 +258,26 @@ class ProgressLine:
             self._open = False
 
 
+def _with_example_device_config(args: argparse.Namespace) -> None:
+    """The bundled cluster runs with the bundled device config (which enables its vendors) unless a device config
+    was given some way."""
+    given = (
+        _explicit(args, "device-config-file")
+        or _explicit(args, "config")
+        or bool(os.environ.get(OPTIONS_BY_NAME["device-config-file"].env_var))
+        or bool(os.environ.get(OPTIONS_BY_NAME["config"].env_var))
+    )
+    if args.cluster is None and args.sim_kube_server is None and not given:
+        setattr(args, OPTIONS_BY_NAME["device-config-file"].dest, str(EXAMPLE_DEVICE_CONFIG))
+
+
 def _inputs(args: argparse.Namespace, settings: SimulateSettings) -> tuple[Cluster, Workload]:
-    cluster = load_cluster(args.cluster or EXAMPLE_CLUSTER, count_resource=settings.common.nvidia.resource_count_name)
+    common = settings.common
+    cluster = load_cluster(
+        args.cluster or EXAMPLE_CLUSTER,
+        count_resource=common.nvidia.resource_count_name,
+        vendors=enabled_vendors(common.nvidia, common.device_sections),
+    )
     workload = load_workload(args.workload or EXAMPLE_WORKLOAD)
     for line in cluster.warnings:
         print(f"vgpu-scheduler: warning: {line}", file=sys.stderr)
@@ -286,6 +309,7 @@ def _mode_checks(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """``vgpu-scheduler simulate``: 0 done, 1 a failure, 2 bad flags or input, 130 interrupted."""
+    _with_example_device_config(args)
     settings = settings_from_args(Service.SIMULATE, args, os.environ)
     compare = _mode_checks(args)
     combos: Sequence[Combination] = parse_policies(args.policies) if args.policies else DEFAULT_COMBINATIONS
@@ -406,11 +430,16 @@ def _emit_comparison(
         print()
         print(render_comparison(rows))
         print()
+        by_vendor = render_vendor_comparison(rows)
+        if by_vendor:
+            print("Per vendor: memory/cores allocated, devices in use/usable")
+            print(by_vendor)
+            print()
         print(
-            "GPU MEM/CORES: allocated over usable devices, running pods included. FRAGMENTATION: free GPU memory "
-            "on cards that already hold a pod, as a share of all free GPU memory. BIND RETRIES: binds that failed "
-            "(node lock busy) and were retried after kube-scheduler's backoff. LOCK WAITS: binds that waited for "
-            "a node lock. See docs/simulate.md."
+            "GPU MEM/CORES: allocated over usable devices (every vendor's), running pods included. FRAGMENTATION: "
+            "free device memory on cards that already hold a pod, as a share of all free device memory. BIND "
+            "RETRIES: binds that failed (node lock busy) and were retried after kube-scheduler's backoff. LOCK "
+            "WAITS: binds that waited for a node lock. See docs/simulate.md."
         )
     if args.plot and rows:
         paths = write_plots([c.label for c, _ in rows], [o.summary for _, o in rows], args.plot, caption=source)
@@ -501,12 +530,14 @@ async def drive_deployed(
             except DecodeError as e:
                 raise DriverError(f"{extenders.urls[0]}/metrics: {POLICY_INFO_METRIC}: {e}") from None
         ext = settings.extender
+        vendors = enabled_vendors(settings.common.nvidia, settings.common.device_sections)
         webhook = webhook_admission(extenders)
         fallback = local_admission(
             cfg=settings.common.nvidia,
             scheduler_name=ext.scheduler_name,
             force_overwrite_default_scheduler=ext.force_overwrite_default_scheduler,
             quota=_no_quota,
+            vendors=vendors,
         )
         use_webhook = True
 
@@ -529,6 +560,7 @@ async def drive_deployed(
             cfg=settings.common.nvidia,
             defaults=Defaults(ext.node_policy, ext.gpu_policy),
             timing=timing,
+            vendors=vendors,
         )
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = await kube.list_nodes(), await kube.list_pods()

@@ -17,21 +17,28 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from services.simulate.pools import KIND as NODE_POOL
+from services.simulate.pools import PoolError, expand_pool
 from shared.codec import annotations as keys
 from shared.codec.podannotations import decode_allocation
 from shared.codec.quantity import parse_quantity
 from shared.codec.register import decode_register
 from shared.codec.topology import decode_topology
 from shared.errors import ConfigError, DecodeError
+from shared.vendors.registration import Invalid, NodeView
+from shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
 
-CLUSTER_KINDS = frozenset({"Node", "Pod", "ResourceQuota", "Namespace"})
+NVIDIA = "NVIDIA"
+
+CLUSTER_KINDS = frozenset({"Node", NODE_POOL, "Pod", "ResourceQuota", "Namespace"})
 WORKLOAD_KINDS = frozenset({"Pod"})
 
 
@@ -307,18 +314,57 @@ def _check_unique(items: Sequence[Located]) -> None:
         seen[key] = loc.where
 
 
-def load_cluster(path: str | Path, *, count_resource: str = "nvidia.com/gpu") -> Cluster:
+def _expand_pools(items: list[Located], vendors: Vendors | None) -> tuple[list[Located], list[tuple[str, str]]]:
+    """``NodePool`` documents replaced by their Nodes (:mod:`services.simulate.pools`); (node, why) for every node
+    with devices of a vendor the device config does not enable."""
+    out: list[Located] = []
+    disabled: list[tuple[str, str]] = []
+    for loc in items:
+        if loc.kind != NODE_POOL:
+            out.append(loc)
+            continue
+        try:
+            expanded = expand_pool(loc.obj, vendors if vendors is not None else Vendors(()))
+        except PoolError as e:
+            raise _fail(loc.where, e.field, e.problem) from None
+        for node in expanded.nodes:
+            out.append(Located(node, f"{loc.where} (node {node['metadata']['name']})"))
+            for vendor in expanded.disabled:
+                why = f"{vendor} devices: the device config does not enable {vendor} (its vendor section is missing)"
+                disabled.append((str(node["metadata"]["name"]), why))
+    return out, disabled
+
+
+def _check_vendors(loc: Located, vendors: Vendors) -> str | None:
+    """Why some enabled vendor other than NVIDIA will not register the node's devices (a malformed registration)."""
+    view = NodeView.of(loc.obj)
+    now = datetime.now()  # naive local time, as the handshake codec expects
+    for vendor in vendors:
+        if vendor.name == NVIDIA:
+            continue
+        observed = vendor.observe(view, now)
+        if isinstance(observed, Invalid):
+            return f"{loc.where}: {vendor.name}: {observed.error}"
+    return None
+
+
+def load_cluster(
+    path: str | Path, *, count_resource: str = "nvidia.com/gpu", vendors: Vendors | None = None
+) -> Cluster:
     """Read and check a cluster file. Pods in it are already placed: they need ``spec.nodeName`` of a listed node.
-    A node the registrar will not register (a malformed HAMi annotation, no allocatable ``count_resource``) is kept,
-    as it would be in a cluster, and listed in ``Cluster.unregistered``."""
+    ``NodePool`` documents become their Nodes, with the registration of the enabled ``vendors`` (None: NVIDIA
+    only; a pool of another vendor still gets HAMi's default names). A node the registrar will not register (a
+    malformed HAMi annotation, no allocatable ``count_resource``, devices of a vendor not enabled) is kept, as it
+    would be in a cluster, and listed in ``Cluster.unregistered``."""
     p = Path(path)
-    items = _located(p, CLUSTER_KINDS)
+    items, unregistered = _expand_pools(_located(p, CLUSTER_KINDS), vendors)
     _check_unique(items)
     node_names = {loc.name for loc in items if loc.kind == "Node"}
-    unregistered: list[tuple[str, str]] = []
     for loc in items:
         if loc.kind == "Node":
             why = _check_node(loc, count_resource)
+            if why is None and vendors is not None:
+                why = _check_vendors(loc, vendors)
             if why is not None:
                 unregistered.append((loc.name, why))
         elif loc.kind == "Pod":

@@ -5,8 +5,11 @@ collapsed as the informer does), never from Redis: the report checks the schedul
 
 Definitions (docs/simulate.md):
 
-* a device is **usable** when its register entry says healthy, its node's ``allocatable[nvidia.com/gpu] > 0`` and it
-  is not listed in ``hami.io/device-cordon``. Utilisation and fragmentation are over usable devices;
+* devices are NVIDIA's (its register annotation) and every other enabled vendor's (read by the vendor's own
+  registration decode); each pod's charges come from every vendor's allocated list;
+* a device is **usable** when its register entry says healthy, its node's allocatable count resource of its vendor
+  (``nvidia.com/gpu`` …) is above 0 and it is not listed in the cordon. Utilisation and fragmentation are over
+  usable devices, in all (``gpu``) and per vendor (``by_vendor``);
 * **memory / core utilisation** = allocated MiB (cores %) over the usable devices' registered totals, counting every
   pod that holds devices at the end (the cluster's running pods included);
 * **fragmentation** = the free memory on usable devices that already hold at least one allocation ("stranded":
@@ -20,10 +23,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from shared.codec import annotations as keys
-from shared.codec.podannotations import decode_allocation
+from shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
 from shared.codec.quantity import parse_quantity
 from shared.codec.reasons import parse_reason
 from shared.codec.register import decode_register
@@ -32,6 +36,9 @@ from shared.domain.accounting import collapse
 from shared.domain.diagnosis import fragmentation
 from shared.domain.model import NvidiaConfig
 from shared.errors import DecodeError
+from shared.vendors.base import Vendor
+from shared.vendors.registration import NodeView, Registered
+from shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
 
@@ -39,6 +46,8 @@ ADMISSION = "*"
 """The ``reasons`` key used when a pod never reached the nodes (admission denied, or the filter answered Error)."""
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+NVIDIA = "NVIDIA"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +93,8 @@ class DeviceState:
     used: int = 0
     used_mem_mib: int = 0
     used_cores: int = 0
+    vendor: str = NVIDIA
+    """The device's vendor (HAMi's common word: ``NVIDIA``, ``DCU``, ``MLU``, ``AMD``, ``Ascend910B3`` …)."""
 
     @property
     def free_mem_mib(self) -> int:
@@ -117,43 +128,86 @@ def holds_devices(pod: Mapping[str, Any]) -> bool:
     return keys.VGPU_NODE in _annotations(pod) and phase not in TERMINAL_PHASES
 
 
+def _nvidia_devices(node: Mapping[str, Any], count_resource: str) -> list[DeviceState]:
+    """The node's NVIDIA GPUs from ``hami.io/node-nvidia-register`` (none when absent or malformed)."""
+    name = _name(node)
+    annos = _annotations(node)
+    register = annos.get(keys.NODE_NVIDIA_REGISTER)
+    if not isinstance(register, str):
+        return []
+    try:
+        devices = decode_register(register)
+    except DecodeError:
+        return []
+    cordoned = decode_cordon(str(annos.get(keys.DEVICE_CORDON, "")))
+    alive = _allocatable_count(node, count_resource) > 0
+    return [
+        DeviceState(
+            node=name,
+            uuid=d.id,
+            type=d.type,
+            count=d.count,
+            devmem_mib=d.devmem_mib,
+            devcore=d.devcore,
+            usable=d.health and alive and d.id not in cordoned,
+        )
+        for d in devices
+    ]
+
+
+def _vendor_devices(node: Mapping[str, Any], vendor: Vendor, now: datetime) -> list[DeviceState]:
+    """``vendor``'s devices on the node as its registration reads them (:meth:`Vendor.observe`, the registrar's
+    own decode); usable when healthy, not cordoned and the vendor's count resource is allocatable."""
+    observed = vendor.observe(NodeView.of(node), now)
+    if not isinstance(observed, Registered):
+        return []
+    inventory = observed.inventory
+    alive = _allocatable_count(node, vendor.resources.count) > 0
+    return [
+        DeviceState(
+            node=_name(node),
+            uuid=d.id,
+            type=d.type,
+            count=d.count,
+            devmem_mib=d.devmem_mib,
+            devcore=d.devcore,
+            usable=d.health and alive and d.id not in inventory.cordoned,
+            vendor=vendor.name,
+        )
+        for d in inventory.devices
+    ]
+
+
 def device_states(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], cfg: NvidiaConfig | None = None
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    cfg: NvidiaConfig | None = None,
+    vendors: Vendors | None = None,
 ) -> dict[tuple[str, str], DeviceState]:
     """Every registered device keyed by (node, uuid), with the usage of every pod holding devices.
 
-    A pod's charge on a device its node does not list (or on an unknown node) is kept under a placeholder with zero
-    capacity, so the audit reports it instead of losing it.
+    NVIDIA GPUs come from their register annotation; every other enabled vendor's devices (``vendors``; None:
+    NVIDIA only) from that vendor's own registration decode, and each pod's charges from every vendor's
+    allocated annotation. A device ID a vendor listed earlier already has on the node is skipped, as the
+    registrar skips it. A pod's charge on a device its node does not list (or on an unknown node) is kept under a
+    placeholder with zero capacity, so the audit reports it instead of losing it.
     """
     count_resource = (cfg or NvidiaConfig()).resource_count_name
+    others = [v for v in vendors or () if v.name != NVIDIA]
+    now = datetime.now()  # naive local time, as the handshake codec expects
     states: dict[tuple[str, str], DeviceState] = {}
     for node in nodes:
-        name = _name(node)
-        annos = _annotations(node)
-        register = annos.get(keys.NODE_NVIDIA_REGISTER)
-        if not isinstance(register, str):
-            continue
-        try:
-            devices = decode_register(register)
-        except DecodeError:
-            continue
-        cordoned = decode_cordon(str(annos.get(keys.DEVICE_CORDON, "")))
-        alive = _allocatable_count(node, count_resource) > 0
-        for d in devices:
-            states[(name, d.id)] = DeviceState(
-                node=name,
-                uuid=d.id,
-                type=d.type,
-                count=d.count,
-                devmem_mib=d.devmem_mib,
-                devcore=d.devcore,
-                usable=d.health and alive and d.id not in cordoned,
-            )
+        found = _nvidia_devices(node, count_resource)
+        for vendor in others:
+            found += _vendor_devices(node, vendor, now)
+        for dev in found:
+            states.setdefault((dev.node, dev.uuid), dev)
+    readers: tuple[AllocatedReader, ...] = tuple(vendors) if vendors is not None else (NVIDIA_READER,)
     for pod in pods:
         if not holds_devices(pod):
             continue
         node_name = str(_annotations(pod).get(keys.VGPU_NODE))
-        decoded = decode_allocation(pod)
+        decoded = decode_allocation(pod, readers)
         if decoded is None:
             continue
         devices_, mig = decoded
@@ -209,10 +263,7 @@ def summarize(
         row["pods"] += 1
         row["placed" if r.placed else "pending"] += 1
     usable = [s for s in states.values() if s.usable]
-    mem_total = sum(s.devmem_mib for s in usable)
-    mem_used = sum(min(s.used_mem_mib, s.devmem_mib) for s in usable)
-    cores_total = sum(s.devcore for s in usable)
-    cores_used = sum(min(s.used_cores, s.devcore) for s in usable)
+    vendor_names = list(dict.fromkeys(s.vendor for s in sorted(states.values(), key=_vendor_order)))
     reasons: Counter[str] = Counter()
     for r in results:
         if not r.placed:
@@ -223,21 +274,36 @@ def summarize(
         "pending": len(results) - len(placed),
         "policies": {"node": node_policy, "gpu": gpu_policy},
         "by_policy": {k: by_policy[k] for k in sorted(by_policy)},
-        "gpu": {
-            "devices": len(usable),
-            "devices_used": sum(1 for s in usable if s.used > 0),
-            "memory_mib": mem_total,
-            "memory_allocated_mib": mem_used,
-            "memory_utilisation": _ratio(mem_used, mem_total),
-            "cores": cores_total,
-            "cores_allocated": cores_used,
-            "core_utilisation": _ratio(cores_used, cores_total),
-        },
+        "gpu": _device_figures(usable),
+        "by_vendor": {name: _device_figures([s for s in usable if s.vendor == name]) for name in vendor_names},
         "fragmentation": fragmentation(usable).to_json(),
         "nodes_touched": len({r.node for r in placed if r.gpu}),
         "nodes_in_use": len({s.node for s in states.values() if s.used > 0}),
         "pending_reasons": dict(sorted(reasons.items())),
         "over_capacity": audit(states),
+    }
+
+
+def _vendor_order(state: DeviceState) -> tuple[bool, str]:
+    """NVIDIA first, then the other vendors by name."""
+    return state.vendor != NVIDIA, state.vendor
+
+
+def _device_figures(usable: Sequence[DeviceState]) -> dict[str, Any]:
+    """Devices, memory and cores of ``usable`` devices: totals, allocated and utilisation."""
+    mem_total = sum(s.devmem_mib for s in usable)
+    mem_used = sum(min(s.used_mem_mib, s.devmem_mib) for s in usable)
+    cores_total = sum(s.devcore for s in usable)
+    cores_used = sum(min(s.used_cores, s.devcore) for s in usable)
+    return {
+        "devices": len(usable),
+        "devices_used": sum(1 for s in usable if s.used > 0),
+        "memory_mib": mem_total,
+        "memory_allocated_mib": mem_used,
+        "memory_utilisation": _ratio(mem_used, mem_total),
+        "cores": cores_total,
+        "cores_allocated": cores_used,
+        "core_utilisation": _ratio(cores_used, cores_total),
     }
 
 
@@ -266,14 +332,26 @@ def _pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
+ALLOCATED_SUFFIX = "-devices-allocated"
+"""Every vendor's allocated pod annotation is ``hami.io/<…>-devices-allocated`` (NVIDIA's ``hami.io/vgpu-…``)."""
+
+
+def _allocated_keys(annotations: Mapping[str, str]) -> list[str]:
+    """The pod's allocated device lists, NVIDIA's first, then the other vendors' by key."""
+    found = sorted(k for k in annotations if k.startswith("hami.io/") and k.endswith(ALLOCATED_SUFFIX))
+    return sorted(found, key=lambda k: k != keys.DEVICES_ALLOCATED)
+
+
 def _devices_text(annotations: Mapping[str, str]) -> str:
-    value = annotations.get(keys.DEVICES_ALLOCATED, "")
+    """``uuid(memMiB,cores%)`` for every device of every vendor's allocated list (memory in MiB for every vendor,
+    as the lists record it)."""
     parts = []
-    for container in value.split(";"):
-        for dev in container.split(":"):
-            fields = dev.split(",")
-            if len(fields) >= 4:
-                parts.append(f"{fields[0]}({fields[2]}MiB,{fields[3]}%)")
+    for key in _allocated_keys(annotations):
+        for container in annotations[key].split(";"):
+            for dev in container.split(":"):
+                fields = dev.split(",")
+                if len(fields) >= 4:
+                    parts.append(f"{fields[0]}({fields[2]}MiB,{fields[3]}%)")
     return " ".join(parts) if parts else "-"
 
 
@@ -300,6 +378,20 @@ def render_pods(results: Sequence[PodResult]) -> str:
     return "\n".join(lines)
 
 
+def _vendor_lines(summary: Mapping[str, Any]) -> list[str]:
+    """One line per vendor under the device line, when the cluster has devices of more than one vendor."""
+    by_vendor = summary.get("by_vendor") or {}
+    if len(by_vendor) < 2:
+        return []
+    width = max(len(name) for name in by_vendor)
+    return [
+        f"  {name:<{width}}  memory {v['memory_allocated_mib']}/{v['memory_mib']} MiB "
+        f"({_pct(v['memory_utilisation'])}), cores {v['cores_allocated']}/{v['cores']} "
+        f"({_pct(v['core_utilisation'])}), {v['devices_used']}/{v['devices']} devices in use"
+        for name, v in by_vendor.items()
+    ]
+
+
 def render_summary(summary: Mapping[str, Any]) -> str:
     """The summary block under the pod table."""
     gpu, frag = summary["gpu"], summary["fragmentation"]
@@ -311,6 +403,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         f"GPU memory {gpu['memory_allocated_mib']}/{gpu['memory_mib']} MiB ({_pct(gpu['memory_utilisation'])}), "
         f"cores {gpu['cores_allocated']}/{gpu['cores']} ({_pct(gpu['core_utilisation'])}), "
         f"{gpu['devices_used']}/{gpu['devices']} devices in use",
+        *_vendor_lines(summary),
         f"fragmentation {_pct(frag['ratio'])} ({frag['stranded_memory_mib']} of {frag['free_memory_mib']} MiB free "
         f"is on partly used cards), {frag['idle_devices']} idle devices",
         f"nodes touched {summary['nodes_touched']}, nodes in use {summary['nodes_in_use']}",

@@ -21,7 +21,7 @@ from aiohttp import web
 from services.allinone.main import EMBEDDED_STORE_WARNING, serve_all_in_one
 from services.allinone.service import AllInOneService
 from services.simulate.driver import Defaults, Driver, DriverError, Extenders, KubeHttp, local_admission
-from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_WORKLOAD, drive_deployed
+from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG, EXAMPLE_WORKLOAD, drive_deployed
 from services.simulate.manifests import load_cluster, load_workload
 from shared.config import settings_for
 from shared.emulator import Emulator
@@ -123,6 +123,68 @@ async def test_all_in_one_on_the_embedded_store_schedules_a_pod_and_stops_cleanl
         assert pod is not None and pod["spec"]["nodeName"] == result.node
         assert pod["metadata"]["annotations"]["hami.io/vgpu-node"] == result.node
         assert pod["status"]["phase"] == "Running"
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        await embedded_blocking_reads_ended()
+    assert task.exception() is None
+
+
+def vendor_pod(name: str, limits: dict[str, str]) -> dict[str, Any]:
+    pod = gpu_pod(name)
+    pod["spec"]["containers"][0]["resources"]["limits"] = limits
+    return pod
+
+
+async def test_all_in_one_serves_the_vendors_of_its_device_config(seeded_emulator: Emulator) -> None:
+    """The extender, informer and registrar of all-in-one serve every vendor the device config enables: DCU, MLU
+    and Ascend pods land on the bundled pools' nodes with their vendors' device lists."""
+    em = seeded_emulator
+    service, stop, task = await start_all_in_one(
+        [f"--kube-server={em.url}", f"--device-config-file={EXAMPLE_DEVICE_CONFIG}"]
+    )
+    try:
+        names = service.vendors.names
+        assert {"NVIDIA", "DCU", "MLU", "AMD", "Ascend910B3", "Ascend310P"} <= set(names)
+        assert service.extender.deps.vendor_set is service.vendors
+        assert service.informer.vendors is service.vendors
+        assert [v.name for v in service.registrar.vendors] == list(names)
+        settings = service.settings
+        assert service.extender.server is not None
+        async with aiohttp.ClientSession() as session:
+
+            async def no_quota(ns: str) -> None:
+                return None
+
+            driver = Driver(
+                KubeHttp(session, em.url),
+                Extenders(session, [service.extender.server.url]),
+                local_admission(
+                    cfg=settings.common.nvidia,
+                    scheduler_name="",
+                    force_overwrite_default_scheduler=True,
+                    quota=no_quota,
+                    vendors=service.vendors,
+                ),
+                cfg=settings.common.nvidia,
+                defaults=Defaults(settings.extender.node_policy, settings.extender.gpu_policy),
+                vendors=service.vendors,
+            )
+            dcu = await driver.schedule(vendor_pod("dcu", {"hygon.com/dcunum": "1", "hygon.com/dcumem": "1000"}))
+            mlu = await driver.schedule(
+                vendor_pod("mlu", {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "4"})
+            )
+            npu = await driver.schedule(
+                vendor_pod("npu", {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "100"})
+            )
+        assert dcu.node in ("dcu-z100-01", "dcu-z100-02", "mixed-a10-dcu-01"), dcu.reasons
+        assert dcu.annotations["hami.io/dcu-devices-allocated"].split(",")[2] == "1000"
+        assert mlu.node in ("mlu-370-01", "mlu-370-02"), mlu.reasons
+        assert mlu.annotations["hami.io/cambricon-mlu-devices-allocated"].split(",")[2] == "1024"
+        assert npu.node in ("npu-910b-01", "npu-910b-02"), npu.reasons
+        assert npu.annotations["hami.io/Ascend910B3-devices-allocated"].split(",")[2] == "16384"
+        node = em.get("Node", "", mlu.node)
+        assert node is not None and "cambricon.com/dsmlu.lock" not in node["metadata"].get("annotations", {})
     finally:
         stop.set()
         await asyncio.wait_for(task, 30)

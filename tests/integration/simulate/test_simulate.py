@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_WORKLOAD
+from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG, EXAMPLE_WORKLOAD
 from services.simulate.manifests import load_cluster, load_workload
 from shared.codec.register import decode_register
 from tests.audit import usage_from_pods
@@ -21,7 +21,7 @@ from tests.integration.simulate.conftest import run_cli, run_cli_json, spawn
 POD_KEYS = ["namespace", "name", "node", "annotations", "reasons"]
 SUMMARY_KEYS = {
     "pods", "placed", "pending", "policies", "by_policy", "gpu", "fragmentation", "nodes_touched", "nodes_in_use",
-    "pending_reasons", "over_capacity", "contention",
+    "pending_reasons", "over_capacity", "contention", "by_vendor",
 }  # fmt: skip
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -30,8 +30,9 @@ HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 def single() -> dict[str, Any]:
     """One run with the default policies (node binpack, GPU spread)."""
     out: dict[str, Any] = run_cli_json(
-        "simulate", "--cluster", str(EXAMPLE_CLUSTER), "--workload", str(EXAMPLE_WORKLOAD)
-    )
+        "simulate", "--cluster", str(EXAMPLE_CLUSTER), "--workload", str(EXAMPLE_WORKLOAD),
+        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG),
+    )  # fmt: skip
     return out
 
 
@@ -80,7 +81,10 @@ def test_every_pod_is_placed_with_what_the_device_plugin_needs_or_says_why_not(s
             continue
         gpu_pods += 1
         assert a["hami.io/vgpu-node"] == pod["node"]
-        assert a["hami.io/vgpu-devices-to-allocate"] == a["hami.io/vgpu-devices-allocated"] != ""
+        allocated = [k for k in a if k.endswith("-devices-allocated")]
+        assert allocated, pod["name"]
+        for key in allocated:  # every vendor's list the device plugin reads is the one accounting reads
+            assert a[key.replace("-allocated", "-to-allocate")] == a[key] != "", (pod["name"], key)
         assert a["hami.io/bind-phase"] == "success"
         assert a["hami.io/bind-time"].isdigit() and a["hami.io/vgpu-time"].isdigit()
     summary = single["summary"]
@@ -179,7 +183,7 @@ def test_text_output_lists_every_pod_and_the_summary(tmp_path: Path) -> None:
     code, out, err = run_cli("simulate", "--workload", str(workload), "--gpu-scheduler-policy=binpack")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith(f"cluster {EXAMPLE_CLUSTER}: 14 nodes") and f"workload {workload}: 3 pods" in lines[0]
+    assert lines[0].startswith(f"cluster {EXAMPLE_CLUSTER}: 23 nodes") and f"workload {workload}: 3 pods" in lines[0]
     assert lines[2].split() == ["POD", "NODE", "DEVICES", "/", "WHY", "NOT"]
     assert [line.split()[0] for line in lines[3:6]] == [f"inference/infer-0{i}" for i in range(3)]
     assert re.search(r" GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\(\d+MiB", lines[3]), lines[3]

@@ -1,0 +1,233 @@
+"""``simulate`` on a mixed-vendor cluster (NodePools of every vendor, a mixed NVIDIA+DCU node): each vendor's pods
+land only on its devices, in its units, the refusals name the vendor's devices, runs repeat exactly, and the JSON
+only gains fields."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from services.simulate.main import EXAMPLE_DEVICE_CONFIG
+from services.simulate.manifests import load_cluster
+from shared.devconfig import load_device_config
+from shared.domain.model import NvidiaConfig
+from shared.vendors.catalog import enabled_vendors, observe_node
+from shared.vendors.registration import NodeView
+from tests.integration.simulate.conftest import run_cli, run_cli_json
+
+VENDORS = enabled_vendors(NvidiaConfig(), load_device_config(str(EXAMPLE_DEVICE_CONFIG)).vendor_sections)
+OLD_SUMMARY_KEYS = {
+    "pods", "placed", "pending", "policies", "by_policy", "gpu", "fragmentation", "nodes_touched", "nodes_in_use",
+    "pending_reasons", "over_capacity", "contention",
+}  # fmt: skip
+GPU_KEYS = {
+    "devices", "devices_used", "memory_mib", "memory_allocated_mib", "memory_utilisation", "cores",
+    "cores_allocated", "core_utilisation",
+}  # fmt: skip
+
+POOLS: list[dict[str, Any]] = [
+    {"name": "nv", "devices": [{"vendor": "NVIDIA", "type": "NVIDIA T4", "count": 2, "memory": 16384}]},
+    {"name": "dcu", "devices": [{"vendor": "DCU", "count": 2, "memory": 16384, "split": 4}]},
+    {"name": "mlu", "devices": [{"vendor": "MLU", "type": "MLU370-X4", "count": 2, "memory": 24576}]},
+    {"name": "npu", "devices": [{"vendor": "Ascend910B3", "count": 3, "memory": 65536, "cores": 20}]},
+    {"name": "amd", "devices": [{"vendor": "AMD", "count": 2, "memory": 32768}]},
+    {
+        "name": "mix",
+        "devices": [
+            {"vendor": "NVIDIA", "type": "NVIDIA T4", "count": 1, "memory": 16384},
+            {"vendor": "DCU", "count": 1, "memory": 16384, "split": 4},
+        ],
+    },
+]
+
+# (name, limits per container); the order is the scheduling order
+PODS: list[tuple[str, list[dict[str, Any]]]] = [
+    ("nv-1", [{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4000, "nvidia.com/gpucores": 20}]),
+    ("dcu-1", [{"hygon.com/dcunum": 1, "hygon.com/dcumem": 4000, "hygon.com/dcucores": 20}]),
+    ("dcu-2", [{"hygon.com/dcunum": 2, "hygon.com/dcumem": 6000, "hygon.com/dcucores": 30}]),
+    ("mlu-1", [{"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 20, "cambricon.com/mlu.smlu.vcore": 25}]),
+    ("mlu-2", [{"cambricon.com/vmlu": 1, "cambricon.com/mlu.smlu.vmemory": 7, "cambricon.com/mlu.smlu.vcore": 10}]),
+    ("npu-1", [{"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 12000}]),
+    ("npu-2", [{"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 20000}]),
+    ("npu-3", [{"huawei.com/Ascend910B3": 1}]),
+    ("amd-1", [{"amd.com/gpu": 1, "amd.com/gpumem": 8000, "amd.com/gpucores": 30}]),
+    (
+        "both-1",
+        [
+            {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2000},
+            {"hygon.com/dcunum": 1, "hygon.com/dcumem": 2000, "hygon.com/dcucores": 20},
+        ],
+    ),
+    ("dcu-huge", [{"hygon.com/dcunum": 1, "hygon.com/dcumem": 20000}]),
+    ("cpu-1", [{"cpu": "1"}]),
+]
+
+VENDOR_OF_KEY = {
+    "hami.io/vgpu-devices-allocated": "NVIDIA",
+    "hami.io/dcu-devices-allocated": "DCU",
+    "hami.io/cambricon-mlu-devices-allocated": "MLU",
+    "hami.io/Ascend910B3-devices-allocated": "Ascend910B3",
+    "hami.io/amd-devices-allocated": "AMD",
+}
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path]:
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(
+        yaml.safe_dump_all(
+            {"apiVersion": "v1", "kind": "NodePool", "metadata": {"name": p["name"]}, "spec": {"devices": p["devices"]}}
+            for p in POOLS
+        ),
+        encoding="utf-8",
+    )
+    workload = tmp_path / "workload.yaml"
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "containers": [
+                    {"name": f"c{i}", "image": "x", "resources": {"limits": {k: str(v) for k, v in lim.items()}}}
+                    for i, lim in enumerate(limits)
+                ]
+            },
+        }
+        for name, limits in PODS
+    ]
+    workload.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    return cluster, workload
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _files(tmp_path_factory.mktemp("vendors"))
+
+
+def _run(files: tuple[Path, Path]) -> dict[str, Any]:
+    cluster, workload = files
+    out: dict[str, Any] = run_cli_json(
+        "simulate", "--cluster", str(cluster), "--workload", str(workload),
+        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG),
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def result(files: tuple[Path, Path]) -> dict[str, Any]:
+    return _run(files)
+
+
+def _devices(files: tuple[Path, Path]) -> dict[tuple[str, str], tuple[str, int]]:
+    """(node, device id) → (vendor, registered MiB), as the registrar decodes the expanded pools."""
+    cluster = load_cluster(files[0], vendors=VENDORS)
+    out = {}
+    for node in cluster.nodes:
+        inv = observe_node(VENDORS, NodeView.of(node), datetime.now()).merged.inventory
+        assert inv is not None
+        out.update({(node["metadata"]["name"], d.id): (d.vendor, d.devmem_mib) for d in inv.devices})
+    return out
+
+
+def _allocated(pod: dict[str, Any]) -> list[tuple[str, str, int, int]]:
+    """(annotation vendor, uuid, MiB, cores) of every device the pod was given."""
+    out = []
+    for key, vendor in VENDOR_OF_KEY.items():
+        for container in pod["annotations"].get(key, "").split(";"):
+            for dev in filter(None, container.split(":")):
+                uuid, _, mem, cores = dev.split(",")
+                out.append((vendor, uuid, int(mem), int(cores)))
+    return out
+
+
+def test_each_vendors_pods_land_only_on_that_vendors_devices(result: dict[str, Any], files: tuple[Path, Path]) -> None:
+    devices = _devices(files)
+    pods = {p["name"]: p for p in result["pods"]}
+    expected_vendors = {
+        "nv-1": {"NVIDIA"}, "dcu-1": {"DCU"}, "dcu-2": {"DCU"}, "mlu-1": {"MLU"}, "mlu-2": {"MLU"},
+        "npu-1": {"Ascend910B3"}, "npu-2": {"Ascend910B3"}, "npu-3": {"Ascend910B3"}, "amd-1": {"AMD"},
+        "both-1": {"NVIDIA", "DCU"},
+    }  # fmt: skip
+    for name, vendors in expected_vendors.items():
+        pod = pods[name]
+        assert pod["node"] is not None, (name, pod["reasons"])
+        given = _allocated(pod)
+        assert {v for v, *_ in given} == vendors, name
+        for vendor, uuid, _, _ in given:
+            assert devices[(pod["node"], uuid)][0] == vendor, (name, uuid)
+        assert pod["annotations"]["hami.io/bind-phase"] == "success"
+    assert pods["both-1"]["node"] == "mix-01"  # the only node with both vendors
+    assert pods["dcu-2"]["node"] == "dcu-01"  # two DCUs: only the DCU pool has two
+    assert pods["cpu-1"]["node"] is not None and pods["cpu-1"]["annotations"] == {}
+    assert result["summary"]["over_capacity"] == []
+
+
+def test_units_cambricon_256_mib_and_ascend_templates(result: dict[str, Any]) -> None:
+    pods = {p["name"]: p for p in result["pods"]}
+    mem = {name: [m for _, _, m, _ in _allocated(pods[name])] for name in pods if pods[name]["node"]}
+    assert mem["mlu-1"] == [20 * 256]  # cambricon.com/mlu.smlu.vmemory counts 256 MiB units
+    assert mem["mlu-2"] == [7 * 256]
+    assert mem["npu-1"] == [16384]  # 12000 MiB rounds up to the vir05_1c_16g template
+    assert mem["npu-2"] == [32768]  # 20000 MiB → vir10_3c_32g
+    assert mem["npu-3"] == [65536]  # no memory asked: the whole NPU
+    assert mem["dcu-2"] == [6000, 6000]  # DCU and AMD: MiB as asked
+    assert mem["amd-1"] == [8000]
+
+
+def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None:
+    reasons = next(p for p in result["pods"] if p["name"] == "dcu-huge")["reasons"]
+    assert reasons["dcu-01"] == "2/2 CardInsufficientMemory"
+    assert reasons["mix-01"] == "1/1 CardInsufficientMemory"  # its NVIDIA card is not counted
+    for node in ("nv-01", "mlu-01", "npu-01", "amd-01"):
+        assert reasons[node] == "NodeInsufficientDevice", node
+    assert result["summary"]["pending_reasons"] == {"CardInsufficientMemory": 1, "NodeInsufficientDevice": 1}
+
+
+def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any]) -> None:
+    summary = result["summary"]
+    assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor"}
+    assert set(summary["gpu"]) == GPU_KEYS
+    by_vendor = summary["by_vendor"]
+    assert list(by_vendor) == ["NVIDIA", "AMD", "Ascend910B3", "DCU", "MLU"]
+    for figures in by_vendor.values():
+        assert set(figures) == GPU_KEYS
+    assert {k: v["devices"] for k, v in by_vendor.items()} == {
+        "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "DCU": 3, "MLU": 2,
+    }  # fmt: skip
+    for key in ("devices", "devices_used", "memory_mib", "memory_allocated_mib", "cores", "cores_allocated"):
+        assert summary["gpu"][key] == sum(v[key] for v in by_vendor.values()), key
+    assert by_vendor["MLU"]["memory_allocated_mib"] == 27 * 256
+    assert by_vendor["Ascend910B3"]["memory_allocated_mib"] == 16384 + 32768 + 65536
+    assert by_vendor["DCU"]["memory_allocated_mib"] == 4000 + 12000 + 2000
+    for pod in result["pods"]:
+        assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
+
+
+def _without_times(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods with the wall-clock stamps (the only thing two runs may differ in) left out."""
+    times = ("hami.io/bind-time", "hami.io/vgpu-time")
+    return [{**p, "annotations": {k: v for k, v in p["annotations"].items() if k not in times}} for p in pods]
+
+
+def test_the_same_input_gives_the_same_placements(result: dict[str, Any], files: tuple[Path, Path]) -> None:
+    again = _run(files)
+    assert _without_times(again["pods"]) == _without_times(result["pods"])
+    assert again["summary"]["by_vendor"] == result["summary"]["by_vendor"]
+    assert again["summary"]["gpu"] == result["summary"]["gpu"]
+
+
+def test_the_text_report_shows_one_line_per_vendor(files: tuple[Path, Path]) -> None:
+    cluster, workload = files
+    code, out, err = run_cli(
+        "simulate", "--cluster", str(cluster), "--workload", str(workload),
+        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG),
+    )  # fmt: skip
+    assert code == 0, err
+    lines = [line.split() for line in out.splitlines() if line.startswith("  ") and "devices in use" in line]
+    assert [line[0] for line in lines] == ["NVIDIA", "AMD", "Ascend910B3", "DCU", "MLU"]
+    mlu = next(line for line in out.splitlines() if line.strip().startswith("MLU "))
+    assert "memory 6912/49152 MiB" in mlu
