@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import yaml
 
 from shared.devconfig import parse_device_config
+from shared.domain.model import NvidiaConfig
+from shared.vendors.catalog import enabled_vendors
 from tests.unit.deploy.conftest import render_objects
 from tests.unit.deploy.test_manifests import FULL, NVIDIA_RESOURCES, cel_resource_names, scheduler_config
 
@@ -38,9 +40,9 @@ def test_the_commented_vendor_sections_parse_when_uncommented() -> None:
     parsed = parse_device_config(config)
     assert set(parsed.vendor_sections) == {"cambricon", "hygon", "amd", "vnpus"}
     assert config["hygon"] == {
-        "resourceCountName": "hygon.com/hcunum",
-        "resourceMemoryName": "hygon.com/hcumem",
-        "resourceCoreName": "hygon.com/hcucores",
+        "resourceCountName": "hygon.com/dcunum",
+        "resourceMemoryName": "hygon.com/dcumem",
+        "resourceCoreName": "hygon.com/dcucores",
         "memoryFactor": 1,
     }
     vnpus = config["vnpus"]
@@ -49,34 +51,59 @@ def test_the_commented_vendor_sections_parse_when_uncommented() -> None:
     assert vnpus["configs"][1]["templates"][0] == {"name": "vir01", "memory": 3072, "aiCore": 1, "aiCPU": 1}
 
 
+NPU_310P = {
+    "chipName": "310P3",
+    "commonWord": "Ascend310P",
+    "resourceMemoryName": "example.com/npu-memory",
+    "memoryAllocatable": 21527,
+    "memoryCapacity": 24576,
+    "aiCore": 8,
+    "templates": [{"name": "vir01", "memory": 3072, "aiCore": 1, "aiCPU": 1}],
+}
 VENDOR_SECTIONS: dict[str, object] = {
-    "hygon": {"resourceCountName": "hygon.com/hcunum", "resourceMemoryName": "hygon.com/hcumem"},
-    "amd": {"resourceCountName": "amd.com/gpu", "resourceCoreName": "amd.com/gpucores"},
-    "vnpus": {
-        "configs": [
-            {"resourceName": "huawei.com/Ascend310P", "resourceMemoryName": "huawei.com/Ascend310P-memory"},
-        ]
-    },
+    "hygon": {"resourceCountName": "example.com/dcu", "resourceMemoryName": "example.com/dcumem"},
+    "cambricon": None,  # present without keys: enabled with HAMi's names
+    "amd": {},
+    "vnpus": {"configs": [NPU_310P]},
     "metax": {"resourceCountName": "metax-tech.com/gpu"},  # accepted and ignored: not scheduled
 }
-VENDOR_RESOURCES = [
-    "hygon.com/hcunum",
-    "hygon.com/hcumem",
-    "amd.com/gpu",
-    "amd.com/gpucores",
-    "huawei.com/Ascend310P",
-    "huawei.com/Ascend310P-memory",
-]
+
+
+def _service_names(sections: dict[str, object]) -> list[str]:
+    """The resource names the services take as a vendor's, from the same device config (NVIDIA's left out)."""
+    vendors = enabled_vendors(NvidiaConfig(), sections)
+    names = [
+        n for v in vendors if v.name != "NVIDIA" for n in (v.resources.count, v.resources.memory, v.resources.cores)
+    ]
+    return [n for n in names if n]
+
+
+def _chart_names(chart: Chart, sections: dict[str, object]) -> tuple[list[str], list[str]]:
+    objs = render_objects(chart, {"deviceConfig": {"config": sections}})
+    [extender] = scheduler_config(objs)["extenders"]
+    assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
+    managed = [r["name"] for r in extender["managedResources"]]
+    assert managed[:5] == NVIDIA_RESOURCES
+    [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
+    names = cel_resource_names(hook)
+    assert sorted(names[:5]) == sorted(NVIDIA_RESOURCES)
+    return managed[5:], names[5:]
 
 
 def test_enabled_vendors_resources_reach_kube_scheduler_and_the_webhook(chart: Chart) -> None:
+    managed, matched = _chart_names(chart, VENDOR_SECTIONS)
+    want = _service_names(VENDOR_SECTIONS)
+    assert "example.com/dcu" in want and "cambricon.com/vmlu" in want and "amd.com/gpucores" in want
+    assert "huawei.com/Ascend310P" in want and "example.com/npu-memory" in want
+    assert sorted(managed) == sorted(matched) == sorted(want)
     objs = render_objects(chart, {"deviceConfig": {"config": VENDOR_SECTIONS}})
-    [extender] = scheduler_config(objs)["extenders"]
-    managed = [r["name"] for r in extender["managedResources"]]
-    assert managed == NVIDIA_RESOURCES + VENDOR_RESOURCES
-    assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
-    [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
-    names = cel_resource_names(hook)
-    assert sorted(names[:5]) == sorted(NVIDIA_RESOURCES) and names[5:] == VENDOR_RESOURCES
     document = yaml.safe_load(objs.get("ConfigMap", f"{FULL}-device")["data"]["device-config.yaml"])
-    assert set(parse_device_config(document).vendor_sections) == {"hygon", "amd", "vnpus", "metax"}
+    assert set(parse_device_config(document).vendor_sections) == {"hygon", "cambricon", "amd", "vnpus", "metax"}
+
+
+def test_an_empty_vnpus_section_enables_hamis_default_chips_everywhere(chart: Chart) -> None:
+    sections: dict[str, object] = {"vnpus": None}
+    managed, matched = _chart_names(chart, sections)
+    want = _service_names(sections)
+    assert "huawei.com/Ascend910B3-memory" in want
+    assert sorted(managed) == sorted(matched) == sorted(want)

@@ -78,26 +78,40 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- concat $names (include "vgpu-scheduler.vendorResources" . | fromJsonArray) | uniq | toJson }}
 {{- end }}
 
-{{/* The resource names of the other enabled vendors, as written in their device config sections (a section
-enables its vendor): cambricon, hygon and amd's resourceCountName / resourceMemoryName / resourceCoreName, and
-each vnpus config's resourceName / resourceMemoryName / resourceCoreName. A JSON list. */}}
+{{/* The resource names of the other enabled vendors (a section enables its vendor, even an empty one): cambricon,
+hygon and amd's resourceCountName / resourceMemoryName / resourceCoreName, each vnpus config's resourceName /
+resourceMemoryName / resourceCoreName (huawei.com/<commonWord>[-memory|-core] when not written), and HAMi's default
+names for every key a section leaves out (vnpus without configs: HAMi's default chips). A JSON list; a unit test
+checks it against the names the services derive from the same device config. */}}
 {{- define "vgpu-scheduler.vendorResources" -}}
-{{- $cfg := .Values.deviceConfig.config }}
+{{- $cfg := .Values.deviceConfig.config | default dict }}
+{{- $defaults := dict
+  "cambricon" (list "cambricon.com/vmlu" "cambricon.com/mlu.smlu.vmemory" "cambricon.com/mlu.smlu.vcore")
+  "hygon" (list "hygon.com/dcunum" "hygon.com/dcumem" "hygon.com/dcucores")
+  "amd" (list "amd.com/gpu" "amd.com/gpumem" "amd.com/gpucores") }}
 {{- $names := list }}
 {{- range $section := list "cambricon" "hygon" "amd" }}
-{{- $s := index $cfg $section }}
-{{- if kindIs "map" $s }}
-{{- range $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
-{{- $v := index $s $key }}{{ if $v }}{{ $names = append $names $v }}{{ end }}
+{{- if hasKey $cfg $section }}
+{{- $s := index $cfg $section | default dict }}
+{{- range $i, $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
+{{- $names = append $names ((kindIs "map" $s) | ternary (index $s $key) "" | default (index (index $defaults $section) $i)) }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- $vnpus := index $cfg "vnpus" }}
-{{- if kindIs "map" $vnpus }}
-{{- range $chip := ($vnpus.configs | default list) }}
-{{- range $key := list "resourceName" "resourceMemoryName" "resourceCoreName" }}
-{{- $v := index $chip $key }}{{ if $v }}{{ $names = append $names $v }}{{ end }}
+{{- if hasKey $cfg "vnpus" }}
+{{- $vnpus := index $cfg "vnpus" | default dict }}
+{{- $chips := list }}
+{{- if kindIs "slice" $vnpus }}{{ $chips = $vnpus }}{{ else if kindIs "map" $vnpus }}{{ $chips = $vnpus.configs | default list }}{{ end }}
+{{- if not $chips }}
+{{- range $cw := list "Ascend910A" "Ascend910B2" "Ascend910B3" "Ascend910B4-1" "Ascend910B4" "Ascend310P" "Ascend910C" }}
+{{- $chips = append $chips (dict "commonWord" $cw) }}
 {{- end }}
+{{- end }}
+{{- range $chip := $chips }}
+{{- $base := printf "huawei.com/%s" $chip.commonWord }}
+{{- $names = append $names ($chip.resourceName | default $base) }}
+{{- $names = append $names ($chip.resourceMemoryName | default (printf "%s-memory" $base)) }}
+{{- $names = append $names ($chip.resourceCoreName | default (printf "%s-core" $base)) }}
 {{- end }}
 {{- end }}
 {{- $names | uniq | toJson }}
