@@ -4,32 +4,57 @@ plugin's failure count and the project processes' exit codes.
 Two kinds of finding, raised as two exception types so a scenario can expect one and never hide the other:
 
 * :class:`CorrectnessError` — a device over capacity (slots, memory, cores, recomputed from the pods'
-  allocation annotations), a bound GPU pod without a decodable allocation on its node, a pending pod left with
+  allocation annotations of every vendor), a bound pod without a decodable allocation on its node, a vendor's
+  keys missing or not in HAMi's format (the allocated list of every vendor the pod asks for, re-encoding to the
+  same text, serving each container its count, naming only that vendor's devices registered on the node; the
+  to-allocate list emptied by the plugin), devices of a vendor the pod did not ask for, a pending pod left with
   an allocation, a device-plugin failure, a crashed process. Always a test failure.
 * :class:`Collapse` — liveness: a pod left pending although something could fit it (checked with the
-  scheduling core, exhaustively, on the final state), a bound pod never settled, a node lock left behind.
+  scheduling core, exhaustively, on the final state, with every enabled vendor's rules), a bound pod never
+  settled, a node lock left behind (HAMi's or Cambricon's).
+
+Nodes are read with every enabled vendor's registration (:func:`shared.vendors.catalog.observe_node`), as the
+registrar reads them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from services.informer.quotas import combine, read_quota
+from services.simulate.devplugin import allocation_problems
 from shared.codec import annotations as keys
-from shared.codec.podannotations import decode_allocation
-from shared.codec.register import decode_register
-from shared.codec.resources import pod_request
-from shared.codec.selectors import decode_pod_constraints
-from shared.domain.model import DEFAULT_NVIDIA_CONFIG, DeviceInfo, NodeInventory, NvidiaConfig, QuotaState
+from shared.codec.podannotations import ExtraPodAnnotations, decode_allocation, split_by_vendor
+from shared.codec.poddevices import align_to_containers
+from shared.codec.resources import pod_containers, vendors_manage_pod, vendors_pod_request
+from shared.codec.selectors import decode_vendor_constraints
+from shared.domain.accounting import collapse
+from shared.domain.model import (
+    DEFAULT_NVIDIA_CONFIG,
+    DeviceInfo,
+    DeviceUsage,
+    NodeInventory,
+    NvidiaConfig,
+    PodDevices,
+    QuotaState,
+)
 from shared.domain.plan import Decision, plan
 from shared.domain.scoring import Policies
 from shared.domain.snapshot import NodeSnapshot
 from shared.errors import DecodeError, VgpuError
-from tests.audit import quota_usage_from_pods, usage_from_pods
+from shared.vendors import cambricon
+from shared.vendors.base import NodeLockKind, Vendor
+from shared.vendors.catalog import NVIDIA_ONLY_VENDORS, observe_node
+from shared.vendors.registration import NodeView
+from shared.vendors.registry import Vendors
+from tests.audit import quota_usage_from_pods
 
 NVIDIA = "NVIDIA"
+_LOCKS = (keys.NODE_LOCK, NodeLockKind.CAMBRICON.value)
+_TERMINAL = ("Succeeded", "Failed")
 
 
 class CorrectnessError(AssertionError):
@@ -48,6 +73,8 @@ class AuditReport:
     correctness: list[str] = field(default_factory=list)
     liveness: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    by_vendor: dict[str, int] = field(default_factory=dict)
+    """Bound pods per vendor they asked for (a pod asking two vendors counts for both)."""
 
     def summary(self) -> str:
         return (
@@ -63,18 +90,61 @@ class AuditReport:
             raise Collapse(self.summary() + ":\n" + "\n".join(self.liveness[:30]))
 
 
-def _inventory(node: Mapping[str, Any]) -> NodeInventory | None:
-    register = (node["metadata"].get("annotations") or {}).get(keys.NODE_NVIDIA_REGISTER)
-    if register is None:
-        return None
-    return NodeInventory(node=node["metadata"]["name"], vendor=NVIDIA, devices=decode_register(register))
+def _inventory(node: Mapping[str, Any], vendors: Vendors, report: AuditReport) -> NodeInventory | None:
+    """The node's merged inventory, every enabled vendor's registration read as the registrar reads it."""
+    observed = observe_node(vendors, NodeView.of(node), datetime.now())
+    name = observed.node
+    for vendor, obs in observed.observations.items():
+        error = getattr(obs, "error", None)
+        if error is not None:
+            report.correctness.append(f"node {name}: unreadable {vendor} registration: {error}")
+    for clash in observed.merged.collisions:
+        report.correctness.append(f"node {name}: {clash.message}")
+    return observed.merged.inventory
 
 
-def _gpu_pod(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
+def _asked(pod: Mapping[str, Any], vendors: Vendors) -> tuple[Vendor, ...]:
     try:
-        return bool(pod_request(pod, cfg).any)
+        containers = [c for group in pod_containers(pod) for c in group]
+    except DecodeError:
+        return ()
+    return tuple(v for v in vendors if any(v.manages(c) for c in containers))
+
+
+def _ours(pod: Mapping[str, Any], vendors: Vendors) -> bool:
+    try:
+        return vendors_manage_pod(pod, vendors)
     except DecodeError:
         return False
+
+
+def usage_by_node(
+    pods: Iterable[Mapping[str, Any]], vendors: Vendors, report: AuditReport
+) -> dict[str, dict[str, DeviceUsage]]:
+    """Per node and device, what the holding pods' allocated lists of every vendor charge (init and app
+    containers collapsed); an unreadable allocation is a correctness finding and left out."""
+    acc: dict[str, dict[str, list[int]]] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in _TERMINAL:
+            continue
+        try:
+            decoded = decode_allocation(pod, vendors.all)
+            init, _ = pod_containers(pod)
+        except DecodeError as e:
+            report.correctness.append(f"{_key(pod)}: an allocation does not decode: {e}")
+            continue
+        if decoded is None:
+            continue
+        node = pod["metadata"]["annotations"][keys.VGPU_NODE]
+        for ch in collapse(decoded[0], len(init), decoded[1]):
+            a = acc.setdefault(node, {}).setdefault(ch.uuid, [0, 0, 0])
+            a[0] += ch.slots
+            a[1] += ch.mem_mib
+            a[2] += ch.cores_pct
+    return {
+        node: {u: DeviceUsage(used=a[0], used_mem_mib=a[1], used_cores=a[2]) for u, a in devs.items() if any(a)}
+        for node, devs in acc.items()
+    }
 
 
 def audit(
@@ -86,9 +156,12 @@ def audit(
     crashed: Sequence[str] = (),
     policies: Policies | None = None,
     config: NvidiaConfig | None = None,
+    vendors: Vendors | None = None,
 ) -> AuditReport:
-    """Audit the final state of a scenario's ``pods`` on its ``nodes`` (see the module docstring)."""
+    """Audit the final state of a scenario's ``pods`` on its ``nodes`` (see the module docstring); ``vendors``:
+    the enabled vendors (None: NVIDIA alone with ``config``)."""
     cfg = config or DEFAULT_NVIDIA_CONFIG
+    vendors = vendors or NVIDIA_ONLY_VENDORS
     report = AuditReport(pods=len(pods))
     report.correctness.extend(f"device plugin: {f}" for f in plugin_failures)
     report.correctness.extend(f"process: {c}" for c in crashed)
@@ -97,26 +170,19 @@ def audit(
     devices: dict[str, DeviceInfo] = {}
     for node in nodes:
         name = node["metadata"]["name"]
-        lock = (node["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
-        if lock is not None:
-            report.liveness.append(f"node {name}: lock left behind: {lock}")
-        try:
-            inv = _inventory(node)
-        except DecodeError as e:
-            report.correctness.append(f"node {name}: unreadable register annotation: {e}")
-            continue
+        for lock_key in _LOCKS:
+            lock = (node["metadata"].get("annotations") or {}).get(lock_key)
+            if lock is not None:
+                report.liveness.append(f"node {name}: {lock_key} left behind: {lock}")
+        inv = _inventory(node, vendors, report)
         if inv is not None:
             inventories[name] = inv
             devices.update((d.id, d) for d in inv.devices)
 
     for pod in pods:
-        _audit_pod(pod, inventories, cfg, report)
+        _audit_pod(pod, inventories, vendors, report)
 
-    try:
-        usage = usage_from_pods(pods)
-    except DecodeError as e:
-        report.correctness.append(f"an allocation does not decode: {e}")
-        usage = usage_from_pods(pods, skip_unreadable=True)
+    usage = usage_by_node(pods, vendors, report)
     for node_name, per_device in usage.items():
         for uuid, u in per_device.items():
             dev = devices.get(uuid)
@@ -124,7 +190,7 @@ def audit(
                 report.correctness.append(f"{node_name}: pods charge unknown device {uuid}")
             elif u.used > dev.count or u.used_mem_mib > dev.devmem_mib or u.used_cores > dev.devcore:
                 report.correctness.append(
-                    f"{node_name}/{uuid} over capacity: slots {u.used}/{dev.count}, "
+                    f"{node_name}/{uuid} ({dev.vendor}) over capacity: slots {u.used}/{dev.count}, "
                     f"memory {u.used_mem_mib}/{dev.devmem_mib} MiB, cores {u.used_cores}/{dev.devcore}%"
                 )
 
@@ -134,7 +200,7 @@ def audit(
         limits.setdefault(q["metadata"]["namespace"], []).append(read_quota(q, cfg).limits)
     used = quota_usage_from_pods(pods, skip_unreadable=True)
     for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName") or not _gpu_pod(pod, cfg):
+        if (pod.get("spec") or {}).get("nodeName") or not _ours(pod, vendors):
             continue
         ns = pod["metadata"]["namespace"]
         quota = None
@@ -143,7 +209,8 @@ def audit(
             quota = QuotaState(combine(limits[ns]), used_mem_mib=mem, used_cores_pct=cores)
         annos = pod["metadata"].get("annotations") or {}
         try:
-            request, constraints = pod_request(pod, cfg), decode_pod_constraints(annos)
+            request = vendors_pod_request(pod, vendors)
+            constraints = decode_vendor_constraints(annos, vendors)
             result = plan(
                 request,
                 constraints,
@@ -152,6 +219,7 @@ def audit(
                 quota=quota,
                 config=cfg,
                 exhaustive=True,
+                rules=vendors.rules,
             )
         except VgpuError as e:
             report.unschedulable += 1  # a pod the scheduler rightly refuses: its request is invalid
@@ -161,6 +229,8 @@ def audit(
             report.liveness.append(f"{_key(pod)} pending, but fits on {result.node}")
         else:
             report.unschedulable += 1
+            reasons = sorted(set(result.reasons.values()))
+            report.notes.append(f"{_key(pod)}: unschedulable: {'; '.join(reasons[:3]) or 'no candidate node'}")
     return report
 
 
@@ -169,38 +239,94 @@ def _key(pod: Mapping[str, Any]) -> str:
 
 
 def _audit_pod(
-    pod: Mapping[str, Any], inventories: Mapping[str, NodeInventory], cfg: NvidiaConfig, report: AuditReport
+    pod: Mapping[str, Any], inventories: Mapping[str, NodeInventory], vendors: Vendors, report: AuditReport
 ) -> None:
     node = (pod.get("spec") or {}).get("nodeName")
     annos = pod["metadata"].get("annotations") or {}
     if not node:
-        if keys.VGPU_NODE in annos or keys.DEVICES_ALLOCATED in annos:
-            report.correctness.append(f"{_key(pod)} pending but carries an allocation for {annos.get(keys.VGPU_NODE)}")
+        held = [k for k in (keys.VGPU_NODE, *(v.allocated_key for v in vendors)) if k in annos]
+        if held:
+            report.correctness.append(f"{_key(pod)} pending but carries an allocation ({', '.join(held)})")
         return
     report.bound += 1
-    if not _gpu_pod(pod, cfg):
+    if not _ours(pod, vendors):
         return
     inv = inventories.get(node)
     if inv is None:
-        report.correctness.append(f"{_key(pod)} bound to {node}, which has no GPU inventory")
+        report.correctness.append(f"{_key(pod)} bound to {node}, which has no registered device")
         return
     if annos.get(keys.VGPU_NODE) != node:
         report.correctness.append(f"{_key(pod)} bound to {node} but hami.io/vgpu-node is {annos.get(keys.VGPU_NODE)}")
         return
-    try:
-        decoded = decode_allocation(pod)
-    except DecodeError as e:
-        report.correctness.append(f"{_key(pod)} on {node}: allocation does not decode: {e}")
-        return
-    if decoded is None:
-        report.correctness.append(f"{_key(pod)} on {node}: no allocation annotation")
-        return
-    uuids = {d.id for d in inv.devices}
-    foreign = sorted({d.uuid for ctr in decoded[0] for d in ctr} - uuids)
-    if foreign:
-        report.correctness.append(f"{_key(pod)} on {node}: devices of another node {foreign}")
+    asked = _asked(pod, vendors)
+    for vendor in asked:
+        report.by_vendor[vendor.name] = report.by_vendor.get(vendor.name, 0) + 1
+        _audit_vendor_keys(pod, vendor, inv, report)
+    for vendor in vendors:
+        if vendor not in asked and vendor.allocated_key in annos:
+            report.correctness.append(
+                f"{_key(pod)} on {node}: {vendor.allocated_key} written, but the pod asks for no {vendor.name}"
+            )
     phase = annos.get(keys.BIND_PHASE)
     if phase == "failed":
         report.correctness.append(f"{_key(pod)} on {node}: bind-phase failed")
     elif phase != "success":
         report.liveness.append(f"{_key(pod)} on {node}: bind-phase {phase!r}, never settled")
+
+
+def _audit_vendor_keys(pod: Mapping[str, Any], vendor: Vendor, inv: NodeInventory, report: AuditReport) -> None:
+    """The keys ``vendor`` writes for a bound pod that asks for its devices, in HAMi's format."""
+    annos = pod["metadata"].get("annotations") or {}
+    where = f"{_key(pod)} on {inv.node}"
+    key = vendor.allocated_key
+    value = annos.get(key)
+    if value is None:
+        report.correctness.append(f"{where}: asks for {vendor.name} but has no {key}")
+        return
+    try:
+        entries = vendor.decode_devices(value)
+    except DecodeError as e:
+        report.correctness.append(f"{where}: {key} does not decode: {e}")
+        return
+    init, app = pod_containers(pod)
+    try:
+        aligned = align_to_containers(entries, len(init) + len(app), key)
+    except DecodeError as e:
+        report.correctness.append(f"{where}: {key} does not fit the pod's containers: {e}")
+        return
+    if vendor.encode_devices(aligned) != value:
+        report.correctness.append(
+            f"{where}: {key} {value!r} is not in HAMi's format ({vendor.encode_devices(aligned)!r})"
+        )
+    problems = allocation_problems(pod, vendor.resources.count, key, vendor.decode_devices)
+    report.correctness.extend(f"{where}: {key}: {p}" for p in problems)
+    own = {d.id for d in inv.devices if d.vendor == vendor.name}
+    listed = [d for ctr in entries for d in ctr]
+    foreign = sorted({d.uuid for d in listed} - own)
+    if foreign:
+        report.correctness.append(
+            f"{where}: {key} names devices that are not {vendor.name} devices of the node {foreign}"
+        )
+    wrong_type = sorted({d.type for d in listed} - {vendor.name})
+    if wrong_type:
+        report.correctness.append(f"{where}: {key} lists device types {wrong_type}, not {vendor.name}")
+    to_allocate = vendor.to_allocate_key
+    if to_allocate is not None:
+        left = annos.get(to_allocate)
+        if left is None:
+            report.correctness.append(f"{where}: no {to_allocate}")
+        elif annos.get(keys.BIND_PHASE) == "success" and left.strip(";"):
+            report.correctness.append(f"{where}: {to_allocate} not consumed by the plugin: {left!r}")
+    for extra_key, extra in _expected_extras(vendor, split_by_vendor(entries, vendor.name)).items():
+        if annos.get(extra_key) != extra:
+            report.correctness.append(f"{where}: {extra_key} is {annos.get(extra_key)!r}, expected {extra!r}")
+
+
+def _expected_extras(vendor: Vendor, devices: PodDevices) -> Mapping[str, str]:
+    """The pod annotations besides the device lists that HAMi's ``PatchAnnotations`` of ``vendor`` writes:
+    the vendor's own hook, and for Cambricon ``CAMBRICON_DSMLU_ASSIGNED``/``CAMBRICON_DSMLU_PROFILE``."""
+    if isinstance(vendor, ExtraPodAnnotations):
+        return vendor.extra_pod_annotations(devices)
+    if vendor.name == cambricon.MLU:
+        return cambricon.extra_annotations(devices)
+    return {}

@@ -1,12 +1,24 @@
-"""HAMi's NVIDIA device plugin and the kubelet, as the real control plane sees them.
+"""HAMi's device plugins (every enabled vendor's) and the kubelet, as the real control plane sees them.
 
-For every pod that gets ``spec.nodeName`` on a GPU node and asks for a GPU, the "kubelet" calls Allocate after
-``latency_s`` (serially per node, as the kubelet admits pods one at a time). Allocate does what HAMi's plugin
-does: it identifies the pod from the node's ``hami.io/mutex.lock`` annotation (never from the pod list), checks
-that its ``hami.io/bind-phase`` is ``allocating`` and that its ``hami.io/vgpu-devices-to-allocate`` decodes and
-names devices of this node, then sets ``bind-phase: success`` and removes the lock (owner-checked,
-resourceVersion-guarded). When a check fails it marks the pod ``failed``, releases the lock and counts the
-failure in :attr:`HamiDevicePlugin.failures`.
+For every pod that gets ``spec.nodeName`` and asks for devices of an enabled vendor, the "kubelet" calls Allocate
+after ``latency_s`` (serially per node, as the kubelet admits pods one at a time), on the plugin of every vendor
+the pod asks for. Each plugin finds the pod the way its vendor's does:
+
+* the vendors on HAMi's node lock (NVIDIA, AMD, Hygon, Ascend): the pod named by the node's
+  ``hami.io/mutex.lock`` (never from the pod list);
+* Cambricon (``cambricon.com/dsmlu.lock``, a bare time that names no pod): the node must carry that lock, and the
+  pod is the first on the node whose annotations say it is being allocated MLUs (``bind-phase: allocating``,
+  ``hami.io/vgpu-node`` = the node, a non-empty Cambricon to-allocate list);
+* vendors without a node lock: the pod's own annotations.
+
+Then the checks every plugin makes: ``hami.io/bind-phase`` is ``allocating``; each vendor's to-allocate list
+decodes with that vendor's codec, serves every container the number of devices it asks for
+(:func:`services.simulate.devplugin.vendor_allocation_problems`) and names only devices that vendor registered on
+this node. On success: the to-allocate lists emptied (one ``;`` per container, as HAMi's plugins erase what they
+consumed), ``bind-phase: success``, HAMi's lock removed (owner-checked, resourceVersion-guarded) and Cambricon's
+lock removed (our assumption of what Cambricon's plugin does after Allocate: the scheduler leaves it in place).
+When a check fails the pod is marked ``failed``, the locks are released and the failure is counted in
+:attr:`HamiDevicePlugin.failures`.
 
 Everything goes through the real API server with ``shared.k8s`` (the kubeconfig of the control-plane fixture).
 """
@@ -18,31 +30,55 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from services.simulate.devplugin import lock_kinds_of, vendor_allocation_problems
 from shared.codec import annotations as keys
 from shared.codec.nodelock import parse_node_lock
-from shared.codec.poddevices import decode_pod_devices
-from shared.codec.register import decode_register
+from shared.codec.resources import pod_containers, vendors_manage_pod
 from shared.errors import ConflictError, DecodeError, NotFoundError, VgpuError
 from shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, Resource, WatchEvent
 from shared.k8s.objects import annotations_of, name_of, namespace_of, resource_version_of, uid_of
+from shared.vendors.base import NodeLockKind, Vendor
+from shared.vendors.catalog import NVIDIA_ONLY_VENDORS
+from shared.vendors.registration import NodeView, Registered
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ALLOCATE_LATENCY_S = 0.2
 _WATCH = InformerSettings(watch_timeout_s=60, read_grace_s=10, backoff_initial_s=0.05, backoff_max_s=0.5)
-_GPU_RESOURCES = ("nvidia.com/gpu",)
 
 
-def _asks_gpu(pod: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec") or {}
-    for ctr in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        res = ctr.get("resources") or {}
-        for part in ("limits", "requests"):
-            if any(r in (res.get(part) or {}) for r in _GPU_RESOURCES):
-                return True
-    return False
+def asks_devices(pod: Mapping[str, Any], vendors: Vendors) -> bool:
+    """Whether a container of ``pod`` names a resource of an enabled vendor."""
+    try:
+        return vendors_manage_pod(pod, vendors)
+    except DecodeError:
+        return False
+
+
+def asked_vendors(pod: Mapping[str, Any], vendors: Vendors) -> tuple[Vendor, ...]:
+    """The enabled vendors whose resources some (init) container of ``pod`` names, in vendor order."""
+    try:
+        containers = [c for group in pod_containers(pod) for c in group]
+    except DecodeError:
+        return ()
+    return tuple(v for v in vendors if any(v.manages(c) for c in containers))
+
+
+def registered_devices(node: Mapping[str, Any], vendors: Vendors) -> dict[str, frozenset[str]]:
+    """Device IDs per vendor (common word) that the vendor's registration on ``node`` holds, as the registrar
+    reads it; vendors not registered there are absent."""
+    view = NodeView.of(node)
+    now = datetime.now()
+    out: dict[str, frozenset[str]] = {}
+    for vendor in vendors:
+        seen = vendor.observe(view, now)
+        if isinstance(seen, Registered):
+            out[vendor.name] = frozenset(d.id for d in seen.inventory.devices if d.vendor == vendor.name)
+    return out
 
 
 @dataclass
@@ -51,6 +87,8 @@ class HamiDevicePlugin:
 
     kube: KubeClient
     latency_s: float = DEFAULT_ALLOCATE_LATENCY_S
+    vendors: Vendors = NVIDIA_ONLY_VENDORS
+    """The enabled vendors: each one's plugin runs on the nodes where it is registered."""
     succeeded: set[str] = field(default_factory=set)
     """``<ns>/<name>`` of every pod allocated."""
     failures: list[str] = field(default_factory=list)
@@ -86,7 +124,7 @@ class HamiDevicePlugin:
         pod = ev.obj
         node = (pod.get("spec") or {}).get("nodeName")
         uid = uid_of(pod)
-        if not node or uid in self._seen or not _asks_gpu(pod):
+        if not node or uid in self._seen or not asks_devices(pod, self.vendors):
             return
         self._seen.add(uid)
         task = asyncio.create_task(self._kubelet(node, namespace_of(pod), name_of(pod)), name=f"kubelet:{node}")
@@ -107,69 +145,120 @@ class HamiDevicePlugin:
             except VgpuError as e:
                 self.failures.append(f"{ns}/{name} on {node}: API error during Allocate: {e}")
 
-    async def _node_devices(self, node_obj: Mapping[str, Any]) -> frozenset[str] | None:
-        register = annotations_of(node_obj).get(keys.NODE_NVIDIA_REGISTER)
-        if register is None:
-            return None
-        try:
-            return frozenset(d.id for d in decode_register(register))
-        except DecodeError:
-            return None
-
     async def allocate(self, node: str, ns: str, name: str) -> None:
-        """One Allocate on ``node`` for the pod the kubelet admits (``ns/name``); the plugin reads the lock."""
+        """One admission of ``ns/name`` on ``node``: Allocate on the plugin of every vendor the pod asks for."""
         node_obj = await self.api.get_node(node)
-        uuids = await self._node_devices(node_obj)
-        if uuids is None:
-            return  # not a GPU node: no device plugin, nothing to allocate
-        lock = annotations_of(node_obj).get(keys.NODE_LOCK)
-        if lock is None:
-            await self._fail(node, ns, name, "no hami.io/mutex.lock on the node")
-            return
-        try:
-            owner = parse_node_lock(lock)
-        except DecodeError as e:
-            await self._fail(node, ns, name, f"unreadable node lock {lock!r}: {e}")
-            return
-        if not owner.owned_by(ns, name):
-            # HAMi's plugin would allocate for the pod the lock names: the wrong pod. A failure either way.
-            await self._fail(node, ns, name, f"the node lock names another pod: {lock}")
-            return
+        registered = registered_devices(node_obj, self.vendors)
+        if not registered:
+            return  # no device plugin on the node: the kubelet would refuse the pod, nothing to allocate
         try:
             pod = await self.api.get_pod(ns, name)
         except NotFoundError:
             return  # deleted before the kubelet got to it
+        asked = asked_vendors(pod, self.vendors)
+        kinds = lock_kinds_of(pod, self.vendors)
+        why = self._no_plugin(asked, registered, node) or await self._found_by_lock(node_obj, pod, kinds)
+        why = why or self._check(node, pod, asked, registered)
+        if why:
+            await self._fail(node, ns, name, why, kinds)
+            return
         annos = annotations_of(pod)
-        phase = annos.get(keys.BIND_PHASE)
-        if phase != "allocating":
-            await self._fail(node, ns, name, f"bind-phase is {phase!r}, not 'allocating'")
-            return
+        cleared = {}
+        for vendor in asked:
+            key = vendor.to_allocate_key
+            if key is not None and key in annos:
+                cleared[key] = ";" * len(vendor.decode_devices(annos[key]))
         try:
-            entries = decode_pod_devices(annos.get(keys.DEVICES_TO_ALLOCATE, ""), keys.DEVICES_TO_ALLOCATE)
-        except DecodeError as e:
-            await self._fail(node, ns, name, f"to-allocate devices do not decode: {e}")
-            return
-        devices = [d.uuid for ctr in entries for d in ctr]
-        foreign = [u for u in devices if u not in uuids]
-        if not devices or foreign or annos.get(keys.VGPU_NODE) != node:
-            await self._fail(node, ns, name, f"devices {devices} (foreign {foreign}) not all of node {node}")
-            return
-        try:
-            await self.api.patch_pod_metadata(
-                ns, name, annotations={keys.DEVICES_TO_ALLOCATE: ";" * len(entries), keys.BIND_PHASE: "success"}
-            )
+            await self.api.patch_pod_metadata(ns, name, annotations={**cleared, keys.BIND_PHASE: "success"})
         except NotFoundError:
             return
         self.succeeded.add(f"{ns}/{name}")
-        await self._release_lock(node, ns, name)
+        await self._release_locks(node, ns, name, kinds)
 
-    async def _fail(self, node: str, ns: str, name: str, why: str) -> None:
-        """HAMi's ``PodAllocationFailed``: bind-phase ``failed``, then release the node lock if it is this pod's."""
+    @staticmethod
+    def _no_plugin(asked: tuple[Vendor, ...], registered: Mapping[str, frozenset[str]], node: str) -> str | None:
+        missing = [v.name for v in asked if v.name not in registered]
+        if missing:
+            return f"node {node} has no registered device plugin for {', '.join(missing)}"
+        return None
+
+    async def _found_by_lock(
+        self, node_obj: Mapping[str, Any], pod: Mapping[str, Any], kinds: frozenset[NodeLockKind]
+    ) -> str | None:
+        """Why a plugin of the pod's vendors would not find the pod (None: every one finds it)."""
+        node_annos = annotations_of(node_obj)
+        ns, name = namespace_of(pod), name_of(pod)
+        if NodeLockKind.HAMI in kinds:
+            lock = node_annos.get(keys.NODE_LOCK)
+            if lock is None:
+                return "no hami.io/mutex.lock on the node"
+            try:
+                owner = parse_node_lock(lock)
+            except DecodeError as e:
+                return f"unreadable node lock {lock!r}: {e}"
+            if not owner.owned_by(ns, name):
+                # HAMi's plugin would allocate for the pod the lock names: the wrong pod. A failure either way.
+                return f"the node lock names another pod: {lock}"
+        if NodeLockKind.CAMBRICON in kinds:
+            if NodeLockKind.CAMBRICON.value not in node_annos:
+                return f"no {NodeLockKind.CAMBRICON.value} on the node"
+            first = await self._first_allocating_mlu(name_of(node_obj))
+            if first != (ns, name):
+                return f"the Cambricon plugin would take {first} (the first pod allocating MLUs on the node)"
+        return None
+
+    async def _first_allocating_mlu(self, node: str) -> tuple[str, str] | None:
+        cambricon = [v for v in self.vendors if v.node_lock is NodeLockKind.CAMBRICON]
+        pods = await self.api.list_pods(node_name=node)
+        for pod in pods:
+            annos = annotations_of(pod)
+            if annos.get(keys.BIND_PHASE) != "allocating" or annos.get(keys.VGPU_NODE) != node:
+                continue
+            for vendor in cambricon:
+                key = vendor.to_allocate_key or vendor.allocated_key
+                with contextlib.suppress(DecodeError):
+                    if any(vendor.decode_devices(annos.get(key, ""))):
+                        return namespace_of(pod), name_of(pod)
+        return None
+
+    def _check(
+        self, node: str, pod: Mapping[str, Any], asked: tuple[Vendor, ...], registered: Mapping[str, frozenset[str]]
+    ) -> str | None:
+        """The plugins' own checks of the pod they found (None: every one can serve it)."""
+        annos = annotations_of(pod)
+        phase = annos.get(keys.BIND_PHASE)
+        if phase != "allocating":
+            return f"bind-phase is {phase!r}, not 'allocating'"
+        if annos.get(keys.VGPU_NODE) != node:
+            return f"hami.io/vgpu-node is {annos.get(keys.VGPU_NODE)!r}, not {node}"
+        problems = vendor_allocation_problems(pod, self.vendors)
+        if problems:
+            return "; ".join(problems)
+        for vendor in asked:
+            key = vendor.to_allocate_key or vendor.allocated_key
+            try:
+                entries = vendor.decode_devices(annos.get(key, ""))
+            except DecodeError as e:
+                return f"{key} does not decode: {e}"
+            devices = [d.uuid for ctr in entries for d in ctr]
+            foreign = [u for u in devices if u not in registered[vendor.name]]
+            if not devices or foreign:
+                return f"{key}: devices {devices} (not {vendor.name} devices of node {node}: {foreign})"
+        return None
+
+    async def _fail(self, node: str, ns: str, name: str, why: str, kinds: frozenset[NodeLockKind]) -> None:
+        """HAMi's ``PodAllocationFailed``: bind-phase ``failed``, then release the node locks of this pod."""
         self.failures.append(f"{ns}/{name} on {node}: {why}")
         logger.warning("allocate failed", extra={"pod": f"{ns}/{name}", "node": node, "reason": why})
         with contextlib.suppress(NotFoundError):
             await self.api.patch_pod_metadata(ns, name, annotations={keys.BIND_PHASE: "failed"})
-        await self._release_lock(node, ns, name)
+        await self._release_locks(node, ns, name, kinds)
+
+    async def _release_locks(self, node: str, ns: str, name: str, kinds: frozenset[NodeLockKind]) -> None:
+        if NodeLockKind.HAMI in kinds:
+            await self._release_lock(node, ns, name)
+        if NodeLockKind.CAMBRICON in kinds:
+            await self._remove_annotation(node, NodeLockKind.CAMBRICON.value)
 
     async def _release_lock(self, node: str, ns: str, name: str) -> None:
         """HAMi's ``ReleaseNodeLock``: remove the annotation only if it names this pod (retried on a conflict)."""
@@ -184,6 +273,20 @@ class HamiDevicePlugin:
             try:
                 await self.api.patch_node_metadata(
                     node, annotations={keys.NODE_LOCK: None}, resource_version=resource_version_of(node_obj)
+                )
+            except ConflictError:
+                continue
+            return
+
+    async def _remove_annotation(self, node: str, key: str) -> None:
+        """Remove a node annotation that names no pod (Cambricon's time lock), resourceVersion-guarded."""
+        for _ in range(20):
+            node_obj = await self.api.get_node(node)
+            if key not in annotations_of(node_obj):
+                return
+            try:
+                await self.api.patch_node_metadata(
+                    node, annotations={key: None}, resource_version=resource_version_of(node_obj)
                 )
             except ConflictError:
                 continue

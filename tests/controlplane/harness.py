@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
+import re
 import signal
 import ssl
 import sys
@@ -30,8 +32,12 @@ import yaml
 from shared.codec import annotations as keys
 from shared.codec.register import encode_register_json
 from shared.codec.topology import encode_topology
+from shared.devconfig import parse_device_config
 from shared.domain.model import DeviceInfo
 from shared.k8s import KubeSettings, open_client
+from shared.vendors import amd, ascend, cambricon, hygon
+from shared.vendors.catalog import NVIDIA_ONLY_VENDORS, enabled_vendors
+from shared.vendors.registry import Vendors
 from tests.certs import Issued, make_ca
 from tests.controlplane.control import ApiServer, Scheduler, make_serving_cert, start_scheduler
 from tests.controlplane.devplugin import DEFAULT_ALLOCATE_LATENCY_S, HamiDevicePlugin
@@ -58,11 +64,18 @@ def _kind(file: str, kind: str) -> dict[str, Any]:
     raise LookupError(f"no {kind} in {MANIFESTS / file}")
 
 
-def chart_scheduler_config(url: str, ca_file: Path, client: Issued | None = None) -> dict[str, Any]:
-    """The chart's KubeSchedulerConfiguration with the extender's ``urlPrefix`` and CA pointed at the test's, and
-    ``client`` as the extender client certificate (``None``: kube-scheduler presents none)."""
+def chart_scheduler_config(
+    url: str, ca_file: Path, client: Issued | None = None, vendor_resources: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The chart's KubeSchedulerConfiguration with the extender's ``urlPrefix`` and CA pointed at the test's,
+    ``client`` as the extender client certificate (``None``: kube-scheduler presents none) and
+    ``vendor_resources`` added to ``managedResources`` (``ignoredByScheduler``), as the chart adds the resource
+    names of the vendor sections of its device config (:func:`chart_vendor_resources`)."""
     config: dict[str, Any] = yaml.safe_load(_kind("kube-scheduler-config.yaml", "ConfigMap")["data"]["config.yaml"])
     for ext in config.get("extenders") or []:
+        managed = ext.setdefault("managedResources", [])
+        have = {m.get("name") for m in managed}
+        managed.extend({"name": r, "ignoredByScheduler": True} for r in vendor_resources if r not in have)
         ext["urlPrefix"] = url
         tls = ext.setdefault("tlsConfig", {})
         tls["caFile"] = str(ca_file)
@@ -105,10 +118,41 @@ def chart_device_config() -> str:
     return str(_kind("device-config.yaml", "ConfigMap")["data"]["device-config.yaml"])
 
 
-def chart_webhook(name: str, url: str, ca_pem: bytes, namespace_label: tuple[str, str]) -> dict[str, Any]:
+def device_config_document(sections: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The chart's device config with ``sections`` added (the vendor sections a test enables)."""
+    doc: dict[str, Any] = yaml.safe_load(chart_device_config())
+    doc.update(sections or {})
+    return doc
+
+
+def vendors_of(document: Mapping[str, Any]) -> Vendors:
+    """The vendors a device config document enables, as every service builds them."""
+    parsed = parse_device_config(dict(document))
+    return enabled_vendors(parsed.nvidia, parsed.vendor_sections)
+
+
+def chart_vendor_resources(document: Mapping[str, Any]) -> list[str]:
+    """The chart's ``vgpu-scheduler.vendorResources``: the resource names written in the ``cambricon``, ``hygon``
+    and ``amd`` sections and in each ``vnpus.configs`` entry (names left to their defaults are not listed)."""
+    names: list[str] = []
+    for section in ("cambricon", "hygon", "amd"):
+        s = document.get(section)
+        if isinstance(s, Mapping):
+            names += [s[k] for k in ("resourceCountName", "resourceMemoryName", "resourceCoreName") if s.get(k)]
+    vnpus = document.get("vnpus")
+    if isinstance(vnpus, Mapping):
+        for chip in vnpus.get("configs") or []:
+            names += [chip[k] for k in ("resourceName", "resourceMemoryName", "resourceCoreName") if chip.get(k)]
+    return list(dict.fromkeys(names))
+
+
+def chart_webhook(
+    name: str, url: str, ca_pem: bytes, namespace_label: tuple[str, str], vendor_resources: Sequence[str] = ()
+) -> dict[str, Any]:
     """The chart's MutatingWebhookConfiguration with ``clientConfig.url`` and ``caBundle`` instead of a Service,
-    renamed ``name`` and limited to namespaces carrying ``namespace_label`` (the shared API server serves other
-    tests too)."""
+    renamed ``name``, limited to namespaces carrying ``namespace_label`` (the shared API server serves other
+    tests too), and ``vendor_resources`` added to the resource list of its ``matchConditions`` as the chart adds
+    the resource names of its device config's vendor sections."""
     config = _kind("webhook.yaml", "MutatingWebhookConfiguration")
     config["metadata"] = {"name": name}
     for hook in config["webhooks"]:
@@ -117,7 +161,24 @@ def chart_webhook(name: str, url: str, ca_pem: bytes, namespace_label: tuple[str
         selector.setdefault("matchExpressions", []).append(
             {"key": namespace_label[0], "operator": "In", "values": [namespace_label[1]]}
         )
+        for cond in hook.get("matchConditions") or []:
+            cond["expression"] = _with_resources(cond["expression"], vendor_resources)
     return config
+
+
+_CEL_LIST = re.compile(r'\[("[^"\]]*"(?:,"[^"\]]*")*)\]')
+
+
+def _with_resources(expression: str, extra: Sequence[str]) -> str:
+    """The chart's CEL condition with ``extra`` appended to its list literal of resource names."""
+    if not extra:
+        return expression
+    match = _CEL_LIST.search(expression)
+    if match is None:
+        raise LookupError(f"no resource list in the webhook's matchConditions: {expression}")
+    names = json.loads(match.group(0))
+    names += [r for r in extra if r not in names]
+    return expression[: match.start()] + json.dumps(names, separators=(",", ":")) + expression[match.end() :]
 
 
 # --- nodes and pods -----------------------------------------------------------------------------------------
@@ -173,6 +234,110 @@ def gpu_node(name: str, shape: NodeShape, labels: Mapping[str, str]) -> dict[str
             "allocatable": resources,
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
         },
+    }
+
+
+@dataclass(frozen=True)
+class VendorPart:
+    """One vendor's devices on a node, as its device plugin registers them: ``vendor`` is the common word
+    (``NVIDIA``, ``DCU``, ``MLU``, ``AMD`` or an Ascend chip such as ``Ascend910B3``)."""
+
+    vendor: str
+    devices: int = 2
+    mem_mib: int = 16384
+    slots: int = 10
+    cores: int = 100
+    type: str = ""
+    """The device type (``""``: the common word; NVIDIA: an A100)."""
+
+
+def _part_devices(node: str, part: VendorPart) -> tuple[DeviceInfo, ...]:
+    if part.vendor == cambricon.MLU:
+        devices = cambricon.devices_from_capacity(
+            node, cambricon.CARD_CORES * part.devices, part.devices * part.mem_mib // cambricon.MEMORY_UNIT_MIB
+        )
+        kind = part.type or cambricon.MLU
+        return tuple(dataclasses.replace(d, type=kind) for d in devices)
+    kind = part.type or ("NVIDIA-A100-SXM4-40GB" if part.vendor == "NVIDIA" else part.vendor)
+    return tuple(
+        DeviceInfo(
+            id=f"{part.vendor}-{node}-{i}",
+            index=i,
+            count=part.slots,
+            devmem_mib=part.mem_mib,
+            devcore=part.cores,
+            type=kind,
+            numa=0,
+            mode="hami-core" if part.vendor == "NVIDIA" else "",
+            health=True,
+            vendor=part.vendor,
+        )
+        for i in range(part.devices)
+    )
+
+
+def vendor_node(name: str, parts: Sequence[VendorPart], labels: Mapping[str, str], vendors: Vendors) -> dict[str, Any]:
+    """A Ready Node carrying the devices of every part, each registered the way its vendor's device plugin does
+    (NVIDIA: JSON register annotation; DCU: the colon format; AMD: JSON; Ascend: ``hami.io/node-register-<cw>``;
+    Cambricon: node capacity and the ``Model`` label) and its count resource allocatable."""
+    annotations: dict[str, str] = {}
+    node_labels = {**labels, "kubernetes.io/hostname": name}
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "250"}
+    for part in parts:
+        vendor = vendors.get(part.vendor)
+        if vendor is None:
+            raise LookupError(f"vendor {part.vendor} is not enabled by the scenario's device config")
+        devices = _part_devices(name, part)
+        count = {vendor.resources.count: str(sum(d.count for d in devices))}
+        if part.vendor == "NVIDIA":
+            annotations[keys.NODE_NVIDIA_REGISTER] = encode_register_json(devices)
+        elif part.vendor == hygon.NAME:
+            annotations.update(hygon.registration_annotations(devices))
+        elif part.vendor == amd.NAME:
+            annotations.update(amd.registration_annotations(devices))
+        elif part.vendor == cambricon.MLU:
+            assert isinstance(vendor, cambricon.CambriconVendor)
+            count = cambricon.node_capacity(devices, vendor)
+            node_labels.update(cambricon.node_labels(devices))
+        elif isinstance(vendor, ascend.AscendVendor):
+            annotations.update(vendor.registration_annotations(devices))
+        else:
+            raise LookupError(f"no node builder for vendor {part.vendor}")
+        resources.update(count)
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": node_labels, "annotations": annotations},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def vendor_pod(
+    name: str,
+    containers: Sequence[Mapping[str, str]],
+    *,
+    scheduler: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pod with one container per ``limits`` mapping (no schedulerName by default: the webhook sets it)."""
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": f"c{i}", "image": "app", "resources": {"limits": dict(limits)}}
+            for i, limits in enumerate(containers)
+        ],
+        "terminationGracePeriodSeconds": 0,
+    }
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": dict(annotations or {})},
+        "spec": spec,
     }
 
 
@@ -404,6 +569,19 @@ class Settings:
     """kube-scheduler's clientConnection qps (burst twice); None: its defaults."""
     scheduler_client_cert: bool = True
     """kube-scheduler presents its client certificate to the extenders (``--client-ca-file``); False: none."""
+    device_sections: Mapping[str, Any] = field(default_factory=dict)
+    """Vendor sections added to the chart's device config (``hygon:``, ``vnpus:`` …): they enable those vendors
+    in every service, and their resource names join kube-scheduler's ``managedResources`` as the chart does.
+    Only with ``chart=True`` (the flag defaults read no device config)."""
+
+    def device_document(self) -> dict[str, Any] | None:
+        """The device config the services read (None: none, every flag at its default)."""
+        return device_config_document(self.device_sections) if self.chart else None
+
+    def vendors(self) -> Vendors:
+        """The vendors the services enable (NVIDIA alone without a device config)."""
+        doc = self.device_document()
+        return vendors_of(doc) if doc is not None else NVIDIA_ONLY_VENDORS
 
 
 @dataclass
@@ -522,7 +700,9 @@ async def running_system(
     client_ca = make_ca(tmp / "scheduler-client-ca", "vgpu-scheduler-client-ca")
     client_cert = client_ca.issue(tmp / "scheduler-client", "kube-scheduler", client=True)
     device_config = tmp / "device-config.yaml"
-    device_config.write_text(chart_device_config())
+    document = settings.device_document()
+    device_config.write_text(yaml.safe_dump(document) if document is not None else chart_device_config())
+    vendor_resources = chart_vendor_resources(document) if document is not None else []
     prefix = f"--key-prefix=vgpu-{run_id}"
     common = [f"--redis-url={redis_url}", f"--kubeconfig={api.kubeconfig}", prefix]
     common.append("--metrics-bind-address=127.0.0.1:0")
@@ -586,10 +766,12 @@ async def running_system(
             # balancer (bytes relayed in this Python process) would cost as much CPU as the extender itself.
             front = urls[0] if len(urls) == 1 else f"https://127.0.0.1:{balancer.port}"
             if settings.webhook:
-                hook = chart_webhook(webhook_name, front, api.ca_file.read_bytes(), (RUN_LABEL, run_id))
+                hook = chart_webhook(
+                    webhook_name, front, api.ca_file.read_bytes(), (RUN_LABEL, run_id), vendor_resources
+                )
                 api.request("POST", _WEBHOOKS, hook)
             sched_config = chart_scheduler_config(
-                front, api.ca_file, client_cert if settings.scheduler_client_cert else None
+                front, api.ca_file, client_cert if settings.scheduler_client_cert else None, vendor_resources
             )
             if settings.scheduler_qps:
                 sched_config["clientConnection"] = {"qps": settings.scheduler_qps, "burst": 2 * settings.scheduler_qps}
@@ -597,7 +779,7 @@ async def running_system(
             kube_client = await stack.enter_async_context(
                 open_client(KubeSettings(kubeconfig=str(api.kubeconfig), qps=0, burst=1, user_agent="devplugin"))
             )
-            plugin = HamiDevicePlugin(kube_client, latency_s=settings.allocate_latency_s)
+            plugin = HamiDevicePlugin(kube_client, latency_s=settings.allocate_latency_s, vendors=settings.vendors())
             plugin_task = asyncio.create_task(plugin.run(), name="device-plugin")
             try:
                 yield System(api, services, balancer, scheduler, plugin, urls, scheduler_client=client_cert)

@@ -22,7 +22,18 @@ from shared.domain.model import NodePolicy
 from shared.domain.scoring import Policies
 from tests.controlplane.audit import AuditReport, audit
 from tests.controlplane.control import ApiServer, Cleanup
-from tests.controlplane.harness import RUN_LABEL, BindWatch, Kube, NodeShape, Settings, System, gpu_node, running_system
+from tests.controlplane.harness import (
+    RUN_LABEL,
+    BindWatch,
+    Kube,
+    NodeShape,
+    Settings,
+    System,
+    VendorPart,
+    gpu_node,
+    running_system,
+    vendor_node,
+)
 from tests.process import listening_addresses
 
 
@@ -39,6 +50,9 @@ class Scenario:
     """SIGKILL extender replica 0 once this many pods are bound."""
     deadline_s: float = 150.0
     stall_s: float = 15.0
+    fleet: Sequence[Sequence[VendorPart]] = ()
+    """Nodes carrying devices of several vendors, one entry per node (replaces ``nodes`` × ``shape``); the
+    vendors must be enabled by ``settings.device_sections``."""
 
 
 @dataclass
@@ -58,6 +72,8 @@ class Outcome:
     system_log: dict[str, str] = field(default_factory=dict, repr=False)
     nodes_touched: int = 0
     """Nodes that received at least one pod (binpack's packing, next to one-at-a-time packing)."""
+    pods: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    """The scenario's pods as the API server holds them at the end."""
 
     @property
     def pods_per_s(self) -> float:
@@ -112,11 +128,17 @@ async def run_scenario(
     run_id = f"{scenario.name}-{uuid.uuid4().hex[:6]}"
     labels = {RUN_LABEL: run_id}
     ns = cleanup.namespace(run_id, labels)
-    node_names = [f"{run_id}-n{i:04d}" for i in range(scenario.nodes)]
+    count = len(scenario.fleet) if scenario.fleet else scenario.nodes
+    node_names = [f"{run_id}-n{i:04d}" for i in range(count)]
+    vendors = scenario.settings.vendors()
+    if scenario.fleet:
+        bodies = [vendor_node(n, parts, labels, vendors) for n, parts in zip(node_names, scenario.fleet, strict=True)]
+    else:
+        bodies = [gpu_node(n, scenario.shape, labels) for n in node_names]
     async with Kube.open(api) as kube:
         for name in node_names:
             cleanup.node(name)
-        await kube.create_all("/api/v1/nodes", [gpu_node(n, scenario.shape, labels) for n in node_names])
+        await kube.create_all("/api/v1/nodes", bodies)
         if scenario.quota is not None:
             await kube.create(
                 f"/api/v1/namespaces/{ns}/resourcequotas",
@@ -143,8 +165,15 @@ async def run_scenario(
         gpu=parse_gpu_policy(settings.gpu_policy) if settings.gpu_policy else Policies().gpu,
     )
     outcome.report = audit(
-        pods, nodes, quotas, plugin_failures=system.plugin.failures, crashed=system.crashed(), policies=policies
+        pods,
+        nodes,
+        quotas,
+        plugin_failures=system.plugin.failures,
+        crashed=system.crashed(),
+        policies=policies,
+        vendors=vendors,
     )
+    outcome.pods = pods
     outcome.system_log = {s.name: s.log.read_text(errors="replace") for s in system.services}
     return outcome
 

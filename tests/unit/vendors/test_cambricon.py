@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shared.codec.podannotations import device_list_annotations
 from shared.codec.resources import ResourceRequestError
 from shared.domain.model import (
     ContainerDevice,
@@ -31,6 +32,7 @@ from shared.domain.vendor import RuleSet
 from shared.errors import ConfigError, DecodeError
 from shared.vendors import cambricon as cam
 from shared.vendors.base import NodeLockKind, Vendor
+from shared.vendors.nvidia import NvidiaVendor
 from shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -671,6 +673,18 @@ def test_patch_annotations_exist_device() -> None:
         "CAMBRICON_DSMLU_PROFILE": "0_1_1000",
     }
     assert V.decode_devices(value) == (devices[0], ())
+
+
+def test_bind_writes_the_patch_annotations_with_the_device_lists() -> None:
+    # HAMi's PatchAnnotations writes all four keys at once: the bind's annotations go through the vendor hook
+    devices = ((ContainerDevice("node-cambricon-mlu-0", 256000, 1, "MLU"),),)
+    got = device_list_annotations(devices, Vendors((NvidiaVendor(), V)))
+    assert got == {
+        "CAMBRICON_DSMLU_ASSIGNED": "false",
+        "CAMBRICON_DSMLU_PROFILE": "0_1_1000",
+        "hami.io/cambricon-mlu-devices-to-allocate": "node-cambricon-mlu-0,MLU,256000,1:;",
+        "hami.io/cambricon-mlu-devices-allocated": "node-cambricon-mlu-0,MLU,256000,1:;",
+    }
 
 
 def test_patch_annotations_no_device() -> None:

@@ -1,0 +1,201 @@
+"""A mixed-vendor cluster on the real control plane: NVIDIA, Hygon DCU, Cambricon MLU, AMD and Huawei Ascend nodes
+(some carrying two vendors), each registered as its vendor's device plugin registers it, the vendors enabled by
+their sections of the device config the services read, and kube-scheduler's ``managedResources`` extended with
+their resource names as the chart does. Pods of every vendor, and pods asking two vendors in one container, are
+created without a schedulerName (the webhook sends them to vgpu-scheduler); the device-plugin emulator settles
+them as each vendor's plugin does (HAMi's lock, Cambricon's ``cambricon.com/dsmlu.lock``); the audit checks every
+vendor's keys, capacities and locks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controlplane.control import ApiServer, Cleanup
+from tests.controlplane.harness import Settings, VendorPart, vendor_pod
+from tests.controlplane.scenario import Outcome, Scenario, run_scenario
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _chip(common_word: str, chip: str, memory: int, capacity: int, templates: Sequence[tuple[str, int]]) -> Any:
+    return {
+        "chipName": chip,
+        "commonWord": common_word,
+        "resourceName": f"huawei.com/{common_word}",
+        "resourceMemoryName": f"huawei.com/{common_word}-memory",
+        "resourceCoreName": f"huawei.com/{common_word}-core",
+        "memoryAllocatable": memory,
+        "memoryCapacity": capacity,
+        "memoryFactor": 1,
+        "aiCore": 20,
+        "aiCPU": 7,
+        "templates": [{"name": n, "memory": m, "aiCore": 1, "aiCPU": 1} for n, m in templates],
+    }
+
+
+VENDOR_SECTIONS: Mapping[str, Any] = {
+    # HAMi's chart values (v2.10.0), written out in full: the chart lists only names it is given in
+    # managedResources
+    "cambricon": {
+        "resourceCountName": "cambricon.com/vmlu",
+        "resourceMemoryName": "cambricon.com/mlu.smlu.vmemory",
+        "resourceCoreName": "cambricon.com/mlu.smlu.vcore",
+    },
+    "hygon": {
+        "resourceCountName": "hygon.com/dcunum",
+        "resourceMemoryName": "hygon.com/dcumem",
+        "resourceCoreName": "hygon.com/dcucores",
+        "memoryFactor": 1,
+    },
+    "amd": {
+        "resourceCountName": "amd.com/gpu",
+        "resourceCoreName": "amd.com/gpucores",
+        "resourceMemoryName": "amd.com/gpumem",
+    },
+    "vnpus": {
+        "configs": [
+            _chip("Ascend910B3", "910B3", 65536, 65536, [("vir05_1c_16g", 16384), ("vir10_3c_32g", 32768)]),
+            _chip("Ascend310P", "310P3", 21527, 24576, [("vir01", 3072), ("vir02", 6144), ("vir04", 12288)]),
+        ]
+    },
+}
+
+NVIDIA = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "10"}
+DCU = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "20"}
+MLU = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "8", "cambricon.com/mlu.smlu.vcore": "20"}
+AMD = {"amd.com/gpu": "1", "amd.com/gpumem": "2000", "amd.com/gpucores": "20"}
+NPU_SLICE = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}  # → vir05_1c_16g
+NPU_WHOLE = {"huawei.com/Ascend910B3": "1"}
+NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
+
+
+def small_fleet() -> list[list[VendorPart]]:
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU, AMD, Ascend 910B3, NVIDIA+AMD."""
+    return [
+        [VendorPart("NVIDIA"), VendorPart("DCU")],
+        [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
+        [VendorPart("MLU", mem_mib=16384)],
+        [VendorPart("AMD")],
+        [VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20)],
+        [VendorPart("NVIDIA"), VendorPart("AMD")],
+    ]
+
+
+def small_pods() -> list[dict[str, Any]]:
+    pods = [vendor_pod(f"nv{i}", [NVIDIA]) for i in range(3)]
+    pods += [vendor_pod(f"dcu{i}", [DCU]) for i in range(3)]
+    pods += [vendor_pod(f"mlu{i}", [MLU]) for i in range(3)]
+    pods += [vendor_pod(f"amd{i}", [AMD]) for i in range(3)]
+    pods += [vendor_pod(f"npu{i}", [NPU_SLICE]) for i in range(3)]
+    pods += [vendor_pod("npu-whole", [NPU_WHOLE])]
+    pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
+    pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
+    pods += [vendor_pod("no-node", [NO_NODE])]
+    return pods
+
+
+def _pod(outcome: Outcome, name: str) -> dict[str, Any]:
+    return next(p for p in outcome.pods if p["metadata"]["name"] == name)
+
+
+def _report(outcome: Outcome) -> None:
+    r = outcome.report
+    print(
+        f"\n{r.summary()}; by vendor {dict(sorted(r.by_vendor.items()))}; created to last bind "
+        f"{outcome.elapsed_s:.1f}s, bind p50 {outcome.percentile(50):.2f}s, {outcome.scheduler_errors} scheduler "
+        f"errors, rejected {outcome.rejected}; notes {r.notes}"
+    )
+    for line in [*r.correctness, *r.liveness]:
+        print("  ", line)
+
+
+async def test_mixed_vendor_cluster(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    pods = small_pods()
+    scenario = Scenario(
+        "vendors",
+        pods,
+        Settings(replicas=1, device_sections=VENDOR_SECTIONS),
+        fleet=small_fleet(),
+        deadline_s=60,
+        stall_s=8,
+    )
+    outcome = await run_scenario(kube_apiserver, kube_cleanup, redis_url, tmp_path, scenario)
+    _report(outcome)
+    assert not outcome.rejected, outcome.rejected
+    outcome.report.check()
+    assert outcome.report.bound == len(pods) - 1
+    assert outcome.report.unschedulable == 1, outcome.report.notes
+    assert outcome.report.by_vendor == {
+        "NVIDIA": 6,
+        "DCU": 6,
+        "MLU": 4,
+        "AMD": 4,
+        "Ascend910B3": 4,
+    }
+    # the webhook sent every pod to vgpu-scheduler
+    assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
+    # the pod asking for a vendor no node has stays Pending, with the scheduler's reason on the pod
+    stuck = _pod(outcome, "no-node")
+    assert not stuck["spec"].get("nodeName")
+    (cond,) = [c for c in stuck["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable"), cond
+    assert "0/6 nodes are available" in cond["message"], cond
+    # two vendors, one container: both vendors' keys on one node that has both
+    both = _pod(outcome, "nv-dcu0")["metadata"]["annotations"]
+    assert both["hami.io/vgpu-devices-allocated"].startswith("NVIDIA-")
+    assert both["hami.io/dcu-devices-allocated"].startswith("DCU-")
+    npu = _pod(outcome, "npu0")["metadata"]["annotations"]["hami.io/Ascend910B3-devices-allocated"]
+    assert ",Ascend910B3,16384,0:" in npu, npu  # rounded up to the vir05_1c_16g template
+    mlu = _pod(outcome, "mlu0")["metadata"]["annotations"]["hami.io/cambricon-mlu-devices-allocated"]
+    assert ",MLU,2048,20:" in mlu, mlu  # 8 units of 256 MiB
+
+
+def large_fleet(groups: int) -> list[list[VendorPart]]:
+    """``groups`` × the small fleet's six node kinds, two replicas' worth of nodes."""
+    return [parts for _ in range(groups) for parts in small_fleet()]
+
+
+def large_pods(rounds: int) -> list[dict[str, Any]]:
+    """``rounds`` × the small scenario's pods that can be placed, under distinct names."""
+    out = []
+    for r in range(rounds):
+        for pod in small_pods():
+            if pod["metadata"]["name"] == "no-node":
+                continue
+            pod["metadata"]["name"] = f"r{r:02d}-{pod['metadata']['name']}"
+            out.append(pod)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_mixed_vendor_cluster_two_replicas_spread(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """30 mixed-vendor nodes, 2 extender replicas with the spread policy, 200 pods of every vendor (binds run
+    concurrently across nodes, several MLU pods contend for Cambricon's time lock on a node)."""
+    pods = large_pods(10)
+    scenario = Scenario(
+        "vendors-large",
+        pods,
+        Settings(replicas=2, node_policy="spread", device_sections=VENDOR_SECTIONS),
+        fleet=large_fleet(5),
+        deadline_s=300,
+        stall_s=30,
+    )
+    outcome = await run_scenario(kube_apiserver, kube_cleanup, redis_url, tmp_path, scenario)
+    _report(outcome)
+    assert not outcome.rejected, outcome.rejected
+    outcome.report.check()
+    # spread puts the vNPU slices on every NPU first, so some whole-NPU pods late in the run find none free (the
+    # audit's exhaustive check confirmed no node can take them); every other pod is bound
+    assert outcome.report.bound + outcome.report.unschedulable == len(pods)
+    assert all("npu-whole: unschedulable" in n for n in outcome.report.notes), outcome.report.notes
+    assert outcome.report.bound >= len(pods) - 10
