@@ -116,8 +116,8 @@ async def test_unconfirmed_listing_includes_records_mid_bind(s: Store) -> None:
 
 
 async def _hint(s: Store, uid: str = "p1", node_name: str = "n1") -> bytes | None:
-    raw: bytes | None = await s.client.hget(s.keys.bind_hints(node_name), uid)
-    return raw
+    raw = await s.client.hget(s.keys.bind_hints(node_name), uid)
+    return raw.encode() if isinstance(raw, str) else raw
 
 
 async def test_a_reservation_carries_its_bind_hint_to_the_claim_and_the_finish_drops_it(s: Store) -> None:
