@@ -3,16 +3,20 @@
 The request is ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``; no pod object). The
 devices come from the pod's reservation in Redis, made by whichever replica filtered the pod. Steps:
 
-1. GET the pod: gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
-   node → success (a retried bind);
-2. claim the pod's record on the node for this bind (one atomic script: reserved → binding, a random token
-   with an expiry; docs/extender-bind.md, ownership): none → Error, or a plain bind for a pod asking for nothing
-   we manage; on another node → Error; another bind's live claim → Error (``not_owner``; kube-scheduler
-   retries, and finds the pod bound once that bind is done). The devices written are the ones claimed;
+1. claim the pod's record on the node for this bind (one atomic script: reserved → binding, a random token
+   with an expiry; docs/extender-bind.md, ownership). A plain reservation with the filter's bind hint
+   (:mod:`services.extender.bindhint`) is not followed by a read of the pod: the hint's resourceVersion guards
+   the pod patch, and a pod that changed since the filter saw it makes that patch conflict (then it is read
+   and checked as below). Without a hint the pod is read under the claim;
+2. any other record (none, another node's, another bind's, bound, confirmed): GET the pod first, as a bind
+   always did. Gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
+   node → success (a retried bind). Then claim: none → Error, or a plain bind for a pod asking for nothing we
+   manage; on another node → Error; another bind's live claim → Error (``not_owner``; kube-scheduler retries,
+   and finds the pod bound once that bind is done). The devices written are the ones claimed;
 3. the node lock (:mod:`services.extender.bindlock`): Redis arbiter, then ``hami.io/mutex.lock``, waiting a
    bounded time while another pod holds it;
 4. ONE merge patch with every pod annotation and the ``hami.io/vgpu-node`` label (guarded by the pod's
-   resourceVersion, so the pod we checked is the pod we write);
+   resourceVersion, the hint's or the one read, so the pod we checked is the pod we write);
 5. the Binding (409 already bound to this node = success).
 
 Any failure undoes in reverse what this bind wrote itself: the pod annotations while they are still the ones it
@@ -21,7 +25,8 @@ quota charge only while its claim still holds; the answer is ``{"Error": "..."}`
 before the pod patch; on success the record becomes ``bound``. A Binding whose outcome is unknown (timeout) is
 checked with a GET; if it stays unknown nothing is undone (a bound pod must keep its lock and annotations) and
 the answer is an Error. On success the lock stays held: the device plugin (or the informer, when the bind phase
-settles or the lock times out) releases it. Writes on success: node lock patch, pod patch, Binding.
+settles or the lock times out) releases it. Calls on success: node lock patch, pod patch, Binding (and a GET of
+the pod first when the reservation has no hint).
 """
 
 from __future__ import annotations
