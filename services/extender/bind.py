@@ -3,16 +3,20 @@
 The request is ``ExtenderBindingArgs`` (``PodName``, ``PodNamespace``, ``PodUID``, ``Node``; no pod object). The
 devices come from the pod's reservation in Redis, made by whichever replica filtered the pod. Steps:
 
-1. GET the pod: gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
-   node → success (a retried bind);
-2. claim the pod's record on the node for this bind (one atomic script: reserved → binding, a random token
-   with an expiry; docs/extender-bind.md, ownership): none → Error, or a plain bind for a pod asking for nothing
-   we manage; on another node → Error; another bind's live claim → Error (``not_owner``; kube-scheduler
-   retries, and finds the pod bound once that bind is done). The devices written are the ones claimed;
+1. claim the pod's record on the node for this bind (one atomic script: reserved → binding, a random token
+   with an expiry; docs/extender-bind.md, ownership). A plain reservation with the filter's bind hint
+   (:mod:`services.extender.bindhint`) is not followed by a read of the pod: the hint's resourceVersion guards
+   the pod patch, and a pod that changed since the filter saw it makes that patch conflict (then it is read
+   and checked as below). Without a hint the pod is read under the claim;
+2. any other record (none, another node's, another bind's, bound, confirmed): GET the pod first, as a bind
+   always did. Gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
+   node → success (a retried bind). Then claim: none → Error, or a plain bind for a pod asking for nothing we
+   manage; on another node → Error; another bind's live claim → Error (``not_owner``; kube-scheduler retries,
+   and finds the pod bound once that bind is done). The devices written are the ones claimed;
 3. the node lock (:mod:`services.extender.bindlock`): Redis arbiter, then ``hami.io/mutex.lock``, waiting a
    bounded time while another pod holds it;
 4. ONE merge patch with every pod annotation and the ``hami.io/vgpu-node`` label (guarded by the pod's
-   resourceVersion, so the pod we checked is the pod we write);
+   resourceVersion, the hint's or the one read, so the pod we checked is the pod we write);
 5. the Binding (409 already bound to this node = success).
 
 Any failure undoes in reverse what this bind wrote itself: the pod annotations while they are still the ones it
@@ -21,7 +25,8 @@ quota charge only while its claim still holds; the answer is ``{"Error": "..."}`
 before the pod patch; on success the record becomes ``bound``. A Binding whose outcome is unknown (timeout) is
 checked with a GET; if it stays unknown nothing is undone (a bound pod must keep its lock and annotations) and
 the answer is an Error. On success the lock stays held: the device plugin (or the informer, when the bind phase
-settles or the lock times out) releases it. Writes on success: node lock patch, pod patch, Binding.
+settles or the lock times out) releases it. Calls on success: node lock patch, pod patch, Binding (and a GET of
+the pod first when the reservation has no hint).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
+from services.extender.bindhint import is_pod_group_member, parse_bind_hint
 from services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
 from services.extender.events import EventSink, pod_ref
 from services.extender.metrics import ExtenderMetrics
@@ -50,7 +56,7 @@ from shared.coord import NodeLock
 from shared.domain.model import Allocation, NvidiaConfig
 from shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
 from shared.k8s import AlreadyBoundError, Api, KubeObject
-from shared.k8s.objects import labels_of, meta, resource_version_of, uid_of
+from shared.k8s.objects import meta, resource_version_of, uid_of
 from shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
 from shared.protocol.extender import (
     EMPTY_BODY_MESSAGE,
@@ -59,7 +65,7 @@ from shared.protocol.extender import (
     binding_result,
     parse_binding_args,
 )
-from shared.store import ClaimRefused, Store
+from shared.store import Claimed, ClaimRefused, Store
 from shared.vendors.base import NodeLockKind
 from shared.vendors.nvidia import NvidiaVendor
 from shared.vendors.registry import Vendors
@@ -130,14 +136,6 @@ class _Failed(Exception):
         self.outcome = outcome
 
 
-def is_pod_group_member(pod: Mapping[str, Any]) -> bool:
-    """A PodGroup member (label ``scheduling.x-k8s.io/pod-group`` or ``spec.schedulingGroup.podGroupName``)."""
-    if labels_of(pod).get(keys.POD_GROUP_LABEL):
-        return True
-    group = (pod.get("spec") or {}).get("schedulingGroup")
-    return isinstance(group, Mapping) and bool(group.get("podGroupName"))
-
-
 class Binder:
     """The bind use case over explicit dependencies (the HTTP handler is a thin wrapper around :meth:`bind`)."""
 
@@ -204,40 +202,23 @@ class Binder:
     # ---- the steps -----------------------------------------------------------------------------------------
 
     async def _bind(self, args: ExtenderBindingArgs) -> tuple[BindResult, Mapping[str, Any] | None]:
-        ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
-        try:
-            pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
-        except NotFoundError:
-            await self._drop_unowned(uid, ns, node)
-            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
-        try:
-            if self._check_pod(pod, args):
-                return BindResult(BindOutcome.ALREADY_BOUND), pod
-        except _Failed:
-            await self._drop_unowned(uid, ns, node)
-            raise
-        # PodGroup members retry every 100 ms until --node-lock-retry-timeout (0 disables that, as in HAMi)
-        gang = self._pod_group_wait_s > 0 and is_pod_group_member(pod)
-        wait_s, retry_s = (self._pod_group_wait_s, POD_GROUP_RETRY_S) if gang else (self._lock_wait_s, None)
+        ns, name, node = args.pod_namespace, args.pod_name, args.node
         token = secrets.token_hex(8)
-        claim_ttl_s = wait_s + 2 * self._call_timeout_s + self.claim_ttl_s
-        claim = await self._store.reservations.claim(uid, node, token, claim_ttl_s)
-        if isinstance(claim, ClaimRefused):
-            if claim.reason == "absent" and not self._requests_devices(pod):
-                await self._create_binding(args)
-                return BindResult(BindOutcome.PLAIN), pod
-            raise self._refused(args, claim)
-        alloc = claim.allocation
+        started = await self._start(args, token)
+        if not isinstance(started, _Started):
+            return started
+        alloc, pod, wait = started.claim.allocation, started.pod, started.wait
+        claim = started.claim
         if claim.took_over:
             logger.warning("bind took over an expired claim", extra={"pod": f"{ns}/{name}", "node": node})
 
-        held = await self._lock(args, alloc, token, (wait_s, retry_s))
+        held = await self._lock(args, alloc, token, wait)
 
         written: KubeObject | None = None
         annos: dict[str, str] | None = None
         try:
             annos = allocation_annotations(node, alloc.devices, alloc.mig, int(self._clock()), self._vendors)
-            written = await self._annotate(pod, args, annos, token)
+            written = await self._annotate(pod, started.resource_version, args, annos, token)
             if written is None:  # a concurrent bind of this pod got there first
                 await self._finish(args, token)
                 await self._release_if_settled(args, held)
@@ -253,6 +234,79 @@ class Binder:
             raise
         await self._finish(args, token)
         return BindResult(BindOutcome.BOUND), pod
+
+    def _wait(self, gang: bool) -> tuple[float, float | None]:
+        """How long the bind waits for a busy node lock, and how often it retries (None: backoff). PodGroup members
+        retry every 100 ms until --node-lock-retry-timeout (0 disables that, as in HAMi)."""
+        if gang and self._pod_group_wait_s > 0:
+            return self._pod_group_wait_s, POD_GROUP_RETRY_S
+        return self._lock_wait_s, None
+
+    def _claim_ttl(self, wait: tuple[float, float | None]) -> float:
+        return wait[0] + 2 * self._call_timeout_s + self.claim_ttl_s
+
+    async def _start(
+        self, args: ExtenderBindingArgs, token: str
+    ) -> _Started | tuple[BindResult, Mapping[str, Any] | None]:
+        """Claim the pod's record and learn the pod (:class:`_Started`), or the bind's result when it ends here.
+
+        A plain reservation is claimed first; when it carries the filter's hint (:mod:`services.extender.bindhint`)
+        the pod is not read: its patch is guarded by the hint's resourceVersion. Without a hint the pod is read
+        under the claim. Anything else (no record, another node's, another bind's, bound, confirmed) reads the pod
+        first and then claims, as a bind always did."""
+        uid, node = args.pod_uid, args.node
+        normal = self._wait(False)
+        claim = await self._store.reservations.claim(uid, node, token, self._claim_ttl(normal), only_reserved=True)
+        if isinstance(claim, ClaimRefused):
+            return await self._read_then_claim(args, token)
+        hint = parse_bind_hint(claim.hint)
+        if hint is not None:
+            wait = self._wait(hint.pod_group)
+            if wait != normal and not await self._store.reservations.check_claim(
+                uid, node, token, self._claim_ttl(wait)
+            ):
+                raise self._lost(args)
+            return _Started(claim, None, hint.resource_version, wait)
+        try:
+            pod = await self._api.get_pod(args.pod_namespace, args.pod_name, timeout_s=self._call_timeout_s)
+            bound = self._check_pod(pod, args)
+        except BaseException as e:
+            await self._drop_claimed(claim.allocation, token)  # it was a plain reservation: what _drop_unowned drops
+            if isinstance(e, NotFoundError):
+                raise _Failed(BindOutcome.POD_GONE, f"pod {args.pod_namespace}/{args.pod_name} not found") from None
+            raise
+        if bound:
+            await self._finish(args, token)
+            return BindResult(BindOutcome.ALREADY_BOUND), pod
+        wait = self._wait(is_pod_group_member(pod))
+        if wait != normal and not await self._store.reservations.check_claim(uid, node, token, self._claim_ttl(wait)):
+            raise self._lost(args)
+        return _Started(claim, pod, resource_version_of(pod), wait)
+
+    async def _read_then_claim(
+        self, args: ExtenderBindingArgs, token: str
+    ) -> _Started | tuple[BindResult, Mapping[str, Any] | None]:
+        """The pod's record is not a plain reservation on this node: read the pod, check it, then claim."""
+        ns, name, uid, node = args.pod_namespace, args.pod_name, args.pod_uid, args.node
+        try:
+            pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
+        except NotFoundError:
+            await self._drop_unowned(uid, ns, node)
+            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+        try:
+            if self._check_pod(pod, args):
+                return BindResult(BindOutcome.ALREADY_BOUND), pod
+        except _Failed:
+            await self._drop_unowned(uid, ns, node)
+            raise
+        wait = self._wait(is_pod_group_member(pod))
+        claim = await self._store.reservations.claim(uid, node, token, self._claim_ttl(wait))
+        if isinstance(claim, ClaimRefused):
+            if claim.reason == "absent" and not self._requests_devices(pod):
+                await self._create_binding(args)
+                return BindResult(BindOutcome.PLAIN), pod
+            raise self._refused(args, claim)
+        return _Started(claim, pod, resource_version_of(pod), wait)
 
     async def _lock(
         self, args: ExtenderBindingArgs, alloc: Allocation, token: str, wait: tuple[float, float | None]
@@ -357,10 +411,18 @@ class Binder:
         return False
 
     async def _annotate(
-        self, pod: Mapping[str, Any], args: ExtenderBindingArgs, annos: Mapping[str, str], token: str
+        self,
+        pod: Mapping[str, Any] | None,
+        resource_version: str,
+        args: ExtenderBindingArgs,
+        annos: Mapping[str, str],
+        token: str,
     ) -> KubeObject | None:
-        """Write every allocation annotation and the label in one merge patch, guarded by resourceVersion, while
-        this bind's claim still owns the pod's record (re-checked just before each attempt).
+        """Write every allocation annotation and the label in one merge patch, guarded by ``resource_version``,
+        while this bind's claim still owns the pod's record (re-checked just before each attempt). ``pod`` None:
+        not read; the filter saw it at ``resource_version`` with no allocation, so a patch at that version finds
+        none either. A conflict (409: the pod changed, or the hint was stale) reads the pod, checks it, and tries
+        again at its version.
 
         None when a re-read finds the pod bound to this node meanwhile (a concurrent bind of the same pod).
         ``_Failed(NOT_OWNER)`` when the claim was lost or another decision's allocation is on the pod."""
@@ -368,12 +430,8 @@ class Binder:
         labels = allocation_labels(args.node)
         for _ in range(_POD_PATCH_ATTEMPTS):
             if not await self._store.reservations.check_claim(args.pod_uid, args.node, token, self.claim_ttl_s):
-                raise _Failed(
-                    BindOutcome.NOT_OWNER,
-                    f"pod {ns}/{name}: this bind no longer owns its devices on node {args.node} (taken over, "
-                    "released or Redis restarted); nothing written, the pod will be retried",
-                )
-            foreign = _foreign_allocation(pod, annos, self._allocated_keys)
+                raise self._lost(args)
+            foreign = "" if pod is None else _foreign_allocation(pod, annos, self._allocated_keys)
             if foreign:
                 raise _Failed(
                     BindOutcome.NOT_OWNER, f"pod {ns}/{name} already carries another bind's allocation ({foreign})"
@@ -384,7 +442,7 @@ class Binder:
                     name,
                     annotations=annos,
                     labels=labels,
-                    resource_version=resource_version_of(pod) or None,
+                    resource_version=resource_version or None,
                     timeout_s=self._call_timeout_s,
                 )
             except NotFoundError:
@@ -396,7 +454,16 @@ class Binder:
                     raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
                 if self._check_pod(pod, args):
                     return None
+                resource_version = resource_version_of(pod)
         raise ConflictError(f"pod {ns}/{name} kept changing while its annotations were written")
+
+    @staticmethod
+    def _lost(args: ExtenderBindingArgs) -> _Failed:
+        return _Failed(
+            BindOutcome.NOT_OWNER,
+            f"pod {args.pod_namespace}/{args.pod_name}: this bind no longer owns its devices on node {args.node} "
+            "(taken over, released or Redis restarted); nothing written, the pod will be retried",
+        )
 
     async def _create_binding(self, args: ExtenderBindingArgs) -> None:
         ns, name, node = args.pod_namespace, args.pod_name, args.node
@@ -540,6 +607,17 @@ class Binder:
         if self._events is not None:
             target = pod if pod is not None else pod_ref(args.pod_namespace, args.pod_name, args.pod_uid)
             self._events.submit(target, [event])
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """A bind that owns the pod's record: ``pod`` as read (None: not read, the reservation's hint vouched for it),
+    ``resource_version`` the pod's patch is guarded by, ``wait`` its node-lock wait and retry period."""
+
+    claim: Claimed
+    pod: Mapping[str, Any] | None
+    resource_version: str
+    wait: tuple[float, float | None]
 
 
 class _Unknown(VgpuError):

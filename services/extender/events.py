@@ -191,4 +191,3 @@ class EventSink:
 
 def _nothing() -> None:
     return None
-

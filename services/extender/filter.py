@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from services.extender.bindhint import bind_hint_for
 from services.extender.events import pod_ref
 from services.extender.metrics import ExtenderMetrics, FilterOutcome
 from services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
@@ -74,6 +75,8 @@ class _Pod:
     request: PodRequest
     constraints: PodConstraints
     ref: Mapping[str, Any]
+    bind_hint: str = ""
+    """Stored with the reservation for the bind (:mod:`services.extender.bindhint`); empty: the bind reads the pod."""
 
     @property
     def key(self) -> str:
@@ -127,6 +130,7 @@ class FilterHandler:
         self._nvidia = deps.nvidia
         self._vendors = deps.vendor_set
         self._rules = self._vendors.rules
+        self._allocated_keys = tuple(dict.fromkeys(v.allocated_key for v in self._vendors))
         self._metrics = metrics
         self._cache = cache
         self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
@@ -200,7 +204,7 @@ class FilterHandler:
         metadata = args.pod.get("metadata")
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
-        return _Pod(namespace, name, uid, request, constraints, ref)
+        return _Pod(namespace, name, uid, request, constraints, ref, bind_hint_for(args.pod, self._allocated_keys))
 
     def _invalid_request(self, args: ExtenderArgs, error: ResourceRequestError) -> ExtenderFilterResult:
         """A pod whose GPU request cannot be honoured as written: every candidate refused with what to write.
@@ -354,9 +358,11 @@ class FilterHandler:
         # planned on the snapshot of one store epoch: a flush or a new Redis primary since refuses (not ready)
         epoch = self._cache.epoch
         if fresh:
-            reserved = await self._store.reservations.reserve_fresh(allocation, mutex=mutex, epoch=epoch)
+            reserved = await self._store.reservations.reserve_fresh(
+                allocation, mutex=mutex, epoch=epoch, hint=pod.bind_hint
+            )
         else:
-            reserved = await self._store.reservations.reserve(allocation, mutex=mutex, epoch=epoch)
+            reserved = await self._store.reservations.reserve(allocation, mutex=mutex, epoch=epoch, hint=pod.bind_hint)
         if isinstance(reserved, Reserved) and reserved.changed:
             self._cache.apply_local(decision, reserved.generation)
             self._cache.mark_busy(decision.node)  # its bind is coming: the next pods may prefer other nodes

@@ -8,10 +8,13 @@ network/429/5xx/deadline TransientError, other 4xx KubeRequestError. Every call 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import quote
 
+from shared.errors import TransientError
 from shared.k8s.client import Budget, KubeClient
 from shared.k8s.errors import KubeRequestError
 from shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
@@ -37,6 +40,23 @@ def metadata_patch(
     if resource_version is not None:
         metadata["resourceVersion"] = resource_version
     return {"metadata": metadata}
+
+
+def _seg(name: str) -> str:
+    """One path segment (object names are DNS labels; quoted all the same)."""
+    return quote(name, safe="")
+
+
+def _pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{_seg(namespace)}/pods/{_seg(name)}"
+
+
+def _node_path(name: str) -> str:
+    return f"/api/v1/nodes/{_seg(name)}"
+
+
+def _dumps(body: Any) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _rfc3339(epoch_s: float) -> str:
@@ -110,15 +130,23 @@ class Api:
     # ---- reads -------------------------------------------------------------------------------------------------
 
     async def get_pod(self, namespace: str, name: str, *, timeout_s: float | None = None) -> KubeObject:
-        obj: KubeObject = await self._client.call_json(
-            f"get pod {namespace}/{name}", self._core.read_namespaced_pod, name, namespace, timeout_s=timeout_s
+        what = f"get pod {namespace}/{name}"
+        return self._object(
+            what, await self._client.call_raw(what, "GET", _pod_path(namespace, name), timeout_s=timeout_s)
         )
-        return obj
 
     async def get_node(self, name: str, *, timeout_s: float | None = None) -> KubeObject:
-        obj: KubeObject = await self._client.call_json(
-            f"get node {name}", self._core.read_node, name, timeout_s=timeout_s
-        )
+        what = f"get node {name}"
+        return self._object(what, await self._client.call_raw(what, "GET", _node_path(name), timeout_s=timeout_s))
+
+    @staticmethod
+    def _object(what: str, body: bytes) -> KubeObject:
+        try:
+            obj = json.loads(body)
+        except ValueError as e:
+            raise TransientError(f"{what}: the API server answered with a body that is not JSON") from e
+        if not isinstance(obj, dict):
+            raise TransientError(f"{what}: the API server answered with JSON that is not an object")
         return obj
 
     async def list_pods(
@@ -184,16 +212,16 @@ class Api:
         timeout_s: float | None = None,
     ) -> KubeObject:
         """Merge-patch a pod's annotations/labels; returns the pod as stored. 409 → ConflictError."""
-        obj: KubeObject = await self._client.call_json(
-            f"patch pod {namespace}/{name}",
-            self._core.patch_namespaced_pod,
-            name,
-            namespace,
-            metadata_patch(annotations, labels, resource_version),
-            _content_type=MERGE_PATCH,
+        what = f"patch pod {namespace}/{name}"
+        body = await self._client.call_raw(
+            what,
+            "PATCH",
+            _pod_path(namespace, name),
+            _dumps(metadata_patch(annotations, labels, resource_version)),
+            content_type=MERGE_PATCH,
             timeout_s=timeout_s,
         )
-        return obj
+        return self._object(what, body)
 
     async def patch_node_metadata(
         self,
@@ -204,34 +232,42 @@ class Api:
         resource_version: str | None = None,
         timeout_s: float | None = None,
     ) -> KubeObject:
-        """Merge-patch a node's annotations/labels (the node lock uses ``resource_version``). 409 → ConflictError."""
-        obj: KubeObject = await self._client.call_json(
-            f"patch node {name}",
-            self._core.patch_node,
-            name,
-            metadata_patch(annotations, labels, resource_version),
-            _content_type=MERGE_PATCH,
+        """Merge-patch a node's annotations/labels (the node lock uses ``resource_version``); returns the node as
+        stored. 409 → ConflictError."""
+        what = f"patch node {name}"
+        body = await self._client.call_raw(
+            what,
+            "PATCH",
+            _node_path(name),
+            _dumps(metadata_patch(annotations, labels, resource_version)),
+            content_type=MERGE_PATCH,
             timeout_s=timeout_s,
         )
-        return obj
+        return self._object(what, body)
 
     async def add_node_annotation_if_absent(
         self, name: str, key: str, value: str, *, timeout_s: float | None = None
-    ) -> KubeObject | None:
+    ) -> bool:
         """Set annotation ``key`` on a node only if it is absent, in one call: a JSON patch that tests the member
-        for null (the API server passes that test on an absent member) and adds it. None when the annotation is
-        present, or the node has no annotations at all (the test or the add fails: read the node and decide)."""
+        for null (the API server passes that test on an absent member) and adds it. False when the annotation is
+        present, or the node has no annotations at all (the test or the add fails: read the node and decide).
+        The node as stored is not decoded."""
         path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
         body = [{"op": "test", "path": path, "value": None}, {"op": "add", "path": path, "value": value}]
         try:
-            obj: KubeObject = await self._client.call_json(
-                f"lock node {name}", self._core.patch_node, name, body, _content_type=JSON_PATCH, timeout_s=timeout_s
+            await self._client.call_raw(
+                f"lock node {name}",
+                "PATCH",
+                _node_path(name),
+                _dumps(body),
+                content_type=JSON_PATCH,
+                timeout_s=timeout_s,
             )
         except KubeRequestError as e:
             if e.code == 422:
-                return None
+                return False
             raise
-        return obj
+        return True
 
     # ---- binding -----------------------------------------------------------------------------------------------
 
@@ -249,12 +285,11 @@ class Api:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._client.call_json(
+        await self._client.call_raw(
             f"bind pod {namespace}/{name} to {node}",
-            self._core.create_namespaced_pod_binding,
-            name,
-            namespace,
-            body,
+            "POST",
+            _pod_path(namespace, name) + "/binding",
+            _dumps(body),
             timeout_s=timeout_s,
         )
 

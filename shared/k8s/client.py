@@ -34,6 +34,10 @@ from shared.k8s.errors import error_for
 
 logger = logging.getLogger(__name__)
 
+JSON_CONTENT = "application/json"
+_AUTH_SETTINGS = ["BearerToken"]
+"""The auth settings every generated core/v1 method names (kubernetes-asyncio's ``auth_settings``)."""
+
 
 @dataclass(frozen=True)
 class KubeSettings:
@@ -277,6 +281,51 @@ class KubeClient:
             return json.loads(body)
         except ValueError as e:
             raise TransientError(f"{what}: the API server answered {resp.status} with a body that is not JSON") from e
+
+    async def call_raw(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        *,
+        content_type: str = JSON_CONTENT,
+        timeout_s: float | None = None,
+        budget: Budget = Budget.REQUESTS,
+    ) -> bytes:
+        """One call to ``path`` (``/api/v1/...``) straight on the client's aiohttp session, with the same
+        configuration (host, credentials: the token is refreshed as for generated calls; TLS and proxy live in the
+        session) but without the generated method's argument processing (about 70 µs of CPU a call, a third of
+        the call). Returns the body of a 2xx answer undecoded: a caller that does not need it skips the parse.
+        Deadline, budget and errors as :meth:`call_json`."""
+        deadline_s = timeout_s if timeout_s is not None else self.settings.timeout_s
+        await (self.event_limiter if budget is Budget.EVENTS else self.limiter).acquire()
+        api_client = self.api_client
+        headers: dict[str, str] = {**api_client.default_headers, "Accept": JSON_CONTENT}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        await api_client.update_params_for_auth(headers, [], _AUTH_SETTINGS)
+        rest = api_client.rest_client
+        kwargs: dict[str, Any] = {"headers": headers, "data": body, "timeout": aiohttp.ClientTimeout(total=deadline_s)}
+        if rest.proxy:
+            kwargs["proxy"] = rest.proxy
+            if rest.proxy_headers:
+                kwargs["proxy_headers"] = rest.proxy_headers
+        if rest.server_hostname:
+            kwargs["server_hostname"] = rest.server_hostname
+        try:
+            async with asyncio.timeout(deadline_s):
+                async with rest.pool_manager.request(
+                    method, f"{api_client.configuration.host}{path}", **kwargs
+                ) as resp:
+                    data = await resp.read()
+        except TimeoutError as e:
+            raise TransientError(f"{what}: no answer within {deadline_s:g}s") from e
+        except aiohttp.ClientError as e:
+            raise TransientError(f"{what}: {type(e).__name__}: {e}") from e
+        if resp.status >= 400:
+            raise error_for(what, resp.status, data, resp.headers)
+        return data
 
     async def open_stream(
         self, what: str, fn: Call, *args: Any, read_timeout_s: float, **kwargs: Any

@@ -116,6 +116,7 @@ class Reservations:
             k.claims(node),
             k.quota(alloc.namespace) if fresh else k.pod_index(),  # read by a fresh reserve only
             k.meta(),
+            k.bind_hints(node),
         ]
 
     async def _run_apply(
@@ -127,6 +128,7 @@ class Reservations:
         epoch: str | None = None,
         *,
         fresh: bool = False,
+        hint: str = "",
     ) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
@@ -142,6 +144,7 @@ class Reservations:
             "1" if mutex else "0",
             "1" if fresh else "0",
             epoch or "",
+            hint,
         ]
         for _ in range(_MAX_MOVES):
             script_keys = self._apply_keys(alloc, fresh) + extra_keys
@@ -184,7 +187,13 @@ class Reservations:
         return reply
 
     async def reserve(
-        self, alloc: Allocation, fence: Fence | None = None, *, mutex: bool = False, epoch: str | None = None
+        self,
+        alloc: Allocation,
+        fence: Fence | None = None,
+        *,
+        mutex: bool = False,
+        epoch: str | None = None,
+        hint: str = "",
     ) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
@@ -196,16 +205,19 @@ class Reservations:
 
         ``epoch``: the store epoch the caller planned in; when the store is in another one (flushed, or a new
         primary: docs/store.md, failover), nothing is written and :class:`StoreEpochChanged` is raised.
+
+        ``hint``: what the bind of this reservation may use instead of reading the pod (opaque here; empty: none).
+        A successful reserve stores it with the record (or clears an older one); :meth:`claim` returns it.
         """
-        return self._reserve_result(alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch))
+        return self._reserve_result(alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint))
 
     async def reserve_fresh(
-        self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None
+        self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None, hint: str = ""
     ) -> ReserveResult | Unsettled:
         """:meth:`reserve`, only if the pod index holds nothing for the pod and its namespace has no quota
         envelope, checked in the same atomic step: what ``/filter`` would otherwise read first (in a round trip of
         its own). Otherwise nothing is reserved and the answer is :class:`Unsettled` (with the indexed node)."""
-        reply = await self._run_apply("reserve", alloc, None, mutex, epoch, fresh=True)
+        reply = await self._run_apply("reserve", alloc, None, mutex, epoch, fresh=True, hint=hint)
         if reply[0] == b"unsettled":
             return Unsettled(pod_uid=alloc.pod_uid, node=text(reply[1]) or None)
         return self._reserve_result(alloc, reply)
@@ -285,24 +297,33 @@ class Reservations:
         released = await self._release(pod_uid, node, None, f"claim:{token}")
         return isinstance(released, bytes)
 
-    async def claim(self, pod_uid: str, node: str, token: str, ttl_s: float) -> Claimed | ClaimRefused:
+    async def claim(
+        self, pod_uid: str, node: str, token: str, ttl_s: float, *, only_reserved: bool = False
+    ) -> Claimed | ClaimRefused:
         """Make the bind holding ``token`` the owner of the pod's record on ``node`` for ``ttl_s`` (design:
         ownership). The allocation returned is the one read in the same atomic step: the bind writes exactly
-        that. Another bind's live claim refuses (``busy``); an expired one is taken over."""
-        reply = await self._claim_op("claim", pod_uid, node, token, ttl_s)
+        that, with the record's bind hint. Another bind's live claim refuses (``busy``); an expired one is taken
+        over. ``only_reserved``: claim only a plain reservation; a record already claimed, bound or confirmed is
+        refused (``owned``, with its state) and nothing is written."""
+        reply = await self._claim_op(
+            "claim", pod_uid, node, token, ttl_s, condition="reserved" if only_reserved else ""
+        )
         if reply[0] != b"ok":
             kind = text(reply[0])
             if kind == "elsewhere":
                 return ClaimRefused(kind, node=text(reply[1]))
             if kind == "busy":
                 return ClaimRefused(kind, node=node, remaining_ms=as_int(reply[1]))
+            if kind == "owned":
+                return ClaimRefused(kind, node=node, state=text(reply[1]))
             return ClaimRefused(kind, node=node)
         try:
             allocation = decode_allocation(reply[2])
         except DecodeError as e:
             raise type(e)(f"stored allocation of pod {pod_uid} on node {node}", str(e)) from e
         previous = ReservationState(text(reply[1]))
-        return Claimed(allocation=allocation, previous=previous, took_over=as_int(reply[3]) == 1)
+        hint = text(reply[4]) if len(reply) > 4 else ""
+        return Claimed(allocation=allocation, previous=previous, took_over=as_int(reply[3]) == 1, hint=hint)
 
     async def check_claim(self, pod_uid: str, node: str, token: str, ttl_s: float) -> bool:
         """True while ``token`` still owns the pod's record on ``node`` (and extend the claim by ``ttl_s``)."""
@@ -313,10 +334,12 @@ class Reservations:
         False when ``token`` no longer owned it."""
         return bool((await self._claim_op("finish", pod_uid, node, token, 0))[0] == b"ok")
 
-    async def _claim_op(self, op: str, pod_uid: str, node: str, token: str, ttl_s: float) -> list[Any]:
+    async def _claim_op(
+        self, op: str, pod_uid: str, node: str, token: str, ttl_s: float, *, condition: str = ""
+    ) -> list[Any]:
         k = self._ctx.keys
-        script_keys = [k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index()]
-        args: list[Any] = ["", op, pod_uid, node, token, int(ttl_s * 1000)]
+        script_keys = [k.pod_charges(node), k.allocations(node), k.claims(node), k.pod_index(), k.bind_hints(node)]
+        args: list[Any] = ["", op, pod_uid, node, token, int(ttl_s * 1000), condition]
         if op == "check":
             # the last word before the bind writes the pod: its claim (and the record's binding state) must be
             # on a replica too, or after a failover another bind could take the record of a pod already bound
@@ -342,6 +365,7 @@ class Reservations:
             k.allocation_nodes(),
             k.pod_index(),
             k.claims(node),
+            k.bind_hints(node),
         ]
         async with self._ctx.translated("release allocation"):
             reply = await self._ctx.scripts.release_allocation(

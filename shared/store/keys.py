@@ -66,6 +66,11 @@ class Keys:
         """HASH pod uid → ``<token>|<expires_ms>``: the bind that owns the pod's record on this node."""
         return f"{self.node_tag(node)}:claims"
 
+    def bind_hints(self, node: str) -> str:
+        """HASH pod uid → what ``/filter`` saw of the pod that ``/bind`` needs (opaque to the store): written with a
+        reservation, removed with the record or when its bind finishes."""
+        return f"{self.node_tag(node)}:hints"
+
     def node_lock(self, node: str) -> str:
         """STRING ``<token>|<expires_ms>|<acquired_ms>|<owner>``: the bind arbiter of the node."""
         return f"{self.node_tag(node)}:lock"

@@ -168,21 +168,24 @@ class Unsettled:
 class Claimed:
     """This bind now owns the pod's record: ``allocation`` is what it must write (read in the same atomic step).
     ``previous`` is the state before the claim; ``took_over`` is True when another bind's expired claim was
-    replaced."""
+    replaced. ``hint`` is the record's bind hint (written by the reservation; empty: none)."""
 
     allocation: Allocation
     previous: ReservationState
     took_over: bool
+    hint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimRefused:
-    """No claim: ``reason`` is ``absent`` (no record), ``elsewhere`` (the record is on ``node``, not the one asked)
-    or ``busy`` (another bind holds a live claim for ``remaining_ms`` more)."""
+    """No claim: ``reason`` is ``absent`` (no record), ``elsewhere`` (the record is on ``node``, not the one asked),
+    ``busy`` (another bind holds a live claim for ``remaining_ms`` more) or, for a claim of a plain reservation
+    only, ``owned`` (the record is already ``state``)."""
 
     reason: str
     node: str = ""
     remaining_ms: int = 0
+    state: str = ""
 
 
 @dataclass(frozen=True, slots=True)

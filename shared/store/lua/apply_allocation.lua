@@ -1,12 +1,15 @@
 -- Reserve (extender: capacity-checked) or record (informer: unconditional, the API is the truth) one pod's
 -- charges on one node, replacing any earlier record of the same pod uid on this node atomically.
 -- KEYS: 1 capacity, 2 usage, 3 pod charges, 4 allocations, 5 generation, 6 change stream,
---       7 allocation-nodes set, 8 pod index, 9 bind claims, 10 the pod namespace's quota, 11 meta, [12 lease]
+--       7 allocation-nodes set, 8 pod index, 9 bind claims, 10 the pod namespace's quota, 11 meta, 12 bind hints,
+--       [13 lease]
 -- ARGV: 1 fence token, 2 'reserve'|'record', 3 pod uid, 4 charges JSON, 5 allocation envelope, 6 node, 7 stream maxlen,
 --       8 '1' when the pod's policy is mutex (reserve only: every charged device must be idle),
 --       9 '1' for a fresh reserve: only when the pod index holds nothing for the pod and the namespace has no
 --         quota envelope (what /filter would otherwise read first), else {'unsettled', indexed node or ''},
---       10 the store epoch the caller planned in ('' = unchecked): another epoch (a flush, a new primary) refuses
+--       10 the store epoch the caller planned in ('' = unchecked): another epoch (a flush, a new primary) refuses,
+--       11 the bind hint of a reservation ('' or absent: none); a reserve that succeeds sets or clears it, a record
+--          clears it
 -- A reserve never replaces a record a bind has claimed, marked bound, or the informer confirmed: the pod's
 -- devices belong to that decision ({'owned', state}). A record (the API's truth) replaces anything; when its
 -- content differs, the claim on the old record goes with it.
@@ -42,6 +45,15 @@ if reserve then
   state = 'reserved'
 end
 
+local function set_hint()
+  local hint = ARGV[11]
+  if reserve and hint ~= nil and hint ~= '' then
+    redis.call('HSET', KEYS[12], uid, hint)
+  else
+    redis.call('HDEL', KEYS[12], uid)
+  end
+end
+
 local function conflict(dim, device, needed, free, detail)
   return {'conflict', dim, device, fmt(needed), fmt(free), detail}
 end
@@ -59,7 +71,8 @@ if reserve and old_rec and old_state ~= 'reserved' then
   return {'owned', old_state}
 end
 if old_rec and old_cjs == cjs and redis.call('HGET', KEYS[4], uid) == blob then
-  -- same content again: a no-op, except that recording confirms a reservation
+  -- same content again: a no-op, except that recording confirms a reservation (and a reserve renews its hint)
+  set_hint()
   redis.call('SADD', KEYS[7], node)
   redis.call('HSET', KEYS[8], uid, node)
   local gen = num(redis.call('GET', KEYS[5]))
@@ -174,6 +187,7 @@ end
 apply(u, new, 1)
 store_usage(KEYS[2], u)
 redis.call('HDEL', KEYS[9], uid)
+set_hint()
 redis.call('HSET', KEYS[3], uid, state .. '|' .. fmt(now_ms()) .. '|' .. cjs)
 redis.call('HSET', KEYS[4], uid, blob)
 redis.call('SADD', KEYS[7], node)

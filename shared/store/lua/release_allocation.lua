@@ -1,6 +1,6 @@
 -- Release one pod's charges on one node. No-op if the pod holds nothing there.
 -- KEYS: 1 usage, 2 pod charges, 3 allocations, 4 generation, 5 change stream, 6 allocation-nodes set,
---       7 pod index, 8 bind claims, [9 lease]
+--       7 pod index, 8 bind claims, 9 bind hints, [10 lease]
 -- ARGV: 1 fence token, 2 pod uid, 3 node, 4 stream maxlen, 5 condition:
 --       ''               unconditional (the pod ended, the API says otherwise);
 --       'reserved'       only a plain reservation (a re-filter): never a record a bind claimed, bound or the
@@ -19,6 +19,7 @@ if not rec then
     redis.call('HDEL', KEYS[7], uid)
   end
   redis.call('HDEL', KEYS[8], uid)
+  redis.call('HDEL', KEYS[9], uid)
   return {'absent'}
 end
 local state, _, cjs = parse_record(rec)
@@ -51,6 +52,7 @@ store_usage(KEYS[1], u)
 redis.call('HDEL', KEYS[2], uid)
 redis.call('HDEL', KEYS[3], uid)
 redis.call('HDEL', KEYS[8], uid)
+redis.call('HDEL', KEYS[9], uid)
 if redis.call('HGET', KEYS[7], uid) == node then
   redis.call('HDEL', KEYS[7], uid)
 end

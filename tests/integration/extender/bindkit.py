@@ -11,8 +11,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from services.extender.bind import Binder
+from services.extender.bindhint import bind_hint_for
 from services.extender.events import EventSink
 from services.extender.metrics import ExtenderMetrics
+from shared.codec import annotations as keys
 from shared.domain.accounting import collapse
 from shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
 from shared.emulator import Emulator, WriteRecord
@@ -109,6 +111,8 @@ class Harness:
     sink: EventSink
     posted: Recorded
     nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    hints: bool = False
+    """Reserve as ``/filter`` does, with the bind hint of the pod as created (the bind then does not read it)."""
 
     def binder(self, **kw: Any) -> Binder:
         opts: dict[str, Any] = {
@@ -129,13 +133,19 @@ class Harness:
         await self.store.inventory.put(inventory(name, n, **kw))
         return self.em.put(node_obj(name, n=n, **kw))
 
-    async def reserve(self, alloc: Allocation, *, quota: bool = True) -> None:
+    async def reserve(self, alloc: Allocation, *, quota: bool = True, hint: str = "") -> None:
         from shared.store import Reserved
 
         if quota:
             await self.store.quota.charge(alloc.namespace, alloc.pod_uid, alloc.quota_mem_mib, alloc.quota_cores_pct)
-        result = await self.store.reservations.reserve(alloc)
+        result = await self.store.reservations.reserve(alloc, hint=hint)
         assert isinstance(result, Reserved), result
+
+    async def reserve_pod(self, pod: Mapping[str, Any], alloc: Allocation, *, quota: bool = True) -> None:
+        """:meth:`reserve` the pod's allocation, with the pod's bind hint (as ``/filter`` writes it) when
+        :attr:`hints` is set."""
+        hint = bind_hint_for(pod, (keys.DEVICES_ALLOCATED,)) if self.hints else ""
+        await self.reserve(alloc, quota=quota, hint=hint)
 
     def pod(self, name: str, namespace: str = "default") -> dict[str, Any]:
         obj = self.em.get("Pod", namespace, name)

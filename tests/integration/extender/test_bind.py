@@ -24,9 +24,12 @@ from tests.integration.extender.bindkit import NOW, Harness, allocation, harness
 NODE = "gpu-node-1"
 
 
-@pytest.fixture
-async def h(redis_url: str) -> AsyncIterator[Harness]:
+@pytest.fixture(params=[False, True], ids=["read-pod", "filter-hint"])
+async def h(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """Every test runs twice: with a reservation as an older replica wrote it (the bind reads the pod) and with
+    the filter's bind hint (the bind does not read the pod; its patch is guarded by the hint's version)."""
     async with harness(redis_url) as hh:
+        hh.hints = request.param
         await hh.seed_node(NODE)
         await hh.seed_node("gpu-node-2")
         yield hh
@@ -39,7 +42,7 @@ def args_for(pod: dict[str, Any], node: str = NODE) -> ExtenderBindingArgs:
 
 async def reserved_pod(h: Harness, name: str = "p1", node: str = NODE, **kw: Any) -> dict[str, Any]:
     pod = h.create_pod(pod_obj(name, **kw))
-    await h.reserve(allocation(pod, node, (0, 1000, 10)))
+    await h.reserve_pod(pod, allocation(pod, node, (0, 1000, 10)))
     return pod
 
 
@@ -390,7 +393,7 @@ async def test_the_lock_annotation_decides(
 async def test_two_pods_racing_for_one_node_one_binds_the_other_times_out(h: Harness) -> None:
     p1 = await reserved_pod(h, "p1")
     p2 = h.create_pod(pod_obj("p2"))
-    await h.reserve(allocation(p2, NODE, (1, 1000, 10)))
+    await h.reserve_pod(p2, allocation(p2, NODE, (1, 1000, 10)))
     b1, b2 = h.binder(lock_wait_s=0.2), h.binder(lock_wait_s=0.2)  # two replicas
     r1, r2 = await asyncio.gather(b1.bind(args_for(p1)), b2.bind(args_for(p2)))
     assert sorted([r1.outcome.value, r2.outcome.value]) == ["bound", "lock_timeout"]

@@ -9,7 +9,7 @@ import pytest
 
 from services.extender.bind import BindOutcome
 from shared.codec import annotations as keys
-from shared.k8s import KubeObject
+from shared.emulator import WriteRecord
 from shared.store import Claimed, ReservationState
 from tests.integration.extender.bindkit import Harness, allocation, harness, pod_obj
 from tests.integration.extender.test_bind import args_for
@@ -17,9 +17,10 @@ from tests.integration.extender.test_bind import args_for
 NODE = "gpu-node-1"
 
 
-@pytest.fixture
-async def h(redis_url: str) -> AsyncIterator[Harness]:
+@pytest.fixture(params=[False, True], ids=["read-pod", "filter-hint"])
+async def h(redis_url: str, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     async with harness(redis_url) as hh:
+        hh.hints = request.param
         await hh.seed_node(NODE)
         await hh.seed_node("gpu-node-2")
         yield hh
@@ -27,7 +28,7 @@ async def h(redis_url: str) -> AsyncIterator[Harness]:
 
 async def _reserved(h: Harness) -> dict[str, Any]:
     pod = h.create_pod(pod_obj("p1"))
-    await h.reserve(allocation(pod, NODE, (0, 1000, 10)))
+    await h.reserve_pod(pod, allocation(pod, NODE, (0, 1000, 10)))
     return pod
 
 
@@ -64,23 +65,23 @@ async def test_two_replicas_binding_one_pod_at_once_bind_it_once(h: Harness) -> 
 
 
 async def test_undo_leaves_another_decisions_annotations_alone(h: Harness) -> None:
-    """The issue's mechanism: between this bind's pod read and its patch, another decision annotates and binds
-    the pod elsewhere. The losing bind must not strip the winner's annotations (it used to)."""
+    """The issue's mechanism: between this bind's view of the pod (its read, or the filter's hint) and its patch,
+    another decision annotates and binds the pod elsewhere. The losing bind must not strip the winner's
+    annotations (it used to)."""
     pod = await _reserved(h)
     winner = {keys.VGPU_NODE: "gpu-node-2", keys.DEVICES_ALLOCATED: "GPU-x,NVIDIA,1000,10:;", keys.VGPU_TIME: "1"}
-    real_get = h.api.get_pod
-    calls = 0
+    raced = False
 
-    async def get_then_race(ns: str, name: str, **kw: Any) -> KubeObject:
-        nonlocal calls
-        calls += 1
-        got = await real_get(ns, name, **kw)
-        if calls == 1:
-            h.em.patch("Pod", ns, name, {"metadata": {"annotations": winner}, "spec": {"nodeName": "gpu-node-2"}})
-        return got
+    def race(rec: WriteRecord) -> None:
+        nonlocal raced
+        if rec.resource == "nodes" and not raced:  # this bind's node lock: its pod patch comes next
+            raced = True
+            bound_elsewhere = {"metadata": {"annotations": winner}, "spec": {"nodeName": "gpu-node-2"}}
+            h.em.patch("Pod", "default", "p1", bound_elsewhere)
 
-    h.api.get_pod = get_then_race  # type: ignore[method-assign,assignment]
+    h.em.hooks.append(race)
     result = await h.binder().bind(args_for(pod))
+    assert raced
     assert result.outcome is BindOutcome.BOUND_ELSEWHERE
     assert _hami(h.pod("p1")) == winner
     assert keys.NODE_LOCK not in (h.node(NODE)["metadata"].get("annotations") or {})

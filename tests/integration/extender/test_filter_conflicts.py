@@ -25,16 +25,16 @@ class Intercepted:
         self.calls: list[str] = []
 
     async def reserve(
-        self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None
+        self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None, hint: str = ""
     ) -> ReserveResult:
         await self._intercept(alloc)
-        return await self._inner.reserve(alloc, fence, mutex=mutex, epoch=epoch)
+        return await self._inner.reserve(alloc, fence, mutex=mutex, epoch=epoch, hint=hint)
 
     async def reserve_fresh(
-        self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None
+        self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None, hint: str = ""
     ) -> ReserveResult | Unsettled:
         await self._intercept(alloc)
-        return await self._inner.reserve_fresh(alloc, mutex=mutex, epoch=epoch)
+        return await self._inner.reserve_fresh(alloc, mutex=mutex, epoch=epoch, hint=hint)
 
     async def _intercept(self, alloc: Allocation) -> None:
         self.calls.append(alloc.node)
@@ -139,15 +139,15 @@ async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api
             self.calls = 0
 
         async def reserve(
-            self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None
+            self, alloc: Allocation, fence: Any = None, *, mutex: bool = False, epoch: str | None = None, hint: str = ""
         ) -> ReserveResult:
             self.calls += 1
             return ReserveConflict(alloc.pod_uid, alloc.node, ConflictDimension.SLOTS, "GPU-n1-0", 1, 0, "busy")
 
         async def reserve_fresh(
-            self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None
+            self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None, hint: str = ""
         ) -> ReserveResult:
-            return await self.reserve(alloc, mutex=mutex, epoch=epoch)
+            return await self.reserve(alloc, mutex=mutex, epoch=epoch, hint=hint)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self.inner, name)

@@ -360,3 +360,46 @@ async def test_no_cluster_at_all_says_what_was_tried(no_ambient_config: Path) ->
         "Give --kubeconfig FILE (or set KUBECONFIG) for a cluster outside, or --kube-server URL for an API server "
         "without credentials"
     )
+
+
+async def test_raw_calls_carry_the_credentials_and_agent_of_generated_calls(
+    tmp_path: Path, no_ambient_config: Path
+) -> None:
+    """The bind path's calls skip kubernetes-asyncio's generated methods: they must still authenticate the same."""
+    from aiohttp import web
+
+    seen: list[tuple[str, str, str | None, str | None, str | None]] = []
+
+    async def record(request: web.Request) -> web.Response:
+        h = request.headers
+        seen.append((request.method, request.path, h.get("Authorization"), h.get("User-Agent"), h.get("Content-Type")))
+        if request.path == "/api/v1/nodes":
+            return web.json_response({"items": []})
+        return web.json_response({"metadata": {"name": "p", "namespace": "default"}})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        kubeconfig = tmp_path / "config"
+        kubeconfig.write_text(_kubeconfig(f"http://{host}:{port}"))
+        async with open_client(KubeSettings(kubeconfig=str(kubeconfig), user_agent="vgpu-test")) as client:
+            api = Api(client, component="x")
+            assert await api.list_nodes() == []  # a generated call
+            assert (await api.get_pod("default", "p"))["metadata"]["name"] == "p"
+            await api.patch_pod_metadata("default", "p", annotations={"a": "b"}, resource_version="7")
+            assert await api.add_node_annotation_if_absent("n1", "hami.io/mutex.lock", "v")
+            await api.bind_pod("default", "p", "n1", uid="u")
+    finally:
+        await runner.cleanup()
+    assert seen == [
+        ("GET", "/api/v1/nodes", "Bearer abc", "vgpu-test", "application/json"),  # the generated GET names one too
+        ("GET", "/api/v1/namespaces/default/pods/p", "Bearer abc", "vgpu-test", None),
+        ("PATCH", "/api/v1/namespaces/default/pods/p", "Bearer abc", "vgpu-test", "application/merge-patch+json"),
+        ("PATCH", "/api/v1/nodes/n1", "Bearer abc", "vgpu-test", "application/json-patch+json"),
+        ("POST", "/api/v1/namespaces/default/pods/p/binding", "Bearer abc", "vgpu-test", "application/json"),
+    ]

@@ -3,6 +3,8 @@ confirmed, and the conditional releases that keep a second decision from moving 
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from shared.domain.model import DeviceUsage
@@ -108,3 +110,79 @@ async def test_unconfirmed_listing_includes_records_mid_bind(s: Store) -> None:
     assert isinstance(await s.reservations.claim("p1", "n1", "tok-a", 60), Claimed)
     stale = await s.reservations.list_unconfirmed_older_than(0)
     assert [(r.allocation.pod_uid, r.state) for r in stale] == [("p1", ReservationState.BINDING)]
+
+
+# ---- the bind hint and the claim of a plain reservation only ---------------------------------------------------
+
+
+async def _hint(s: Store, uid: str = "p1", node_name: str = "n1") -> bytes | None:
+    raw = await s.client.hget(s.keys.bind_hints(node_name), uid)
+    return raw.encode() if isinstance(raw, str) else raw
+
+
+async def test_a_reservation_carries_its_bind_hint_to_the_claim_and_the_finish_drops_it(s: Store) -> None:
+    assert isinstance(await s.reservations.reserve(A, hint="1|-|42"), Reserved)  # same content: the hint is set
+    claimed = await s.reservations.claim("p1", "n1", "tok-a", 60, only_reserved=True)
+    assert claimed == Claimed(allocation=A, previous=ReservationState.RESERVED, took_over=False, hint="1|-|42")
+    assert await s.reservations.finish_claim("p1", "n1", "tok-a")
+    assert await _hint(s) is None
+
+
+async def test_a_reserve_without_a_hint_clears_an_older_one(s: Store) -> None:
+    assert isinstance(await s.reservations.reserve(A, hint="1|-|42"), Reserved)
+    assert await _hint(s) == b"1|-|42"
+    assert isinstance(await s.reservations.reserve(A), Reserved)  # an older replica's filter, or an unhinted pod
+    assert await _hint(s) is None
+    claimed = await s.reservations.claim("p1", "n1", "tok-a", 60)
+    assert isinstance(claimed, Claimed) and claimed.hint == ""
+
+
+@pytest.mark.parametrize("how", ["release", "release_unowned", "release_claimed", "record"])
+async def test_the_hint_goes_with_the_record(s: Store, how: str) -> None:
+    assert isinstance(await s.reservations.reserve(A, hint="1|g|42"), Reserved)
+    if how == "release":
+        await s.reservations.release("p1", "n1")
+    elif how == "release_unowned":
+        assert await s.reservations.release_unowned("p1", "n1") is True
+    elif how == "release_claimed":
+        assert isinstance(await s.reservations.claim("p1", "n1", "tok-a", 60), Claimed)
+        assert await s.reservations.release_claimed("p1", "n1", "tok-a")
+    else:
+        await s.reservations.record(A)  # the informer's truth: the bind that needed the hint is over
+    assert await _hint(s) is None
+
+
+@pytest.mark.parametrize(
+    "prepare, state",
+    [
+        pytest.param("claim-expired", ReservationState.BINDING, id="binding"),
+        pytest.param("finish", ReservationState.BOUND, id="bound"),
+        pytest.param("confirm", ReservationState.CONFIRMED, id="confirmed"),
+    ],
+)
+async def test_a_claim_of_a_plain_reservation_only_leaves_any_other_record_untouched(
+    s: Store, prepare: str, state: ReservationState
+) -> None:
+    if prepare == "confirm":
+        assert await s.reservations.confirm("p1", "n1")
+    else:
+        assert isinstance(
+            await s.reservations.claim("p1", "n1", "tok-a", 0.001 if prepare != "finish" else 60), Claimed
+        )
+        if prepare == "finish":
+            assert await s.reservations.finish_claim("p1", "n1", "tok-a")
+    if prepare == "claim-expired":
+        await asyncio.sleep(0.05)  # the 1 ms expiry is on the server clock
+    refused = await s.reservations.claim("p1", "n1", "tok-b", 60, only_reserved=True)
+    assert refused == ClaimRefused("owned", node="n1", state=state.value)
+    assert await _state(s) is state
+    assert not await s.reservations.check_claim("p1", "n1", "tok-b", 60)  # no claim was taken
+    # the ordinary claim still takes it (a bind that read the pod first)
+    assert isinstance(await s.reservations.claim("p1", "n1", "tok-b", 60), Claimed)
+
+
+async def test_a_claim_of_a_plain_reservation_only_refuses_absent_and_elsewhere_as_before(s: Store) -> None:
+    assert await s.reservations.claim("nobody", "n1", "tok", 60, only_reserved=True) == ClaimRefused(
+        "absent", node="n1"
+    )
+    assert await s.reservations.claim("p1", "n2", "tok", 60, only_reserved=True) == ClaimRefused("elsewhere", node="n1")
