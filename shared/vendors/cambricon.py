@@ -588,10 +588,6 @@ class CambriconVendor:
 
     # ---- pod device lists ----------------------------------------------------------------------------------
 
-    def extra_pod_annotations(self, devices: PodDevices) -> dict[str, str]:
-        """HAMi's ``PatchAnnotations`` besides the device lists (:func:`extra_annotations`), written by /bind."""
-        return extra_annotations(devices)
-
     def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
         return encode_pod_devices(devices, TO_ALLOCATE_KEY)
 

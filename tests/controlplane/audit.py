@@ -317,16 +317,18 @@ def _audit_vendor_keys(pod: Mapping[str, Any], vendor: Vendor, inv: NodeInventor
             report.correctness.append(f"{where}: no {to_allocate}")
         elif annos.get(keys.BIND_PHASE) == "success" and left.strip(";"):
             report.correctness.append(f"{where}: {to_allocate} not consumed by the plugin: {left!r}")
-    for extra_key, extra in _expected_extras(vendor, split_by_vendor(entries, vendor.name)).items():
+    stamp = annos.get("hami.io/bind-time", "")
+    now_unix = int(stamp) if stamp.isdigit() else -1  # the bind writes its extras at its own bind-time
+    for extra_key, extra in _expected_extras(vendor, split_by_vendor(entries, vendor.name), now_unix).items():
         if annos.get(extra_key) != extra:
             report.correctness.append(f"{where}: {extra_key} is {annos.get(extra_key)!r}, expected {extra!r}")
 
 
-def _expected_extras(vendor: Vendor, devices: PodDevices) -> Mapping[str, str]:
+def _expected_extras(vendor: Vendor, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
     """The pod annotations besides the device lists that HAMi's ``PatchAnnotations`` of ``vendor`` writes:
-    the vendor's own hook, and for Cambricon ``CAMBRICON_DSMLU_ASSIGNED``/``CAMBRICON_DSMLU_PROFILE``."""
+    the vendor's own hook (Ascend's runtime list and predicate-time, Cambricon's CAMBRICON_DSMLU_*)."""
     if isinstance(vendor, ExtraPodAnnotations):
-        return vendor.extra_pod_annotations(devices)
+        return vendor.extra_pod_annotations(devices, now_unix)
     if vendor.name == cambricon.MLU:
         return cambricon.extra_annotations(devices)
     return {}

@@ -681,6 +681,7 @@ def test_bind_writes_the_patch_annotations_with_the_device_lists() -> None:
     got = device_list_annotations(devices, Vendors((NvidiaVendor(), V)))
     assert got == {
         "CAMBRICON_DSMLU_ASSIGNED": "false",
+        "CAMBRICON_DSMLU_ASSIGHED": "false",
         "CAMBRICON_DSMLU_PROFILE": "0_1_1000",
         "hami.io/cambricon-mlu-devices-to-allocate": "node-cambricon-mlu-0,MLU,256000,1:;",
         "hami.io/cambricon-mlu-devices-allocated": "node-cambricon-mlu-0,MLU,256000,1:;",
