@@ -87,6 +87,7 @@ async def _failover(
             print(f"filters answered not-ready meanwhile: {not_ready:.0f}")
 
 
+@pytest.mark.timeout(400)  # its waits (each with its own message) bound it; 46 s alone, over 120 s under load
 async def test_primary_killed_mid_run_with_three_extender_replicas() -> None:
     await _failover(pods=60, share=0.1, seed=21)
 
