@@ -3,7 +3,7 @@ string, and what an allocation charges to each vendor."""
 
 from __future__ import annotations
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from shared.codec.envelope import decode_quota_limits, encode_quota_limits
