@@ -3,16 +3,20 @@ it atomically beside NVIDIA's, and an NVIDIA pod of the same namespace is not li
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
-from shared.domain.model import NodeInventory, QuotaUse, VendorLimits, quota_limits
+from services.extender.webhook import Admitter, WebhookOutcome
+from shared.domain.model import NodeInventory, NvidiaConfig, QuotaUse, VendorLimits, quota_limits
 from shared.k8s import Api
+from shared.protocol.admission import parse_admission_review
 from shared.store import PodQuotaCharge, Store
 from shared.vendors.nvidia import NvidiaVendor
 from shared.vendors.registry import Vendors
 from tests.fakevendor import FakeVendor, fake_devices
 from tests.integration.extender.filter_harness import node, running_extender, seed
+from tests.integration.extender.test_webhook import review
 
 DCU = FakeVendor("DCU")
 VENDORS = Vendors((NvidiaVendor(), DCU))
@@ -52,3 +56,26 @@ async def test_a_dcu_limit_refuses_a_dcu_pod_beyond_it_and_not_an_nvidia_pod(sto
     assert _uid(second) not in charges
     state = await store.quota.get("team")
     assert state.used_others == (("DCU", QuotaUse(3000, 10)),)
+
+
+async def test_the_webhook_reads_the_quota_for_a_vendor_only_pod_and_denies_beyond_the_limit(store: Store) -> None:
+    await store.quota.set_limits("team", quota_limits(VendorLimits(), {"DCU": VendorLimits(mem_mib=5000)}))
+    await store.quota.charge("team", "running", 0, 0, others=(("DCU", QuotaUse(3000, 10)),))
+    admitter = Admitter(
+        nvidia=NvidiaConfig(),
+        scheduler_name="vgpu-scheduler",
+        force_overwrite_default_scheduler=True,
+        quota=store.quota,
+        vendors=VENDORS,
+    )
+
+    async def admit(pod: dict[str, Any]) -> tuple[WebhookOutcome, str]:
+        kind, outcome = await admitter.admit(parse_admission_review(json.dumps(review(pod, namespace="team"))))
+        return kind, outcome.message
+
+    over = _pod("d3", {"dcu.com/num": 1, "dcu.com/mem": 2001})
+    assert await admit(over) == (WebhookOutcome.DENIED, "exceeding resource quota")
+    within = _pod("d4", {"dcu.com/num": 1, "dcu.com/mem": 2000})
+    assert (await admit(within))[0] is WebhookOutcome.MUTATED
+    gpu = _pod("g2", {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 50_000})
+    assert (await admit(gpu))[0] is WebhookOutcome.MUTATED
