@@ -142,7 +142,7 @@ class Accountant:
             alloc.quota_mem_mib,
             alloc.quota_cores_pct,
             self._fence,
-            others=alloc.quota_others,
+            others=alloc.quota_others_of(self._vendors.names),
         )
         if alloc.pod_uid not in self._recorded:
             logger.info(

@@ -292,7 +292,7 @@ class Reconciler:
         want: dict[str, dict[str, PodQuotaCharge]] = {}
         for alloc in desired.values():
             want.setdefault(alloc.namespace, {})[alloc.pod_uid] = PodQuotaCharge(
-                alloc.quota_mem_mib, alloc.quota_cores_pct, alloc.quota_others
+                alloc.quota_mem_mib, alloc.quota_cores_pct, alloc.quota_others_of(self._vendors.names)
             )
         orphans: set[tuple[str, str]] = set()
         for ns in sorted(set(want) | set(current)):

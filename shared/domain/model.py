@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 NVIDIA = "NVIDIA"
@@ -356,6 +356,11 @@ class Allocation:
             m, k = sums.get(word, (0, 0))
             sums[word] = (m + c.mem_mib, k + c.cores_pct)
         return tuple((w, QuotaUse(m, k)) for w, (m, k) in sorted(sums.items()) if m or k)
+
+    def quota_others_of(self, vendors: Collection[str]) -> QuotaUses:
+        """:attr:`quota_others` restricted to ``vendors`` (the enabled common words): a device type no enabled
+        vendor has is charged nowhere."""
+        return tuple((w, u) for w, u in self.quota_others if w in vendors)
 
 
 # --------------------------------------------------------------------------------------------

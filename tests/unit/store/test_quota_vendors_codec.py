@@ -92,3 +92,5 @@ def test_allocation_charges_each_vendor_its_own_devices() -> None:
     alloc = Allocation("u", "ns", "p", "n1", devices, charges)
     assert (alloc.quota_mem_mib, alloc.quota_cores_pct) == (2000, 10)
     assert alloc.quota_others == (("DCU", QuotaUse(5120, 50)),)
+    assert alloc.quota_others_of({"NVIDIA", "DCU"}) == (("DCU", QuotaUse(5120, 50)),)
+    assert alloc.quota_others_of({"NVIDIA", "MLU"}) == ()  # a type no enabled vendor has is charged nowhere
