@@ -50,7 +50,15 @@ from shared.protocol.extender import (
     ExtenderFilterResult,
     parse_extender_args,
 )
-from shared.store import ConflictDimension, Owned, QuotaExceeded, ReserveConflict, Reserved, Unsettled
+from shared.store import (
+    ConflictDimension,
+    Owned,
+    PodQuotaCharge,
+    QuotaExceeded,
+    ReserveConflict,
+    Reserved,
+    Unsettled,
+)
 
 if TYPE_CHECKING:
     from services.extender.service import ExtenderDeps
@@ -314,7 +322,12 @@ class FilterHandler:
                     failed = dict.fromkeys(names, Reason.RESOURCE_QUOTA_NOT_FIT.value)
                     logger.debug(
                         "quota refused the charge",
-                        extra={"pod": pod.key, "dimension": outcome.dimension.value, "limit": outcome.limit},
+                        extra={
+                            "pod": pod.key,
+                            "vendor": outcome.vendor,
+                            "dimension": outcome.dimension.value,
+                            "limit": outcome.limit,
+                        },
                     )
                     return self._unschedulable(pod, names, failed, FilterOutcome.QUOTA_EXCEEDED, retries)
                 else:
@@ -343,13 +356,14 @@ class FilterHandler:
         the pod's context was not read; reserve only if it holds no record and its namespace no quota."""
         allocation = _allocation(pod, decision)
         if quota is not None:
-            mem_mib, cores_pct = quota_charge(allocation)
+            owed = quota_charge(allocation)
             charge = await self._store.quota.charge(
                 pod.namespace,
                 pod.uid,
-                mem_mib,
-                cores_pct,
+                owed.mem_mib,
+                owed.cores_pct,
                 mem_limit_factor=max(self._nvidia.memory_factor, 1),
+                others=owed.others,
             )
             if isinstance(charge, QuotaExceeded):
                 return charge
@@ -572,10 +586,11 @@ def _allocation(pod: _Pod, decision: Decision) -> Allocation:
     )
 
 
-def quota_charge(allocation: Allocation) -> tuple[int, int]:
+def quota_charge(allocation: Allocation) -> PodQuotaCharge:
     """What the allocation charges to its namespace's quota: memory and cores of its NVIDIA devices (the quota's
-    ``nvidia.com/gpumem`` / ``gpucores``); other vendors' devices are not counted there."""
-    return allocation.quota_mem_mib, allocation.quota_cores_pct
+    ``nvidia.com/gpumem`` / ``gpucores``), then every other vendor's devices by common word (that vendor's
+    ``limits.<memory resource>`` / ``limits.<core resource>``)."""
+    return PodQuotaCharge(allocation.quota_mem_mib, allocation.quota_cores_pct, allocation.quota_others)
 
 
 def _answer(result: ExtenderFilterResult) -> web.Response:

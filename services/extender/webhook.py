@@ -24,7 +24,7 @@ from aiohttp import web
 
 from services.extender.metrics import ExtenderMetrics
 from shared.config.settings import ExtenderSettings
-from shared.domain.model import NvidiaConfig, QuotaState
+from shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
 from shared.errors import DecodeError, VgpuError
 from shared.k8s.objects import meta, namespace_of
 from shared.protocol.admission import (
@@ -39,7 +39,13 @@ from shared.protocol.admission import (
     review_response,
 )
 from shared.protocol.extender import MAX_BODY_BYTES
-from shared.protocol.webhook import MSG_OTHER_SCHEDULER, apply_patch, mutate_pod, quota_demand
+from shared.protocol.webhook import (
+    MSG_OTHER_SCHEDULER,
+    apply_patch,
+    mutate_pod,
+    quota_demand,
+    vendor_quota_demands,
+)
 from shared.store import QuotaRepo
 from shared.vendors.registry import Vendors
 
@@ -124,7 +130,8 @@ class Admitter:
             return None
         try:
             mutated = apply_patch(pod, outcome.patch_ops) if outcome.patch_ops else pod
-            if quota_demand(mutated, self._nvidia).zero:
+            others = tuple(v for v in self._vendors if v.name != NVIDIA) if self._vendors is not None else ()
+            if quota_demand(mutated, self._nvidia).zero and not vendor_quota_demands(mutated, others):
                 return None
         except DecodeError:
             return None  # mutate_pod reports malformed pods itself

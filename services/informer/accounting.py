@@ -137,7 +137,12 @@ class Accountant:
         """Record the pod's allocation (confirmed) and its quota charge."""
         result = await self._store.reservations.record(alloc, self._fence)
         await self._store.quota.record(
-            alloc.namespace, alloc.pod_uid, alloc.quota_mem_mib, alloc.quota_cores_pct, self._fence
+            alloc.namespace,
+            alloc.pod_uid,
+            alloc.quota_mem_mib,
+            alloc.quota_cores_pct,
+            self._fence,
+            others=alloc.quota_others_of(self._vendors.names),
         )
         if alloc.pod_uid not in self._recorded:
             logger.info(

@@ -47,6 +47,8 @@ from shared.store import (
     SyncMarker,
     UndecodableRecord,
 )
+from shared.vendors.catalog import NVIDIA_ONLY_VENDORS
+from shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +86,10 @@ class Reconciler:
         metrics: InformerMetrics,
         list_pods: Lister,
         list_quotas: Lister,
+        vendors: Vendors = NVIDIA_ONLY_VENDORS,
     ) -> None:
         self._store = store
+        self._vendors = vendors
         self._fence = fence
         self._cfg = cfg
         self._accountant = accountant
@@ -288,14 +292,16 @@ class Reconciler:
         want: dict[str, dict[str, PodQuotaCharge]] = {}
         for alloc in desired.values():
             want.setdefault(alloc.namespace, {})[alloc.pod_uid] = PodQuotaCharge(
-                alloc.quota_mem_mib, alloc.quota_cores_pct
+                alloc.quota_mem_mib, alloc.quota_cores_pct, alloc.quota_others_of(self._vendors.names)
             )
         orphans: set[tuple[str, str]] = set()
         for ns in sorted(set(want) | set(current)):
             have = current.get(ns, {})
             for uid, charge in want.get(ns, {}).items():
                 if have.get(uid) != charge:
-                    await self._store.quota.record(ns, uid, charge.mem_mib, charge.cores_pct, self._fence)
+                    await self._store.quota.record(
+                        ns, uid, charge.mem_mib, charge.cores_pct, self._fence, others=charge.others
+                    )
                     self._quota_repair(report, ns, uid, "missing or different")
             for uid in have:
                 if uid in want.get(ns, {}) or uid in keep:
@@ -315,7 +321,7 @@ class Reconciler:
     async def _reconcile_quota_limits(
         self, report: ReconcileReport, quotas: list[dict[str, Any]], known: list[str]
     ) -> None:
-        want = namespace_limits(quotas, self._cfg)
+        want = namespace_limits(quotas, self._cfg, self._vendors)
         for ns in sorted(set(want) | set(known)):
             limits = want.get(ns, QuotaLimits())
             state = await self._store.quota.get(ns)

@@ -194,6 +194,7 @@ class _Term:
         self.api = deps.api
         self.metrics = service.metrics
         self.cfg = settings.common.nvidia
+        self.vendors = service.vendors
         self.tuning = deps.tuning
         self.clock = deps.clock
         self.mutex = asyncio.Lock()  # accounting writes vs reconcile passes
@@ -225,6 +226,7 @@ class _Term:
             metrics=self.metrics,
             list_pods=self._list_pods,
             list_quotas=self._list_quotas,
+            vendors=service.vendors,
         )
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -298,7 +300,7 @@ class _Term:
         key = key_of(ev.obj)
         current = [q for q in self.quotas.objects() if key_of(q) != key]
         if ev.kind is not EventKind.DELETED:
-            reading = read_quota(ev.obj, self.cfg)
+            reading = read_quota(ev.obj, self.cfg, self.vendors)
             for problem in reading.problems:
                 await self.reporter.report(
                     Malformed.QUOTA_LIMIT, "ResourceQuota", ev.obj, UNREADABLE_QUOTA, str(problem)
@@ -309,7 +311,7 @@ class _Term:
         else:
             self.reporter.forget("ResourceQuota", ev.obj)
         ns = namespace_of(ev.obj)
-        limits = combine(read_quota(q, self.cfg).limits for q in current if namespace_of(q) == ns)
+        limits = combine(read_quota(q, self.cfg, self.vendors).limits for q in current if namespace_of(q) == ns)
         async with self.mutex:
             state = await self.store.quota.get(ns)
             if state.limits != limits:
@@ -318,7 +320,7 @@ class _Term:
                     "quota limits set",
                     extra={"namespace": ns, "mem_mib": limits.mem_mib, "cores_pct": limits.cores_pct},
                 )
-        self.metrics.quota_namespaces.set(limited_namespaces(namespace_limits(current, self.cfg)))
+        self.metrics.quota_namespaces.set(limited_namespaces(namespace_limits(current, self.cfg, self.vendors)))
 
     # ---- passes (also called directly by tests) ----------------------------------------------------------------
 

@@ -30,6 +30,9 @@ from shared.domain.model import (
     MigProfile,
     NodeInventory,
     QuotaLimits,
+    VendorLimits,
+    is_quota_word,
+    quota_limits,
 )
 from shared.errors import DecodeError, SchemaVersionError
 
@@ -401,13 +404,40 @@ def _allocation_from(d: Fields) -> Allocation:
 # --------------------------------------------------------------------------------------------
 
 
+QUOTA_VERSION = 2
+"""Version 2 adds ``others`` (every other vendor's limits by common word); NVIDIA-only limits are still written
+at version 1, byte for byte as before."""
+
+
+def _quota_version(q: QuotaLimits) -> int:
+    return QUOTA_VERSION if q.others else 1
+
+
 def _quota_fields(q: QuotaLimits) -> Fields:
-    return {"mem_mib": q.mem_mib, "cores_pct": q.cores_pct}
+    fields: Fields = {"mem_mib": q.mem_mib, "cores_pct": q.cores_pct}
+    if q.others:
+        fields["others"] = {w: {"mem_mib": v.mem_mib, "cores_pct": v.cores_pct} for w, v in q.others}
+    return fields
+
+
+def _quota_v1_to_v2(d: Fields) -> Fields:
+    """Version 1 limits are NVIDIA's only."""
+    return {**d, "others": {}}
 
 
 def _quota_from(d: Fields) -> QuotaLimits:
     what = "envelope quota-limits"
-    return QuotaLimits(mem_mib=_opt_int(d, "mem_mib", what), cores_pct=_opt_int(d, "cores_pct", what))
+    others = _get(d, "others", what)
+    if not isinstance(others, dict):
+        raise DecodeError(what, "field 'others' must be a map", repr(others))
+    vendors: dict[str, VendorLimits] = {}
+    for word, lim in others.items():
+        where = f"{what} others[{word!r}]"
+        if not isinstance(word, str) or not is_quota_word(word) or word == NVIDIA:
+            raise DecodeError(what, "field 'others' has a key that is not another vendor's common word", repr(word))
+        vendors[word] = VendorLimits(_opt_int(lim, "mem_mib", where), _opt_int(lim, "cores_pct", where))
+    nvidia = VendorLimits(_opt_int(d, "mem_mib", what), _opt_int(d, "cores_pct", what))
+    return quota_limits(nvidia, vendors)
 
 
 STANDARD_REGISTRY = EnvelopeRegistry(
@@ -422,7 +452,14 @@ STANDARD_REGISTRY = EnvelopeRegistry(
                 version_of=_inventory_version,
             ),
             Kind.ALLOCATION: KindCodec(Kind.ALLOCATION, 1, _allocation_fields, _allocation_from),
-            Kind.QUOTA_LIMITS: KindCodec(Kind.QUOTA_LIMITS, 1, _quota_fields, _quota_from),
+            Kind.QUOTA_LIMITS: KindCodec(
+                Kind.QUOTA_LIMITS,
+                QUOTA_VERSION,
+                _quota_fields,
+                _quota_from,
+                upgraders={1: _quota_v1_to_v2},
+                version_of=_quota_version,
+            ),
         }
     )
 )

@@ -58,6 +58,7 @@ def merge_pod_devices(parts: Sequence[PodDevices]) -> PodDevices:
         raise ValueError("merge_pod_devices needs device lists of the same container count")
     return tuple(tuple(d for p in parts for d in p[i]) for i in range(count))
 
+
 if TYPE_CHECKING:
     from shared.vendors.registry import Vendors
 

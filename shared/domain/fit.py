@@ -119,6 +119,10 @@ class NodeFit:
     charges: tuple[DeviceCharge, ...]
 
 
+_Demand = tuple[str, int, int]
+"""A quota check's vendor (common word), memory MiB and cores %."""
+
+
 @dataclass(frozen=True, slots=True)
 class PodContext:
     """What every node evaluation of one ``plan`` call shares: the pod, its policies and the namespace quota."""
@@ -237,7 +241,10 @@ class _NodeEval:
         numa_bind, mutex = policy.numa_bind and nvidia, policy.mutex
         sets = rules.selects_sets
         topology = (policy.topology and nvidia) or sets
-        quota_active = ctx.quota_active and req.type == NVIDIA
+        quota = ctx.quota.for_vendor(req.type) if ctx.quota is not None and ctx.quota_active else None
+        if quota is not None and not quota.limited:
+            quota = None  # this vendor has no limit in the namespace
+        quota_unit = ctx.config.memory_factor if nvidia else 1  # other vendors' limits are in MiB already
         type_ok, uuid_ok, take = rules.type_ok, rules.uuid_ok, rules.take
         counts: Counter[Reason] = Counter()
         partial: list[_Pick] = []
@@ -286,7 +293,9 @@ class _NodeEval:
                 continue
             memreq = took.mem_mib
             coresreq = took.cores
-            if quota_active and not self._quota_ok(ci, partial, dev.id, memreq, coresreq):
+            if quota is not None and not self._quota_ok(
+                quota, quota_unit, (ci, partial), dev.id, (req.type, memreq, coresreq)
+            ):
                 counts[Reason.RESOURCE_QUOTA_NOT_FIT] += 1
                 continue
             if dev.devmem_mib - d_mem < memreq:
@@ -334,17 +343,20 @@ class _NodeEval:
             return False
         return any(self.devices[p].mode == _MIG for p in typed)
 
-    def _quota_ok(self, ci: int, partial: Sequence[_Pick], uuid: str, memreq: int, coresreq: int) -> bool:
-        """§8, Fit time: the pod's hypothetical total (chosen so far + this device), collapsed, within the limits."""
-        quota = self.ctx.quota
-        assert quota is not None
+    def _quota_ok(
+        self, quota: QuotaState, unit: int, where: tuple[int, Sequence[_Pick]], uuid: str, req: _Demand
+    ) -> bool:
+        """§8, Fit time: the pod's hypothetical total on this vendor's devices (earlier containers' devices of the
+        vendor + chosen so far + this device), collapsed, within the vendor's limits. ``quota`` is
+        :meth:`QuotaState.for_vendor`; ``unit`` scales its memory limit (NVIDIA's ``memoryFactor``, else 1)."""
+        ci, partial = where
+        vendor, memreq, coresreq = req
         devices = self.devices
         current = tuple(ContainerDevice(devices[pk.pos].id, pk.quota_mem_mib, pk.cores) for pk in partial)
         current += (ContainerDevice(uuid, memreq, coresreq),)
-        charges = collapse((*self.pod_devs[:ci], current), self.ctx.pod.init_count)
-        return quota.admits(
-            sum(c.mem_mib for c in charges), sum(c.cores_pct for c in charges), self.ctx.config.memory_factor
-        )
+        earlier = tuple(tuple(d for d in ctr if d.type == vendor) for ctr in self.pod_devs[:ci])
+        charges = collapse((*earlier, current), self.ctx.pod.init_count)
+        return quota.admits(sum(c.mem_mib for c in charges), sum(c.cores_pct for c in charges), unit)
 
     def _mig_pick(self, p: int, partial: Sequence[_Pick], memreq: int, eff: tuple[int, int, int]) -> _Pick | None:
         """§6.4 step 14: a free MIG placement (dynamic, §7.1) or template slot (legacy, §7.2) for this request.

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Final
 
 from shared.codec.quantity import parse_quantity
 from shared.codec.resources import ResourceRequestError, container_request, pod_request, vendors_pod_request
-from shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
+from shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig, QuotaState
 from shared.errors import DecodeError
 from shared.protocol import gojson
 from shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome
@@ -49,8 +49,10 @@ __all__ = [
     "QuotaDemand",
     "apply_patch",
     "fits_quota",
+    "fits_vendor_quota",
     "mutate_pod",
     "quota_demand",
+    "vendor_quota_demands",
 ]
 
 DEFAULT_SCHEDULER: Final = "default-scheduler"
@@ -155,6 +157,9 @@ def _mutate(
         demand = quota_demand(pod, cfg)
         if not demand.zero and not fits_quota(demand, quota, cfg):
             return AdmissionOutcome.deny(MSG_QUOTA)
+        for word, vendor_demand in vendor_quota_demands(pod, others):
+            if not fits_vendor_quota(word, vendor_demand, quota):
+                return AdmissionOutcome.deny(MSG_QUOTA)
     return AdmissionOutcome.allow(patch_ops=create_patch(original, pod))
 
 
@@ -227,19 +232,34 @@ def _default_exclusive_core(c: dict[str, Any], cfg: NvidiaConfig, where: str) ->
 
 
 def quota_demand(pod: dict[str, Any], cfg: NvidiaConfig) -> QuotaDemand:
-    """``mem = max(Σ_app Memreq·Nums, max_init Memreq·Nums)``, likewise cores (hami-wire §8).
+    """``mem = max(Σ_app Memreq·Nums, max_init Memreq·Nums)``, likewise cores (hami-wire §8): NVIDIA's.
 
     Percentage-only requests count 0 memory: ``Memreq`` is unknown until a device is chosen.
     """
+    return _demand(pod, lambda c, _where: container_request(c, cfg))
+
+
+def vendor_quota_demands(pod: dict[str, Any], others: Sequence[Vendor]) -> tuple[tuple[str, QuotaDemand], ...]:
+    """:func:`quota_demand` for every other vendor (its own requests, memory in MiB), by common word; vendors whose
+    demand is zero are left out. Raises :class:`ResourceRequestError` on a bad request."""
+    out: list[tuple[str, QuotaDemand]] = []
+    for v in others:
+        demand = _demand(pod, v.container_request)
+        if not demand.zero:
+            out.append((v.name, demand))
+    return tuple(out)
+
+
+def _demand(pod: dict[str, Any], request_of: Callable[[dict[str, Any], str], ContainerRequest]) -> QuotaDemand:
     spec = _opt_dict(pod, "spec", "spec") or {}
     app_mem = app_cores = init_mem = init_cores = 0
-    for c in _containers(spec, "initContainers"):
-        r = container_request(c, cfg)
+    for i, c in enumerate(_containers(spec, "initContainers")):
+        r = request_of(c, f"initContainers[{i}]")
         if not r.empty:
             init_mem = max(init_mem, r.mem_mib * r.nums)
             init_cores = max(init_cores, r.cores_pct * r.nums)
-    for c in _containers(spec, "containers"):
-        r = container_request(c, cfg)
+    for i, c in enumerate(_containers(spec, "containers")):
+        r = request_of(c, f"containers[{i}]")
         if not r.empty:
             app_mem += r.mem_mib * r.nums
             app_cores += r.cores_pct * r.nums
@@ -250,6 +270,11 @@ def fits_quota(demand: QuotaDemand, state: QuotaState, cfg: NvidiaConfig) -> boo
     """``used + demand <= limit`` for memory and cores (:meth:`QuotaState.admits`); ``None`` is no limit, an
     explicit 0 blocks, the memory limit is scaled by ``memoryFactor`` like the requests are."""
     return state.admits(demand.mem_mib, demand.cores_pct, cfg.memory_factor)
+
+
+def fits_vendor_quota(vendor: str, demand: QuotaDemand, state: QuotaState) -> bool:
+    """:func:`fits_quota` for another vendor: its limits and usage (its memory limit is in MiB already)."""
+    return state.for_vendor(vendor).admits(demand.mem_mib, demand.cores_pct, 1)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The Lua scripts of ``shared/store/lua``, registered once per client.
 
-Every script gets ``_prelude.lua`` (and the usage helpers where it needs them) prepended, so each file is
+Every script gets ``_prelude.lua`` (and the usage or quota helpers where it needs them) prepended, so each file is
 self-contained once loaded. ``redis-py``'s ``Script`` objects run by EVALSHA and reload on NOSCRIPT (a Redis
 restart), including inside pipelines.
 """
@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
 _USAGE_SCRIPTS = frozenset({"apply_allocation", "release_allocation", "recount_usage"})
+_QUOTA_SCRIPTS = frozenset({"quota_charge", "quota_refund", "quota_reset"})
 
 
 def _source(name: str) -> str:
@@ -25,6 +26,8 @@ def script_text(name: str) -> str:
     parts = [_source("_prelude")]
     if name in _USAGE_SCRIPTS:
         parts.append(_source("_usage"))
+    if name in _QUOTA_SCRIPTS:
+        parts.append(_source("_quota"))
     parts.append(_source(name))
     return "\n".join(parts)
 

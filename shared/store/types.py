@@ -6,7 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.domain.model import Allocation, DeviceUsage, NodeInventory
+from shared.domain.model import NVIDIA, Allocation, DeviceUsage, NodeInventory, QuotaUses
 from shared.domain.snapshot import NodeSnapshot
 from shared.errors import ConflictError, DecodeError, SchemaVersionError
 
@@ -276,12 +276,14 @@ class QuotaCharged:
 
 @dataclass(frozen=True, slots=True)
 class QuotaExceeded:
-    """The charge would exceed ``limit``: others already use ``used``, the pod needs ``needed``."""
+    """The charge would exceed ``vendor``'s ``limit``: others already use ``used``, the pod needs ``needed``
+    (NVIDIA's limit is raw, another vendor's memory limit is MiB)."""
 
     dimension: QuotaDimension
     limit: int
     used: int
     needed: int
+    vendor: str = NVIDIA
 
 
 QuotaChargeResult = QuotaCharged | QuotaExceeded
@@ -289,10 +291,12 @@ QuotaChargeResult = QuotaCharged | QuotaExceeded
 
 @dataclass(frozen=True, slots=True)
 class PodQuotaCharge:
-    """What one pod is charged against its namespace quota."""
+    """What one pod is charged against its namespace quota: NVIDIA's memory and cores, then every other vendor's
+    by common word (sorted, non-zero only)."""
 
     mem_mib: int
     cores_pct: int
+    others: QuotaUses = ()
 
 
 # --------------------------------------------------------------------------------------------

@@ -189,5 +189,7 @@ def judge_handshake(
 def is_reported(value: str | None) -> bool:
     """True when ``value`` is a device plugin's ``Reported <time>`` (the plugin speaks the handshake)."""
     return value is not None and value.startswith(HandshakeKind.REPORTED.value)
+
+
 Vendor = Registrar
 """The registrar's name for :class:`Registrar` (kept for existing imports)."""
