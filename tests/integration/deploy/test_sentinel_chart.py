@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from shared.errors import TransientError
 from shared.store import Reserved, Store, connect
@@ -146,7 +147,9 @@ async def _eventually(check: Any, timeout_s: float, what: str) -> None:
         try:
             if await check():
                 return
-        except (OSError, TransientError, ConnectionError):
+        except (OSError, TransientError, ConnectionError, RedisConnectionError):
+            # a restarted redis-server may reset a connection while it starts (redis-py wraps that in its own
+            # ConnectionError, which is not an OSError)
             pass
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout_s}s: {what}")
