@@ -44,7 +44,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +101,7 @@ def container_lists(container: Any, what: str) -> tuple[Mapping[str, Any], Mappi
     )
 
 
-def raw_value(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str) -> tuple[bool, Any]:
+def raw_value(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str | None) -> tuple[bool, Any]:
     """(present, raw value). Limits win over requests by key presence."""
     if name and name in limits:
         return True, limits[name]
@@ -110,7 +110,7 @@ def raw_value(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str)
     return False, None
 
 
-def _shown(raw: Any) -> str:
+def shown_value(raw: Any) -> str:
     """A value as the operator wrote it: strings quoted, numbers bare."""
     if isinstance(raw, str):
         return f'"{raw}"'
@@ -121,7 +121,7 @@ def _shown(raw: Any) -> str:
     return type(raw).__name__
 
 
-def _decimal(q: Fraction) -> str:
+def decimal_text(q: Fraction) -> str:
     """An exact decimal rendering of a parsed quantity (at most nine decimals, as quantities are)."""
     if q.denominator == 1:
         return str(q.numerator)
@@ -187,7 +187,7 @@ class RequestReader:
         return q.numerator
 
     def _not_a_quantity(self, raw: Any, name: str, kind: QuantityKind) -> str:
-        text = f"{name}: {_shown(raw)} is not a number"
+        text = f"{name}: {shown_value(raw)} is not a number"
         if kind is QuantityKind.MEMORY and isinstance(raw, str):
             m = _BYTE_UNIT.match(raw.strip())
             if m:
@@ -198,11 +198,12 @@ class RequestReader:
                 if n_bytes is not None and n_bytes > 0:
                     suggestion = self._bytes_to_units(n_bytes)
                     if suggestion >= 1:
-                        return f"{name} is in {self._unit()}: {_shown(raw)} is not a number; did you mean {suggestion}?"
+                        shown = shown_value(raw)
+                        return f"{name} is in {self._unit()}: {shown} is not a number; did you mean {suggestion}?"
         return f"{text}; {self._hint(kind, name)}"
 
     def _check(self, raw: Any, q: Fraction, name: str, kind: QuantityKind) -> str | None:
-        shown = _shown(raw)
+        shown = shown_value(raw)
         if q < 0:
             return f"{name} cannot be negative: got {shown}; {self._hint(kind, name)}"
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
@@ -215,15 +216,15 @@ class RequestReader:
             plain = binary["mantissa"]
             mean = f"; did you mean {plain}?" if plain.isdigit() else f"; {self._hint(kind, name)}"
             unit = {QuantityKind.COUNT: " GPUs", QuantityKind.PERCENT: "%"}.get(kind, "")
-            return f"{name} {what} and takes no unit: {shown} would be {_decimal(q)}{unit}{mean}"
+            return f"{name} {what} and takes no unit: {shown} would be {decimal_text(q)}{unit}{mean}"
         if q.denominator != 1:
             if kind is QuantityKind.COUNT:
                 cfg = self.cfg
                 return (
-                    f"{name} counts whole GPUs: {shown} is {_decimal(q)}; to share a GPU, ask for {name}: 1 with "
+                    f"{name} counts whole GPUs: {shown} is {decimal_text(q)}; to share a GPU, ask for {name}: 1 with "
                     f"{cfg.resource_memory_name} (MiB) or {cfg.resource_memory_percentage_name}"
                 )
-            return f"{name} must be a whole number: {shown} is {_decimal(q)}; did you mean {math.ceil(q)}?"
+            return f"{name} must be a whole number: {shown} is {decimal_text(q)}; did you mean {math.ceil(q)}?"
         if kind is QuantityKind.PERCENT and q > 100:
             return f"{name} is a percentage of one GPU: {shown} is more than 100; use 100 for a whole GPU"
         if q > INT32_MAX:
@@ -234,14 +235,15 @@ class RequestReader:
         limit = INT32_MAX // max(self.cfg.memory_factor, 1)
         if binary or q > limit:
             unit = "MiB" if max(self.cfg.memory_factor, 1) == 1 else "units"
-            would = f"{name} is in {self._unit()}: {shown} would be {_decimal(q)} {unit}"
+            would = f"{name} is in {self._unit()}: {shown} would be {decimal_text(q)} {unit}"
             suggestion = self._bytes_to_units(q)
             if 1 <= suggestion <= limit:
                 return f"{would}; did you mean {suggestion}?"
             why = f"more than {limit}" if q > limit else "a unit does not belong here"
             return f"{would}, {why}; {self._hint(QuantityKind.MEMORY, name)}"
         if q.denominator != 1:
-            return f"{name} is a whole number of {self._unit()}: {shown} is {_decimal(q)}; did you mean {math.ceil(q)}?"
+            exact = decimal_text(q)
+            return f"{name} is a whole number of {self._unit()}: {shown} is {exact}; did you mean {math.ceil(q)}?"
         return None
 
 
@@ -340,16 +342,18 @@ def pod_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> PodRequest:
     return PodRequest(containers=tuple(reqs), init_count=init_count)
 
 
+def names_any(container: Any, names: Iterable[str], what: str = "container") -> bool:
+    """Whether the container names one of ``names`` in its limits or requests, whatever the value."""
+    limits, requests = container_lists(container, what)
+    return any(n in limits or n in requests for n in names)
+
+
 def pod_requests_managed_resource(pod: Mapping[str, Any], cfg: NvidiaConfig) -> bool:
     """Whether any (init) container names one of the vendor's resources (``cfg.resource_names``) in its limits
     or requests, whatever the value: what makes a pod "ours" for the extender and the webhook."""
     names = cfg.resource_names
     init, app = pod_containers(pod)
-    for i, c in enumerate([*init, *app]):
-        limits, requests = container_lists(c, f"container {i}")
-        if any(n in limits or n in requests for n in names):
-            return True
-    return False
+    return any(names_any(c, names, f"container {i}") for i, c in enumerate([*init, *app]))
 
 
 def _located(pod: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], int]:

@@ -59,7 +59,15 @@ from shared.codec._go import (
 )
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
-from shared.codec.resources import ResourceRequestError
+from shared.codec.resources import (
+    ResourceRequestError,
+    container_label,
+    container_lists,
+    decimal_text,
+    names_any,
+    raw_value,
+    shown_value,
+)
 from shared.codec.selectors import decode_cordon, decode_uuid_list
 from shared.domain.model import (
     EMPTY_REQUEST,
@@ -516,42 +524,6 @@ def node_capacity(devices: Sequence[DeviceInfo], resource_names: Mapping[str, st
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _resource_lists(container: Any, what: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    if not isinstance(container, Mapping):
-        fail(what, f"expected an object, got {type(container).__name__}")
-    res = container.get("resources") or {}
-    if not isinstance(res, Mapping):
-        fail(f"{what}.resources", f"expected an object, got {type(res).__name__}")
-    limits = res.get("limits") or {}
-    requests = res.get("requests") or {}
-    for name, v in (("limits", limits), ("requests", requests)):
-        if not isinstance(v, Mapping):
-            fail(f"{what}.resources.{name}", f"expected an object, got {type(v).__name__}")
-    return limits, requests
-
-
-def _raw(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str) -> tuple[bool, Any]:
-    if name and name in limits:
-        return True, limits[name]
-    if name and name in requests:
-        return True, requests[name]
-    return False, None
-
-
-def _shown(raw: Any) -> str:
-    return f'"{raw}"' if isinstance(raw, str) else repr(raw)
-
-
-def _decimal(q: Fraction) -> str:
-    return str(q.numerator) if q.denominator == 1 else f"{float(q):g}"
-
-
-def _label(container: Any, what: str) -> str:
-    name = container.get("name") if isinstance(container, Mapping) else None
-    kind = "init container" if "initContainers" in what else "container"
-    return f'{kind} "{name}"' if isinstance(name, str) and name else what
-
-
 class _Reader:
     """Reads one container's Ascend resources, collecting every problem."""
 
@@ -568,25 +540,27 @@ class _Reader:
         try:
             q = parse_quantity(raw, name)
         except DecodeError:
-            self.problem(f"{name}: {_shown(raw)} is not a number; {self._hint(name, memory)}")
+            self.problem(f"{name}: {shown_value(raw)} is not a number; {self._hint(name, memory)}")
             return None
         if q < 0:
-            self.problem(f"{name} cannot be negative: got {_shown(raw)}; {self._hint(name, memory)}")
+            self.problem(f"{name} cannot be negative: got {shown_value(raw)}; {self._hint(name, memory)}")
             return None
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
         if memory and binary is not None:
             mib = math.floor(q / (_MIB * max(self.chip.memory_factor, 1)))
             mean = f"; did you mean {mib}?" if mib >= 1 else f"; {self._hint(name, memory)}"
-            self.problem(f"{name} is in {self._unit()}: {_shown(raw)} would be {_decimal(q)}{mean}")
+            self.problem(f"{name} is in {self._unit()}: {shown_value(raw)} would be {decimal_text(q)}{mean}")
             return None
         if binary is not None:
-            self.problem(f"{name} counts NPUs and takes no unit: {_shown(raw)} would be {_decimal(q)} NPUs")
+            self.problem(f"{name} counts NPUs and takes no unit: {shown_value(raw)} would be {decimal_text(q)} NPUs")
             return None
         if q.denominator != 1:
-            self.problem(f"{name} must be a whole number: {_shown(raw)} is {_decimal(q)}; did you mean {math.ceil(q)}?")
+            self.problem(
+                f"{name} must be a whole number: {shown_value(raw)} is {decimal_text(q)}; did you mean {math.ceil(q)}?"
+            )
             return None
         if q > INT32_MAX:
-            self.problem(f"{name}: {_shown(raw)} is too large (at most {INT32_MAX}); {self._hint(name, memory)}")
+            self.problem(f"{name}: {shown_value(raw)} is too large (at most {INT32_MAX}); {self._hint(name, memory)}")
             return None
         return q.numerator
 
@@ -682,19 +656,18 @@ class AscendVendor:
     # ---- requests ------------------------------------------------------------------------------------------
 
     def manages(self, container: Mapping[str, Any]) -> bool:
-        limits, requests = _resource_lists(container, "container")
-        return any(n in limits or n in requests for n in self.resources.all)
+        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         return self._parse(container, what).request
 
     def _parse(self, container: Mapping[str, Any], what: str) -> _Parsed:
         c = self.chip
-        limits, requests = _resource_lists(container, what)
-        r = _Reader(c, _label(container, what))
-        count_given, count_raw = _raw(limits, requests, c.resource_name)
-        mem_given, mem_raw = _raw(limits, requests, c.resource_memory_name)
-        core_given, core_raw = _raw(limits, requests, c.resource_core_name)
+        limits, requests = container_lists(container, what)
+        r = _Reader(c, container_label(container, what))
+        count_given, count_raw = raw_value(limits, requests, c.resource_name)
+        mem_given, mem_raw = raw_value(limits, requests, c.resource_memory_name)
+        core_given, core_raw = raw_value(limits, requests, c.resource_core_name)
         n = r.read(count_raw, c.resource_name, memory=False) if count_given else None
         mem = r.read(mem_raw, c.resource_memory_name, memory=True) if mem_given else None
         core = r.read(core_raw, c.resource_core_name, memory=False) if core_given else None
@@ -766,7 +739,7 @@ class AscendVendor:
         a 910C count of 1 becomes 2, and the memory limit and request are set to what the container takes (the
         template, or ``memoryAllocatable`` for whole NPUs; only when ``memoryFactor`` is 1)."""
         c = self.chip
-        limits, requests = _resource_lists(container, where)
+        limits, requests = container_lists(container, where)
         if c.resource_name not in limits and c.resource_name not in requests:
             if c.overwrite_env:
                 env = container.setdefault("env", [])

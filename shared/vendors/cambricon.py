@@ -36,7 +36,14 @@ from typing import Any, Final
 from shared.codec.nodelock import format_rfc3339, parse_rfc3339
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
-from shared.codec.resources import ResourceRequestError
+from shared.codec.resources import (
+    ResourceRequestError,
+    container_lists,
+    decimal_text,
+    names_any,
+    raw_value,
+    shown_value,
+)
 from shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
 from shared.domain.model import (
     EMPTY_REQUEST,
@@ -202,37 +209,6 @@ RULES: DeviceRules = CambriconRules()
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _shown(raw: object) -> str:
-    if isinstance(raw, str):
-        return f'"{raw}"'
-    if isinstance(raw, bool):
-        return "true" if raw else "false"
-    if isinstance(raw, int | float):
-        return repr(raw)
-    return type(raw).__name__
-
-
-def _decimal(q: Fraction) -> str:
-    if q.denominator == 1:
-        return str(q.numerator)
-    return f"{float(q):g}"
-
-
-def _lists(container: Mapping[str, Any], what: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    def mapping(v: object, where: str) -> Mapping[str, Any]:
-        if v is None:
-            return {}
-        if not isinstance(v, Mapping):
-            raise ResourceRequestError([f"{where}: expected an object, got {type(v).__name__}"])
-        return v
-
-    c = mapping(container, what)
-    res = mapping(c.get("resources"), f"{what}.resources")
-    return mapping(res.get("limits"), f"{what}.resources.limits"), mapping(
-        res.get("requests"), f"{what}.resources.requests"
-    )
-
-
 @dataclass(slots=True)
 class _Reader:
     names: ResourceNames
@@ -246,10 +222,10 @@ class _Reader:
         try:
             q = parse_quantity(raw, name)
         except DecodeError:
-            self.problem(f"{name}: {_shown(raw)} is not a number; {hint}")
+            self.problem(f"{name}: {shown_value(raw)} is not a number; {hint}")
             return None
         if q < 0:
-            self.problem(f"{name} cannot be negative: got {_shown(raw)}; {hint}")
+            self.problem(f"{name} cannot be negative: got {shown_value(raw)}; {hint}")
             return None
         return q
 
@@ -261,16 +237,19 @@ class _Reader:
             return None
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
         if binary is not None:
-            self.problem(f"{name} counts MLUs and takes no unit: {_shown(raw)} would be {_decimal(q)} MLUs; {hint}")
+            self.problem(
+                f"{name} counts MLUs and takes no unit: {shown_value(raw)} would be {decimal_text(q)} MLUs; {hint}"
+            )
             return None
         if q.denominator != 1:
             self.problem(
-                f"{name} counts whole MLUs: {_shown(raw)} is {_decimal(q)}; to share an MLU, ask for {name}: 1 with "
+                f"{name} counts whole MLUs: {shown_value(raw)} is {decimal_text(q)}; to share an MLU, ask for "
+                f"{name}: 1 with "
                 f"{self.names.memory} (units of {MEMORY_UNIT_MIB} MiB) and {self.names.cores} (percent of the card)"
             )
             return None
         if q > _INT32_MAX:
-            self.problem(f"{name}: {_shown(raw)} is too large (at most {_INT32_MAX}); {hint}")
+            self.problem(f"{name}: {shown_value(raw)} is too large (at most {_INT32_MAX}); {hint}")
             return None
         return q.numerator
 
@@ -286,12 +265,14 @@ class _Reader:
             units = math.floor(q / (_MIB * MEMORY_UNIT_MIB))
             mean = f"; did you mean {units}?" if units >= 1 else f"; {hint}"
             self.problem(
-                f"{name} is in units of {MEMORY_UNIT_MIB} MiB (at most {limit}): {_shown(raw)} would be "
-                f"{_decimal(q)} units{mean}"
+                f"{name} is in units of {MEMORY_UNIT_MIB} MiB (at most {limit}): {shown_value(raw)} would be "
+                f"{decimal_text(q)} units{mean}"
             )
             return None
         if q.denominator != 1:
-            self.problem(f"{name} must be a whole number: {_shown(raw)} is {_decimal(q)}; did you mean {math.ceil(q)}?")
+            self.problem(
+                f"{name} must be a whole number: {shown_value(raw)} is {decimal_text(q)}; did you mean {math.ceil(q)}?"
+            )
             return None
         return q.numerator
 
@@ -303,23 +284,17 @@ class _Reader:
             return None
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
         if binary is not None:
-            self.problem(f"{name} is a percentage of one MLU and takes no unit: {_shown(raw)}; {hint}")
+            self.problem(f"{name} is a percentage of one MLU and takes no unit: {shown_value(raw)}; {hint}")
             return None
         if q.denominator != 1:
-            self.problem(f"{name} must be a whole number: {_shown(raw)} is {_decimal(q)}; {hint}")
+            self.problem(f"{name} must be a whole number: {shown_value(raw)} is {decimal_text(q)}; {hint}")
             return None
         if q > CARD_CORES:
-            self.problem(f"{name} is a percentage of one MLU: {_shown(raw)} is more than 100; use 100 for a whole MLU")
+            self.problem(
+                f"{name} is a percentage of one MLU: {shown_value(raw)} is more than 100; use 100 for a whole MLU"
+            )
             return None
         return q.numerator
-
-
-def _raw(limits: Mapping[str, Any], requests: Mapping[str, Any], name: str | None) -> tuple[bool, Any]:
-    if name and name in limits:
-        return True, limits[name]
-    if name and name in requests:
-        return True, requests[name]
-    return False, None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -448,8 +423,7 @@ class CambriconVendor:
     # ---- pods ----------------------------------------------------------------------------------------------
 
     def manages(self, container: Mapping[str, Any]) -> bool:
-        limits, requests = _lists(container, "container")
-        return any(n in limits or n in requests for n in self.resources.all)
+        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``, strict (see docs/vendors/cambricon.md)::
@@ -461,12 +435,12 @@ class CambriconVendor:
         HAMi ignores a container whose values it cannot read (it gets no MLU); here each is a problem of the
         ResourceRequestError, as is memory or cores without a count and memory on zero MLUs.
         """
-        limits, requests = _lists(container, what)
+        limits, requests = container_lists(container, what)
         names = self.resources
         r = _Reader(names, what)
-        has_count, raw_count = _raw(limits, requests, names.count)
-        has_mem, raw_mem = _raw(limits, requests, names.memory)
-        has_core, raw_core = _raw(limits, requests, names.cores)
+        has_count, raw_count = raw_value(limits, requests, names.count)
+        has_mem, raw_mem = raw_value(limits, requests, names.memory)
+        has_core, raw_core = raw_value(limits, requests, names.cores)
         n = r.count(raw_count) if has_count else None
         mem = r.memory(raw_mem) if has_mem else None
         core = r.cores(raw_core) if has_core else None
@@ -491,7 +465,7 @@ class CambriconVendor:
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: edits nothing; True when the count resource is in the container's limits."""
         del where
-        limits, _ = _lists(container, "container")
+        limits, _ = container_lists(container, "container")
         return self.count_name in limits
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:

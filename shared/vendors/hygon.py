@@ -35,6 +35,7 @@ from shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
+    names_any,
     raw_value,
 )
 from shared.codec.selectors import decode_cordon
@@ -210,8 +211,7 @@ class HygonVendor:
     # ---- requests ----------------------------------------------------------------------------------------------
 
     def manages(self, container: Mapping[str, Any]) -> bool:
-        limits, requests = container_lists(container, "container")
-        return any(n in limits or n in requests for n in self.resources.all)
+        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` for DCUs, strict (see docs/vendors/hygon.md).

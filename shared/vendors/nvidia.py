@@ -28,7 +28,7 @@ from shared.codec import annotations as keys
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
 from shared.codec.register import decode_register, is_json
-from shared.codec.resources import container_request
+from shared.codec.resources import container_request, names_any
 from shared.codec.selectors import decode_cordon, decode_pod_constraints
 from shared.codec.topology import decode_topology
 from shared.domain.model import NVIDIA, ContainerDevice, ContainerRequest, NodeInventory, NvidiaConfig, Selectors
@@ -98,12 +98,7 @@ class NvidiaVendor:
         return NodeLockKind.HAMI
 
     def manages(self, container: Mapping[str, Any]) -> bool:
-        names = self.config.resource_names
-        res = container.get("resources") if isinstance(container, Mapping) else None
-        if not isinstance(res, Mapping):
-            return False
-        maps = (res.get("limits"), res.get("requests"))
-        return any(isinstance(m, Mapping) and any(n in m for n in names) for m in maps)
+        return names_any(container, self.config.resource_names)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         return container_request(container, self.config, what)
