@@ -13,6 +13,7 @@ is keyed by UUID, so such a value would silently merge two cards.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from shared.codec import annotations as keys
@@ -38,7 +39,7 @@ from shared.codec._go import (
     parse_int,
     struct_fields,
 )
-from shared.domain.model import DeviceInfo, DeviceMode, MigPlacement, MigProfile
+from shared.domain.model import NVIDIA, DeviceInfo, DeviceMode, MigPlacement, MigProfile
 
 WHAT = keys.NODE_NVIDIA_REGISTER
 
@@ -82,6 +83,14 @@ def _device_from_json(obj: Any, what: str) -> DeviceInfo:
     profiles: tuple[MigProfile, ...] = ()
     if "migProfiles" in f:
         profiles = each(json_list(f["migProfiles"], f"{what}.migProfiles"), f"{what}.migProfiles", _profile_from_json)
+    return device_from_fields(f, what, mig_profiles=profiles)
+
+
+def device_from_fields(
+    f: Mapping[str, Any], what: str, *, mig_profiles: tuple[MigProfile, ...] = (), vendor: str = NVIDIA
+) -> DeviceInfo:
+    """A device from the fields of HAMi's ``DeviceInfo`` JSON (``struct_fields`` output: keys matched as Go does),
+    with HAMi's ranges; absent fields read as Go's zero values. Shared by every vendor's JSON registration."""
     return DeviceInfo(
         id=json_str(f.get("id", ""), f"{what}.id"),
         index=json_int(f.get("index", 0), 0, UINT64_MAX, f"{what}.index"),
@@ -92,7 +101,8 @@ def _device_from_json(obj: Any, what: str) -> DeviceInfo:
         numa=json_int(f.get("numa", 0), INT64_MIN, INT64_MAX, f"{what}.numa"),
         mode=json_str(f.get("mode", ""), f"{what}.mode"),
         health=json_bool(f.get("health", False), f"{what}.health"),
-        mig_profiles=profiles,
+        mig_profiles=mig_profiles,
+        vendor=vendor,
     )
 
 

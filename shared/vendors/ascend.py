@@ -39,26 +39,22 @@ from typing import Any
 from shared.codec import annotations as keys
 from shared.codec._go import (
     INT32_MAX,
-    INT32_MIN,
     INT64_MAX,
     INT64_MIN,
-    UINT64_MAX,
     JsonFraction,
     dump_array,
     dump_object,
     dump_str,
     each,
     fail,
-    json_bool,
-    json_int,
     json_list,
     json_map_pairs,
-    json_str,
     loads,
     struct_fields,
 )
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
+from shared.codec.register import device_from_fields
 from shared.codec.resources import (
     ResourceRequestError,
     container_label,
@@ -409,18 +405,7 @@ def _npu_from_json(obj: Any, what: str, vendor: str) -> RegisteredNpu:
         for key, val in json_map_pairs(f["custominfo"], f"{what}.custominfo"):
             if key == NETWORK_ID:
                 network = _network_id(val, f"{what}.custominfo.{NETWORK_ID}")
-    dev = DeviceInfo(
-        id=json_str(f.get("id", ""), f"{what}.id"),
-        index=json_int(f.get("index", 0), 0, UINT64_MAX, f"{what}.index"),
-        count=json_int(f.get("count", 0), INT32_MIN, INT32_MAX, f"{what}.count"),
-        devmem_mib=json_int(f.get("devmem", 0), INT32_MIN, INT32_MAX, f"{what}.devmem"),
-        devcore=json_int(f.get("devcore", 0), INT32_MIN, INT32_MAX, f"{what}.devcore"),
-        type=json_str(f.get("type", ""), f"{what}.type"),
-        numa=json_int(f.get("numa", 0), INT64_MIN, INT64_MAX, f"{what}.numa"),
-        mode=json_str(f.get("mode", ""), f"{what}.mode"),
-        health=json_bool(f.get("health", False), f"{what}.health"),
-        vendor=vendor,
-    )
+    dev = device_from_fields(f, what, vendor=vendor)
     return RegisteredNpu(dev, network)
 
 
