@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from shared.codec import annotations as keys
-from shared.codec._go import fail, trim_space
+from shared.codec._go import fail
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
 from shared.codec.register import decode_register, encode_register_json, is_json
@@ -52,9 +52,9 @@ from shared.domain.model import (
     Selectors,
 )
 from shared.domain.vendor import BasicRules, DeviceRules, Take
-from shared.errors import ConfigError, DecodeError
+from shared.errors import DecodeError
 from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.common import decode_selectors, reader_config, rekey, uuid_selectors_ok
+from shared.vendors.common import decode_selectors, names_section, reader_config, rekey, uuid_selectors_ok
 from shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -101,21 +101,7 @@ _KEYS: Mapping[str, str] = {
 
 def parse_config(section: object) -> AmdConfig:
     """Validate the ``amd:`` section; absent keys keep the defaults. ConfigError names the key path."""
-    if section is None:
-        return AmdConfig()
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"{SECTION}: expected a mapping, got {type(section).__name__}")
-    values: dict[str, str] = {}
-    for key, value in section.items():
-        field = _KEYS.get(key) if isinstance(key, str) else None
-        if field is None:
-            raise ConfigError(f"{SECTION}.{key}: unknown key (known: {', '.join(_KEYS)})")
-        if not isinstance(value, str):
-            raise ConfigError(f"{SECTION}.{key}: expected a string, got {value!r}")
-        if field == "resource_count_name" and trim_space(value) == "":
-            raise ConfigError(f"{SECTION}.{key}: must not be empty (it is how a container asks for AMD GPUs)")
-        values[field] = value
-    return AmdConfig(**values)
+    return AmdConfig(**names_section(section, SECTION, _KEYS, unit="AMD GPUs"))
 
 
 def build(section: object) -> tuple[AmdVendor, ...]:

@@ -4,12 +4,13 @@ register-codec error keys. Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from shared.codec._go import fail, trim_space
 from shared.codec.register import WHAT as NVIDIA_REGISTER
 from shared.codec.selectors import decode_type_list, decode_uuid_list
 from shared.domain.model import DeviceInfo, NvidiaConfig, Selectors
-from shared.errors import DecodeError
+from shared.errors import ConfigError, DecodeError
 
 
 def uuid_selectors_ok(dev: DeviceInfo, sel: Selectors) -> bool:
@@ -66,3 +67,35 @@ def reader_config(count: str, memory: str, cores: str, memory_factor: int = 1) -
         resource_priority_name="",
         memory_factor=memory_factor,
     )
+
+
+def names_section(
+    section: object, name: str, keys: Mapping[str, str], *, ints: Mapping[str, int] | None = None, unit: str
+) -> dict[str, Any]:
+    """A vendor's device-config section of resource names, validated: ``keys`` maps each YAML key to its config
+    field; ``ints`` names the fields that are whole numbers (value: the largest allowed), every other field is a
+    string, and ``resourceCountName`` must not be blank (it is how a container asks for ``unit``). Unknown keys
+    are errors. ``None`` gives ``{}`` (the defaults). ConfigError names the key path."""
+    if section is None:
+        return {}
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{name}: expected a mapping, got {type(section).__name__}")
+    numbers = ints or {}
+    values: dict[str, Any] = {}
+    for key, value in section.items():
+        field = keys.get(key) if isinstance(key, str) else None
+        path = f"{name}.{key}"
+        if field is None:
+            raise ConfigError(f"{path}: unknown key (known: {', '.join(keys)})")
+        if field in numbers:
+            top = numbers[field]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+                raise ConfigError(f"{path}: expected a whole number from 0 to {top}, got {value!r}")
+            values[field] = value
+            continue
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}: expected a string, got {value!r}")
+        if key == "resourceCountName" and trim_space(value) == "":
+            raise ConfigError(f"{path}: must not be empty (it is how a container asks for {unit})")
+        values[field] = value
+    return values

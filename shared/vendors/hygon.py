@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from shared.codec import annotations as keys
-from shared.codec._go import fail, trim_space
+from shared.codec._go import fail
 from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from shared.codec.quantity import parse_quantity
 from shared.codec.register import decode_register, encode_register_colon, is_json
@@ -50,9 +50,9 @@ from shared.domain.model import (
     Selectors,
 )
 from shared.domain.vendor import BasicRules, DeviceRules
-from shared.errors import ConfigError, DecodeError
+from shared.errors import DecodeError
 from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.common import decode_selectors, reader_config, rekey, uuid_selectors_ok
+from shared.vendors.common import decode_selectors, names_section, reader_config, rekey, uuid_selectors_ok
 from shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
@@ -106,27 +106,9 @@ _KEYS: Mapping[str, str] = {
 
 def parse_config(section: object) -> HygonConfig:
     """Validate the ``hygon:`` section; absent keys keep HAMi's defaults. ConfigError names the key path."""
-    if section is None:
-        return HygonConfig()
-    if not isinstance(section, Mapping):
-        raise ConfigError(f"{SECTION}: expected a mapping, got {type(section).__name__}")
-    values: dict[str, Any] = {}
-    for key, value in section.items():
-        field = _KEYS.get(key) if isinstance(key, str) else None
-        if field is None:
-            known = ", ".join(_KEYS)
-            raise ConfigError(f"{SECTION}.{key}: unknown key (known: {known})")
-        path = f"{SECTION}.{key}"
-        if field == "memory_factor":
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31 - 1:
-                raise ConfigError(f"{path}: expected a whole number from 0 to 2147483647, got {value!r}")
-            values[field] = max(value, 1)
-        else:
-            if not isinstance(value, str):
-                raise ConfigError(f"{path}: expected a string, got {value!r}")
-            if field == "resource_count_name" and trim_space(value) == "":
-                raise ConfigError(f"{path}: must not be empty (it is how a container asks for DCUs)")
-            values[field] = value
+    values = names_section(section, SECTION, _KEYS, ints={"memory_factor": 2**31 - 1}, unit="DCUs")
+    if "memory_factor" in values:
+        values["memory_factor"] = max(values["memory_factor"], 1)  # HAMi scales only above 1
     return HygonConfig(**values)
 
 
