@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -356,7 +356,7 @@ class FilterHandler:
         the pod's context was not read; reserve only if it holds no record and its namespace no quota."""
         allocation = _allocation(pod, decision)
         if quota is not None:
-            owed = quota_charge(allocation)
+            owed = quota_charge(allocation, self._vendors.names)
             charge = await self._store.quota.charge(
                 pod.namespace,
                 pod.uid,
@@ -586,11 +586,11 @@ def _allocation(pod: _Pod, decision: Decision) -> Allocation:
     )
 
 
-def quota_charge(allocation: Allocation) -> PodQuotaCharge:
+def quota_charge(allocation: Allocation, vendors: Collection[str]) -> PodQuotaCharge:
     """What the allocation charges to its namespace's quota: memory and cores of its NVIDIA devices (the quota's
-    ``nvidia.com/gpumem`` / ``gpucores``), then every other vendor's devices by common word (that vendor's
-    ``limits.<memory resource>`` / ``limits.<core resource>``)."""
-    return PodQuotaCharge(allocation.quota_mem_mib, allocation.quota_cores_pct, allocation.quota_others)
+    ``nvidia.com/gpumem`` / ``gpucores``), then every other enabled vendor's devices by common word (that vendor's
+    ``limits.<memory resource>`` / ``limits.<core resource>``); the informer records the same."""
+    return PodQuotaCharge(allocation.quota_mem_mib, allocation.quota_cores_pct, allocation.quota_others_of(vendors))
 
 
 def _answer(result: ExtenderFilterResult) -> web.Response:

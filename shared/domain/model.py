@@ -328,26 +328,10 @@ class Allocation:
     charges: tuple[DeviceCharge, ...]
     mig: tuple[MigAllocation, ...] = ()
 
-    def _quota_charges(self) -> list[DeviceCharge]:
-        """The charges of NVIDIA devices: what the namespace quota's NVIDIA fields (``nvidia.com/gpumem`` /
-        ``gpucores``) count. Other vendors' devices are in :attr:`quota_others`."""
-        nvidia = {d.uuid for ctr in self.devices for d in ctr if d.type == NVIDIA}
-        return [c for c in self.charges if c.uuid in nvidia]
-
-    @property
-    def quota_mem_mib(self) -> int:
-        return sum(c.mem_mib for c in self._quota_charges())
-
-    @property
-    def quota_cores_pct(self) -> int:
-        return sum(c.cores_pct for c in self._quota_charges())
-
-    @property
-    def quota_others(self) -> QuotaUses:
-        """The pod's quota charge per other vendor (device type = the vendor's common word), sorted by word; a
-        vendor whose charge is zero in both dimensions is left out. Types that could not be a common word are
-        not charged (no quota can name them)."""
-        type_of = {d.uuid: d.type for ctr in self.devices for d in ctr if d.type != NVIDIA}
+    def _quota_sums(self) -> dict[str, tuple[int, int]]:
+        """Memory and cores the pod's charges hold on each vendor's devices (device type = the vendor's common
+        word), in one pass. Types that could not be a common word are left out (no quota can name them)."""
+        type_of = {d.uuid: d.type for ctr in self.devices for d in ctr}
         sums: dict[str, tuple[int, int]] = {}
         for c in self.charges:
             word = type_of.get(c.uuid)
@@ -355,7 +339,24 @@ class Allocation:
                 continue
             m, k = sums.get(word, (0, 0))
             sums[word] = (m + c.mem_mib, k + c.cores_pct)
-        return tuple((w, QuotaUse(m, k)) for w, (m, k) in sorted(sums.items()) if m or k)
+        return sums
+
+    @property
+    def quota_mem_mib(self) -> int:
+        """What the namespace quota's NVIDIA fields (``nvidia.com/gpumem``) count: the NVIDIA devices' memory."""
+        return self._quota_sums().get(NVIDIA, (0, 0))[0]
+
+    @property
+    def quota_cores_pct(self) -> int:
+        """What ``nvidia.com/gpucores`` counts: the NVIDIA devices' cores."""
+        return self._quota_sums().get(NVIDIA, (0, 0))[1]
+
+    @property
+    def quota_others(self) -> QuotaUses:
+        """The pod's quota charge per other vendor, sorted by common word; a vendor whose charge is zero in both
+        dimensions is left out."""
+        sums = self._quota_sums()
+        return tuple((w, QuotaUse(m, k)) for w, (m, k) in sorted(sums.items()) if w != NVIDIA and (m or k))
 
     def quota_others_of(self, vendors: Collection[str]) -> QuotaUses:
         """:attr:`quota_others` restricted to ``vendors`` (the enabled common words): a device type no enabled
