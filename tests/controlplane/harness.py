@@ -33,7 +33,7 @@ from shared.codec import annotations as keys
 from shared.codec.register import encode_register_json
 from shared.codec.topology import encode_topology
 from shared.devconfig import parse_device_config
-from shared.domain.model import DeviceInfo
+from shared.domain.model import NVIDIA, DeviceInfo
 from shared.k8s import KubeSettings, open_client
 from shared.vendors import amd, ascend, cambricon, hygon
 from shared.vendors.catalog import NVIDIA_ONLY_VENDORS, enabled_vendors
@@ -132,17 +132,16 @@ def vendors_of(document: Mapping[str, Any]) -> Vendors:
 
 
 def chart_vendor_resources(document: Mapping[str, Any]) -> list[str]:
-    """The chart's ``vgpu-scheduler.vendorResources``: the resource names written in the ``cambricon``, ``hygon``
-    and ``amd`` sections and in each ``vnpus.configs`` entry (names left to their defaults are not listed)."""
-    names: list[str] = []
-    for section in ("cambricon", "hygon", "amd"):
-        s = document.get(section)
-        if isinstance(s, Mapping):
-            names += [s[k] for k in ("resourceCountName", "resourceMemoryName", "resourceCoreName") if s.get(k)]
-    vnpus = document.get("vnpus")
-    if isinstance(vnpus, Mapping):
-        for chip in vnpus.get("configs") or []:
-            names += [chip[k] for k in ("resourceName", "resourceMemoryName", "resourceCoreName") if chip.get(k)]
+    """The chart's ``vgpu-scheduler.vendorResources``: every enabled vendor's count, memory and core resource
+    names but NVIDIA's, as the services derive them (tests/unit/deploy/test_device_config.py checks that the
+    chart's helper renders the same names)."""
+    names = [
+        n
+        for v in vendors_of(document)
+        if v.name != NVIDIA
+        for n in (v.resources.count, v.resources.memory, v.resources.cores)
+        if n
+    ]
     return list(dict.fromkeys(names))
 
 
