@@ -69,6 +69,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
             cleanup.run()
         native_rate = native.pods_per_s or None
         print(_row("native nvidia.com/gpu: 1", native, None), flush=True)
+        print(_cpu_line(native), flush=True)
     extra: tuple[str, ...] = ()
     if args.kube_qps is not None:
         extra += (f"--kube-qps={args.kube_qps:g}",)
@@ -101,13 +102,30 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                     cleanup.run()
                 label = f"vgpu {replicas} repl {policy} {setting}" + (" " + " ".join(extra) if extra else "")
                 print(_row(label, outcome, native_rate), flush=True)
+                print(_cpu_line(outcome), flush=True)
                 for line in (outcome.report.correctness + outcome.report.liveness)[: args.show_findings]:
                     print(f"    {line}")
     print(
         "BOUND bound/created; PODS/S first create to last bind; xNAT ratio to native in this run; P50/P99 "
         "create-to-bind; LOCKW node-lock waits; SCHERR kube-scheduler error lines; C/L audit correctness/liveness "
-        "findings; NODES nodes that received a pod"
+        "findings; NODES nodes that received a pod; cpu ms/pod: CPU milliseconds per bound pod by component, first "
+        "create to last bind, and API server requests per bound pod by verb and resource (harness: pod creation, bind watch, device-plugin emulator; other: the machine's other "
+        "processes)"
     )
+
+
+def _cpu_line(o: Outcome) -> str:
+    if not o.cpu_s or not o.bound:
+        return "    cpu ms/pod: -"
+    parts = sorted(o.cpu_s.items(), key=lambda kv: -kv[1])
+    total = sum(o.cpu_s.values())
+    shown = " ".join(f"{label} {1000 * s / o.bound:.1f}" for label, s in parts if s > 0)
+    line = f"    cpu ms/pod: total {1000 * total / o.bound:.1f} = {shown} (machine busy {total / o.elapsed_s:.2f} cores)"
+    if o.api_calls:
+        calls = sorted(o.api_calls.items(), key=lambda kv: -kv[1])
+        per_pod = " ".join(f"{kind} {n / o.bound:.2f}" for kind, n in calls if n / o.bound >= 0.01)
+        line += f"\n    api calls/pod: total {sum(o.api_calls.values()) / o.bound:.2f} = {per_pod}"
+    return line
 
 
 def _csv(kind: type) -> Any:

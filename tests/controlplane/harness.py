@@ -432,6 +432,13 @@ class Kube:
 
         await asyncio.gather(*(one(b) for b in bodies))
 
+    async def text(self, path: str) -> str:
+        """A plain-text GET (``/metrics``); empty on any error status."""
+        async with self.session.get(
+            self.api.url + path, ssl=self.ssl, headers=self.headers, timeout=aiohttp.ClientTimeout(total=60)
+        ) as resp:
+            return await resp.text() if resp.status == 200 else ""
+
     async def items(self, path: str) -> list[dict[str, Any]]:
         status, data = await self.call("GET", path)
         if status != 200:

@@ -13,6 +13,8 @@ from typing import Any
 
 from tests.controlplane.audit import AuditReport
 from tests.controlplane.control import ApiServer, Cleanup, start_scheduler
+from tests.controlplane.apicalls import calls_between, request_counts
+from tests.controlplane.cpu import cpu_by_pid, cpu_used
 from tests.controlplane.harness import RUN_LABEL, BindWatch, Kube, NodeShape, gpu_node, native_scheduler_config
 from tests.controlplane.scenario import Outcome, count_scheduler_errors
 
@@ -50,12 +52,16 @@ async def run_native(
                         watch.created[body["metadata"]["name"]] = time.monotonic()
                         await kube.create(f"/api/v1/namespaces/{ns}/pods", body)
 
+                calls_before = request_counts(await kube.text("/metrics"))
+                cpu_before = cpu_by_pid()
                 start = time.monotonic()
                 await asyncio.gather(*(create(p) for p in pods))
                 while len(watch.bound) < len(pods) and time.monotonic() - start < deadline_s:
                     watch.changed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(watch.changed.wait(), 1)
+                cpu = cpu_used(cpu_before, cpu_by_pid())
+                calls = calls_between(calls_before, request_counts(await kube.text("/metrics")))
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -74,4 +80,6 @@ async def run_native(
         lock_waits=0,
         stalled=len(watch.bound) < len(pods),
         nodes_touched=len(set(watch.nodes.values())),
+        cpu_s=cpu,
+        api_calls=calls,
     )

@@ -22,6 +22,8 @@ from shared.domain.model import NodePolicy
 from shared.domain.scoring import Policies
 from tests.controlplane.audit import AuditReport, audit
 from tests.controlplane.control import ApiServer, Cleanup
+from tests.controlplane.apicalls import calls_between, request_counts
+from tests.controlplane.cpu import cpu_by_pid, cpu_used
 from tests.controlplane.harness import (
     RUN_LABEL,
     BindWatch,
@@ -74,6 +76,10 @@ class Outcome:
     """Nodes that received at least one pod (binpack's packing, next to one-at-a-time packing)."""
     pods: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The scenario's pods as the API server holds them at the end."""
+    cpu_s: dict[str, float] = field(default_factory=dict)
+    api_calls: dict[str, int] = field(default_factory=dict)
+    """API server requests by ``<VERB> <resource>`` over the same window (:mod:`tests.controlplane.apicalls`)."""
+    """CPU seconds per component (:mod:`tests.controlplane.cpu`) from the first create to the end of binding."""
 
     @property
     def pods_per_s(self) -> float:
@@ -188,6 +194,8 @@ async def _drive(
 ) -> Outcome:
     rejected: list[str] = []
     sem = asyncio.Semaphore(16)
+    calls_before = request_counts(await kube.text("/metrics"))
+    cpu_before = cpu_by_pid()
     start = time.monotonic()
 
     async def create(body: dict[str, Any]) -> None:
@@ -225,6 +233,8 @@ async def _drive(
             if now - last_progress > scenario.stall_s or now - start > scenario.deadline_s:
                 stalled = True
                 break
+        cpu = cpu_used(cpu_before, cpu_by_pid())
+        calls = calls_between(calls_before, request_counts(await kube.text("/metrics")))
         # let the kubelets settle what was bound
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(system.plugin.idle.wait(), 10)
@@ -251,4 +261,6 @@ async def _drive(
         lock_waits=waits,
         stalled=stalled,
         nodes_touched=len(set(watch.nodes.values())),
+        cpu_s=cpu,
+        api_calls=calls,
     )

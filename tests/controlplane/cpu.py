@@ -1,0 +1,62 @@
+"""CPU seconds per component over a window of a benchmark run, read from ``/proc`` (Linux; empty elsewhere).
+
+Every process on the machine is read, so that what the machine's other tenants used shows up too ("other"). A
+process is labelled by its command line: the control plane (``kube-apiserver``, ``etcd``, ``kube-scheduler``),
+``redis-server``, our services (``extender``, ``informer``, ``registrar``, by their ``services.cli`` subcommand),
+and this process (``harness``: pod creation, the bind watch and the device-plugin emulator)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+_PROC = Path("/proc")
+_LABELS = ("kube-apiserver", "kube-scheduler", "etcd", "redis-server")
+_SERVICES = ("extender", "informer", "registrar")
+
+
+def _label(pid: int, cmdline: list[str]) -> str:
+    if pid == os.getpid():
+        return "harness"
+    head = os.path.basename(cmdline[0]) if cmdline else ""
+    for label in _LABELS:
+        if head.startswith(label):
+            return label
+    if "services.cli" in cmdline:
+        after = cmdline[cmdline.index("services.cli") + 1 :]
+        if after and after[0] in _SERVICES:
+            return after[0]
+    return "other"
+
+
+def cpu_by_pid() -> dict[int, tuple[str, float]]:
+    """(label, CPU seconds used so far) of every process that can be read now."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[int, tuple[str, float]] = {}
+    if not _PROC.is_dir():
+        return out
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        pid = int(entry.name)
+        out[pid] = (_label(pid, [c for c in cmdline if c]), used)
+    return out
+
+
+def cpu_used(before: Mapping[int, tuple[str, float]], after: Mapping[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds per label between two :func:`cpu_by_pid` readings (a process started in between counts from
+    zero; one that ended in between is lost, which a benchmark's window avoids by reading before it stops)."""
+    used: dict[str, float] = {}
+    for pid, (label, now) in after.items():
+        then = before.get(pid)
+        spent = now - then[1] if then is not None and then[0] == label else now
+        used[label] = used.get(label, 0.0) + max(spent, 0.0)
+    return used
