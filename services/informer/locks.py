@@ -5,7 +5,10 @@ leaves both held. The informer releases them when:
 
 * the device plugin settles the holder's ``hami.io/bind-phase`` (``success``/``failed``) — counted only if the
   pod's ``hami.io/bind-time`` is not older than the lock (a bind phase left from an earlier attempt does not
-  release a new lock);
+  release a new lock). HAMi's device plugin removes the annotation itself right after it settles the phase, so
+  while the annotation is still there the informer leaves it to the plugin for ``plugin_grace_s`` (the pod event
+  usually arrives a moment before the node event): when the plugin's removal shows up, only the Redis lock is
+  released, with no API call; once the grace has passed, the informer removes the annotation itself;
 * the device plugin removes the annotation (the Redis lock of the pod it named is released);
 * the holder is deleted or terminated (Succeeded/Failed) — at once, not after the timeout (HAMi #1130, #1271,
   #3047);
@@ -77,6 +80,7 @@ class NodeLockReleaser:
         node: Callable[[str], KubeObject | None],
         node_names: Callable[[], list[str]],
         still_leader: Callable[[], Awaitable[bool]],
+        plugin_grace_s: float = 0.0,
     ) -> None:
         self._store = store
         self._api = api
@@ -87,6 +91,10 @@ class NodeLockReleaser:
         self._node = node
         self._node_names = node_names
         self._still_leader = still_leader
+        self._plugin_grace_s = plugin_grace_s
+        self._settled_at: dict[tuple[str, Owner], float] = {}
+        """(node, holder) → when the holder was first seen settled while its annotation stood (the plugin's grace)."""
+        self._grace_timers: dict[str, asyncio.TimerHandle] = {}
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._pending: set[str] = set()
         self._annotation: dict[str, str] = {}  # node → last seen lock annotation value
@@ -219,6 +227,8 @@ class NodeLockReleaser:
             return LockCause.POD_TERMINATED, facts
         fresh = facts.bind_time_s is None or facts.bind_time_s >= held.since_s - _CLOCK_SLACK_S
         if facts.settled and fresh:
+            if held.annotation is not None and not timed_out and self._plugin_may_still_release(node, held.owner, now):
+                return None
             return (LockCause.BIND_SUCCESS if facts.bind_phase is BindPhase.SUCCESS else LockCause.BIND_FAILED), facts
         if held.annotation is None and held.redis is not None:
             seen = self._seen.get(node)
@@ -232,6 +242,32 @@ class NodeLockReleaser:
             return LockCause.TIMEOUT, facts
         return None
 
+    def _plugin_may_still_release(self, node: str, owner: Owner, now: float) -> bool:
+        """Whether the device plugin still has time to remove the settled holder's annotation itself; if so, the
+        node is checked again when that time is up (or sooner, on the node event of the removal)."""
+        if self._plugin_grace_s <= 0:
+            return False
+        first = self._settled_at.setdefault((node, owner), now)
+        left = first + self._plugin_grace_s - now
+        if left <= 0:
+            return False
+        if node not in self._grace_timers:
+            loop = asyncio.get_running_loop()
+            self._grace_timers[node] = loop.call_later(left + 0.01, self._grace_over, node)
+        return True
+
+    def _grace_over(self, node: str) -> None:
+        self._grace_timers.pop(node, None)
+        self.enqueue(node)
+
+    def _forget_grace(self, node: str, owner: Owner | None) -> None:
+        if owner is not None:
+            self._settled_at.pop((node, owner), None)
+        if not any(n == node for n, _ in self._settled_at):
+            timer = self._grace_timers.pop(node, None)
+            if timer is not None:
+                timer.cancel()
+
     async def check(self, node: str) -> None:
         """Evaluate ``node``'s lock holders and release those whose lock is over."""
         node_obj = self._node(node)
@@ -244,7 +280,11 @@ class NodeLockReleaser:
             return
         value = annotations_of(node_obj).get(keys.NODE_LOCK)
         now = self._clock()
-        for held in self._holders(node, value, redis, now):
+        holders = self._holders(node, value, redis, now)
+        owners = {h.owner for h in holders}
+        for gone in [k for k in self._settled_at if k[0] == node and k[1] not in owners]:
+            self._forget_grace(node, gone[1])  # its lock went another way (taken over, removed)
+        for held in holders:
             decision = await self._decide(node, held, now)
             if decision is not None:
                 await self._release(node, held, decision[0])
@@ -273,6 +313,7 @@ class NodeLockReleaser:
             self._seen.pop(node, None)
         if held.owner is not None:
             self._watched.pop(held.owner, None)
+        self._forget_grace(node, held.owner)
         self._metrics.locks_released.labels(cause.value).inc()
         logger.info(
             "node lock released",

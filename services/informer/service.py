@@ -64,6 +64,7 @@ class InformerTuning:
     epoch_check_s: float = 5.0
     retry_s: float = 5.0  # after a failed reconcile pass
     list_timeout_s: float = 60.0
+    plugin_release_grace_s: float = 3.0  # the device plugin removes a settled holder's lock annotation itself
 
 
 @dataclass(frozen=True)
@@ -212,6 +213,7 @@ class _Term:
             metrics=self.metrics,
             clock=deps.clock,
             timeout_s=settings.node_lock_timeout_s,
+            plugin_grace_s=self.tuning.plugin_release_grace_s,
             pod=lambda ns, name: self.pods.get(name, ns),
             node=self.nodes.get,
             node_names=lambda: [name_of(o) for o in self.nodes.objects()],

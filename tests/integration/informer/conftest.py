@@ -39,6 +39,7 @@ TUNING = InformerTuning(
     reservation_sweep_s=0.05,
     epoch_check_s=0.05,
     retry_s=0.05,
+    plugin_release_grace_s=0.2,
 )
 
 
@@ -88,6 +89,7 @@ class Harness:
         cfg: InformerSettings | None = None,
         registry: CollectorRegistry | None = None,
         vendors: Vendors | None = None,
+        tuning: InformerTuning | None = None,
     ) -> InformerService:
         cfg = cfg or settings()
         deps = InformerDeps(
@@ -97,7 +99,7 @@ class Harness:
             registry=registry or CollectorRegistry(),
             instance_id=cfg.common.instance_id,
             clock=self.clock,
-            tuning=TUNING,
+            tuning=tuning or TUNING,
         )
         return InformerService(cfg, deps, vendors=vendors)
 
@@ -109,10 +111,11 @@ class Harness:
         wait_synced: bool = True,
         audit: bool = True,
         vendors: Vendors | None = None,
+        tuning: InformerTuning | None = None,
     ) -> AsyncIterator[InformerService]:
         """Run an informer until the block ends; then (unless the block failed or ``audit=False``) check that
         Redis equals the usage recomputed from the API's pods, stop it cleanly and check it returned."""
-        svc = self.service(cfg, vendors=vendors)
+        svc = self.service(cfg, vendors=vendors, tuning=tuning)
         stop = asyncio.Event()
         task = asyncio.create_task(svc.run(stop), name=f"test-informer:{svc.deps.instance_id}")
         try:

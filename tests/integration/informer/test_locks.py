@@ -3,6 +3,7 @@ timeout — and on timeout the holder is marked failed *before* the lock is free
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,7 @@ from shared.codec.nodelock import encode_node_lock
 from shared.coord import lock_owner
 from shared.emulator import WriteRecord, WriteVerb
 from shared.store import Store
-from tests.integration.informer.conftest import Harness, metric, settings
+from tests.integration.informer.conftest import TUNING, Harness, metric, settings
 from tests.unit.informer.builders import pod
 from tests.waiting import eventually
 
@@ -72,6 +73,50 @@ async def test_released_when_the_device_plugin_settles_the_bind_phase(harness: H
         await eventually(lambda: all_free(harness), what="lock released")
         await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause=cause) == 1)
         await harness.assert_audit()
+
+
+async def test_a_settled_holder_s_annotation_is_left_to_the_device_plugin(harness: Harness) -> None:
+    """HAMi's plugin settles the bind phase, then removes the annotation itself: within the grace the informer
+    writes nothing to the node (no race with the plugin for the same annotation) and releases only the Redis lock
+    once the plugin's removal shows up."""
+    node_writes: list[Any] = []
+    harness.emulator.hooks.append(
+        lambda rec: node_writes.append(rec.body) if rec.resource == "nodes" and rec.verb is WriteVerb.PATCH else None
+    )
+    tuning = dataclasses.replace(TUNING, plugin_release_grace_s=60.0)
+    async with harness.run(tuning=tuning) as svc:
+        await lock_like_the_extender(harness, "p1")
+        await eventually(lambda: _cached_annotation(svc.term.nodes.get("n1"), keys.NODE_LOCK) is not None)
+        written = len(node_writes)
+        harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+        await eventually(lambda: _cached_annotation(svc.term.pods.get("p1", "default"), keys.BIND_PHASE) == "success")
+        await svc.term.locks.check("n1")
+        assert annotation(harness) is not None and not await redis_free(harness.store)  # the plugin's turn
+
+        harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+        await eventually(lambda: redis_free(harness.store), what="redis lock released")
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="bind_success") == 1)
+        assert len(node_writes) == written  # no node write through the API (the test's patch is direct)
+        assert not svc.term.locks._settled_at and not svc.term.locks._grace_timers
+
+
+async def test_a_settled_holder_s_annotation_the_plugin_leaves_is_removed_after_the_grace(harness: Harness) -> None:
+    node_writes: list[Any] = []
+    harness.emulator.hooks.append(
+        lambda rec: node_writes.append(rec.body) if rec.resource == "nodes" and rec.verb is WriteVerb.PATCH else None
+    )
+    tuning = dataclasses.replace(TUNING, plugin_release_grace_s=0.5)
+    async with harness.run(tuning=tuning) as svc:
+        await lock_like_the_extender(harness, "p1")
+        harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+        await eventually(lambda: _cached_annotation(svc.term.pods.get("p1", "default"), keys.BIND_PHASE) == "success")
+        await svc.term.locks.check("n1")
+        assert annotation(harness) is not None  # still within the grace
+        assert node_writes == []
+        await eventually(lambda: all_free(harness), what="released once the grace is over")
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="bind_success") == 1)
+        assert len(node_writes) == 1  # the informer's removal
+        assert not svc.term.locks._settled_at and not svc.term.locks._grace_timers
 
 
 async def test_redis_lock_released_when_the_device_plugin_removes_the_annotation(harness: Harness) -> None:
