@@ -31,7 +31,7 @@ from benchmarks.bench_extender import _redis_server
 from tests.controlplane.control import ApiServer, Cleanup, assets_dir, control_plane
 from tests.controlplane.harness import NodeShape, Settings, gpu_pod
 from tests.controlplane.native import run_native
-from tests.controlplane.scenario import Outcome, Scenario, run_scenario
+from tests.controlplane.scenario import Outcome, Scenario, run_scenario, scheduler_error_kinds
 
 
 def _pods(n: int, shared: bool) -> list[dict[str, Any]]:
@@ -105,11 +105,16 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                 print(_cpu_line(outcome), flush=True)
                 for line in (outcome.report.correctness + outcome.report.liveness)[: args.show_findings]:
                     print(f"    {line}")
+                if args.show_errors and outcome.scheduler_errors:
+                    kinds = scheduler_error_kinds(outcome.system_log.get("kube-scheduler", ""))
+                    for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])[: args.show_errors]:
+                        print(f"    {n:>5} x {kind}")
     print(
         "BOUND bound/created; PODS/S first create to last bind; xNAT ratio to native in this run; P50/P99 "
         "create-to-bind; LOCKW node-lock waits; SCHERR kube-scheduler error lines; C/L audit correctness/liveness "
         "findings; NODES nodes that received a pod; cpu ms/pod: CPU milliseconds per bound pod by component, first "
-        "create to last bind, and API server requests per bound pod by verb and resource (harness: pod creation, bind watch, device-plugin emulator; other: the machine's other "
+        "create to last bind, and API server requests per bound pod by verb and resource (harness: pod creation, "
+        "bind watch, device-plugin emulator; other: the machine's other "
         "processes)"
     )
 
@@ -120,7 +125,9 @@ def _cpu_line(o: Outcome) -> str:
     parts = sorted(o.cpu_s.items(), key=lambda kv: -kv[1])
     total = sum(o.cpu_s.values())
     shown = " ".join(f"{label} {1000 * s / o.bound:.1f}" for label, s in parts if s > 0)
-    line = f"    cpu ms/pod: total {1000 * total / o.bound:.1f} = {shown} (machine busy {total / o.elapsed_s:.2f} cores)"
+    line = (
+        f"    cpu ms/pod: total {1000 * total / o.bound:.1f} = {shown} (machine busy {total / o.elapsed_s:.2f} cores)"
+    )
     if o.api_calls:
         calls = sorted(o.api_calls.items(), key=lambda kv: -kv[1])
         per_pod = " ".join(f"{kind} {n / o.bound:.2f}" for kind, n in calls if n / o.bound >= 0.01)
@@ -150,6 +157,7 @@ def main() -> None:
     p.add_argument("--stall", type=float, default=60.0, help="end a run when nothing binds for this long")
     p.add_argument("--skip-native", action="store_true")
     p.add_argument("--show-findings", type=int, default=3)
+    p.add_argument("--show-errors", type=int, default=3, help="print this many kinds of kube-scheduler error lines")
     args = p.parse_args()
     bad = [s for s in args.settings if s not in ("defaults", "chart")]
     if bad:

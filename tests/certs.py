@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HAVE_OPENSSL = shutil.which("openssl") is not None
+EC_P256 = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
+"""ECDSA P-256 keys, as the chart's certificates have (kube-webhook-certgen and the cert-manager Certificates)."""
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class Ca:
         if server:
             lines.append("subjectAltName=DNS:localhost,IP:127.0.0.1")
         ext.write_text("\n".join(lines) + "\n")
-        _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={cn}")
+        _openssl("req", "-new", *EC_P256, "-nodes", "-keyout", key, "-out", csr, "-subj", f"/CN={cn}")
         _openssl(
             "x509", "-req", "-in", csr, "-CA", self.cert, "-CAkey", self.key, "-CAcreateserial",
             "-days", "1", "-out", cert, "-extfile", ext,
@@ -46,7 +48,7 @@ def make_ca(directory: Path, cn: str) -> Ca:
     directory.mkdir(parents=True, exist_ok=True)
     cert, key = directory / "ca.crt", directory / "ca.key"
     _openssl(
-        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", key, "-out", cert,
+        "req", "-x509", *EC_P256, "-nodes", "-days", "1", "-keyout", key, "-out", cert,
         "-subj", f"/CN={cn}", "-addext", "basicConstraints=critical,CA:TRUE",
         "-addext", "keyUsage=critical,keyCertSign,cRLSign",
     )  # fmt: skip

@@ -155,6 +155,7 @@ class Binder:
         rng: random.Random | None = None,
         vendors: Vendors | None = None,
         timed_lock: TimedLockRules = DSMLU_LOCK,
+        on_lock_wait: Callable[[float, bool], None] | None = None,
     ) -> None:
         self._store = store
         self._api = api
@@ -167,6 +168,8 @@ class Binder:
         self._clock = clock
         self._events = events
         self._metrics = metrics
+        self._on_lock_wait = on_lock_wait
+        """``(waited_s, timed_out)`` of every ordinary pod's wait for HAMi's node lock (the adaptive bind limit)."""
         self.locker = NodeLocker(
             api,
             NodeLock(store.locks, ttl_s=node_lock_timeout_s),
@@ -321,7 +324,14 @@ class Binder:
         timed: HeldTimedLock | None = None
         try:
             if NodeLockKind.HAMI in kinds:
-                hami = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
+                try:
+                    hami = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
+                except LockTimeoutError:
+                    if self._on_lock_wait is not None and retry_s is None:
+                        self._on_lock_wait(wait_s, True)
+                    raise
+                if self._on_lock_wait is not None and retry_s is None:
+                    self._on_lock_wait(hami.waited_s, False)
             if NodeLockKind.CAMBRICON in kinds:
                 timed = await self.timed_locker.acquire(node, wait_s=wait_s)
         except BaseException as e:
@@ -677,9 +687,11 @@ class BindHandler:
         metrics: ExtenderMetrics,
         *,
         lock_wait_s: float | None = None,
+        on_lock_wait: Callable[[float, bool], None] | None = None,
     ) -> None:
         if lock_wait_s is None:
             lock_wait_s = lock_wait_budget(settings.bind_timeout_s)
+        self.lock_wait_s = lock_wait_s
         self.binder = Binder(
             store=deps.store,
             api=deps.api,
@@ -692,6 +704,7 @@ class BindHandler:
             metrics=metrics,
             rng=deps.rng,
             vendors=deps.vendor_set,
+            on_lock_wait=on_lock_wait,
         )
         self._metrics = metrics
 

@@ -137,6 +137,12 @@ class ExtenderMetrics:
         self.bind_outcomes = Counter(
             "vgpu_bind_outcomes_total", "Bind calls by outcome.", ["outcome"], registry=registry
         )
+        self.binds_per_node_limit = Gauge(
+            "vgpu_binds_per_node_limit",
+            "Binds in flight that make /filter pass over a node: --max-binds-per-node at most, lowered while binds "
+            "wait too long for node locks.",
+            registry=registry,
+        )
         self.node_lock_wait = Histogram(
             "vgpu_node_lock_wait_seconds",
             "Time a bind waited for the node lock.",

@@ -26,7 +26,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from services.extender.app import create_app, create_webhook_app
-from services.extender.bind import BindHandler
+from services.extender.bind import BindHandler, lock_wait_budget
+from services.extender.bindlimit import AdaptiveBindLimit
 from services.extender.events import EventSink
 from services.extender.filter import FilterHandler
 from services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
@@ -117,7 +118,16 @@ class ExtenderService:
             on_sampled_out=self.metrics.events_sampled_out.inc,
         )
         self.filter = FilterHandler(settings, deps, self.metrics, self.cache)
-        self._binds = BindHandler(settings, deps, self.metrics)
+        wait_s = lock_wait_budget(settings.bind_timeout_s)
+        self.bind_limit = AdaptiveBindLimit(settings.max_binds_per_node, wait_s, self._set_bind_limit)
+        self.metrics.binds_per_node_limit.set(self.bind_limit.value)
+        self._binds = BindHandler(
+            settings,
+            deps,
+            self.metrics,
+            lock_wait_s=wait_s,
+            on_lock_wait=lambda waited, timed_out: self.bind_limit.observe(waited, timed_out=timed_out),
+        )
         self.bind: Handler = self._binds
         self.webhook: Handler = WebhookHandler(settings, deps, self.metrics)
         self._ssl_context = ssl_context
@@ -125,6 +135,10 @@ class ExtenderService:
         self.server: RunningServer | None = None
         self.webhook_server: RunningServer | None = None
         self.listening = asyncio.Event()
+
+    def _set_bind_limit(self, limit: int) -> None:
+        self.cache.set_binds_per_node(limit)
+        self.metrics.binds_per_node_limit.set(limit)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then drain and return. :class:`ConfigError` if it must not serve."""

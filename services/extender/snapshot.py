@@ -189,6 +189,18 @@ class SnapshotCache:
         in parallel across nodes."""
         return self._busy
 
+    @property
+    def binds_per_node(self) -> int:
+        return self._binds_per_node
+
+    def set_binds_per_node(self, limit: int) -> None:
+        """Change the number of binds in flight that makes a node busy (:mod:`services.extender.bindlimit`)."""
+        limit = max(1, limit)
+        if limit == self._binds_per_node:
+            return
+        self._binds_per_node = limit
+        self._busy = {node for node, count in self._inflight.items() if count >= limit}
+
     def _set_inflight(self, node: str, count: int) -> None:
         if count > 0:
             self._inflight[node] = count

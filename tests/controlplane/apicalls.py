@@ -34,5 +34,5 @@ def request_counts(metrics_text: str) -> dict[str, float]:
 
 def calls_between(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, int]:
     """Requests per kind between two readings of :func:`request_counts` (kinds with none left out)."""
-    diff = {k: int(round(v - before.get(k, 0.0))) for k, v in after.items()}
+    diff = {k: round(v - before.get(k, 0.0)) for k, v in after.items()}
     return {k: n for k, n in diff.items() if n > 0}

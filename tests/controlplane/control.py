@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from tests.certs import EC_P256
+
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 SKIP_REASON = "real control plane: set KUBEBUILDER_ASSETS (see README: ../shared/k8s/install.sh .cache/k8s)"
 _READY_TIMEOUT_S = 90.0
@@ -92,15 +94,20 @@ def make_ca(directory: Path, name: str = "ca") -> tuple[Path, Path]:
 
 
 def make_serving_cert(
-    directory: Path, name: str, ca: tuple[Path, Path], sans: str = "IP:127.0.0.1,DNS:localhost"
+    directory: Path,
+    name: str,
+    ca: tuple[Path, Path],
+    sans: str = "IP:127.0.0.1,DNS:localhost",
+    *,
+    ecdsa: bool = False,
 ) -> tuple[Path, Path]:
-    """A serving certificate ``<name>.crt``/``<name>.key`` for ``sans``, signed by ``ca``."""
+    """A serving certificate ``<name>.crt``/``<name>.key`` for ``sans``, signed by ``ca``: RSA 2048 (kubeadm's
+    default for the API server) or, ``ecdsa``, P-256 (the chart's certificates for the extender)."""
     ext = directory / f"{name}.ext"
     ext.write_text(f"subjectAltName={sans}\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n")
     _openssl(
         "req",
-        "-newkey",
-        "rsa:2048",
+        *(EC_P256 if ecdsa else ("-newkey", "rsa:2048")),
         "-nodes",
         "-subj",
         f"/CN={name}",

@@ -702,7 +702,7 @@ async def running_system(
     kube-scheduler and the device plugin; stop them all (SIGTERM) on exit, recording each exit code."""
     tmp.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - set-up before anything runs
     ca = (api.cert_dir / "ca.crt", api.cert_dir / "ca.key")
-    cert, key = make_serving_cert(tmp, "extender", ca)
+    cert, key = make_serving_cert(tmp, "extender", ca, ecdsa=True)  # as the chart issues it
     client_ca = make_ca(tmp / "scheduler-client-ca", "vgpu-scheduler-client-ca")
     client_cert = client_ca.issue(tmp / "scheduler-client", "kube-scheduler", client=True)
     device_config = tmp / "device-config.yaml"

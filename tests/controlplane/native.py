@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.controlplane.apicalls import calls_between, request_counts
 from tests.controlplane.audit import AuditReport
 from tests.controlplane.control import ApiServer, Cleanup, start_scheduler
-from tests.controlplane.apicalls import calls_between, request_counts
 from tests.controlplane.cpu import cpu_by_pid, cpu_used
 from tests.controlplane.harness import RUN_LABEL, BindWatch, Kube, NodeShape, gpu_node, native_scheduler_config
 from tests.controlplane.scenario import Outcome, count_scheduler_errors

@@ -20,9 +20,9 @@ import aiohttp
 from shared.config.values import parse_gpu_policy
 from shared.domain.model import NodePolicy
 from shared.domain.scoring import Policies
+from tests.controlplane.apicalls import calls_between, request_counts
 from tests.controlplane.audit import AuditReport, audit
 from tests.controlplane.control import ApiServer, Cleanup
-from tests.controlplane.apicalls import calls_between, request_counts
 from tests.controlplane.cpu import cpu_by_pid, cpu_used
 from tests.controlplane.harness import (
     RUN_LABEL,
@@ -99,6 +99,23 @@ _SCHEDULER_ERROR = re.compile(r"Error scheduling pod|SchedulerError|error bindin
 def count_scheduler_errors(log: str) -> int:
     """kube-scheduler's error lines for failed scheduling or binding attempts."""
     return len(_SCHEDULER_ERROR.findall(log))
+
+
+_POD_NAMES = re.compile(
+    r"\bp\d{5}\b|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|-n\d{4}\b|\d+(\.\d+)?"
+)
+
+
+def scheduler_error_kinds(log: str) -> dict[str, int]:
+    """kube-scheduler's error lines grouped by their text with pod and node names, UIDs and numbers blanked out
+    (what kinds of failure, how many of each)."""
+    kinds: dict[str, int] = {}
+    for line in log.splitlines():
+        if _SCHEDULER_ERROR.search(line):
+            text = line.split("] ", 1)[-1] if "] " in line else line
+            kind = _POD_NAMES.sub("#", text)[:300]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
 
 
 async def _lock_waits(session: aiohttp.ClientSession, system: System) -> int:
@@ -181,6 +198,7 @@ async def run_scenario(
     )
     outcome.pods = pods
     outcome.system_log = {s.name: s.log.read_text(errors="replace") for s in system.services}
+    outcome.system_log["kube-scheduler"] = system.scheduler.log_text()
     return outcome
 
 

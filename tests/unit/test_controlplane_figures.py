@@ -1,0 +1,55 @@
+"""The benchmark's figures read from the API server's metrics, kube-scheduler's log and /proc."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.controlplane.apicalls import calls_between, request_counts
+from tests.controlplane.cpu import cpu_by_pid, cpu_used
+from tests.controlplane.scenario import scheduler_error_kinds
+
+_FIXED = 'component="apiserver",dry_run="",group="",scope="resource",version="v1"'
+METRICS = "\n".join(
+    [
+        "# TYPE apiserver_request_total counter",
+        f'apiserver_request_total{{code="201",{_FIXED},resource="pods",subresource="binding",verb="POST"}} 7',
+        f'apiserver_request_total{{code="200",{_FIXED},resource="nodes",subresource="",verb="PATCH"}} 3',
+        f'apiserver_request_total{{code="409",{_FIXED},resource="nodes",subresource="",verb="PATCH"}} 2',
+        f'apiserver_request_total{{code="0",{_FIXED},resource="pods",subresource="",verb="WATCH"}} 5',
+        'apiserver_request_total_other{verb="GET"} 9',
+    ]
+)
+
+
+def test_request_counts_sum_codes_and_leave_watches_out() -> None:
+    assert request_counts(METRICS) == {"POST pods/binding": 7.0, "PATCH nodes": 5.0}
+    later = request_counts(METRICS.replace("} 7", "} 10"))
+    assert calls_between(request_counts(METRICS), later) == {"POST pods/binding": 3}
+
+
+def test_scheduler_error_kinds_group_lines_by_their_text_without_names_and_numbers() -> None:
+    log = "\n".join(
+        [
+            'E1125 03:40:01.1 1 schedule_one.go:1] "Error scheduling pod; retrying" err="node run-n0001 is locked by '
+            'ns/p00012 (redis); gave up after waiting 3.01s"',
+            'E1125 03:40:02.2 1 schedule_one.go:1] "Error scheduling pod; retrying" err="node run-n0417 is locked by '
+            'ns/p01999 (redis); gave up after waiting 2.99s"',
+            'I1125 03:40:03.3 1 schedule_one.go:1] "Successfully bound pod to node" pod="ns/p00001"',
+            'E1125 03:40:04.4 1 schedule_one.go:1] "Failed to bind pod" pod="ns/p00003"',
+        ]
+    )
+    kinds = scheduler_error_kinds(log)
+    assert sorted(kinds.values()) == [1, 2]
+    assert any("is locked by ns/# (redis)" in k for k in kinds)
+
+
+def test_cpu_used_counts_this_process_as_the_harness() -> None:
+    before = cpu_by_pid()
+    if not before:
+        pytest.skip("no /proc on this system")
+    sum(i * i for i in range(3_000_000))  # well over one clock tick of CPU
+    used = cpu_used(before, cpu_by_pid())
+    assert before[os.getpid()][0] == "harness"
+    assert used["harness"] > 0
