@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -97,6 +99,10 @@ class HamiDevicePlugin:
     def __post_init__(self) -> None:
         self.api = Api(self.kube, component="device-plugin", instance="controlplane-test")
         self._seen: set[str] = set()
+        self._registered: dict[str, tuple[str, dict[str, frozenset[str]]]] = {}
+        """node → (what its registration is read from, the devices registered there): decoded again only when
+        that changed or 5 s have passed (liveness depends on the time), not at every Allocate: this emulator
+        shares the machine's CPUs with what it measures, where a real plugin runs on its own node."""
         self._node_locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.idle = asyncio.Event()
@@ -148,7 +154,7 @@ class HamiDevicePlugin:
     async def allocate(self, node: str, ns: str, name: str) -> None:
         """One admission of ``ns/name`` on ``node``: Allocate on the plugin of every vendor the pod asks for."""
         node_obj = await self.api.get_node(node)
-        registered = registered_devices(node_obj, self.vendors)
+        registered = self._registered_on(node, node_obj)
         if not registered:
             return  # no device plugin on the node: the kubelet would refuse the pod, nothing to allocate
         try:
@@ -174,6 +180,22 @@ class HamiDevicePlugin:
             return
         self.succeeded.add(f"{ns}/{name}")
         await self._release_locks(node, ns, name, kinds)
+
+    def _registered_on(self, node: str, node_obj: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+        locks = (keys.NODE_LOCK, NodeLockKind.CAMBRICON.value)
+        annos = {k: v for k, v in annotations_of(node_obj).items() if k not in locks}
+        status = node_obj.get("status") or {}
+        labels = (node_obj.get("metadata") or {}).get("labels")
+        shown = json.dumps(
+            [annos, labels, status.get("capacity"), status.get("allocatable"), int(time.monotonic() // 5)],
+            sort_keys=True,
+        )
+        cached = self._registered.get(node)
+        if cached is not None and cached[0] == shown:
+            return cached[1]
+        registered = registered_devices(node_obj, self.vendors)
+        self._registered[node] = (shown, registered)
+        return registered
 
     @staticmethod
     def _no_plugin(asked: tuple[Vendor, ...], registered: Mapping[str, frozenset[str]], node: str) -> str | None:
