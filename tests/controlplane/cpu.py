@@ -30,12 +30,32 @@ def _label(pid: int, cmdline: list[str]) -> str:
     return "other"
 
 
+MACHINE = -1
+"""The key of :func:`cpu_by_pid`'s reading of the whole machine (``/proc/stat``): what every process used, those
+that started and ended between two readings included."""
+
+
+def _machine_seconds(tick: int) -> float | None:
+    try:
+        fields = (_PROC / "stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    busy = [int(x) for i, x in enumerate(fields[1:9]) if i not in (3, 4)]  # all but idle and iowait
+    return sum(busy) / tick
+
+
 def cpu_by_pid() -> dict[int, tuple[str, float]]:
-    """(label, CPU seconds used so far) of every process that can be read now."""
+    """(label, CPU seconds used so far) of every process that can be read now, and the whole machine's under
+    :data:`MACHINE`."""
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     out: dict[int, tuple[str, float]] = {}
     if not _PROC.is_dir():
         return out
+    machine = _machine_seconds(tick)
+    if machine is not None:
+        out[MACHINE] = ("machine", machine)
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -53,10 +73,18 @@ def cpu_by_pid() -> dict[int, tuple[str, float]]:
 
 def cpu_used(before: Mapping[int, tuple[str, float]], after: Mapping[int, tuple[str, float]]) -> dict[str, float]:
     """CPU seconds per label between two :func:`cpu_by_pid` readings (a process started in between counts from
-    zero; one that ended in between is lost, which a benchmark's window avoids by reading before it stops)."""
+    zero). What the machine used beyond the processes read (those that started and ended in between) is added to
+    ``other``."""
     used: dict[str, float] = {}
     for pid, (label, now) in after.items():
+        if pid == MACHINE:
+            continue
         then = before.get(pid)
         spent = now - then[1] if then is not None and then[0] == label else now
         used[label] = used.get(label, 0.0) + max(spent, 0.0)
+    if MACHINE in before and MACHINE in after:
+        # processes that started and ended inside the window (a tenant's short jobs) are only in the machine's sum
+        unseen = after[MACHINE][1] - before[MACHINE][1] - sum(used.values())
+        if unseen > 0:
+            used["other"] = used.get("other", 0.0) + unseen
     return used

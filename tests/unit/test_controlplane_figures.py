@@ -7,7 +7,7 @@ import os
 import pytest
 
 from tests.controlplane.apicalls import calls_between, request_counts
-from tests.controlplane.cpu import cpu_by_pid, cpu_used
+from tests.controlplane.cpu import MACHINE, cpu_by_pid, cpu_used
 from tests.controlplane.scenario import scheduler_error_kinds
 
 _FIXED = 'component="apiserver",dry_run="",group="",scope="resource",version="v1"'
@@ -50,6 +50,10 @@ def test_cpu_used_counts_this_process_as_the_harness() -> None:
     if not before:
         pytest.skip("no /proc on this system")
     sum(i * i for i in range(3_000_000))  # well over one clock tick of CPU
-    used = cpu_used(before, cpu_by_pid())
+    after = cpu_by_pid()
+    used = cpu_used(before, after)
     assert before[os.getpid()][0] == "harness"
     assert used["harness"] > 0
+    machine = after[MACHINE][1] - before[MACHINE][1]
+    assert machine >= used["harness"] - 0.02  # the whole machine's sum covers this process (ticks round)
+    assert sum(used.values()) >= machine - 1e-9  # what no process read accounts for is in "other"
