@@ -214,6 +214,18 @@ async def supervise(
         raise ExceptionGroup("root task(s) failed", failures)
 
 
+def fast_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop factory (for :func:`run_service`), or None for asyncio's own where uvloop is not installed
+    (it is a dependency on Linux and macOS). The processes that answer ``/filter`` run on it: it takes a good part
+    of each request's event-loop, socket and HTTP work into C."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def run_service(
     main: Callable[[asyncio.Event], Awaitable[None]],
     *,

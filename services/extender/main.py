@@ -20,7 +20,7 @@ from shared.k8s import Api, kube_settings_from, open_client
 from shared.logs import configure_from_settings
 from shared.metrics import new_registry, register_build_info
 from shared.ops import create_ops_app, serve
-from shared.runtime import RootTask, run_service, supervise
+from shared.runtime import RootTask, fast_loop_factory, run_service, supervise
 from shared.store import Store, connect
 from shared.vendors.catalog import enabled_vendors
 
@@ -96,4 +96,4 @@ def run(args: argparse.Namespace) -> int:
     """Run the extender until SIGTERM/SIGINT. Exit code 0 clean, 1 failure, 2 configuration error."""
     settings = settings_from_args(Service.EXTENDER, args, os.environ)
     configure_from_settings(settings.common)
-    return run_service(lambda stop: serve_extender(settings, stop))
+    return run_service(lambda stop: serve_extender(settings, stop), loop_factory=fast_loop_factory())

@@ -228,11 +228,13 @@ class SnapshotCache:
         """The snapshots of the registered ``candidates`` in ``policy``'s order of preference (``rank_key``): all of
         them (``busy`` None), those without a bind in flight (False) or those with one (True).
 
-        Lazy, and a live view: consume it before the next ``await``. Each node walked past costs C code only."""
-        names: Iterator[str] = filter(candidates.__contains__, self._ranking[policy].names)
+        Lazy, and a live view: consume it before the next ``await``. Each node walked past costs C code only: the
+        bind-in-flight test first (the cache's own name objects, found by identity), then the candidates' (names
+        decoded from the request: compared by value)."""
+        names: Iterable[str] = self._ranking[policy].names
         if busy is not None:
             names = (filter if busy else itertools.filterfalse)(self._busy.__contains__, names)
-        return map(self._snaps.__getitem__, names)
+        return map(self._snaps.__getitem__, filter(candidates.__contains__, names))
 
     def generation(self, node: str) -> int | None:
         cached = self._nodes.get(node)

@@ -175,6 +175,9 @@ class RequestReader:
         present, raw = raw_value(limits, requests, name)
         if not present:
             return None
+        plain = self._plain(raw, kind)
+        if plain is not None:
+            return plain
         try:
             q = parse_quantity(raw, name)
         except DecodeError:
@@ -185,6 +188,26 @@ class RequestReader:
             self.problem(text)
             return None
         return q.numerator
+
+    def _plain(self, raw: Any, kind: QuantityKind) -> int | None:
+        """``raw`` when it is a plain whole number (ASCII digits, or a JSON integer) that passes every check of
+        ``kind``: what the full parse would return for it, without its exact arithmetic. None: let the full parse
+        decide (and word any problem)."""
+        if type(raw) is str:
+            if not (0 < len(raw) <= 10 and raw.isascii() and raw.isdigit()):
+                return None
+            value = int(raw)
+        elif type(raw) is int:
+            value = raw
+        else:
+            return None
+        if kind is QuantityKind.PERCENT:
+            bound = 100
+        elif kind is QuantityKind.MEMORY:
+            bound = INT32_MAX // max(self.cfg.memory_factor, 1)
+        else:
+            bound = INT32_MAX
+        return value if 0 <= value <= bound else None
 
     def _not_a_quantity(self, raw: Any, name: str, kind: QuantityKind) -> str:
         text = f"{name}: {shown_value(raw)} is not a number"

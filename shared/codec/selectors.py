@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from shared.codec import annotations as keys
 from shared.codec._go import INT64_MAX, fail, go_upper, parse_bool, parse_int, trim_space
 from shared.domain.model import (
+    NO_CONSTRAINTS,
     NO_SELECTORS,
     NVIDIA,
     GpuPolicy,
@@ -132,8 +133,26 @@ def decode_numa_bind(value: str) -> bool:
         return False
 
 
+_CONSTRAINT_KEYS = frozenset(
+    {
+        keys.USE_GPUTYPE,
+        keys.NOUSE_GPUTYPE,
+        keys.USE_GPUUUID,
+        keys.NOUSE_GPUUUID,
+        keys.NUMA_BIND,
+        keys.VGPU_MODE,
+        keys.NODE_SCHEDULER_POLICY,
+        keys.GPU_SCHEDULER_POLICY,
+        keys.DEVICE_SCORING_WEIGHTS,
+    }
+)
+"""Every annotation :func:`decode_pod_constraints` reads."""
+
+
 def decode_pod_constraints(annotations: Mapping[str, str]) -> PodConstraints:
     """Everything a pod's annotations say about device choice; absent keys leave the defaults."""
+    if _CONSTRAINT_KEYS.isdisjoint(annotations):  # most pods: none of them
+        return NO_CONSTRAINTS
     a = annotations
 
     def text(key: str) -> str | None:

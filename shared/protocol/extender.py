@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any, Final
 
 from shared.errors import DecodeError
@@ -96,6 +95,49 @@ class ExtenderBindingArgs:
 
 def parse_extender_args(body: bytes | str) -> ExtenderArgs:
     """Decode an ``ExtenderArgs`` body; raise :class:`DecodeError` (or :class:`MissingPodError`) on bad input."""
+    args = _plain_filter_args(body)
+    return args if args is not None else _parse_extender_args(body)
+
+
+def _plain_filter_args(body: bytes | str) -> ExtenderArgs | None:
+    """The body kube-scheduler sends on every ``/filter`` (``Pod`` and ``NodeNames``) decoded with orjson, several
+    times faster on 1,000 names; None for any other body, which :func:`_parse_extender_args` then decodes (and
+    words any error of).
+
+    The answer is the same as that parser's. orjson refuses what it refuses (invalid UTF-8, a lone surrogate
+    escape, ``NaN``, a byte-order mark, an infinite float, any syntax error); whatever it takes differently is left
+    to it: top-level keys that match one field in two spellings (Go takes the last in document order), full
+    ``Nodes``, a float anywhere (an integer literal past uint64 comes back as one), an integer outside int64,
+    nesting deeper than :data:`gojson.FAST_DEPTH`. One difference remains, for bodies Go's encoder never writes:
+    a value that a duplicate of its key replaces is not checked for out-of-range integers or depth (orjson keeps
+    only the last), while that parser refuses such a body.
+    """
+    if not isinstance(body, bytes):
+        return None
+    try:
+        top = gojson.fast_loads(body)
+    except gojson.FastDecodeError:
+        return None
+    if type(top) is not dict:
+        return None
+    fields = {key.casefold(): value for key, value in top.items()}
+    if len(fields) != len(top):
+        return None
+    pod = fields.get("pod")
+    names = fields.get("nodenames")
+    if type(pod) is not dict or type(names) is not list or fields.get("nodes") is not None:
+        return None
+    try:
+        "".join(names)  # every name a string (a C loop)
+    except TypeError:
+        return None
+    if not gojson.plain_values(value for key, value in fields.items() if key != "nodenames"):
+        return None
+    return ExtenderArgs(pod=pod, node_names=names, nodes=None)
+
+
+def _parse_extender_args(body: bytes | str) -> ExtenderArgs:
+    """:func:`parse_extender_args` for any body, with Go's rules throughout (:func:`gojson.loads`)."""
     doc = gojson.loads(body, _ARGS)
     top = doc.value
     if not isinstance(top, dict):
@@ -112,11 +154,13 @@ def parse_extender_args(body: bytes | str) -> ExtenderArgs:
     if raw_names is not gojson.MISSING and raw_names is not None:
         if not isinstance(raw_names, list):
             raise DecodeError(_ARGS, f"NodeNames must be an array of strings, got {gojson.type_name(raw_names)}")
-        if not all(map(isinstance, raw_names, repeat(str))):  # C loop: no per-name Python code when all are strings
+        try:
+            "".join(raw_names)  # a C loop that stops at the first name that is not a string (cheaper than isinstance)
+        except TypeError:
             for i, name in enumerate(raw_names):
                 if not isinstance(name, str):
-                    raise DecodeError(_ARGS, f"NodeNames[{i}] must be a string, got {gojson.type_name(name)}")
-        node_names = list(raw_names)
+                    raise DecodeError(_ARGS, f"NodeNames[{i}] must be a string, got {gojson.type_name(name)}") from None
+        node_names = raw_names  # freshly decoded, held by nothing else: no copy
 
     raw_nodes = doc.fold_get(top, "Nodes")
     nodes: list[dict[str, Any]] | None = None

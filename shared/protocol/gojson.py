@@ -1,10 +1,12 @@
 """JSON the way Go's ``encoding/json`` reads and writes it, for the wire shapes kube-scheduler exchanges.
 
-Pure: no I/O. Two halves:
+Pure: no I/O. Three parts:
 
 * :func:`loads` decodes a request body strictly (UTF-8 only, no ``NaN``/``Infinity``, integers within int64,
   finite floats, bounded nesting) and remembers each object's key/value pairs in document order, so that
   :func:`fold_get` can match struct fields case-insensitively with Go's "last matching key wins" rule.
+* :func:`fast_loads` (orjson) decodes the common ``/filter`` body several times faster; its caller checks the
+  result with :func:`plain_values` and falls back to :func:`loads`.
 * :func:`dumps` encodes compactly with Go's escaping of ``<``, ``>``, ``&``, U+2028 and U+2029.
 """
 
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
+
+import orjson
 
 from shared.errors import DecodeError
 
@@ -85,7 +89,7 @@ def loads(body: bytes | str, what: str) -> Document:
         raise DecodeError(what, "body starts with a byte-order mark")
     if not text.strip():
         raise DecodeError(what, "empty body")
-    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+    if "\\" in text and "\\u" in text and _SURROGATE_ESCAPE.search(text):  # a 1-char search first: memchr
         text = _SURROGATES.sub(_go_surrogate, text)
     pairs: dict[int, list[tuple[str, Any]]] = {}
 
@@ -128,6 +132,38 @@ def loads(body: bytes | str, what: str) -> Document:
     except ValueError as e:
         raise DecodeError(what, f"not JSON: {e}") from e
     return Document(value, pairs)
+
+
+FastDecodeError: Final = orjson.JSONDecodeError
+"""What :func:`fast_loads` raises for a body it does not decode."""
+
+fast_loads: Final[Callable[[bytes], Any]] = orjson.loads
+"""orjson's decoder: strict RFC 8259 (UTF-8 only, no ``NaN``, no lone surrogate escape), and several times faster
+than the stdlib's on a body of 1,000 short strings. It does not follow :func:`loads` everywhere: integers up to
+uint64 stay integers and larger ones become floats, nesting goes to 1024, and there is no key order. A caller
+checks what it decoded with :func:`plain_values` and takes :func:`loads` otherwise."""
+
+FAST_DEPTH: Final = 64
+"""How deep :func:`plain_values` accepts nesting: well within what :func:`loads` takes (its parser recurses)."""
+
+
+def plain_values(values: Iterable[Any]) -> bool:
+    """Whether :func:`fast_loads` decoded ``values`` as :func:`loads` would have: no float (orjson returns one for an
+    integer literal past uint64), every integer within int64 and nothing nested deeper than :data:`FAST_DEPTH`."""
+    stack: list[tuple[Iterable[Any], int]] = [(values, 0)]
+    while stack:
+        items, depth = stack.pop()
+        for v in items:
+            t = type(v)
+            if t is str or v is None or t is bool:
+                continue
+            if t is dict or t is list:
+                if depth >= FAST_DEPTH:
+                    return False
+                stack.append((v.values() if t is dict else v, depth + 1))
+            elif t is not int or not INT64_MIN <= v <= INT64_MAX:
+                return False
+    return True
 
 
 def dumps(value: Any) -> bytes:

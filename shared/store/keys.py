@@ -18,8 +18,8 @@ _FORBIDDEN = frozenset("{}\r\n\0 ")
 def _check(what: str, name: str) -> str:
     if not name:
         raise DecodeError(what, "must not be empty")
-    bad = sorted(set(name) & _FORBIDDEN)
-    if bad:
+    if not _FORBIDDEN.isdisjoint(name):  # a C loop over the name, no set built (every key of every call checks)
+        bad = sorted(set(name) & _FORBIDDEN)
         raise DecodeError(what, f"contains forbidden characters {bad!r}", name)
     return name
 

@@ -32,6 +32,39 @@ local function load_usage(key)
   return u
 end
 
+-- load_usage for the devices of two charge lists only (what a reservation checks and writes back): their 'u|'
+-- fields by HMGET instead of the whole hash, unless a charge carries MIG placements or legacy slots, whose
+-- fields only a scan finds (then load_usage).
+local function load_devices(key, a, b)
+  local ids = {}
+  for _, list in ipairs({a, b}) do
+    for _, ch in ipairs(list) do
+      if #ch.p > 0 or #ch.l > 0 then
+        return load_usage(key)
+      end
+      ids[#ids + 1] = ch.u
+    end
+  end
+  local u = {}
+  if #ids == 0 then
+    return u
+  end
+  local fields = {}
+  for i, id in ipairs(ids) do
+    fields[i] = 'u|' .. id
+  end
+  local vals = redis.call('HMGET', key, unpack(fields))
+  for i, id in ipairs(ids) do
+    local d = dev(u, id)
+    local v = vals[i]
+    if v then
+      local n, m, c, x = string.match(v, '^(-?%d+),(-?%d+),(-?%d+),(-?%d+)$')
+      d.n, d.m, d.c, d.x = tonumber(n), tonumber(m), tonumber(c), tonumber(x)
+    end
+  end
+  return u
+end
+
 local function apply(u, charges, sign)
   for _, ch in ipairs(charges) do
     local d = dev(u, ch.u)

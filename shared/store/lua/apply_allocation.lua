@@ -84,9 +84,10 @@ if old_rec and old_cjs == cjs and redis.call('HGET', KEYS[4], uid) == blob then
 end
 
 local new = cjson.decode(cjs)
-local u = load_usage(KEYS[2])
+local old_charges = old_rec and cjson.decode(old_cjs) or {}
+local u = load_devices(KEYS[2], new, old_charges)
 if old_rec then
-  apply(u, cjson.decode(old_cjs), -1)
+  apply(u, old_charges, -1)
 end
 
 if reserve then

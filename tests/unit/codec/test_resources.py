@@ -7,8 +7,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from shared.codec.resources import (
+    QuantityKind,
+    RequestReader,
     ResourceRequestError,
     container_request,
     pod_request,
@@ -328,3 +332,33 @@ def test_pod_request_rejects_malformed_pods(pod: dict[str, Any]) -> None:
 )
 def test_pod_requests_managed_resource(pod: dict[str, Any], expected: bool) -> None:
     assert pod_requests_managed_resource(pod, CFG) is expected
+
+
+def _reads_alike(raw: Any, kind: QuantityKind, factor: int) -> None:
+    cfg = replace(CFG, memory_factor=factor)
+    quick, full = RequestReader(cfg, "c"), RequestReader(cfg, "c")
+    full._plain = lambda raw, kind: None  # type: ignore[method-assign]
+    got = quick.read({"x": raw}, {}, "x", kind)
+    want = full.read({"x": raw}, {}, "x", kind)
+    assert (got, type(got), quick.problems) == (want, type(want), full.problems)
+
+
+_EDGES: list[Any] = ["0", "007", "100", "101", "715827882", "715827883", "2147483647", "2147483648", "99999999999"]
+_EDGES += ["", "1k", "1Ki", "+1", "1.0", "1e2", " 1", "\u0661", "\u00b2", 100, 101, -1, 2147483648, True, 1.0]
+
+
+@pytest.mark.parametrize("factor", [0, 1, 3])
+@pytest.mark.parametrize("kind", list(QuantityKind))
+@pytest.mark.parametrize("raw", _EDGES)
+def test_plain_whole_numbers_read_as_the_full_parse_reads_them(raw: Any, kind: QuantityKind, factor: int) -> None:
+    """The shortcut for plain whole numbers gives what the exact parse gives, value and problems alike."""
+    _reads_alike(raw, kind, factor)
+
+
+@given(
+    raw=st.one_of(st.integers(min_value=-5, max_value=2**33), st.text(alphabet="0123456789", max_size=12)),
+    kind=st.sampled_from(QuantityKind),
+    factor=st.sampled_from([0, 1, 3, 1024]),
+)
+def test_any_whole_number_reads_as_the_full_parse_reads_it(raw: Any, kind: QuantityKind, factor: int) -> None:
+    _reads_alike(raw, kind, factor)

@@ -157,6 +157,26 @@ def test_pod_constraints_full() -> None:
 def test_pod_constraints_defaults() -> None:
     assert decode_pod_constraints({}) == NO_CONSTRAINTS
     assert decode_pod_constraints({keys.USE_GPUTYPE: " ", keys.NOUSE_GPUUUID: ","}) == NO_CONSTRAINTS
+    assert decode_pod_constraints({"unrelated.io/x": "y", keys.VGPU_MODE: None}) == NO_CONSTRAINTS  # type: ignore[dict-item]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (keys.USE_GPUTYPE, "a100"),
+        (keys.NOUSE_GPUTYPE, "mig"),
+        (keys.USE_GPUUUID, "GPU-a"),
+        (keys.NOUSE_GPUUUID, "GPU-c"),
+        (keys.NUMA_BIND, "true"),
+        (keys.VGPU_MODE, "hami-core"),
+        (keys.NODE_SCHEDULER_POLICY, "spread"),
+        (keys.GPU_SCHEDULER_POLICY, "binpack"),
+        (keys.DEVICE_SCORING_WEIGHTS, "slot=1,core=0,memory=2"),
+    ],
+)
+def test_pod_constraints_each_annotation_alone_counts(key: str, value: str) -> None:
+    """No annotation is skipped by the shortcut for pods that carry none of them."""
+    assert decode_pod_constraints({"unrelated.io/x": "y", key: value}) != NO_CONSTRAINTS
 
 
 @pytest.mark.parametrize(

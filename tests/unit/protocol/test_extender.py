@@ -18,6 +18,8 @@ from shared.protocol.extender import (
     ExtenderBindingArgs,
     ExtenderFilterResult,
     MissingPodError,
+    _parse_extender_args,
+    _plain_filter_args,
     binding_result,
     parse_binding_args,
     parse_extender_args,
@@ -299,6 +301,98 @@ def test_any_pod_value_parses_or_fails_cleanly(pod: object) -> None:
     else:
         with pytest.raises(DecodeError):
             parse_extender_args(body)
+
+
+# ---- the orjson shortcut decodes as the Go-rules parser does -----------------------------------------------
+
+
+def _same_answer(body: bytes) -> None:
+    """``parse_extender_args`` (shortcut first) and the Go-rules parser alone: the same value or the same error."""
+    try:
+        want: object = _parse_extender_args(body)
+    except DecodeError as e:
+        want = (type(e), str(e))
+    try:
+        got: object = parse_extender_args(body)
+    except DecodeError as e:
+        got = (type(e), str(e))
+    assert got == want
+
+
+def test_the_shortcut_takes_the_real_filter_bodies() -> None:
+    for path in FILTER_BODIES:
+        body = compact(path)
+        if b'"NodeNames":[' in body:
+            assert _plain_filter_args(body) == _parse_extender_args(body)
+
+
+_NAMES = b', "NodeNames": ["a", "b"]'
+SHORTCUT_EDGES = [
+    b'{"Pod": {"spec": {"priority": 9223372036854775807}}' + _NAMES + b"}",
+    b'{"Pod": {"spec": {"priority": 9223372036854775808}}' + _NAMES + b"}",
+    b'{"Pod": {"spec": {"priority": 18446744073709551615}}' + _NAMES + b"}",
+    b'{"Pod": {"spec": {"priority": 18446744073709551616}}' + _NAMES + b"}",
+    b'{"Pod": {"spec": {"priority": -9223372036854775809}}' + _NAMES + b"}",
+    b'{"Pod": {"x": ' + b"9" * 5000 + b"}" + _NAMES + b"}",
+    b'{"Pod": {"x": 1.5, "y": 1e400}' + _NAMES + b"}",
+    b'{"Pod": {"x": 0.1}' + _NAMES + b"}",
+    b'{"Pod": {"x": NaN}' + _NAMES + b"}",
+    b'{"Pod": {"x": "\\ud800"}' + _NAMES + b"}",
+    b'{"Pod": {"x": "\\ud83d\\ude00 \\u00e9"}' + _NAMES + b"}",
+    b'{"Pod": {"x": "\xff"}' + _NAMES + b"}",
+    b'\xef\xbb\xbf{"Pod": {}' + _NAMES + b"}",
+    b'{"Pod": {"x": ' + b"[" * 70 + b"]" * 70 + b"}" + _NAMES + b"}",
+    b'{"Pod": {"x": ' + b"[" * 1000 + b"]" * 1000 + b"}" + _NAMES + b"}",
+    b'{"Pod": {"x": ' + b"[" * 2000 + b"]" * 2000 + b"}" + _NAMES + b"}",
+    b'{"Pod": {"a": 1}, "pod": {"a": 2}' + _NAMES + b"}",
+    b'{"Pod": {"a": 1}, "Pod": {"a": 2}' + _NAMES + b"}",
+    b'{"Pod": {"a": 1}, "pod": {"a": 2}, "Pod": {"a": 3}' + _NAMES + b"}",
+    b'{"Pod": {"a": 1}, "Pod": {"a": 3}, "pod": {"a": 2}' + _NAMES + b"}",
+    b'{"Pod": {"a": 1}' + _NAMES + b', "nodenames": ["c"]}',
+    b'{"Pod": {"a": 1}' + _NAMES + b', "NodeNames": ["c"]}',
+    b'{"Pod": {}, "NodeNames": ["a", 1]}',
+    b'{"Pod": {}, "NodeNames": []}',
+    b'{"Pod": {}, "NodeNames": null}',
+    b'{"Pod": {}, "NodeNames": ["a"], "Nodes": null}',
+    b'{"Pod": {}, "NodeNames": ["a"], "Nodes": {"items": [{"metadata": {"name": "n"}}]}}',
+    b'{"Pod": null, "NodeNames": ["a"]}',
+    b'{"Pod": [], "NodeNames": ["a"]}',
+    b'{"Pod": {}, "NodeNames": ["a"], "Extra": 99999999999999999999}',
+    b'{"Pod": {}, "NodeNames": ["a"], "Extra": true}',
+    b' {"Pod": {}, "NodeNames": ["a"]} \n',
+    b'{"Pod": {}, "NodeNames": ["a"]} x',
+    b'["a"]',
+]
+
+
+@pytest.mark.parametrize("body", SHORTCUT_EDGES)
+def test_the_shortcut_answers_as_go_rules_do(body: bytes) -> None:
+    _same_answer(body)
+
+
+_KEYS = st.sampled_from(["Pod", "pod", "POD", "NodeNames", "nodenames", "Nodes", "x", "priority", "\u00e9"])
+_NUMBERS = st.integers(-(1 << 65), 1 << 65) | st.floats(allow_nan=False) | st.sampled_from([2**63, -(2**63) - 1])
+_ANY = st.recursive(
+    st.none() | st.booleans() | _NUMBERS | st.text(max_size=6),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(_KEYS | st.text(max_size=4), c, max_size=4),
+    max_leaves=24,
+)
+
+
+@given(
+    pod=_ANY,
+    names=st.lists(st.text(max_size=8), max_size=5) | _ANY,
+    extra=st.dictionaries(_KEYS, _ANY, max_size=2),
+    ascii_only=st.booleans(),
+)
+def test_any_body_gets_the_same_answer_with_or_without_the_shortcut(
+    pod: object, names: object, extra: dict[str, object], ascii_only: bool
+) -> None:
+    try:
+        body = json.dumps({"Pod": pod, "NodeNames": names, **extra}, ensure_ascii=ascii_only).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate written raw: not UTF-8, both refuse it (checked above)
+        return
+    _same_answer(body)
 
 
 def test_pod_identity_and_candidates() -> None:

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from shared.errors import ConfigError
-from shared.runtime import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, run_service
+from shared.runtime import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, fast_loop_factory, run_service
 
 SERVICE = textwrap.dedent(
     """
     import asyncio, sys
-    from shared.runtime import RootTask, run_service, supervise
+    from shared.runtime import RootTask, fast_loop_factory, run_service, supervise
 
     def worker(name):
         async def run():
@@ -30,6 +30,7 @@ SERVICE = textwrap.dedent(
         return RootTask(name, run)
 
     async def main(stop):
+        print(f"loop {type(asyncio.get_running_loop()).__module__}", flush=True)
         await supervise(stop, [worker("store"), worker("watch"), worker("server")])
         print("clean", flush=True)
 
@@ -39,7 +40,8 @@ SERVICE = textwrap.dedent(
         print("ignoring stop", flush=True)
         await asyncio.Event().wait()
 
-    sys.exit(run_service(stubborn if sys.argv[1:] == ["stubborn"] else main))
+    factory = fast_loop_factory() if "fast" in sys.argv[1:] else None
+    sys.exit(run_service(stubborn if "stubborn" in sys.argv[1:] else main, loop_factory=factory))
     """
 )
 
@@ -65,11 +67,16 @@ def read_until(proc: subprocess.Popen[str], wanted: str) -> list[str]:
     raise AssertionError(f"process ended before printing {wanted!r}: {lines}")
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "fast"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_signal_stops_root_tasks_in_reverse_order_and_exits_0(repo_root: Path, sig: signal.Signals) -> None:
-    proc = start(repo_root)
+def test_signal_stops_root_tasks_in_reverse_order_and_exits_0(repo_root: Path, sig: signal.Signals, loop: str) -> None:
+    """The same with the fast loop the extender runs on (uvloop, where installed)."""
+    proc = start(repo_root, loop)
     try:
-        assert read_until(proc, "started server") == ["started store", "started watch", "started server"]
+        lines = read_until(proc, "started server")
+        expected_loop = "asyncio" if loop == "asyncio" or fast_loop_factory() is None else "uvloop"
+        assert lines[0].removeprefix("loop ").split(".")[0] == expected_loop
+        assert lines[1:] == ["started store", "started watch", "started server"]
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -79,8 +86,9 @@ def test_signal_stops_root_tasks_in_reverse_order_and_exits_0(repo_root: Path, s
     assert proc.returncode == 0, err
 
 
-def test_a_second_signal_forces_the_stop(repo_root: Path) -> None:
-    proc = start(repo_root, "stubborn")
+@pytest.mark.parametrize("loop", ["asyncio", "fast"])
+def test_a_second_signal_forces_the_stop(repo_root: Path, loop: str) -> None:
+    proc = start(repo_root, "stubborn", loop)
     try:
         read_until(proc, "waiting")  # signal handlers are installed before main runs
         proc.send_signal(signal.SIGTERM)
