@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import sys
 from collections.abc import Mapping
 from typing import TextIO
@@ -48,9 +49,22 @@ def context_fields(record: logging.LogRecord) -> dict[str, object]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
 
 
+_second: tuple[int, str] = (-1, "")
+"""The last whole second formatted by :func:`_timestamp` and its text up to the milliseconds."""
+
+
 def _timestamp(record: logging.LogRecord) -> str:
-    when = dt.datetime.fromtimestamp(record.created, tz=dt.UTC)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+    """``record.created`` in UTC to the millisecond, as ``datetime.fromtimestamp`` rounds it (to the nearest
+    microsecond, half to even); the text of each second is made once."""
+    global _second
+    fraction, whole = math.modf(record.created)
+    us = round(fraction * 1e6)
+    second = int(whole) + us // 1_000_000
+    us %= 1_000_000
+    if second != _second[0]:
+        when = dt.datetime.fromtimestamp(second, tz=dt.UTC)
+        _second = (second, when.strftime("%Y-%m-%dT%H:%M:%S."))
+    return f"{_second[1]}{us // 1000:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
@@ -100,6 +114,12 @@ def configure_logging(
     target = stream if stream is not None else sys.stderr
     if fmt is LogFormat.AUTO:
         fmt = LogFormat.TEXT if _isatty(target) else LogFormat.JSON
+    # Neither format shows the caller, thread or process: the logging HOWTO's "Optimization" switches skip
+    # collecting them for every record (a frame walk, the current thread, the process id).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     handler = logging.StreamHandler(target)
     handler.setFormatter(TextFormatter() if fmt is LogFormat.TEXT else JsonFormatter())
     setattr(handler, _HANDLER_MARK, True)

@@ -531,6 +531,12 @@ class FilterHandler:
 
     def _scheduled(self, pod: _Pod, decision: Decision, reserved: Reserved, retries: int) -> ExtenderFilterResult:
         self._metrics.filter_outcome(FilterOutcome.SCHEDULED)
+        # The decision's log line and event are for people, not for kube-scheduler: they are made in the loop's next
+        # turn, after the answer went out (the handler writes it in this one).
+        asyncio.get_running_loop().call_soon(self._announce_scheduled, pod, decision, retries)
+        return ExtenderFilterResult.fit(decision.node)
+
+    def _announce_scheduled(self, pod: _Pod, decision: Decision, retries: int) -> None:
         logger.info(
             "pod scheduled",
             extra={
@@ -545,7 +551,6 @@ class FilterHandler:
         # nodes the policy prefers over the chosen one (none of which fit) and the chosen node itself.
         event = filter_success_event(decision.node, [(decision.node, decision.score)], decision.passed_over + 1)
         self._deps.event_sink.submit(pod.ref, [event], once_key=(pod.uid or pod.key, "scheduled", decision.node))
-        return ExtenderFilterResult.fit(decision.node)
 
     def _unschedulable(
         self, pod: _Pod, names: Sequence[str], failed: dict[str, str], outcome: FilterOutcome, retries: int

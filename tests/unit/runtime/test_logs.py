@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from shared.config import LogFormat, LogLevel, settings_for
-from shared.logs import JsonFormatter, TextFormatter, configure_from_settings, configure_logging
+from shared.logs import JsonFormatter, TextFormatter, _timestamp, configure_from_settings, configure_logging
 
 
 @pytest.fixture
@@ -49,6 +50,21 @@ def test_json_line_has_context_fields() -> None:
         None,
     )
     assert obj["ts"].endswith("Z") and "T" in obj["ts"]
+
+
+@pytest.mark.parametrize(
+    "created",
+    [1764000000.9999995, 1764000000.9999994, 1764000000.9995, 1764000001.0004999, 1764000001.0, 1.5, 1764000000.123456],
+)
+def test_timestamps_round_as_datetime_does(created: float) -> None:
+    """UTC to the millisecond, from the microsecond datetime rounds to (half to even, carrying into the second)."""
+    rec = record()
+    rec.created = created
+    when = dt.datetime.fromtimestamp(created, tz=dt.UTC)
+    assert _timestamp(rec) == when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+    rec.created = created + 2.0  # another second after a cached one
+    when = dt.datetime.fromtimestamp(created + 2.0, tz=dt.UTC)
+    assert _timestamp(rec) == when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
 def test_json_exception_stays_on_one_line() -> None:
