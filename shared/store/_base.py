@@ -71,7 +71,9 @@ class ReplicationShortfall(TransientError):
         self.acked = acked
 
 
-async def run_script(ctx: StoreContext, script: AsyncScript, what: str, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+async def run_script(
+    ctx: StoreContext, script: AsyncScript, what: str, keys: Sequence[str | bytes], args: list[Any]
+) -> Any:
     """Run ``script``; with ``ctx.durability``, in one pipeline with ``WAIT`` on the same connection (one round
     trip; WAIT covers every earlier write too, as replication is ordered). Returns the script's reply and raises
     :class:`ReplicationShortfall` when too few replicas acknowledged."""
