@@ -3,8 +3,9 @@
 Run: ``.venv/bin/python -m benchmarks.profile_filter [--nodes 1000] [--requests 2000] [--profile]``.
 
 A private ``redis-server`` on a free port is seeded like ``bench_extender`` (N nodes × 8 GPUs, a third carrying
-pods); one ``ExtenderService`` runs in this process (snapshot follower, JSON logs to /dev/null, events recorded
-instead of posted, the API emulator in-process but unused by /filter). Then ``FilterHandler.filter_body`` is
+pods); one ``ExtenderService`` runs in this process on the extender's event loop (uvloop; ``--asyncio-loop`` for
+asyncio's own), with its snapshot follower, JSON logs to /dev/null, events recorded instead of posted, the API
+emulator in-process but unused by /filter. Then ``FilterHandler.filter_body`` is
 called sequentially with bodies naming every node, and the script prints its p50/p99 and the process CPU per call
 next to the floor (two Redis round trips of the same kind alone); then the same for a pod no node fits (9 GPUs:
 every node evaluated, every reason listed, as kube-scheduler retries it). ``--profile`` adds cProfile's top
@@ -54,6 +55,7 @@ from shared.k8s import Api, KubeSettings, open_client
 from shared.logs import configure_logging
 from shared.metrics import new_registry
 from shared.protocol.events import PodEvent
+from shared.runtime import fast_loop_factory
 from shared.store import Store, connect
 
 
@@ -264,14 +266,22 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions (slows calls down)")
     parser.add_argument("--wait-replicas", type=int, default=0, help="compare /filter with and without WAIT")
     parser.add_argument("--rounds", type=int, default=5, help="with --wait-replicas: alternating rounds")
+    parser.add_argument(
+        "--asyncio-loop", action="store_true", help="run on asyncio's own loop instead of the extender's (uvloop)"
+    )
     args = parser.parse_args()
-    with _redis_server() as redis_url, open(os.devnull, "w") as devnull:
+    loop_factory = None if args.asyncio_loop else fast_loop_factory()
+    with (
+        _redis_server() as redis_url,
+        open(os.devnull, "w") as devnull,
+        asyncio.Runner(loop_factory=loop_factory) as runner,
+    ):
         configure_logging(fmt=LogFormat.JSON, stream=devnull)  # JSON lines, as the process writes them
         if args.wait_replicas > 0:
             with _replicas(redis_url, args.wait_replicas):
-                asyncio.run(_compare_wait(redis_url, args.nodes, args.requests, args.wait_replicas, args.rounds))
+                runner.run(_compare_wait(redis_url, args.nodes, args.requests, args.wait_replicas, args.rounds))
         else:
-            asyncio.run(_run(redis_url, args.nodes, args.requests, args.profile))
+            runner.run(_run(redis_url, args.nodes, args.requests, args.profile))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Pure: no I/O. Three parts:
 * :func:`loads` decodes a request body strictly (UTF-8 only, no ``NaN``/``Infinity``, integers within int64,
   finite floats, bounded nesting) and remembers each object's key/value pairs in document order, so that
   :func:`fold_get` can match struct fields case-insensitively with Go's "last matching key wins" rule.
-* :func:`fast_loads` (orjson) decodes the common ``/filter`` body several times faster; its caller checks the
+* :func:`fast_loads` (orjson) decodes the common ``/filter`` body about twice as fast; its caller checks the
   result with :func:`plain_values` and falls back to :func:`loads`.
 * :func:`dumps` encodes compactly with Go's escaping of ``<``, ``>``, ``&``, U+2028 and U+2029.
 """
@@ -138,8 +138,8 @@ FastDecodeError: Final = orjson.JSONDecodeError
 """What :func:`fast_loads` raises for a body it does not decode."""
 
 fast_loads: Final[Callable[[bytes], Any]] = orjson.loads
-"""orjson's decoder: strict RFC 8259 (UTF-8 only, no ``NaN``, no lone surrogate escape), and several times faster
-than the stdlib's on a body of 1,000 short strings. It does not follow :func:`loads` everywhere: integers up to
+"""orjson's decoder: strict RFC 8259 (UTF-8 only, no ``NaN``, no lone surrogate escape), and about twice as fast
+as the stdlib's on a body of 1,000 short strings. It does not follow :func:`loads` everywhere: integers up to
 uint64 stay integers and larger ones become floats, nesting goes to 1024, and there is no key order. A caller
 checks what it decoded with :func:`plain_values` and takes :func:`loads` otherwise."""
 
