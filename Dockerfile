@@ -6,8 +6,9 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/vgpu-scheduler
 WORKDIR /src
-# Only what `pip install .` needs: the project metadata and the two packages.
+# Only what `pip install .` needs: the project metadata, the package and its two subpackages (linked in).
 COPY pyproject.toml README.md ./
+COPY vgpu_scheduler ./vgpu_scheduler
 COPY shared ./shared
 COPY services ./services
 RUN /opt/vgpu-scheduler/bin/pip install .

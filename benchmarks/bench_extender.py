@@ -33,9 +33,9 @@ from typing import Any
 
 import aiohttp
 
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory
-from shared.store import Store, SyncMarker, connect
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.store import Store, SyncMarker, connect
 
 GPUS = 8
 POD_TEMPLATE: dict[str, Any] = json.loads(
@@ -150,8 +150,8 @@ def _rss_mib(pid: int) -> float:
 
 
 async def _serve_emulator(port: int) -> None:
-    from shared.emulator import Emulator
-    from shared.emulator.server import WriteRecord
+    from vgpu_scheduler.shared.emulator import Emulator
+    from vgpu_scheduler.shared.emulator.server import WriteRecord
 
     em = Emulator(bookmark_interval_s=None, history_limit=100_000)
     loop = asyncio.get_running_loop()
@@ -188,7 +188,7 @@ async def _serve_floor(port: int, redis_url: str) -> None:
     body, makes the same two Redis round trips (a pipelined read, then one script call), answers a fixed body."""
     from aiohttp import web
 
-    from shared.ops import start_server
+    from vgpu_scheduler.shared.ops import start_server
 
     store = Store.create(connect(redis_url), prefix="floor")
     answer = (

@@ -15,7 +15,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     NO_CONSTRAINTS,
     NVIDIA,
     ContainerRequest,
@@ -25,9 +25,9 @@ from shared.domain.model import (
     NodePolicy,
     PodRequest,
 )
-from shared.domain.plan import Decision, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.plan import Decision, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 GPUS = 8
 COUNT = 10

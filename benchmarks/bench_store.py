@@ -18,9 +18,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory
-from shared.store import Reserved, Store, connect
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.store import Reserved, Store, connect
 
 GPUS = 8
 

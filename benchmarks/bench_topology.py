@@ -16,8 +16,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from shared.domain.model import DeviceInfo
-from shared.domain.topology import pair_score, select_set
+from vgpu_scheduler.shared.domain.model import DeviceInfo
+from vgpu_scheduler.shared.domain.topology import pair_score, select_set
 
 Scores = dict[str, dict[str, int]]
 

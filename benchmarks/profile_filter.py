@@ -46,17 +46,17 @@ from benchmarks.bench_extender import (
     _redis_server,
     _seed,
 )
-from services.extender.events import EventSink
-from services.extender.service import ExtenderDeps, ExtenderService
-from shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
-from shared.config.values import LogFormat
-from shared.emulator import Emulator
-from shared.k8s import Api, KubeSettings, open_client
-from shared.logs import configure_logging
-from shared.metrics import new_registry
-from shared.protocol.events import PodEvent
-from shared.runtime import fast_loop_factory
-from shared.store import Store, connect
+from vgpu_scheduler.services.extender.events import EventSink
+from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
+from vgpu_scheduler.shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
+from vgpu_scheduler.shared.config.values import LogFormat
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api, KubeSettings, open_client
+from vgpu_scheduler.shared.logs import configure_logging
+from vgpu_scheduler.shared.metrics import new_registry
+from vgpu_scheduler.shared.protocol.events import PodEvent
+from vgpu_scheduler.shared.runtime import fast_loop_factory
+from vgpu_scheduler.shared.store import Store, connect
 
 
 async def _discard(pod: Mapping[str, Any], event: PodEvent) -> None:

@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shared.config.doc import replace_generated_block
+from vgpu_scheduler.shared.config.doc import replace_generated_block
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-LINT_PATHS=(shared services tests benchmarks scripts)
+LINT_PATHS=(vgpu_scheduler shared services tests benchmarks scripts)
 started=$(date +%s)
 
 if [ ! -x "$VENV/bin/python" ]; then

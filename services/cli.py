@@ -23,17 +23,17 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from shared.config import normalize_argv
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.config import normalize_argv
+from vgpu_scheduler.shared.errors import ConfigError
 
 # Subcommands are added here as they exist; a subcommand that is not built yet is simply absent.
 SUBCOMMANDS: tuple[str, ...] = (
-    "services.registrar.main",
-    "services.informer.main",
-    "services.extender.main",
-    "services.simulate.main",
-    "services.allinone.main",
-    "services.inspect.main",
+    "vgpu_scheduler.services.registrar.main",
+    "vgpu_scheduler.services.informer.main",
+    "vgpu_scheduler.services.extender.main",
+    "vgpu_scheduler.services.simulate.main",
+    "vgpu_scheduler.services.allinone.main",
+    "vgpu_scheduler.services.inspect.main",
 )
 
 EXIT_USAGE = 2

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from shared.domain.model import MigAllowlistEntry, MigGeometryEntry, MigTemplate, NvidiaConfig
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.domain.model import MigAllowlistEntry, MigGeometryEntry, MigTemplate, NvidiaConfig
+from vgpu_scheduler.shared.errors import ConfigError
 
 GPU_CORE_POLICIES = ("default", "force", "disable")
 """Valid ``nvidia.gpuCorePolicy`` values (hami-wire §1.1)."""

@@ -18,8 +18,8 @@ import sys
 from collections.abc import Mapping
 from typing import TextIO
 
-from shared.config.settings import CommonSettings
-from shared.config.values import LogFormat, LogLevel
+from vgpu_scheduler.shared.config.settings import CommonSettings
+from vgpu_scheduler.shared.config.values import LogFormat, LogLevel
 
 logger = logging.getLogger(__name__)
 

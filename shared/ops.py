@@ -27,8 +27,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from shared.config.values import BindAddress, parse_bind_address
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.config.values import BindAddress, parse_bind_address
+from vgpu_scheduler.shared.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

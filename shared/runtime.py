@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.codec.podannotations import decode_allocation
-from shared.codec.resources import pod_containers
-from shared.domain.accounting import collapse
-from shared.domain.model import DeviceCharge, DeviceUsage, MigPlacement
-from shared.errors import DecodeError
-from shared.store import Store
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
+from vgpu_scheduler.shared.codec.resources import pod_containers
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import DeviceCharge, DeviceUsage, MigPlacement
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.store import Store
 
 NodeUsage = dict[str, dict[str, DeviceUsage]]
 """node → device UUID → usage (only devices with something in use)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
     ContainerRequest,
@@ -18,7 +18,7 @@ from shared.domain.model import (
     NodeInventory,
     PodRequest,
 )
-from shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 
 def gpu(

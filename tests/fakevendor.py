@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import decode_register, encode_register_json
-from shared.codec.resources import ResourceRequestError
-from shared.codec.selectors import decode_uuid_list
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import decode_register, encode_register_json
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError
+from vgpu_scheduler.shared.codec.selectors import decode_uuid_list
+from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -28,10 +28,10 @@ from shared.domain.model import (
     NodeInventory,
     Selectors,
 )
-from shared.domain.vendor import BasicRules, DeviceRules
-from shared.errors import DecodeError
-from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
     NodeView,

@@ -15,14 +15,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import decode_register
-from shared.domain.model import EMPTY_REQUEST, ContainerDevice, ContainerRequest, NodeInventory, Selectors
-from shared.domain.vendor import BasicRules, DeviceRules
-from shared.errors import DecodeError
-from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.domain.model import (
+    EMPTY_REQUEST,
+    ContainerDevice,
+    ContainerRequest,
+    NodeInventory,
+    Selectors,
+)
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
     HandshakeState,

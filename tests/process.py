@@ -1,4 +1,5 @@
-"""A service as a real process (``python -m services.cli <subcommand>``) for the composition-root tests: start it
+"""A service as a real process (``python -m vgpu_scheduler.services.cli <subcommand>``) for the composition-root
+tests: start it
 with JSON logs to a file, find the servers it logged as listening, read its HTTP endpoints, and kill it if a test
 leaves it running."""
 
@@ -23,7 +24,7 @@ async def service_process(log: Path, subcommand: str, *flags: str) -> AsyncItera
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "services.cli",
+            "vgpu_scheduler.services.cli",
             subcommand,
             *flags,
             "--log-format=json",

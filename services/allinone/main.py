@@ -14,14 +14,14 @@ import asyncio
 import logging
 import os
 
-from services.allinone.service import STOP_DEADLINE_S, AllInOneDeps, AllInOneService
-from shared.config import AllInOneSettings, Service, add_service_parser, settings_from_args
-from shared.k8s import kube_settings_from, open_client
-from shared.logs import configure_from_settings
-from shared.metrics import new_registry, register_build_info
-from shared.ops import create_ops_app, serve
-from shared.runtime import RootTask, fast_loop_factory, run_service, supervise
-from shared.store import Store, connect
+from vgpu_scheduler.services.allinone.service import STOP_DEADLINE_S, AllInOneDeps, AllInOneService
+from vgpu_scheduler.shared.config import AllInOneSettings, Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.k8s import kube_settings_from, open_client
+from vgpu_scheduler.shared.logs import configure_from_settings
+from vgpu_scheduler.shared.metrics import new_registry, register_build_info
+from vgpu_scheduler.shared.ops import create_ops_app, serve
+from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
+from vgpu_scheduler.shared.store import Store, connect
 
 logger = logging.getLogger(__name__)
 

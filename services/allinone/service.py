@@ -22,17 +22,17 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from services.extender.events import EventSink, api_poster
-from services.extender.service import ExtenderDeps, ExtenderService
-from services.extender.snapshot import CacheSettings
-from services.informer.service import InformerDeps, InformerService
-from services.registrar.service import RegistrarDeps, RegistrarService, RegistrarTuning
-from shared.config import AllInOneSettings, SimulateSettings
-from shared.k8s import Api, KubeClient
-from shared.runtime import wait_then_cancel
-from shared.store import Store
-from shared.vendors.catalog import enabled_vendors, with_handshake_timeout
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.extender.events import EventSink, api_poster
+from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
+from vgpu_scheduler.services.extender.snapshot import CacheSettings
+from vgpu_scheduler.services.informer.service import InformerDeps, InformerService
+from vgpu_scheduler.services.registrar.service import RegistrarDeps, RegistrarService, RegistrarTuning
+from vgpu_scheduler.shared.config import AllInOneSettings, SimulateSettings
+from vgpu_scheduler.shared.k8s import Api, KubeClient
+from vgpu_scheduler.shared.runtime import wait_then_cancel
+from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors, with_handshake_timeout
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from services.extender.metrics import ExtenderMetrics, Verb
-from services.extender.tls import peer_certificate
-from shared.ops import add_ops_routes
-from shared.protocol.admission import HTTP_BAD_REQUEST, error_review
-from shared.protocol.extender import MAX_BODY_BYTES, ExtenderFilterResult, binding_result
+from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, Verb
+from vgpu_scheduler.services.extender.tls import peer_certificate
+from vgpu_scheduler.shared.ops import add_ops_routes
+from vgpu_scheduler.shared.protocol.admission import HTTP_BAD_REQUEST, error_review
+from vgpu_scheduler.shared.protocol.extender import MAX_BODY_BYTES, ExtenderFilterResult, binding_result
 
 if TYPE_CHECKING:
-    from services.extender.service import ExtenderService
+    from vgpu_scheduler.services.extender.service import ExtenderService
 
 logger = logging.getLogger(__name__)
 

@@ -43,35 +43,41 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from services.extender.bindhint import is_pod_group_member, parse_bind_hint
-from services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
-from services.extender.events import EventSink, pod_ref
-from services.extender.metrics import ExtenderMetrics
-from services.extender.vendorlock import DSMLU_LOCK, HeldTimedLock, TimedLockRules, TimedNodeLocker, lock_kinds
-from shared.codec import annotations as keys
-from shared.codec.podannotations import allocation_annotations, allocation_labels
-from shared.codec.resources import vendors_pod_request
-from shared.config.settings import ExtenderSettings
-from shared.coord import NodeLock
-from shared.domain.model import Allocation, NvidiaConfig
-from shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
-from shared.k8s import AlreadyBoundError, Api, KubeObject
-from shared.k8s.objects import meta, resource_version_of, uid_of
-from shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
-from shared.protocol.extender import (
+from vgpu_scheduler.services.extender.bindhint import is_pod_group_member, parse_bind_hint
+from vgpu_scheduler.services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
+from vgpu_scheduler.services.extender.events import EventSink, pod_ref
+from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
+from vgpu_scheduler.services.extender.vendorlock import (
+    DSMLU_LOCK,
+    HeldTimedLock,
+    TimedLockRules,
+    TimedNodeLocker,
+    lock_kinds,
+)
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.codec.resources import vendors_pod_request
+from vgpu_scheduler.shared.config.settings import ExtenderSettings
+from vgpu_scheduler.shared.coord import NodeLock
+from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
+from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject
+from vgpu_scheduler.shared.k8s.objects import meta, resource_version_of, uid_of
+from vgpu_scheduler.shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
+from vgpu_scheduler.shared.protocol.extender import (
     EMPTY_BODY_MESSAGE,
     MAX_BODY_BYTES,
     ExtenderBindingArgs,
     binding_result,
     parse_binding_args,
 )
-from shared.store import Claimed, ClaimRefused, Store
-from shared.vendors.base import NodeLockKind
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Store
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 if TYPE_CHECKING:
-    from services.extender.service import ExtenderDeps
+    from vgpu_scheduler.services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.codec import annotations as keys
-from shared.k8s.objects import annotations_of, labels_of, meta
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.k8s.objects import annotations_of, labels_of, meta
 
 _VERSION: Final = "1"
 

@@ -40,13 +40,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
-from shared.codec import annotations as keys
-from shared.codec.nodelock import encode_node_lock, parse_node_lock
-from shared.coord import LockHeld, LockInfo, NodeLock, lock_owner, parse_lock_owner
-from shared.domain.model import BindPhase
-from shared.errors import ConflictError, DecodeError, NotFoundError
-from shared.k8s import Api
-from shared.k8s.objects import annotations_of, meta, resource_version_of
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.nodelock import encode_node_lock, parse_node_lock
+from vgpu_scheduler.shared.coord import LockHeld, LockInfo, NodeLock, lock_owner, parse_lock_owner
+from vgpu_scheduler.shared.domain.model import BindPhase
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.k8s.objects import annotations_of, meta, resource_version_of
 
 logger = logging.getLogger(__name__)
 

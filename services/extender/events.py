@@ -20,10 +20,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from shared.errors import VgpuError
-from shared.k8s import Api
-from shared.k8s.objects import name_of, namespace_of
-from shared.protocol.events import EventType, PodEvent
+from vgpu_scheduler.shared.errors import VgpuError
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.k8s.objects import name_of, namespace_of
+from vgpu_scheduler.shared.protocol.events import EventType, PodEvent
 
 logger = logging.getLogger(__name__)
 

@@ -29,28 +29,33 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from services.extender.bindhint import bind_hint_for
-from services.extender.events import pod_ref
-from services.extender.metrics import ExtenderMetrics, FilterOutcome
-from services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
-from services.extender.snapshot import SnapshotCache
-from shared.codec.resources import ResourceRequestError, vendors_pod_request
-from shared.codec.selectors import decode_vendor_constraints
-from shared.config import ExtenderSettings
-from shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
-from shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
-from shared.domain.scoring import Policies, effective_policy
-from shared.domain.snapshot import NodeSnapshot
-from shared.errors import DecodeError, PermanentError, TransientError, VgpuError
-from shared.protocol.events import filter_failure_events, filter_success_event, invalid_request_event, reason_types
-from shared.protocol.extender import (
+from vgpu_scheduler.services.extender.bindhint import bind_hint_for
+from vgpu_scheduler.services.extender.events import pod_ref
+from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
+from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
+from vgpu_scheduler.services.extender.snapshot import SnapshotCache
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
+from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.config import ExtenderSettings
+from vgpu_scheduler.shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
+from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.errors import DecodeError, PermanentError, TransientError, VgpuError
+from vgpu_scheduler.shared.protocol.events import (
+    filter_failure_events,
+    filter_success_event,
+    invalid_request_event,
+    reason_types,
+)
+from vgpu_scheduler.shared.protocol.extender import (
     EMPTY_BODY_MESSAGE,
     MAX_BODY_BYTES,
     ExtenderArgs,
     ExtenderFilterResult,
     parse_extender_args,
 )
-from shared.store import (
+from vgpu_scheduler.shared.store import (
     ConflictDimension,
     Owned,
     PodQuotaCharge,
@@ -61,7 +66,7 @@ from shared.store import (
 )
 
 if TYPE_CHECKING:
-    from services.extender.service import ExtenderDeps
+    from vgpu_scheduler.services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 

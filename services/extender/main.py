@@ -13,16 +13,16 @@ import asyncio
 import logging
 import os
 
-from services.extender.events import EventSink, api_poster
-from services.extender.service import ExtenderDeps, ExtenderService
-from shared.config import ExtenderSettings, Service, add_service_parser, settings_from_args
-from shared.k8s import Api, kube_settings_from, open_client
-from shared.logs import configure_from_settings
-from shared.metrics import new_registry, register_build_info
-from shared.ops import create_ops_app, serve
-from shared.runtime import RootTask, fast_loop_factory, run_service, supervise
-from shared.store import Store, connect
-from shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.services.extender.events import EventSink, api_poster
+from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
+from vgpu_scheduler.shared.config import ExtenderSettings, Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.k8s import Api, kube_settings_from, open_client
+from vgpu_scheduler.shared.logs import configure_from_settings
+from vgpu_scheduler.shared.metrics import new_registry, register_build_info
+from vgpu_scheduler.shared.ops import create_ops_app, serve
+from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
+from vgpu_scheduler.shared.store import Store, connect
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 logger = logging.getLogger(__name__)
 

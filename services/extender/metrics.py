@@ -16,9 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared.domain.model import QuotaState
-from shared.domain.snapshot import NodeSnapshot
-from shared.metrics import HAMI_ZONE
+from vgpu_scheduler.shared.domain.model import QuotaState
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.metrics import HAMI_ZONE
 
 MIB = 1 << 20
 

@@ -14,16 +14,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import decode_register
-from shared.codec.selectors import decode_cordon
-from shared.codec.topology import decode_topology
-from shared.domain.model import NVIDIA, NodeInventory, NvidiaConfig
-from shared.errors import DecodeError
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registration import NodeView, Registered
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.codec.topology import decode_topology
+from vgpu_scheduler.shared.domain.model import NVIDIA, NodeInventory, NvidiaConfig
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registration import NodeView, Registered
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 NODE_UNREGISTERED = "node unregistered"
 """HAMi's ``FailedNodes`` text for a candidate without a (healthy) registration."""

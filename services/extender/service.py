@@ -25,24 +25,24 @@ from typing import Protocol
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from services.extender.app import create_app, create_webhook_app
-from services.extender.bind import BindHandler, lock_wait_budget
-from services.extender.bindlimit import AdaptiveBindLimit
-from services.extender.events import EventSink
-from services.extender.filter import FilterHandler
-from services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
-from services.extender.snapshot import CacheSettings, SnapshotCache
-from services.extender.tls import build_ssl_context
-from services.extender.webhook import WebhookHandler
-from shared.config import ExtenderSettings
-from shared.domain.model import NvidiaConfig
-from shared.errors import ConfigError, TransientError
-from shared.k8s import Api
-from shared.ops import RunningServer, start_server
-from shared.runtime import cancel_until_done
-from shared.store import Store
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.extender.app import create_app, create_webhook_app
+from vgpu_scheduler.services.extender.bind import BindHandler, lock_wait_budget
+from vgpu_scheduler.services.extender.bindlimit import AdaptiveBindLimit
+from vgpu_scheduler.services.extender.events import EventSink
+from vgpu_scheduler.services.extender.filter import FilterHandler
+from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
+from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCache
+from vgpu_scheduler.services.extender.tls import build_ssl_context
+from vgpu_scheduler.services.extender.webhook import WebhookHandler
+from vgpu_scheduler.shared.config import ExtenderSettings
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.errors import ConfigError, TransientError
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.ops import RunningServer, start_server
+from vgpu_scheduler.shared.runtime import cancel_until_done
+from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

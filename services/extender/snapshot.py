@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
-from shared.domain.model import NodePolicy
-from shared.domain.plan import Decision, apply_decision, rank_key
-from shared.domain.snapshot import NodeSnapshot
-from shared.errors import TransientError
-from shared.store import ChangeBatch, NodeState, Store, StoreStatus, SyncMarker
+from vgpu_scheduler.shared.domain.model import NodePolicy
+from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, rank_key
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.store import ChangeBatch, NodeState, Store, StoreStatus, SyncMarker
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import ssl
 import time
 from collections.abc import Callable
 
-from shared.errors import ConfigError
-from shared.ops import server_ssl_context
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.ops import server_ssl_context
 
 logger = logging.getLogger(__name__)
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Protocol
 
-from services.extender.bindlock import LockBusyError, LockTimeoutError
-from shared.domain.model import PodDevices
-from shared.errors import ConflictError, DecodeError, NotFoundError
-from shared.k8s import Api
-from shared.k8s.objects import annotations_of, resource_version_of
-from shared.vendors import cambricon
-from shared.vendors.base import NodeLockKind
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.extender.bindlock import LockBusyError, LockTimeoutError
+from vgpu_scheduler.shared.domain.model import PodDevices
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.k8s.objects import annotations_of, resource_version_of
+from vgpu_scheduler.shared.vendors import cambricon
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

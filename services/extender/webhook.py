@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from services.extender.metrics import ExtenderMetrics
-from shared.config.settings import ExtenderSettings
-from shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
-from shared.errors import DecodeError, VgpuError
-from shared.k8s.objects import meta, namespace_of
-from shared.protocol.admission import (
+from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
+from vgpu_scheduler.shared.config.settings import ExtenderSettings
+from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
+from vgpu_scheduler.shared.errors import DecodeError, VgpuError
+from vgpu_scheduler.shared.k8s.objects import meta, namespace_of
+from vgpu_scheduler.shared.protocol.admission import (
     HTTP_BAD_REQUEST,
     HTTP_FORBIDDEN,
     AdmissionOutcome,
@@ -38,19 +38,19 @@ from shared.protocol.admission import (
     parse_admission_review,
     review_response,
 )
-from shared.protocol.extender import MAX_BODY_BYTES
-from shared.protocol.webhook import (
+from vgpu_scheduler.shared.protocol.extender import MAX_BODY_BYTES
+from vgpu_scheduler.shared.protocol.webhook import (
     MSG_OTHER_SCHEDULER,
     apply_patch,
     mutate_pod,
     quota_demand,
     vendor_quota_demands,
 )
-from shared.store import QuotaRepo
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.store import QuotaRepo
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 if TYPE_CHECKING:
-    from services.extender.service import ExtenderDeps
+    from vgpu_scheduler.services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 

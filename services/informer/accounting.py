@@ -11,17 +11,17 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from services.informer.metrics import InformerMetrics, Malformed
-from services.informer.pods import PodFacts, PodStatus, pod_allocation, pod_facts
-from services.informer.reporting import ProblemReporter
-from shared.codec import annotations as keys
-from shared.codec.resources import pod_containers, pod_requests_managed_resource
-from shared.domain.model import NVIDIA, Allocation, NvidiaConfig
-from shared.errors import DecodeError
-from shared.k8s.objects import annotations_of
-from shared.store import Fence, Store
-from shared.vendors.catalog import NVIDIA_ONLY_VENDORS
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.informer.metrics import InformerMetrics, Malformed
+from vgpu_scheduler.services.informer.pods import PodFacts, PodStatus, pod_allocation, pod_facts
+from vgpu_scheduler.services.informer.reporting import ProblemReporter
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.resources import pod_containers, pod_requests_managed_resource
+from vgpu_scheduler.shared.domain.model import NVIDIA, Allocation, NvidiaConfig
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.k8s.objects import annotations_of
+from vgpu_scheduler.shared.store import Fence, Store
+from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

@@ -30,16 +30,16 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from services.informer.metrics import InformerMetrics, LockCause, Malformed
-from services.informer.pods import PodFacts, pod_facts
-from shared.codec import annotations as keys
-from shared.codec.nodelock import parse_node_lock
-from shared.coord import parse_lock_owner
-from shared.domain.model import BindPhase
-from shared.errors import ConflictError, DecodeError, NotFoundError, TransientError
-from shared.k8s import Api, KubeObject
-from shared.k8s.objects import annotations_of, name_of, resource_version_of
-from shared.store import LockInfo, Store
+from vgpu_scheduler.services.informer.metrics import InformerMetrics, LockCause, Malformed
+from vgpu_scheduler.services.informer.pods import PodFacts, pod_facts
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.nodelock import parse_node_lock
+from vgpu_scheduler.shared.coord import parse_lock_owner
+from vgpu_scheduler.shared.domain.model import BindPhase
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError
+from vgpu_scheduler.shared.k8s import Api, KubeObject
+from vgpu_scheduler.shared.k8s.objects import annotations_of, name_of, resource_version_of
+from vgpu_scheduler.shared.store import LockInfo, Store
 
 logger = logging.getLogger(__name__)
 

@@ -16,10 +16,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared.codec.register import decode_register
-from shared.domain.model import Allocation
-from shared.errors import DecodeError
-from shared.metrics import HAMI_ZONE
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.domain.model import Allocation
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.metrics import HAMI_ZONE
 
 MIB = 1 << 20
 

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
-from shared.codec.resources import pod_containers
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation, BindPhase
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
+from vgpu_scheduler.shared.codec.resources import pod_containers
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation, BindPhase
+from vgpu_scheduler.shared.errors import DecodeError
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 """Pod phases whose devices are released at once (§5.4)."""

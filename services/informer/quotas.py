@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.quantity import parse_quantity, whole_int64
-from shared.domain.model import NVIDIA, NvidiaConfig, QuotaLimits, VendorLimits, quota_limits
-from shared.errors import DecodeError
-from shared.vendors.base import Vendor
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.quantity import parse_quantity, whole_int64
+from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig, QuotaLimits, VendorLimits, quota_limits
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import Vendor
 
 
 @dataclass(frozen=True, slots=True)

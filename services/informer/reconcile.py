@@ -31,14 +31,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.informer.accounting import UNREADABLE_ALLOCATION, Accountant
-from services.informer.metrics import InformerMetrics, Malformed, RepairKind, UndecodableReason
-from services.informer.pods import PodStatus, pod_facts
-from services.informer.quotas import limited_namespaces, namespace_limits
-from services.informer.reporting import ProblemReporter
-from shared.domain.model import Allocation, NvidiaConfig, QuotaLimits
-from shared.errors import DecodeError, PermanentError
-from shared.store import (
+from vgpu_scheduler.services.informer.accounting import UNREADABLE_ALLOCATION, Accountant
+from vgpu_scheduler.services.informer.metrics import InformerMetrics, Malformed, RepairKind, UndecodableReason
+from vgpu_scheduler.services.informer.pods import PodStatus, pod_facts
+from vgpu_scheduler.services.informer.quotas import limited_namespaces, namespace_limits
+from vgpu_scheduler.services.informer.reporting import ProblemReporter
+from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig, QuotaLimits
+from vgpu_scheduler.shared.errors import DecodeError, PermanentError
+from vgpu_scheduler.shared.store import (
     AllocationRecord,
     Fence,
     PodQuotaCharge,
@@ -47,8 +47,8 @@ from shared.store import (
     SyncMarker,
     UndecodableRecord,
 )
-from shared.vendors.catalog import NVIDIA_ONLY_VENDORS
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from services.informer.metrics import InformerMetrics, Malformed
-from shared.errors import VgpuError
-from shared.k8s import Api, EventType
-from shared.k8s.objects import name_of, namespace_of, uid_of
+from vgpu_scheduler.services.informer.metrics import InformerMetrics, Malformed
+from vgpu_scheduler.shared.errors import VgpuError
+from vgpu_scheduler.shared.k8s import Api, EventType
+from vgpu_scheduler.shared.k8s.objects import name_of, namespace_of, uid_of
 
 logger = logging.getLogger(__name__)
 

@@ -28,24 +28,30 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from services.informer.accounting import Accountant
-from services.informer.locks import NodeLockReleaser
-from services.informer.metrics import AllocationView, DeviceIndex, InformerMetrics, Malformed, PodAllocationCollector
-from services.informer.pods import PodStatus, pod_facts
-from services.informer.quotas import combine, limited_namespaces, namespace_limits, read_quota
-from services.informer.reconcile import Reconciler, ReconcileReport
-from services.informer.reporting import ProblemReporter
-from shared.codec import annotations as keys
-from shared.config import InformerSettings
-from shared.coord import Lease, LeaseKeeper
-from shared.errors import DecodeError, NotFoundError, TransientError
-from shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resource, WatchEvent
-from shared.k8s import InformerSettings as WatchSettings
-from shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
-from shared.runtime import FailureStreak, cancel_until_done
-from shared.store import Fence, StaleFenceError, Store, SyncMarker
-from shared.vendors.catalog import enabled_vendors
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.informer.accounting import Accountant
+from vgpu_scheduler.services.informer.locks import NodeLockReleaser
+from vgpu_scheduler.services.informer.metrics import (
+    AllocationView,
+    DeviceIndex,
+    InformerMetrics,
+    Malformed,
+    PodAllocationCollector,
+)
+from vgpu_scheduler.services.informer.pods import PodStatus, pod_facts
+from vgpu_scheduler.services.informer.quotas import combine, limited_namespaces, namespace_limits, read_quota
+from vgpu_scheduler.services.informer.reconcile import Reconciler, ReconcileReport
+from vgpu_scheduler.services.informer.reporting import ProblemReporter
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.config import InformerSettings
+from vgpu_scheduler.shared.coord import Lease, LeaseKeeper
+from vgpu_scheduler.shared.errors import DecodeError, NotFoundError, TransientError
+from vgpu_scheduler.shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resource, WatchEvent
+from vgpu_scheduler.shared.k8s import InformerSettings as WatchSettings
+from vgpu_scheduler.shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
+from vgpu_scheduler.shared.runtime import FailureStreak, cancel_until_done
+from vgpu_scheduler.shared.store import Fence, StaleFenceError, Store, SyncMarker
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

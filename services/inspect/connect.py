@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from shared.config import CommonSettings
-from shared.errors import ConfigError, TransientError
-from shared.k8s import Api, kube_settings_from, open_client
-from shared.k8s.client import KubeSettings
-from shared.store import ConnectionSettings, Store, StoreStatus, SyncMarker, connect
+from vgpu_scheduler.shared.config import CommonSettings
+from vgpu_scheduler.shared.errors import ConfigError, TransientError
+from vgpu_scheduler.shared.k8s import Api, kube_settings_from, open_client
+from vgpu_scheduler.shared.k8s.client import KubeSettings
+from vgpu_scheduler.shared.store import ConnectionSettings, Store, StoreStatus, SyncMarker, connect
 
 CALL_TIMEOUT_S = 10.0
 """The deadline of one API call when ``--kube-timeout`` is 0."""

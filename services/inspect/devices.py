@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.domain.snapshot import NodeSnapshot
-from shared.store import AllocationRecord
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.store import AllocationRecord
 
 
 @dataclass(frozen=True, slots=True)

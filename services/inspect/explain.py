@@ -14,24 +14,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.inspect.connect import InspectError, one_line, store_warning
-from services.inspect.devices import DeviceRow, device_rows, shares_by_device
-from shared.codec import annotations as keys
-from shared.codec.podannotations import decode_allocation
-from shared.codec.resources import pod_containers, vendors_pod_request
-from shared.codec.selectors import decode_vendor_constraints
-from shared.config import InspectSettings
-from shared.domain.diagnosis import nearest_miss, quota_left
-from shared.domain.fit import normalize_request
-from shared.domain.model import MEM_PCT_UNSET, NvidiaConfig, PodDevices, PodRequest, QuotaState
-from shared.domain.plan import Decision, Failure, plan
-from shared.domain.scoring import Policies, effective_policy
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import RuleSet
-from shared.errors import DecodeError, NotFoundError
-from shared.k8s import Api
-from shared.store import AllocationRecord, Store
-from shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.services.inspect.connect import InspectError, one_line, store_warning
+from vgpu_scheduler.services.inspect.devices import DeviceRow, device_rows, shares_by_device
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
+from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_pod_request
+from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.config import InspectSettings
+from vgpu_scheduler.shared.domain.diagnosis import nearest_miss, quota_left
+from vgpu_scheduler.shared.domain.fit import normalize_request
+from vgpu_scheduler.shared.domain.model import MEM_PCT_UNSET, NvidiaConfig, PodDevices, PodRequest, QuotaState
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import RuleSet
+from vgpu_scheduler.shared.errors import DecodeError, NotFoundError
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import AllocationRecord, Store
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 

@@ -13,14 +13,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from services.inspect.connect import InspectError, kube_settings, one_line, open_api, open_store
-from services.inspect.explain import Explanation, explain, parse_target
-from services.inspect.explain import render_text as render_explanation
-from services.inspect.usage import Filters, UsageReport, collect
-from services.inspect.usage import render_text as render_usage
-from shared.config import InspectSettings, Service, add_service_parser, settings_from_args
-from shared.errors import ConfigError, VgpuError
-from shared.k8s import KubeSettings
+from vgpu_scheduler.services.inspect.connect import InspectError, kube_settings, one_line, open_api, open_store
+from vgpu_scheduler.services.inspect.explain import Explanation, explain, parse_target
+from vgpu_scheduler.services.inspect.explain import render_text as render_explanation
+from vgpu_scheduler.services.inspect.usage import Filters, UsageReport, collect
+from vgpu_scheduler.services.inspect.usage import render_text as render_usage
+from vgpu_scheduler.shared.config import InspectSettings, Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.errors import ConfigError, VgpuError
+from vgpu_scheduler.shared.k8s import KubeSettings
 
 EXIT_FAILED = 1
 
@@ -123,7 +123,7 @@ async def _usage(settings: InspectSettings, filters: Filters) -> UsageReport:
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
     """The ``kubectl-vgpu`` console script: ``kubectl vgpu explain …`` / ``kubectl vgpu usage …``."""
-    from services.cli import main
+    from vgpu_scheduler.services.cli import main
 
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ("explain", "usage"):

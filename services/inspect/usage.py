@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.inspect.connect import one_line, store_warning
-from services.inspect.devices import DeviceRow, device_rows, pct, ratio, shares_by_device, short_uuid
-from shared.domain.diagnosis import fragmentation
-from shared.store import LockInfo, Store, UndecodableRecord
+from vgpu_scheduler.services.inspect.connect import one_line, store_warning
+from vgpu_scheduler.services.inspect.devices import DeviceRow, device_rows, pct, ratio, shares_by_device, short_uuid
+from vgpu_scheduler.shared.domain.diagnosis import fragmentation
+from vgpu_scheduler.shared.store import LockInfo, Store, UndecodableRecord
 
 
 @dataclass(frozen=True, slots=True)

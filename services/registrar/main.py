@@ -11,14 +11,14 @@ import argparse
 import asyncio
 import os
 
-from services.registrar.service import RegistrarDeps, RegistrarService
-from shared.config import Service, add_service_parser, settings_from_args
-from shared.k8s import kube_settings_from, open_client
-from shared.logs import configure_from_settings
-from shared.metrics import new_registry, register_build_info
-from shared.ops import create_ops_app, serve
-from shared.runtime import RootTask, run_service, supervise
-from shared.store import Store, connect
+from vgpu_scheduler.services.registrar.service import RegistrarDeps, RegistrarService
+from vgpu_scheduler.shared.config import Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.k8s import kube_settings_from, open_client
+from vgpu_scheduler.shared.logs import configure_from_settings
+from vgpu_scheduler.shared.metrics import new_registry, register_build_info
+from vgpu_scheduler.shared.ops import create_ops_app, serve
+from vgpu_scheduler.shared.runtime import RootTask, run_service, supervise
+from vgpu_scheduler.shared.store import Store, connect
 
 DEFAULT_KUBE_TIMEOUT_S = 30.0
 """The per-call deadline used when ``--kube-timeout`` is 0 (HAMi: no timeout; we always keep a deadline)."""

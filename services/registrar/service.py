@@ -23,16 +23,16 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from services.registrar.metrics import PassTrigger, RegistrarMetrics, StepDown
-from services.registrar.sync import NodeSync, ProcessMemory
-from services.registrar.vendor import HANDSHAKE_TIMEOUT_S
-from shared.config import RegistrarSettings
-from shared.coord import Lease, LeaseKeeper
-from shared.errors import TransientError
-from shared.k8s import Api, Informer, InformerSettings, KubeClient, Resource
-from shared.runtime import cancel_until_done
-from shared.store import StaleFenceError, Store
-from shared.vendors.catalog import NodeObserver, enabled_vendors, with_handshake_timeout
+from vgpu_scheduler.services.registrar.metrics import PassTrigger, RegistrarMetrics, StepDown
+from vgpu_scheduler.services.registrar.sync import NodeSync, ProcessMemory
+from vgpu_scheduler.services.registrar.vendor import HANDSHAKE_TIMEOUT_S
+from vgpu_scheduler.shared.config import RegistrarSettings
+from vgpu_scheduler.shared.coord import Lease, LeaseKeeper
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.k8s import Api, Informer, InformerSettings, KubeClient, Resource
+from vgpu_scheduler.shared.runtime import cancel_until_done
+from vgpu_scheduler.shared.store import StaleFenceError, Store
+from vgpu_scheduler.shared.vendors.catalog import NodeObserver, enabled_vendors, with_handshake_timeout
 
 logger = logging.getLogger(__name__)
 

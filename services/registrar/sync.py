@@ -30,14 +30,26 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from services.registrar.metrics import UUID_COLLISION, HandshakeResult, PassTrigger, RegistrarMetrics, WriteOp
-from services.registrar.vendor import Invalid, NodeView, NotRegistered, Registered, Unregistered
-from shared.domain.model import NodeInventory
-from shared.errors import ConflictError, DecodeError, NotFoundError, PermanentError, TransientError
-from shared.k8s import Api, EventKind, EventType, KubeObject, WatchEvent
-from shared.k8s.objects import resource_version_of
-from shared.store import Fence, StaleFenceError, Store, SyncMarker
-from shared.vendors.catalog import NodeObservation, NodeObserver, UuidCollision, inventory_vendor, observe_node
+from vgpu_scheduler.services.registrar.metrics import (
+    UUID_COLLISION,
+    HandshakeResult,
+    PassTrigger,
+    RegistrarMetrics,
+    WriteOp,
+)
+from vgpu_scheduler.services.registrar.vendor import Invalid, NodeView, NotRegistered, Registered, Unregistered
+from vgpu_scheduler.shared.domain.model import NodeInventory
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, PermanentError, TransientError
+from vgpu_scheduler.shared.k8s import Api, EventKind, EventType, KubeObject, WatchEvent
+from vgpu_scheduler.shared.k8s.objects import resource_version_of
+from vgpu_scheduler.shared.store import Fence, StaleFenceError, Store, SyncMarker
+from vgpu_scheduler.shared.vendors.catalog import (
+    NodeObservation,
+    NodeObserver,
+    UuidCollision,
+    inventory_vendor,
+    observe_node,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The registrar's view of a vendor: the pure registration types now live in :mod:`shared.vendors.registration`
 (every vendor module builds on them); this module keeps the registrar's imports short."""
 
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
     HandshakeJudgement,

@@ -14,15 +14,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.simulate.driver import schedule_all
-from services.simulate.harness import EmbeddedCluster, HarnessTiming, with_store_prefix
-from services.simulate.manifests import Cluster, Workload
-from services.simulate.report import PodResult, device_states, policy_label, summarize
-from shared.codec.selectors import decode_gpu_policy, decode_node_policy
-from shared.config import SimulateSettings
-from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
-from shared.errors import ConfigError, DecodeError
-from shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.services.simulate.driver import schedule_all
+from vgpu_scheduler.services.simulate.harness import EmbeddedCluster, HarnessTiming, with_store_prefix
+from vgpu_scheduler.services.simulate.manifests import Cluster, Workload
+from vgpu_scheduler.services.simulate.report import PodResult, device_states, policy_label, summarize
+from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
+from vgpu_scheduler.shared.config import SimulateSettings
+from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 Progress = Callable[[int, int, PodResult], None]
 

@@ -19,15 +19,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.nodelock import parse_node_lock
-from shared.codec.poddevices import decode_pod_devices
-from shared.codec.quantity import parse_quantity, whole_int64
-from shared.codec.resources import pod_containers
-from shared.domain.model import PodDevices
-from shared.errors import DecodeError
-from shared.vendors.base import NodeLockKind
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.nodelock import parse_node_lock
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity, whole_int64
+from vgpu_scheduler.shared.codec.resources import pod_containers
+from vgpu_scheduler.shared.domain.model import PodDevices
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _CANDIDATE_PHASES = ("allocating", "success")
 

@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import aiohttp
 
-from services.simulate.devplugin import (
+from vgpu_scheduler.services.simulate.devplugin import (
     LockedPod,
     NoPod,
     PendingPod,
@@ -48,17 +48,17 @@ from services.simulate.devplugin import (
     lock_kinds_of,
     vendor_allocation_problems,
 )
-from services.simulate.report import ADMISSION, PodResult
-from shared.codec import annotations as keys
-from shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
-from shared.codec.selectors import decode_gpu_policy, decode_node_policy
-from shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig, QuotaState
-from shared.errors import DecodeError, TransientError
-from shared.protocol.admission import decode_patch
-from shared.protocol.jsonpatch import apply_patch
-from shared.protocol.webhook import mutate_pod
-from shared.vendors.base import NodeLockKind
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
+from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
+from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig, QuotaState
+from vgpu_scheduler.shared.errors import DecodeError, TransientError
+from vgpu_scheduler.shared.protocol.admission import decode_patch
+from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
+from vgpu_scheduler.shared.protocol.webhook import mutate_pod
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

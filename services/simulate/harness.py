@@ -29,18 +29,25 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from services.allinone.service import AllInOneDeps, AllInOneService
-from services.extender.service import ExtenderService
-from services.extender.snapshot import CacheSettings
-from services.simulate.clock import VirtualClockLoop
-from services.simulate.driver import Defaults, Driver, Extenders, KubeHttp, SchedulerTiming, local_admission
-from services.simulate.manifests import Cluster
-from shared.config import AllInOneSettings, BindAddress, SimulateSettings
-from shared.domain.model import QuotaState
-from shared.emulator import Emulator
-from shared.k8s import KubeClient, KubeSettings, open_client
-from shared.store import Store, connect
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.allinone.service import AllInOneDeps, AllInOneService
+from vgpu_scheduler.services.extender.service import ExtenderService
+from vgpu_scheduler.services.extender.snapshot import CacheSettings
+from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
+from vgpu_scheduler.services.simulate.driver import (
+    Defaults,
+    Driver,
+    Extenders,
+    KubeHttp,
+    SchedulerTiming,
+    local_admission,
+)
+from vgpu_scheduler.services.simulate.manifests import Cluster
+from vgpu_scheduler.shared.config import AllInOneSettings, BindAddress, SimulateSettings
+from vgpu_scheduler.shared.domain.model import QuotaState
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import KubeClient, KubeSettings, open_client
+from vgpu_scheduler.shared.store import Store, connect
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any, TextIO
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.simulate.clock import VirtualClockLoop
-from services.simulate.compare import (
+from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
+from vgpu_scheduler.services.simulate.compare import (
     DEFAULT_COMBINATIONS,
     Combination,
     Outcome,
@@ -38,7 +38,7 @@ from services.simulate.compare import (
     run_scenario,
     settings_with,
 )
-from services.simulate.driver import (
+from vgpu_scheduler.services.simulate.driver import (
     Defaults,
     Driver,
     DriverError,
@@ -49,12 +49,12 @@ from services.simulate.driver import (
     schedule_all,
     webhook_admission,
 )
-from services.simulate.harness import HarnessError, HarnessTiming
-from services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
-from services.simulate.plot import check_directory, load_pyplot, write_plots
-from services.simulate.report import PodResult, policy_label, render_pods, render_summary
-from shared.codec.selectors import decode_gpu_policy, decode_node_policy
-from shared.config import (
+from vgpu_scheduler.services.simulate.harness import HarnessError, HarnessTiming
+from vgpu_scheduler.services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
+from vgpu_scheduler.services.simulate.plot import check_directory, load_pyplot, write_plots
+from vgpu_scheduler.services.simulate.report import PodResult, policy_label, render_pods, render_summary
+from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
+from vgpu_scheduler.shared.config import (
     OPTIONS_BY_NAME,
     LogFormat,
     LogLevel,
@@ -64,12 +64,12 @@ from shared.config import (
     parse_bind_address,
     settings_from_args,
 )
-from shared.config.values import parse_go_duration
-from shared.emulator import Emulator
-from shared.errors import ConfigError, DecodeError
-from shared.logs import configure_logging
-from shared.runtime import run_service
-from shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.config.values import parse_go_duration
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.logs import configure_logging
+from vgpu_scheduler.shared.runtime import run_service
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 logger = logging.getLogger(__name__)
 

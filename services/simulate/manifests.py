@@ -23,16 +23,16 @@ from typing import Any
 
 import yaml
 
-from services.simulate.pools import KIND as NODE_POOL
-from services.simulate.pools import PoolError, expand_pool
-from shared.codec import annotations as keys
-from shared.codec.podannotations import decode_allocation
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import decode_register
-from shared.codec.topology import decode_topology
-from shared.errors import ConfigError, DecodeError
-from shared.vendors.registration import Invalid, NodeView
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.simulate.pools import KIND as NODE_POOL
+from vgpu_scheduler.services.simulate.pools import PoolError, expand_pool
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.codec.topology import decode_topology
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
 

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.errors import ConfigError
 
 PLOT_FILES = ("placement.png", "utilisation.png", "fragmentation.png", "nodes.png", "contention.png")
 

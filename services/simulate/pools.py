@@ -38,16 +38,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import encode_register_json
-from shared.domain.model import DeviceInfo, NvidiaConfig
-from shared.errors import DecodeError
-from shared.vendors import amd, ascend, cambricon, hygon
-from shared.vendors.base import Vendor
-from shared.vendors.catalog import BUILDERS, enabled_vendors
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import encode_register_json
+from vgpu_scheduler.shared.domain.model import DeviceInfo, NvidiaConfig
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import amd, ascend, cambricon, hygon
+from vgpu_scheduler.shared.vendors.base import Vendor
+from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
 

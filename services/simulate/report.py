@@ -26,19 +26,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
-from shared.codec.quantity import parse_quantity
-from shared.codec.reasons import parse_reason
-from shared.codec.register import decode_register
-from shared.codec.selectors import decode_cordon
-from shared.domain.accounting import collapse
-from shared.domain.diagnosis import fragmentation
-from shared.domain.model import NvidiaConfig
-from shared.errors import DecodeError
-from shared.vendors.base import Vendor
-from shared.vendors.registration import NodeView, Registered
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.reasons import parse_reason
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.diagnosis import fragmentation
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import Vendor
+from vgpu_scheduler.shared.vendors.registration import NodeView, Registered
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.errors import DecodeError
 
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import msgpack  # type: ignore[import-untyped]
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
     Allocation,
     ContainerDevice,
@@ -34,7 +34,7 @@ from shared.domain.model import (
     is_quota_word,
     quota_limits,
 )
-from shared.errors import DecodeError, SchemaVersionError
+from vgpu_scheduler.shared.errors import DecodeError, SchemaVersionError
 
 Fields = dict[str, Any]
 _T = TypeVar("_T")

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec._go import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import (
     INT64_MAX,
     INT64_MIN,
     UINT32_MAX,
@@ -29,8 +29,8 @@ from shared.codec._go import (
     loads,
     struct_fields,
 )
-from shared.codec.register import placement_from_json, placement_json
-from shared.domain.model import MigAllocation
+from vgpu_scheduler.shared.codec.register import placement_from_json, placement_json
+from vgpu_scheduler.shared.domain.model import MigAllocation
 
 WHAT = keys.MIG_ALLOCATIONS
 

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, timezone
 
-from shared.codec import annotations as keys
-from shared.codec._go import fail
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import fail
 
 WHAT = keys.NODE_LOCK
 

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
-from shared.codec import annotations as keys
-from shared.codec._go import fail
-from shared.codec.mig import decode_mig_allocations, encode_mig_allocations
-from shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
-from shared.codec.resources import pod_containers
-from shared.domain.model import BindPhase, ContainerDevice, MigAllocation, PodDevices
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import fail
+from vgpu_scheduler.shared.codec.mig import decode_mig_allocations, encode_mig_allocations
+from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.resources import pod_containers
+from vgpu_scheduler.shared.domain.model import BindPhase, ContainerDevice, MigAllocation, PodDevices
 
 
 class AllocatedReader(Protocol):
@@ -60,7 +60,7 @@ def merge_pod_devices(parts: Sequence[PodDevices]) -> PodDevices:
 
 
 if TYPE_CHECKING:
-    from shared.vendors.registry import Vendors
+    from vgpu_scheduler.shared.vendors.registry import Vendors
 
 
 def allocation_annotations(

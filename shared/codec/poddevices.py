@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import re
 
-from shared.codec import annotations as keys
-from shared.codec._go import INT32_MAX, fail, parse_int
-from shared.domain.model import ContainerDevice, PodDevices
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import INT32_MAX, fail, parse_int
+from vgpu_scheduler.shared.domain.model import ContainerDevice, PodDevices
 
 _LEGACY_RE = re.compile(r"(?P<uuid>[^\[\]]+)\[(?P<g>[0-9]{1,18})-(?P<s>[0-9]{1,18})\]\Z")
 _FORBIDDEN = frozenset(",:;")

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from shared.codec._go import fail
-from shared.domain import reasons as domain_reasons
-from shared.domain.model import Reason
+from vgpu_scheduler.shared.codec._go import fail
+from vgpu_scheduler.shared.domain import reasons as domain_reasons
+from vgpu_scheduler.shared.domain.model import Reason
 
 WHAT = "filter reason"
 _R = TypeVar("_R", bound=Reason | str)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec._go import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,
@@ -39,7 +39,7 @@ from shared.codec._go import (
     parse_int,
     struct_fields,
 )
-from shared.domain.model import NVIDIA, DeviceInfo, DeviceMode, MigPlacement, MigProfile
+from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceInfo, DeviceMode, MigPlacement, MigProfile
 
 WHAT = keys.NODE_NVIDIA_REGISTER
 

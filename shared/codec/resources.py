@@ -48,14 +48,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from shared.codec._go import INT32_MAX, fail
-from shared.codec.quantity import parse_quantity
-from shared.domain.fit import default_memory
-from shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, NVIDIA, ContainerRequest, NvidiaConfig, PodRequest
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.codec._go import INT32_MAX, fail
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.domain.fit import default_memory
+from vgpu_scheduler.shared.domain.model import (
+    EMPTY_REQUEST,
+    MEM_PCT_UNSET,
+    NVIDIA,
+    ContainerRequest,
+    NvidiaConfig,
+    PodRequest,
+)
+from vgpu_scheduler.shared.errors import DecodeError
 
 if TYPE_CHECKING:
-    from shared.vendors.registry import Vendors
+    from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _NO_RESOURCES: Mapping[str, Any] = {}
 _MIB = 2**20

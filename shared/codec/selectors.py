@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from shared.codec import annotations as keys
-from shared.codec._go import INT64_MAX, fail, go_upper, parse_bool, parse_int, trim_space
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import INT64_MAX, fail, go_upper, parse_bool, parse_int, trim_space
+from vgpu_scheduler.shared.domain.model import (
     NO_CONSTRAINTS,
     NO_SELECTORS,
     NVIDIA,
@@ -33,10 +33,10 @@ from shared.domain.model import (
     ScoringWeights,
     Selectors,
 )
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.errors import DecodeError
 
 if TYPE_CHECKING:
-    from shared.vendors.registry import Vendors
+    from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _WEIGHT_KEYS = ("slot", "core", "memory")
 

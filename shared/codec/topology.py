@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.codec import annotations as keys
-from shared.codec._go import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import (
     INT64_MAX,
     INT64_MIN,
     dump_array,

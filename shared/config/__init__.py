@@ -11,7 +11,7 @@ A bad value stops start-up with one :class:`~shared.errors.ConfigError` line nam
 file key and what was expected. Nothing here reads ``os.environ``: callers pass the environment in.
 """
 
-from shared.config.options import (
+from vgpu_scheduler.shared.config.options import (
     ENV_PREFIX,
     OPTIONS,
     OPTIONS_BY_NAME,
@@ -25,7 +25,7 @@ from shared.config.options import (
     normalize_argv,
     options_for,
 )
-from shared.config.settings import (
+from vgpu_scheduler.shared.config.settings import (
     AllInOneSettings,
     CommonSettings,
     ExtenderSettings,
@@ -40,7 +40,7 @@ from shared.config.settings import (
     settings_for,
     settings_from_args,
 )
-from shared.config.values import (
+from vgpu_scheduler.shared.config.values import (
     BindAddress,
     LogFormat,
     LogLevel,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.config.options import OPTIONS, Kind, Option, Service
+from vgpu_scheduler.shared.config.options import OPTIONS, Kind, Option, Service
 
 BEGIN_MARK = "<!-- BEGIN GENERATED OPTIONS (scripts/gen_config_doc.py) -->"
 END_MARK = "<!-- END GENERATED OPTIONS -->"

@@ -12,7 +12,7 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from shared.config.values import (
+from vgpu_scheduler.shared.config.values import (
     LogFormat,
     LogLevel,
     choice_parser,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NoReturn, overload
 
-from shared.config.options import (
+from vgpu_scheduler.shared.config.options import (
     OPTIONS,
     OPTIONS_BY_NAME,
     Kind,
@@ -22,10 +22,10 @@ from shared.config.options import (
     find_option,
     normalize_argv,
 )
-from shared.config.values import BindAddress, LogFormat, LogLevel, is_loopback_host, redis_url_password
-from shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config, read_yaml_file
-from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.config.values import BindAddress, LogFormat, LogLevel, is_loopback_host, redis_url_password
+from vgpu_scheduler.shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config, read_yaml_file
+from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
+from vgpu_scheduler.shared.errors import ConfigError
 
 # --------------------------------------------------------------------------------------------
 # Resolution: flag > env > file > default.

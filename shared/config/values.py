@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from shared.config.redisurl import is_sentinel_url, parse_sentinel_url
-from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
+from vgpu_scheduler.shared.config.redisurl import is_sentinel_url, parse_sentinel_url
+from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
 
 
 class LogFormat(enum.Enum):

@@ -11,8 +11,8 @@ import asyncio
 import logging
 from types import TracebackType
 
-from shared.errors import TransientError
-from shared.store import Fence, LeaseAcquired, LeaseInfo, LeaseStore
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.store import Fence, LeaseAcquired, LeaseInfo, LeaseStore
 
 logger = logging.getLogger(__name__)
 

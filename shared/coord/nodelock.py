@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from shared.store import LockAcquired, LockHeld, LockInfo, LockResult, NodeLockStore
+from vgpu_scheduler.shared.store import LockAcquired, LockHeld, LockInfo, LockResult, NodeLockStore
 
 logger = logging.getLogger(__name__)
 

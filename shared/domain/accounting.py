@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.domain.model import DeviceCharge, MigAllocation, MigPlacement, PodDevices
+from vgpu_scheduler.shared.domain.model import DeviceCharge, MigAllocation, MigPlacement, PodDevices
 
 
 @dataclass(slots=True)

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from shared.domain.fit import PodContext, evaluate_node, normalize_request
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.fit import PodContext, evaluate_node, normalize_request
+from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
     NVIDIA,
@@ -31,11 +31,11 @@ from shared.domain.model import (
     QuotaState,
     Reason,
 )
-from shared.domain.plan import Decision, apply_decision
-from shared.domain.reasons import NodeRejection
-from shared.domain.scoring import Policies, device_sort_key, effective_policy
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
+from vgpu_scheduler.shared.domain.plan import Decision, apply_decision
+from vgpu_scheduler.shared.domain.reasons import NodeRejection
+from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
 
 # --------------------------------------------------------------------------------------------
 # Fragmentation

@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from shared.domain import mig, topology
-from shared.domain.accounting import collapse
-from shared.domain.mig import LegacyMigChoice
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain import mig, topology
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.mig import LegacyMigChoice
+from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
     ContainerDevice,
@@ -42,10 +42,10 @@ from shared.domain.model import (
     QuotaState,
     Reason,
 )
-from shared.domain.reasons import NodeRejection
-from shared.domain.scoring import DeviceKey, EffectivePolicy, device_scorer
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
+from vgpu_scheduler.shared.domain.reasons import NodeRejection
+from vgpu_scheduler.shared.domain.scoring import DeviceKey, EffectivePolicy, device_scorer
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
 
 _MIG = DeviceMode.MIG.value
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     Allocation,
     DeviceInfo,
     DeviceMode,

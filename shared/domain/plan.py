@@ -20,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from itertools import compress
 from operator import attrgetter
 
-from shared.domain.fit import NodeFit, PodContext, evaluate_node, may_fit, normalize_request
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.fit import NodeFit, PodContext, evaluate_node, may_fit, normalize_request
+from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
     NVIDIA,
@@ -36,10 +36,10 @@ from shared.domain.model import (
     PodRequest,
     QuotaState,
 )
-from shared.domain.reasons import NodeRejection
-from shared.domain.scoring import Policies, device_sort_key, effective_policy
-from shared.domain.snapshot import NodeSnapshot, NodeSummary
-from shared.domain.vendor import NVIDIA_ONLY, RuleSet
+from vgpu_scheduler.shared.domain.reasons import NodeRejection
+from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot, NodeSummary
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from shared.domain.model import Reason
+from vgpu_scheduler.shared.domain.model import Reason
 
 _R = TypeVar("_R", bound=Reason | str)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerRequest,
     DeviceInfo,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from shared.domain.model import ZERO_USAGE, DeviceMode, DeviceUsage, NodeInventory
+from vgpu_scheduler.shared.domain.model import ZERO_USAGE, DeviceMode, DeviceUsage, NodeInventory
 
 _MIG = DeviceMode.MIG.value
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import accumulate
 
-from shared.domain.model import DeviceInfo
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 
 PairScores = Mapping[str, Mapping[str, int]]
 """``scores[uuid_a][uuid_b]``: topology pair score between two GPUs of one node (hami-wire §2.3)."""

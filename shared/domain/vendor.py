@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
     ContainerRequest,

@@ -3,6 +3,6 @@
 It speaks the core/v1 REST shapes kubernetes-asyncio uses; it imports neither kubernetes_asyncio nor redis.
 """
 
-from shared.emulator.server import Emulator, RequestRecord, WriteRecord, WriteVerb
+from vgpu_scheduler.shared.emulator.server import Emulator, RequestRecord, WriteRecord, WriteVerb
 
 __all__ = ["Emulator", "RequestRecord", "WriteRecord", "WriteVerb"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from shared.emulator.status import ApiError, bad_request
+from vgpu_scheduler.shared.emulator.status import ApiError, bad_request
 
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"

@@ -24,11 +24,11 @@ from typing import Any
 
 from aiohttp import web
 
-from shared.emulator.patch import merge_patch
-from shared.emulator.resources import ResourceType, by_plural, resolve
-from shared.emulator.selectors import parse_field_selector, parse_label_selector
-from shared.emulator.status import ApiError, bad_request, reason_for, success_status
-from shared.emulator.store import Obj, Store, Watcher, clone, dumps
+from vgpu_scheduler.shared.emulator.patch import merge_patch
+from vgpu_scheduler.shared.emulator.resources import ResourceType, by_plural, resolve
+from vgpu_scheduler.shared.emulator.selectors import parse_field_selector, parse_label_selector
+from vgpu_scheduler.shared.emulator.status import ApiError, bad_request, reason_for, success_status
+from vgpu_scheduler.shared.emulator.store import Obj, Store, Watcher, clone, dumps
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class Emulator:
 
     def list(self, kind: str, namespace: str | None = None) -> list[Obj]:
         """Copies of every object of a kind (optionally one namespace), in key order."""
-        from shared.emulator.selectors import FieldSelector, LabelSelector
+        from vgpu_scheduler.shared.emulator.selectors import FieldSelector, LabelSelector
 
         items, _ = self._store.select(resolve(kind), namespace, LabelSelector("", ()), FieldSelector("", ()))
         return clone(items)

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from shared.emulator.patch import apply_patch
-from shared.emulator.resources import CreateStatus, ResourceType
-from shared.emulator.selectors import FieldSelector, LabelSelector
-from shared.emulator.status import (
+from vgpu_scheduler.shared.emulator.patch import apply_patch
+from vgpu_scheduler.shared.emulator.resources import CreateStatus, ResourceType
+from vgpu_scheduler.shared.emulator.selectors import FieldSelector, LabelSelector
+from vgpu_scheduler.shared.emulator.status import (
     ApiError,
     already_exists,
     bad_request,

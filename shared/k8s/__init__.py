@@ -4,13 +4,21 @@
 Objects are the API server's JSON dicts (``KubeObject``), never kubernetes-asyncio model classes.
 """
 
-from shared.k8s.api import Api, metadata_patch
-from shared.k8s.client import KubeClient, KubeSettings, TokenBucket, load_configuration, open_client
-from shared.k8s.errors import AlreadyBoundError, ExpiredError, KubeRequestError
-from shared.k8s.informer import EventKind, Handler, Informer, InformerSettings, InformerStats, Resource, WatchEvent
-from shared.k8s.objects import KubeObject, ObjectKey
-from shared.k8s.settings import DEFAULT_CALL_TIMEOUT_S, kube_settings_from
-from shared.protocol.events import EventType
+from vgpu_scheduler.shared.k8s.api import Api, metadata_patch
+from vgpu_scheduler.shared.k8s.client import KubeClient, KubeSettings, TokenBucket, load_configuration, open_client
+from vgpu_scheduler.shared.k8s.errors import AlreadyBoundError, ExpiredError, KubeRequestError
+from vgpu_scheduler.shared.k8s.informer import (
+    EventKind,
+    Handler,
+    Informer,
+    InformerSettings,
+    InformerStats,
+    Resource,
+    WatchEvent,
+)
+from vgpu_scheduler.shared.k8s.objects import KubeObject, ObjectKey
+from vgpu_scheduler.shared.k8s.settings import DEFAULT_CALL_TIMEOUT_S, kube_settings_from
+from vgpu_scheduler.shared.protocol.events import EventType
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from shared.errors import TransientError
-from shared.k8s.client import Budget, KubeClient
-from shared.k8s.errors import KubeRequestError
-from shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
-from shared.protocol.events import EventType
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.k8s.client import Budget, KubeClient
+from vgpu_scheduler.shared.k8s.errors import KubeRequestError
+from vgpu_scheduler.shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
+from vgpu_scheduler.shared.protocol.events import EventType
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"

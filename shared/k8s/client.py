@@ -29,8 +29,8 @@ from kubernetes_asyncio.config import ConfigException, load_incluster_config
 from kubernetes_asyncio.config.kube_config import ConfigNode, KubeConfigLoader
 from yarl import URL
 
-from shared.errors import ConfigError, TransientError
-from shared.k8s.errors import error_for
+from vgpu_scheduler.shared.errors import ConfigError, TransientError
+from vgpu_scheduler.shared.k8s.errors import error_for
 
 logger = logging.getLogger(__name__)
 

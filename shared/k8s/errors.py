@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from shared.errors import ConflictError, NotFoundError, PermanentError, TransientError, VgpuError
+from vgpu_scheduler.shared.errors import ConflictError, NotFoundError, PermanentError, TransientError, VgpuError
 
 _ASSIGNED_RE = re.compile(r'is already assigned to node "([^"]*)"')
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import aiohttp
 
-from shared.errors import TransientError, VgpuError
-from shared.k8s.client import KubeClient
-from shared.k8s.errors import ExpiredError, error_for
-from shared.k8s.objects import KubeObject, ObjectKey, key_of, resource_version_of, uid_of
+from vgpu_scheduler.shared.errors import TransientError, VgpuError
+from vgpu_scheduler.shared.k8s.client import KubeClient
+from vgpu_scheduler.shared.k8s.errors import ExpiredError, error_for
+from vgpu_scheduler.shared.k8s.objects import KubeObject, ObjectKey, key_of, resource_version_of, uid_of
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ default. This module may import ``shared.config`` (``shared.config`` never impor
 
 from __future__ import annotations
 
-from shared.config import CommonSettings
-from shared.errors import ConfigError
-from shared.k8s.client import KubeSettings
+from vgpu_scheduler.shared.config import CommonSettings
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.k8s.client import KubeSettings
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
 """The per-call deadline when ``--kube-timeout`` is 0: well inside kube-scheduler's extender timeout."""

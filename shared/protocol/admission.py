@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from shared.errors import DecodeError
-from shared.protocol import gojson
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.protocol import gojson
 
 _WHAT: Final = "admission review"
 

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from shared.codec.reasons import parse_reason
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.codec.reasons import parse_reason
+from vgpu_scheduler.shared.errors import DecodeError
 
 MAX_MESSAGE_BYTES: Final = 1024
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from shared.errors import DecodeError
-from shared.protocol import gojson
-from shared.protocol.names import check_dns_label, check_dns_subdomain
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.protocol import gojson
+from vgpu_scheduler.shared.protocol.names import check_dns_label, check_dns_subdomain
 
 MAX_BODY_BYTES: Final = 1 << 20
 """HAMi's request body cap (``io.LimitReader(r.Body, 1<<20)``); enforced by the HTTP layer."""

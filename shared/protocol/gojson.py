@@ -19,7 +19,7 @@ from typing import Any, Final
 
 import orjson
 
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.errors import DecodeError
 
 INT64_MIN: Final = -(1 << 63)
 INT64_MAX: Final = (1 << 63) - 1

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.errors import DecodeError
 
 _WHAT: Final = "json patch"
 JsonPatch = list[dict[str, Any]]

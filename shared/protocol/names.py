@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.errors import DecodeError
 
 _LABEL: Final = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL_RE: Final = re.compile(_LABEL + r"\Z")

@@ -31,17 +31,22 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Final
 
-from shared.codec.quantity import parse_quantity
-from shared.codec.resources import ResourceRequestError, container_request, pod_request, vendors_pod_request
-from shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig, QuotaState
-from shared.errors import DecodeError
-from shared.protocol import gojson
-from shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome
-from shared.protocol.jsonpatch import apply_patch, create_patch
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.resources import (
+    ResourceRequestError,
+    container_request,
+    pod_request,
+    vendors_pod_request,
+)
+from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig, QuotaState
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.protocol import gojson
+from vgpu_scheduler.shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome
+from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch, create_patch
 
 if TYPE_CHECKING:
-    from shared.vendors.base import Vendor
-    from shared.vendors.registry import Vendors
+    from vgpu_scheduler.shared.vendors.base import Vendor
+    from vgpu_scheduler.shared.vendors.registry import Vendors
 
 __all__ = [
     "DEFAULT_SCHEDULER",

@@ -1,16 +1,16 @@
 """Redis: key names, Lua scripts and typed repositories. The only package that imports redis/fakeredis."""
 
-from shared.store._base import Durability, ReplicationShortfall, StoreEpochChanged
-from shared.store.allocations import Reservations, charges_json
-from shared.store.connection import ConnectionSettings, connect, is_sentinel
-from shared.store.feed import START_ID, ChangeFeed
-from shared.store.inventory import InventoryRepo
-from shared.store.keys import Keys
-from shared.store.locks import LeaseStore, NodeLockStore
-from shared.store.meta import MetaRepo
-from shared.store.quota import QuotaRepo
-from shared.store.store import Store
-from shared.store.types import (
+from vgpu_scheduler.shared.store._base import Durability, ReplicationShortfall, StoreEpochChanged
+from vgpu_scheduler.shared.store.allocations import Reservations, charges_json
+from vgpu_scheduler.shared.store.connection import ConnectionSettings, connect, is_sentinel
+from vgpu_scheduler.shared.store.feed import START_ID, ChangeFeed
+from vgpu_scheduler.shared.store.inventory import InventoryRepo
+from vgpu_scheduler.shared.store.keys import Keys
+from vgpu_scheduler.shared.store.locks import LeaseStore, NodeLockStore
+from vgpu_scheduler.shared.store.meta import MetaRepo
+from vgpu_scheduler.shared.store.quota import QuotaRepo
+from vgpu_scheduler.shared.store.store import Store
+from vgpu_scheduler.shared.store.types import (
     AllocationRecord,
     ChangeBatch,
     ChangeEvent,
@@ -45,7 +45,7 @@ from shared.store.types import (
     Unsettled,
     UsageAudit,
 )
-from shared.store.usage import SnapshotRepo, UsageRepo, parse_usage
+from vgpu_scheduler.shared.store.usage import SnapshotRepo, UsageRepo, parse_usage
 
 AllocationRepo = Reservations
 """The name the design uses for :class:`Reservations`."""

@@ -12,10 +12,10 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 
-from shared.errors import PermanentError, TransientError
-from shared.store.keys import Keys
-from shared.store.scripts import Scripts
-from shared.store.types import Fence, StaleFenceError
+from vgpu_scheduler.shared.errors import PermanentError, TransientError
+from vgpu_scheduler.shared.store.keys import Keys
+from vgpu_scheduler.shared.store.scripts import Scripts
+from vgpu_scheduler.shared.store.types import Fence, StaleFenceError
 
 
 @dataclass(frozen=True, slots=True)

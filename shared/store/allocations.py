@@ -13,10 +13,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from shared.codec.envelope import decode_allocation, encode_allocation
-from shared.domain.model import Allocation, DeviceCharge, QuotaState
-from shared.errors import ConflictError, DecodeError, VgpuError
-from shared.store._base import (
+from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
+from vgpu_scheduler.shared.domain.model import Allocation, DeviceCharge, QuotaState
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, VgpuError
+from vgpu_scheduler.shared.store._base import (
     ReplicationShortfall,
     StoreContext,
     StoreEpochChanged,
@@ -26,8 +26,8 @@ from shared.store._base import (
     run_script,
     text,
 )
-from shared.store.quota import QUOTA_FIELDS, quota_state
-from shared.store.types import (
+from vgpu_scheduler.shared.store.quota import QUOTA_FIELDS, quota_state
+from vgpu_scheduler.shared.store.types import (
     AllocationRecord,
     Claimed,
     ClaimRefused,

@@ -18,8 +18,8 @@ from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.credentials import CredentialProvider, UsernamePasswordCredentialProvider
 
-from shared.config.redisurl import is_sentinel_url, parse_sentinel_url
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.config.redisurl import is_sentinel_url, parse_sentinel_url
+from vgpu_scheduler.shared.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)

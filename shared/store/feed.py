@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.store._base import StoreContext, text
-from shared.store.connection import socket_timeout_s
-from shared.store.types import ChangeBatch, ChangeEvent, ChangeKind
+from vgpu_scheduler.shared.store._base import StoreContext, text
+from vgpu_scheduler.shared.store.connection import socket_timeout_s
+from vgpu_scheduler.shared.store.types import ChangeBatch, ChangeEvent, ChangeKind
 
 START_ID = "0-0"
 """The id before every event: reading after it returns the whole (retained) stream."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from shared.codec.envelope import decode_inventory, encode_inventory
-from shared.domain.model import DeviceMode, NodeInventory
-from shared.store._base import StoreContext, as_bytes, as_int, check_fenced, fence_args, text
-from shared.store.types import Fence, PutResult
+from vgpu_scheduler.shared.codec.envelope import decode_inventory, encode_inventory
+from vgpu_scheduler.shared.domain.model import DeviceMode, NodeInventory
+from vgpu_scheduler.shared.store._base import StoreContext, as_bytes, as_int, check_fenced, fence_args, text
+from vgpu_scheduler.shared.store.types import Fence, PutResult
 
 
 def capacity_value(inv: NodeInventory, device_index: int) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.errors import DecodeError
 
 _FORBIDDEN = frozenset("{}\r\n\0 ")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shared.store._base import StoreContext, as_int, text
-from shared.store.types import LeaseAcquired, LeaseInfo, LockAcquired, LockHeld, LockInfo, LockResult
+from vgpu_scheduler.shared.store._base import StoreContext, as_int, text
+from vgpu_scheduler.shared.store.types import LeaseAcquired, LeaseInfo, LockAcquired, LockHeld, LockInfo, LockResult
 
 
 def _ms(seconds: float) -> int:

@@ -18,9 +18,9 @@ import time
 
 from redis.asyncio.connection import AbstractConnection
 
-from shared.errors import PermanentError
-from shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
-from shared.store.types import Fence, StoreStatus, SyncMarker
+from vgpu_scheduler.shared.errors import PermanentError
+from vgpu_scheduler.shared.store._base import StoreContext, as_int, check_fenced, fence_args, text
+from vgpu_scheduler.shared.store.types import Fence, StoreStatus, SyncMarker
 
 logger = logging.getLogger(__name__)
 

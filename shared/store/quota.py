@@ -13,11 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from shared.codec.envelope import decode_quota_limits, encode_quota_limits
-from shared.domain.model import NVIDIA, QuotaLimits, QuotaState, QuotaUse, QuotaUses, is_quota_word
-from shared.errors import DecodeError
-from shared.store._base import StoreContext, as_bytes, as_int, check_fenced, fence_args, text
-from shared.store.types import Fence, PodQuotaCharge, QuotaCharged, QuotaChargeResult, QuotaDimension, QuotaExceeded
+from vgpu_scheduler.shared.codec.envelope import decode_quota_limits, encode_quota_limits
+from vgpu_scheduler.shared.domain.model import NVIDIA, QuotaLimits, QuotaState, QuotaUse, QuotaUses, is_quota_word
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.store._base import StoreContext, as_bytes, as_int, check_fenced, fence_args, text
+from vgpu_scheduler.shared.store.types import (
+    Fence,
+    PodQuotaCharge,
+    QuotaCharged,
+    QuotaChargeResult,
+    QuotaDimension,
+    QuotaExceeded,
+)
 
 
 def _limit_arg(v: int | None) -> str:

@@ -18,7 +18,7 @@ _QUOTA_SCRIPTS = frozenset({"quota_charge", "quota_refund", "quota_reset"})
 
 
 def _source(name: str) -> str:
-    return resources.files("shared.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return resources.files("vgpu_scheduler.shared.store").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
 def script_text(name: str) -> str:

@@ -6,17 +6,17 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from shared.store._base import Durability, StoreContext, translated
-from shared.store.allocations import Reservations
-from shared.store.connection import aclose_client, is_embedded, is_sentinel, primary_check
-from shared.store.feed import ChangeFeed
-from shared.store.inventory import InventoryRepo
-from shared.store.keys import Keys
-from shared.store.locks import LeaseStore, NodeLockStore
-from shared.store.meta import MetaRepo
-from shared.store.quota import QuotaRepo
-from shared.store.scripts import Scripts
-from shared.store.usage import SnapshotRepo, UsageRepo
+from vgpu_scheduler.shared.store._base import Durability, StoreContext, translated
+from vgpu_scheduler.shared.store.allocations import Reservations
+from vgpu_scheduler.shared.store.connection import aclose_client, is_embedded, is_sentinel, primary_check
+from vgpu_scheduler.shared.store.feed import ChangeFeed
+from vgpu_scheduler.shared.store.inventory import InventoryRepo
+from vgpu_scheduler.shared.store.keys import Keys
+from vgpu_scheduler.shared.store.locks import LeaseStore, NodeLockStore
+from vgpu_scheduler.shared.store.meta import MetaRepo
+from vgpu_scheduler.shared.store.quota import QuotaRepo
+from vgpu_scheduler.shared.store.scripts import Scripts
+from vgpu_scheduler.shared.store.usage import SnapshotRepo, UsageRepo
 
 DEFAULT_WAIT_TIMEOUT_S = 0.25
 

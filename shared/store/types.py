@@ -6,9 +6,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.domain.model import NVIDIA, Allocation, DeviceUsage, NodeInventory, QuotaUses
-from shared.domain.snapshot import NodeSnapshot
-from shared.errors import ConflictError, DecodeError, SchemaVersionError
+from vgpu_scheduler.shared.domain.model import NVIDIA, Allocation, DeviceUsage, NodeInventory, QuotaUses
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, SchemaVersionError
 
 
 @dataclass(frozen=True, slots=True)

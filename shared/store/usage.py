@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.codec.envelope import decode_inventory
-from shared.domain.model import DeviceUsage, MigPlacement, NodeInventory
-from shared.errors import DecodeError
-from shared.store._base import StoreContext, as_int, check_fenced, fence_args, flat_pairs
-from shared.store.types import Fence, NodeState, UsageAudit
+from vgpu_scheduler.shared.codec.envelope import decode_inventory
+from vgpu_scheduler.shared.domain.model import DeviceUsage, MigPlacement, NodeInventory
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.store._base import StoreContext, as_int, check_fenced, fence_args, flat_pairs
+from vgpu_scheduler.shared.store.types import Fence, NodeState, UsageAudit
 
 
 @dataclass(slots=True)

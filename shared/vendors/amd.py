@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from shared.codec import annotations as keys
-from shared.codec._go import fail
-from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import decode_register, encode_register_json, is_json
-from shared.codec.resources import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import fail
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import decode_register, encode_register_json, is_json
+from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
     ResourceRequestError,
@@ -39,8 +39,8 @@ from shared.codec.resources import (
     names_any,
     raw_value,
 )
-from shared.codec.selectors import decode_cordon
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -51,11 +51,17 @@ from shared.domain.model import (
     Reason,
     Selectors,
 )
-from shared.domain.vendor import BasicRules, DeviceRules, Take
-from shared.errors import DecodeError
-from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.common import decode_selectors, names_section, reader_config, rekey, uuid_selectors_ok
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.common import (
+    decode_selectors,
+    names_section,
+    reader_config,
+    rekey,
+    uuid_selectors_ok,
+)
+from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
     NodeView,

@@ -36,8 +36,8 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec._go import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import (
     INT32_MAX,
     INT64_MAX,
     INT64_MIN,
@@ -52,10 +52,10 @@ from shared.codec._go import (
     loads,
     struct_fields,
 )
-from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import device_from_fields
-from shared.codec.resources import (
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import device_from_fields
+from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
@@ -64,8 +64,8 @@ from shared.codec.resources import (
     raw_value,
     shown_value,
 )
-from shared.codec.selectors import decode_cordon, decode_uuid_list
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
+from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -76,10 +76,10 @@ from shared.domain.model import (
     PodDevices,
     Selectors,
 )
-from shared.domain.vendor import Take, fit_mem_mib, selectors_uuid_ok
-from shared.errors import ConfigError, DecodeError
-from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.domain.vendor import Take, fit_mem_mib, selectors_uuid_ok
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
     HandshakeState,

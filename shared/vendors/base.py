@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from shared.domain.model import ContainerDevice, ContainerRequest, Selectors
-from shared.domain.vendor import DeviceRules
-from shared.vendors.registration import NodeView, Observation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, Selectors
+from vgpu_scheduler.shared.domain.vendor import DeviceRules
+from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
 
 
 class NodeLockKind(enum.Enum):

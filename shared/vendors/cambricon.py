@@ -33,10 +33,10 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Final
 
-from shared.codec.nodelock import format_rfc3339, parse_rfc3339
-from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from shared.codec.quantity import parse_quantity
-from shared.codec.resources import (
+from vgpu_scheduler.shared.codec.nodelock import format_rfc3339, parse_rfc3339
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_lists,
     decimal_text,
@@ -44,8 +44,8 @@ from shared.codec.resources import (
     raw_value,
     shown_value,
 )
-from shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
+from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     ContainerDevice,
     ContainerRequest,
@@ -55,10 +55,10 @@ from shared.domain.model import (
     PodDevices,
     Selectors,
 )
-from shared.domain.vendor import BasicRules, DeviceRules
-from shared.errors import ConfigError, DecodeError
-from shared.vendors.base import NodeLockKind, ResourceNames, Vendor
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames, Vendor
+from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
     NodeView,

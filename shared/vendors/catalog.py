@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from shared.domain.model import NodeInventory, NvidiaConfig
-from shared.vendors import amd, ascend, cambricon, hygon
-from shared.vendors.base import Vendor
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registration import Invalid, NodeView, Observation, Registered
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.domain.model import NodeInventory, NvidiaConfig
+from vgpu_scheduler.shared.vendors import amd, ascend, cambricon, hygon
+from vgpu_scheduler.shared.vendors.base import Vendor
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView, Observation, Registered
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 Builder = Callable[[object], tuple[Vendor, ...]]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared.codec._go import fail, trim_space
-from shared.codec.register import WHAT as NVIDIA_REGISTER
-from shared.codec.selectors import decode_type_list, decode_uuid_list
-from shared.domain.model import DeviceInfo, NvidiaConfig, Selectors
-from shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.codec._go import fail, trim_space
+from vgpu_scheduler.shared.codec.register import WHAT as NVIDIA_REGISTER
+from vgpu_scheduler.shared.codec.selectors import decode_type_list, decode_uuid_list
+from vgpu_scheduler.shared.domain.model import DeviceInfo, NvidiaConfig, Selectors
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 
 
 def uuid_selectors_ok(dev: DeviceInfo, sel: Selectors) -> bool:

@@ -24,18 +24,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from shared.codec.quantity import parse_quantity
-from shared.codec.register import decode_register, is_json
-from shared.codec.resources import container_request, names_any
-from shared.codec.selectors import decode_cordon, decode_pod_constraints
-from shared.codec.topology import decode_topology
-from shared.domain.model import NVIDIA, ContainerDevice, ContainerRequest, NodeInventory, NvidiaConfig, Selectors
-from shared.domain.vendor import NVIDIA_RULES, DeviceRules
-from shared.errors import DecodeError
-from shared.vendors.base import NodeLockKind, ResourceNames
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import decode_register, is_json
+from vgpu_scheduler.shared.codec.resources import container_request, names_any
+from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_pod_constraints
+from vgpu_scheduler.shared.codec.topology import decode_topology
+from vgpu_scheduler.shared.domain.model import (
+    NVIDIA,
+    ContainerDevice,
+    ContainerRequest,
+    NodeInventory,
+    NvidiaConfig,
+    Selectors,
+)
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, DeviceRules
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
     HandshakeState,

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from shared.codec.handshake import HandshakeKind, format_requesting, parse_handshake
-from shared.domain.model import NodeInventory
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.codec.handshake import HandshakeKind, format_requesting, parse_handshake
+from vgpu_scheduler.shared.domain.model import NodeInventory
+from vgpu_scheduler.shared.errors import DecodeError
 
 HANDSHAKE_TIMEOUT_S = 60.0
 """How long a ``Requesting_`` stays fresh (HAMi's code: 60 s; its protocol.md's "5 minutes" is wrong, §12)."""

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.domain.vendor import DeviceRules, RuleSet
-from shared.vendors.base import Vendor
+from vgpu_scheduler.shared.domain.vendor import DeviceRules, RuleSet
+from vgpu_scheduler.shared.vendors.base import Vendor
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.k8s import Api, KubeClient, KubeSettings, open_client
-from shared.store import Store, connect
 from tests.compat.kit import RecordingEmulator
+from vgpu_scheduler.shared.k8s import Api, KubeClient, KubeSettings, open_client
+from vgpu_scheduler.shared.store import Store, connect
 
 SCHEDULER = "vgpu-scheduler"
 

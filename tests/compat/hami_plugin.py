@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared.errors import ConflictError
-from shared.k8s import Api
+from vgpu_scheduler.shared.errors import ConflictError
+from vgpu_scheduler.shared.k8s import Api
 
 LOCK = "hami.io/mutex.lock"
 TO_ALLOCATE = "hami.io/vgpu-devices-to-allocate"

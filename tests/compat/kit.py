@@ -17,16 +17,16 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from services.extender.events import EventSink, api_poster
-from services.extender.service import ExtenderDeps, ExtenderService
-from services.informer.service import InformerDeps, InformerService, InformerTuning
-from shared.config import CommonSettings, ExtenderSettings, InformerSettings, Service
-from shared.emulator import Emulator
-from shared.k8s import Api, KubeClient
-from shared.k8s import InformerSettings as WatchSettings
-from shared.metrics import new_registry
-from shared.store import Store
 from tests.integration.extender.filter_harness import FAST_CACHE, settings
+from vgpu_scheduler.services.extender.events import EventSink, api_poster
+from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
+from vgpu_scheduler.services.informer.service import InformerDeps, InformerService, InformerTuning
+from vgpu_scheduler.shared.config import CommonSettings, ExtenderSettings, InformerSettings, Service
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api, KubeClient
+from vgpu_scheduler.shared.k8s import InformerSettings as WatchSettings
+from vgpu_scheduler.shared.metrics import new_registry
+from vgpu_scheduler.shared.store import Store
 
 MERGE_PATCH = "application/merge-patch+json"
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")

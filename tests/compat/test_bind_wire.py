@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from shared.k8s import Api
-from shared.k8s.api import JSON_PATCH
-from shared.store import Store
 from tests.compat.conftest import SCHEDULER
 from tests.compat.kit import MERGE_PATCH, RecordingEmulator, local_zone, running_extender
 from tests.integration.extender.filter_harness import node, node_object, seed
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.k8s.api import JSON_PATCH
+from vgpu_scheduler.shared.store import Store
 
 NODE = "gpu-node-1"
 NS, NAME = "team-a", "trainer-0"

@@ -4,11 +4,11 @@ resourceVersion-guarded merge patches."""
 
 from __future__ import annotations
 
-from shared.k8s import Api, KubeClient
-from shared.store import Store
 from tests.compat.kit import MERGE_PATCH, RecordingEmulator, running_informer
 from tests.compat.test_bind_wire import NODE, _setup
 from tests.waiting import eventually
+from vgpu_scheduler.shared.k8s import Api, KubeClient
+from vgpu_scheduler.shared.store import Store
 
 LOCK = "2020-01-02T03:04:05+08:00,team-a,stuck"
 

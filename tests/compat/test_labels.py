@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.codec.podannotations import allocation_labels, is_valid_label_value
+from vgpu_scheduler.shared.codec.podannotations import allocation_labels, is_valid_label_value
 
 
 @pytest.mark.parametrize(

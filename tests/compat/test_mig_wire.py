@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.domain.model import NVIDIA, DeviceInfo, MigPlacement, MigProfile, NodeInventory
-from shared.k8s import Api
-from shared.store import Store
 from tests.compat.conftest import SCHEDULER
 from tests.compat.kit import RecordingEmulator, running_extender
 from tests.integration.extender.filter_harness import node_object, seed
+from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceInfo, MigPlacement, MigProfile, NodeInventory
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import Store
 
 NODE = "mig-node"
 UUID = "GPU-3b2f0c1e-8d4a-4c55-9e61-7a0b1c2d3e4f"

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from shared.k8s import Api, KubeClient
-from shared.store import Store
 from tests.compat import hami_plugin as hami
 from tests.compat.kit import RecordingEmulator, running_extender, running_informer
 from tests.compat.test_bind_wire import DEVICE_LIST, EXPECTED_PER_CONTAINER, NAME, NODE, NS, _setup, training_pod
+from vgpu_scheduler.shared.k8s import Api, KubeClient
+from vgpu_scheduler.shared.store import Store
 
 
 def decoy(name: str) -> dict[str, Any]:

@@ -4,8 +4,6 @@ merge patch; nothing at all for v2.8+ (JSON) plugins."""
 
 from __future__ import annotations
 
-from shared.k8s import KubeClient
-from shared.store import Store
 from tests.compat.kit import MERGE_PATCH, RecordingEmulator, local_zone
 from tests.integration.registrar.helpers import (
     HANDSHAKE,
@@ -15,6 +13,8 @@ from tests.integration.registrar.helpers import (
     running_registrar,
 )
 from tests.waiting import eventually
+from vgpu_scheduler.shared.k8s import KubeClient
+from vgpu_scheduler.shared.store import Store
 
 # 9-field colon format of a v2.5-v2.7 plugin
 COLON = (

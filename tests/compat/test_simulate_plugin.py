@@ -15,9 +15,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from services.simulate.driver import Defaults, Driver, DriverError, Extenders, KubeHttp, local_admission
-from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
-from shared.emulator import Emulator
+from vgpu_scheduler.services.simulate.driver import Defaults, Driver, DriverError, Extenders, KubeHttp, local_admission
+from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
+from vgpu_scheduler.shared.emulator import Emulator
 
 NODE = "n1"
 GOOD_LIST = "GPU-a,NVIDIA,1000,10:;"

@@ -7,12 +7,12 @@ import base64
 import json
 from typing import Any
 
-from shared.k8s import Api
-from shared.protocol.jsonpatch import apply_patch
-from shared.store import Store
 from tests.compat.conftest import SCHEDULER
 from tests.compat.kit import RecordingEmulator, running_extender
 from tests.compat.test_bind_wire import NODE, _setup
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
+from vgpu_scheduler.shared.store import Store
 
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 

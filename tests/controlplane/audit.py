@@ -24,15 +24,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from services.informer.quotas import combine, read_quota
-from services.simulate.devplugin import allocation_problems
-from shared.codec import annotations as keys
-from shared.codec.podannotations import ExtraPodAnnotations, decode_allocation, split_by_vendor
-from shared.codec.poddevices import align_to_containers
-from shared.codec.resources import pod_containers, vendors_manage_pod, vendors_pod_request
-from shared.codec.selectors import decode_vendor_constraints
-from shared.domain.accounting import collapse
-from shared.domain.model import (
+from tests.audit import quota_usage_from_pods
+from vgpu_scheduler.services.informer.quotas import combine, read_quota
+from vgpu_scheduler.services.simulate.devplugin import allocation_problems
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import ExtraPodAnnotations, decode_allocation, split_by_vendor
+from vgpu_scheduler.shared.codec.poddevices import align_to_containers
+from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_manage_pod, vendors_pod_request
+from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     DeviceInfo,
     DeviceUsage,
@@ -41,16 +42,15 @@ from shared.domain.model import (
     PodDevices,
     QuotaState,
 )
-from shared.domain.plan import Decision, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from shared.errors import DecodeError, VgpuError
-from shared.vendors import cambricon
-from shared.vendors.base import NodeLockKind, Vendor
-from shared.vendors.catalog import NVIDIA_ONLY_VENDORS, observe_node
-from shared.vendors.registration import NodeView
-from shared.vendors.registry import Vendors
-from tests.audit import quota_usage_from_pods
+from vgpu_scheduler.shared.domain.plan import Decision, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.errors import DecodeError, VgpuError
+from vgpu_scheduler.shared.vendors import cambricon
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
+from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS, observe_node
+from vgpu_scheduler.shared.vendors.registration import NodeView
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 NVIDIA = "NVIDIA"
 _LOCKS = (keys.NODE_LOCK, NodeLockKind.CAMBRICON.value)

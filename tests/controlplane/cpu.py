@@ -23,8 +23,8 @@ def _label(pid: int, cmdline: list[str]) -> str:
     for label in _LABELS:
         if head.startswith(label):
             return label
-    if "services.cli" in cmdline:
-        after = cmdline[cmdline.index("services.cli") + 1 :]
+    if "vgpu_scheduler.services.cli" in cmdline:
+        after = cmdline[cmdline.index("vgpu_scheduler.services.cli") + 1 :]
         if after and after[0] in _SERVICES:
             return after[0]
     return "other"

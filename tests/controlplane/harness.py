@@ -29,19 +29,19 @@ from typing import Any
 import aiohttp
 import yaml
 
-from shared.codec import annotations as keys
-from shared.codec.register import encode_register_json
-from shared.codec.topology import encode_topology
-from shared.devconfig import parse_device_config
-from shared.domain.model import NVIDIA, DeviceInfo
-from shared.k8s import KubeSettings, open_client
-from shared.vendors import amd, ascend, cambricon, hygon
-from shared.vendors.catalog import NVIDIA_ONLY_VENDORS, enabled_vendors
-from shared.vendors.registry import Vendors
 from tests.certs import Issued, make_ca
 from tests.controlplane.control import ApiServer, Scheduler, make_serving_cert, start_scheduler
 from tests.controlplane.devplugin import DEFAULT_ALLOCATE_LATENCY_S, HamiDevicePlugin
 from tests.process import listening_addresses
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.register import encode_register_json
+from vgpu_scheduler.shared.codec.topology import encode_topology
+from vgpu_scheduler.shared.devconfig import parse_device_config
+from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceInfo
+from vgpu_scheduler.shared.k8s import KubeSettings, open_client
+from vgpu_scheduler.shared.vendors import amd, ascend, cambricon, hygon
+from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS, enabled_vendors
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "deploy" / "manifests"
@@ -644,7 +644,7 @@ async def _start(name: str, log: Path, args: Sequence[str]) -> Service:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "services.cli",
+            "vgpu_scheduler.services.cli",
             *args,
             "--log-format=json",
             stdout=asyncio.subprocess.DEVNULL,

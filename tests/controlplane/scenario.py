@@ -17,9 +17,6 @@ from typing import Any
 
 import aiohttp
 
-from shared.config.values import parse_gpu_policy
-from shared.domain.model import NodePolicy
-from shared.domain.scoring import Policies
 from tests.controlplane.apicalls import calls_between, request_counts
 from tests.controlplane.audit import AuditReport, audit
 from tests.controlplane.control import ApiServer, Cleanup
@@ -37,6 +34,9 @@ from tests.controlplane.harness import (
     vendor_node,
 )
 from tests.process import listening_addresses
+from vgpu_scheduler.shared.config.values import parse_gpu_policy
+from vgpu_scheduler.shared.domain.model import NodePolicy
+from vgpu_scheduler.shared.domain.scoring import Policies
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from services.inspect.devices import short_uuid
-from shared.codec import annotations as keys
-from shared.codec.podannotations import decode_allocation
 from tests.controlplane.control import ApiServer, Cleanup
 from tests.controlplane.harness import RUN_LABEL, Kube, NodeShape, Settings, gpu_node, gpu_pod, running_system
 from tests.integration.inspect.cli import row, run_cli
 from tests.waiting import eventually
+from vgpu_scheduler.services.inspect.devices import short_uuid
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 
 pytestmark = pytest.mark.timeout(300)
 MEM = 16384

@@ -17,13 +17,17 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from services.extender.events import EventSink
-from services.extender.service import ExtenderDeps, ExtenderService
-from services.extender.snapshot import CacheSettings
-from services.informer.service import InformerDeps, InformerService, InformerTuning
-from services.registrar.service import RegistrarDeps, RegistrarService, RegistrarTuning
-from shared.codec import annotations as keys
-from shared.config import (
+from tests import waiting
+from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
+from tests.e2e.devplugin import CapacityMonitor, DevicePlugin
+from tests.integration.extender.bindkit import gpu, node_obj
+from vgpu_scheduler.services.extender.events import EventSink
+from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
+from vgpu_scheduler.services.extender.snapshot import CacheSettings
+from vgpu_scheduler.services.informer.service import InformerDeps, InformerService, InformerTuning
+from vgpu_scheduler.services.registrar.service import RegistrarDeps, RegistrarService, RegistrarTuning
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.config import (
     BindAddress,
     CommonSettings,
     ExtenderSettings,
@@ -31,15 +35,11 @@ from shared.config import (
     RegistrarSettings,
     Service,
 )
-from shared.emulator import Emulator
-from shared.k8s import Api, KubeClient, KubeSettings, open_client
-from shared.k8s import InformerSettings as WatchSettings
-from shared.protocol.events import PodEvent
-from shared.store import Store, connect
-from tests import waiting
-from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
-from tests.e2e.devplugin import CapacityMonitor, DevicePlugin
-from tests.integration.extender.bindkit import gpu, node_obj
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api, KubeClient, KubeSettings, open_client
+from vgpu_scheduler.shared.k8s import InformerSettings as WatchSettings
+from vgpu_scheduler.shared.protocol.events import PodEvent
+from vgpu_scheduler.shared.store import Store, connect
 
 SCHEDULER = "vgpu-scheduler"
 FAST_WATCH = WatchSettings(watch_timeout_s=60, read_grace_s=10, backoff_initial_s=0.01, backoff_max_s=0.1)

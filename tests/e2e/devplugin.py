@@ -20,18 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.nodelock import parse_node_lock
-from shared.codec.podannotations import decode_allocation
-from shared.codec.poddevices import decode_pod_devices
-from shared.codec.register import decode_register
-from shared.codec.resources import pod_containers
-from shared.domain.accounting import collapse
-from shared.domain.model import DeviceInfo
-from shared.emulator import WriteRecord, WriteVerb
-from shared.errors import ConflictError, DecodeError, NotFoundError, VgpuError
-from shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, Resource, WatchEvent
-from shared.k8s.objects import annotations_of, name_of, namespace_of, resource_version_of, uid_of
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.nodelock import parse_node_lock
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.codec.resources import pod_containers
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import DeviceInfo
+from vgpu_scheduler.shared.emulator import WriteRecord, WriteVerb
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, VgpuError
+from vgpu_scheduler.shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, Resource, WatchEvent
+from vgpu_scheduler.shared.k8s.objects import annotations_of, name_of, namespace_of, resource_version_of, uid_of
 
 logger = logging.getLogger(__name__)
 

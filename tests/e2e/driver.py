@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 
-from shared.protocol.jsonpatch import apply_patch
 from tests.e2e.cluster import Cluster
+from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from shared.codec import annotations as keys
 from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
 from tests.e2e.driver import PodSpec, SchedulerDriver, random_specs
 from tests.e2e.redisproc import RedisProcess
+from vgpu_scheduler.shared.codec import annotations as keys
 
 MODES = ("two-schedulers", "replayed-bind", "double-filter")
 

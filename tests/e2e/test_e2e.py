@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import random
 
-from shared.codec import annotations as keys
-from shared.domain.model import Reason
-from shared.protocol.events import reason_types
 from tests.audit import quota_usage_from_pods, store_quota_usage
 from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
 from tests.e2e.driver import Churn, PodSpec, Report, SchedulerDriver, random_specs
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.domain.model import Reason
+from vgpu_scheduler.shared.protocol.events import reason_types
 
 
 async def settle_and_audit(c: Cluster, report: Report) -> None:

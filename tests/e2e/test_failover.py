@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import pytest
 
-from shared.errors import TransientError
 from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
 from tests.e2e.driver import random_specs
 from tests.e2e.redisproc import SentinelGroup
 from tests.e2e.test_duplicates import DuplicatingScheduler, audit_from_api
+from vgpu_scheduler.shared.errors import TransientError
 
 
 async def _all_ready(c: Cluster) -> bool:

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.emulator import Emulator
-from shared.k8s import KubeClient, KubeSettings, open_client
-from shared.store import Store, connect
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import KubeClient, KubeSettings, open_client
+from vgpu_scheduler.shared.store import Store, connect
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shared.domain.accounting import collapse
-from shared.domain.model import ContainerDevice
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import ContainerDevice
 
 
 def dev(uuid: str, mem: int, cores: int) -> ContainerDevice:

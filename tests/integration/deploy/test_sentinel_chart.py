@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from shared.errors import TransientError
-from shared.store import Reserved, Store, connect
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.store import Reserved, Store, connect
 
 helm_python = pytest.importorskip("helm_python", reason="helm-python-sdk renders the chart")
 

@@ -10,18 +10,18 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from services.extender.bind import Binder
-from services.extender.bindhint import bind_hint_for
-from services.extender.events import EventSink
-from services.extender.metrics import ExtenderMetrics
-from shared.codec import annotations as keys
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
-from shared.emulator import Emulator, WriteRecord
-from shared.k8s import Api, KubeSettings, open_client
-from shared.protocol.events import PodEvent
-from shared.store import Store, connect
 from tests.integration.extender import filter_harness as fh
+from vgpu_scheduler.services.extender.bind import Binder
+from vgpu_scheduler.services.extender.bindhint import bind_hint_for
+from vgpu_scheduler.services.extender.events import EventSink
+from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
+from vgpu_scheduler.shared.emulator import Emulator, WriteRecord
+from vgpu_scheduler.shared.k8s import Api, KubeSettings, open_client
+from vgpu_scheduler.shared.protocol.events import PodEvent
+from vgpu_scheduler.shared.store import Store, connect
 
 NOW = 1_800_000_000.0
 
@@ -134,7 +134,7 @@ class Harness:
         return self.em.put(node_obj(name, n=n, **kw))
 
     async def reserve(self, alloc: Allocation, *, quota: bool = True, hint: str = "") -> None:
-        from shared.store import Reserved
+        from vgpu_scheduler.shared.store import Reserved
 
         if quota:
             await self.store.quota.charge(alloc.namespace, alloc.pod_uid, alloc.quota_mem_mib, alloc.quota_cores_pct)

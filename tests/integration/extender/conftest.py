@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.k8s import Api, KubeClient
-from shared.store import Store, connect
+from vgpu_scheduler.shared.k8s import Api, KubeClient
+from vgpu_scheduler.shared.store import Store, connect
 
 
 @pytest.fixture

@@ -19,18 +19,18 @@ from typing import Any
 
 import aiohttp
 
-from services.extender.events import EventSink
-from services.extender.service import ExtenderDeps, ExtenderService
-from services.extender.snapshot import CacheSettings
-from shared.codec import annotations as keys
-from shared.codec.register import encode_register_json
-from shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
-from shared.domain.model import NVIDIA, DeviceInfo, NodeInventory
-from shared.k8s import Api
-from shared.metrics import new_registry
-from shared.protocol.events import PodEvent
-from shared.store import Store, SyncMarker
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.extender.events import EventSink
+from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
+from vgpu_scheduler.services.extender.snapshot import CacheSettings
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.register import encode_register_json
+from vgpu_scheduler.shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
+from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.metrics import new_registry
+from vgpu_scheduler.shared.protocol.events import PodEvent
+from vgpu_scheduler.shared.store import Store, SyncMarker
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 WIRE = Path(__file__).resolve().parents[2] / "data" / "kube-scheduler-wire"
 FAST_CACHE = CacheSettings(

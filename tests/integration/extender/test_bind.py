@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from services.extender.bind import BindOutcome
-from shared.codec import annotations as keys
-from shared.codec.nodelock import encode_node_lock, parse_node_lock
-from shared.coord import LockAcquired, LockHeld, NodeLock
-from shared.emulator import WriteVerb
-from shared.protocol.events import EventReason
-from shared.protocol.extender import ExtenderBindingArgs
-from shared.store import NodeLockStore, ReservationState
 from tests.integration.extender.bindkit import NOW, Harness, allocation, harness, pod_obj
+from vgpu_scheduler.services.extender.bind import BindOutcome
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.nodelock import encode_node_lock, parse_node_lock
+from vgpu_scheduler.shared.coord import LockAcquired, LockHeld, NodeLock
+from vgpu_scheduler.shared.emulator import WriteVerb
+from vgpu_scheduler.shared.protocol.events import EventReason
+from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
+from vgpu_scheduler.shared.store import NodeLockStore, ReservationState
 
 NODE = "gpu-node-1"
 
@@ -126,7 +126,7 @@ async def test_a_pod_without_device_requests_is_bound_plainly(h: Harness) -> Non
 
 
 async def test_mig_allocations_are_written_with_the_devices(h: Harness) -> None:
-    from shared.domain.model import MigAllocation, MigPlacement
+    from vgpu_scheduler.shared.domain.model import MigAllocation, MigPlacement
 
     pod = h.create_pod(pod_obj("mig"))
     base = allocation(pod, NODE, (0, 1000, 10))

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from services.extender.bind import BindOutcome
-from shared.codec import annotations as keys
-from shared.store import ReservationState
 from tests.integration.extender import filter_harness as fh
 from tests.integration.extender.bindkit import Harness, allocation, harness, inventory, pod_obj
 from tests.integration.extender.test_bind import NODE, args_for
+from vgpu_scheduler.services.extender.bind import BindOutcome
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.store import ReservationState
 
 POD_PATH = "/api/v1/namespaces/default/pods/p1"
 NODE_PATH = f"/api/v1/nodes/{NODE}"

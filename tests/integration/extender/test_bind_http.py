@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from shared.codec import annotations as keys
-from shared.emulator import Emulator
-from shared.k8s import Api
-from shared.store import Store
 from tests.integration.extender.bindkit import node_obj
 from tests.integration.extender.filter_harness import Replica, running_extender, seed, wire, wire_doc
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import Store
 
 GOOD = {"PodName": "gpu-pod-1", "PodNamespace": "default", "PodUID": "84b6aa31-78e6-4344-b242-d2eb58f60cb9"}
 

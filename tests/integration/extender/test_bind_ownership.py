@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from services.extender.bind import BindOutcome
-from shared.codec import annotations as keys
-from shared.emulator import WriteRecord
-from shared.store import Claimed, ReservationState
 from tests.integration.extender.bindkit import Harness, allocation, harness, pod_obj
 from tests.integration.extender.test_bind import args_for
+from vgpu_scheduler.services.extender.bind import BindOutcome
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.emulator import WriteRecord
+from vgpu_scheduler.shared.store import Claimed, ReservationState
 
 NODE = "gpu-node-1"
 

@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from services.extender.bind import BindOutcome
-from services.extender.vendorlock import DSMLU_LOCK, TimedLockState, lock_kinds
-from shared.codec import annotations as keys
-from shared.codec.nodelock import format_rfc3339, parse_node_lock
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation, ContainerDevice, NodeInventory
-from shared.protocol.extender import ExtenderBindingArgs
-from shared.store import ReservationState
-from shared.vendors.base import NodeLockKind
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
 from tests.fakevendor import FakeVendor, fake_devices
 from tests.integration.extender.bindkit import NOW, Harness, gpu, harness, node_obj, pod_obj
+from vgpu_scheduler.services.extender.bind import BindOutcome
+from vgpu_scheduler.services.extender.vendorlock import DSMLU_LOCK, TimedLockState, lock_kinds
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.nodelock import format_rfc3339, parse_node_lock
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, NodeInventory
+from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
+from vgpu_scheduler.shared.store import ReservationState
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 NODE = "mixed-1"
 DCU = FakeVendor("DCU", NodeLockKind.HAMI)

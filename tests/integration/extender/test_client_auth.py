@@ -16,17 +16,17 @@ from typing import Any
 import aiohttp
 import pytest
 
-from services.extender.tls import CertificateReloader
-from shared.codec import annotations as keys
-from shared.config.values import BindAddress
-from shared.emulator import Emulator
-from shared.errors import ConfigError
-from shared.k8s import Api
-from shared.store import Store
 from tests.certs import HAVE_OPENSSL, Ca, Issued, install, make_ca
 from tests.integration.extender.bindkit import node_obj
 from tests.integration.extender.filter_harness import Replica, running_extender, seed, settings, wire, wire_doc
 from tests.waiting import eventually
+from vgpu_scheduler.services.extender.tls import CertificateReloader
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.config.values import BindAddress
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import Store
 
 pytestmark = pytest.mark.skipif(not HAVE_OPENSSL, reason="needs the openssl command")
 

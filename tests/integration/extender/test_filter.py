@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
-from shared.domain.model import DeviceUsage
-from shared.emulator import Emulator
-from shared.k8s import Api
-from shared.store import ClaimRefused, ReservationState, Store
 from tests.integration.extender.filter_harness import node, running_extender, seed, settings, wire, wire_doc
+from vgpu_scheduler.shared.domain.model import DeviceUsage
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import ClaimRefused, ReservationState, Store
 
 NULL_RESULT_KEYS = ["Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"]
 

@@ -9,10 +9,17 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shared.domain.model import Allocation, ContainerDevice, QuotaLimits
-from shared.k8s import Api
-from shared.store import ConflictDimension, Reservations, ReserveConflict, ReserveResult, Store, Unsettled
 from tests.integration.extender.filter_harness import node, patched, running_extender, seed, wire_doc
+from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, QuotaLimits
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import (
+    ConflictDimension,
+    Reservations,
+    ReserveConflict,
+    ReserveResult,
+    Store,
+    Unsettled,
+)
 
 
 class Intercepted:
@@ -248,8 +255,8 @@ async def test_a_device_conflict_refunds_the_quota_charge(store: Store, other_st
 async def test_quota_limits_scale_with_the_memory_factor(store: Store, api: Api) -> None:
     """memoryFactor 4: a request of 1000 is 4000 MiB on the card and against the quota, whose raw limit 1000 allows
     4000 (hami-wire §8)."""
-    from shared.domain.model import NvidiaConfig
     from tests.integration.extender.filter_harness import settings
+    from vgpu_scheduler.shared.domain.model import NvidiaConfig
 
     await seed(store, [node("n1", 2)])
     await store.quota.set_limits("default", QuotaLimits(mem_mib=1000, cores_pct=None))

@@ -14,10 +14,6 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.codec import annotations as keys
-from shared.domain.model import QuotaLimits
-from shared.k8s import Api
-from shared.store import Reservations, Store, connect
 from tests.integration.extender.filter_harness import (
     node,
     node_object,
@@ -28,6 +24,10 @@ from tests.integration.extender.filter_harness import (
     wire,
     wire_doc,
 )
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import Reservations, Store, connect
 
 # ---- full Nodes: evaluated from annotations, nothing reserved -------------------------------------------------
 
@@ -141,7 +141,7 @@ async def test_a_store_failure_mid_request_is_an_error_answer(store: Store, api:
             self.inner = inner
 
         async def reserve(self, *_: Any, **__: Any) -> Any:
-            from shared.errors import TransientError
+            from vgpu_scheduler.shared.errors import TransientError
 
             raise TransientError("redis unavailable during reserve allocation: connection reset")
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from shared.k8s import Api
-from shared.protocol.events import EventReason, EventType
-from shared.store import Store
 from tests.integration.extender.filter_harness import node, node_object, running_extender, seed, wire_doc
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.protocol.events import EventReason, EventType
+from vgpu_scheduler.shared.store import Store
 
 GPU, MEM, PCT, CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"
 
@@ -73,7 +73,7 @@ async def test_every_candidate_is_refused_with_what_to_write(
 ) -> None:
     await seed(store)
     body = _pod_body(limits)
-    with caplog.at_level(logging.INFO, logger="services.extender.filter"):
+    with caplog.at_level(logging.INFO, logger="vgpu_scheduler.services.extender.filter"):
         async with running_extender(store, api) as ext:
             answer = await ext.filter(body)
             events = await ext.flushed_events()

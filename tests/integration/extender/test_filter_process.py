@@ -10,11 +10,11 @@ from pathlib import Path
 
 import aiohttp
 
-from shared.emulator import Emulator
-from shared.store import Store
 from tests.integration.extender.filter_harness import seed, wire
 from tests.process import listening_addresses, service_process
 from tests.waiting import eventually
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.store import Store
 
 
 async def test_process_places_a_pod_and_drains_on_sigterm(

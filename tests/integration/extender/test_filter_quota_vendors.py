@@ -7,16 +7,16 @@ import json
 import uuid
 from typing import Any
 
-from services.extender.webhook import Admitter, WebhookOutcome
-from shared.domain.model import NodeInventory, NvidiaConfig, QuotaUse, VendorLimits, quota_limits
-from shared.k8s import Api
-from shared.protocol.admission import parse_admission_review
-from shared.store import PodQuotaCharge, Store
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
 from tests.fakevendor import FakeVendor, fake_devices
 from tests.integration.extender.filter_harness import node, running_extender, seed
 from tests.integration.extender.test_webhook import review
+from vgpu_scheduler.services.extender.webhook import Admitter, WebhookOutcome
+from vgpu_scheduler.shared.domain.model import NodeInventory, NvidiaConfig, QuotaUse, VendorLimits, quota_limits
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.protocol.admission import parse_admission_review
+from vgpu_scheduler.shared.store import PodQuotaCharge, Store
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 DCU = FakeVendor("DCU")
 VENDORS = Vendors((NvidiaVendor(), DCU))

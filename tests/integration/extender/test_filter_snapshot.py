@@ -10,11 +10,11 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from services.extender.snapshot import CacheSettings, SnapshotCache
-from shared.domain.model import Allocation, ContainerDevice, DeviceUsage, NodePolicy
-from shared.domain.plan import Decision, rank_key
-from shared.store import Reserved, Store, SyncMarker
 from tests.integration.extender.filter_harness import FAST_CACHE, node, seed
+from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCache
+from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceUsage, NodePolicy
+from vgpu_scheduler.shared.domain.plan import Decision, rank_key
+from vgpu_scheduler.shared.store import Reserved, Store, SyncMarker
 
 WAIT_S = 10.0
 
@@ -34,7 +34,7 @@ async def following(store: Store, settings: CacheSettings = FAST_CACHE) -> Async
 
 
 def one_gpu(uid: str, node_name: str, mem: int = 1000, cores: int = 10, gpu: int = 0) -> Allocation:
-    from shared.domain.accounting import collapse
+    from vgpu_scheduler.shared.domain.accounting import collapse
 
     devices = ((ContainerDevice(f"GPU-{node_name}-{gpu}", mem, cores),),)
     return Allocation(uid, "default", uid, node_name, devices, collapse(devices, 0))
@@ -198,7 +198,7 @@ async def test_a_first_start_logs_the_new_epoch_at_info_and_a_real_change_warns(
 ) -> None:
     """Every normal start loads the snapshot before the registrar creates the store epoch: that is no change
     worth a WARNING. A flush (an epoch replaced by another) is."""
-    with caplog.at_level(logging.INFO, logger="services.extender.snapshot"):
+    with caplog.at_level(logging.INFO, logger="vgpu_scheduler.services.extender.snapshot"):
         async with following(store) as cache:  # an empty store: no epoch yet
             first = await seed(store, [node("a", 1)])
             await cache.wait_until(lambda: cache.get("a") is not None and cache.not_ready_reason() is None, WAIT_S)

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from shared.codec import envelope
-from shared.domain.model import NodeInventory
-from shared.k8s import Api
-from shared.store import Store
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
 from tests.fakevendor import FakeVendor, fake_devices, register_annotation
 from tests.integration.extender.filter_harness import node, node_object, running_extender, seed
+from vgpu_scheduler.shared.codec import envelope
+from vgpu_scheduler.shared.domain.model import NodeInventory
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 DCU = FakeVendor("DCU")
 MLU = FakeVendor("MLU")

@@ -27,10 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.emulator import Emulator
-from shared.k8s import Api, KubeSettings, open_client
-from shared.store import Store, connect
 from tests.integration.extender.filter_harness import running_extender, seed, wire_doc
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api, KubeSettings, open_client
+from vgpu_scheduler.shared.store import Store, connect
 
 FILTER = wire_doc("001-filter.json")
 FILTER_MIG = wire_doc("005-filter.json")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import aiohttp
 from aiohttp import web
 
-from services.simulate.main import extender_policies
-from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
-from shared.k8s import Api
-from shared.store import Store
 from tests.integration.extender.filter_harness import running_extender, seed, settings
+from vgpu_scheduler.services.simulate.main import extender_policies
+from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import Store
 
 
 async def test_simulate_reads_the_policies_a_running_extender_serves_with(store: Store, api: Api) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from services.extender.tls import CertificateReloader, build_ssl_context
-from shared.errors import ConfigError
-from shared.ops import running_server
+from vgpu_scheduler.services.extender.tls import CertificateReloader, build_ssl_context
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.ops import running_server
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 

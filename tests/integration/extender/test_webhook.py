@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from services.extender.webhook import Admitter, WebhookOutcome
-from shared.domain.model import NvidiaConfig, QuotaLimits
-from shared.k8s import Api
-from shared.protocol.admission import parse_admission_review
-from shared.protocol.jsonpatch import apply_patch
-from shared.store import Store, connect
 from tests.integration.extender.bindkit import pod_obj
 from tests.integration.extender.filter_harness import Replica, running_extender, seed
+from vgpu_scheduler.services.extender.webhook import Admitter, WebhookOutcome
+from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.protocol.admission import parse_admission_review
+from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
+from vgpu_scheduler.shared.store import Store, connect
 
 pytestmark = pytest.mark.usefixtures("redis_url")
 

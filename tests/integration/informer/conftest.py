@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.informer.service import InformerDeps, InformerService, InformerTuning
-from shared.config import CommonSettings, InformerSettings, Service
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation
-from shared.emulator import Emulator
-from shared.k8s import Api, KubeClient
-from shared.k8s import InformerSettings as WatchSettings
-from shared.store import Store
-from shared.vendors.registry import Vendors
 from tests.audit import quota_usage_from_pods, store_quota_usage, store_usage, usage_from_pods
 from tests.builders import inventory
 from tests.unit.informer.builders import devices
 from tests.waiting import eventually
+from vgpu_scheduler.services.informer.service import InformerDeps, InformerService, InformerTuning
+from vgpu_scheduler.shared.config import CommonSettings, InformerSettings, Service
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api, KubeClient
+from vgpu_scheduler.shared.k8s import InformerSettings as WatchSettings
+from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 FAST_WATCH = WatchSettings(watch_timeout_s=30, read_grace_s=5, backoff_initial_s=0.01, backoff_max_s=0.05)
 TUNING = InformerTuning(

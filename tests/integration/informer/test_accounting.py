@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import DeviceUsage, MigPlacement
-from shared.store import ReservationState, Store
 from tests.integration.informer.conftest import Harness, metric
 from tests.unit.informer.builders import mig_alloc, pod
 from tests.waiting import eventually
+from vgpu_scheduler.shared.domain.model import DeviceUsage, MigPlacement
+from vgpu_scheduler.shared.store import ReservationState, Store
 
 
 async def test_pod_lifecycle_from_allocation_to_deletion(harness: Harness) -> None:

@@ -10,11 +10,11 @@ import pytest
 import redis as sync_redis
 from prometheus_client import CollectorRegistry
 
-from services.informer.service import LEASE_NAME, InformerService
-from shared.store import StaleFenceError, Store, connect
 from tests.integration.informer.conftest import Harness, fake_allocation, settings
 from tests.unit.informer.builders import pod
 from tests.waiting import eventually
+from vgpu_scheduler.services.informer.service import LEASE_NAME, InformerService
+from vgpu_scheduler.shared.store import StaleFenceError, Store, connect
 
 
 def leading(svc: InformerService) -> bool:

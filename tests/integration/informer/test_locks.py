@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import redis as sync_redis
 
-from shared.codec import annotations as keys
-from shared.codec.nodelock import encode_node_lock
-from shared.coord import lock_owner
-from shared.emulator import WriteRecord, WriteVerb
-from shared.store import Store
 from tests.integration.informer.conftest import TUNING, Harness, metric, settings
 from tests.unit.informer.builders import pod
 from tests.waiting import eventually
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.nodelock import encode_node_lock
+from vgpu_scheduler.shared.coord import lock_owner
+from vgpu_scheduler.shared.emulator import WriteRecord, WriteVerb
+from vgpu_scheduler.shared.store import Store
 
 TIMEOUT_S = 300.0
 

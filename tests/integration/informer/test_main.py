@@ -8,12 +8,12 @@ from pathlib import Path
 
 import aiohttp
 
-from shared.domain.model import DeviceUsage
-from shared.emulator import Emulator
-from shared.store import Store, SyncMarker
 from tests.process import first_listening, http_get, service_process
 from tests.unit.informer.builders import pod
 from tests.waiting import eventually
+from vgpu_scheduler.shared.domain.model import DeviceUsage
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.store import Store, SyncMarker
 
 
 async def test_process_serves_accounts_and_stops_on_sigterm(

@@ -15,14 +15,14 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.informer.service import InformerDeps, InformerService
-from shared.codec import annotations as keys
-from shared.codec.mig import encode_mig_allocations
-from shared.codec.register import encode_register_json
 from tests.builders import gpu
 from tests.integration.informer.conftest import TUNING, Harness, settings
 from tests.unit.informer.builders import mig_alloc, pod
 from tests.waiting import eventually
+from vgpu_scheduler.services.informer.service import InformerDeps, InformerService
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.mig import encode_mig_allocations
+from vgpu_scheduler.shared.codec.register import encode_register_json
 
 MIB = 1048576
 Sample = tuple[str, frozenset[tuple[str, str]], float]

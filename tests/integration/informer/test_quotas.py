@@ -3,11 +3,11 @@ every device of every pod (HAMi #1393) with init containers collapsed (HAMi #305
 
 from __future__ import annotations
 
-from shared.domain.model import QuotaLimits
-from shared.store import QuotaCharged, QuotaExceeded, Store
 from tests.integration.informer.conftest import Harness, metric
 from tests.unit.informer.builders import pod, quota
 from tests.waiting import eventually
+from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.store import QuotaCharged, QuotaExceeded, Store
 
 MEM = "limits.nvidia.com/gpumem"
 CORES = "limits.nvidia.com/gpucores"

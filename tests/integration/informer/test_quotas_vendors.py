@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 
-from shared.domain.model import (
+from tests.integration.informer.conftest import Harness, metric
+from tests.unit.informer.builders import pod, quota
+from tests.waiting import eventually
+from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
@@ -20,14 +23,11 @@ from shared.domain.model import (
     VendorLimits,
     quota_limits,
 )
-from shared.domain.plan import Decision, Failure, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from shared.store import QuotaCharged, QuotaDimension, QuotaExceeded, Store
-from shared.vendors.catalog import enabled_vendors
-from tests.integration.informer.conftest import Harness, metric
-from tests.unit.informer.builders import pod, quota
-from tests.waiting import eventually
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.store import QuotaCharged, QuotaDimension, QuotaExceeded, Store
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 VENDORS = enabled_vendors(NvidiaConfig(), {"hygon": {}})
 DCU_MEM = "limits.hygon.com/dcumem"

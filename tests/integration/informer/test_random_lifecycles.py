@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from shared.codec.podannotations import allocation_annotations, allocation_labels
 from tests.integration.informer.conftest import Harness
 from tests.unit.informer.builders import Dev, devices, pod
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
 
 NODES = ("n1", "n2", "n3")
 

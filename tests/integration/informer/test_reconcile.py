@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import redis as sync_redis
 
-from services.informer.metrics import RepairKind
-from shared.domain.model import QuotaLimits
-from shared.store import ReservationState, Reserved, SyncMarker
 from tests.integration.informer.conftest import Harness, fake_allocation, metric, settings
 from tests.unit.informer.builders import pod, quota
 from tests.waiting import eventually
+from vgpu_scheduler.services.informer.metrics import RepairKind
+from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.store import ReservationState, Reserved, SyncMarker
 
 
 async def test_injected_drift_is_repaired_and_counted(harness: Harness, redis_url: str) -> None:

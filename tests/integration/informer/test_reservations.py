@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.codec.podannotations import allocation_annotations, allocation_labels
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation, DeviceUsage
-from shared.store import Claimed, ReservationState, Reserved, Store
 from tests.integration.informer.conftest import Harness, metric, settings
 from tests.unit.informer.builders import devices, pod
 from tests.waiting import eventually
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation, DeviceUsage
+from vgpu_scheduler.shared.store import Claimed, ReservationState, Reserved, Store
 
 GRACE_S = 120.0
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.informer.reconcile import Reconciler, ReconcileReport
-from shared.errors import TransientError
 from tests.integration.informer.conftest import TUNING, Harness
+from vgpu_scheduler.services.informer.reconcile import Reconciler, ReconcileReport
+from vgpu_scheduler.shared.errors import TransientError
 
 FAILURES = 6
 
@@ -31,7 +31,7 @@ async def test_a_failing_reconcile_pass_backs_off_and_warns_sparsely(
 
     monkeypatch.setattr(Reconciler, "run_pass", flaky)
     monkeypatch.setattr("tests.integration.informer.conftest.TUNING", dataclasses.replace(TUNING, retry_s=0.004))
-    caplog.set_level(logging.DEBUG, logger="services.informer.service")
+    caplog.set_level(logging.DEBUG, logger="vgpu_scheduler.services.informer.service")
     async with harness.run() as svc:  # synced: the pass after the failures went through
         assert svc.synced.is_set()
     failed = [r for r in caplog.records if r.getMessage() == "reconcile pass failed, retrying with backoff"]

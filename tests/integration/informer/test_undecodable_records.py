@@ -9,13 +9,13 @@ import logging
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from services.informer.metrics import RepairKind
-from shared.codec.envelope import encode_allocation
-from shared.domain.model import DeviceUsage
-from shared.store import ReservationState, Reserved, Store
 from tests.integration.informer.conftest import Harness, fake_allocation, metric, settings
 from tests.unit.informer.builders import pod
 from tests.waiting import eventually
+from vgpu_scheduler.services.informer.metrics import RepairKind
+from vgpu_scheduler.shared.codec.envelope import encode_allocation
+from vgpu_scheduler.shared.domain.model import DeviceUsage
+from vgpu_scheduler.shared.store import ReservationState, Reserved, Store
 
 GRACE_S = 120.0
 GAUGE = "vgpu_informer_undecodable_records"
@@ -57,7 +57,7 @@ async def test_undecodable_records_are_left_alone_while_other_drift_is_repaired(
     lost = em.put(pod("lost", "ns", node="n2", app=[[("GPU-n2-0", 3000, 30)]], phase="Running"))
     newer = em.put(pod("newer", "ns", node="n1", app=[[("GPU-n1-1", 1000, 10)]], phase="Running"))
     newer_uid = newer["metadata"]["uid"]
-    caplog.set_level(logging.WARNING, logger="services.informer.reconcile")
+    caplog.set_level(logging.WARNING, logger="vgpu_scheduler.services.informer.reconcile")
     async with harness.run(audit=False) as svc:  # tests/audit.py lists strictly: it would refuse the bad records
         await harness.assert_audit()
         assert (await svc.term.reconcile()).repairs == {}

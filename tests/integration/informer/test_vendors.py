@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.domain.model import DeviceUsage
-from shared.store import ReservationState, Store
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
 from tests.fakevendor_node import FAKE, FAKE_ALLOCATED, FAKE_COUNT, FakeVendor
 from tests.integration.informer.conftest import Harness
 from tests.unit.informer.builders import pod
 from tests.waiting import eventually
+from vgpu_scheduler.shared.domain.model import DeviceUsage
+from vgpu_scheduler.shared.store import ReservationState, Store
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 VENDORS = Vendors((NvidiaVendor(), FakeVendor()))
 

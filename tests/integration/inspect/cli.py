@@ -1,4 +1,5 @@
-"""Run the operator commands as real processes (``python -m services.cli explain|usage …``) and capture them."""
+"""Run the operator commands as real processes (``python -m vgpu_scheduler.services.cli explain|usage …``)
+and capture them."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ class Ran:
 
 async def run_cli(*args: str, env: Mapping[str, str] | None = None, program: str | None = None) -> Ran:
     """``vgpu-scheduler <args>`` (or ``program <args>``, e.g. the kubectl-vgpu script); never blocks the loop."""
-    argv = [program] if program else [sys.executable, "-m", "services.cli"]
+    argv = [program] if program else [sys.executable, "-m", "vgpu_scheduler.services.cli"]
     proc = await asyncio.create_subprocess_exec(
         *argv,
         *args,

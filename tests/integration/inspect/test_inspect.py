@@ -12,12 +12,12 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from shared.codec import annotations as keys
-from shared.codec.podannotations import decode_allocation
-from shared.domain.accounting import collapse
 from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
 from tests.e2e.driver import PodSpec, SchedulerDriver
 from tests.integration.inspect.cli import columns, row, run_cli
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
+from vgpu_scheduler.shared.domain.accounting import collapse
 
 MEM = 16384
 QUOTA = {"team-a": {"limits.nvidia.com/gpumem": "12000"}}
@@ -271,7 +271,7 @@ async def test_one_line_errors(redis_url: str, tmp_path: Any) -> None:
 
 
 async def test_pod_not_found_and_an_empty_store(redis_url: str) -> None:
-    from shared.emulator import Emulator
+    from vgpu_scheduler.shared.emulator import Emulator
 
     em = Emulator(bookmark_interval_s=None)
     await em.start()

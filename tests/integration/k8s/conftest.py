@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, WatchEvent
+from vgpu_scheduler.shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, WatchEvent
 
 FAST = InformerSettings(watch_timeout_s=30, read_grace_s=5, backoff_initial_s=0.01, backoff_max_s=0.05)
 

@@ -8,10 +8,18 @@ from typing import Any
 
 import pytest
 
-from shared.emulator import Emulator, WriteRecord, WriteVerb
-from shared.errors import ConfigError, ConflictError, NotFoundError, TransientError
-from shared.k8s import AlreadyBoundError, Api, EventType, KubeClient, KubeRequestError, KubeSettings, open_client
 from tests.integration.k8s.conftest import make_node, make_pod
+from vgpu_scheduler.shared.emulator import Emulator, WriteRecord, WriteVerb
+from vgpu_scheduler.shared.errors import ConfigError, ConflictError, NotFoundError, TransientError
+from vgpu_scheduler.shared.k8s import (
+    AlreadyBoundError,
+    Api,
+    EventType,
+    KubeClient,
+    KubeRequestError,
+    KubeSettings,
+    open_client,
+)
 
 
 async def test_get_and_list(emulator: Emulator, api: Api) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from shared.emulator import Emulator, WriteRecord, WriteVerb
 from tests.integration.k8s.conftest import make_node, make_pod
+from vgpu_scheduler.shared.emulator import Emulator, WriteRecord, WriteVerb
 
 MERGE = {"Content-Type": "application/merge-patch+json"}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.emulator import Emulator
-from shared.errors import TransientError
-from shared.k8s import Api, KubeSettings, open_client
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.k8s import Api, KubeSettings, open_client
 
 DEAD_PROXY = "http://127.0.0.1:9"  # discard port: nothing listens there
 

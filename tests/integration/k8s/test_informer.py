@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from shared.emulator import Emulator
-from shared.errors import TransientError
-from shared.k8s import EventKind, Informer, KubeClient, KubeSettings, Resource, open_client
 from tests.integration.k8s.conftest import FAST, Recorder, make_node, make_pod, running, summary
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.k8s import EventKind, Informer, KubeClient, KubeSettings, Resource, open_client
 
 
 def watch_requests(em: Emulator, path: str) -> list[dict[str, str]]:

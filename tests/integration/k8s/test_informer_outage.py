@@ -10,10 +10,10 @@ import socket
 
 import pytest
 
-from shared.emulator import Emulator
-from shared.k8s import Informer, InformerSettings, KubeSettings, Resource, open_client
 from tests.integration.k8s.conftest import Recorder, make_node, running
 from tests.waiting import eventually
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Informer, InformerSettings, KubeSettings, Resource, open_client
 
 FAILED = "kubernetes list/watch failed, retrying with backoff"
 RECOVERED = "kubernetes list/watch recovered"
@@ -30,7 +30,7 @@ async def test_an_unreachable_server_is_retried_quietly_with_backoff_then_recove
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     port = _closed_port()
-    caplog.set_level(logging.DEBUG, logger="shared.k8s.informer")
+    caplog.set_level(logging.DEBUG, logger="vgpu_scheduler.shared.k8s.informer")
     async with open_client(KubeSettings(server=f"http://127.0.0.1:{port}", timeout_s=2.0)) as kube:
         informer = Informer(kube, Resource.NODES, Recorder(), settings=SETTINGS, rng=random.Random(7))
         async with running(informer):

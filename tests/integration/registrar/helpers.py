@@ -12,11 +12,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from services.registrar.service import RegistrarDeps, RegistrarService, RegistrarTuning
-from shared.config import CommonSettings, RegistrarSettings, Service
-from shared.k8s import InformerSettings, KubeClient
-from shared.store import Store
-from shared.vendors.catalog import NodeObserver
+from vgpu_scheduler.services.registrar.service import RegistrarDeps, RegistrarService, RegistrarTuning
+from vgpu_scheduler.shared.config import CommonSettings, RegistrarSettings, Service
+from vgpu_scheduler.shared.k8s import InformerSettings, KubeClient
+from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.vendors.catalog import NodeObserver
 
 REGISTER = "hami.io/node-nvidia-register"
 SCORE = "hami.io/node-nvidia-score"

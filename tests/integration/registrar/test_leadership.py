@@ -7,12 +7,6 @@ from urllib.parse import urlparse
 
 from prometheus_client import CollectorRegistry
 
-from services.registrar.metrics import RegistrarMetrics
-from services.registrar.nvidia import NvidiaVendor
-from services.registrar.sync import NodeSync, ProcessMemory
-from shared.emulator import Emulator
-from shared.k8s import Api, EventKind, KubeClient, WatchEvent
-from shared.store import ConnectionSettings, Fence, Store, SyncMarker, connect
 from tests.integration.registrar.helpers import (
     REGISTER,
     PausableProxy,
@@ -22,6 +16,12 @@ from tests.integration.registrar.helpers import (
     running_registrar,
 )
 from tests.waiting import eventually
+from vgpu_scheduler.services.registrar.metrics import RegistrarMetrics
+from vgpu_scheduler.services.registrar.nvidia import NvidiaVendor
+from vgpu_scheduler.services.registrar.sync import NodeSync, ProcessMemory
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api, EventKind, KubeClient, WatchEvent
+from vgpu_scheduler.shared.store import ConnectionSettings, Fence, Store, SyncMarker, connect
 
 
 async def registered(store: Store) -> list[str]:

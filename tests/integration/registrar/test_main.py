@@ -8,11 +8,11 @@ from pathlib import Path
 
 import aiohttp
 
-from shared.emulator import Emulator
-from shared.store import Store, SyncMarker
 from tests.integration.registrar.helpers import REGISTER, json_register, make_node
 from tests.process import first_listening, http_get, service_process
 from tests.waiting import eventually
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.store import Store, SyncMarker
 
 
 async def test_process_serves_registers_and_stops_on_sigterm(

@@ -4,12 +4,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from services.registrar.sync import INVALID_EVENT_REASON
-from shared.codec.handshake import HandshakeKind, format_requesting, parse_handshake
-from shared.domain.model import NodeInventory
-from shared.emulator import Emulator
-from shared.k8s import KubeClient
-from shared.store import Store, SyncMarker
 from tests.integration.registrar.helpers import (
     CORDON,
     HANDSHAKE,
@@ -22,6 +16,12 @@ from tests.integration.registrar.helpers import (
     running_registrar,
 )
 from tests.waiting import eventually
+from vgpu_scheduler.services.registrar.sync import INVALID_EVENT_REASON
+from vgpu_scheduler.shared.codec.handshake import HandshakeKind, format_requesting, parse_handshake
+from vgpu_scheduler.shared.domain.model import NodeInventory
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import KubeClient
+from vgpu_scheduler.shared.store import Store, SyncMarker
 
 COLON_9 = (
     "GPU-c9a,10,16384,100,NVIDIA-Tesla T4,0,true,0,hami-core:GPU-c9b,10,16384,100,NVIDIA-Tesla T4,1,true,1,hami-core:"

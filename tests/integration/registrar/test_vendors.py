@@ -6,15 +6,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from services.registrar.sync import INVALID_EVENT_REASON
-from shared.codec.handshake import format_requesting
-from shared.emulator import Emulator
-from shared.k8s import KubeClient
-from shared.store import Store
-from shared.vendors.nvidia import NvidiaVendor
 from tests.fakevendor_node import FAKE_COUNT, FAKE_HANDSHAKE, FAKE_REGISTER, FakeVendor, fake_register
 from tests.integration.registrar.helpers import REGISTER, FakeClock, Running, json_register, running_registrar
 from tests.waiting import eventually
+from vgpu_scheduler.services.registrar.sync import INVALID_EVENT_REASON
+from vgpu_scheduler.shared.codec.handshake import format_requesting
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import KubeClient
+from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 
 VENDORS = (NvidiaVendor(), FakeVendor())
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services import cli
+from vgpu_scheduler.services import cli
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -32,10 +32,10 @@ def run_cli_json(*argv: str) -> Any:
 
 
 def spawn(*argv: str) -> subprocess.Popen[str]:
-    """``python -m services.cli <argv>`` as a child process (stdout/stderr piped, text)."""
+    """``python -m vgpu_scheduler.services.cli <argv>`` as a child process (stdout/stderr piped, text)."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen(
-        [sys.executable, "-m", "services.cli", *argv],
+        [sys.executable, "-m", "vgpu_scheduler.services.cli", *argv],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,

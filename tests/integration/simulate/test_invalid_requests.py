@@ -14,12 +14,12 @@ import aiohttp
 import pytest
 import yaml
 
-from services.simulate.driver import Admitted, Defaults, Driver, Extenders, KubeHttp
-from services.simulate.main import EXAMPLE_CLUSTER
-from services.simulate.manifests import load_cluster
-from shared.emulator import Emulator
 from tests.integration.simulate.conftest import run_cli, run_cli_json
 from tests.integration.simulate.test_services import embedded_blocking_reads_ended, start_all_in_one
+from vgpu_scheduler.services.simulate.driver import Admitted, Defaults, Driver, Extenders, KubeHttp
+from vgpu_scheduler.services.simulate.main import EXAMPLE_CLUSTER
+from vgpu_scheduler.services.simulate.manifests import load_cluster
+from vgpu_scheduler.shared.emulator import Emulator
 
 GPU, MEM, PCT, CORES = "nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores"
 

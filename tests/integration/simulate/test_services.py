@@ -18,17 +18,22 @@ import pytest
 import yaml
 from aiohttp import web
 
-from services.allinone.main import EMBEDDED_STORE_WARNING, serve_all_in_one
-from services.allinone.service import AllInOneService
-from services.simulate.driver import Defaults, Driver, DriverError, Extenders, KubeHttp, local_admission
-from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG, EXAMPLE_WORKLOAD, drive_deployed
-from services.simulate.manifests import load_cluster, load_workload
-from shared.config import settings_for
-from shared.emulator import Emulator
-from shared.store import ReservationState, Store, connect
 from tests.integration.simulate.conftest import free_port, spawn
 from tests.process import http_get, listening_addresses, service_process
 from tests.waiting import eventually
+from vgpu_scheduler.services.allinone.main import EMBEDDED_STORE_WARNING, serve_all_in_one
+from vgpu_scheduler.services.allinone.service import AllInOneService
+from vgpu_scheduler.services.simulate.driver import Defaults, Driver, DriverError, Extenders, KubeHttp, local_admission
+from vgpu_scheduler.services.simulate.main import (
+    EXAMPLE_CLUSTER,
+    EXAMPLE_DEVICE_CONFIG,
+    EXAMPLE_WORKLOAD,
+    drive_deployed,
+)
+from vgpu_scheduler.services.simulate.manifests import load_cluster, load_workload
+from vgpu_scheduler.shared.config import settings_for
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.store import ReservationState, Store, connect
 
 
 def test_the_emulator_subcommand_serves_the_cluster_until_sigterm() -> None:
@@ -91,7 +96,7 @@ async def test_all_in_one_on_the_embedded_store_schedules_a_pod_and_stops_cleanl
     seeded_emulator: Emulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     em = seeded_emulator
-    with caplog.at_level(logging.WARNING, logger="services.allinone.main"):
+    with caplog.at_level(logging.WARNING, logger="vgpu_scheduler.services.allinone.main"):
         service, stop, task = await start_all_in_one([f"--kube-server={em.url}"])
     assert any(EMBEDDED_STORE_WARNING in r.getMessage() for r in caplog.records)
     try:
@@ -240,8 +245,8 @@ async def test_the_driver_schedules_a_workload_on_a_deployed_system(
 
 def test_the_compose_driver_and_emulator_commands_parse() -> None:
     """docker-compose.yml's ``emulator`` and ``driver`` commands are accepted by the registered subcommands."""
-    from services import cli
-    from shared.config import normalize_argv
+    from vgpu_scheduler.services import cli
+    from vgpu_scheduler.shared.config import normalize_argv
 
     compose = yaml.safe_load((Path(__file__).resolve().parents[3] / "docker-compose.yml").read_text(encoding="utf-8"))
     parser = cli.build_parser()

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 import yaml
 
-from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG, EXAMPLE_WORKLOAD
-from services.simulate.manifests import load_cluster, load_workload
-from shared.codec.register import decode_register
 from tests.audit import usage_from_pods
 from tests.integration.simulate.conftest import run_cli, run_cli_json, spawn
+from vgpu_scheduler.services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG, EXAMPLE_WORKLOAD
+from vgpu_scheduler.services.simulate.manifests import load_cluster, load_workload
+from vgpu_scheduler.shared.codec.register import decode_register
 
 POD_KEYS = ["namespace", "name", "node", "annotations", "reasons"]
 SUMMARY_KEYS = {

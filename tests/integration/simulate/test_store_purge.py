@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.store import Store, connect
-from shared.store.keys import Keys
+from vgpu_scheduler.shared.store import Store, connect
+from vgpu_scheduler.shared.store.keys import Keys
 
 
 @pytest.mark.parametrize("prefix", ["sim-a", "odd*[pre]?fix"])

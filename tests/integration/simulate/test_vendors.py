@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from services.simulate.main import EXAMPLE_DEVICE_CONFIG
-from services.simulate.manifests import load_cluster
-from shared.devconfig import load_device_config
-from shared.domain.model import NvidiaConfig
-from shared.vendors.catalog import enabled_vendors, observe_node
-from shared.vendors.registration import NodeView
 from tests.integration.simulate.conftest import run_cli, run_cli_json
+from vgpu_scheduler.services.simulate.main import EXAMPLE_DEVICE_CONFIG
+from vgpu_scheduler.services.simulate.manifests import load_cluster
+from vgpu_scheduler.shared.devconfig import load_device_config
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors, observe_node
+from vgpu_scheduler.shared.vendors.registration import NodeView
 
 VENDORS = enabled_vendors(NvidiaConfig(), load_device_config(str(EXAMPLE_DEVICE_CONFIG)).vendor_sections)
 OLD_SUMMARY_KEYS = {

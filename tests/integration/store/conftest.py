@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from shared.domain.accounting import collapse
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import (
     Allocation,
     ContainerDevice,
     DeviceInfo,
@@ -15,7 +15,7 @@ from shared.domain.model import (
     MigPlacement,
     NodeInventory,
 )
-from shared.store import Store, connect
+from vgpu_scheduler.shared.store import Store, connect
 
 
 @pytest.fixture(params=["redis", "fake"])

@@ -3,8 +3,8 @@ move the node's generation and reach the change feed, so every extender replica 
 
 from __future__ import annotations
 
-from shared.store import START_ID, ChangeKind, Store
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.store import START_ID, ChangeKind, Store
 
 
 async def _busy(store: Store, name: str) -> bool:

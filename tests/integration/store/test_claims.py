@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from shared.domain.model import DeviceUsage
-from shared.store import Claimed, ClaimRefused, Owned, ReservationState, Reserved, Store
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.domain.model import DeviceUsage
+from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Owned, ReservationState, Reserved, Store
 
 A = alloc("p1", "n1", (("GPU-a", 1000, 30),))
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from shared.domain.model import Allocation, DeviceInfo, MigPlacement
-from shared.store import AllocationRecord, ReserveConflict, Reserved, ReserveResult, Store, connect
 from tests.integration.store.conftest import alloc, gpu, mig_alloc, node
+from vgpu_scheduler.shared.domain.model import Allocation, DeviceInfo, MigPlacement
+from vgpu_scheduler.shared.store import AllocationRecord, ReserveConflict, Reserved, ReserveResult, Store, connect
 
 TASKS = 200
 CLIENTS = 4

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from shared.domain.model import Allocation, NodeInventory
-from shared.store import ConflictDimension, ReserveConflict, Reserved, Store
 from tests.integration.store.conftest import alloc, gpu, mig_alloc, node
+from vgpu_scheduler.shared.domain.model import Allocation, NodeInventory
+from vgpu_scheduler.shared.store import ConflictDimension, ReserveConflict, Reserved, Store
 
 
 @dataclass(frozen=True)

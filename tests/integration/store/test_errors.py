@@ -7,9 +7,9 @@ import socket
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from shared.errors import DecodeError, SchemaVersionError, TransientError
-from shared.store import ConnectionSettings, Store, connect
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.errors import DecodeError, SchemaVersionError, TransientError
+from vgpu_scheduler.shared.store import ConnectionSettings, Store, connect
 
 
 def _closed_port() -> int:

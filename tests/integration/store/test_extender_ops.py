@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import QuotaLimits, QuotaState
-from shared.store import QuotaCharged, QuotaDimension, QuotaExceeded, Store
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.domain.model import QuotaLimits, QuotaState
+from vgpu_scheduler.shared.store import QuotaCharged, QuotaDimension, QuotaExceeded, Store
 
 
 async def test_node_and_quota_of_an_unknown_pod_and_namespace(store: Store) -> None:

@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from shared.errors import TransientError
-from shared.store import (
+from tests.e2e.redisproc import SentinelGroup
+from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.store import (
     Claimed,
     ClaimRefused,
     LeaseAcquired,
@@ -22,8 +24,6 @@ from shared.store import (
     connect,
     is_sentinel,
 )
-from tests.e2e.redisproc import SentinelGroup
-from tests.integration.store.conftest import alloc, gpu, node
 
 A = alloc("p1", "n1", (("GPU-a", 1000, 30),))
 

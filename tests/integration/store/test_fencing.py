@@ -6,10 +6,10 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from shared.coord import Lease
-from shared.domain.model import QuotaLimits
-from shared.store import Fence, PodQuotaCharge, StaleFenceError, Store, SyncMarker
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.coord import Lease
+from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.store import Fence, PodQuotaCharge, StaleFenceError, Store, SyncMarker
 
 Write = Callable[[Store, Fence], Awaitable[object]]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from shared.store import START_ID, ChangeKind, Store
 from tests.integration.store.conftest import gpu, node
+from vgpu_scheduler.shared.store import START_ID, ChangeKind, Store
 
 
 async def test_put_bumps_generation_only_when_content_changes(store: Store) -> None:

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from shared.coord import Lease, LeaseKeeper, LeaseNotHeldError
-from shared.errors import TransientError
-from shared.store import LeaseInfo, Store
+from vgpu_scheduler.shared.coord import Lease, LeaseKeeper, LeaseNotHeldError
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.store import LeaseInfo, Store
 
 
 async def test_acquire_is_exclusive_and_reentrant(store: Store) -> None:

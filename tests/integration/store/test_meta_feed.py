@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from shared.store import START_ID, ChangeKind, Store, StoreStatus, SyncMarker
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.store import START_ID, ChangeKind, Store, StoreStatus, SyncMarker
 
 
 async def test_ping(store: Store) -> None:

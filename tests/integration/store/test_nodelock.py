@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from shared.coord import NodeLock, lock_owner
-from shared.store import LockAcquired, LockHeld, LockInfo, Store
+from vgpu_scheduler.shared.coord import NodeLock, lock_owner
+from vgpu_scheduler.shared.store import LockAcquired, LockHeld, LockInfo, Store
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shared.store import Store
+from vgpu_scheduler.shared.store import Store
 
 
 async def test_inspect_many_reports_held_locks_only(store: Store) -> None:

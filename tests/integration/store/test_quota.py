@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import QuotaLimits, QuotaState
-from shared.store import PodQuotaCharge, QuotaCharged, QuotaDimension, QuotaExceeded, Store
+from vgpu_scheduler.shared.domain.model import QuotaLimits, QuotaState
+from vgpu_scheduler.shared.store import PodQuotaCharge, QuotaCharged, QuotaDimension, QuotaExceeded, Store
 
 
 async def test_unknown_namespace_has_no_limits_and_no_usage(store: Store) -> None:

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from shared.codec.envelope import encode_quota_limits
-from shared.domain.model import QuotaLimits, QuotaState, QuotaUse, VendorLimits, quota_limits
-from shared.store import PodQuotaCharge, QuotaCharged, QuotaDimension, QuotaExceeded, Store
+from vgpu_scheduler.shared.codec.envelope import encode_quota_limits
+from vgpu_scheduler.shared.domain.model import QuotaLimits, QuotaState, QuotaUse, VendorLimits, quota_limits
+from vgpu_scheduler.shared.store import PodQuotaCharge, QuotaCharged, QuotaDimension, QuotaExceeded, Store
 
 DCU_MEM = quota_limits(VendorLimits(), {"DCU": VendorLimits(mem_mib=8000)})
 """A DCU memory limit of 8000 MiB and nothing else."""

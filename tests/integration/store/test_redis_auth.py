@@ -17,14 +17,14 @@ import pytest
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
-from shared.config import settings_for
-from shared.emulator import Emulator
-from shared.errors import ConfigError, TransientError
-from shared.store import Store, connect
 from tests.conftest import _free_port, _wait_for_port
 from tests.integration.extender.filter_harness import seed, wire
 from tests.process import listening_addresses, service_process
 from tests.waiting import eventually
+from vgpu_scheduler.shared.config import settings_for
+from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.errors import ConfigError, TransientError
+from vgpu_scheduler.shared.store import Store, connect
 
 PASSWORD = "s3cret-default"
 ACL_USER, ACL_PASSWORD = "vgpu", "s3cret-acl"

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import DeviceUsage, QuotaLimits
-from shared.store import START_ID, ChangeKind, ReservationState, ReserveConflict, Reserved, Store, Unsettled
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.domain.model import DeviceUsage, QuotaLimits
+from vgpu_scheduler.shared.store import (
+    START_ID,
+    ChangeKind,
+    ReservationState,
+    ReserveConflict,
+    Reserved,
+    Store,
+    Unsettled,
+)
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from __future__ import annotations
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from shared.codec.envelope import encode_allocation
-from shared.domain.model import DeviceUsage
-from shared.errors import DecodeError, SchemaVersionError
-from shared.store import ReservationState, Store, UndecodableRecord
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.codec.envelope import encode_allocation
+from vgpu_scheduler.shared.domain.model import DeviceUsage
+from vgpu_scheduler.shared.errors import DecodeError, SchemaVersionError
+from vgpu_scheduler.shared.store import ReservationState, Store, UndecodableRecord
 
 
 def newer_envelope(uid: str, node_name: str) -> bytes:

@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 from hypothesis import strategies as st
 
-from shared.codec._go import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX
-from shared.domain.model import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement, MigProfile
+from vgpu_scheduler.shared.codec._go import INT32_MAX, INT32_MIN, INT64_MAX, INT64_MIN, UINT32_MAX
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement, MigProfile
 
 int32 = st.integers(INT32_MIN, INT32_MAX)
 int64 = st.integers(INT64_MIN, INT64_MAX)

@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.codec.handshake import parse_handshake
-from shared.codec.mig import decode_mig_allocations
-from shared.codec.nodelock import parse_node_lock
-from shared.codec.podannotations import decode_allocation
-from shared.codec.poddevices import align_to_containers, decode_pod_devices
-from shared.codec.quantity import parse_quantity, parse_quantity_int
-from shared.codec.reasons import parse_reason
-from shared.codec.register import decode_register
-from shared.codec.resources import container_request, pod_request, pod_requests_managed_resource
-from shared.codec.selectors import (
+from vgpu_scheduler.shared.codec.handshake import parse_handshake
+from vgpu_scheduler.shared.codec.mig import decode_mig_allocations
+from vgpu_scheduler.shared.codec.nodelock import parse_node_lock
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
+from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity, parse_quantity_int
+from vgpu_scheduler.shared.codec.reasons import parse_reason
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.codec.resources import container_request, pod_request, pod_requests_managed_resource
+from vgpu_scheduler.shared.codec.selectors import (
     decode_cordon,
     decode_gpu_policy,
     decode_node_policy,
@@ -30,9 +30,9 @@ from shared.codec.selectors import (
     decode_type_list,
     decode_uuid_list,
 )
-from shared.codec.topology import decode_topology
-from shared.domain.model import DEFAULT_NVIDIA_CONFIG
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.codec.topology import decode_topology
+from vgpu_scheduler.shared.domain.model import DEFAULT_NVIDIA_CONFIG
+from vgpu_scheduler.shared.errors import DecodeError
 
 TEXT_DECODERS: dict[str, Callable[[str], object]] = {
     "register": decode_register,

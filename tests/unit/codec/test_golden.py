@@ -8,17 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from shared.codec import annotations as keys
-from shared.codec.handshake import Handshake, HandshakeKind, format_deleted, format_requesting, parse_handshake
-from shared.codec.mig import decode_mig_allocations, encode_mig_allocations
-from shared.codec.nodelock import NodeLock, encode_node_lock, parse_node_lock
-from shared.codec.podannotations import allocation_annotations, decode_allocation
-from shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
-from shared.codec.reasons import ReasonCount, gen_reason, parse_reason
-from shared.codec.register import decode_register, encode_register_colon, encode_register_json
-from shared.codec.resources import container_request, pod_request
-from shared.codec.topology import decode_topology, encode_topology
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.handshake import (
+    Handshake,
+    HandshakeKind,
+    format_deleted,
+    format_requesting,
+    parse_handshake,
+)
+from vgpu_scheduler.shared.codec.mig import decode_mig_allocations, encode_mig_allocations
+from vgpu_scheduler.shared.codec.nodelock import NodeLock, encode_node_lock, parse_node_lock
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, decode_allocation
+from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.reasons import ReasonCount, gen_reason, parse_reason
+from vgpu_scheduler.shared.codec.register import decode_register, encode_register_colon, encode_register_json
+from vgpu_scheduler.shared.codec.resources import container_request, pod_request
+from vgpu_scheduler.shared.codec.topology import decode_topology, encode_topology
+from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
     ContainerDevice,

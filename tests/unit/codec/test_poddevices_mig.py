@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.codec.mig import decode_mig_allocations, encode_mig_allocations
-from shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
-from shared.domain.model import ContainerDevice, MigAllocation, MigPlacement, PodDevices
-from shared.errors import DecodeError
 from tests.unit.codec.strategies import container_devices, mig_allocations, pod_devices
+from vgpu_scheduler.shared.codec.mig import decode_mig_allocations, encode_mig_allocations
+from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.domain.model import ContainerDevice, MigAllocation, MigPlacement, PodDevices
+from vgpu_scheduler.shared.errors import DecodeError
 
 G1 = ContainerDevice("GPU-1", 1000, 10)
 G2 = ContainerDevice("GPU-2", 2000, 20)

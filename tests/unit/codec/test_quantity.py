@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.codec.quantity import parse_quantity, parse_quantity_int, whole_int64
-from shared.errors import DecodeError
+from vgpu_scheduler.shared.codec.quantity import parse_quantity, parse_quantity_int, whole_int64
+from vgpu_scheduler.shared.errors import DecodeError
 
 NANO = Fraction(1, 10**9)
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from shared.codec.register import decode_register, encode_register_colon, encode_register_json, is_json
-from shared.domain.model import DeviceInfo, MigProfile
-from shared.errors import DecodeError
 from tests.unit.codec.strategies import colon_device_lists, json_device_lists
+from vgpu_scheduler.shared.codec.register import decode_register, encode_register_colon, encode_register_json, is_json
+from vgpu_scheduler.shared.domain.model import DeviceInfo, MigProfile
+from vgpu_scheduler.shared.errors import DecodeError
 
 GPU = DeviceInfo("GPU-1", 0, 10, 1024, 100, "NVIDIA-T4", 0, "hami-core", True)
 

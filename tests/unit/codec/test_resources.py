@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.codec.resources import (
+from tests.builders import req
+from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
     ResourceRequestError,
@@ -18,9 +19,8 @@ from shared.codec.resources import (
     pod_request,
     pod_requests_managed_resource,
 )
-from shared.domain.model import DEFAULT_NVIDIA_CONFIG, EMPTY_REQUEST, ContainerRequest, NvidiaConfig
-from shared.errors import DecodeError
-from tests.builders import req
+from vgpu_scheduler.shared.domain.model import DEFAULT_NVIDIA_CONFIG, EMPTY_REQUEST, ContainerRequest, NvidiaConfig
+from vgpu_scheduler.shared.errors import DecodeError
 
 CFG = DEFAULT_NVIDIA_CONFIG
 

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.codec import annotations as keys
-from shared.codec.reasons import ReasonCount, gen_reason, parse_reason
-from shared.codec.selectors import (
+from tests.unit.codec.strategies import text_without
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.reasons import ReasonCount, gen_reason, parse_reason
+from vgpu_scheduler.shared.codec.selectors import (
     decode_cordon,
     decode_gpu_policy,
     decode_node_policy,
@@ -19,7 +20,7 @@ from shared.codec.selectors import (
     decode_uuid_list,
     encode_scoring_weights,
 )
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     NO_CONSTRAINTS,
     GpuPolicy,
     GpuPolicyToken,
@@ -28,8 +29,7 @@ from shared.domain.model import (
     Reason,
     ScoringWeights,
 )
-from shared.errors import DecodeError
-from tests.unit.codec.strategies import text_without
+from vgpu_scheduler.shared.errors import DecodeError
 
 
 @pytest.mark.parametrize(

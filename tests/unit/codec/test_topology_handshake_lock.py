@@ -8,10 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.codec.handshake import HandshakeKind, format_requesting, parse_handshake
-from shared.codec.nodelock import NodeLock, encode_node_lock, format_rfc3339, parse_node_lock, parse_rfc3339
-from shared.codec.topology import decode_topology, encode_topology
-from shared.errors import DecodeError
 from tests.unit.codec.strategies import (
     aware_whole_seconds,
     int64,
@@ -20,6 +16,16 @@ from tests.unit.codec.strategies import (
     text,
     text_without,
 )
+from vgpu_scheduler.shared.codec.handshake import HandshakeKind, format_requesting, parse_handshake
+from vgpu_scheduler.shared.codec.nodelock import (
+    NodeLock,
+    encode_node_lock,
+    format_rfc3339,
+    parse_node_lock,
+    parse_rfc3339,
+)
+from vgpu_scheduler.shared.codec.topology import decode_topology, encode_topology
+from vgpu_scheduler.shared.errors import DecodeError
 
 # --- topology ----------------------------------------------------------------------------------------
 

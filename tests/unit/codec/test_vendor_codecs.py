@@ -6,16 +6,28 @@ from typing import Any
 
 import pytest
 
-from shared.codec import annotations as keys
-from shared.codec.podannotations import allocation_annotations, device_list_annotations, split_by_vendor
-from shared.codec.resources import ResourceRequestError, pod_request, vendors_manage_pod, vendors_pod_request
-from shared.codec.selectors import decode_pod_constraints, decode_vendor_constraints
-from shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, ContainerDevice, ContainerRequest, NvidiaConfig, Selectors
-from shared.errors import DecodeError
-from shared.vendors.catalog import NVIDIA_ONLY_VENDORS
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
 from tests.fakevendor import FakeVendor
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations, split_by_vendor
+from vgpu_scheduler.shared.codec.resources import (
+    ResourceRequestError,
+    pod_request,
+    vendors_manage_pod,
+    vendors_pod_request,
+)
+from vgpu_scheduler.shared.codec.selectors import decode_pod_constraints, decode_vendor_constraints
+from vgpu_scheduler.shared.domain.model import (
+    EMPTY_REQUEST,
+    MEM_PCT_UNSET,
+    ContainerDevice,
+    ContainerRequest,
+    NvidiaConfig,
+    Selectors,
+)
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 DCU = FakeVendor("DCU")
 MLU = FakeVendor("MLU", has_to_allocate=False)
@@ -175,7 +187,7 @@ def test_a_vendor_may_add_its_own_annotations() -> None:
 
 
 def test_bind_annotations_of_real_vendors_carry_their_extra_keys() -> None:
-    from shared.vendors import ascend, cambricon
+    from vgpu_scheduler.shared.vendors import ascend, cambricon
 
     npu = ascend.build(None)[1]  # a 910B chip of the default config
     mlu = cambricon.build(None)[0]

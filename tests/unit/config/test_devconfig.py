@@ -7,14 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from shared.devconfig import (
+from vgpu_scheduler.shared.devconfig import (
     LegacyOverrides,
     apply_legacy_overrides,
     load_device_config,
     parse_device_config,
 )
-from shared.domain.model import MigAllowlistEntry, MigGeometryEntry, MigTemplate, NvidiaConfig
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.domain.model import MigAllowlistEntry, MigGeometryEntry, MigTemplate, NvidiaConfig
+from vgpu_scheduler.shared.errors import ConfigError
 
 
 def test_golden_load_of_the_chart_shaped_example(repo_root: Path) -> None:

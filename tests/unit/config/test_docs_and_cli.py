@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import services.cli as cli
-from shared.config import OPTIONS, Service, add_service_parser, settings_from_args
-from shared.config.doc import render_options_markdown, replace_generated_block
+import vgpu_scheduler.services.cli as cli
+from vgpu_scheduler.shared.config import OPTIONS, Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.config.doc import render_options_markdown, replace_generated_block
 
 
 def test_docs_config_md_is_generated_from_the_option_table(repo_root: Path) -> None:

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from shared.config import Service, settings_for
-from shared.config.redisurl import SentinelUrl, is_sentinel_url, parse_sentinel_url
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.config import Service, settings_for
+from vgpu_scheduler.shared.config.redisurl import SentinelUrl, is_sentinel_url, parse_sentinel_url
+from vgpu_scheduler.shared.errors import ConfigError
 
 
 def test_sentinel_url_names_every_sentinel_the_service_and_the_database() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import (
+from vgpu_scheduler.shared.config import (
     OPTIONS,
     AllInOneSettings,
     BindAddress,
@@ -25,8 +25,8 @@ from shared.config import (
     options_for,
     settings_for,
 )
-from shared.domain.model import GpuPolicyToken, NodePolicy, NvidiaConfig
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.domain.model import GpuPolicyToken, NodePolicy, NvidiaConfig
+from vgpu_scheduler.shared.errors import ConfigError
 
 REDIS = ["--redis-url", "redis://127.0.0.1:1/0"]
 BINPACK_NUMA = (GpuPolicyToken.BINPACK, GpuPolicyToken.NUMA)
@@ -433,7 +433,7 @@ def test_normalize_argv_only_touches_known_long_options() -> None:
 
 
 def test_settings_from_an_externally_built_parser() -> None:
-    from shared.config import add_service_parser, settings_from_args
+    from vgpu_scheduler.shared.config import add_service_parser, settings_from_args
 
     top = argparse.ArgumentParser(prog="vgpu-scheduler")
     sub = top.add_subparsers(dest="command")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.config import (
+from vgpu_scheduler.shared.config import (
     BindAddress,
     format_go_duration,
     parse_bind_address,
@@ -16,8 +16,8 @@ from shared.config import (
     parse_label_selector,
     parse_node_policy,
 )
-from shared.config.values import parse_int
-from shared.domain.model import GpuPolicyToken, NodePolicy
+from vgpu_scheduler.shared.config.values import parse_int
+from vgpu_scheduler.shared.domain.model import GpuPolicyToken, NodePolicy
 
 
 @pytest.mark.parametrize(

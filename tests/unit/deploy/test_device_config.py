@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-from shared.devconfig import parse_device_config
-from shared.domain.model import NvidiaConfig
-from shared.vendors.catalog import enabled_vendors
 from tests.unit.deploy.conftest import render_objects
 from tests.unit.deploy.test_manifests import FULL, NVIDIA_RESOURCES, cel_resource_names, scheduler_config
+from vgpu_scheduler.shared.devconfig import parse_device_config
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 if TYPE_CHECKING:
     from deploy.render import Chart

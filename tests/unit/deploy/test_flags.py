@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from shared.config import ExtenderSettings, InformerSettings, RegistrarSettings, Service, settings_for
 from tests.unit.deploy.conftest import REPO, Obj, Objects
+from vgpu_scheduler.shared.config import ExtenderSettings, InformerSettings, RegistrarSettings, Service, settings_for
 
 FULL = "vgpu-scheduler"
 
@@ -127,8 +127,8 @@ def test_compose_commands_parse(name: str) -> None:
 @pytest.mark.parametrize("name", ["emulator", "driver"])
 def test_compose_commands_of_subcommands_not_in_the_option_table(name: str) -> None:
     """``emulator`` and the driver's ``simulate`` flags are parsed by their own modules (registered in cli.py)."""
-    from services import cli
-    from shared.config import normalize_argv
+    from vgpu_scheduler.services import cli
+    from vgpu_scheduler.shared.config import normalize_argv
 
     command = compose()["services"][name]["command"]
     args = cli.build_parser().parse_args(normalize_argv(command))

@@ -489,7 +489,7 @@ def test_certgen_makes_the_secret_every_consumer_mounts(manifests: Objects) -> N
 
 
 def test_device_config_is_hamis_shape_and_mounted_for_every_service(manifests: Objects) -> None:
-    from shared.devconfig import DEVICE_PLUGIN_KEYS, parse_device_config
+    from vgpu_scheduler.shared.devconfig import DEVICE_PLUGIN_KEYS, parse_device_config
 
     cm = manifests.get("ConfigMap", f"{FULL}-device")
     document = yaml.safe_load(cm["data"]["device-config.yaml"])
@@ -575,7 +575,7 @@ def test_redis_with_sentinel(chart: Chart) -> None:
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert objs.get("PodDisruptionBudget", f"{FULL}-redis")["spec"]["maxUnavailable"] == 1
     # every component finds the primary through the three Sentinels, by the pods' stable names
-    from shared.config.redisurl import parse_sentinel_url
+    from vgpu_scheduler.shared.config.redisurl import parse_sentinel_url
 
     urls = set()
     for name in ("extender", "registrar", "informer"):

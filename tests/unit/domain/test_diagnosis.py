@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.domain.diagnosis import NearestMiss, fragmentation, nearest_miss, quota_left
-from shared.domain.model import (
+from tests.builders import gpu, pod, req, snap, use
+from vgpu_scheduler.shared.domain.diagnosis import NearestMiss, fragmentation, nearest_miss, quota_left
+from vgpu_scheduler.shared.domain.model import (
     NO_CONSTRAINTS,
     GpuPolicy,
     GpuPolicyToken,
@@ -19,10 +20,9 @@ from shared.domain.model import (
     QuotaLimits,
     QuotaState,
 )
-from shared.domain.plan import Failure, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from tests.builders import gpu, pod, req, snap, use
+from vgpu_scheduler.shared.domain.plan import Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 POLICIES = Policies()
 

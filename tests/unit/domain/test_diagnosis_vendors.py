@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from shared.domain.diagnosis import device_noun, nearest_miss
-from shared.domain.model import NO_CONSTRAINTS, ContainerRequest, DeviceInfo, NodeInventory, PodRequest
-from shared.domain.plan import Failure, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import NVIDIA_RULES, BasicRules, RuleSet
+from vgpu_scheduler.shared.domain.diagnosis import device_noun, nearest_miss
+from vgpu_scheduler.shared.domain.model import NO_CONSTRAINTS, ContainerRequest, DeviceInfo, NodeInventory, PodRequest
+from vgpu_scheduler.shared.domain.plan import Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, BasicRules, RuleSet
 
 RULES = RuleSet({"NVIDIA": NVIDIA_RULES, "DCU": BasicRules("DCU")})
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from shared.domain.model import (
+from tests.builders import gpu, pod, req, snap, use
+from vgpu_scheduler.shared.domain.model import (
     NO_CONSTRAINTS,
     ContainerRequest,
     GpuPolicy,
@@ -21,11 +22,10 @@ from shared.domain.model import (
     QuotaState,
     Reason,
 )
-from shared.domain.plan import Decision, Failure, plan
-from shared.domain.reasons import NodeRejection, gen_reason
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from tests.builders import gpu, pod, req, snap, use
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.reasons import NodeRejection, gen_reason
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 MUTEX = GpuPolicy((GpuPolicyToken.MUTEX,))
 DEFAULTS = Policies()

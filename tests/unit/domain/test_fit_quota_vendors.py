@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
     ContainerRequest,
@@ -21,13 +21,13 @@ from shared.domain.model import (
     VendorLimits,
     quota_limits,
 )
-from shared.domain.plan import Decision, Failure, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import NVIDIA_RULES, RuleSet
-from shared.vendors import amd, hygon
-from shared.vendors import cambricon as cam
-from shared.vendors.ascend import build as build_ascend
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, RuleSet
+from vgpu_scheduler.shared.vendors import amd, hygon
+from vgpu_scheduler.shared.vendors import cambricon as cam
+from vgpu_scheduler.shared.vendors.ascend import build as build_ascend
 
 
 @dataclass(frozen=True)

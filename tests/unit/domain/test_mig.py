@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.mig import (
+from tests import builders
+from vgpu_scheduler.shared.domain.mig import (
     LegacyMigChoice,
     flatten_geometry,
     legacy_geometries,
@@ -18,7 +19,7 @@ from shared.domain.mig import (
     select_dynamic,
     select_legacy,
 )
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     Allocation,
     ContainerDevice,
     DeviceInfo,
@@ -29,7 +30,6 @@ from shared.domain.model import (
     MigProfile,
     MigTemplate,
 )
-from tests import builders
 
 
 def pl(start: int, size: int) -> MigPlacement:

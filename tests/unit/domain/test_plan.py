@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import (
+from tests.builders import NONE, gpu, pod, req, snap, use
+from vgpu_scheduler.shared.domain.model import (
     NO_CONSTRAINTS,
     ContainerDevice,
     DeviceUsage,
@@ -22,10 +23,9 @@ from shared.domain.model import (
     Reason,
     ScoringWeights,
 )
-from shared.domain.plan import Decision, Failure, apply_decision, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from tests.builders import NONE, gpu, pod, req, snap, use
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, apply_decision, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 BINPACK_GPU = GpuPolicy((GpuPolicyToken.BINPACK,))
 SPREAD_GPU = GpuPolicy((GpuPolicyToken.SPREAD,))

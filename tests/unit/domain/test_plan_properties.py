@@ -20,8 +20,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.fit import PodContext, may_fit, normalize_request
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.fit import PodContext, may_fit, normalize_request
+from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
     ContainerRequest,
@@ -39,9 +39,9 @@ from shared.domain.model import (
     QuotaState,
     ScoringWeights,
 )
-from shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan, plan_ranked, rank_key
-from shared.domain.scoring import Policies, device_sort_key, effective_policy
-from shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan, plan_ranked, rank_key
+from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 PROFILES = (
     MigProfile("1g.5gb", 4864, 15, 1, tuple(MigPlacement(s, 1) for s in range(7))),

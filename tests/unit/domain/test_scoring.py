@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import DeviceInfo, GpuPolicy, GpuPolicyToken, NodePolicy, ScoringWeights
-from shared.domain.scoring import EffectivePolicy, device_score, device_sort_key
-from shared.domain.snapshot import default_node_score
 from tests.builders import gpu, inventory, req, snap, use
+from vgpu_scheduler.shared.domain.model import DeviceInfo, GpuPolicy, GpuPolicyToken, NodePolicy, ScoringWeights
+from vgpu_scheduler.shared.domain.scoring import EffectivePolicy, device_score, device_sort_key
+from vgpu_scheduler.shared.domain.snapshot import default_node_score
 
 NO_SLOT = ScoringWeights(slot=0, core=1, memory=1)
 DEFAULT = ScoringWeights()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import ZERO_USAGE, ContainerRequest, MigProfile
-from shared.domain.plan import PodNeeds
-from shared.domain.snapshot import NodeSnapshot
 from tests.builders import gpu, inventory, req, snap, use
+from vgpu_scheduler.shared.domain.model import ZERO_USAGE, ContainerRequest, MigProfile
+from vgpu_scheduler.shared.domain.plan import PodNeeds
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 
 def test_missing_usage_is_zero() -> None:

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.domain.model import DeviceInfo
-from shared.domain.topology import (
+from tests import builders
+from vgpu_scheduler.shared.domain.model import DeviceInfo
+from vgpu_scheduler.shared.domain.topology import (
     best_subset,
     cut_score,
     pair_score,
@@ -18,7 +19,6 @@ from shared.domain.topology import (
     select_single,
     set_score,
 )
-from tests import builders
 
 
 def gpu(index: int, uuid: str | None = None) -> DeviceInfo:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from services.extender.bindhint import BindHint, bind_hint_for, is_pod_group_member, parse_bind_hint
-from shared.codec import annotations as keys
+from vgpu_scheduler.services.extender.bindhint import BindHint, bind_hint_for, is_pod_group_member, parse_bind_hint
+from vgpu_scheduler.shared.codec import annotations as keys
 
 ALLOCATED = (keys.DEVICES_ALLOCATED, "hygon.com/dcu-devices-allocated")
 

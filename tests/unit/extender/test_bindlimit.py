@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.extender.bindlimit import RAISE_AFTER, AdaptiveBindLimit
+from vgpu_scheduler.services.extender.bindlimit import RAISE_AFTER, AdaptiveBindLimit
 
 
 def limit(ceiling: int = 4, budget_s: float = 3.0) -> tuple[AdaptiveBindLimit, list[int]]:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.extender.events import EventSink, pod_ref
-from shared.errors import TransientError
-from shared.protocol.events import EventReason, EventType, PodEvent
+from vgpu_scheduler.services.extender.events import EventSink, pod_ref
+from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.protocol.events import EventReason, EventType, PodEvent
 
 E1 = PodEvent(EventType.WARNING, EventReason.FILTERING_FAILED, "2 nodes CardInsufficientMemory(a,b)")
 E2 = PodEvent(EventType.WARNING, EventReason.FILTERING_FAILED, "no available node, 2 nodes do not meet")

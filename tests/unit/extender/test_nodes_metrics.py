@@ -8,14 +8,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.extender.metrics import AllocationCollector, ExtenderMetrics, FilterOutcome, QuotaView
-from services.extender.nodes import inventory_from_node
-from shared.codec import annotations as keys
-from shared.codec.register import encode_register_colon, encode_register_json
-from shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
-from shared.domain.snapshot import NodeSnapshot
-from shared.errors import DecodeError
 from tests.builders import gpus, inventory, use
+from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, FilterOutcome, QuotaView
+from vgpu_scheduler.services.extender.nodes import inventory_from_node
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.register import encode_register_colon, encode_register_json
+from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.errors import DecodeError
 
 CFG = NvidiaConfig()
 
@@ -144,7 +144,7 @@ def test_legacy_metrics_repeat_the_gauges_under_hami_old_names() -> None:
 
 
 def test_bind_rate_ceiling_follows_the_api_rate_limit() -> None:
-    from services.extender.main import bind_rate_ceiling
+    from vgpu_scheduler.services.extender.main import bind_rate_ceiling
 
     assert bind_rate_ceiling(5) == 1.25  # HAMi's client default: about one bind per second (four calls each)
     assert bind_rate_ceiling(100) == 25.0

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from shared.codec.podannotations import allocation_annotations, allocation_labels
-from shared.domain.model import ContainerDevice, MigAllocation, MigPlacement
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.domain.model import ContainerDevice, MigAllocation, MigPlacement
 
 Dev = tuple[str, int, int]  # (uuid, mem MiB, cores %)
 

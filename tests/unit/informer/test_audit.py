@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.domain.model import DeviceUsage, MigPlacement
-from shared.errors import DecodeError
 from tests.audit import quota_usage_from_pods, usage_from_pods
 from tests.unit.informer.builders import mig_alloc, pod
+from vgpu_scheduler.shared.domain.model import DeviceUsage, MigPlacement
+from vgpu_scheduler.shared.errors import DecodeError
 
 
 def test_usage_sums_collapsed_pods_per_node_and_device() -> None:

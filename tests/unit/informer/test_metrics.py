@@ -8,12 +8,18 @@ import dataclasses
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from services.informer.metrics import AllocationView, DeviceIndex, PodAllocationCollector, mig_series, vgpu_series
-from shared.codec.register import encode_register_json
-from shared.domain.accounting import collapse
-from shared.domain.model import Allocation, MigAllocation
 from tests.builders import gpu
 from tests.unit.informer.builders import devices, mig_alloc
+from vgpu_scheduler.services.informer.metrics import (
+    AllocationView,
+    DeviceIndex,
+    PodAllocationCollector,
+    mig_series,
+    vgpu_series,
+)
+from vgpu_scheduler.shared.codec.register import encode_register_json
+from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.model import Allocation, MigAllocation
 
 REGISTER = encode_register_json([gpu("GPU-x", index=0), gpu("GPU-y", index=5)])
 

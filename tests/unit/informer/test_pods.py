@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from services.informer.pods import PodStatus, pod_allocation, pod_facts
-from shared.domain.model import BindPhase, DeviceCharge, MigPlacement
-from shared.errors import DecodeError
 from tests.unit.informer.builders import mig_alloc, pod
+from vgpu_scheduler.services.informer.pods import PodStatus, pod_allocation, pod_facts
+from vgpu_scheduler.shared.domain.model import BindPhase, DeviceCharge, MigPlacement
+from vgpu_scheduler.shared.errors import DecodeError
 
 
 def test_facts_of_a_placed_pod() -> None:

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from services.informer.quotas import combine, namespace_limits, read_quota
-from shared.domain.model import NvidiaConfig, QuotaLimits
 from tests.unit.informer.builders import quota
+from vgpu_scheduler.services.informer.quotas import combine, namespace_limits, read_quota
+from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits
 
 CFG = NvidiaConfig()
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from services.informer.quotas import (
+from tests.unit.informer.builders import quota
+from vgpu_scheduler.services.informer.quotas import (
     VENDOR_MEM_LIMIT_MAX_MIB,
     combine,
     limited_namespaces,
     namespace_limits,
     read_quota,
 )
-from shared.domain.model import NvidiaConfig, QuotaLimits, VendorLimits, quota_limits
-from shared.vendors.catalog import enabled_vendors
-from tests.unit.informer.builders import quota
+from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, VendorLimits, quota_limits
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 CFG = NvidiaConfig()
 ALL = enabled_vendors(CFG, {"hygon": {}, "cambricon": {}, "amd": {}, "vnpus": None})

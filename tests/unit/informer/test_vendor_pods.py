@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from services.informer.pods import pod_allocation
-from shared.codec.podannotations import NVIDIA_READER, decode_allocation, merge_pod_devices
-from shared.domain.model import ContainerDevice, DeviceCharge
-from shared.errors import DecodeError
-from shared.vendors.nvidia import NvidiaVendor
 from tests.fakevendor_node import FAKE, FAKE_ALLOCATED, FakeVendor
 from tests.unit.informer.builders import pod
+from vgpu_scheduler.services.informer.pods import pod_allocation
+from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, decode_allocation, merge_pod_devices
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceCharge
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 
 VENDORS = (NvidiaVendor(), FakeVendor())
 

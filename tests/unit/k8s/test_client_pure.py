@@ -6,11 +6,18 @@ import json
 
 import pytest
 
-from shared.errors import ConfigError, ConflictError, NotFoundError, PermanentError, TransientError
-from shared.k8s import AlreadyBoundError, EventType, ExpiredError, KubeRequestError, KubeSettings, TokenBucket
-from shared.k8s.api import event_body, metadata_patch
-from shared.k8s.errors import error_for
-from shared.k8s.informer import InformerSettings, backoff_delay_s
+from vgpu_scheduler.shared.errors import ConfigError, ConflictError, NotFoundError, PermanentError, TransientError
+from vgpu_scheduler.shared.k8s import (
+    AlreadyBoundError,
+    EventType,
+    ExpiredError,
+    KubeRequestError,
+    KubeSettings,
+    TokenBucket,
+)
+from vgpu_scheduler.shared.k8s.api import event_body, metadata_patch
+from vgpu_scheduler.shared.k8s.errors import error_for
+from vgpu_scheduler.shared.k8s.informer import InformerSettings, backoff_delay_s
 
 
 class FakeClock:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.emulator.patch import JSON_PATCH, MERGE, STRATEGIC, apply_patch, json_patch, merge_patch
-from shared.emulator.status import ApiError
+from vgpu_scheduler.shared.emulator.patch import JSON_PATCH, MERGE, STRATEGIC, apply_patch, json_patch, merge_patch
+from vgpu_scheduler.shared.emulator.status import ApiError
 
 BASE: dict[str, Any] = {"metadata": {"name": "n", "annotations": {"a": "1", "b": "2"}}, "spec": {"x": [1, 2]}}
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from shared.emulator.resources import resolve
-from shared.emulator.selectors import field_value, parse_field_selector, parse_label_selector
-from shared.emulator.status import ApiError
+from vgpu_scheduler.shared.emulator.resources import resolve
+from vgpu_scheduler.shared.emulator.selectors import field_value, parse_field_selector, parse_label_selector
+from vgpu_scheduler.shared.emulator.status import ApiError
 
 LABELS = {"gpu": "on", "zone": "a", "tier": "3", "hami.io/vgpu-node": "node-1"}
 

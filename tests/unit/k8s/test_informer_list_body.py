@@ -8,8 +8,8 @@ from typing import Any, cast
 
 import pytest
 
-from shared.k8s import Informer, InformerSettings, KubeClient, Resource, WatchEvent
-from shared.runtime import cancel_until_done
+from vgpu_scheduler.shared.k8s import Informer, InformerSettings, KubeClient, Resource, WatchEvent
+from vgpu_scheduler.shared.runtime import cancel_until_done
 
 GOOD = {"metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "n1", "uid": "u1"}}]}
 

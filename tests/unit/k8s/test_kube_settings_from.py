@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from shared.config import CommonSettings, KubeSettings, Service
-from shared.errors import ConfigError
-from shared.k8s import DEFAULT_CALL_TIMEOUT_S, kube_settings_from
+from vgpu_scheduler.shared.config import CommonSettings, KubeSettings, Service
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.k8s import DEFAULT_CALL_TIMEOUT_S, kube_settings_from
 
 
 def common(**kube: object) -> CommonSettings:

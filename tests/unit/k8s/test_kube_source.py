@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ConfigError
-from shared.k8s.client import KubeSettings, KubeSource, merge_kubeconfigs, resolve_source
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.k8s.client import KubeSettings, KubeSource, merge_kubeconfigs, resolve_source
 
 
 @pytest.fixture

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 EMULATOR = Path(__file__).resolve().parents[3] / "shared" / "emulator"
-FORBIDDEN = ("kubernetes_asyncio", "redis", "fakeredis", "shared.k8s", "shared.store", "services")
+FORBIDDEN = (
+    "kubernetes_asyncio",
+    "redis",
+    "fakeredis",
+    "vgpu_scheduler.shared.k8s",
+    "vgpu_scheduler.shared.store",
+    "vgpu_scheduler.services",
+)
 
 
 def _imports(path: Path) -> set[str]:

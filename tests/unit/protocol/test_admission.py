@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared.errors import DecodeError
-from shared.protocol.admission import (
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.protocol.admission import (
     AdmissionOutcome,
     AdmissionVersion,
     Operation,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.protocol.events import (
+from vgpu_scheduler.shared.protocol.events import (
     MAX_MESSAGE_BYTES,
     EventReason,
     EventType,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.errors import DecodeError
-from shared.protocol.extender import (
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.protocol.extender import (
     MAX_BODY_BYTES,
     MISSING_POD_MESSAGE,
     ExtenderArgs,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from shared.errors import DecodeError
-from shared.protocol import gojson
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.protocol import gojson
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.errors import DecodeError
-from shared.protocol.jsonpatch import apply_patch, create_patch, escape_token, parse_pointer, pointer
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch, create_patch, escape_token, parse_pointer, pointer
 
 
 @pytest.mark.parametrize(

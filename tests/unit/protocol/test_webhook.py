@@ -13,10 +13,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
-from shared.protocol.admission import AdmissionOutcome, decode_patch, parse_admission_review, review_response
-from shared.protocol.extender import parse_extender_args
-from shared.protocol.webhook import QuotaDemand, apply_patch, fits_quota, mutate_pod, quota_demand
+from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
+from vgpu_scheduler.shared.protocol.admission import (
+    AdmissionOutcome,
+    decode_patch,
+    parse_admission_review,
+    review_response,
+)
+from vgpu_scheduler.shared.protocol.extender import parse_extender_args
+from vgpu_scheduler.shared.protocol.webhook import QuotaDemand, apply_patch, fits_quota, mutate_pod, quota_demand
 
 CFG = NvidiaConfig()
 SCHED = "hami-scheduler"

@@ -7,9 +7,16 @@ from typing import Any
 
 import pytest
 
-from shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState, QuotaUse, VendorLimits, quota_limits
-from shared.protocol.webhook import QuotaDemand, mutate_pod, vendor_quota_demands
-from shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.domain.model import (
+    NvidiaConfig,
+    QuotaLimits,
+    QuotaState,
+    QuotaUse,
+    VendorLimits,
+    quota_limits,
+)
+from vgpu_scheduler.shared.protocol.webhook import QuotaDemand, mutate_pod, vendor_quota_demands
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 CFG = NvidiaConfig()
 VENDORS = enabled_vendors(CFG, {"hygon": {}, "cambricon": {}})

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from shared.domain.model import NvidiaConfig
-from shared.protocol.webhook import MSG_OTHER_SCHEDULER, AdmissionOutcome, apply_patch, mutate_pod
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
 from tests.fakevendor import FakeVendor
 from tests.unit.protocol.test_webhook import ctr, pod
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.protocol.webhook import MSG_OTHER_SCHEDULER, AdmissionOutcome, apply_patch, mutate_pod
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 CFG = NvidiaConfig(overwrite_env=True, gpu_core_policy="force", runtime_class_name="nvidia")
 SCHED = "hami-scheduler"

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from services import cli
-from services.registrar.service import label_selector
-from shared.config import Service, options_for, settings_for
+from vgpu_scheduler.services import cli
+from vgpu_scheduler.services.registrar.service import label_selector
+from vgpu_scheduler.shared.config import Service, options_for, settings_for
 
 
 def test_registrar_is_a_subcommand() -> None:
-    assert "services.registrar.main" in cli.SUBCOMMANDS
+    assert "vgpu_scheduler.services.registrar.main" in cli.SUBCOMMANDS
 
 
 def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from shared.codec.handshake import format_requesting
-from shared.domain.model import DeviceInfo, NodeInventory
-from shared.vendors.catalog import (
+from tests.fakevendor_node import FAKE_COUNT, FAKE_HANDSHAKE, FAKE_REGISTER, FakeVendor, fake_register
+from vgpu_scheduler.shared.codec.handshake import format_requesting
+from vgpu_scheduler.shared.domain.model import DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.vendors.catalog import (
     UuidCollision,
     enabled_vendors,
     inventory_vendor,
@@ -15,10 +16,9 @@ from shared.vendors.catalog import (
     observe_node,
     with_handshake_timeout,
 )
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registration import Invalid, NodeView, NotRegistered, Registered, Unregistered
-from shared.vendors.registry import Vendors
-from tests.fakevendor_node import FAKE_COUNT, FAKE_HANDSHAKE, FAKE_REGISTER, FakeVendor, fake_register
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView, NotRegistered, Registered, Unregistered
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 NOW = datetime(2025, 6, 13, 9, 7, 40)
 NV_REGISTER = "hami.io/node-nvidia-register"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.registrar.nvidia import NvidiaVendor
-from services.registrar.vendor import (
+from vgpu_scheduler.services.registrar.nvidia import NvidiaVendor
+from vgpu_scheduler.services.registrar.vendor import (
     DecodeFailure,
     HandshakeState,
     Invalid,
@@ -22,8 +22,8 @@ from services.registrar.vendor import (
     Unregistered,
     judge_handshake,
 )
-from shared.codec.handshake import format_deleted, format_requesting
-from shared.domain.model import DeviceInfo, NvidiaConfig
+from vgpu_scheduler.shared.codec.handshake import format_deleted, format_requesting
+from vgpu_scheduler.shared.domain.model import DeviceInfo, NvidiaConfig
 
 NOW = datetime(2025, 6, 13, 9, 7, 40)
 REGISTER = "hami.io/node-nvidia-register"
@@ -289,7 +289,16 @@ def test_node_view_of_tolerates_partial_objects() -> None:
 
 
 PURE = ("vendor.py", "nvidia.py")
-IO_MODULES = ("asyncio", "logging", "redis", "aiohttp", "kubernetes_asyncio", "shared.store", "shared.k8s", "socket")
+IO_MODULES = (
+    "asyncio",
+    "logging",
+    "redis",
+    "aiohttp",
+    "kubernetes_asyncio",
+    "vgpu_scheduler.shared.store",
+    "vgpu_scheduler.shared.k8s",
+    "socket",
+)
 
 
 @pytest.mark.parametrize("name", PURE)

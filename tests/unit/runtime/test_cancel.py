@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shared.runtime import cancel_until_done, wait_then_cancel
+from vgpu_scheduler.shared.runtime import cancel_until_done, wait_then_cancel
 
 
 class Stubborn:

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from shared.runtime import FailureStreak
+from vgpu_scheduler.shared.runtime import FailureStreak
 
 
 @pytest.mark.parametrize("jitter", [0.0, 0.5, 0.999])

@@ -10,8 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.config import LogFormat, LogLevel, settings_for
-from shared.logs import JsonFormatter, TextFormatter, _timestamp, configure_from_settings, configure_logging
+from vgpu_scheduler.shared.config import LogFormat, LogLevel, settings_for
+from vgpu_scheduler.shared.logs import (
+    JsonFormatter,
+    TextFormatter,
+    _timestamp,
+    configure_from_settings,
+    configure_logging,
+)
 
 
 @pytest.fixture
@@ -31,7 +37,7 @@ class Tty(io.StringIO):
 
 
 def record(msg: str = "pod bound", **extra: object) -> logging.LogRecord:
-    rec = logging.LogRecord("services.extender.bind", logging.INFO, __file__, 1, msg, (), None)
+    rec = logging.LogRecord("vgpu_scheduler.services.extender.bind", logging.INFO, __file__, 1, msg, (), None)
     for key, value in extra.items():
         setattr(rec, key, value)
     return rec
@@ -41,7 +47,8 @@ def test_json_line_has_context_fields() -> None:
     line = JsonFormatter().format(record(pod="ns/p", pod_uid="u-1", node="n1", devices=["GPU-a"], reason=None))
     assert "\n" not in line
     obj = json.loads(line)
-    assert obj["level"] == "info" and obj["logger"] == "services.extender.bind" and obj["msg"] == "pod bound"
+    assert obj["level"] == "info" and obj["msg"] == "pod bound"
+    assert obj["logger"] == "vgpu_scheduler.services.extender.bind"
     assert (obj["pod"], obj["pod_uid"], obj["node"], obj["devices"], obj["reason"]) == (
         "ns/p",
         "u-1",

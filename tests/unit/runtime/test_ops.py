@@ -17,9 +17,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shared.errors import ConfigError
-from shared.metrics import new_registry, register_build_info
-from shared.ops import (
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.metrics import new_registry, register_build_info
+from vgpu_scheduler.shared.ops import (
     add_ops_routes,
     create_ops_app,
     running_server,

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ConfigError
-from shared.runtime import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, fast_loop_factory, run_service
+from vgpu_scheduler.shared.errors import ConfigError
+from vgpu_scheduler.shared.runtime import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, fast_loop_factory, run_service
 
 SERVICE = textwrap.dedent(
     """
     import asyncio, sys
-    from shared.runtime import RootTask, fast_loop_factory, run_service, supervise
+    from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
 
     def worker(name):
         async def run():

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from shared.runtime import RootTask, supervise
+from vgpu_scheduler.shared.runtime import RootTask, supervise
 
 
 class Recorder:
@@ -107,13 +107,13 @@ async def test_a_slow_task_past_the_deadline_is_logged_and_the_rest_still_stop(
         stop.set()
 
     handler = ReleaseOnDeadline()
-    logging.getLogger("shared.runtime").addHandler(handler)
+    logging.getLogger("vgpu_scheduler.shared.runtime").addHandler(handler)
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(fast_stop())
             await supervise(stop, [*rec.tasks(), RootTask("slow", slow)], shutdown_deadline_s=0.01)
     finally:
-        logging.getLogger("shared.runtime").removeHandler(handler)
+        logging.getLogger("vgpu_scheduler.shared.runtime").removeHandler(handler)
     assert slow_cancelled.is_set()
     assert rec.stopped == ["first"]
     late = [r for r in caplog.records if r.getMessage() == "root task did not stop within the shutdown deadline"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from services import cli
+from vgpu_scheduler.services import cli
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -26,7 +26,8 @@ def assert_one_line_error(err: str, fragment: str) -> None:
 
 
 def test_subcommands_are_registered() -> None:
-    assert "services.simulate.main" in cli.SUBCOMMANDS and "services.allinone.main" in cli.SUBCOMMANDS
+    assert "vgpu_scheduler.services.simulate.main" in cli.SUBCOMMANDS
+    assert "vgpu_scheduler.services.allinone.main" in cli.SUBCOMMANDS
 
 
 def test_a_bad_cluster_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from services.simulate.clock import VirtualClockLoop, simulated_elapsed
-from services.simulate.driver import SchedulerTiming
+from vgpu_scheduler.services.simulate.clock import VirtualClockLoop, simulated_elapsed
+from vgpu_scheduler.services.simulate.driver import SchedulerTiming
 
 
 def run(coro_fn):

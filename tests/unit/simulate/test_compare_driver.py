@@ -6,16 +6,29 @@ from typing import Any
 
 import pytest
 
-from services.simulate.compare import DEFAULT_COMBINATIONS, Combination, Outcome, parse_policies, render_comparison
-from services.simulate.driver import (
+from vgpu_scheduler.services.simulate.compare import (
+    DEFAULT_COMBINATIONS,
+    Combination,
+    Outcome,
+    parse_policies,
+    render_comparison,
+)
+from vgpu_scheduler.services.simulate.driver import (
     Defaults,
     candidate_names,
     effective_policies,
     local_admission,
     scheduler_annotations,
 )
-from shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig, QuotaLimits, QuotaState
-from shared.errors import ConfigError
+from vgpu_scheduler.shared.domain.model import (
+    GpuPolicy,
+    GpuPolicyToken,
+    NodePolicy,
+    NvidiaConfig,
+    QuotaLimits,
+    QuotaState,
+)
+from vgpu_scheduler.shared.errors import ConfigError
 
 B, S, T, N = GpuPolicyToken.BINPACK, GpuPolicyToken.SPREAD, GpuPolicyToken.TOPOLOGY_AWARE, GpuPolicyToken.NUMA
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from services.simulate.devplugin import allocation_problems, lock_kinds_of, vendor_allocation_problems
-from shared.vendors.base import NodeLockKind
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registry import Vendors
 from tests.fakevendor import FakeVendor
+from vgpu_scheduler.services.simulate.devplugin import allocation_problems, lock_kinds_of, vendor_allocation_problems
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 VENDORS = Vendors(
     (NvidiaVendor(), FakeVendor("DCU"), FakeVendor("AWS", NodeLockKind.NONE), FakeVendor("MLU", NodeLockKind.CAMBRICON))

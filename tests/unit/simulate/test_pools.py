@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 import yaml
 
-from services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG
-from services.simulate.manifests import ManifestError, load_cluster
-from services.simulate.pools import ALL_VENDORS, expand_pool
-from shared.devconfig import load_device_config
-from shared.domain.model import NvidiaConfig
-from shared.vendors import cambricon
-from shared.vendors.catalog import enabled_vendors, observe_node
-from shared.vendors.registration import NodeView
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG
+from vgpu_scheduler.services.simulate.manifests import ManifestError, load_cluster
+from vgpu_scheduler.services.simulate.pools import ALL_VENDORS, expand_pool
+from vgpu_scheduler.shared.devconfig import load_device_config
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.vendors import cambricon
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors, observe_node
+from vgpu_scheduler.shared.vendors.registration import NodeView
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 NOW = datetime(2025, 1, 1, 12, 0, 0)
 EXAMPLE_VENDORS = enabled_vendors(NvidiaConfig(), load_device_config(str(EXAMPLE_DEVICE_CONFIG)).vendor_sections)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from services.simulate.report import ADMISSION, PodResult, audit, device_states, reason_types, summarize
-from shared.codec.register import encode_register_json
 from tests.builders import gpu
+from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult, audit, device_states, reason_types, summarize
+from vgpu_scheduler.shared.codec.register import encode_register_json
 
 
 def node(name: str, *devices: Any, allocatable: str = "10", cordon: str | None = None) -> dict[str, Any]:

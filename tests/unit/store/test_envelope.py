@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shared.codec.envelope import (
+from vgpu_scheduler.shared.codec.envelope import (
     STANDARD_REGISTRY,
     EnvelopeRegistry,
     Kind,
@@ -23,7 +23,7 @@ from shared.codec.envelope import (
     encode_inventory,
     encode_quota_limits,
 )
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     Allocation,
     ContainerDevice,
     DeviceCharge,
@@ -34,7 +34,7 @@ from shared.domain.model import (
     NodeInventory,
     QuotaLimits,
 )
-from shared.errors import DecodeError, SchemaVersionError
+from vgpu_scheduler.shared.errors import DecodeError, SchemaVersionError
 
 INVENTORY = NodeInventory(
     node="gpu-1",

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from shared.domain.model import DeviceCharge, DeviceUsage, MigPlacement
-from shared.errors import DecodeError
-from shared.store import Keys, charges_json, parse_usage
+from vgpu_scheduler.shared.domain.model import DeviceCharge, DeviceUsage, MigPlacement
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.store import Keys, charges_json, parse_usage
 
 
 def _tag(key: str) -> str:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import msgpack  # type: ignore[import-untyped]
 import pytest
 
-from shared.codec.envelope import decode_quota_limits, encode_quota_limits
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec.envelope import decode_quota_limits, encode_quota_limits
+from vgpu_scheduler.shared.domain.model import (
     Allocation,
     ContainerDevice,
     DeviceCharge,
@@ -16,9 +16,9 @@ from shared.domain.model import (
     VendorLimits,
     quota_limits,
 )
-from shared.errors import DecodeError
-from shared.store import PodQuotaCharge
-from shared.store.quota import decode_charge, encode_charge
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.store import PodQuotaCharge
+from vgpu_scheduler.shared.store.quota import decode_charge, encode_charge
 
 DCU_MLU = quota_limits(VendorLimits(4000), {"MLU": VendorLimits(None, 50), "DCU": VendorLimits(8192, None)})
 

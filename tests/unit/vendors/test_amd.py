@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.domain.model import (
+from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
     ContainerDevice,
@@ -21,14 +21,21 @@ from shared.domain.model import (
     PodConstraints,
     PodRequest,
 )
-from shared.domain.plan import Decision, Failure, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import NVIDIA_RULES, RuleSet
-from shared.errors import ConfigError, DecodeError
-from shared.vendors import amd
-from shared.vendors.base import NodeLockKind
-from shared.vendors.registration import DecodeFailure, Invalid, NodeView, NotRegistered, Registered, Unregistered
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, RuleSet
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors import amd
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.registration import (
+    DecodeFailure,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Registered,
+    Unregistered,
+)
 
 V = amd.build(None)[0]
 NOW = datetime(2025, 1, 7, 12, 0, 0)

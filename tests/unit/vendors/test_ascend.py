@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from shared.codec.resources import ResourceRequestError
-from shared.domain.model import (
+from tests.builders import pod
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError
+from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -25,17 +26,23 @@ from shared.domain.model import (
     PodConstraints,
     Reason,
 )
-from shared.domain.plan import Decision, Failure, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import RuleSet
-from shared.errors import ConfigError, DecodeError
-from shared.vendors import ascend
-from shared.vendors.ascend import AscendVendor, ChipConfig, Template, build
-from shared.vendors.base import NodeLockKind
-from shared.vendors.registration import DecodeFailure, Invalid, NodeView, NotRegistered, Registered, Unregistered
-from shared.vendors.registry import Vendors
-from tests.builders import pod
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import RuleSet
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors import ascend
+from vgpu_scheduler.shared.vendors.ascend import AscendVendor, ChipConfig, Template, build
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.registration import (
+    DecodeFailure,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Registered,
+    Unregistered,
+)
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 VENDORS = {v.name: v for v in build(None)}
 A910A = VENDORS["Ascend910A"]

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from shared.codec.podannotations import device_list_annotations
-from shared.codec.resources import ResourceRequestError
-from shared.domain.model import (
+from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError
+from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
@@ -25,15 +25,15 @@ from shared.domain.model import (
     Reason,
     Selectors,
 )
-from shared.domain.plan import Decision, Failure, plan
-from shared.domain.scoring import Policies
-from shared.domain.snapshot import NodeSnapshot
-from shared.domain.vendor import RuleSet
-from shared.errors import ConfigError, DecodeError
-from shared.vendors import cambricon as cam
-from shared.vendors.base import NodeLockKind, Vendor
-from shared.vendors.nvidia import NvidiaVendor
-from shared.vendors.registration import (
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import RuleSet
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors import cambricon as cam
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
     NodeView,
@@ -42,7 +42,7 @@ from shared.vendors.registration import (
     Registered,
     Unregistered,
 )
-from shared.vendors.registry import Vendors
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = cam.DEFAULT_VENDOR
 HAMI_TEST = cam.CambriconVendor(count_name="cambricon.com/mlu")
