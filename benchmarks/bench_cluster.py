@@ -1,6 +1,7 @@
 """The real control plane, native kube-scheduler versus vgpu-scheduler, same nodes, same pods, same run.
 
-Needs ``KUBEBUILDER_ASSETS`` (``../shared/k8s/install.sh .cache/k8s``) and ``redis-server`` on the PATH. Each row
+Needs ``KUBEBUILDER_ASSETS`` (the directory ``scripts/install-control-plane.sh .cache/k8s`` fills and prints, or
+setup-envtest's) and ``redis-server`` on the PATH. Each row
 starts its own kube-scheduler (and our services) on one shared etcd + kube-apiserver, on fresh nodes:
 
 * ``native``: kube-scheduler alone places ``nvidia.com/gpu: 1`` pods (the chart's configuration without the
@@ -164,7 +165,7 @@ def main() -> None:
         p.error(f"--settings takes defaults and/or chart, not {bad}")
     assets = assets_dir()
     if assets is None:
-        sys.exit("bench_cluster: set KUBEBUILDER_ASSETS (../shared/k8s/install.sh .cache/k8s)")
+        sys.exit("bench_cluster: set KUBEBUILDER_ASSETS=$(scripts/install-control-plane.sh .cache/k8s) (see README)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
         with _redis_server() as redis_url, control_plane(assets) as api:

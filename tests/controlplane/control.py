@@ -30,7 +30,10 @@ import yaml
 from tests.certs import EC_P256
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
-SKIP_REASON = "real control plane: set KUBEBUILDER_ASSETS (see README: ../shared/k8s/install.sh .cache/k8s)"
+SKIP_REASON = (
+    "real control plane: set KUBEBUILDER_ASSETS=$(scripts/install-control-plane.sh .cache/k8s),"
+    " or to setup-envtest's directory (see README)"
+)
 _READY_TIMEOUT_S = 90.0
 _STOP_TIMEOUT_S = 15.0
 
@@ -46,7 +49,7 @@ def assets_dir() -> Path | None:
         return None
     path = Path(value)
     if not (path / "kube-apiserver").exists():
-        raise ControlPlaneError(f"{ASSETS_ENV}={value} holds no kube-apiserver: run ../shared/k8s/install.sh {value}")
+        raise ControlPlaneError(f"{ASSETS_ENV}={value} has no kube-apiserver: scripts/install-control-plane.sh {value}")
     return path
 
 
@@ -62,7 +65,7 @@ def _binary(assets: Path, name: str) -> str:
         return str(candidate)
     found = shutil.which(name)
     if found is None:
-        raise ControlPlaneError(f"{name} is neither in {assets} nor on the PATH (install.sh installs it)")
+        raise ControlPlaneError(f"{name} is neither in {assets} nor on the PATH (install-control-plane.sh links it)")
     return found
 
 

@@ -3,6 +3,7 @@ status as posted, and a kube-scheduler started from a config dict binds a pod to
 
 from __future__ import annotations
 
+import subprocess
 import time
 import urllib.error
 import uuid
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.controlplane.control import ApiServer, Cleanup, start_scheduler
+from tests.controlplane.control import ApiServer, Cleanup, assets_dir, start_scheduler
 
 
 def _node(name: str) -> dict[str, object]:
@@ -75,3 +76,20 @@ def test_scheduler_binds_a_pod(kube_apiserver: ApiServer, kube_cleanup: Cleanup,
             bound = kube_apiserver.request("GET", f"/api/v1/namespaces/{ns}/pods/p")["spec"].get("nodeName", "")
             time.sleep(0.1)  # another process binds it: nothing to await
     assert bound == node
+
+
+def test_the_binaries_report_the_release_they_were_built_as(kube_apiserver: ApiServer) -> None:
+    """scripts/install-control-plane.sh sets the version strings to the release it writes to ``.k8s-version``:
+    ``GET /version`` and ``kube-scheduler --version`` say it (a setup-envtest directory has no such file)."""
+    assets = assets_dir()
+    assert assets is not None
+    marker = assets / ".k8s-version"
+    if not marker.exists():
+        pytest.skip(f"{assets} was not filled by scripts/install-control-plane.sh (no .k8s-version)")
+    release = marker.read_text().strip()
+    served = kube_apiserver.request("GET", "/version")
+    assert (served["gitVersion"], served["major"], served["minor"]) == (release, "1", release.split(".")[1])
+    scheduler = subprocess.run(
+        [str(assets / "kube-scheduler"), "--version"], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert scheduler.stdout.split() == ["Kubernetes", release]
