@@ -39,12 +39,13 @@ import random
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from aiohttp import web
 
 from vgpu_scheduler.services.extender.bindhint import is_pod_group_member, parse_bind_hint
 from vgpu_scheduler.services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.events import EventSink, pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.services.extender.vendorlock import (
@@ -75,9 +76,6 @@ from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Store
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 

@@ -25,11 +25,12 @@ import collections
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from vgpu_scheduler.services.extender.bindhint import bind_hint_for
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
@@ -64,9 +65,6 @@ from vgpu_scheduler.shared.store import (
     Reserved,
     Unsettled,
 )
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ import logging
 import os
 
 from vgpu_scheduler.services.extender.events import EventSink, api_poster
-from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
+from vgpu_scheduler.services.extender.service import ExtenderService
 from vgpu_scheduler.shared.config import ExtenderSettings, Service, settings_from_args
 from vgpu_scheduler.shared.k8s import Api, kube_settings_from, open_client
 from vgpu_scheduler.shared.logs import configure_from_settings
