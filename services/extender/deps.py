@@ -1,7 +1,7 @@
 """What one extender replica talks to: :class:`ExtenderDeps`, built by a composition root (``main.py``,
 ``all-in-one``, ``simulate``, tests) and handed to the service and its handlers.
 
-A module of its own so that the handlers (``filter``, ``bind``, ``webhook``) name it without importing the
+A module of its own so that the handlers (``filter``, ``bindhttp``, ``webhook``) name it without importing the
 service, which imports them: the package has no import cycle (``tests/unit/extender/test_import_cycles.py``).
 """
 

@@ -13,8 +13,8 @@ import asyncio
 import logging
 import os
 
-from vgpu_scheduler.services.extender.events import EventSink, api_poster
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
+from vgpu_scheduler.services.extender.events import EventSink, api_poster
 from vgpu_scheduler.services.extender.service import ExtenderService
 from vgpu_scheduler.shared.config import ExtenderSettings, Service, settings_from_args
 from vgpu_scheduler.shared.k8s import Api, kube_settings_from, open_client
