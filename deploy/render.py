@@ -5,8 +5,8 @@ Helm v4's Go SDK, so no ``helm`` binary is needed. The committed manifests are t
 chart's default values plus ``deploy/manifests-values.yaml`` (existing Secrets instead of generated credentials;
 release ``vgpu-scheduler``, namespace ``vgpu-system``); a unit test fails when they are out of date.
 
-    python -m deploy.render                 # rewrite deploy/manifests/
-    python -m deploy.render --check         # exit 1 when deploy/manifests/ is stale
+    python -m deploy.render                 # rewrite deploy/manifests/ (prints each file it wrote or removed)
+    python -m deploy.render --check         # exit 1 when deploy/manifests/ is stale (naming the stale files)
     python -m deploy.render -f my-values.yaml --namespace gpu --out /tmp/out
 """
 
@@ -208,18 +208,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (RenderError, ManifestError) as e:
         print(f"render: {e}", file=sys.stderr)
         return 2
+    stale = stale_files(args.out, expected)
     if args.check:
-        stale = stale_files(args.out, expected)
         for name in stale:
             print(f"stale: {args.out / name}", file=sys.stderr)
+        if not stale:
+            print(f"render: {args.out} is up to date ({len(expected)} files)")
         return 1 if stale else 0
     args.out.mkdir(parents=True, exist_ok=True)
-    for stale_name in stale_files(args.out, expected):
-        if stale_name not in expected:
-            (args.out / stale_name).unlink()
+    for name in stale:
+        if name not in expected:
+            (args.out / name).unlink()
+            print(f"removed {args.out / name}")
     for name, text in expected.items():
-        (args.out / name).write_text(text, encoding="utf-8")
+        if name in stale:
+            (args.out / name).write_text(text, encoding="utf-8")
+            print(f"wrote {args.out / name}")
+    print(f"render: {len(expected)} files in {args.out}, {_changed(stale, expected)}")
     return 0
+
+
+def _changed(stale: Sequence[str], expected: Mapping[str, str]) -> str:
+    written = sum(1 for n in stale if n in expected)
+    removed = len(stale) - written
+    parts = [f"{written} written" if written else "all up to date"]
+    if removed:
+        parts.append(f"{removed} removed")
+    return ", ".join(parts)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from vgpu_scheduler.shared.domain.model import MigAllowlistEntry, MigGeometryEntry, MigTemplate, NvidiaConfig
 from vgpu_scheduler.shared.errors import ConfigError
 
@@ -86,6 +84,8 @@ def read_yaml_file(path: str, label: str) -> object:
     """The parsed YAML document of ``path`` (None if empty). ConfigError ``<label>: cannot read: …`` or
     ``<label>: not valid YAML: …`` (first line of the parser's message) otherwise: one file reader for the
     device config and ``--config``."""
+    import yaml  # here, not at the top: ``vgpu-scheduler --help`` loads this module and never reads YAML
+
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as e:

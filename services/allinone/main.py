@@ -15,7 +15,7 @@ import logging
 import os
 
 from vgpu_scheduler.services.allinone.service import STOP_DEADLINE_S, AllInOneDeps, AllInOneService
-from vgpu_scheduler.shared.config import AllInOneSettings, Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.config import AllInOneSettings, Service, settings_from_args
 from vgpu_scheduler.shared.k8s import kube_settings_from, open_client
 from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
@@ -29,11 +29,6 @@ EMBEDDED_STORE_WARNING = (
     "no --redis-url: using an embedded in-process store. It lives and dies with this process: run exactly one "
     "all-in-one replica and no separate registrar/informer/extender; give --redis-url for anything else"
 )
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``all-in-one`` subcommand (flags generated from the option table)."""
-    add_service_parser(subparsers, Service.ALL_IN_ONE).set_defaults(run=run)
 
 
 async def serve_all_in_one(

@@ -18,20 +18,48 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
 
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, Verb
 from vgpu_scheduler.services.extender.tls import peer_certificate
+from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.ops import add_ops_routes
 from vgpu_scheduler.shared.protocol.admission import HTTP_BAD_REQUEST, error_review
 from vgpu_scheduler.shared.protocol.extender import MAX_BODY_BYTES, ExtenderFilterResult, binding_result
 
-if TYPE_CHECKING:
-    from vgpu_scheduler.services.extender.service import ExtenderService
-
 logger = logging.getLogger(__name__)
+
+
+class Handler(Protocol):
+    """What an endpoint object offers the app: an aiohttp handler."""
+
+    async def handle(self, request: web.Request) -> web.Response: ...
+
+
+class Endpoints(Protocol):
+    """What the apps serve: one extender replica's handlers and ops hooks (an ``ExtenderService``; named by this
+    protocol so that the app does not import the service, which imports the app)."""
+
+    @property
+    def settings(self) -> ExtenderSettings: ...
+    @property
+    def deps(self) -> ExtenderDeps: ...
+    @property
+    def metrics(self) -> ExtenderMetrics: ...
+    @property
+    def filter(self) -> Handler: ...
+    @property
+    def bind(self) -> Handler: ...
+    @property
+    def webhook(self) -> Handler: ...
+
+    async def readiness(self) -> tuple[bool, str]: ...
+
+    async def refresh_quota_metrics(self) -> None: ...
+
 
 HandlerFn = Callable[[web.Request], Awaitable[web.Response]]
 _JSON = "application/json"
@@ -97,7 +125,7 @@ def client_certificate_required(verb: Verb, handler: HandlerFn, metrics: Extende
     return wrapped
 
 
-def create_app(service: ExtenderService, *, webhook: bool = True) -> web.Application:
+def create_app(service: Endpoints, *, webhook: bool = True) -> web.Application:
     """The extender's ``--http_bind`` application for one service (served by ``ExtenderService.run`` or a test);
     ``webhook=False`` leaves ``/webhook`` to the ``--webhook-bind`` app."""
     # Bodies are read as sent, whatever Content-Encoding says (Go's net/http server never decodes request
@@ -123,7 +151,7 @@ def create_app(service: ExtenderService, *, webhook: bool = True) -> web.Applica
     return app
 
 
-def create_webhook_app(service: ExtenderService) -> web.Application:
+def create_webhook_app(service: Endpoints) -> web.Application:
     """The ``--webhook-bind`` application: ``/webhook``, ``/healthz`` and ``/readyz``, no client certificates."""
     app = web.Application(client_max_size=MAX_BODY_BYTES + 1, handler_args={"auto_decompress": False})
     app.router.add_post("/webhook", timed(Verb.WEBHOOK, service.webhook.handle, service.metrics))

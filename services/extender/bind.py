@@ -27,24 +27,31 @@ checked with a GET; if it stays unknown nothing is undone (a bound pod must keep
 the answer is an Error. On success the lock stays held: the device plugin (or the informer, when the bind phase
 settles or the lock times out) releases it. Calls on success: node lock patch, pod patch, Binding (and a GET of
 the pod first when the reservation has no hint).
+
+This module is the use case (:class:`Binder`); :mod:`.bindresult` holds its outcomes, :mod:`.bindwrites` what it
+writes on the pod and how it takes that back, :mod:`.bindhttp` the HTTP endpoint, :mod:`.bindlock` and
+:mod:`.vendorlock` the node locks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import logging
 import random
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
-
-from aiohttp import web
+from typing import Any, Final
 
 from vgpu_scheduler.services.extender.bindhint import is_pod_group_member, parse_bind_hint
 from vgpu_scheduler.services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
+from vgpu_scheduler.services.extender.bindresult import BindFailed, BindOutcome, BindResult
+from vgpu_scheduler.services.extender.bindwrites import (
+    POD_PATCH_ATTEMPTS,
+    foreign_allocation,
+    remove_own_annotations,
+)
 from vgpu_scheduler.services.extender.events import EventSink, pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.services.extender.vendorlock import (
@@ -54,10 +61,8 @@ from vgpu_scheduler.services.extender.vendorlock import (
     TimedNodeLocker,
     lock_kinds,
 )
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
 from vgpu_scheduler.shared.codec.resources import vendors_pod_request
-from vgpu_scheduler.shared.config.settings import ExtenderSettings
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
@@ -65,19 +70,15 @@ from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject
 from vgpu_scheduler.shared.k8s.objects import meta, resource_version_of, uid_of
 from vgpu_scheduler.shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
 from vgpu_scheduler.shared.protocol.extender import (
-    EMPTY_BODY_MESSAGE,
-    MAX_BODY_BYTES,
     ExtenderBindingArgs,
-    binding_result,
-    parse_binding_args,
 )
 from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Store
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
-if TYPE_CHECKING:
-    from vgpu_scheduler.services.extender.service import ExtenderDeps
+__all__ = ["DEFAULT_LOCK_WAIT_S", "POD_GROUP_RETRY_S", "BindOutcome", "BindResult", "Binder", "lock_wait_budget"]
+"""``BindOutcome`` and ``BindResult`` live in :mod:`.bindresult`; they stay importable from here."""
 
 logger = logging.getLogger(__name__)
 
@@ -95,51 +96,6 @@ def lock_wait_budget(bind_timeout_s: float) -> float:
 
 POD_GROUP_RETRY_S: Final = 0.1
 """PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-wire §4.2)."""
-_POD_PATCH_ATTEMPTS: Final = 3
-_JSON: Final = "application/json"
-
-
-class BindOutcome(enum.Enum):
-    """The ``outcome`` label of ``vgpu_bind_outcomes_total``."""
-
-    BOUND = "bound"
-    """Lock taken, annotations written, Binding created."""
-    ALREADY_BOUND = "already_bound"
-    """The pod was already on this node (a retried bind): success, nothing written."""
-    PLAIN = "plain"
-    """A pod asking for nothing we manage: bound without devices or lock."""
-    BAD_REQUEST = "bad_request"
-    NO_RESERVATION = "no_reservation"
-    WRONG_NODE = "wrong_node"
-    POD_GONE = "pod_gone"
-    """The pod is gone, re-created under another UID, or being deleted."""
-    BOUND_ELSEWHERE = "bound_elsewhere"
-    NODE_GONE = "node_gone"
-    LOCK_TIMEOUT = "lock_timeout"
-    NOT_OWNER = "not_owner"
-    """Another bind of this pod owns its record (claimed first, or took over an expired claim): nothing written."""
-    ERROR = "error"
-    """An API or Redis failure (or an unknown Binding outcome)."""
-
-    @property
-    def success(self) -> bool:
-        return self in (BindOutcome.BOUND, BindOutcome.ALREADY_BOUND, BindOutcome.PLAIN)
-
-
-@dataclass(frozen=True, slots=True)
-class BindResult:
-    """What ``/bind`` answers: ``error`` is empty on success."""
-
-    outcome: BindOutcome
-    error: str = ""
-
-
-class _Failed(Exception):
-    """Ends a bind with ``outcome``; the message is the ``Error`` kube-scheduler gets."""
-
-    def __init__(self, outcome: BindOutcome, message: str) -> None:
-        super().__init__(message)
-        self.outcome = outcome
 
 
 class Binder:
@@ -199,7 +155,7 @@ class Binder:
             pod: Mapping[str, Any] | None = None
             try:
                 result, pod = await self._bind(args)
-            except _Failed as f:
+            except BindFailed as f:
                 result = BindResult(f.outcome, str(f))
             except LockTimeoutError as e:
                 result = BindResult(BindOutcome.LOCK_TIMEOUT, f"bind {pod_key} to {args.node}: {e}")
@@ -236,9 +192,9 @@ class Binder:
             await self._create_binding(args)
         except _Unknown as e:
             # maybe bound: keep lock, annotations, reservation and claim (a retry takes it over once it expires)
-            raise _Failed(BindOutcome.ERROR, str(e)) from e
+            raise BindFailed(BindOutcome.ERROR, str(e)) from e
         except BaseException as e:
-            wrote = written is not None or not (isinstance(e, _Failed) and e.outcome is BindOutcome.NOT_OWNER)
+            wrote = written is not None or not (isinstance(e, BindFailed) and e.outcome is BindOutcome.NOT_OWNER)
             await self._undo(args, alloc, held, token, annos=annos if wrote else None, written=written)
             raise
         await self._finish(args, token)
@@ -282,7 +238,7 @@ class Binder:
         except BaseException as e:
             await self._drop_claimed(claim.allocation, token)  # it was a plain reservation: what _drop_unowned drops
             if isinstance(e, NotFoundError):
-                raise _Failed(BindOutcome.POD_GONE, f"pod {args.pod_namespace}/{args.pod_name} not found") from None
+                raise BindFailed(BindOutcome.POD_GONE, f"pod {args.pod_namespace}/{args.pod_name} not found") from None
             raise
         if bound:
             await self._finish(args, token)
@@ -301,11 +257,11 @@ class Binder:
             pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
         except NotFoundError:
             await self._drop_unowned(uid, ns, node)
-            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+            raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
         try:
             if self._check_pod(pod, args):
                 return BindResult(BindOutcome.ALREADY_BOUND), pod
-        except _Failed:
+        except BindFailed:
             await self._drop_unowned(uid, ns, node)
             raise
         wait = self._wait(is_pod_group_member(pod))
@@ -345,7 +301,7 @@ class Binder:
                 await self.locker.release(hami)
             await self._drop_claimed(alloc, token)
             if isinstance(e, NotFoundError):
-                raise _Failed(BindOutcome.NODE_GONE, f"node {node} not found") from None
+                raise BindFailed(BindOutcome.NODE_GONE, f"node {node} not found") from None
             raise
         held = _Held(hami, timed)
         if self._metrics is not None and (hami is not None or timed is not None):
@@ -374,21 +330,21 @@ class Binder:
         if holder_is_done(pod):
             await self._release_locks(held)
 
-    def _refused(self, args: ExtenderBindingArgs, claim: ClaimRefused) -> _Failed:
+    def _refused(self, args: ExtenderBindingArgs, claim: ClaimRefused) -> BindFailed:
         ns, name = args.pod_namespace, args.pod_name
         if claim.reason == "elsewhere":
-            return _Failed(
+            return BindFailed(
                 BindOutcome.WRONG_NODE,
                 f"pod {ns}/{name} has its devices reserved on node {claim.node}, not {args.node}: "
                 "it will be filtered again",
             )
         if claim.reason == "busy":
-            return _Failed(
+            return BindFailed(
                 BindOutcome.NOT_OWNER,
                 f"pod {ns}/{name}: another bind of it owns its devices on node {args.node} (for up to "
                 f"{claim.remaining_ms / 1000:.1f}s more); this one writes nothing, the pod will be retried",
             )
-        return _Failed(
+        return BindFailed(
             BindOutcome.NO_RESERVATION,
             f"pod {ns}/{name} (uid {args.pod_uid}) has no device reservation: it will be filtered again",
         )
@@ -411,19 +367,19 @@ class Binder:
             return True  # the filter refused it too; never bind it blind
 
     def _check_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs) -> bool:
-        """Raise _Failed if the pod cannot be bound to ``args.node``; True if it already is."""
+        """Raise BindFailed if the pod cannot be bound to ``args.node``; True if it already is."""
         ns, name = args.pod_namespace, args.pod_name
         if uid_of(pod) and uid_of(pod) != args.pod_uid:
-            raise _Failed(
+            raise BindFailed(
                 BindOutcome.POD_GONE, f"pod {ns}/{name} was re-created (uid {uid_of(pod)}, asked {args.pod_uid})"
             )
         if meta(pod).get("deletionTimestamp") is not None:
-            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} is being deleted")
+            raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} is being deleted")
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to == args.node:
             return True
         if bound_to:
-            raise _Failed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {bound_to}")
+            raise BindFailed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {bound_to}")
         return False
 
     async def _annotate(
@@ -441,15 +397,15 @@ class Binder:
         again at its version.
 
         None when a re-read finds the pod bound to this node meanwhile (a concurrent bind of the same pod).
-        ``_Failed(NOT_OWNER)`` when the claim was lost or another decision's allocation is on the pod."""
+        ``BindFailed(NOT_OWNER)`` when the claim was lost or another decision's allocation is on the pod."""
         ns, name = args.pod_namespace, args.pod_name
         labels = allocation_labels(args.node)
-        for _ in range(_POD_PATCH_ATTEMPTS):
+        for _ in range(POD_PATCH_ATTEMPTS):
             if not await self._store.reservations.check_claim(args.pod_uid, args.node, token, self.claim_ttl_s):
                 raise self._lost(args)
-            foreign = "" if pod is None else _foreign_allocation(pod, annos, self._allocated_keys)
+            foreign = "" if pod is None else foreign_allocation(pod, annos, self._allocated_keys)
             if foreign:
-                raise _Failed(
+                raise BindFailed(
                     BindOutcome.NOT_OWNER, f"pod {ns}/{name} already carries another bind's allocation ({foreign})"
                 )
             try:
@@ -462,20 +418,20 @@ class Binder:
                     timeout_s=self._call_timeout_s,
                 )
             except NotFoundError:
-                raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+                raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
             except ConflictError:
                 try:
                     pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
                 except NotFoundError:
-                    raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+                    raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
                 if self._check_pod(pod, args):
                     return None
                 resource_version = resource_version_of(pod)
         raise ConflictError(f"pod {ns}/{name} kept changing while its annotations were written")
 
     @staticmethod
-    def _lost(args: ExtenderBindingArgs) -> _Failed:
-        return _Failed(
+    def _lost(args: ExtenderBindingArgs) -> BindFailed:
+        return BindFailed(
             BindOutcome.NOT_OWNER,
             f"pod {args.pod_namespace}/{args.pod_name}: this bind no longer owns its devices on node {args.node} "
             "(taken over, released or Redis restarted); nothing written, the pod will be retried",
@@ -488,26 +444,26 @@ class Binder:
         except AlreadyBoundError as e:
             if e.node == node:
                 return
-            raise _Failed(
+            raise BindFailed(
                 BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {e.node or '?'}"
             ) from e
         except NotFoundError:
-            raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+            raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
         except ConflictError as e:
-            raise _Failed(BindOutcome.POD_GONE, f"binding pod {ns}/{name} refused: {e}") from e
+            raise BindFailed(BindOutcome.POD_GONE, f"binding pod {ns}/{name} refused: {e}") from e
         except TransientError as e:
             # the Binding may have been made: look before undoing anything
             try:
                 pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
             except NotFoundError:
-                raise _Failed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+                raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
             except VgpuError as e2:
                 raise _Unknown(f"binding pod {ns}/{name} to {node}: outcome unknown ({e}; then {e2})") from e2
             bound_to = (pod.get("spec") or {}).get("nodeName")
             if bound_to == node:
                 return
             if bound_to:
-                raise _Failed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to {bound_to}") from e
+                raise BindFailed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to {bound_to}") from e
             raise
 
     # ---- undo ----------------------------------------------------------------------------------------------
@@ -527,7 +483,14 @@ class Binder:
         lock (by owner and token), then the reservation and its quota while the claim still holds. Best effort."""
         if annos is not None:
             try:
-                await self._remove_own_annotations(args, annos, written)
+                await remove_own_annotations(
+                    self._api,
+                    args,
+                    annos,
+                    written,
+                    allocated_keys=self._allocated_keys,
+                    call_timeout_s=self._call_timeout_s,
+                )
             except NotFoundError:
                 pass
             except VgpuError as e:
@@ -537,32 +500,6 @@ class Binder:
                 )
         await self._release_locks(held)
         await self._drop_claimed(alloc, token)
-
-    async def _remove_own_annotations(
-        self, args: ExtenderBindingArgs, annos: Mapping[str, str], written: KubeObject | None
-    ) -> None:
-        """Remove the allocation annotations and label while the pod still carries exactly the values this bind
-        wrote, guarded by the resourceVersion they were seen at (never another bind's)."""
-        ns, name = args.pod_namespace, args.pod_name
-        pod = written
-        for _ in range(_POD_PATCH_ATTEMPTS):
-            if pod is None:
-                pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
-            if uid_of(pod) != args.pod_uid or not _carries(pod, annos, self._allocated_keys):
-                return
-            try:
-                await self._api.patch_pod_metadata(
-                    ns,
-                    name,
-                    annotations=dict.fromkeys(annos),
-                    labels={keys.VGPU_NODE_LABEL: None},
-                    resource_version=resource_version_of(pod) or None,
-                    timeout_s=self._call_timeout_s,
-                )
-                return
-            except ConflictError:
-                pod = None
-        logger.warning("bind undo: pod kept changing, annotations left to the informer", extra={"pod": f"{ns}/{name}"})
 
     async def _drop_unowned(self, uid: str, namespace: str, node: str) -> None:
         """The pod is gone or bound elsewhere: drop its plain reservation on ``node`` and the quota charge (never
@@ -650,87 +587,3 @@ class _Held:
     @property
     def waited_s(self) -> float:
         return sum(h.waited_s for h in (self.hami, self.timed) if h is not None)
-
-
-_OWN_KEYS: Final = (keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_TIME)
-"""With every vendor's allocated key, the annotations that identify one bind's write (the device plugin changes
-to-allocate and the phase)."""
-
-
-def _carries(
-    pod: Mapping[str, Any], annos: Mapping[str, str], allocated_keys: tuple[str, ...] = (keys.DEVICES_ALLOCATED,)
-) -> bool:
-    """The pod still shows the allocation annotations exactly as ``annos`` (one bind's write) set them."""
-    have = meta(pod).get("annotations") or {}
-    return all(have.get(k) == annos.get(k) for k in (*_OWN_KEYS, *allocated_keys) if k in annos)
-
-
-def _foreign_allocation(
-    pod: Mapping[str, Any], annos: Mapping[str, str], allocated_keys: tuple[str, ...] = (keys.DEVICES_ALLOCATED,)
-) -> str:
-    """Describe another decision's allocation on the pod ('' when none, or when it is the same devices)."""
-    have = meta(pod).get("annotations") or {}
-    node = have.get(keys.VGPU_NODE)
-    lists = {k: have.get(k) for k in allocated_keys if have.get(k) is not None or k in annos}
-    if node is None and all(v is None for v in lists.values()):
-        return ""
-    if node == annos.get(keys.VGPU_NODE) and all(v == annos.get(k) for k, v in lists.items()):
-        return ""
-    devices = "; ".join(f"{k}={v}" for k, v in lists.items() if v is not None) or "none"
-    if lists.keys() == {keys.DEVICES_ALLOCATED}:
-        devices = str(lists[keys.DEVICES_ALLOCATED])
-    return f"node {node}, devices {devices}"
-
-
-class BindHandler:
-    """``POST /bind`` for the aiohttp app: decode, :meth:`Binder.bind`, answer ``{"Error": ...}`` (HTTP 200; 400
-    only for an empty body, as HAMi)."""
-
-    def __init__(
-        self,
-        settings: ExtenderSettings,
-        deps: ExtenderDeps,
-        metrics: ExtenderMetrics,
-        *,
-        lock_wait_s: float | None = None,
-        on_lock_wait: Callable[[float, bool], None] | None = None,
-    ) -> None:
-        if lock_wait_s is None:
-            lock_wait_s = lock_wait_budget(settings.bind_timeout_s)
-        self.lock_wait_s = lock_wait_s
-        self.binder = Binder(
-            store=deps.store,
-            api=deps.api,
-            nvidia=deps.nvidia,
-            node_lock_timeout_s=settings.node_lock_timeout_s,
-            pod_group_wait_s=settings.node_lock_retry_timeout_s,
-            lock_wait_s=lock_wait_s,
-            clock=deps.clock,
-            events=deps.event_sink,
-            metrics=metrics,
-            rng=deps.rng,
-            vendors=deps.vendor_set,
-            on_lock_wait=on_lock_wait,
-        )
-        self._metrics = metrics
-
-    async def handle(self, request: web.Request) -> web.Response:
-        """Answer one ``/bind`` request."""
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return self._bad(f"extender binding args: request body larger than {MAX_BODY_BYTES} bytes")
-        if not body:
-            self._metrics.bind_outcomes.labels(BindOutcome.BAD_REQUEST.value).inc()
-            return web.Response(status=400, text=EMPTY_BODY_MESSAGE + "\n")  # Go http.Error adds the newline
-        try:
-            args = parse_binding_args(body)
-        except DecodeError as e:
-            return self._bad(str(e))
-        result = await self.binder.bind(args)
-        return web.Response(body=binding_result(result.error), content_type=_JSON)
-
-    def _bad(self, message: str) -> web.Response:
-        self._metrics.bind_outcomes.labels(BindOutcome.BAD_REQUEST.value).inc()
-        logger.info("bind request rejected", extra={"error": message})
-        return web.Response(body=binding_result(message), content_type=_JSON)

@@ -25,23 +25,24 @@ import collections
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 
 from vgpu_scheduler.services.extender.bindhint import bind_hint_for
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
 from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, PermanentError, TransientError, VgpuError
+from vgpu_scheduler.shared.protocol.constraints import pod_constraints
 from vgpu_scheduler.shared.protocol.events import (
     filter_failure_events,
     filter_success_event,
@@ -64,9 +65,6 @@ from vgpu_scheduler.shared.store import (
     Reserved,
     Unsettled,
 )
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +211,7 @@ class FilterHandler:
         if not request.any:
             return None
         namespace, name, uid = args.pod_namespace, args.pod_name, args.pod_uid
-        constraints = decode_vendor_constraints(_annotations(args.pod), self._vendors)
+        constraints = pod_constraints(_annotations(args.pod), self._vendors)  # the webhook's decoding too
         metadata = args.pod.get("metadata")
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")

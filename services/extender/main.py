@@ -13,9 +13,10 @@ import asyncio
 import logging
 import os
 
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.events import EventSink, api_poster
-from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
-from vgpu_scheduler.shared.config import ExtenderSettings, Service, add_service_parser, settings_from_args
+from vgpu_scheduler.services.extender.service import ExtenderService
+from vgpu_scheduler.shared.config import ExtenderSettings, Service, settings_from_args
 from vgpu_scheduler.shared.k8s import Api, kube_settings_from, open_client
 from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
@@ -38,11 +39,6 @@ DRAIN_TIMEOUT_S = 10.0
 def bind_rate_ceiling(kube_qps: float) -> float | None:
     """Binds per second the API client's rate limit allows (``None``: no limit)."""
     return kube_qps / API_CALLS_PER_BIND if kube_qps > 0 else None
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``extender`` subcommand (flags generated from the option table)."""
-    add_service_parser(subparsers, Service.EXTENDER).set_defaults(run=run)
 
 
 async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> None:

@@ -14,69 +14,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import ssl
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Protocol
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry
-
-from vgpu_scheduler.services.extender.app import create_app, create_webhook_app
-from vgpu_scheduler.services.extender.bind import BindHandler, lock_wait_budget
+from vgpu_scheduler.services.extender.app import Handler, create_app, create_webhook_app
+from vgpu_scheduler.services.extender.bind import lock_wait_budget
+from vgpu_scheduler.services.extender.bindhttp import BindHandler
 from vgpu_scheduler.services.extender.bindlimit import AdaptiveBindLimit
-from vgpu_scheduler.services.extender.events import EventSink
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.filter import FilterHandler
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
-from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCache
+from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.services.extender.tls import build_ssl_context
 from vgpu_scheduler.services.extender.webhook import WebhookHandler
 from vgpu_scheduler.shared.config import ExtenderSettings
-from vgpu_scheduler.shared.domain.model import NvidiaConfig
 from vgpu_scheduler.shared.errors import ConfigError, TransientError
-from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.ops import RunningServer, start_server
 from vgpu_scheduler.shared.runtime import cancel_until_done
-from vgpu_scheduler.shared.store import Store
-from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
-from vgpu_scheduler.shared.vendors.registry import Vendors
+
+__all__ = ["ExtenderDeps", "ExtenderService"]
+"""``ExtenderDeps`` is defined in :mod:`.deps` (so that the handlers can name it without importing this module);
+it stays importable from here for the composition roots."""
 
 logger = logging.getLogger(__name__)
-
-
-class Handler(Protocol):
-    """What an endpoint object offers the app: an aiohttp handler."""
-
-    async def handle(self, request: web.Request) -> web.Response: ...
-
-
-@dataclass(frozen=True)
-class ExtenderDeps:
-    """Everything the extender talks to, built by the composition root (``main.py``, ``all-in-one``, tests).
-
-    ``event_sink`` posts Kubernetes Events off the request path (its worker runs inside ``ExtenderService.run``).
-    """
-
-    store: Store
-    api: Api
-    registry: CollectorRegistry
-    instance_id: str
-    nvidia: NvidiaConfig
-    event_sink: EventSink
-    clock: Callable[[], float] = time.time
-    cache_settings: CacheSettings = field(default_factory=CacheSettings)
-    rng: random.Random | None = None
-    """The jitter of ``/bind``'s node-lock retries (None: a fresh ``random.Random()``; ``simulate`` seeds it)."""
-    vendors: Vendors | None = None
-    """The enabled device vendors (``shared.vendors.catalog.enabled_vendors``); None: NVIDIA only, with ``nvidia``."""
-
-    @cached_property
-    def vendor_set(self) -> Vendors:
-        """:attr:`vendors`, or NVIDIA alone (with :attr:`nvidia`) when none were given."""
-        return self.vendors if self.vendors is not None else Vendors((NvidiaVendor(self.nvidia),))
 
 
 class ExtenderService:

@@ -18,10 +18,11 @@ import asyncio
 import enum
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from aiohttp import web
 
+from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.shared.config.settings import ExtenderSettings
 from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
@@ -48,9 +49,6 @@ from vgpu_scheduler.shared.protocol.webhook import (
 )
 from vgpu_scheduler.shared.store import QuotaRepo
 from vgpu_scheduler.shared.vendors.registry import Vendors
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.services.extender.service import ExtenderDeps
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import asyncio
 import os
 
 from vgpu_scheduler.services.informer.service import InformerDeps, InformerService
-from vgpu_scheduler.shared.config import InformerSettings, Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.config import InformerSettings, Service, settings_from_args
 from vgpu_scheduler.shared.k8s import Api, kube_settings_from, open_client
 from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
@@ -16,11 +16,6 @@ from vgpu_scheduler.shared.runtime import RootTask, run_service, supervise
 from vgpu_scheduler.shared.store import Store, connect
 
 EVENT_COMPONENT = "vgpu-scheduler"
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``informer`` subcommand (flags generated from ``shared.config``'s option table)."""
-    add_service_parser(subparsers, Service.INFORMER).set_defaults(run=run)
 
 
 async def serve_informer(settings: InformerSettings, stop: asyncio.Event) -> None:

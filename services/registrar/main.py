@@ -12,7 +12,7 @@ import asyncio
 import os
 
 from vgpu_scheduler.services.registrar.service import RegistrarDeps, RegistrarService
-from vgpu_scheduler.shared.config import Service, add_service_parser, settings_from_args
+from vgpu_scheduler.shared.config import Service, settings_from_args
 from vgpu_scheduler.shared.k8s import kube_settings_from, open_client
 from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
@@ -22,11 +22,6 @@ from vgpu_scheduler.shared.store import Store, connect
 
 DEFAULT_KUBE_TIMEOUT_S = 30.0
 """The per-call deadline used when ``--kube-timeout`` is 0 (HAMi: no timeout; we always keep a deadline)."""
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``registrar`` subcommand (flags generated from the option table)."""
-    add_service_parser(subparsers, Service.REGISTRAR).set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

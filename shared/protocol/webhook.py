@@ -11,15 +11,19 @@
    ``GPU_CORE_UTILIZATION_POLICY`` env when the policy is not ``default``; ``limits[gpu] = defaultGPUNum`` when
    only cores/memory/percentage are in limits; the exclusive default ``limits[gpucores] = 100``;
    ``runtimeClassName``; ``NVIDIA_VISIBLE_DEVICES=none`` with ``overwriteEnv``;
-5. a privileged (init) container in a pod with a HAMi resource → denied ``container <name> is privileged``;
-6. set ``spec.schedulerName``; a pod with ``spec.nodeName`` → denied ``pod has node assigned``;
-7. quota pre-check → denied ``exceeding resource quota``;
-8. allowed with the JSONPatch from the original to the mutated pod.
+5. a pod asking for a managed resource whose scheduling annotations ``/filter`` cannot read (an unknown policy,
+   bad scoring weights, a selector naming nothing; :mod:`shared.protocol.constraints`, the decoding ``/filter``
+   uses) → denied with what to write instead (HAMi admits it: an unknown policy is ignored there, bad weights fail
+   the pod at every Filter);
+6. a privileged (init) container in a pod with a HAMi resource → denied ``container <name> is privileged``;
+7. set ``spec.schedulerName``; a pod with ``spec.nodeName`` → denied ``pod has node assigned``;
+8. quota pre-check → denied ``exceeding resource quota``;
+9. allowed with the JSONPatch from the original to the mutated pod.
 
 Other enabled vendors (``vendors``) validate their requests in step 3 and edit each container after NVIDIA in
-step 4 (``Vendor.mutate_container``); a container asking for any vendor's devices counts in steps 5 and 6.
+step 4 (``Vendor.mutate_container``); a container asking for any vendor's devices counts in steps 6 and 7.
 
-No I/O: the caller passes the namespace's :class:`QuotaState` (or ``None`` to skip step 6).
+No I/O: the caller passes the namespace's :class:`QuotaState` (or ``None`` to skip step 8).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaC
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol import gojson
 from vgpu_scheduler.shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome
+from vgpu_scheduler.shared.protocol.constraints import SchedulingAnnotationError, pod_constraints
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch, create_patch
 
 if TYPE_CHECKING:
@@ -152,6 +157,9 @@ def _mutate(
             found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
 
+    refusal = _annotation_refusal(pod, cfg, vendors)
+    if refusal is not None:
+        return AdmissionOutcome.deny(refusal)
     if privileged is not None and has_resource:
         return AdmissionOutcome.deny(f"container {privileged.get('name', '')} is privileged")
     if has_resource and scheduler_name:
@@ -166,6 +174,20 @@ def _mutate(
             if not fits_vendor_quota(word, vendor_demand, quota):
                 return AdmissionOutcome.deny(MSG_QUOTA)
     return AdmissionOutcome.allow(patch_ops=create_patch(original, pod))
+
+
+def _annotation_refusal(pod: dict[str, Any], cfg: NvidiaConfig, vendors: Vendors | None) -> str | None:
+    """Step 5: a pod ``/filter`` will place (it asks for a managed resource once mutated) must carry scheduling
+    annotations ``/filter`` can read; the refusal says what to write instead (:mod:`shared.protocol.constraints`)."""
+    request = vendors_pod_request(pod, vendors) if vendors is not None else pod_request(pod, cfg)
+    if not request.any:
+        return None
+    metadata = _opt_dict(pod, "metadata", "metadata") or {}
+    try:
+        pod_constraints(_opt_dict(metadata, "annotations", "metadata.annotations") or {}, vendors)
+    except SchedulingAnnotationError as e:
+        return str(e)
+    return None
 
 
 # --------------------------------------------------------------------------------------------

@@ -178,11 +178,23 @@ async def test_extender_up_a_gpu_pod_is_mutated_and_a_plain_pod_never_sent(
 
         gpu = await create(kube_apiserver, namespace, pod("gpu", limits={"nvidia.com/gpu": "1"}))
         plain = await create(kube_apiserver, namespace, pod("plain"))
+        # a scheduling annotation /filter cannot read is refused at creation, with what to write instead
+        bad = pod("bad-policy", limits={"nvidia.com/gpu": "1"})
+        bad["metadata"]["annotations"] = {"hami.io/gpu-scheduler-policy": "foo"}
+        with pytest.raises(urllib.error.HTTPError) as denied:
+            await create(kube_apiserver, namespace, bad)
+        denial = json.loads(denied.value.read())
 
     assert gpu["spec"]["schedulerName"] == "vgpu-scheduler"
     # HAMi's exclusive default: a bare count gets the whole card's cores.
     assert gpu["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] == "100"
     assert plain["spec"]["schedulerName"] == "default-scheduler"
+    assert denied.value.code == 403, denial
+    assert denial["message"] == (
+        'admission webhook "vgpu.hami.io" denied the request: hami.io/gpu-scheduler-policy: unknown GPU scheduler '
+        'policy token \'foo\' (at \'foo\'); write "binpack", "spread", "topology-aware", "mutex" or "numa", or a '
+        'comma-separated chain of them such as "binpack,numa"'
+    ), denial
     seen = [json.loads(line).get("pod") for line in log.read_text().splitlines() if line.startswith("{")]
     assert "gpu" in seen and "plain" not in seen
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.integration.extender.bindkit import pod_obj
-from tests.integration.extender.filter_harness import Replica, running_extender, seed
+from tests.integration.extender.filter_harness import Replica, running_extender, seed, wire_doc
 from vgpu_scheduler.services.extender.webhook import Admitter, WebhookOutcome
 from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits
 from vgpu_scheduler.shared.k8s import Api
@@ -103,6 +103,36 @@ async def test_denials_carry_hamis_messages(replica: Replica, pod: dict[str, Any
     response = (await admit(replica, review(pod)))["response"]
     assert response["allowed"] is False
     assert response["status"] == {"metadata": {}, "message": message, "reason": "Forbidden", "code": 403}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "hint"),
+    [
+        pytest.param({"hami.io/gpu-scheduler-policy": "foo"}, 'write "binpack", "spread"', id="gpu-policy"),
+        pytest.param(
+            {"hami.io/device-scoring-weights": "memory=x"}, 'write "slot=<n>,core=<n>,memory=<n>"', id="weights"
+        ),
+        pytest.param({"hami.io/node-scheduler-policy": "fill"}, 'write "binpack" or "spread"', id="node-policy"),
+        pytest.param({"nvidia.com/use-gputype": ","}, "write a comma-separated list", id="use-gputype"),
+    ],
+)
+async def test_a_bad_scheduling_annotation_is_denied_with_what_filter_would_answer(
+    replica: Replica, annotations: dict[str, str], hint: str
+) -> None:
+    """Issue 23 item 3: denied at creation with what to write instead, in the very words /filter answers a pod that
+    bypassed the webhook (one decoding for both)."""
+    pod = gpu_pod()
+    pod["metadata"]["annotations"] = annotations
+    response = (await admit(replica, review(pod)))["response"]
+    assert response["allowed"] is False and response["status"]["code"] == 403
+    message = response["status"]["message"]
+    key = next(iter(annotations))
+    assert message.startswith(f"{key}: ") and f"; {hint}" in message, message
+    assert replica.service.metrics.webhook_outcomes.labels("denied")._value.get() == 1
+    bypassed = wire_doc("001-filter.json")
+    bypassed["Pod"]["metadata"]["annotations"] = annotations
+    status, answer = await replica.post("/filter", json.dumps(bypassed).encode())
+    assert status == 200 and answer["Error"] == message
 
 
 async def test_a_pod_without_gpus_and_another_schedulers_pod_are_left_alone(replica: Replica) -> None:

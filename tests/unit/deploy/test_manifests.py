@@ -221,15 +221,30 @@ def test_committed_manifests_are_the_chart_rendered_with_default_values(chart: C
     assert not stale, f"run `python -m deploy.render`: stale {stale}"
 
 
-def test_render_check_flags_a_hand_edited_manifest(chart: Chart, tmp_path: Path) -> None:
+def test_render_check_flags_a_hand_edited_manifest(
+    chart: Chart, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from deploy.render import main
 
     out = tmp_path / "manifests"
     assert main(["--out", str(out)]) == 0
+    written = capsys.readouterr().out.splitlines()
+    files = sorted(p.name for p in out.glob("*.yaml"))
+    assert sorted(line.removeprefix(f"wrote {out}/") for line in written[:-1]) == files
+    assert written[-1] == f"render: {len(files)} files in {out}, {len(files)} written"
     assert main(["--out", str(out), "--check"]) == 0
+    assert capsys.readouterr().out == f"render: {out} is up to date ({len(files)} files)\n"
     edited = out / "webhook.yaml"
     edited.write_text(edited.read_text(encoding="utf-8").replace("failurePolicy: Fail", "failurePolicy: Ignore"))
+    (out / "leftover.yaml").write_text("{}\n", encoding="utf-8")
     assert main(["--out", str(out), "--check"]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"stale: {out / 'leftover.yaml'}", f"stale: {out / 'webhook.yaml'}"]
+    assert main(["--out", str(out)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"removed {out / 'leftover.yaml'}",
+        f"wrote {out / 'webhook.yaml'}",
+        f"render: {len(files)} files in {out}, 1 written, 1 removed",
+    ]
 
 
 def test_plain_manifests_hold_every_component(manifests: Objects) -> None:

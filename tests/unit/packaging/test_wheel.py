@@ -65,4 +65,4 @@ def test_every_module_of_the_tree_is_in_the_wheel(wheel: zipfile.ZipFile) -> Non
 def test_console_scripts_point_into_the_package(wheel: zipfile.ZipFile) -> None:
     entry_points = wheel.read(f"{DIST_INFO}/entry_points.txt").decode()
     assert "vgpu-scheduler = vgpu_scheduler.services.cli:main" in entry_points
-    assert "kubectl-vgpu = vgpu_scheduler.services.inspect.main:kubectl_main" in entry_points
+    assert "kubectl-vgpu = vgpu_scheduler.services.inspect.command:kubectl_main" in entry_points

@@ -10,7 +10,7 @@ from vgpu_scheduler.shared.config import Service, options_for, settings_for
 
 
 def test_registrar_is_a_subcommand() -> None:
-    assert "vgpu_scheduler.services.registrar.main" in cli.SUBCOMMANDS
+    assert "vgpu_scheduler.services.registrar.command" in cli.SUBCOMMANDS
 
 
 def test_help_documents_every_flag(capsys: pytest.CaptureFixture[str]) -> None:

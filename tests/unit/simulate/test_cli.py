@@ -26,8 +26,8 @@ def assert_one_line_error(err: str, fragment: str) -> None:
 
 
 def test_subcommands_are_registered() -> None:
-    assert "vgpu_scheduler.services.simulate.main" in cli.SUBCOMMANDS
-    assert "vgpu_scheduler.services.allinone.main" in cli.SUBCOMMANDS
+    assert "vgpu_scheduler.services.simulate.command" in cli.SUBCOMMANDS
+    assert "vgpu_scheduler.services.allinone.command" in cli.SUBCOMMANDS
 
 
 def test_a_bad_cluster_file_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
