@@ -21,23 +21,20 @@ For each workload pod, in order (:meth:`Driver.schedule`):
 5. optional hooks let an embedded run wait for the informer to observe the settle before the next pod, and for the
    extender's snapshot to catch up before each filter, so placements do not depend on timing.
 
-Everything travels over HTTP with the exact JSON bodies the real components send.
+Everything travels over HTTP with the exact JSON bodies the real components send (:mod:`.kubehttp`); admission is
+:mod:`.admission`, the scheduler's timing and contention counters :mod:`.timing`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
-import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import aiohttp
-
+from vgpu_scheduler.services.simulate.admission import Admit, Admitted, local_admission, webhook_admission
 from vgpu_scheduler.services.simulate.devplugin import (
     LockedPod,
     NoPod,
@@ -48,231 +45,43 @@ from vgpu_scheduler.services.simulate.devplugin import (
     lock_kinds_of,
     vendor_allocation_problems,
 )
+from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
+from vgpu_scheduler.services.simulate.timing import LOCK_WAIT_THRESHOLD_S, Contention, SchedulerTiming, error_kind
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
-from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig, QuotaState
-from vgpu_scheduler.shared.errors import DecodeError, TransientError
-from vgpu_scheduler.shared.protocol.admission import decode_patch
-from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
-from vgpu_scheduler.shared.protocol.webhook import mutate_pod
+from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig
+from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.registry import Vendors
+
+__all__ = [
+    "MERGE_PATCH",
+    "REQUEST_TIMEOUT_S",
+    "Admit",
+    "Admitted",
+    "Contention",
+    "Defaults",
+    "Driver",
+    "DriverError",
+    "Extenders",
+    "KubeHttp",
+    "SchedulerTiming",
+    "candidate_names",
+    "effective_policies",
+    "local_admission",
+    "schedule_all",
+    "scheduler_annotations",
+    "webhook_admission",
+]
+"""The driver and, for its callers, the pieces it is made of (HTTP clients, admission, timing) under one name."""
 
 logger = logging.getLogger(__name__)
 
 KubeObject = dict[str, Any]
 
-MERGE_PATCH: Final = "application/merge-patch+json"
-REQUEST_TIMEOUT_S: Final = 30.0
 _PATCH_ATTEMPTS: Final = 5
-
-
-class DriverError(TransientError):
-    """An HTTP call of the driver failed (status and body in the message; ``status`` is the HTTP status when the
-    server answered, None when it did not)."""
-
-    def __init__(self, message: str, *, status: int | None = None, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.timed_out = timed_out
-
-
-# --------------------------------------------------------------------------------------------
-# HTTP: the API server (core/v1 REST, as the emulator serves it) and the extenders
-# --------------------------------------------------------------------------------------------
-
-
-class KubeHttp:
-    """The few core/v1 calls the driver makes, over plain HTTP (the emulator needs no credentials)."""
-
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        self._session = session
-        self._base = base_url.rstrip("/") + "/api/v1"
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    async def _call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": content_type} if data is not None else {}
-        try:
-            async with self._session.request(
-                method, self._base + path, data=data, headers=headers, timeout=self._timeout
-            ) as resp:
-                text = await resp.read()
-                if resp.status >= 300:
-                    raise DriverError(
-                        f"{method} {path}: HTTP {resp.status}: {text[:300].decode(errors='replace')}",
-                        status=resp.status,
-                    )
-                return json.loads(text) if text else None
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            raise DriverError(f"{method} {path}: {type(e).__name__}: {e}") from e
-
-    async def list_nodes(self) -> list[KubeObject]:
-        body = await self._call("GET", "/nodes")
-        return list(body.get("items") or [])
-
-    async def create_pod(self, pod: KubeObject) -> KubeObject:
-        ns = pod["metadata"].get("namespace") or "default"
-        created: KubeObject = await self._call("POST", f"/namespaces/{ns}/pods", pod)
-        return created
-
-    async def get_pod(self, namespace: str, name: str) -> KubeObject:
-        pod: KubeObject = await self._call("GET", f"/namespaces/{namespace}/pods/{name}")
-        return pod
-
-    async def list_pods(self, *, node_name: str | None = None) -> list[KubeObject]:
-        """Every pod, or those with ``spec.nodeName=<node_name>``."""
-        query = f"?fieldSelector=spec.nodeName%3D{node_name}" if node_name is not None else ""
-        body = await self._call("GET", f"/pods{query}")
-        return list(body.get("items") or [])
-
-    async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any], *, status: bool = False) -> None:
-        sub = "/status" if status else ""
-        await self._call("PATCH", f"/namespaces/{namespace}/pods/{name}{sub}", patch, content_type=MERGE_PATCH)
-
-    async def get_node(self, name: str) -> KubeObject:
-        node: KubeObject = await self._call("GET", f"/nodes/{name}")
-        return node
-
-    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
-        await self._call("PATCH", f"/nodes/{name}", patch, content_type=MERGE_PATCH)
-
-
-class Extenders:
-    """kube-scheduler's side of the extender protocol, over one or more extender base URLs (used in turn)."""
-
-    def __init__(self, session: aiohttp.ClientSession, urls: Sequence[str], *, timeout_s: float = REQUEST_TIMEOUT_S):
-        if not urls:
-            raise ValueError("at least one extender URL is needed")
-        self._session = session
-        self.urls = [u.rstrip("/") for u in urls]
-        self._turn = itertools.count()
-        self.timeout_s = timeout_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    def next_url(self) -> str:
-        return self.urls[next(self._turn) % len(self.urls)]
-
-    async def post(self, url: str, verb: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            async with self._session.post(
-                f"{url}/{verb}",
-                data=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json"},
-                timeout=self._timeout,
-            ) as resp:
-                text = await resp.read()
-                if resp.status != 200:
-                    raise DriverError(
-                        f"POST {url}/{verb}: HTTP {resp.status}: {text[:300].decode(errors='replace')}",
-                        status=resp.status,
-                    )
-                answer = json.loads(text)
-        except TimeoutError as e:
-            raise DriverError(f"POST {url}/{verb}: no answer within {self.timeout_s:g}s", timed_out=True) from e
-        except (aiohttp.ClientError, ValueError) as e:
-            raise DriverError(f"POST {url}/{verb}: {type(e).__name__}: {e}") from e
-        if not isinstance(answer, dict):
-            raise DriverError(f"POST {url}/{verb}: expected a JSON object, got {type(answer).__name__}")
-        return answer
-
-    async def filter(self, pod: KubeObject, node_names: Sequence[str]) -> dict[str, Any]:
-        """``ExtenderArgs`` as kube-scheduler sends it with ``nodeCacheCapable: true``."""
-        return await self.post(self.next_url(), "filter", {"Pod": pod, "Nodes": None, "NodeNames": list(node_names)})
-
-    async def bind(self, pod: KubeObject, node: str) -> str:
-        """``ExtenderBindingArgs``; returns the ``Error`` text ("" on success)."""
-        meta = pod["metadata"]
-        body = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
-        answer = await self.post(self.next_url(), "bind", body)
-        return str(answer.get("Error") or "")
-
-
-# --------------------------------------------------------------------------------------------
-# Admission (difference 16)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """The pod as admitted (mutated), or None with the denial/error message."""
-
-    pod: KubeObject | None
-    message: str = ""
-
-
-Admit = Callable[[KubeObject], Awaitable[Admitted]]
-
-
-def local_admission(
-    *,
-    cfg: NvidiaConfig,
-    scheduler_name: str,
-    force_overwrite_default_scheduler: bool,
-    quota: Callable[[str], Awaitable[QuotaState | None]],
-    vendors: Vendors | None = None,
-) -> Admit:
-    """The webhook's decision computed in-process: ``mutate_pod`` (with the namespace's quota and the enabled
-    ``vendors``) + ``apply_patch``."""
-
-    async def admit(pod: KubeObject) -> Admitted:
-        ns = pod["metadata"].get("namespace") or "default"
-        outcome = mutate_pod(
-            pod,
-            cfg=cfg,
-            scheduler_name=scheduler_name,
-            force_overwrite_default_scheduler=force_overwrite_default_scheduler,
-            quota=await quota(ns),
-            vendors=vendors,
-        )
-        if not outcome.allowed:
-            return Admitted(None, f"admission denied: {outcome.message}")
-        mutated: KubeObject = apply_patch(pod, outcome.patch_ops) if outcome.patch_ops else pod
-        return Admitted(mutated)
-
-    return admit
-
-
-def webhook_admission(extenders: Extenders) -> Admit:
-    """The webhook's decision from a running extender: an ``admission.k8s.io/v1`` AdmissionReview to ``/webhook``."""
-
-    async def admit(pod: KubeObject) -> Admitted:
-        ns = pod["metadata"].get("namespace") or "default"
-        review = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-                "name": pod["metadata"].get("name", ""),
-                "namespace": ns,
-                "operation": "CREATE",
-                "userInfo": {"username": "vgpu-scheduler-simulate"},
-                "object": pod,
-                "oldObject": None,
-                "dryRun": False,
-            },
-        }
-        answer = await extenders.post(extenders.urls[0], "webhook", review)
-        response = answer.get("response")
-        if not isinstance(response, dict):
-            raise DriverError("POST /webhook: the AdmissionReview answer has no response object")
-        if not response.get("allowed"):
-            message = str((response.get("status") or {}).get("message", "denied"))
-            return Admitted(None, f"admission denied: {message}")
-        try:
-            ops = decode_patch(response)
-            mutated: KubeObject = apply_patch(pod, ops) if ops else pod
-        except DecodeError as e:
-            raise DriverError(f"POST /webhook: {e}") from e
-        return Admitted(mutated)
-
-    return admit
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,78 +127,6 @@ def candidate_names(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) 
 
 
 Hook = Callable[[KubeObject], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerTiming:
-    """How the driver's kube-scheduler and device plugin behave in time (kube-scheduler v1.36's defaults)."""
-
-    initial_backoff_s: float = 1.0
-    """``podInitialBackoffSeconds``: the first backoff of a pod whose bind failed; doubled per attempt."""
-    max_backoff_s: float = 10.0
-    """``podMaxBackoffSeconds``: the cap of that doubling."""
-    http_timeout_s: float = 30.0
-    """The extender's ``httpTimeout`` (the Helm chart's ``kubeScheduler.extenderHTTPTimeout``)."""
-    allocate_latency_s: float = 0.2
-    """From the Binding to the device plugin's Allocate (kubelet's pod admission), as HAMi's plugin sees it."""
-    max_attempts: int = 20
-    """A simulation must end: a pod still failing to bind after this many scheduling attempts is reported pending
-    (kube-scheduler would go on retrying it every ``max_backoff_s``)."""
-
-    def backoff_s(self, attempts: int) -> float:
-        """kube-scheduler's backoff after ``attempts`` scheduling attempts: initial × 2^(attempts-1), capped."""
-        return float(min(self.initial_backoff_s * 2.0 ** max(attempts - 1, 0), self.max_backoff_s))
-
-
-LOCK_WAIT_THRESHOLD_S: Final = 0.01
-"""A bind that took longer than this waited for a node lock (on the simulated clock a bind that does not wait
-takes no time at all; the extender's first lock retry comes after 10 ms or more)."""
-
-
-@dataclass(slots=True)
-class Contention:
-    """What the truthful kube-scheduler met: failed and retried binds, node-lock waits, extender timeouts."""
-
-    clock: str = "real"
-    """``simulated`` (an embedded run, :mod:`services.simulate.clock`) or ``real``."""
-    binds: int = 0
-    bind_failures: int = 0
-    binds_retried: int = 0
-    pods_retried: int = 0
-    lock_waits: int = 0
-    lock_wait_s: float = 0.0
-    lock_wait_max_s: float = 0.0
-    extender_timeouts: int = 0
-    plugin_failures: int = 0
-    duration_s: float = 0.0
-    max_binds_in_flight: int = 0
-    bind_errors: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "clock": self.clock,
-            "duration_s": round(self.duration_s, 3),
-            "binds": self.binds,
-            "bind_failures": self.bind_failures,
-            "binds_retried": self.binds_retried,
-            "pods_retried": self.pods_retried,
-            "lock_waits": self.lock_waits,
-            "lock_wait_s": round(self.lock_wait_s, 3),
-            "lock_wait_max_s": round(self.lock_wait_max_s, 3),
-            "max_binds_in_flight": self.max_binds_in_flight,
-            "extender_timeouts": self.extender_timeouts,
-            "plugin_failures": self.plugin_failures,
-            "bind_errors": dict(sorted(self.bind_errors.items())),
-        }
-
-
-def _error_kind(error: str) -> str:
-    """A short class of a bind error for the counts: ``node locked``, ``timeout`` or its first words."""
-    if "is locked by" in error or "lock" in error.lower():
-        return "node locked"
-    if "timed out" in error.lower() or "TimeoutError" in error:
-        return "timeout"
-    return " ".join(error.split()[:4])
 
 
 @dataclass(slots=True)
@@ -658,7 +395,7 @@ class Driver:
             self.contention.lock_wait_max_s = max(self.contention.lock_wait_max_s, took)
         if error is not None:
             self.contention.bind_failures += 1
-            kind = _error_kind(error)
+            kind = error_kind(error)
             self.contention.bind_errors[kind] = self.contention.bind_errors.get(kind, 0) + 1
         return error
 
