@@ -6,7 +6,9 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    pure :func:`~shared.protocol.webhook.mutate_pod` + :func:`~shared.protocol.jsonpatch.apply_patch` (embedded runs)
    or an AdmissionReview POSTed to an extender's ``/webhook`` (a deployed extender). A denied pod is reported as
    unschedulable with the denial message;
-2. the pod is **created** in the API server (``POST pods``);
+2. the API server's **validation** of the mutated pod (:mod:`.podvalidation`): a pod it would refuse is reported
+   unschedulable with its message (``Pod "x" is invalid: ...``) and never created; otherwise the pod is
+   **created** in the API server (``POST pods``);
 3. **kube-scheduler**: ``POST /filter`` with ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` (every
    schedulable node matching the pod's ``nodeSelector``), then ``POST /bind`` with ``ExtenderBindingArgs`` for the
    single node returned. With several extender URLs, filter and bind alternate between them (any replica binds
@@ -46,6 +48,7 @@ from vgpu_scheduler.services.simulate.devplugin import (
     vendor_allocation_problems,
 )
 from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
+from vgpu_scheduler.services.simulate.podvalidation import pod_invalid
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
 from vgpu_scheduler.services.simulate.timing import LOCK_WAIT_THRESHOLD_S, Contention, SchedulerTiming, error_kind
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -345,6 +348,9 @@ class Driver:
             admitted = await self.admit(q.original)
             if admitted.pod is None:
                 return self._result(q, None, {}, {ADMISSION: admitted.message})
+            refused = pod_invalid(admitted.pod)  # the API server validates the mutated pod before storing it
+            if refused is not None:
+                return self._result(q, None, {}, {ADMISSION: refused})
             q.created = await self.kube.create_pod(admitted.pod)
         else:
             meta = q.created["metadata"]

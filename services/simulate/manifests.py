@@ -6,6 +6,13 @@ document (1-based, plus ``items[i]`` inside a List) and the field::
 
     cluster.yaml: document 3: metadata.annotations[hami.io/node-nvidia-register]: ... (a ManifestError)
 
+A running Pod of the cluster file that the API server would refuse (:mod:`services.simulate.podvalidation`) stops
+the command the same way, with the API server's message after the location::
+
+    cluster.yaml: document 9: Pod "x" is invalid: spec.containers[0].resources.limits: Required value: ...
+
+(A workload Pod is validated when the driver creates it, after admission, as the API server does.)
+
 The HAMi annotations are decoded with the real codecs here (register, topology score, allocated device list,
 MIG allocations). A Node whose HAMi annotations do not decode is not an error: as in production, the registrar
 leaves that node unregistered and the rest proceed; the loader says so in a warning (``Cluster.warnings``), as it
@@ -23,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from vgpu_scheduler.services.simulate.podvalidation import pod_invalid
 from vgpu_scheduler.services.simulate.pools import KIND as NODE_POOL
 from vgpu_scheduler.services.simulate.pools import PoolError, expand_pool
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -279,6 +287,10 @@ def _check_pod(loc: Located, *, running: bool) -> None:
                 values = _mapping(resources, section, loc.where, f"{field}.resources.{section}")
                 for rname, q in values.items():
                     _quantity(q, loc.where, f"{field}.resources.{section}[{rname}]")
+    if running:  # it exists, so the API server accepted it; a workload pod is validated when the driver creates it
+        refused = pod_invalid(pod)
+        if refused is not None:
+            raise ManifestError(f"{loc.where}: {refused}")
     node_name = spec.get("nodeName")
     if node_name is not None and not isinstance(node_name, str):
         raise _fail(loc.where, "spec.nodeName", f"expected a string, got {_type(node_name)}")
