@@ -34,6 +34,7 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 
 from vgpu_scheduler.services.simulate.admission import Admit, Admitted, local_admission, webhook_admission
@@ -45,10 +46,19 @@ from vgpu_scheduler.services.simulate.devplugin import (
     fallback_choice,
     lock_choice,
     lock_kinds_of,
+    unserved_resources,
     vendor_allocation_problems,
 )
 from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
-from vgpu_scheduler.services.simulate.podvalidation import pod_invalid
+from vgpu_scheduler.services.simulate.nodefit import (
+    REASON_SEPARATOR,
+    SELECTOR_MISMATCH,
+    UNSCHEDULABLE,
+    Ledger,
+    pod_request,
+)
+from vgpu_scheduler.services.simulate.podvalidation import is_extended, pod_invalid
+from vgpu_scheduler.services.simulate.pools import ALL_VENDORS
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
 from vgpu_scheduler.services.simulate.timing import LOCK_WAIT_THRESHOLD_S, Contention, SchedulerTiming, error_kind
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -57,6 +67,7 @@ from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node
 from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 __all__ = [
@@ -121,12 +132,28 @@ def _selector_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 
 
 def candidate_names(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What kube-scheduler's own filters would leave: schedulable nodes matching the pod's ``nodeSelector``."""
-    return [
-        n["metadata"]["name"]
-        for n in nodes
-        if not (n.get("spec") or {}).get("unschedulable") and _selector_matches(pod, n)
-    ]
+    """What kube-scheduler's NodeUnschedulable and NodeAffinity filters leave: schedulable nodes matching the pod's
+    ``nodeSelector``."""
+    return kube_filters(pod, nodes)[0]
+
+
+def kube_filters(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, str]]:
+    """NodeUnschedulable and the ``nodeSelector`` part of NodeAffinity: (the nodes left, in order; {node: reason}
+    for the others, in kube-scheduler's words)."""
+    left: list[str] = []
+    refused: dict[str, str] = {}
+    for n in nodes:
+        name = str(n["metadata"]["name"])
+        reasons = []
+        if (n.get("spec") or {}).get("unschedulable"):
+            reasons.append(UNSCHEDULABLE)
+        if not _selector_matches(pod, n):
+            reasons.append(SELECTOR_MISMATCH)
+        if reasons:
+            refused[name] = REASON_SEPARATOR.join(reasons)
+        else:
+            left.append(name)
+    return left, refused
 
 
 Hook = Callable[[KubeObject], Awaitable[None]]
@@ -190,6 +217,7 @@ class Driver:
         timing: SchedulerTiming | None = None,
         clock: str = "real",
         vendors: Vendors | None = None,
+        known_vendors: Vendors | None = None,
     ) -> None:
         self.kube = kube
         self.vendors = vendors
@@ -202,13 +230,27 @@ class Driver:
         self.after_settle = after_settle
         self.timing = timing or SchedulerTiming()
         self.contention = Contention(clock=clock)
+        self.known_vendors = known_vendors if known_vendors is not None else ALL_VENDORS
+        """Every vendor family this build knows (enabled or not): whose HAMi device plugin serves a resource."""
+        served = vendors if vendors is not None else Vendors((NvidiaVendor(cfg),))
+        self.managed: frozenset[str] = frozenset(n for v in served for n in v.resources.all)
+        """kube-scheduler's ``managedResources`` with ``ignoredByScheduler``: every enabled vendor's resource names
+        (NodeResourcesFit leaves them to the extender)."""
         self._nodes: list[KubeObject] | None = None
+        self._ledger: Ledger | None = None
         self._in_flight = 0
 
     async def nodes(self) -> list[KubeObject]:
         if self._nodes is None:
             self._nodes = await self.kube.list_nodes()
         return self._nodes
+
+    async def ledger(self) -> Ledger:
+        """What kube-scheduler's cache knows the nodes' pods request: the pods bound when the run starts, then the
+        pods it assumes on their chosen node (see :class:`~services.simulate.nodefit.Ledger`)."""
+        if self._ledger is None:
+            self._ledger = Ledger(await self.nodes(), await self.kube.list_pods())
+        return self._ledger
 
     async def schedule(self, pod: KubeObject) -> PodResult:
         """Admit, create, filter, bind and settle one pod on its own; the outcome as a :class:`PodResult`."""
@@ -230,7 +272,8 @@ class Driver:
         except DecodeError:
             gpu = True
         ns, name = str(meta.get("namespace") or "default"), str(meta["name"])
-        return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu)
+        other = tuple(n for n in sorted(pod_request(pod).scalar) if is_extended(n) and n not in self.managed)
+        return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu, other)
 
     async def run(
         self,
@@ -299,11 +342,13 @@ class Driver:
             if error is None:
                 finish(q, await self._settled(q, node))
             else:
+                ledger.forget(q.created)
                 back_off(q, {node: f"bind failed: {error}"})
 
         async def settle_only(q: _Queued, node: str) -> None:
             finish(q, await self._settled(q, node))
 
+        ledger = await self.ledger()
         try:
             while True:
                 if failures:
@@ -319,10 +364,14 @@ class Driver:
                     if isinstance(outcome, PodResult):
                         finish(q, outcome)
                     elif isinstance(outcome, _Assume):
+                        assert q.created is not None
+                        ledger.assume(q.created, outcome.node)  # kube-scheduler's assume, before the bind
                         self._in_flight += 1
                         self.contention.max_binds_in_flight = max(self.contention.max_binds_in_flight, self._in_flight)
                         spawn(binding_cycle(q, outcome.node), f"simulate:bind:{_key(q.created or q.original)}")
                     elif isinstance(outcome, _Bound):
+                        assert q.created is not None
+                        ledger.assume(q.created, outcome.node)
                         spawn(settle_only(q, outcome.node), f"simulate:settle:{_key(q.created or q.original)}")
                     else:
                         back_off(q, outcome.reasons)
@@ -348,9 +397,9 @@ class Driver:
             admitted = await self.admit(q.original)
             if admitted.pod is None:
                 return self._result(q, None, {}, {ADMISSION: admitted.message})
-            refused = pod_invalid(admitted.pod)  # the API server validates the mutated pod before storing it
-            if refused is not None:
-                return self._result(q, None, {}, {ADMISSION: refused})
+            invalid = pod_invalid(admitted.pod)  # the API server validates the mutated pod before storing it
+            if invalid is not None:
+                return self._result(q, None, {}, {ADMISSION: invalid})
             q.created = await self.kube.create_pod(admitted.pod)
         else:
             meta = q.created["metadata"]
@@ -360,7 +409,12 @@ class Driver:
                 return _Bound(str(node))
         q.attempts += 1
         created = q.created
-        candidates = candidate_names(created, await self.nodes())
+        # kube-scheduler's own filters first; the extender sees only the nodes they leave
+        names, refused = kube_filters(created, await self.nodes())
+        candidates, misfits = (await self.ledger()).filter(created, names, self.managed)
+        refused.update((node, REASON_SEPARATOR.join(reasons)) for node, reasons in misfits.items())
+        if not candidates:
+            return self._result(q, None, {}, refused or {ADMISSION: "no candidate node"})
         if self.before_filter is not None:
             await self.before_filter(created)
         try:
@@ -375,9 +429,8 @@ class Driver:
         chosen = answer.get("NodeNames") or []
         if not chosen:
             failed = answer.get("FailedNodes") or {}
-            return self._result(
-                q, None, {}, {str(k): str(v) for k, v in failed.items()} or {ADMISSION: "no candidate node"}
-            )
+            refused.update((str(k), str(v)) for k, v in failed.items())
+            return self._result(q, None, {}, refused or {ADMISSION: "no candidate node"})
         return _Assume(str(chosen[0]))
 
     async def _bind(self, pod: KubeObject, node: str) -> str | None:
@@ -410,15 +463,30 @@ class Driver:
         assert q.created is not None
         meta = q.created["metadata"]
         await asyncio.sleep(self.timing.allocate_latency_s)
-        settled = await self._settle(meta["namespace"], meta["name"], node)
+        settled, rejected = await self._settle(meta["namespace"], meta["name"], node)
         if self.after_settle is not None:
             await self.after_settle(settled)
+        if rejected is not None:  # the kubelet rejected it: bound, but never running, holding nothing
+            (await self.ledger()).forget(settled)
+            return self._result(q, None, {}, {node: rejected})
         return self._result(q, node, scheduler_annotations(q.original, settled), {})
 
-    async def _settle(self, ns: str, name: str, node: str) -> KubeObject:
-        """The device plugin after Allocate: bind phase success, node lock released, then the pod runs."""
+    async def _settle(self, ns: str, name: str, node: str) -> tuple[KubeObject, str | None]:
+        """The device plugin after Allocate: bind phase success, node lock released, then the pod runs. Or, for a
+        pod kube-scheduler placed by itself on a node whose HAMi device plugin serves a resource it asks for, that
+        plugin's Allocate fails: the pod ends ``Failed`` and the kubelet's message is returned."""
         pod = await self.kube.get_pod(ns, name)
         annos = pod["metadata"].get("annotations") or {}
+        if keys.VGPU_NODE not in annos:
+            requested = sorted(pod_request(pod).scalar)
+            unserved = unserved_resources(
+                requested, await self.kube.get_node(node), self.managed, self.known_vendors, datetime.now()
+            )
+            if unserved:
+                message = unserved[0].message
+                status = {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}
+                await self.kube.patch_pod(ns, name, {"status": status}, status=True)
+                return await self.kube.get_pod(ns, name), message
         if keys.VGPU_NODE in annos:  # a pod that asked for no device has nothing to allocate
             await self._check_plugin_serves(pod, node)
             await self.kube.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
@@ -426,7 +494,7 @@ class Driver:
             if self.vendors is not None and NodeLockKind.CAMBRICON in lock_kinds_of(pod, self.vendors):
                 await self._release_time_lock(node, NodeLockKind.CAMBRICON.value)
         await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
-        return await self.kube.get_pod(ns, name)
+        return await self.kube.get_pod(ns, name), None
 
     async def _check_plugin_serves(self, pod: KubeObject, node: str) -> None:
         """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and
