@@ -133,8 +133,8 @@ def _regex_error(msg: str, fmt: str, *examples: str) -> str:
     """Go's ``validation.RegexError``."""
     if not examples:
         return f"{msg} (regex used for validation is '{fmt}')"
-    shown = " or ".join(f"'{e}'" for e in examples)
-    return f"{msg} (e.g. {shown}, regex used for validation is '{fmt}')"
+    shown = " or ".join(f"'{e}', " for e in examples)  # Go's: "'my-name',  or '123-abc', regex ..."
+    return f"{msg} (e.g. {shown}regex used for validation is '{fmt}')"
 
 
 def dns1123_label(value: str) -> list[str]:

@@ -19,7 +19,7 @@ from vgpu_scheduler.services.simulate.podvalidation import (
 GPU = "nvidia.com/gpu"
 DNS_LABEL = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end "
-    "with an alphanumeric character (e.g. 'my-name' or '123-abc', regex used for validation is "
+    "with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
 )
 DNS_SUBDOMAIN = (
