@@ -9,17 +9,20 @@ For each workload pod, in order (:meth:`Driver.schedule`):
 2. the API server's **validation** of the mutated pod (:mod:`.podvalidation`): a pod it would refuse is reported
    unschedulable with its message (``Pod "x" is invalid: ...``) and never created; otherwise the pod is
    **created** in the API server (``POST pods``);
-3. **kube-scheduler**: ``POST /filter`` with ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` (every
-   schedulable node matching the pod's ``nodeSelector``), then ``POST /bind`` with ``ExtenderBindingArgs`` for the
-   single node returned. With several extender URLs, filter and bind alternate between them (any replica binds
-   what another filtered). A failed bind is retried from the filter, as kube-scheduler re-queues a pod;
+3. **kube-scheduler**: its own filters first (NodeUnschedulable, ``nodeSelector``, NodeResourcesFit:
+   :mod:`.nodefit`; no node left: the pod stays Pending with kube-scheduler's reasons), then ``POST /filter`` with
+   ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` naming the nodes they left, then ``POST /bind``
+   with ``ExtenderBindingArgs`` for the single node returned (assumed on it meanwhile). With several extender
+   URLs, filter and bind alternate between them (any replica binds what another filtered). A failed bind is
+   retried from the filter, as kube-scheduler re-queues a pod;
 4. **device plugin** (after kubelet's Allocate): the pod is found as HAMi's plugin finds it, through the node's
    ``hami.io/mutex.lock`` (``GetPendingPod``, :mod:`services.simulate.devplugin`), and its to-allocate list must
    serve every container's Allocate; then ``hami.io/bind-phase: success`` on the pod, the node's
    ``hami.io/mutex.lock`` removed (owner- and resourceVersion-checked, as ``ReleaseNodeLock`` does), and the pod's
    ``status.phase: Running``; for a pod given Cambricon MLUs, Cambricon's plugin also removes its own node lock
    ``cambricon.com/dsmlu.lock``. A bind the real plugin would serve wrongly (another pod, wrong device counts) is a
-   :class:`DriverError`;
+   :class:`DriverError`. A pod kube-scheduler placed alone on a node whose HAMi plugin serves a resource it asks
+   for (a vendor not enabled) is rejected by the kubelet. This node side is :mod:`.nodeside`;
 5. optional hooks let an embedded run wait for the informer to observe the settle before the next pod, and for the
    extender's snapshot to catch up before each filter, so placements do not depend on timing.
 
@@ -34,21 +37,9 @@ import collections
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from vgpu_scheduler.services.simulate.admission import Admit, Admitted, local_admission, webhook_admission
-from vgpu_scheduler.services.simulate.devplugin import (
-    LockedPod,
-    NoPod,
-    PendingPod,
-    allocation_problems,
-    fallback_choice,
-    lock_choice,
-    lock_kinds_of,
-    unserved_resources,
-    vendor_allocation_problems,
-)
 from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import (
     REASON_SEPARATOR,
@@ -57,6 +48,7 @@ from vgpu_scheduler.services.simulate.nodefit import (
     Ledger,
     pod_request,
 )
+from vgpu_scheduler.services.simulate.nodeside import NodeSide
 from vgpu_scheduler.services.simulate.podvalidation import is_extended, pod_invalid
 from vgpu_scheduler.services.simulate.pools import ALL_VENDORS
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
@@ -66,7 +58,6 @@ from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource,
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
@@ -94,8 +85,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 KubeObject = dict[str, Any]
-
-_PATCH_ATTEMPTS: Final = 5
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,6 +225,8 @@ class Driver:
         self.managed: frozenset[str] = frozenset(n for v in served for n in v.resources.all)
         """kube-scheduler's ``managedResources`` with ``ignoredByScheduler``: every enabled vendor's resource names
         (NodeResourcesFit leaves them to the extender)."""
+        self.node_side = NodeSide(kube, cfg=cfg, vendors=vendors, managed=self.managed, known=self.known_vendors)
+        """The kubelet and device plugins of the nodes pods are bound to (:mod:`.nodeside`)."""
         self._nodes: list[KubeObject] | None = None
         self._ledger: Ledger | None = None
         self._in_flight = 0
@@ -463,7 +454,7 @@ class Driver:
         assert q.created is not None
         meta = q.created["metadata"]
         await asyncio.sleep(self.timing.allocate_latency_s)
-        settled, rejected = await self._settle(meta["namespace"], meta["name"], node)
+        settled, rejected = await self.node_side.settle(meta["namespace"], meta["name"], node)
         if self.after_settle is not None:
             await self.after_settle(settled)
         if rejected is not None:  # the kubelet rejected it: bound, but never running, holding nothing
@@ -471,87 +462,9 @@ class Driver:
             return self._result(q, None, {}, {node: rejected})
         return self._result(q, node, scheduler_annotations(q.original, settled), {})
 
-    async def _settle(self, ns: str, name: str, node: str) -> tuple[KubeObject, str | None]:
-        """The device plugin after Allocate: bind phase success, node lock released, then the pod runs. Or, for a
-        pod kube-scheduler placed by itself on a node whose HAMi device plugin serves a resource it asks for, that
-        plugin's Allocate fails: the pod ends ``Failed`` and the kubelet's message is returned."""
-        pod = await self.kube.get_pod(ns, name)
-        annos = pod["metadata"].get("annotations") or {}
-        if keys.VGPU_NODE not in annos:
-            requested = sorted(pod_request(pod).scalar)
-            unserved = unserved_resources(
-                requested, await self.kube.get_node(node), self.managed, self.known_vendors, datetime.now()
-            )
-            if unserved:
-                message = unserved[0].message
-                status = {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}
-                await self.kube.patch_pod(ns, name, {"status": status}, status=True)
-                return await self.kube.get_pod(ns, name), message
-        if keys.VGPU_NODE in annos:  # a pod that asked for no device has nothing to allocate
-            await self._check_plugin_serves(pod, node)
-            await self.kube.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
-            await self._release_node_lock(node, ns, name)
-            if self.vendors is not None and NodeLockKind.CAMBRICON in lock_kinds_of(pod, self.vendors):
-                await self._release_time_lock(node, NodeLockKind.CAMBRICON.value)
-        await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
-        return await self.kube.get_pod(ns, name), None
-
-    async def _check_plugin_serves(self, pod: KubeObject, node: str) -> None:
-        """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and
-        serve each of its containers the devices the scheduler wrote for it."""
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        choice: PendingPod | None = lock_choice(await self.kube.get_node(node))
-        if choice is None:
-            choice = fallback_choice(node, await self.kube.list_pods(node_name=node))
-        where = f"device plugin on {node}, allocating {ns}/{name}"
-        if isinstance(choice, NoPod):
-            raise DriverError(f"{where}: Allocate fails: {choice.reason}")
-        if (choice.namespace, choice.name) != (ns, name):
-            how = "the node lock names" if isinstance(choice, LockedPod) else "without a lock it would pick"
-            raise DriverError(f"{where}: {how} {choice.namespace}/{choice.name} instead")
-        if self.vendors is not None:
-            problems = vendor_allocation_problems(pod, self.vendors)
-        else:
-            problems = allocation_problems(pod, self.cfg.resource_count_name)
-        if problems:
-            raise DriverError(f"{where}: " + "; ".join(problems))
-
-    async def _release_time_lock(self, node: str, key: str) -> None:
-        """Cambricon's device plugin after Allocate: its node lock ``key`` (a time, naming no pod) removed,
-        guarded by the node's resourceVersion."""
-        for _ in range(_PATCH_ATTEMPTS):
-            obj = await self.kube.get_node(node)
-            if key not in (obj["metadata"].get("annotations") or {}):
-                return
-            patch = {"metadata": {"annotations": {key: None}, "resourceVersion": obj["metadata"]["resourceVersion"]}}
-            try:
-                await self.kube.patch_node(node, patch)
-                return
-            except DriverError as e:
-                if e.status != 409:
-                    raise
-        raise DriverError(f"node {node}: could not remove {key} (conflicts)")
-
     async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
-        """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""
-        for _ in range(_PATCH_ATTEMPTS):
-            obj = await self.kube.get_node(node)
-            value = (obj["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
-            if value is None or not str(value).endswith(f",{ns},{name}"):
-                return  # already released (e.g. by the informer), or someone else's
-            patch = {
-                "metadata": {
-                    "annotations": {keys.NODE_LOCK: None},
-                    "resourceVersion": obj["metadata"]["resourceVersion"],
-                }
-            }
-            try:
-                await self.kube.patch_node(node, patch)
-                return
-            except DriverError as e:
-                if e.status != 409:
-                    raise
-        raise DriverError(f"node {node}: could not release the node lock of {ns}/{name} (conflicts)")
+        """HAMi's ``ReleaseNodeLock`` (:meth:`.NodeSide._release_node_lock`), kept here for its callers."""
+        await self.node_side._release_node_lock(node, ns, name)
 
 
 def scheduler_annotations(original: Mapping[str, Any], final: Mapping[str, Any]) -> dict[str, str]:
