@@ -10,13 +10,17 @@ settle it when the real plugin could not serve it:
 * :func:`allocation_problems` replays the kubelet's Allocate calls (one per container asking for the count
   resource, init containers first) against the to-allocate list as the HEAD plugin consumes it: each call pops
   the first non-empty entry, which must belong to that container and hold exactly the number of devices the
-  kubelet asks for ("device number not matched" otherwise).
+  kubelet asks for ("device number not matched" otherwise);
+* :func:`unserved_resources`: a pod kube-scheduler placed by itself (no scheduler allocation) on a node where a HAMi
+  device plugin serves a resource it asks for (a vendor the device config does not enable): that plugin's Allocate
+  fails, so the kubelet rejects the pod.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -27,6 +31,7 @@ from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.domain.model import PodDevices
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.registration import NodeView, NotRegistered, Unregistered
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _CANDIDATE_PHASES = ("allocating", "success")
@@ -163,3 +168,41 @@ def _safe_containers(pod: Mapping[str, Any]) -> tuple[Sequence[Any], ...]:
         return pod_containers(pod)
     except DecodeError:
         return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Unserved:
+    """A resource the pod was given by kube-scheduler alone on a node where HAMi's ``vendor`` device plugin serves
+    it: the plugin's Allocate finds no allocation for the pod (no scheduler wrote one) and fails."""
+
+    resource: str
+    vendor: str
+
+    @property
+    def message(self) -> str:
+        """What the kubelet reports (the pod ends ``Failed``, reason ``UnexpectedAdmissionError``)."""
+        return (
+            f"UnexpectedAdmissionError: Allocate failed due to {self.vendor}'s device plugin holding no allocation "
+            f"for {self.resource} (the device config does not enable {self.vendor}), which is unexpected"
+        )
+
+
+def unserved_resources(
+    requested: Sequence[str], node: Mapping[str, Any], managed: frozenset[str], known: Vendors, now: datetime
+) -> list[Unserved]:
+    """For a pod bound without any HAMi allocation (no ``hami.io/vgpu-node``): each ``requested`` resource that no
+    enabled vendor manages (``managed``) but that a HAMi device plugin on ``node`` serves, i.e. a vendor of
+    ``known`` (every vendor family this build knows) naming the resource has its registration on the node."""
+    view = NodeView.of(node)
+    out: list[Unserved] = []
+    for name in requested:
+        if name in managed:
+            continue
+        for vendor in known:
+            if name not in vendor.resources.all:
+                continue
+            seen = vendor.observe(view, now)
+            if not (isinstance(seen, NotRegistered) and seen.reason is Unregistered.ABSENT):
+                out.append(Unserved(name, vendor.name))
+                break
+    return out

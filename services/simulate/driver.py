@@ -6,273 +6,85 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    pure :func:`~shared.protocol.webhook.mutate_pod` + :func:`~shared.protocol.jsonpatch.apply_patch` (embedded runs)
    or an AdmissionReview POSTed to an extender's ``/webhook`` (a deployed extender). A denied pod is reported as
    unschedulable with the denial message;
-2. the pod is **created** in the API server (``POST pods``);
-3. **kube-scheduler**: ``POST /filter`` with ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` (every
-   schedulable node matching the pod's ``nodeSelector``), then ``POST /bind`` with ``ExtenderBindingArgs`` for the
-   single node returned. With several extender URLs, filter and bind alternate between them (any replica binds
-   what another filtered). A failed bind is retried from the filter, as kube-scheduler re-queues a pod;
+2. the API server's **validation** of the mutated pod (:mod:`.podvalidation`): a pod it would refuse is reported
+   unschedulable with its message (``Pod "x" is invalid: ...``) and never created; otherwise the pod is
+   **created** in the API server (``POST pods``);
+3. **kube-scheduler**: its own filters first (NodeUnschedulable, ``nodeSelector``, NodeResourcesFit:
+   :mod:`.nodefit`; no node left: the pod stays Pending with kube-scheduler's reasons), then ``POST /filter`` with
+   ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` naming the nodes they left, then ``POST /bind``
+   with ``ExtenderBindingArgs`` for the single node returned (assumed on it meanwhile). With several extender
+   URLs, filter and bind alternate between them (any replica binds what another filtered). A failed bind is
+   retried from the filter, as kube-scheduler re-queues a pod;
 4. **device plugin** (after kubelet's Allocate): the pod is found as HAMi's plugin finds it, through the node's
    ``hami.io/mutex.lock`` (``GetPendingPod``, :mod:`services.simulate.devplugin`), and its to-allocate list must
    serve every container's Allocate; then ``hami.io/bind-phase: success`` on the pod, the node's
    ``hami.io/mutex.lock`` removed (owner- and resourceVersion-checked, as ``ReleaseNodeLock`` does), and the pod's
    ``status.phase: Running``; for a pod given Cambricon MLUs, Cambricon's plugin also removes its own node lock
    ``cambricon.com/dsmlu.lock``. A bind the real plugin would serve wrongly (another pod, wrong device counts) is a
-   :class:`DriverError`;
+   :class:`DriverError`. A pod kube-scheduler placed alone on a node whose HAMi plugin serves a resource it asks
+   for (a vendor not enabled) is rejected by the kubelet. This node side is :mod:`.nodeside`;
 5. optional hooks let an embedded run wait for the informer to observe the settle before the next pod, and for the
    extender's snapshot to catch up before each filter, so placements do not depend on timing.
 
-Everything travels over HTTP with the exact JSON bodies the real components send.
+Everything travels over HTTP with the exact JSON bodies the real components send (:mod:`.kubehttp`); admission is
+:mod:`.admission`, the scheduler's timing and contention counters :mod:`.timing`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
-import json
 import logging
-import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
-import aiohttp
-
-from vgpu_scheduler.services.simulate.devplugin import (
-    LockedPod,
-    NoPod,
-    PendingPod,
-    allocation_problems,
-    fallback_choice,
-    lock_choice,
-    lock_kinds_of,
-    vendor_allocation_problems,
+from vgpu_scheduler.services.simulate.admission import Admit, Admitted, local_admission, webhook_admission
+from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
+from vgpu_scheduler.services.simulate.nodefit import (
+    REASON_SEPARATOR,
+    SELECTOR_MISMATCH,
+    UNSCHEDULABLE,
+    Ledger,
+    pod_request,
 )
+from vgpu_scheduler.services.simulate.nodeside import NodeSide
+from vgpu_scheduler.services.simulate.podvalidation import is_extended, pod_invalid
+from vgpu_scheduler.services.simulate.pools import ALL_VENDORS
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
+from vgpu_scheduler.services.simulate.timing import LOCK_WAIT_THRESHOLD_S, Contention, SchedulerTiming, error_kind
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
-from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig, QuotaState
-from vgpu_scheduler.shared.errors import DecodeError, TransientError
-from vgpu_scheduler.shared.protocol.admission import decode_patch
-from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
-from vgpu_scheduler.shared.protocol.webhook import mutate_pod
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
+
+__all__ = [
+    "MERGE_PATCH",
+    "REQUEST_TIMEOUT_S",
+    "Admit",
+    "Admitted",
+    "Contention",
+    "Defaults",
+    "Driver",
+    "DriverError",
+    "Extenders",
+    "KubeHttp",
+    "SchedulerTiming",
+    "candidate_names",
+    "effective_policies",
+    "local_admission",
+    "schedule_all",
+    "scheduler_annotations",
+    "webhook_admission",
+]
+"""The driver and, for its callers, the pieces it is made of (HTTP clients, admission, timing) under one name."""
 
 logger = logging.getLogger(__name__)
 
 KubeObject = dict[str, Any]
-
-MERGE_PATCH: Final = "application/merge-patch+json"
-REQUEST_TIMEOUT_S: Final = 30.0
-_PATCH_ATTEMPTS: Final = 5
-
-
-class DriverError(TransientError):
-    """An HTTP call of the driver failed (status and body in the message; ``status`` is the HTTP status when the
-    server answered, None when it did not)."""
-
-    def __init__(self, message: str, *, status: int | None = None, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.timed_out = timed_out
-
-
-# --------------------------------------------------------------------------------------------
-# HTTP: the API server (core/v1 REST, as the emulator serves it) and the extenders
-# --------------------------------------------------------------------------------------------
-
-
-class KubeHttp:
-    """The few core/v1 calls the driver makes, over plain HTTP (the emulator needs no credentials)."""
-
-    def __init__(self, session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        self._session = session
-        self._base = base_url.rstrip("/") + "/api/v1"
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    async def _call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": content_type} if data is not None else {}
-        try:
-            async with self._session.request(
-                method, self._base + path, data=data, headers=headers, timeout=self._timeout
-            ) as resp:
-                text = await resp.read()
-                if resp.status >= 300:
-                    raise DriverError(
-                        f"{method} {path}: HTTP {resp.status}: {text[:300].decode(errors='replace')}",
-                        status=resp.status,
-                    )
-                return json.loads(text) if text else None
-        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-            raise DriverError(f"{method} {path}: {type(e).__name__}: {e}") from e
-
-    async def list_nodes(self) -> list[KubeObject]:
-        body = await self._call("GET", "/nodes")
-        return list(body.get("items") or [])
-
-    async def create_pod(self, pod: KubeObject) -> KubeObject:
-        ns = pod["metadata"].get("namespace") or "default"
-        created: KubeObject = await self._call("POST", f"/namespaces/{ns}/pods", pod)
-        return created
-
-    async def get_pod(self, namespace: str, name: str) -> KubeObject:
-        pod: KubeObject = await self._call("GET", f"/namespaces/{namespace}/pods/{name}")
-        return pod
-
-    async def list_pods(self, *, node_name: str | None = None) -> list[KubeObject]:
-        """Every pod, or those with ``spec.nodeName=<node_name>``."""
-        query = f"?fieldSelector=spec.nodeName%3D{node_name}" if node_name is not None else ""
-        body = await self._call("GET", f"/pods{query}")
-        return list(body.get("items") or [])
-
-    async def patch_pod(self, namespace: str, name: str, patch: Mapping[str, Any], *, status: bool = False) -> None:
-        sub = "/status" if status else ""
-        await self._call("PATCH", f"/namespaces/{namespace}/pods/{name}{sub}", patch, content_type=MERGE_PATCH)
-
-    async def get_node(self, name: str) -> KubeObject:
-        node: KubeObject = await self._call("GET", f"/nodes/{name}")
-        return node
-
-    async def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
-        await self._call("PATCH", f"/nodes/{name}", patch, content_type=MERGE_PATCH)
-
-
-class Extenders:
-    """kube-scheduler's side of the extender protocol, over one or more extender base URLs (used in turn)."""
-
-    def __init__(self, session: aiohttp.ClientSession, urls: Sequence[str], *, timeout_s: float = REQUEST_TIMEOUT_S):
-        if not urls:
-            raise ValueError("at least one extender URL is needed")
-        self._session = session
-        self.urls = [u.rstrip("/") for u in urls]
-        self._turn = itertools.count()
-        self.timeout_s = timeout_s
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    def next_url(self) -> str:
-        return self.urls[next(self._turn) % len(self.urls)]
-
-    async def post(self, url: str, verb: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        try:
-            async with self._session.post(
-                f"{url}/{verb}",
-                data=json.dumps(body).encode(),
-                headers={"Content-Type": "application/json"},
-                timeout=self._timeout,
-            ) as resp:
-                text = await resp.read()
-                if resp.status != 200:
-                    raise DriverError(
-                        f"POST {url}/{verb}: HTTP {resp.status}: {text[:300].decode(errors='replace')}",
-                        status=resp.status,
-                    )
-                answer = json.loads(text)
-        except TimeoutError as e:
-            raise DriverError(f"POST {url}/{verb}: no answer within {self.timeout_s:g}s", timed_out=True) from e
-        except (aiohttp.ClientError, ValueError) as e:
-            raise DriverError(f"POST {url}/{verb}: {type(e).__name__}: {e}") from e
-        if not isinstance(answer, dict):
-            raise DriverError(f"POST {url}/{verb}: expected a JSON object, got {type(answer).__name__}")
-        return answer
-
-    async def filter(self, pod: KubeObject, node_names: Sequence[str]) -> dict[str, Any]:
-        """``ExtenderArgs`` as kube-scheduler sends it with ``nodeCacheCapable: true``."""
-        return await self.post(self.next_url(), "filter", {"Pod": pod, "Nodes": None, "NodeNames": list(node_names)})
-
-    async def bind(self, pod: KubeObject, node: str) -> str:
-        """``ExtenderBindingArgs``; returns the ``Error`` text ("" on success)."""
-        meta = pod["metadata"]
-        body = {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
-        answer = await self.post(self.next_url(), "bind", body)
-        return str(answer.get("Error") or "")
-
-
-# --------------------------------------------------------------------------------------------
-# Admission (difference 16)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """The pod as admitted (mutated), or None with the denial/error message."""
-
-    pod: KubeObject | None
-    message: str = ""
-
-
-Admit = Callable[[KubeObject], Awaitable[Admitted]]
-
-
-def local_admission(
-    *,
-    cfg: NvidiaConfig,
-    scheduler_name: str,
-    force_overwrite_default_scheduler: bool,
-    quota: Callable[[str], Awaitable[QuotaState | None]],
-    vendors: Vendors | None = None,
-) -> Admit:
-    """The webhook's decision computed in-process: ``mutate_pod`` (with the namespace's quota and the enabled
-    ``vendors``) + ``apply_patch``."""
-
-    async def admit(pod: KubeObject) -> Admitted:
-        ns = pod["metadata"].get("namespace") or "default"
-        outcome = mutate_pod(
-            pod,
-            cfg=cfg,
-            scheduler_name=scheduler_name,
-            force_overwrite_default_scheduler=force_overwrite_default_scheduler,
-            quota=await quota(ns),
-            vendors=vendors,
-        )
-        if not outcome.allowed:
-            return Admitted(None, f"admission denied: {outcome.message}")
-        mutated: KubeObject = apply_patch(pod, outcome.patch_ops) if outcome.patch_ops else pod
-        return Admitted(mutated)
-
-    return admit
-
-
-def webhook_admission(extenders: Extenders) -> Admit:
-    """The webhook's decision from a running extender: an ``admission.k8s.io/v1`` AdmissionReview to ``/webhook``."""
-
-    async def admit(pod: KubeObject) -> Admitted:
-        ns = pod["metadata"].get("namespace") or "default"
-        review = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-                "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-                "name": pod["metadata"].get("name", ""),
-                "namespace": ns,
-                "operation": "CREATE",
-                "userInfo": {"username": "vgpu-scheduler-simulate"},
-                "object": pod,
-                "oldObject": None,
-                "dryRun": False,
-            },
-        }
-        answer = await extenders.post(extenders.urls[0], "webhook", review)
-        response = answer.get("response")
-        if not isinstance(response, dict):
-            raise DriverError("POST /webhook: the AdmissionReview answer has no response object")
-        if not response.get("allowed"):
-            message = str((response.get("status") or {}).get("message", "denied"))
-            return Admitted(None, f"admission denied: {message}")
-        try:
-            ops = decode_patch(response)
-            mutated: KubeObject = apply_patch(pod, ops) if ops else pod
-        except DecodeError as e:
-            raise DriverError(f"POST /webhook: {e}") from e
-        return Admitted(mutated)
-
-    return admit
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,87 +121,31 @@ def _selector_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 
 
 def candidate_names(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What kube-scheduler's own filters would leave: schedulable nodes matching the pod's ``nodeSelector``."""
-    return [
-        n["metadata"]["name"]
-        for n in nodes
-        if not (n.get("spec") or {}).get("unschedulable") and _selector_matches(pod, n)
-    ]
+    """What kube-scheduler's NodeUnschedulable and NodeAffinity filters leave: schedulable nodes matching the pod's
+    ``nodeSelector``."""
+    return kube_filters(pod, nodes)[0]
+
+
+def kube_filters(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, str]]:
+    """NodeUnschedulable and the ``nodeSelector`` part of NodeAffinity: (the nodes left, in order; {node: reason}
+    for the others, in kube-scheduler's words)."""
+    left: list[str] = []
+    refused: dict[str, str] = {}
+    for n in nodes:
+        name = str(n["metadata"]["name"])
+        reasons = []
+        if (n.get("spec") or {}).get("unschedulable"):
+            reasons.append(UNSCHEDULABLE)
+        if not _selector_matches(pod, n):
+            reasons.append(SELECTOR_MISMATCH)
+        if reasons:
+            refused[name] = REASON_SEPARATOR.join(reasons)
+        else:
+            left.append(name)
+    return left, refused
 
 
 Hook = Callable[[KubeObject], Awaitable[None]]
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerTiming:
-    """How the driver's kube-scheduler and device plugin behave in time (kube-scheduler v1.36's defaults)."""
-
-    initial_backoff_s: float = 1.0
-    """``podInitialBackoffSeconds``: the first backoff of a pod whose bind failed; doubled per attempt."""
-    max_backoff_s: float = 10.0
-    """``podMaxBackoffSeconds``: the cap of that doubling."""
-    http_timeout_s: float = 30.0
-    """The extender's ``httpTimeout`` (the Helm chart's ``kubeScheduler.extenderHTTPTimeout``)."""
-    allocate_latency_s: float = 0.2
-    """From the Binding to the device plugin's Allocate (kubelet's pod admission), as HAMi's plugin sees it."""
-    max_attempts: int = 20
-    """A simulation must end: a pod still failing to bind after this many scheduling attempts is reported pending
-    (kube-scheduler would go on retrying it every ``max_backoff_s``)."""
-
-    def backoff_s(self, attempts: int) -> float:
-        """kube-scheduler's backoff after ``attempts`` scheduling attempts: initial × 2^(attempts-1), capped."""
-        return float(min(self.initial_backoff_s * 2.0 ** max(attempts - 1, 0), self.max_backoff_s))
-
-
-LOCK_WAIT_THRESHOLD_S: Final = 0.01
-"""A bind that took longer than this waited for a node lock (on the simulated clock a bind that does not wait
-takes no time at all; the extender's first lock retry comes after 10 ms or more)."""
-
-
-@dataclass(slots=True)
-class Contention:
-    """What the truthful kube-scheduler met: failed and retried binds, node-lock waits, extender timeouts."""
-
-    clock: str = "real"
-    """``simulated`` (an embedded run, :mod:`services.simulate.clock`) or ``real``."""
-    binds: int = 0
-    bind_failures: int = 0
-    binds_retried: int = 0
-    pods_retried: int = 0
-    lock_waits: int = 0
-    lock_wait_s: float = 0.0
-    lock_wait_max_s: float = 0.0
-    extender_timeouts: int = 0
-    plugin_failures: int = 0
-    duration_s: float = 0.0
-    max_binds_in_flight: int = 0
-    bind_errors: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "clock": self.clock,
-            "duration_s": round(self.duration_s, 3),
-            "binds": self.binds,
-            "bind_failures": self.bind_failures,
-            "binds_retried": self.binds_retried,
-            "pods_retried": self.pods_retried,
-            "lock_waits": self.lock_waits,
-            "lock_wait_s": round(self.lock_wait_s, 3),
-            "lock_wait_max_s": round(self.lock_wait_max_s, 3),
-            "max_binds_in_flight": self.max_binds_in_flight,
-            "extender_timeouts": self.extender_timeouts,
-            "plugin_failures": self.plugin_failures,
-            "bind_errors": dict(sorted(self.bind_errors.items())),
-        }
-
-
-def _error_kind(error: str) -> str:
-    """A short class of a bind error for the counts: ``node locked``, ``timeout`` or its first words."""
-    if "is locked by" in error or "lock" in error.lower():
-        return "node locked"
-    if "timed out" in error.lower() or "TimeoutError" in error:
-        return "timeout"
-    return " ".join(error.split()[:4])
 
 
 @dataclass(slots=True)
@@ -450,6 +206,7 @@ class Driver:
         timing: SchedulerTiming | None = None,
         clock: str = "real",
         vendors: Vendors | None = None,
+        known_vendors: Vendors | None = None,
     ) -> None:
         self.kube = kube
         self.vendors = vendors
@@ -462,13 +219,29 @@ class Driver:
         self.after_settle = after_settle
         self.timing = timing or SchedulerTiming()
         self.contention = Contention(clock=clock)
+        self.known_vendors = known_vendors if known_vendors is not None else ALL_VENDORS
+        """Every vendor family this build knows (enabled or not): whose HAMi device plugin serves a resource."""
+        served = vendors if vendors is not None else Vendors((NvidiaVendor(cfg),))
+        self.managed: frozenset[str] = frozenset(n for v in served for n in v.resources.all)
+        """kube-scheduler's ``managedResources`` with ``ignoredByScheduler``: every enabled vendor's resource names
+        (NodeResourcesFit leaves them to the extender)."""
+        self.node_side = NodeSide(kube, cfg=cfg, vendors=vendors, managed=self.managed, known=self.known_vendors)
+        """The kubelet and device plugins of the nodes pods are bound to (:mod:`.nodeside`)."""
         self._nodes: list[KubeObject] | None = None
+        self._ledger: Ledger | None = None
         self._in_flight = 0
 
     async def nodes(self) -> list[KubeObject]:
         if self._nodes is None:
             self._nodes = await self.kube.list_nodes()
         return self._nodes
+
+    async def ledger(self) -> Ledger:
+        """What kube-scheduler's cache knows the nodes' pods request: the pods bound when the run starts, then the
+        pods it assumes on their chosen node (see :class:`~services.simulate.nodefit.Ledger`)."""
+        if self._ledger is None:
+            self._ledger = Ledger(await self.nodes(), await self.kube.list_pods())
+        return self._ledger
 
     async def schedule(self, pod: KubeObject) -> PodResult:
         """Admit, create, filter, bind and settle one pod on its own; the outcome as a :class:`PodResult`."""
@@ -490,7 +263,8 @@ class Driver:
         except DecodeError:
             gpu = True
         ns, name = str(meta.get("namespace") or "default"), str(meta["name"])
-        return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu)
+        other = tuple(n for n in sorted(pod_request(pod).scalar) if is_extended(n) and n not in self.managed)
+        return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu, other)
 
     async def run(
         self,
@@ -559,11 +333,13 @@ class Driver:
             if error is None:
                 finish(q, await self._settled(q, node))
             else:
+                ledger.forget(q.created)
                 back_off(q, {node: f"bind failed: {error}"})
 
         async def settle_only(q: _Queued, node: str) -> None:
             finish(q, await self._settled(q, node))
 
+        ledger = await self.ledger()
         try:
             while True:
                 if failures:
@@ -579,10 +355,14 @@ class Driver:
                     if isinstance(outcome, PodResult):
                         finish(q, outcome)
                     elif isinstance(outcome, _Assume):
+                        assert q.created is not None
+                        ledger.assume(q.created, outcome.node)  # kube-scheduler's assume, before the bind
                         self._in_flight += 1
                         self.contention.max_binds_in_flight = max(self.contention.max_binds_in_flight, self._in_flight)
                         spawn(binding_cycle(q, outcome.node), f"simulate:bind:{_key(q.created or q.original)}")
                     elif isinstance(outcome, _Bound):
+                        assert q.created is not None
+                        ledger.assume(q.created, outcome.node)
                         spawn(settle_only(q, outcome.node), f"simulate:settle:{_key(q.created or q.original)}")
                     else:
                         back_off(q, outcome.reasons)
@@ -608,6 +388,9 @@ class Driver:
             admitted = await self.admit(q.original)
             if admitted.pod is None:
                 return self._result(q, None, {}, {ADMISSION: admitted.message})
+            invalid = pod_invalid(admitted.pod)  # the API server validates the mutated pod before storing it
+            if invalid is not None:
+                return self._result(q, None, {}, {ADMISSION: invalid})
             q.created = await self.kube.create_pod(admitted.pod)
         else:
             meta = q.created["metadata"]
@@ -617,7 +400,12 @@ class Driver:
                 return _Bound(str(node))
         q.attempts += 1
         created = q.created
-        candidates = candidate_names(created, await self.nodes())
+        # kube-scheduler's own filters first; the extender sees only the nodes they leave
+        names, refused = kube_filters(created, await self.nodes())
+        candidates, misfits = (await self.ledger()).filter(created, names, self.managed)
+        refused.update((node, REASON_SEPARATOR.join(reasons)) for node, reasons in misfits.items())
+        if not candidates:
+            return self._result(q, None, {}, refused or {ADMISSION: "no candidate node"})
         if self.before_filter is not None:
             await self.before_filter(created)
         try:
@@ -632,9 +420,8 @@ class Driver:
         chosen = answer.get("NodeNames") or []
         if not chosen:
             failed = answer.get("FailedNodes") or {}
-            return self._result(
-                q, None, {}, {str(k): str(v) for k, v in failed.items()} or {ADMISSION: "no candidate node"}
-            )
+            refused.update((str(k), str(v)) for k, v in failed.items())
+            return self._result(q, None, {}, refused or {ADMISSION: "no candidate node"})
         return _Assume(str(chosen[0]))
 
     async def _bind(self, pod: KubeObject, node: str) -> str | None:
@@ -658,7 +445,7 @@ class Driver:
             self.contention.lock_wait_max_s = max(self.contention.lock_wait_max_s, took)
         if error is not None:
             self.contention.bind_failures += 1
-            kind = _error_kind(error)
+            kind = error_kind(error)
             self.contention.bind_errors[kind] = self.contention.bind_errors.get(kind, 0) + 1
         return error
 
@@ -667,80 +454,17 @@ class Driver:
         assert q.created is not None
         meta = q.created["metadata"]
         await asyncio.sleep(self.timing.allocate_latency_s)
-        settled = await self._settle(meta["namespace"], meta["name"], node)
+        settled, rejected = await self.node_side.settle(meta["namespace"], meta["name"], node)
         if self.after_settle is not None:
             await self.after_settle(settled)
+        if rejected is not None:  # the kubelet rejected it: bound, but never running, holding nothing
+            (await self.ledger()).forget(settled)
+            return self._result(q, None, {}, {node: rejected})
         return self._result(q, node, scheduler_annotations(q.original, settled), {})
 
-    async def _settle(self, ns: str, name: str, node: str) -> KubeObject:
-        """The device plugin after Allocate: bind phase success, node lock released, then the pod runs."""
-        pod = await self.kube.get_pod(ns, name)
-        annos = pod["metadata"].get("annotations") or {}
-        if keys.VGPU_NODE in annos:  # a pod that asked for no device has nothing to allocate
-            await self._check_plugin_serves(pod, node)
-            await self.kube.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
-            await self._release_node_lock(node, ns, name)
-            if self.vendors is not None and NodeLockKind.CAMBRICON in lock_kinds_of(pod, self.vendors):
-                await self._release_time_lock(node, NodeLockKind.CAMBRICON.value)
-        await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
-        return await self.kube.get_pod(ns, name)
-
-    async def _check_plugin_serves(self, pod: KubeObject, node: str) -> None:
-        """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and
-        serve each of its containers the devices the scheduler wrote for it."""
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        choice: PendingPod | None = lock_choice(await self.kube.get_node(node))
-        if choice is None:
-            choice = fallback_choice(node, await self.kube.list_pods(node_name=node))
-        where = f"device plugin on {node}, allocating {ns}/{name}"
-        if isinstance(choice, NoPod):
-            raise DriverError(f"{where}: Allocate fails: {choice.reason}")
-        if (choice.namespace, choice.name) != (ns, name):
-            how = "the node lock names" if isinstance(choice, LockedPod) else "without a lock it would pick"
-            raise DriverError(f"{where}: {how} {choice.namespace}/{choice.name} instead")
-        if self.vendors is not None:
-            problems = vendor_allocation_problems(pod, self.vendors)
-        else:
-            problems = allocation_problems(pod, self.cfg.resource_count_name)
-        if problems:
-            raise DriverError(f"{where}: " + "; ".join(problems))
-
-    async def _release_time_lock(self, node: str, key: str) -> None:
-        """Cambricon's device plugin after Allocate: its node lock ``key`` (a time, naming no pod) removed,
-        guarded by the node's resourceVersion."""
-        for _ in range(_PATCH_ATTEMPTS):
-            obj = await self.kube.get_node(node)
-            if key not in (obj["metadata"].get("annotations") or {}):
-                return
-            patch = {"metadata": {"annotations": {key: None}, "resourceVersion": obj["metadata"]["resourceVersion"]}}
-            try:
-                await self.kube.patch_node(node, patch)
-                return
-            except DriverError as e:
-                if e.status != 409:
-                    raise
-        raise DriverError(f"node {node}: could not remove {key} (conflicts)")
-
     async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
-        """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""
-        for _ in range(_PATCH_ATTEMPTS):
-            obj = await self.kube.get_node(node)
-            value = (obj["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
-            if value is None or not str(value).endswith(f",{ns},{name}"):
-                return  # already released (e.g. by the informer), or someone else's
-            patch = {
-                "metadata": {
-                    "annotations": {keys.NODE_LOCK: None},
-                    "resourceVersion": obj["metadata"]["resourceVersion"],
-                }
-            }
-            try:
-                await self.kube.patch_node(node, patch)
-                return
-            except DriverError as e:
-                if e.status != 409:
-                    raise
-        raise DriverError(f"node {node}: could not release the node lock of {ns}/{name} (conflicts)")
+        """HAMi's ``ReleaseNodeLock`` (:meth:`.NodeSide._release_node_lock`), kept here for its callers."""
+        await self.node_side._release_node_lock(node, ns, name)
 
 
 def scheduler_annotations(original: Mapping[str, Any], final: Mapping[str, Any]) -> dict[str, str]:

@@ -32,16 +32,12 @@ from prometheus_client import CollectorRegistry
 from vgpu_scheduler.services.allinone.service import AllInOneDeps, AllInOneService
 from vgpu_scheduler.services.extender.service import ExtenderService
 from vgpu_scheduler.services.extender.snapshot import CacheSettings
+from vgpu_scheduler.services.simulate.admission import local_admission
 from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
-from vgpu_scheduler.services.simulate.driver import (
-    Defaults,
-    Driver,
-    Extenders,
-    KubeHttp,
-    SchedulerTiming,
-    local_admission,
-)
+from vgpu_scheduler.services.simulate.driver import Defaults, Driver
+from vgpu_scheduler.services.simulate.kubehttp import Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.manifests import Cluster
+from vgpu_scheduler.services.simulate.timing import SchedulerTiming
 from vgpu_scheduler.shared.config import AllInOneSettings, BindAddress, SimulateSettings
 from vgpu_scheduler.shared.domain.model import QuotaState
 from vgpu_scheduler.shared.emulator import Emulator

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from vgpu_scheduler.services.simulate.admission import local_admission, webhook_admission
 from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
 from vgpu_scheduler.services.simulate.compare import (
     DEFAULT_COMBINATIONS,
@@ -38,21 +39,13 @@ from vgpu_scheduler.services.simulate.compare import (
     run_scenario,
     settings_with,
 )
-from vgpu_scheduler.services.simulate.driver import (
-    Defaults,
-    Driver,
-    DriverError,
-    Extenders,
-    KubeHttp,
-    SchedulerTiming,
-    local_admission,
-    schedule_all,
-    webhook_admission,
-)
+from vgpu_scheduler.services.simulate.driver import Defaults, Driver, schedule_all
 from vgpu_scheduler.services.simulate.harness import HarnessError, HarnessTiming
+from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
 from vgpu_scheduler.services.simulate.plot import check_directory, load_pyplot, write_plots
 from vgpu_scheduler.services.simulate.report import PodResult, policy_label, render_pods, render_summary
+from vgpu_scheduler.services.simulate.timing import SchedulerTiming
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.config import (
     OPTIONS_BY_NAME,

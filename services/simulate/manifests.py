@@ -6,10 +6,20 @@ document (1-based, plus ``items[i]`` inside a List) and the field::
 
     cluster.yaml: document 3: metadata.annotations[hami.io/node-nvidia-register]: ... (a ManifestError)
 
+A running Pod of the cluster file that the API server would refuse (:mod:`services.simulate.podvalidation`) stops
+the command the same way, with the API server's message after the location::
+
+    cluster.yaml: document 9: Pod "x" is invalid: spec.containers[0].resources.limits: Required value: ...
+
+(A workload Pod is validated when the driver creates it, after admission, as the API server does.)
+
 The HAMi annotations are decoded with the real codecs here (register, topology score, allocated device list,
-MIG allocations). A Node whose HAMi annotations do not decode is not an error: as in production, the registrar
-leaves that node unregistered and the rest proceed; the loader says so in a warning (``Cluster.warnings``), as it
-does for a node whose device plugin registered no ``status.allocatable[nvidia.com/gpu]``.
+MIG allocations). A Node whose HAMi registration does not decode (the register or score annotation of NVIDIA or of
+any enabled vendor) is a bad manifest too: in production the registrar would drop that node, but a simulation of
+it would compare policies on a cluster other than the one meant, so the command stops, naming the file, the document
+and the field. A node the registrar leaves unregistered for a reason a real cluster has (its device plugin
+registered no ``status.allocatable[nvidia.com/gpu]``, or its devices are of a vendor the device config does not
+enable) is kept, and named in a warning (``Cluster.warnings``: one line per reason, listing its nodes).
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from vgpu_scheduler.services.simulate.podvalidation import pod_invalid
 from vgpu_scheduler.services.simulate.pools import KIND as NODE_POOL
 from vgpu_scheduler.services.simulate.pools import PoolError, expand_pool
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -80,8 +91,15 @@ class Cluster:
 
     @property
     def warnings(self) -> list[str]:
-        """One line per node left out of scheduling, for stderr."""
-        return [f"{self.source}: node {node}: {why}; its GPUs are not schedulable" for node, why in self.unregistered]
+        """One line per reason nodes are left unregistered, naming the nodes, for stderr."""
+        by_why: dict[str, list[str]] = {}
+        for node, why in self.unregistered:
+            by_why.setdefault(why, []).append(node)
+        return [
+            f"{self.source}: {why}: {'node' if len(nodes) == 1 else 'nodes'} {', '.join(nodes)} "
+            f"left unregistered, {'its' if len(nodes) == 1 else 'their'} devices not schedulable"
+            for why, nodes in by_why.items()
+        ]
 
     def objects(self) -> Iterator[KubeObject]:
         """Every object in seeding order: namespaces, nodes, quotas, then pods (deep copies)."""
@@ -208,24 +226,31 @@ def _annotation_field(key: str) -> str:
     return f"metadata.annotations[{key}]"
 
 
+def _decode_failure(where: str, field: str, key: str, error: DecodeError) -> ManifestError:
+    """A registration that does not decode: the codec's message without the key it repeats, after the field."""
+    text = str(error)
+    if text.startswith(key):
+        text = text[len(key) :]
+    if text.startswith("["):  # an index into the value: part of the field
+        field, _, text = (field + text).partition(": ")
+    return _fail(where, field, text.removeprefix(": "))
+
+
 def _check_node(loc: Located, count_resource: str) -> str | None:
-    """Fail on a structurally bad Node; return why the registrar will not register it (None: it will, or it has
-    no GPU annotation at all, a CPU node)."""
+    """Fail on a bad Node (structure, or a HAMi annotation that does not decode); return why the registrar will
+    not register it (None: it will, or it has no GPU annotation at all, a CPU node)."""
     node = loc.obj
     annos = node.get("metadata", {}).get("annotations") or {}
     register = annos.get(keys.NODE_NVIDIA_REGISTER)
     why: str | None = None
-    if register is not None:
+    for key, decode in ((keys.NODE_NVIDIA_REGISTER, decode_register), (keys.NODE_NVIDIA_SCORE, decode_topology)):
+        value = annos.get(key)
+        if value is None:
+            continue
         try:
-            decode_register(register)
+            decode(value)
         except DecodeError as e:
-            why = f"{loc.where}: {_annotation_field(keys.NODE_NVIDIA_REGISTER)}: {e}"
-    score = annos.get(keys.NODE_NVIDIA_SCORE)
-    if score is not None and why is None:
-        try:
-            decode_topology(score)
-        except DecodeError as e:
-            why = f"{loc.where}: {_annotation_field(keys.NODE_NVIDIA_SCORE)}: {e}"
+            raise _decode_failure(loc.where, _annotation_field(key), key, e) from None
     status = _mapping(node, "status", loc.where, "status")
     for section in ("allocatable", "capacity"):
         values = _mapping(status, section, loc.where, f"status.{section}")
@@ -279,6 +304,10 @@ def _check_pod(loc: Located, *, running: bool) -> None:
                 values = _mapping(resources, section, loc.where, f"{field}.resources.{section}")
                 for rname, q in values.items():
                     _quantity(q, loc.where, f"{field}.resources.{section}[{rname}]")
+    if running:  # it exists, so the API server accepted it; a workload pod is validated when the driver creates it
+        refused = pod_invalid(pod)
+        if refused is not None:
+            raise ManifestError(f"{loc.where}: {refused}")
     node_name = spec.get("nodeName")
     if node_name is not None and not isinstance(node_name, str):
         raise _fail(loc.where, "spec.nodeName", f"expected a string, got {_type(node_name)}")
@@ -335,8 +364,8 @@ def _expand_pools(items: list[Located], vendors: Vendors | None) -> tuple[list[L
     return out, disabled
 
 
-def _check_vendors(loc: Located, vendors: Vendors) -> str | None:
-    """Why some enabled vendor other than NVIDIA will not register the node's devices (a malformed registration)."""
+def _check_vendors(loc: Located, vendors: Vendors) -> None:
+    """Fail when some enabled vendor other than NVIDIA cannot decode the node's registration of its devices."""
     view = NodeView.of(loc.obj)
     now = datetime.now()  # naive local time, as the handshake codec expects
     for vendor in vendors:
@@ -344,8 +373,9 @@ def _check_vendors(loc: Located, vendors: Vendors) -> str | None:
             continue
         observed = vendor.observe(view, now)
         if isinstance(observed, Invalid):
-            return f"{loc.where}: {vendor.name}: {observed.error}"
-    return None
+            source = observed.source
+            field = source if source.startswith("status.") else _annotation_field(source)
+            raise _decode_failure(loc.where, field, source, observed.error)
 
 
 def load_cluster(
@@ -353,9 +383,10 @@ def load_cluster(
 ) -> Cluster:
     """Read and check a cluster file. Pods in it are already placed: they need ``spec.nodeName`` of a listed node.
     ``NodePool`` documents become their Nodes, with the registration of the enabled ``vendors`` (None: NVIDIA
-    only; a pool of another vendor still gets HAMi's default names). A node the registrar will not register (a
-    malformed HAMi annotation, no allocatable ``count_resource``, devices of a vendor not enabled) is kept, as it
-    would be in a cluster, and listed in ``Cluster.unregistered``."""
+    only; a pool of another vendor still gets HAMi's default names). A HAMi registration that does not decode is a
+    :class:`ManifestError`. A node the registrar will not register for a reason a real cluster has (no allocatable
+    ``count_resource``, devices of a vendor not enabled) is kept, as it would be in a cluster, and listed in
+    ``Cluster.unregistered``."""
     p = Path(path)
     items, unregistered = _expand_pools(_located(p, CLUSTER_KINDS), vendors)
     _check_unique(items)
@@ -363,8 +394,8 @@ def load_cluster(
     for loc in items:
         if loc.kind == "Node":
             why = _check_node(loc, count_resource)
-            if why is None and vendors is not None:
-                why = _check_vendors(loc, vendors)
+            if vendors is not None:
+                _check_vendors(loc, vendors)
             if why is not None:
                 unregistered.append((loc.name, why))
         elif loc.kind == "Pod":

@@ -20,12 +20,15 @@ Definitions (docs/simulate.md):
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from vgpu_scheduler.services.simulate.nodefit import fit_error, is_scheduler_reason, node_reasons
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
@@ -63,6 +66,9 @@ class PodResult:
     gpu_policy: str = ""
     gpu: bool = True
     """Whether the pod asks for a GPU at all (a CPU-only pod passes through the extender)."""
+    other: tuple[str, ...] = ()
+    """Extended resources the pod asks for that no enabled vendor manages: kube-scheduler alone placed it, fitting
+    them against the node's allocatable."""
 
     @property
     def placed(self) -> bool:
@@ -317,7 +323,8 @@ def reason_types(reasons: Mapping[str, str]) -> set[str]:
         try:
             entries = parse_reason(text)
         except DecodeError:
-            out.add(text)  # a plain message such as "node unregistered"
+            # a plain message such as "node unregistered", or kube-scheduler's own ("Insufficient cpu, ...")
+            out.update(node_reasons(text))
             continue
         out.update(rc.reason for rc in entries)
     return out
@@ -358,6 +365,12 @@ def _devices_text(annotations: Mapping[str, str]) -> str:
 def _why(reasons: Mapping[str, str]) -> str:
     if ADMISSION in reasons:
         return reasons[ADMISSION]
+    if len(reasons) == 1:
+        [(node, text)] = reasons.items()
+        if text.startswith(KUBELET_REJECTED):  # bound, then the kubelet rejected it
+            return f"{node}: {text}"
+    if any(is_scheduler_reason(r) for text in reasons.values() for r in node_reasons(text)):
+        return fit_error(reasons)  # kube-scheduler's own filters refused nodes: its event message
     counts: Counter[str] = Counter()
     for text in reasons.values():
         counts.update(reason_types({"n": text}))
@@ -373,9 +386,63 @@ def render_pods(results: Sequence[PodResult]) -> str:
     for r in results:
         tail = _why(r.reasons)
         if r.placed:
-            tail = _devices_text(r.annotations) if r.gpu else "(no GPU requested)"
+            tail = _devices_text(r.annotations) if r.gpu else _no_device_text(r.other)
         lines.append(f"{r.namespace + '/' + r.name:<{width}}  {r.node or '-':<{node_width}}  {tail}")
     return "\n".join(lines)
+
+
+def _no_device_text(other: Sequence[str]) -> str:
+    if not other:
+        return "(no GPU requested)"
+    return f"(no HAMi device: {', '.join(other)} from the node's allocatable)"
+
+
+WRAP = 116
+"""Width of the wrapped summary lines."""
+_INVALID = re.compile(r'^Pod "[^"]*" is invalid: ')
+KUBELET_REJECTED = "UnexpectedAdmissionError: "
+"""How the reason of a pod the kubelet rejected after its bind starts (the device plugin's Allocate failed)."""
+_GROUPS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("admission denied", re.compile(r"^admission denied: ")),
+    ("refused by the API server's validation", _INVALID),
+    ("the extender's /filter answered an error", re.compile(r"^filter error: ")),
+    ("bound, then rejected by the kubelet (UnexpectedAdmissionError)", re.compile("^" + KUBELET_REJECTED)),
+)
+
+
+def pending_lines(pending_reasons: Mapping[str, int]) -> list[str]:
+    """``pending because:`` and the reasons, identical ones once with their count of pods, most frequent first:
+    the scheduler's reason words on wrapped lines, then each group of long messages (admission denials, API
+    validation) under its own heading, one message a line. Empty when nothing is pending."""
+    if not pending_reasons:
+        return []
+    words: list[str] = []
+    groups: dict[str, list[str]] = {}
+    order = sorted(pending_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    for reason, n in order:
+        for heading, pattern in _GROUPS:
+            if pattern.match(reason):
+                message = pattern.sub("", reason) if pattern is not _INVALID else reason
+                groups.setdefault(heading, []).append(f"{n}× {message}")
+                break
+        else:
+            words.append(f"{reason} ({n})")
+    lines = ["pending because (pods per reason; a pod may have several):"]
+    line = ""
+    for i, word in enumerate(words):
+        piece = word + ("," if i < len(words) - 1 else "")
+        if line and len(line) + 1 + len(piece) > WRAP:
+            lines.append(line)
+            line = ""
+        line = f"{line} {piece}" if line else f"  {piece}"
+    if line:
+        lines.append(line)
+    for heading, items in groups.items():
+        total = sum(int(item.split("×", 1)[0]) for item in items)
+        lines.append(f"  {heading} ({total}):")
+        for item in items:
+            lines += textwrap.wrap(item, WRAP, initial_indent="    ", subsequent_indent="       ")
+    return lines
 
 
 def _vendor_lines(summary: Mapping[str, Any]) -> list[str]:
@@ -408,8 +475,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         f"is on partly used cards), {frag['idle_devices']} idle devices",
         f"nodes touched {summary['nodes_touched']}, nodes in use {summary['nodes_in_use']}",
     ]
-    if summary["pending_reasons"]:
-        lines.append("pending because: " + ", ".join(f"{k} ({v})" for k, v in summary["pending_reasons"].items()))
+    lines += pending_lines(summary["pending_reasons"])
     contention = summary.get("contention")
     if contention:
         clock = "simulated" if contention["clock"] == "simulated" else "wall-clock"

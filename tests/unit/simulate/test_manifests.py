@@ -133,14 +133,27 @@ BAD_CLUSTER = [
     [
         pytest.param(
             NODE.replace(REGISTER, "[{broken"),
-            "document 1: metadata.annotations[hami.io/node-nvidia-register]:",
+            "document 1: metadata.annotations[hami.io/node-nvidia-register]: invalid JSON",
             id="register",
         ),
         pytest.param(
             NODE.replace("\nstatus:", "\n    hami.io/node-nvidia-score: '[1'\nstatus:"),
-            "metadata.annotations[hami.io/node-nvidia-score]",
+            "document 1: metadata.annotations[hami.io/node-nvidia-score]: ",
             id="topology",
         ),
+    ],
+)
+def test_a_registration_that_does_not_decode_is_a_bad_manifest(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text + "---\n" + NODE.replace("name: n1", "name: n2"))
+    with pytest.raises(ManifestError) as info:
+        load_cluster(path)
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
         pytest.param(
             NODE.replace('"10"', '"0"'), "no allocatable nvidia.com/gpu: device plugin not registered", id="zero"
         ),
@@ -160,8 +173,16 @@ def test_a_node_the_registrar_would_drop_is_kept_with_a_warning_and_the_rest_pro
     assert [n["metadata"]["name"] for n in cluster.nodes] == ["n1", "n2"]
     assert [node for node, _ in cluster.unregistered] == ["n1"]
     (warning,) = cluster.warnings
-    assert warning.startswith(f"{path}: node n1: ") and message in warning, warning
-    assert warning.endswith("its GPUs are not schedulable")
+    assert warning == f"{path}: {message}: node n1 left unregistered, its devices not schedulable", warning
+
+
+def test_the_warning_names_every_node_left_unregistered_for_one_reason_once(tmp_path: Path) -> None:
+    zero = NODE.replace('"10"', '"0"')
+    path = write(tmp_path, zero + "---\n" + zero.replace("name: n1", "name: n2"))
+    assert load_cluster(path).warnings == [
+        f"{path}: no allocatable nvidia.com/gpu: device plugin not registered: nodes n1, n2 left unregistered, "
+        "their devices not schedulable"
+    ]
 
 
 @pytest.mark.parametrize(("text", "message"), BAD_CLUSTER)

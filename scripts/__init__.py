@@ -1,0 +1,1 @@
+"""Maintenance scripts (docs generators); run as ``python scripts/<name>.py``."""

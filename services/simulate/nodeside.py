@@ -1,0 +1,139 @@
+"""The node side of a bound pod, as the driver plays it: the kubelet's Allocate calls and what HAMi's device plugins
+do with them (find the pod through the node lock, serve the devices written for it, mark the bind a success,
+release the node lock), then the pod runs. A pod no HAMi plugin can serve is rejected by the kubelet instead.
+
+The decisions are the pure functions of :mod:`.devplugin`; this is their I/O against the API server.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Final
+
+from vgpu_scheduler.services.simulate.devplugin import (
+    LockedPod,
+    NoPod,
+    PendingPod,
+    allocation_problems,
+    fallback_choice,
+    lock_choice,
+    lock_kinds_of,
+    unserved_resources,
+    vendor_allocation_problems,
+)
+from vgpu_scheduler.services.simulate.kubehttp import DriverError, KubeHttp
+from vgpu_scheduler.services.simulate.nodefit import pod_request
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.registry import Vendors
+
+KubeObject = dict[str, Any]
+
+_PATCH_ATTEMPTS: Final = 5
+
+
+class NodeSide:
+    """The kubelet and HAMi's device plugins of the node a pod was bound to.
+
+    ``vendors``: the enabled vendors (None: NVIDIA only, with ``cfg``), whose plugins serve what the scheduler
+    wrote; ``managed``: their resource names; ``known``: every vendor family this build knows, whose HAMi plugin
+    may run on a node even when the device config does not enable it.
+    """
+
+    def __init__(
+        self,
+        kube: KubeHttp,
+        *,
+        cfg: NvidiaConfig,
+        vendors: Vendors | None,
+        managed: frozenset[str],
+        known: Vendors,
+    ) -> None:
+        self.kube = kube
+        self.cfg = cfg
+        self.vendors = vendors
+        self.managed = managed
+        self.known = known
+
+    async def settle(self, ns: str, name: str, node: str) -> tuple[KubeObject, str | None]:
+        """The device plugin after Allocate: bind phase success, node lock released, then the pod runs. Or, for a
+        pod kube-scheduler placed by itself on a node whose HAMi device plugin serves a resource it asks for, that
+        plugin's Allocate fails: the pod ends ``Failed`` and the kubelet's message is returned."""
+        pod = await self.kube.get_pod(ns, name)
+        annos = pod["metadata"].get("annotations") or {}
+        if keys.VGPU_NODE not in annos:
+            requested = sorted(pod_request(pod).scalar)
+            unserved = unserved_resources(
+                requested, await self.kube.get_node(node), self.managed, self.known, datetime.now()
+            )
+            if unserved:
+                message = unserved[0].message
+                status = {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": message}
+                await self.kube.patch_pod(ns, name, {"status": status}, status=True)
+                return await self.kube.get_pod(ns, name), message
+        if keys.VGPU_NODE in annos:  # a pod that asked for no device has nothing to allocate
+            await self._check_plugin_serves(pod, node)
+            await self.kube.patch_pod(ns, name, {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+            await self._release_node_lock(node, ns, name)
+            if self.vendors is not None and NodeLockKind.CAMBRICON in lock_kinds_of(pod, self.vendors):
+                await self._release_time_lock(node, NodeLockKind.CAMBRICON.value)
+        await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
+        return await self.kube.get_pod(ns, name), None
+
+    async def _check_plugin_serves(self, pod: KubeObject, node: str) -> None:
+        """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and
+        serve each of its containers the devices the scheduler wrote for it."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        choice: PendingPod | None = lock_choice(await self.kube.get_node(node))
+        if choice is None:
+            choice = fallback_choice(node, await self.kube.list_pods(node_name=node))
+        where = f"device plugin on {node}, allocating {ns}/{name}"
+        if isinstance(choice, NoPod):
+            raise DriverError(f"{where}: Allocate fails: {choice.reason}")
+        if (choice.namespace, choice.name) != (ns, name):
+            how = "the node lock names" if isinstance(choice, LockedPod) else "without a lock it would pick"
+            raise DriverError(f"{where}: {how} {choice.namespace}/{choice.name} instead")
+        if self.vendors is not None:
+            problems = vendor_allocation_problems(pod, self.vendors)
+        else:
+            problems = allocation_problems(pod, self.cfg.resource_count_name)
+        if problems:
+            raise DriverError(f"{where}: " + "; ".join(problems))
+
+    async def _release_time_lock(self, node: str, key: str) -> None:
+        """Cambricon's device plugin after Allocate: its node lock ``key`` (a time, naming no pod) removed,
+        guarded by the node's resourceVersion."""
+        for _ in range(_PATCH_ATTEMPTS):
+            obj = await self.kube.get_node(node)
+            if key not in (obj["metadata"].get("annotations") or {}):
+                return
+            patch = {"metadata": {"annotations": {key: None}, "resourceVersion": obj["metadata"]["resourceVersion"]}}
+            try:
+                await self.kube.patch_node(node, patch)
+                return
+            except DriverError as e:
+                if e.status != 409:
+                    raise
+        raise DriverError(f"node {node}: could not remove {key} (conflicts)")
+
+    async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
+        """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""
+        for _ in range(_PATCH_ATTEMPTS):
+            obj = await self.kube.get_node(node)
+            value = (obj["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
+            if value is None or not str(value).endswith(f",{ns},{name}"):
+                return  # already released (e.g. by the informer), or someone else's
+            patch = {
+                "metadata": {
+                    "annotations": {keys.NODE_LOCK: None},
+                    "resourceVersion": obj["metadata"]["resourceVersion"],
+                }
+            }
+            try:
+                await self.kube.patch_node(node, patch)
+                return
+            except DriverError as e:
+                if e.status != 409:
+                    raise
+        raise DriverError(f"node {node}: could not release the node lock of {ns}/{name} (conflicts)")
