@@ -72,7 +72,10 @@ from vgpu_scheduler.shared.vendors.registration import (
 )
 
 SECTION: Final = "amd"
-"""The device-config section that enables the vendor."""
+"""The device-config section that configures the vendor (on by default; the section overrides HAMi's defaults)."""
+
+ENABLE_FLAG: Final[str | None] = None
+"""On by default, as HAMi initialises it (``shared.vendors.catalog``)."""
 
 NAME: Final = "AMD"
 """HAMi's common word: the ``type`` of AMD requests, ``DeviceInfo.vendor``."""

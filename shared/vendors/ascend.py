@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import (
@@ -92,8 +92,11 @@ from vgpu_scheduler.shared.vendors.registration import (
     judge_handshake,
 )
 
-SECTION = "vnpus"
-"""The device-config section that enables Ascend (HAMi: ``vnpus:``, with ``--enable-ascend``)."""
+SECTION: Final = "vnpus"
+"""The device-config section of the Ascend chips (HAMi: ``vnpus:``); ``--enable-ascend`` enables them."""
+
+ENABLE_FLAG: Final[str | None] = "enable-ascend"
+"""Opt-in: HAMi's ``--enable-ascend`` enables it (``shared.vendors.catalog``)."""
 
 ASCEND910_PREFIX = "Ascend910"
 """Common words starting with this get the network-aware multi-NPU choice (HAMi's ``Ascend910Prefix``)."""

@@ -38,6 +38,7 @@ from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_po
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
+    capped_cores_warning,
     container_lists,
     decimal_text,
     names_any,
@@ -72,7 +73,10 @@ MLU: Final = "MLU"
 """HAMi's common word and device type of Cambricon MLUs."""
 
 SECTION: Final = "cambricon"
-"""The device-config section that enables Cambricon."""
+"""The device-config section that configures Cambricon (on by default; the section overrides HAMi's defaults)."""
+
+ENABLE_FLAG: Final[str | None] = None
+"""On by default, as HAMi initialises it (``shared.vendors.catalog``)."""
 
 MEMORY_UNIT_MIB: Final = 256
 """One ``cambricon.com/mlu.smlu.vmemory`` unit (HAMi's ``MemoryFactor``)."""
@@ -289,12 +293,7 @@ class _Reader:
         if q.denominator != 1:
             self.problem(f"{name} must be a whole number: {shown_value(raw)} is {decimal_text(q)}; {hint}")
             return None
-        if q > CARD_CORES:
-            self.problem(
-                f"{name} is a percentage of one MLU: {shown_value(raw)} is more than 100; use 100 for a whole MLU"
-            )
-            return None
-        return q.numerator
+        return min(q.numerator, CARD_CORES)  # HAMi's Fit caps a core percentage above 100 (a warning at admission)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -467,6 +466,11 @@ class CambriconVendor:
         del where
         limits, _ = container_lists(container, "container")
         return self.count_name in limits
+
+    def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]:
+        """A core percentage above 100 is scheduled as 100 (HAMi's ``Fit`` caps it without a word)."""
+        warning = capped_cores_warning(container, self.resources.cores, where, "MLU")
+        return (warning,) if warning else ()
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         """``cambricon.com/use-mlutype`` / ``nouse-mlutype`` / ``use-gpuuuid`` / ``nouse-gpuuuid``. A blank value is
