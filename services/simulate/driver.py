@@ -34,6 +34,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Final
 
 import aiohttp
@@ -50,6 +51,7 @@ from vgpu_scheduler.services.simulate.devplugin import (
 )
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig, QuotaState
@@ -308,12 +310,60 @@ def _selector_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def candidate_names(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What kube-scheduler's own filters would leave: schedulable nodes matching the pod's ``nodeSelector``."""
+def _extended_requests(pod: Mapping[str, Any], ignored: frozenset[str]) -> dict[str, Fraction]:
+    """The extended resources (``domain/name``) the pod asks for, as kube-scheduler's NodeResourcesFit counts
+    them (each container's requests, else its limits; the app containers' sum, at least each init container's),
+    minus ``ignored`` (the ``managedResources`` with ``ignoredByScheduler``: the enabled vendors'). A value that is
+    not a quantity is left out (the API server would have refused the pod)."""
+
+    def of(c: Any) -> dict[str, Fraction]:
+        res = (c.get("resources") or {}) if isinstance(c, Mapping) else {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        out: dict[str, Fraction] = {}
+        for name, raw in merged.items():
+            if "/" not in str(name) or name in ignored or str(name).startswith(("kubernetes.io/", "hugepages-")):
+                continue
+            try:
+                out[str(name)] = parse_quantity(raw, str(name))
+            except DecodeError:
+                continue
+        return out
+
+    spec = pod.get("spec") or {}
+    total: dict[str, Fraction] = {}
+    for c in spec.get("containers") or ():
+        for k, v in of(c).items():
+            total[k] = total.get(k, Fraction(0)) + v
+    for c in spec.get("initContainers") or ():
+        for k, v in of(c).items():
+            total[k] = max(total.get(k, Fraction(0)), v)
+    return {k: v for k, v in total.items() if v > 0}
+
+
+def _fits_extended(node: Mapping[str, Any], wanted: Mapping[str, Fraction]) -> bool:
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    for name, amount in wanted.items():
+        try:
+            have = parse_quantity(allocatable.get(name, 0), name)
+        except DecodeError:
+            return False
+        if have < amount:
+            return False
+    return True
+
+
+def candidate_names(
+    pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], ignored: frozenset[str] = frozenset()
+) -> list[str]:
+    """What kube-scheduler's own filters would leave: schedulable nodes matching the pod's ``nodeSelector`` that
+    have the extended resources the pod asks for outside ``ignored`` (the enabled vendors' resources, which
+    kube-scheduler leaves to the extender). So a pod of a family that is not enabled lands, as in a cluster, only
+    on a node whose device plugin advertises its resource (capacity only: other pods' use is not subtracted)."""
+    wanted = _extended_requests(pod, ignored)
     return [
         n["metadata"]["name"]
         for n in nodes
-        if not (n.get("spec") or {}).get("unschedulable") and _selector_matches(pod, n)
+        if not (n.get("spec") or {}).get("unschedulable") and _selector_matches(pod, n) and _fits_extended(n, wanted)
     ]
 
 
@@ -464,6 +514,19 @@ class Driver:
         self.contention = Contention(clock=clock)
         self._nodes: list[KubeObject] | None = None
         self._in_flight = 0
+        names = (
+            [n for v in vendors for n in v.resources.all]
+            if vendors is not None
+            else [
+                cfg.resource_count_name,
+                cfg.resource_memory_name,
+                cfg.resource_memory_percentage_name,
+                cfg.resource_core_name,
+                cfg.resource_priority_name,
+            ]
+        )
+        self._ignored = frozenset(n for n in names if n)
+        """kube-scheduler's ``managedResources`` with ``ignoredByScheduler`` (as the chart configures it)."""
 
     async def nodes(self) -> list[KubeObject]:
         if self._nodes is None:
@@ -617,7 +680,7 @@ class Driver:
                 return _Bound(str(node))
         q.attempts += 1
         created = q.created
-        candidates = candidate_names(created, await self.nodes())
+        candidates = candidate_names(created, await self.nodes(), self._ignored)
         if self.before_filter is not None:
             await self.before_filter(created)
         try:

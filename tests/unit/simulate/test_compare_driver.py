@@ -121,6 +121,18 @@ def test_candidates_are_schedulable_nodes_matching_the_node_selector() -> None:
     assert candidate_names({"spec": {"nodeSelector": {"zone": "x"}}}, nodes) == ["a"]
 
 
+def test_candidates_need_the_extended_resources_kube_scheduler_checks() -> None:
+    npu = {**_node("npu"), "status": {"allocatable": {"huawei.com/Ascend910B3": "8"}}}
+    gpu = {**_node("gpu"), "status": {"allocatable": {"nvidia.com/gpu": "10"}}}
+    ascend = {"spec": {"containers": [{"resources": {"limits": {"huawei.com/Ascend910B3": "1", "cpu": "1"}}}]}}
+    # not ignored (the family is not enabled): only the node advertising it is a candidate
+    assert candidate_names(ascend, [gpu, npu]) == ["npu"]
+    # ignoredByScheduler (an enabled family's resource): left to the extender
+    assert candidate_names(ascend, [gpu, npu], frozenset({"huawei.com/Ascend910B3"})) == ["gpu", "npu"]
+    two = {"spec": {"containers": [{"resources": {"limits": {"huawei.com/Ascend910B3": "9"}}}]}}
+    assert candidate_names(two, [gpu, npu]) == []
+
+
 DEFAULTS = Defaults(NodePolicy.BINPACK, GpuPolicy((S,)))
 
 
