@@ -27,7 +27,7 @@ def _generic_model(dev_type: str) -> bool:
 @dataclass(frozen=True, slots=True)
 class CambriconRules(BasicRules):
     """Cambricon's ``Fit`` hooks: the common skeleton (memory in MiB, else a percentage of the card; cores as asked,
-    never clamped) with HAMi's Cambricon type and UUID checks.
+    above 100 capped at 100 as HAMi v2.10.0's ``Fit`` caps them) with HAMi's Cambricon type and UUID checks.
 
     * Type: with a ``use-mlutype`` / ``nouse-mlutype`` selector, a card whose model is unknown (type ``MLU``, no
       ``Model`` label) matches neither list and is refused; otherwise upper-cased substring matching.
@@ -35,7 +35,6 @@ class CambriconRules(BasicRules):
     """
 
     name: str = MLU
-    clamp_cores: bool = False
 
     def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
         if req.type != self.name:

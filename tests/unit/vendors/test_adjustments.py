@@ -124,3 +124,34 @@ def test_warnings_name_each_container_once() -> None:
     pod["spec"]["initContainers"] = [_ctr({"nvidia.com/gpu": "1", "nvidia.com/gpucores": "110"}, "init")]
     warnings = list(_admit(pod).warnings)
     assert [w.split(":")[0] for w in warnings] == ['init container "init"', 'container "a"', 'container "b"']
+
+
+@pytest.mark.parametrize("vendor_name", ["NVIDIA", "DCU", "MLU"])
+def test_fit_success_but_core_limit_cant_exceed_100(vendor_name: str) -> None:
+    # HAMi nvidia / hygon / cambricon device_test.go TestDevices_Fit "fit success: but core limit can't exceed 100":
+    # a 100-count, 1280 MiB, 100-core device; Nums 1, Memreq 512, Coresreq 120 fits with 100 cores recorded
+    from vgpu_scheduler.shared.domain.model import (
+        MEM_PCT_UNSET,
+        ContainerRequest,
+        DeviceInfo,
+        NodeInventory,
+        PodConstraints,
+        PodRequest,
+    )
+    from vgpu_scheduler.shared.domain.plan import Decision, plan
+    from vgpu_scheduler.shared.domain.scoring import Policies
+    from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+
+    dev = DeviceInfo("dev-0", 0, 100, 1280, 100, vendor_name, 0, "hami-core", True, vendor=vendor_name)
+    inv = NodeInventory(node="n1", vendor=vendor_name, devices=(dev,))
+    request = ContainerRequest(nums=1, mem_mib=512, mem_pct=MEM_PCT_UNSET, cores_pct=120, type=vendor_name)
+    got = plan(
+        PodRequest(containers=(request,), init_count=0),
+        PodConstraints(),
+        [NodeSnapshot(inv, {})],
+        policies=Policies(),
+        rules=VENDORS.rules,
+    )
+    assert isinstance(got, Decision), got
+    [[entry]] = got.devices
+    assert (entry.uuid, entry.used_mem_mib, entry.used_cores) == ("dev-0", 512, 100)
