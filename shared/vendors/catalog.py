@@ -26,6 +26,13 @@ in with one entry in :data:`FAMILIES`:
     Raises :class:`~shared.errors.ConfigError` naming a bad key. One family may give several vendors (one per
     Ascend chip, MetaX GPU and sGPU…), each with its own common word.
 
+Each vendor a family builds implements :class:`~shared.vendors.base.Vendor`; optional extras are picked up when
+present: ``admission_warnings(container, where)`` (:class:`~shared.vendors.base.AdmissionWarnings`: requests
+accepted but adjusted, returned to the client as admission warnings), ``extra_pod_annotations``
+(:class:`~shared.codec.podannotations.ExtraPodAnnotations`), and on its rules ``entry_type(dev)``
+(:class:`~shared.domain.vendor.EntryType`: the type written in a pod's device entry when it is not the common
+word).
+
 Every process builds its vendors with :func:`enabled_vendors` from the same inputs (the parsed device config
 and the enable flags), so the registrar, informer, extender, webhook and simulator agree.
 """

@@ -1,6 +1,10 @@
 """AMD vendor: HAMi's ``pkg/device/amd`` tests restated (MutateAdmission, request generation, type check,
 register decode, liveness, Fit's memory and compute-unit arithmetic with its reasons, cordon, annotations) plus
-our own strictness cases."""
+our own strictness cases.
+
+The index holds no copy of ``device_test.go`` at v2.10.0 itself; the stored version read is the one whose
+``TestDevices_Fit`` has "retains the registered product type in the allocation" right after "core percentage
+maps per device" and no ``cuPerWGP``, memory-percentage or NUMA cases (those came after v2.10.0)."""
 
 from __future__ import annotations
 
