@@ -79,7 +79,9 @@ class AllInOneService:
         self.staged = staged
         common = settings.common
         self.vendors = (
-            deps.vendors if deps.vendors is not None else enabled_vendors(common.nvidia, common.device_sections)
+            deps.vendors
+            if deps.vendors is not None
+            else enabled_vendors(common.nvidia, common.device_sections, common.enable_flags)
         )
         """The vendors the informer and the extender serve (the registrar observes the same, with its handshake
         timeout)."""

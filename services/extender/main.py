@@ -67,7 +67,7 @@ async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> Non
                 registry=registry,
                 instance_id=common.instance_id,
                 nvidia=common.nvidia,
-                vendors=enabled_vendors(common.nvidia, common.device_sections),
+                vendors=enabled_vendors(common.nvidia, common.device_sections, common.enable_flags),
                 event_sink=EventSink(api_poster(api), normal_per_s=settings.success_event_rate),
             )
             service = ExtenderService(settings, deps, drain_timeout_s=DRAIN_TIMEOUT_S)

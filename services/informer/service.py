@@ -111,7 +111,7 @@ class InformerService:
         self.settings = settings
         self.deps = deps
         common = settings.common
-        self.vendors = vendors or enabled_vendors(common.nvidia, common.device_sections)
+        self.vendors = vendors or enabled_vendors(common.nvidia, common.device_sections, common.enable_flags)
         """Every enabled vendor (default: from the device config): whose pods are ours and whose allocated
         annotations are read."""
         self.metrics = InformerMetrics(deps.registry)

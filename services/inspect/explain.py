@@ -157,7 +157,7 @@ async def explain(settings: InspectSettings, store: Store, api: Api, namespace: 
     if warning:
         out.warnings.append(warning)
     try:
-        vendors = enabled_vendors(nvidia, settings.common.device_sections)
+        vendors = enabled_vendors(nvidia, settings.common.device_sections, settings.common.enable_flags)
         request = vendors_pod_request(pod, vendors)
         constraints = decode_vendor_constraints({str(k): str(v) for k, v in annotations.items()}, vendors)
     except DecodeError as e:
@@ -280,7 +280,7 @@ async def _evaluate(
         return
     policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
     q = quota if quota.limited else None
-    rules = enabled_vendors(nvidia, settings.common.device_sections).rules
+    rules = enabled_vendors(nvidia, settings.common.device_sections, settings.common.enable_flags).rules
     overall = plan(request, constraints, snaps, policies=policies, quota=q, config=nvidia, rules=rules)
     if isinstance(overall, Decision):
         out.would_get = {"node": overall.node, "devices": _devices_json(overall.devices)}

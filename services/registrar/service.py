@@ -93,7 +93,7 @@ class RegistrarService:
                 vendors = (vendor,)
             else:
                 common = settings.common
-                enabled = enabled_vendors(common.nvidia, common.device_sections)
+                enabled = enabled_vendors(common.nvidia, common.device_sections, common.enable_flags)
                 vendors = tuple(with_handshake_timeout(enabled, self.tuning.handshake_timeout_s))
         self.vendors: tuple[NodeObserver, ...] = tuple(vendors)
         self.metrics = RegistrarMetrics(deps.registry)

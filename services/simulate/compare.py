@@ -127,7 +127,9 @@ def outcome_of(
     driver's kube-scheduler met on the way (``contention``, added to the summary)."""
     ext = settings.extender
     common = settings.common
-    states = device_states(nodes, pods, common.nvidia, enabled_vendors(common.nvidia, common.device_sections))
+    states = device_states(
+        nodes, pods, common.nvidia, enabled_vendors(common.nvidia, common.device_sections, common.enable_flags)
+    )
     summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))
     if contention is not None:
         summary["contention"] = contention

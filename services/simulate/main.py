@@ -127,8 +127,8 @@ class ProgressLine:
 
 
 def _with_example_device_config(args: argparse.Namespace) -> None:
-    """The bundled cluster runs with the bundled device config (which enables its vendors) unless a device config
-    was given some way."""
+    """The bundled cluster runs with the bundled device config and ``--enable-ascend`` (its Ascend pools) unless a
+    device config was given some way."""
     given = (
         _explicit(args, "device-config-file")
         or _explicit(args, "config")
@@ -137,6 +137,9 @@ def _with_example_device_config(args: argparse.Namespace) -> None:
     )
     if args.cluster is None and args.sim_kube_server is None and not given:
         setattr(args, OPTIONS_BY_NAME["device-config-file"].dest, str(EXAMPLE_DEVICE_CONFIG))
+        # the bundled cluster has Ascend pools: schedule them, as HAMi does with --enable-ascend
+        if not _explicit(args, "enable-ascend") and not os.environ.get(OPTIONS_BY_NAME["enable-ascend"].env_var):
+            setattr(args, OPTIONS_BY_NAME["enable-ascend"].dest, "true")
 
 
 def _inputs(args: argparse.Namespace, settings: SimulateSettings) -> tuple[Cluster, Workload]:
@@ -144,7 +147,7 @@ def _inputs(args: argparse.Namespace, settings: SimulateSettings) -> tuple[Clust
     cluster = load_cluster(
         args.cluster or EXAMPLE_CLUSTER,
         count_resource=common.nvidia.resource_count_name,
-        vendors=enabled_vendors(common.nvidia, common.device_sections),
+        vendors=enabled_vendors(common.nvidia, common.device_sections, common.enable_flags),
     )
     workload = load_workload(args.workload or EXAMPLE_WORKLOAD)
     for line in cluster.warnings:
@@ -398,7 +401,7 @@ async def drive_deployed(
             except DecodeError as e:
                 raise DriverError(f"{extenders.urls[0]}/metrics: {POLICY_INFO_METRIC}: {e}") from None
         ext = settings.extender
-        vendors = enabled_vendors(settings.common.nvidia, settings.common.device_sections)
+        vendors = enabled_vendors(settings.common.nvidia, settings.common.device_sections, settings.common.enable_flags)
         webhook = webhook_admission(extenders)
         fallback = local_admission(
             cfg=settings.common.nvidia,

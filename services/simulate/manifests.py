@@ -42,6 +42,7 @@ from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register
 from vgpu_scheduler.shared.codec.topology import decode_topology
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors.catalog import enable_flag_of
 from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
@@ -359,7 +360,9 @@ def _expand_pools(items: list[Located], vendors: Vendors | None) -> tuple[list[L
         for node in expanded.nodes:
             out.append(Located(node, f"{loc.where} (node {node['metadata']['name']})"))
             for vendor in expanded.disabled:
-                why = f"{vendor} devices: the device config does not enable {vendor} (its vendor section is missing)"
+                flag = enable_flag_of(vendor)
+                how = f"opt-in, as in HAMi: give --{flag}" if flag else "not in the device config's vendors"
+                why = f"{vendor} devices: {vendor} is not enabled ({how}); kube-scheduler places their pods natively"
                 disabled.append((str(node["metadata"]["name"]), why))
     return out, disabled
 

@@ -41,11 +41,11 @@ from typing import Any
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import encode_register_json
-from vgpu_scheduler.shared.domain.model import DeviceInfo, NvidiaConfig
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import amd, ascend, cambricon, hygon
 from vgpu_scheduler.shared.vendors.base import Vendor
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
+from vgpu_scheduler.shared.vendors.catalog import all_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
@@ -63,7 +63,7 @@ _DEVICE_KEYS = frozenset({"vendor", "count", "memory", "cores", "type", "split"}
 _ID_NAMESPACE = uuid.UUID("6f1d3c52-8f8e-4c1e-9d43-0b7c6c1f5a10")
 _ID_PREFIX: Mapping[str, str] = {"NVIDIA": "GPU", hygon.NAME: "DCU", amd.NAME: "AMD"}
 
-ALL_VENDORS: Vendors = enabled_vendors(NvidiaConfig(), dict.fromkeys(BUILDERS))
+ALL_VENDORS: Vendors = all_vendors()
 """Every vendor this build knows, with HAMi's default names (every Ascend chip of the chart's defaults)."""
 
 

@@ -309,6 +309,7 @@ def _allocation_fields(a: Allocation) -> Fields:
                     "used_mem_mib": cd.used_mem_mib,
                     "used_cores": cd.used_cores,
                     "legacy_mig": list(cd.legacy_mig) if cd.legacy_mig is not None else None,
+                    **({"shown_type": cd.shown_type} if cd.shown_type else {}),
                 }
                 for cd in container
             ]
@@ -360,6 +361,7 @@ def _allocation_from(d: Fields) -> Allocation:
                     used_mem_mib=_int(cd, "used_mem_mib", what),
                     used_cores=_int(cd, "used_cores", what),
                     legacy_mig=None if lm is None else _pair(lm, "legacy_mig", what),
+                    shown_type=(_opt_str(cd, "shown_type", what) or "") if "shown_type" in cd else "",
                 )
             )
         containers.append(tuple(entries))

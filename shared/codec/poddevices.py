@@ -98,7 +98,7 @@ def encode_device(d: ContainerDevice, what: str = keys.DEVICES_ALLOCATED) -> str
         uuid = f"{uuid}[{g}-{s}]"
     if not (0 <= d.used_mem_mib <= INT32_MAX and 0 <= d.used_cores <= INT32_MAX):
         fail(what, "cannot encode memory/cores outside 0..2^31-1", d.uuid)
-    return f"{uuid},{_check_text(d.type, 'type', what)},{d.used_mem_mib},{d.used_cores}:"
+    return f"{uuid},{_check_text(d.shown_type or d.type, 'type', what)},{d.used_mem_mib},{d.used_cores}:"
 
 
 def encode_pod_devices(devices: PodDevices, what: str = keys.DEVICES_ALLOCATED) -> str:

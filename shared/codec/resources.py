@@ -17,7 +17,9 @@ The rules, per kind of value:
 * **memory** (``nvidia.com/gpumem``, units of ``memoryFactor`` MiB): a whole number ``0 ..= 2³¹−1 //
   memoryFactor``; a binary unit (``"20Gi"``) or a value beyond that range is read as bytes to suggest the
   MiB figure; a fraction suggests the next whole MiB.
-* **percentages** (``gpumem-percentage``, ``gpucores``): a whole number ``0 ..= 100``, no unit.
+* **percentages** (``gpumem-percentage``): a whole number ``0 ..= 100``, no unit.
+* **cores** (``gpucores``): a whole number, no unit; above 100 it is read as 100 (a whole GPU), as HAMi's ``Fit``
+  caps it, and the webhook says so in its admission warnings (:func:`capped_cores_warning`).
 * **priority**: a whole number ``0 ..= 2³¹−1``, no unit.
 * anything negative, or not a Kubernetes quantity at all (``"20GB"``), is refused.
 
@@ -35,8 +37,8 @@ Then, for a valid container:
 5. Cores: ``defaultCores``, overridden by the core resource.
 
 Where this differs from HAMi on purpose: HAMi turns a bad memory value into *no request at all* (the pod is
-placed anywhere, without a GPU), ignores a bad percentage, clamps cores above 100 and wraps counts through
-int32; each of these is a refusal here, so a pod that asks for a GPU either gets one or is told why not.
+placed anywhere, without a GPU), ignores a bad percentage and wraps counts through int32; each of these is a
+refusal here, so a pod that asks for a GPU either gets one or is told why not.
 """
 
 from __future__ import annotations
@@ -89,7 +91,13 @@ class QuantityKind(enum.Enum):
     COUNT = "count"
     MEMORY = "memory"
     PERCENT = "percent"
+    CORES = "cores"
+    """A percentage of one device's compute that HAMi's ``Fit`` caps at 100: read as at most 100."""
     PRIORITY = "priority"
+
+
+CORES_CAP = 100
+"""What a core percentage above 100 is read as (HAMi's ``Fit``: ``if k.Coresreq > 100 { k.Coresreq = 100 }``)."""
 
 
 def _mapping(v: Any, what: str) -> Mapping[str, Any]:
@@ -171,7 +179,7 @@ class RequestReader:
         if kind is QuantityKind.MEMORY:
             example = f", e.g. {name}: 20480 for 20 GiB" if max(self.cfg.memory_factor, 1) == 1 else ""
             return f"write a whole number of {self._unit()}{example}"
-        if kind is QuantityKind.PERCENT:
+        if kind in (QuantityKind.PERCENT, QuantityKind.CORES):
             return "write a whole number from 0 to 100"
         return "write a whole number, e.g. 0 or 1"
 
@@ -184,7 +192,7 @@ class RequestReader:
             return None
         plain = self._plain(raw, kind)
         if plain is not None:
-            return plain
+            return min(plain, CORES_CAP) if kind is QuantityKind.CORES else plain
         try:
             q = parse_quantity(raw, name)
         except DecodeError:
@@ -194,7 +202,7 @@ class RequestReader:
         if text is not None:
             self.problem(text)
             return None
-        return q.numerator
+        return min(q.numerator, CORES_CAP) if kind is QuantityKind.CORES else q.numerator
 
     def _plain(self, raw: Any, kind: QuantityKind) -> int | None:
         """``raw`` when it is a plain whole number (ASCII digits, or a JSON integer) that passes every check of
@@ -240,12 +248,13 @@ class RequestReader:
         if kind is QuantityKind.MEMORY:
             return self._check_memory(shown, q, name, binary is not None)
         if binary is not None:
-            what = {QuantityKind.COUNT: "counts GPUs", QuantityKind.PERCENT: "is a percentage of one GPU"}.get(
+            percent = "is a percentage of one GPU"
+            what = {QuantityKind.COUNT: "counts GPUs", QuantityKind.PERCENT: percent, QuantityKind.CORES: percent}.get(
                 kind, "is a number"
             )
             plain = binary["mantissa"]
             mean = f"; did you mean {plain}?" if plain.isdigit() else f"; {self._hint(kind, name)}"
-            unit = {QuantityKind.COUNT: " GPUs", QuantityKind.PERCENT: "%"}.get(kind, "")
+            unit = {QuantityKind.COUNT: " GPUs", QuantityKind.PERCENT: "%", QuantityKind.CORES: "%"}.get(kind, "")
             return f"{name} {what} and takes no unit: {shown} would be {decimal_text(q)}{unit}{mean}"
         if q.denominator != 1:
             if kind is QuantityKind.COUNT:
@@ -283,6 +292,31 @@ def container_label(container: Any, what: str) -> str:
     return f'{kind} "{name}"' if isinstance(name, str) and name else what
 
 
+def capped_cores_warning(container: Mapping[str, Any], name: str | None, what: str, device: str = "GPU") -> str | None:
+    """The admission warning for a core percentage above 100 that :attr:`QuantityKind.CORES` reads as 100 (None:
+    the container's value of ``name`` is absent, at most 100, or refused anyway). Pure; never raises on a bad
+    value (the request's validation words those)."""
+    if not name:
+        return None
+    try:
+        limits, requests = container_lists(container, what)
+    except DecodeError:
+        return None
+    present, raw = raw_value(limits, requests, name)
+    if not present or (isinstance(raw, str) and _BINARY_SUFFIX.match(raw.strip())):
+        return None
+    try:
+        q = parse_quantity(raw, name)
+    except DecodeError:
+        return None
+    if q.denominator != 1 or not CORES_CAP < q <= INT32_MAX:
+        return None
+    return (
+        f"{container_label(container, what)}: {name}: {shown_value(raw)} is more than 100 (a whole {device}); "
+        f"scheduled as {CORES_CAP}, as HAMi does"
+    )
+
+
 def container_request(container: Mapping[str, Any], cfg: NvidiaConfig, what: str = "container") -> ContainerRequest:
     """One container's NVIDIA request (``nums == 0`` when it asks for none). ``what`` prefixes error locations.
 
@@ -299,7 +333,7 @@ def container_request(container: Mapping[str, Any], cfg: NvidiaConfig, what: str
     n = r.read(limits, requests, count_name, QuantityKind.COUNT)
     mem = r.read(limits, requests, mem_name, QuantityKind.MEMORY)
     pct = r.read(limits, requests, pct_name, QuantityKind.PERCENT)
-    core = r.read(limits, requests, cfg.resource_core_name, QuantityKind.PERCENT)
+    core = r.read(limits, requests, cfg.resource_core_name, QuantityKind.CORES)
     r.read(limits, requests, cfg.resource_priority_name, QuantityKind.PRIORITY)
     if r.problems:
         raise ResourceRequestError(r.problems)

@@ -222,8 +222,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("leader-elect-resource-namespace", Kind.STRING, "", "HAMi flag, accepted for compatibility (no effect).",
          _EXT, metavar="NAMESPACE", group="leases"),
     # -- device config ---------------------------------------------------------------------------
-    Option("device-config-file", Kind.STRING, "", "HAMi device config YAML (nvidia: section; HAMi's chart mounts "
-         "/device-config.yaml). Empty = HAMi's defaults.", _ALL, metavar="FILE", group="device"),
+    Option("device-config-file", Kind.STRING, "", "HAMi device config YAML (nvidia: and one section per other "
+         "family; HAMi's chart mounts /device-config.yaml). Empty or a section left out = HAMi's defaults.", _ALL,
+         metavar="FILE", group="device"),
+    Option("enable-ascend", Kind.BOOL, "false", "Schedule Huawei Ascend NPUs: the device config's vnpus chips, or "
+         "HAMi's default chips (HAMi flag; off by default, as in HAMi).", _ALL, parse_go_bool, group="device"),
+    Option("enable-iluvatar", Kind.BOOL, "false", "Schedule Iluvatar GPUs (HAMi flag; off by default, as in HAMi).",
+         _ALL, parse_go_bool, group="device"),
     Option("default-mem", Kind.INT, None, "Old HAMi flag: overrides nvidia.defaultMemory (MiB).", _ALL,
          _int_min(0), metavar="MIB", group="device"),
     Option("default-cores", Kind.INT, None, "Old HAMi flag: overrides nvidia.defaultCores (percent).", _ALL,
@@ -246,6 +251,10 @@ OPTIONS: tuple[Option, ...] = (
 # fmt: on
 
 OPTIONS_BY_NAME: Mapping[str, Option] = {o.name: o for o in OPTIONS}
+
+ENABLE_FLAG_OPTIONS: tuple[str, ...] = ("enable-ascend", "enable-iluvatar")
+"""HAMi's flags that enable an opt-in device family (``shared.vendors.catalog.ENABLE_FLAGS``, kept in step by a
+test)."""
 _BY_NORMALISED: Mapping[str, Option] = {o.name.replace("_", "-"): o for o in OPTIONS}
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Literal, NoReturn, overload
 
 from vgpu_scheduler.shared.config.options import (
+    ENABLE_FLAG_OPTIONS,
     OPTIONS,
     OPTIONS_BY_NAME,
     Kind,
@@ -220,6 +221,8 @@ class CommonSettings:
     device_config_notes: tuple[str, ...] = ()
     device_sections: Mapping[str, object] = field(default_factory=dict)
     """The device config's other vendor sections (``hygon:`` …), for ``shared.vendors.catalog.enabled_vendors``."""
+    enable_flags: frozenset[str] = frozenset()
+    """HAMi's flags that enable an opt-in family, when given true (``{"enable-ascend"}``), for ``enabled_vendors``."""
     config_file: str | None = None
 
     @property
@@ -396,6 +399,7 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
         nvidia=nvidia,
         device_config_notes=loaded.notes if loaded else (),
         device_sections=loaded.vendor_sections if loaded else {},
+        enable_flags=frozenset(f for f in ENABLE_FLAG_OPTIONS if r.flag(f)),
         config_file=r.opt_text("config"),
     )
 

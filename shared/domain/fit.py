@@ -45,7 +45,7 @@ from vgpu_scheduler.shared.domain.model import (
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
 from vgpu_scheduler.shared.domain.scoring import DeviceKey, EffectivePolicy, device_scorer
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, EntryType, RuleSet
 
 _MIG = DeviceMode.MIG.value
 
@@ -183,12 +183,19 @@ class _NodeEval:
                 return replace(picks, entry_index=ei) if pod.owners else picks
             entries: list[ContainerDevice] = list(self.pod_devs[ci])
             offset = len(entries)
+            vendor_rules = ctx.rules.get(req.type)
+            shown = vendor_rules.entry_type if isinstance(vendor_rules, EntryType) else None
             for di, pk in enumerate(picks, start=offset):
                 dev = self.devices[pk.pos]
                 legacy = (pk.legacy.geometry, pk.legacy.slot) if pk.legacy is not None else None
                 entries.append(
                     ContainerDevice(
-                        uuid=dev.id, used_mem_mib=pk.mem_mib, used_cores=pk.cores, type=req.type, legacy_mig=legacy
+                        uuid=dev.id,
+                        used_mem_mib=pk.mem_mib,
+                        used_cores=pk.cores,
+                        type=req.type,
+                        legacy_mig=legacy,
+                        shown_type=shown(dev) if shown is not None else "",
                     )
                 )
                 if pk.profile is not None and pk.placement is not None:

@@ -256,6 +256,10 @@ class ContainerDevice:
     used_cores: int
     type: str = NVIDIA
     legacy_mig: tuple[int, int] | None = None
+    shown_type: str = ""
+    """The ``<Type>`` written in the pod's device entry when it is not :attr:`type` (AMD: the card's registered
+    product type, as HAMi writes it). :attr:`type` stays the vendor's common word, which every process keys on
+    (quota per vendor, the per-vendor annotation split, the node lock)."""
 
 
 PodDevices = tuple[tuple[ContainerDevice, ...], ...]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -84,6 +84,14 @@ class DeviceRules(Protocol):
     def score_node(self, inventory: NodeInventory) -> float:
         """HAMi's ``ScoreNode`` for this vendor: added to the node's default score. Depends only on the node."""
         ...
+
+
+@runtime_checkable
+class EntryType(Protocol):
+    """Optional part of :class:`DeviceRules`: the type a vendor writes in a pod's device entry for ``dev`` when it
+    is not the vendor's common word (``ContainerDevice.shown_type``; AMD: the registered product type)."""
+
+    def entry_type(self, dev: DeviceInfo) -> str: ...
 
 
 def fit_mem_mib(req: ContainerRequest, devmem_mib: int) -> int:

@@ -73,11 +73,16 @@ class AdmissionOutcome:
     patch_ops: Sequence[Mapping[str, Any]] = field(default_factory=tuple)
     message: str = ""
     code: int = HTTP_OK
+    warnings: Sequence[str] = ()
+    """``response.warnings``: what the API server returns to the client as ``Warning`` headers (kubectl prints
+    them), e.g. a request adjusted the way HAMi adjusts it silently."""
 
     @classmethod
-    def allow(cls, message: str = "", patch_ops: Sequence[Mapping[str, Any]] = ()) -> AdmissionOutcome:
-        """Allowed, optionally with a patch."""
-        return cls(allowed=True, patch_ops=tuple(patch_ops), message=message, code=HTTP_OK)
+    def allow(
+        cls, message: str = "", patch_ops: Sequence[Mapping[str, Any]] = (), warnings: Sequence[str] = ()
+    ) -> AdmissionOutcome:
+        """Allowed, optionally with a patch and warnings."""
+        return cls(allowed=True, patch_ops=tuple(patch_ops), message=message, code=HTTP_OK, warnings=tuple(warnings))
 
     @classmethod
     def deny(cls, message: str) -> AdmissionOutcome:
@@ -172,6 +177,8 @@ def response_dict(outcome: AdmissionOutcome, *, uid: str, api_version: Admission
         response["patchType"] = "JSONPatch"
     elif outcome.message or not outcome.allowed:
         response["status"] = _status(outcome)
+    if outcome.warnings:
+        response["warnings"] = list(outcome.warnings)
     return {"kind": "AdmissionReview", "apiVersion": api_version.value, "response": response}
 
 

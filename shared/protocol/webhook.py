@@ -18,7 +18,8 @@
 6. a privileged (init) container in a pod with a HAMi resource → denied ``container <name> is privileged``;
 7. set ``spec.schedulerName``; a pod with ``spec.nodeName`` → denied ``pod has node assigned``;
 8. quota pre-check → denied ``exceeding resource quota``;
-9. allowed with the JSONPatch from the original to the mutated pod.
+9. allowed with the JSONPatch from the original to the mutated pod, and a warning for each request accepted but
+   adjusted the way HAMi adjusts it without a word (``nvidia.com/gpucores: 120`` is scheduled as 100).
 
 Other enabled vendors (``vendors``) validate their requests in step 3 and edit each container after NVIDIA in
 step 4 (``Vendor.mutate_container``); a container asking for any vendor's devices counts in steps 6 and 7.
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
+    capped_cores_warning,
     container_request,
     pod_request,
     vendors_pod_request,
@@ -48,6 +50,7 @@ from vgpu_scheduler.shared.protocol import gojson
 from vgpu_scheduler.shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome
 from vgpu_scheduler.shared.protocol.constraints import SchedulingAnnotationError, pod_constraints
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch, create_patch
+from vgpu_scheduler.shared.vendors.base import admission_warnings
 
 if TYPE_CHECKING:
     from vgpu_scheduler.shared.vendors.base import Vendor
@@ -148,6 +151,7 @@ def _mutate(
             pod_request(pod, cfg)
     except ResourceRequestError as e:
         return AdmissionOutcome.deny(str(e))
+    warnings = _warnings(init_containers, containers, cfg, vendors)
 
     privileged = next((c for _, c in _all(init_containers, containers) if _is_privileged(c)), None)
     has_resource = False
@@ -173,7 +177,18 @@ def _mutate(
         for word, vendor_demand in vendor_quota_demands(pod, others):
             if not fits_vendor_quota(word, vendor_demand, quota):
                 return AdmissionOutcome.deny(MSG_QUOTA)
-    return AdmissionOutcome.allow(patch_ops=create_patch(original, pod))
+    return AdmissionOutcome.allow(patch_ops=create_patch(original, pod), warnings=warnings)
+
+
+def _warnings(
+    init: list[dict[str, Any]], app: list[dict[str, Any]], cfg: NvidiaConfig, vendors: Vendors | None
+) -> list[str]:
+    """What the pod asks for that is accepted but adjusted as HAMi adjusts it silently (a core percentage above
+    100 read as 100, …): ``response.warnings``, one line per adjustment."""
+    if vendors is None:
+        found = (capped_cores_warning(c, cfg.resource_core_name, where) for where, c in _all(init, app))
+        return [w for w in found if w]
+    return admission_warnings(vendors, _all(init, app))
 
 
 def _annotation_refusal(pod: dict[str, Any], cfg: NvidiaConfig, vendors: Vendors | None) -> str | None:

@@ -72,7 +72,10 @@ from vgpu_scheduler.shared.vendors.registration import (
 )
 
 SECTION: Final = "amd"
-"""The device-config section that enables the vendor."""
+"""The device-config section that configures the vendor (on by default; the section overrides HAMi's defaults)."""
+
+ENABLE_FLAG: Final[str | None] = None
+"""On by default, as HAMi initialises it (``shared.vendors.catalog``)."""
 
 NAME: Final = "AMD"
 """HAMi's common word: the ``type`` of AMD requests, ``DeviceInfo.vendor``."""
@@ -146,6 +149,11 @@ class AmdRules(BasicRules):
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
         return uuid_selectors_ok(dev, constraints.selectors(self.name))
+
+    def entry_type(self, dev: DeviceInfo) -> str:
+        """HAMi writes the card's registered product type in the pod's device entry (the common word when the
+        registration has none): ``ContainerDevice.shown_type``."""
+        return dev.type if dev.type and dev.type != NAME else ""
 
     def take(self, dev: DeviceInfo, req: ContainerRequest, used_mem_mib: int) -> Take:
         mem = amd_memory(req, dev)
@@ -312,7 +320,12 @@ class AmdVendor:
         return encode_pod_devices(devices, ALLOCATED_KEY)
 
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
+        """The entries' written type (the product type) is kept as ``shown_type``; ``type`` is ``AMD``, the
+        vendor every process keys on."""
+        return tuple(
+            tuple(d if d.type == NAME else dataclasses.replace(d, type=NAME, shown_type=d.type) for d in container)
+            for container in decode_pod_devices(value, ALLOCATED_KEY)
+        )
 
 
 def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:

@@ -26,10 +26,10 @@ Everything here is pure (no I/O): the services do the reads and writes.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, Selectors
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
@@ -142,3 +142,23 @@ class Vendor(Protocol):
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
         """The inverse of :meth:`encode_devices` (entries not yet aligned to the pod's containers)."""
         ...
+
+
+@runtime_checkable
+class AdmissionWarnings(Protocol):
+    """Optional part of a :class:`Vendor`: the admission warnings of one container whose request this vendor
+    accepts but adjusts, the way HAMi adjusts it without a word (a core percentage above 100 read as 100, memory
+    rounded up to a vNPU template). The webhook returns them in ``response.warnings``; kubectl prints them.
+    Called only on containers whose request validated. Pure."""
+
+    def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]: ...
+
+
+def admission_warnings(vendors: Iterable[object], containers: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Every vendor's :class:`AdmissionWarnings` for every ``(where, container)``, in that order, without repeats."""
+    found: dict[str, None] = {}
+    for where, container in containers:
+        for vendor in vendors:
+            if isinstance(vendor, AdmissionWarnings):
+                found.update(dict.fromkeys(vendor.admission_warnings(container, where)))
+    return list(found)

@@ -1,13 +1,46 @@
-"""Every vendor module this build knows, by device-config section, and the :class:`Vendors` a config enables.
+"""Every device family this build knows, which of them a deployment enables, and the :class:`Vendors` it gets.
 
-A vendor is enabled when its section is present in the device config file (``hygon:``, ``cambricon:``, ``amd:``,
-``vnpus:``…); NVIDIA always is. Each module exports ``SECTION`` and ``build(section) -> tuple[Vendor, ...]``.
+HAMi's scheduler initialises every family it knows at start-up, each with its built-in defaults, whatever the
+device config file holds (``pkg/scheduler/config/config.go``: ``InitDevicesWithConfig`` / ``InitDefaultDevices``),
+except the families it keeps behind a flag of its own: ``--enable-ascend`` (Huawei Ascend) and ``--enable-iluvatar``
+(Iluvatar). We do the same:
+
+* a family **on by default** is enabled with no device config at all, with HAMi's default resource names and
+  settings; its section of the device config (``hygon:``, ``amd:``…) overrides them, key by key;
+* an **opt-in** family is enabled only when its HAMi flag is given (same name: ``--enable-ascend``); its section
+  then overrides the defaults as above. Its section alone does not enable it, as in HAMi;
+* a pod that asks only for a family that is not enabled is not ours: kube-scheduler's native fit and that family's
+  own device plugin serve it, exactly as with HAMi.
+
+**The contract of a family module** (one module or package under ``shared/vendors/``), so that a new family plugs
+in with one entry in :data:`FAMILIES`:
+
+``SECTION: str``
+    its key in the device config file (HAMi's YAML key: ``hygon``, ``vnpus``, ``iluvatars``…);
+``ENABLE_FLAG: str | None``
+    ``None`` when HAMi initialises the family by default; otherwise the name of HAMi's flag that enables it,
+    without dashes (``"enable-ascend"``). The flag itself is declared in ``shared/config/options.py``
+    (:data:`ENABLE_FLAGS` lists the names this catalog knows; a test keeps the two in step);
+``build(section: object) -> tuple[Vendor, ...]``
+    the family's vendors from its section (``None`` when the file has no such section: HAMi's defaults).
+    Raises :class:`~shared.errors.ConfigError` naming a bad key. One family may give several vendors (one per
+    Ascend chip, MetaX GPU and sGPU…), each with its own common word.
+
+Each vendor a family builds implements :class:`~shared.vendors.base.Vendor`; optional extras are picked up when
+present: ``admission_warnings(container, where)`` (:class:`~shared.vendors.base.AdmissionWarnings`: requests
+accepted but adjusted, returned to the client as admission warnings), ``extra_pod_annotations``
+(:class:`~shared.codec.podannotations.ExtraPodAnnotations`), and on its rules ``entry_type(dev)``
+(:class:`~shared.domain.vendor.EntryType`: the type written in a pod's device entry when it is not the common
+word).
+
+Every process builds its vendors with :func:`enabled_vendors` from the same inputs (the parsed device config
+and the enable flags), so the registrar, informer, extender, webhook and simulator agree.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -21,24 +54,70 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 Builder = Callable[[object], tuple[Vendor, ...]]
 
-BUILDERS: Mapping[str, Builder] = {
-    hygon.SECTION: hygon.build,
-    cambricon.SECTION: cambricon.build,
-    amd.SECTION: amd.build,
-    ascend.SECTION: ascend.build,
-}
-"""Device-config section → the builder of its vendors, in the order vendors are listed (after NVIDIA)."""
+
+class Family(Protocol):
+    """What a family module exports (see the module docstring)."""
+
+    @property
+    def SECTION(self) -> str: ...
+
+    @property
+    def ENABLE_FLAG(self) -> str | None: ...
+
+    def build(self, section: object) -> tuple[Vendor, ...]: ...
 
 
-def enabled_vendors(nvidia: NvidiaConfig, document: Mapping[str, Any] | None = None) -> Vendors:
-    """NVIDIA (with its parsed config) plus every vendor whose section ``document`` has (the parsed device config
-    file; None: NVIDIA only). Raises :class:`~shared.errors.ConfigError` naming a bad key."""
+FAMILIES: tuple[Family, ...] = (
+    hygon,
+    cambricon,
+    amd,
+    ascend,
+)
+"""Every family after NVIDIA, in the order their vendors are listed (and a mixed node's devices are merged)."""
+
+BUILDERS: Mapping[str, Builder] = {f.SECTION: f.build for f in FAMILIES}
+"""Device-config section → the builder of its vendors (every family, enabled or not), in :data:`FAMILIES` order."""
+
+ENABLE_FLAGS: tuple[str, ...] = ("enable-ascend", "enable-iluvatar")
+"""HAMi's flags that enable an opt-in family (``pkg/device/ascend``, ``pkg/device/iluvatar`` ``ParseConfig``),
+declared as options of every process. A flag whose family this build does not have yet is accepted and does
+nothing."""
+
+
+def enabled(family: Family, flags: Collection[str]) -> bool:
+    """Whether ``family`` is scheduled: on by default, or its HAMi flag is among ``flags``."""
+    return family.ENABLE_FLAG is None or family.ENABLE_FLAG in flags
+
+
+def enabled_vendors(
+    nvidia: NvidiaConfig, document: Mapping[str, Any] | None = None, enable_flags: Collection[str] = ()
+) -> Vendors:
+    """NVIDIA (with its parsed config) plus every enabled family's vendors: the families HAMi initialises by
+    default, and the opt-in ones whose flag is in ``enable_flags`` (``{"enable-ascend"}``). ``document`` holds
+    the device config's other sections (parsed YAML by section; None or a missing section: HAMi's defaults).
+    Raises :class:`~shared.errors.ConfigError` naming a bad key, also in the section of a family not enabled
+    (the file is wrong either way)."""
     found: list[Vendor] = [NvidiaVendor(nvidia)]
-    if document:
-        for section, build in BUILDERS.items():
-            if section in document:
-                found.extend(build(document[section]))
+    sections = document or {}
+    for family in FAMILIES:
+        built = family.build(sections.get(family.SECTION))
+        if enabled(family, enable_flags):
+            found.extend(built)
     return Vendors(tuple(found))
+
+
+def all_vendors(nvidia: NvidiaConfig | None = None) -> Vendors:
+    """Every family with HAMi's defaults, opt-in ones included (the simulator's vendor names, tests)."""
+    return enabled_vendors(nvidia or NvidiaConfig(), None, {f.ENABLE_FLAG for f in FAMILIES if f.ENABLE_FLAG})
+
+
+def enable_flag_of(vendor: str) -> str | None:
+    """The HAMi flag that enables the family of the vendor named ``vendor`` (a common word of HAMi's defaults,
+    ``Ascend910B3`` → ``enable-ascend``); None for a family on by default or a name no family has."""
+    for family in FAMILIES:
+        if family.ENABLE_FLAG and any(v.name == vendor for v in family.build(None)):
+            return family.ENABLE_FLAG
+    return None
 
 
 NVIDIA_ONLY_VENDORS = Vendors((NvidiaVendor(),))

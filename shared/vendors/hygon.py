@@ -33,6 +33,7 @@ from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
     ResourceRequestError,
+    capped_cores_warning,
     container_label,
     container_lists,
     names_any,
@@ -73,7 +74,10 @@ from vgpu_scheduler.shared.vendors.registration import (
 )
 
 SECTION: Final = "hygon"
-"""The device-config section that enables the vendor."""
+"""The device-config section that configures the vendor (on by default; the section overrides HAMi's defaults)."""
+
+ENABLE_FLAG: Final[str | None] = None
+"""On by default, as HAMi initialises it (``shared.vendors.catalog``)."""
 
 NAME: Final = "DCU"
 """HAMi's common word: the ``type`` of DCU requests and pod device entries, ``DeviceInfo.vendor``."""
@@ -216,7 +220,7 @@ class HygonVendor:
         )
         n = r.read(limits, requests, c.resource_count_name, QuantityKind.COUNT)
         mem = r.read(limits, requests, c.resource_memory_name, QuantityKind.MEMORY) if c.resource_memory_name else None
-        core = r.read(limits, requests, c.resource_core_name, QuantityKind.PERCENT) if c.resource_core_name else None
+        core = r.read(limits, requests, c.resource_core_name, QuantityKind.CORES) if c.resource_core_name else None
         if r.problems:
             raise ResourceRequestError(r.problems)
         if not raw_value(limits, requests, c.resource_count_name)[0]:
@@ -248,6 +252,11 @@ class HygonVendor:
         """HAMi's ``MutateAdmission``: no edit; True when the count resource is in the container's limits."""
         limits, _ = container_lists(container, where)
         return self.config.resource_count_name in limits
+
+    def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]:
+        """A core percentage above 100 is scheduled as 100 (HAMi's ``Fit`` caps it without a word)."""
+        warning = capped_cores_warning(container, self.config.resource_core_name, where, "DCU")
+        return (warning,) if warning else ()
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         return decode_selectors(annotations, USE_TYPE, NOUSE_TYPE, USE_UUID, NOUSE_UUID)

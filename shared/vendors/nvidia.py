@@ -28,7 +28,7 @@ from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
-from vgpu_scheduler.shared.codec.resources import container_request, names_any
+from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_request, names_any
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_pod_constraints
 from vgpu_scheduler.shared.codec.topology import decode_topology
 from vgpu_scheduler.shared.domain.model import (
@@ -114,6 +114,11 @@ class NvidiaVendor:
         """NVIDIA's admission edits need the whole pod (``shared.protocol.webhook``); here only "is it ours"."""
         del where
         return self.manages(container)
+
+    def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]:
+        """A core percentage above 100 is scheduled as 100 (HAMi's ``Fit`` caps it without a word)."""
+        warning = capped_cores_warning(container, self.config.resource_core_name, where)
+        return (warning,) if warning else ()
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         c = decode_pod_constraints(annotations)

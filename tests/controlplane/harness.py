@@ -21,7 +21,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,10 +37,10 @@ from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.topology import encode_topology
 from vgpu_scheduler.shared.devconfig import parse_device_config
-from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceInfo
+from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceInfo, NvidiaConfig
 from vgpu_scheduler.shared.k8s import KubeSettings, open_client
 from vgpu_scheduler.shared.vendors import amd, ascend, cambricon, hygon
-from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS, enabled_vendors
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,19 +125,19 @@ def device_config_document(sections: Mapping[str, Any] | None = None) -> dict[st
     return doc
 
 
-def vendors_of(document: Mapping[str, Any]) -> Vendors:
-    """The vendors a device config document enables, as every service builds them."""
+def vendors_of(document: Mapping[str, Any], enable_flags: Collection[str] = ()) -> Vendors:
+    """The vendors a device config document and HAMi's enable flags enable, as every service builds them."""
     parsed = parse_device_config(dict(document))
-    return enabled_vendors(parsed.nvidia, parsed.vendor_sections)
+    return enabled_vendors(parsed.nvidia, parsed.vendor_sections, enable_flags)
 
 
-def chart_vendor_resources(document: Mapping[str, Any]) -> list[str]:
+def chart_vendor_resources(document: Mapping[str, Any], enable_flags: Collection[str] = ()) -> list[str]:
     """The chart's ``vgpu-scheduler.vendorResources``: every enabled vendor's count, memory and core resource
     names but NVIDIA's, as the services derive them (tests/unit/deploy/test_device_config.py checks that the
     chart's helper renders the same names)."""
     names = [
         n
-        for v in vendors_of(document)
+        for v in vendors_of(document, enable_flags)
         if v.name != NVIDIA
         for n in (v.resources.count, v.resources.memory, v.resources.cores)
         if n
@@ -579,15 +579,18 @@ class Settings:
     """Vendor sections added to the chart's device config (``hygon:``, ``vnpus:`` …): they enable those vendors
     in every service, and their resource names join kube-scheduler's ``managedResources`` as the chart does.
     Only with ``chart=True`` (the flag defaults read no device config)."""
+    enable_flags: tuple[str, ...] = ()
+    """HAMi's flags enabling opt-in families (``enable-ascend``), given to every service as the chart's
+    ``deviceConfig.enableAscend`` gives them."""
 
     def device_document(self) -> dict[str, Any] | None:
         """The device config the services read (None: none, every flag at its default)."""
         return device_config_document(self.device_sections) if self.chart else None
 
     def vendors(self) -> Vendors:
-        """The vendors the services enable (NVIDIA alone without a device config)."""
+        """The vendors the services enable (HAMi's default families without a device config)."""
         doc = self.device_document()
-        return vendors_of(doc) if doc is not None else NVIDIA_ONLY_VENDORS
+        return vendors_of(doc, self.enable_flags) if doc is not None else enabled_vendors(NvidiaConfig())
 
 
 @dataclass
@@ -708,12 +711,13 @@ async def running_system(
     device_config = tmp / "device-config.yaml"
     document = settings.device_document()
     device_config.write_text(yaml.safe_dump(document) if document is not None else chart_device_config())
-    vendor_resources = chart_vendor_resources(document) if document is not None else []
+    vendor_resources = chart_vendor_resources(document, settings.enable_flags) if document is not None else []
     prefix = f"--key-prefix=vgpu-{run_id}"
     common = [f"--redis-url={redis_url}", f"--kubeconfig={api.kubeconfig}", prefix]
     common.append("--metrics-bind-address=127.0.0.1:0")
     if settings.chart:
         common.append(f"--device-config-file={device_config}")
+    common.extend(f"--{flag}" for flag in settings.enable_flags)
 
     def flags(component: str) -> list[str]:
         return chart_args(component) if settings.chart else []

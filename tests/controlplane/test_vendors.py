@@ -1,10 +1,10 @@
 """A mixed-vendor cluster on the real control plane: NVIDIA, Hygon DCU, Cambricon MLU, AMD and Huawei Ascend nodes
-(some carrying two vendors), each registered as its vendor's device plugin registers it, the vendors enabled by
-their sections of the device config the services read, and kube-scheduler's ``managedResources`` extended with
-their resource names as the chart does. Pods of every vendor, and pods asking two vendors in one container, are
-created without a schedulerName (the webhook sends them to vgpu-scheduler); the device-plugin emulator settles
-them as each vendor's plugin does (HAMi's lock, Cambricon's ``cambricon.com/dsmlu.lock``); the audit checks every
-vendor's keys, capacities and locks.
+(some carrying two vendors), each registered as its vendor's device plugin registers it, the vendors configured by
+their sections of the device config the services read (Ascend enabled by ``--enable-ascend``), and kube-scheduler's
+``managedResources`` extended with their resource names as the chart does. Pods of every vendor, and pods asking
+two vendors in one container, are created without a schedulerName (the webhook sends them to vgpu-scheduler); the
+device-plugin emulator settles them as each vendor's plugin does (HAMi's lock, Cambricon's
+``cambricon.com/dsmlu.lock``); the audit checks every vendor's keys, capacities and locks.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ async def test_mixed_vendor_cluster(
     scenario = Scenario(
         "vendors",
         pods,
-        Settings(replicas=1, device_sections=VENDOR_SECTIONS),
+        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
         fleet=small_fleet(),
         deadline_s=60,
         stall_s=8,
@@ -185,7 +185,7 @@ async def test_mixed_vendor_cluster_two_replicas_spread(
     scenario = Scenario(
         "vendors-large",
         pods,
-        Settings(replicas=2, node_policy="spread", device_sections=VENDOR_SECTIONS),
+        Settings(replicas=2, node_policy="spread", device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
         fleet=large_fleet(5),
         deadline_s=300,
         stall_s=30,

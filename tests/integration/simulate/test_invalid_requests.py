@@ -68,9 +68,9 @@ BAD: list[tuple[str, dict[str, str], str]] = [
         'nvidia.com/gpucores cannot be negative: got "-5"; write a whole number from 0 to 100',
     ),
     (
-        "cores-huge",
-        {GPU: "1", CORES: "1k"},
-        'nvidia.com/gpucores is a percentage of one GPU: "1k" is more than 100; use 100 for a whole GPU',
+        "cores-unit",
+        {GPU: "1", CORES: "1Ki"},
+        'nvidia.com/gpucores is a percentage of one GPU and takes no unit: "1Ki" would be 1024%; did you mean 1?',
     ),
 ]
 

@@ -146,7 +146,7 @@ async def test_all_in_one_serves_the_vendors_of_its_device_config(seeded_emulato
     and Ascend pods land on the bundled pools' nodes with their vendors' device lists."""
     em = seeded_emulator
     service, stop, task = await start_all_in_one(
-        [f"--kube-server={em.url}", f"--device-config-file={EXAMPLE_DEVICE_CONFIG}"]
+        [f"--kube-server={em.url}", f"--device-config-file={EXAMPLE_DEVICE_CONFIG}", "--enable-ascend"]
     )
     try:
         names = service.vendors.names

@@ -31,7 +31,7 @@ def single() -> dict[str, Any]:
     """One run with the default policies (node binpack, GPU spread)."""
     out: dict[str, Any] = run_cli_json(
         "simulate", "--cluster", str(EXAMPLE_CLUSTER), "--workload", str(EXAMPLE_WORKLOAD),
-        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG),
+        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG), "--enable-ascend",
     )  # fmt: skip
     return out
 

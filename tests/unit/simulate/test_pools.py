@@ -20,7 +20,9 @@ from vgpu_scheduler.shared.vendors.registration import NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 NOW = datetime(2025, 1, 1, 12, 0, 0)
-EXAMPLE_VENDORS = enabled_vendors(NvidiaConfig(), load_device_config(str(EXAMPLE_DEVICE_CONFIG)).vendor_sections)
+EXAMPLE_VENDORS = enabled_vendors(
+    NvidiaConfig(), load_device_config(str(EXAMPLE_DEVICE_CONFIG)).vendor_sections, {"enable-ascend"}
+)
 
 
 def pool(name: str, *devices: dict[str, Any], nodes: int = 1, **spec: Any) -> dict[str, Any]:
@@ -158,17 +160,23 @@ def test_pool_nodes_host_running_pods_and_clash_with_a_node_of_the_same_name(tmp
         load_cluster(write(tmp_path, pool("p", {"vendor": "AMD", "count": 1, "memory": 1024}), clash))
 
 
-def test_a_vendor_the_device_config_does_not_enable_leaves_the_node_unregistered_with_a_warning(
-    tmp_path: Path,
-) -> None:
-    path = write(tmp_path, pool("d", {"vendor": "DCU", "count": 1, "memory": 1024}))
+def test_an_opt_in_vendor_not_enabled_leaves_the_node_unregistered_with_a_warning(tmp_path: Path) -> None:
+    path = write(tmp_path, pool("d", {"vendor": "Ascend910B3", "count": 1, "memory": "64Gi"}))
     cluster = load_cluster(path, vendors=enabled_vendors(NvidiaConfig()))
     assert [n for n, _ in cluster.unregistered] == ["d-01"]
     (warning,) = cluster.warnings
-    assert "DCU devices: the device config does not enable DCU" in warning
-    # and the registrar indeed registers nothing on it with NVIDIA alone
+    assert "Ascend910B3 devices: Ascend910B3 is not enabled (opt-in, as in HAMi: give --enable-ascend)" in warning
+    # and the registrar indeed registers nothing on it without the flag
     seen = observe_node(enabled_vendors(NvidiaConfig()), NodeView.of(cluster.nodes[0]), NOW)
     assert seen.merged.inventory is None
+
+
+def test_a_vendor_on_by_default_registers_with_no_device_config(tmp_path: Path) -> None:
+    path = write(tmp_path, pool("d", {"vendor": "DCU", "count": 1, "memory": 1024}))
+    cluster = load_cluster(path, vendors=enabled_vendors(NvidiaConfig()))
+    assert not cluster.unregistered and not cluster.warnings
+    seen = observe_node(enabled_vendors(NvidiaConfig()), NodeView.of(cluster.nodes[0]), NOW)
+    assert seen.registered == ("DCU",)
 
 
 def test_a_malformed_registration_of_another_vendor_is_a_bad_manifest(tmp_path: Path) -> None:
@@ -194,11 +202,9 @@ def test_the_bundled_cluster_has_a_pool_of_every_vendor_and_a_mixed_node() -> No
     assert {"NVIDIA", "DCU", "MLU", "AMD", "Ascend910B3", "Ascend310P"} <= found
     assert vendors_of["mixed-a10-dcu-01"] == {"NVIDIA", "DCU"}
     assert cluster.unregistered == ()  # with the bundled device config every pool's vendor is enabled
+    # with no device config and no flag, only the opt-in Ascend pools are left unregistered
     without = load_cluster(EXAMPLE_CLUSTER, vendors=enabled_vendors(NvidiaConfig()))
-    assert {n for n, _ in without.unregistered} == {
-        "npu-910b-01", "npu-910b-02", "npu-310p-01", "dcu-z100-01", "dcu-z100-02", "mlu-370-01", "mlu-370-02",
-        "amd-mi210-01", "mixed-a10-dcu-01",
-    }  # fmt: skip
+    assert {n for n, _ in without.unregistered} == {"npu-910b-01", "npu-910b-02", "npu-310p-01"}
 
 
 def test_every_known_vendor_has_a_simulated_device_plugin() -> None:

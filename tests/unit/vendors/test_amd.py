@@ -1,20 +1,28 @@
 """AMD vendor: HAMi's ``pkg/device/amd`` tests restated (MutateAdmission, request generation, type check,
 register decode, liveness, Fit's memory and compute-unit arithmetic with its reasons, cordon, annotations) plus
-our own strictness cases."""
+our own strictness cases.
+
+The index holds no copy of ``device_test.go`` at v2.10.0 itself; the stored version read is the one whose
+``TestDevices_Fit`` has "retains the registered product type in the allocation" right after "core percentage
+maps per device" and no ``cuPerWGP``, memory-percentage or NUMA cases (those came after v2.10.0)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import datetime
 from typing import Any
 
 import pytest
 
+from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
+    Allocation,
     ContainerDevice,
     ContainerRequest,
+    DeviceCharge,
     DeviceInfo,
     DeviceUsage,
     NodeInventory,
@@ -297,13 +305,28 @@ def test_fit_cordon() -> None:
     assert reason(fit(devices, req(1, 64, 50), cordoned=frozenset({"dev-0", "dev-1"}))) == "2/2 CardCordoned"
 
 
-def test_fit_records_the_common_word_as_the_entry_type() -> None:
-    # HAMi v2.10.0 records the registered product type ("AMD Instinct MI300X"), falling back to "AMD" when the
-    # registration has none; the core records the request's type (see docs/vendors/amd.md)
-    got = fit([gpu("GPU-amd-0", count=10, mem=8192, type="AMD Instinct MI300X")], req(1, 4096, 100))
+def test_fit_retains_the_registered_product_type_in_the_allocation() -> None:
+    # HAMi TestDevices_Fit "retains the registered product type in the allocation": the device entry's type is the
+    # card's registered type; the entry stays keyed by the common word (HAMi: tmpDevs[k.Type])
+    got = fit([gpu("dev-0", count=2, mem=1000, type="AMD_Instinct_MI300X_VF")], req(1, 100, 10))
     assert isinstance(got, Decision)
-    assert got.devices[0][0].type == "AMD"
-    assert V.decode_devices(V.encode_devices(got.devices)) == (*got.devices, ())
+    [[entry]] = got.devices
+    assert (entry.type, entry.shown_type) == ("AMD", "AMD_Instinct_MI300X_VF")
+    written = V.encode_devices(got.devices)
+    assert written == "dev-0,AMD_Instinct_MI300X_VF,100,10:;"
+    assert V.decode_devices(written) == (*got.devices, ())  # what the informer reads back is what was planned
+    # a registration without a product type: HAMi falls back to the common word
+    plain = fit([gpu("dev-0", type="AMD")], req(1, 100, 10))
+    assert isinstance(plain, Decision) and V.encode_devices(plain.devices) == "dev-0,AMD,100,10:;"
+
+
+def test_the_written_type_survives_the_reservation_record() -> None:
+    # /filter's reservation is read back by whichever replica binds: the product type travels with it
+    entry = ContainerDevice("dev-0", 100, 10, amd.NAME, shown_type="AMD_Instinct_MI300X_VF")
+    alloc = Allocation("uid", "ns", "p", "n1", ((entry,),), (DeviceCharge("dev-0", 1, 100, 10, False),))
+    assert decode_allocation(encode_allocation(alloc)) == alloc
+    plain = dataclasses.replace(alloc, devices=((dataclasses.replace(entry, shown_type=""),),))
+    assert b"shown_type" not in encode_allocation(plain)  # records without it keep their bytes
 
 
 # ---- registration and liveness ----------------------------------------------------------------------------------

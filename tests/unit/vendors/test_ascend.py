@@ -1,4 +1,4 @@
-"""Huawei Ascend (shared/vendors/ascend.py): HAMi's ``pkg/device/ascend`` tests restated, plus our own edge cases.
+"""Huawei Ascend (shared/vendors/ascend/): HAMi's ``pkg/device/ascend`` tests restated, plus our own edge cases.
 
 HAMi's cases come from ``device_test.go``, ``vnpu_test.go`` and ``device_910c_pairing_test.go``; each test names the
 Go test it restates. Fit cases drive the real scheduling core (``plan``) with the vendor's rules.

@@ -172,7 +172,7 @@ def test_request_count_from_requests_only() -> None:
     ("limits", "fragment"),
     [
         ({"hygon.com/dcunum": "0.5"}, "hygon.com/dcunum counts whole GPUs"),
-        ({"hygon.com/dcunum": 1, "hygon.com/dcucores": 101}, "hygon.com/dcucores is a percentage"),
+        ({"hygon.com/dcunum": 1, "hygon.com/dcucores": "1Ki"}, "hygon.com/dcucores is a percentage"),
         ({"hygon.com/dcunum": 1, "hygon.com/dcumem": "20Gi"}, "did you mean 20480?"),
         ({"hygon.com/dcunum": -1}, "cannot be negative"),
         ({"hygon.com/dcumem": 1024}, "hygon.com/dcumem needs hygon.com/dcunum"),
@@ -187,7 +187,7 @@ def test_request_refusals(limits: dict[str, Any], fragment: str) -> None:
 
 def test_request_lists_every_problem_and_zero_count_is_empty() -> None:
     with pytest.raises(DecodeError) as info:
-        V.container_request(ctr({"hygon.com/dcunum": "1.5", "hygon.com/dcucores": 200}), "c")
+        V.container_request(ctr({"hygon.com/dcunum": "1.5", "hygon.com/dcucores": -200}), "c")
     assert str(info.value).count('container "c"') == 2
     assert V.container_request(ctr({"hygon.com/dcunum": 0, "hygon.com/dcucores": 30}), "c").empty
 

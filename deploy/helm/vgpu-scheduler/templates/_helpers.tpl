@@ -78,11 +78,12 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- concat $names (include "vgpu-scheduler.vendorResources" . | fromJsonArray) | uniq | toJson }}
 {{- end }}
 
-{{/* The resource names of the other enabled vendors (a section enables its vendor, even an empty one): cambricon,
-hygon and amd's resourceCountName / resourceMemoryName / resourceCoreName, each vnpus config's resourceName /
-resourceMemoryName / resourceCoreName (huawei.com/<commonWord>[-memory|-core] when not written), and HAMi's default
-names for every key a section leaves out (vnpus without configs: HAMi's default chips). A JSON list; a unit test
-checks it against the names the services derive from the same device config. */}}
+{{/* The resource names of the other enabled vendors. The families HAMi initialises by default (cambricon, hygon,
+amd) always: their section's resourceCountName / resourceMemoryName / resourceCoreName, HAMi's default name for a
+key left out (no section: every default). Huawei Ascend only with deviceConfig.enableAscend (HAMi's
+--enable-ascend): each vnpus config's resourceName / resourceMemoryName / resourceCoreName
+(huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips). A JSON list; a unit
+test checks it against the names the services derive from the same device config and flags. */}}
 {{- define "vgpu-scheduler.vendorResources" -}}
 {{- $cfg := .Values.deviceConfig.config | default dict }}
 {{- $defaults := dict
@@ -91,14 +92,12 @@ checks it against the names the services derive from the same device config. */}
   "amd" (list "amd.com/gpu" "amd.com/gpumem" "amd.com/gpucores") }}
 {{- $names := list }}
 {{- range $section := list "cambricon" "hygon" "amd" }}
-{{- if hasKey $cfg $section }}
 {{- $s := index $cfg $section | default dict }}
 {{- range $i, $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
 {{- $names = append $names ((kindIs "map" $s) | ternary (index $s $key) "" | default (index (index $defaults $section) $i)) }}
 {{- end }}
 {{- end }}
-{{- end }}
-{{- if hasKey $cfg "vnpus" }}
+{{- if .Values.deviceConfig.enableAscend }}
 {{- $vnpus := index $cfg "vnpus" | default dict }}
 {{- $chips := list }}
 {{- if kindIs "slice" $vnpus }}{{ $chips = $vnpus }}{{ else if kindIs "map" $vnpus }}{{ $chips = $vnpus.configs | default list }}{{ end }}
@@ -192,6 +191,12 @@ Sentinel (redis+sentinel://host:port,.../masterName/0). */}}
 {{- define "vgpu-scheduler.commonArgs" -}}
 - --metrics-bind-address=:{{ .Values.metricsPort }}
 - --device-config-file=/device-config.yaml
+{{- if .Values.deviceConfig.enableAscend }}
+- --enable-ascend
+{{- end }}
+{{- if .Values.deviceConfig.enableIluvatar }}
+- --enable-iluvatar
+{{- end }}
 - --key-prefix={{ .Values.keyPrefix }}
 - --log-format={{ .Values.log.format }}
 - --log-level={{ .Values.log.level }}

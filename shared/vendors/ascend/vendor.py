@@ -1,0 +1,371 @@
+"""One Ascend chip as every process sees it (:class:`AscendVendor`). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import (
+    dump_array,
+    dump_object,
+    dump_str,
+    fail,
+)
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.resources import (
+    ResourceRequestError,
+    container_label,
+    container_lists,
+    names_any,
+    raw_value,
+)
+from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
+from vgpu_scheduler.shared.domain.model import (
+    EMPTY_REQUEST,
+    MEM_PCT_UNSET,
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    NodeInventory,
+    PodDevices,
+    Selectors,
+)
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.ascend.config import (
+    ASCEND910C,
+    NPUS_PER_910C_MODULE,
+    PREDICATE_TIME,
+    VISIBLE_DEVICES_ENV,
+    VNPU_MODE_ANNOTATION,
+    ChipConfig,
+)
+from vgpu_scheduler.shared.vendors.ascend.fit import AscendRules
+from vgpu_scheduler.shared.vendors.ascend.registration import (
+    _pair_scores,
+    decode_registration,
+    handshake_key,
+    register_key,
+    registration_annotations,
+)
+from vgpu_scheduler.shared.vendors.ascend.requests import _Parsed, _Reader
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.registration import (
+    HANDSHAKE_TIMEOUT_S,
+    DecodeFailure,
+    HandshakeState,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+    judge_handshake,
+)
+
+# ------------------------------------------------------------------------------------------------------------
+# The vendor
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AscendVendor:
+    """One Ascend chip (one ``vnpus`` entry) as every process sees it."""
+
+    chip: ChipConfig
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    _rules: AscendRules = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_rules", AscendRules(self.chip))
+
+    @property
+    def name(self) -> str:
+        return self.chip.common_word
+
+    @property
+    def resources(self) -> ResourceNames:
+        c = self.chip
+        return ResourceNames(
+            count=c.resource_name,
+            memory=c.resource_memory_name or None,
+            cores=c.resource_core_name or None,
+            memory_unit_mib=max(c.memory_factor, 1),
+        )
+
+    @property
+    def rules(self) -> AscendRules:
+        return self._rules
+
+    @property
+    def to_allocate_key(self) -> str:
+        return f"hami.io/{self.name}-devices-to-allocate"
+
+    @property
+    def allocated_key(self) -> str:
+        return f"hami.io/{self.name}-devices-allocated"
+
+    @property
+    def register_key(self) -> str:
+        return register_key(self.name)
+
+    @property
+    def handshake_key(self) -> str:
+        return handshake_key(self.name)
+
+    @property
+    def use_uuid_key(self) -> str:
+        return f"hami.io/use-{self.name}-uuid"
+
+    @property
+    def no_use_uuid_key(self) -> str:
+        return f"hami.io/no-use-{self.name}-uuid"
+
+    @property
+    def runtime_key(self) -> str:
+        """The plugin's runtime list annotation ``huawei.com/<cw>`` (see :meth:`runtime_info`)."""
+        return f"huawei.com/{self.name}"
+
+    @property
+    def node_lock(self) -> NodeLockKind:
+        return NodeLockKind.HAMI
+
+    # ---- requests ------------------------------------------------------------------------------------------
+
+    def manages(self, container: Mapping[str, Any]) -> bool:
+        return names_any(container, self.resources.all)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        return self._parse(container, what).request
+
+    def _parse(self, container: Mapping[str, Any], what: str) -> _Parsed:
+        c = self.chip
+        limits, requests = container_lists(container, what)
+        r = _Reader(c, container_label(container, what))
+        count_given, count_raw = raw_value(limits, requests, c.resource_name)
+        mem_given, mem_raw = raw_value(limits, requests, c.resource_memory_name)
+        core_given, core_raw = raw_value(limits, requests, c.resource_core_name)
+        n = r.read(count_raw, c.resource_name, memory=False) if count_given else None
+        mem = r.read(mem_raw, c.resource_memory_name, memory=True) if mem_given else None
+        core = r.read(core_raw, c.resource_core_name, memory=False) if core_given else None
+        if core:
+            r.problem(
+                f"{c.resource_core_name} asks for {core} AI-core percent: that is HAMi's hami-core soft split "
+                f"({VNPU_MODE_ANNOTATION}: hami-core), which this scheduler does not support; remove it and ask "
+                f"for {c.resource_memory_name} (a vNPU template) or whole NPUs"
+            )
+        if r.problems:
+            raise ResourceRequestError(r.problems)
+        if not count_given:
+            if mem_given or core_given:
+                named = c.resource_memory_name if mem_given else c.resource_core_name
+                r.problem(f"{named} needs {c.resource_name}, the number of NPUs: add {c.resource_name}: 1")
+                raise ResourceRequestError(r.problems)
+            return _Parsed(EMPTY_REQUEST, 0, False)
+        assert n is not None
+        if n == 0:
+            if mem_given:
+                r.problem(
+                    f"{c.resource_name} is 0 but {c.resource_memory_name} asks for NPU memory: set "
+                    f"{c.resource_name} to the number of NPUs (e.g. 1) or remove {c.resource_memory_name}"
+                )
+                raise ResourceRequestError(r.problems)
+            return _Parsed(EMPTY_REQUEST, 0, False)
+        nums = n
+        if c.common_word == ASCEND910C:
+            if n == 1:
+                nums = NPUS_PER_910C_MODULE
+            elif n % NPUS_PER_910C_MODULE:
+                r.problem(
+                    f"{c.resource_name}: an {ASCEND910C} module holds {NPUS_PER_910C_MODULE} NPUs, so ask for 1 "
+                    f"(one module) or an even number, not {n}"
+                )
+        mem_mib = 0
+        if mem is not None:
+            mem_mib = self._template_memory(r, mem, nums)
+        if r.problems:
+            raise ResourceRequestError(r.problems)
+        pct = MEM_PCT_UNSET if mem_mib else 100
+        return _Parsed(ContainerRequest(nums, mem_mib, pct, 0, c.common_word), n, mem_given)
+
+    def _template_memory(self, r: _Reader, mem: int, nums: int) -> int:
+        c = self.chip
+        name = c.resource_memory_name
+        if mem == 0:
+            r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB a vNPU needs")
+            return 0
+        mib = mem * max(c.memory_factor, 1)
+        trimmed, _ = c.trim_memory(mib)
+        if trimmed == 0:
+            r.problem(
+                f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
+                f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
+            )
+            return 0
+        if nums > 1 and trimmed != c.memory_allocatable:
+            r.problem(
+                f"{name}: a vNPU slice ({trimmed} MiB) is a single-device request, but {nums} NPUs are asked for: "
+                f"omit {name} (whole NPUs) or ask for 1 NPU"
+            )
+            return 0
+        return trimmed
+
+    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
+        """HAMi's ``MutateAdmission``: a container without the count resource gets ``ASCEND_VISIBLE_DEVICES=""``
+        when ``overwriteEnv`` is set and is not ours. Otherwise the request is validated (ResourceRequestError),
+        a 910C count of 1 becomes 2, and the memory limit and request are set to what the container takes (the
+        template, or ``memoryAllocatable`` for whole NPUs; only when ``memoryFactor`` is 1)."""
+        c = self.chip
+        limits, requests = container_lists(container, where)
+        if c.resource_name not in limits and c.resource_name not in requests:
+            if c.overwrite_env:
+                env = container.setdefault("env", [])
+                if not any(isinstance(e, Mapping) and e.get("name") == VISIBLE_DEVICES_ENV for e in env):
+                    env.append({"name": VISIBLE_DEVICES_ENV, "value": ""})
+            return False
+        parsed = self._parse(container, where)
+        req = parsed.request
+        if req.empty:
+            return False
+        res = container.setdefault("resources", {})
+        lim = res.setdefault("limits", {})
+        rq = res.setdefault("requests", {})
+        if req.nums != parsed.count_raw_nums:
+            for lst in (lim, rq):
+                if c.resource_name in lst:
+                    lst[c.resource_name] = str(req.nums)
+        if max(c.memory_factor, 1) == 1:
+            mem = req.mem_mib if req.mem_mib else c.memory_allocatable
+            lim[c.resource_memory_name] = str(mem)
+            rq[c.resource_memory_name] = str(mem)
+        return True
+
+    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
+        use: frozenset[str] = frozenset()
+        nouse: frozenset[str] = frozenset()
+        if (v := _text(annotations, self.use_uuid_key)) is not None:
+            use = decode_uuid_list(v)
+            if v.strip() and not use:
+                fail(self.use_uuid_key, "list holds no UUID, so no NPU could ever match", v)
+        if (v := _text(annotations, self.no_use_uuid_key)) is not None:
+            nouse = decode_uuid_list(v)
+        return Selectors(use_uuids=use, nouse_uuids=nouse)
+
+    # ---- registration --------------------------------------------------------------------------------------
+
+    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
+        """Registration and liveness, in the order of the NVIDIA registrar:
+
+        1. no register annotation → not registered (``absent``);
+        2. it does not decode → invalid (``register``);
+        3. ``allocatable[resourceName]`` is not a quantity → invalid (``allocatable``);
+        4. no NPU → not registered (``no_devices``);
+        5. liveness by the handshake (HAMi's ``CheckHealth``): live while our ``Requesting_`` is fresh or the
+           plugin answered (anything else than a ``Requesting_``, e.g. its ``Reported_…``, is answered with a fresh
+           ``Requesting_``); once our ``Requesting_`` is older than the timeout, live only while allocatable > 0.
+        """
+        a = node.annotations
+        key = self.register_key
+        register = a.get(key)
+        if register is None:
+            return NotRegistered(Unregistered.ABSENT, legacy=True)
+        try:
+            npus = decode_registration(register, self.name)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.REGISTER, key, register, e)
+        count_name = self.chip.resource_name
+        source = f"status.allocatable[{count_name}]"
+        raw = node.allocatable.get(count_name, 0)
+        try:
+            allocatable = parse_quantity(raw, source)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        if not npus:
+            return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
+        shake = a.get(self.handshake_key)
+        judged = judge_handshake(shake, now_local, self.handshake_timeout_s)
+        reporter = reported_before or (shake is not None and shake.startswith("Reported"))
+        if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
+            return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
+        devices = tuple(n.device for n in npus)
+        ids = {d.id for d in devices}
+        cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
+        inventory = NodeInventory(
+            node=node.name, vendor=self.name, devices=devices, pair_scores=_pair_scores(npus), cordoned=cordoned
+        )
+        return Registered(inventory, handshake=judged.write, legacy=True, reporter=reporter)
+
+    # ---- pod annotations -----------------------------------------------------------------------------------
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices, self.allocated_key)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value, self.allocated_key)
+
+    def runtime_info(self, devices: PodDevices) -> str:
+        """The value of ``huawei.com/<cw>`` that HAMi's ``PatchAnnotations`` writes for the device plugin: a JSON
+        list over every device of every container, ``{"UUID": …, "temp": <template>}`` (``temp`` omitted for a
+        whole NPU); ``null`` when there is no device (Go marshals a nil slice so)."""
+        items = []
+        for ctr in devices:
+            for d in ctr:
+                _, temp = self.chip.trim_memory(d.used_mem_mib)
+                pairs = [("UUID", dump_str(d.uuid))] if d.uuid else []
+                if temp:
+                    pairs.append(("temp", dump_str(temp)))
+                items.append(dump_object(pairs))
+        return dump_array(items) if items else "null"
+
+    def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> dict[str, str]:
+        """Written with the device lists when the pod got NPUs of this chip: the plugin's runtime list
+        ``huawei.com/<cw>`` and ``predicate-time`` (Unix seconds; Huawei's plugins find the pod by it)."""
+        if not any(devices):
+            return {}
+        return {self.runtime_key: self.runtime_info(devices), PREDICATE_TIME: str(now_unix)}
+
+    def pod_annotations(self, devices: PodDevices) -> dict[str, str]:
+        """The Ascend annotations a bind writes when the pod got NPUs of this chip (besides ``predicate-time``,
+        which the caller adds): the device list under both keys and the runtime list."""
+        if not any(devices):
+            return {}
+        encoded = self.encode_devices(devices)
+        return {
+            self.to_allocate_key: encoded,
+            self.allocated_key: encoded,
+            self.runtime_key: self.runtime_info(devices),
+        }
+
+    def registration_annotations(
+        self,
+        devices: Sequence[DeviceInfo],
+        *,
+        network_ids: Mapping[str, int] | None = None,
+        reported_at: datetime | None = None,
+    ) -> dict[str, str]:
+        """:func:`registration_annotations` for this chip's devices (their ``vendor`` is set to the common word)."""
+        own = [_with_vendor(d, self.name) for d in devices]
+        return registration_annotations(own, network_ids=network_ids, reported_at=reported_at)
+
+    def node_capacity(self, devices: Sequence[DeviceInfo]) -> dict[str, str]:
+        return {self.chip.resource_name: str(sum(d.count for d in devices))}
+
+
+def _with_vendor(d: DeviceInfo, vendor: str) -> DeviceInfo:
+    if d.vendor == vendor:
+        return d
+    return DeviceInfo(
+        d.id, d.index, d.count, d.devmem_mib, d.devcore, d.type, d.numa, d.mode, d.health, d.mig_profiles, vendor
+    )
+
+
+def _text(annotations: Mapping[str, str], key: str) -> str | None:
+    v = annotations.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        fail(key, f"annotation value must be a string, got {type(v).__name__}")
+    return v
