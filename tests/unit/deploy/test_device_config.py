@@ -101,6 +101,18 @@ def test_enabled_vendors_resources_reach_kube_scheduler_and_the_webhook(chart: C
     assert set(parse_device_config(document).vendor_sections) == {"hygon", "cambricon", "amd", "vnpus", "metax"}
 
 
+def test_iluvatar_chips_reach_kube_scheduler_and_the_webhook(chart: Chart) -> None:
+    cases: list[dict[str, object]] = [
+        {"iluvatars": None},
+        {"iluvatars": [{"commonWord": "BI-V150", "resourceCountName": "x.io/v"}]},
+    ]
+    for sections in cases:
+        managed, matched = _chart_names(chart, sections)
+        want = _service_names(sections)
+        assert sorted(managed) == sorted(matched) == sorted(want), sections
+    assert "iluvatar.ai/BI-V100.vCore" in _service_names({"iluvatars": None})
+
+
 def test_an_empty_vnpus_section_enables_hamis_default_chips_everywhere(chart: Chart) -> None:
     sections: dict[str, object] = {"vnpus": None}
     managed, matched = _chart_names(chart, sections)

@@ -114,6 +114,21 @@ checks it against the names the services derive from the same device config. */}
 {{- $names = append $names ($chip.resourceCoreName | default (printf "%s-core" $base)) }}
 {{- end }}
 {{- end }}
+{{- if hasKey $cfg "iluvatars" }}
+{{- $ilu := index $cfg "iluvatars" }}
+{{- $chips := list }}
+{{- if kindIs "slice" $ilu }}{{ $chips = $ilu }}{{ else }}
+{{- range $cw := list "MR-V100" "MR-V50" "BI-V150" "BI-V100" }}
+{{- $chips = append $chips (dict "commonWord" $cw) }}
+{{- end }}
+{{- end }}
+{{- range $chip := $chips }}
+{{- $base := printf "iluvatar.ai/%s" $chip.commonWord }}
+{{- $names = append $names ($chip.resourceCountName | default (printf "%s-vgpu" $base)) }}
+{{- $names = append $names ($chip.resourceMemoryName | default (printf "%s.vMem" $base)) }}
+{{- $names = append $names ($chip.resourceCoreName | default (printf "%s.vCore" $base)) }}
+{{- end }}
+{{- end }}
 {{- $names | uniq | toJson }}
 {{- end }}
 
