@@ -28,11 +28,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import fail, trim_space
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.register import decode_register, encode_register_colon, is_json
+from vgpu_scheduler.shared.codec.register import encode_register_colon
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
@@ -42,32 +40,24 @@ from vgpu_scheduler.shared.codec.resources import (
     names_any,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
-    NodeInventory,
-    PodConstraints,
     Selectors,
 )
-from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import reader_config, rekey, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    judge_handshake,
+from vgpu_scheduler.shared.vendors.common import reader_config, rekey
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
+from vgpu_scheduler.shared.vendors.simple import (
+    UuidOnlyRules,
+    decode_colon,
+    observe_with_handshake,
+    uuid_selectors,
 )
 
 SECTION: Final = "iluvatars"
@@ -173,15 +163,8 @@ def build(section: object) -> tuple[IluvatarVendor, ...]:
 # ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class IluvatarRules(BasicRules):
-    """Iluvatar ``Fit``: the common skeleton; no type selectors, UUID lists both apply (HAMi's ``CheckUUID``)."""
-
-    def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
-        return req.type == self.name
-
-    def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
-        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+IluvatarRules = UuidOnlyRules
+"""Iluvatar ``Fit``: the common skeleton; no type selectors, UUID lists both apply (HAMi's ``CheckUUID``)."""
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -309,65 +292,30 @@ class IluvatarVendor:
         return True
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        use: frozenset[str] = frozenset()
-        nouse: frozenset[str] = frozenset()
-        if (v := _text(annotations, self.use_uuid_key)) is not None:
-            use = decode_uuid_list(v)
-            if v.strip() and not use:
-                fail(self.use_uuid_key, "list holds no UUID, so no card could ever match", v)
-        if (v := _text(annotations, self.no_use_uuid_key)) is not None:
-            nouse = decode_uuid_list(v)
-        return Selectors(use_uuids=use, nouse_uuids=nouse)
+        return uuid_selectors(annotations, self.use_uuid_key, self.no_use_uuid_key)
 
     # ---- registration ------------------------------------------------------------------------------------------
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration + HAMi's ``CheckHealth``, in Hygon's order: no register annotation → not registered;
-        JSON or a bad colon value → invalid; allocatable not a quantity → invalid; no device → not registered;
-        then the handshake (live while our ``Requesting_`` is fresh or answered, else while allocatable > 0)."""
+        """Registration + HAMi's ``CheckHealth``, in Hygon's order (``simple.observe_with_handshake``): no register
+        annotation → not registered; JSON or a bad colon value → invalid; allocatable not a quantity → invalid; no
+        device → not registered; then the handshake."""
         del reported_before  # Iluvatar plugins always speak the handshake
-        a = node.annotations
-        key = self.register_key
-        assert key is not None
-        register = a.get(key)
-        if register is None:
-            return NotRegistered(Unregistered.ABSENT)
-        try:
-            devices = self.decode_register(register)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, key, register, e)
-        count_name = self.chip.resource_count_name
-        source = f"status.allocatable[{count_name}]"
-        raw = node.allocatable.get(count_name, 0)
-        try:
-            allocatable = parse_quantity(raw, source)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
-        if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
-        judged = judge_handshake(a.get(self.handshake_key or ""), now_local, self.handshake_timeout_s)
-        if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
-            return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
-        inventory = NodeInventory(node=node.name, vendor=self.name, devices=devices, cordoned=cordoned)
-        return Registered(inventory, handshake=judged.write, legacy=True, reporter=judged.reporter)
+        return observe_with_handshake(
+            node,
+            now_local,
+            vendor=self.name,
+            register_key=self.register_key or "",
+            handshake_key=self.handshake_key or "",
+            count_name=self.chip.resource_count_name,
+            decode=self.decode_register,
+            timeout_s=self.handshake_timeout_s,
+        )
 
     def decode_register(self, value: str) -> tuple[DeviceInfo, ...]:
         """``hami.io/node-<cw>-register`` → the node's cards (``vendor`` = the common word). Colon format only, as
         HAMi's ``DecodeNodeDevices``: a JSON value is a DecodeError."""
-        key = self.register_key or ""
-        if is_json(value):
-            fail(
-                key,
-                "expected the colon format (id,count,devmem,devcore,type,numa,health[,index,mode]:), got JSON",
-                value,
-            )
-        try:
-            devices = decode_register(value)
-        except DecodeError as e:
-            raise rekey(e, key) from e
-        return tuple(dataclasses.replace(d, vendor=self.name) for d in devices)
+        return decode_colon(value, self.register_key or "", self.name)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the chip's device plugin writes on its Node for ``devices``: (annotations, capacity, labels) —
@@ -386,10 +334,3 @@ class IluvatarVendor:
 
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
         return decode_pod_devices(value, self.allocated_key)
-
-
-def _text(annotations: Mapping[str, str], key: str) -> str | None:
-    value = annotations.get(key)
-    if value is not None and not isinstance(value, str):
-        fail(key, f"annotation value must be a string, got {type(value).__name__}")
-    return value

@@ -57,6 +57,7 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
         "resourceCoreName": "amd.com/gpucores",
         "resourceMemoryName": "amd.com/gpumem",
     },
+    "biren": {"resourceCountName": "birentech.com/gpu"},
     "iluvatars": [
         {
             "chipName": "MR-V100",
@@ -80,16 +81,17 @@ MLU = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "8", "cambri
 AMD = {"amd.com/gpu": "1", "amd.com/gpumem": "2000", "amd.com/gpucores": "20"}
 NPU_SLICE = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}  # → vir05_1c_16g
 NPU_WHOLE = {"huawei.com/Ascend910B3": "1"}
+BIREN = {"birentech.com/gpu": "1"}
 ILU = {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "8", "iluvatar.ai/MR-V100.vCore": "20"}
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU, AMD+Iluvatar MR-V100, Ascend 910B3, NVIDIA+AMD."""
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren, AMD+Iluvatar MR-V100, Ascend 910B3, NVIDIA+AMD."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
-        [VendorPart("MLU", mem_mib=16384)],
+        [VendorPart("MLU", mem_mib=16384), VendorPart("Biren", devices=2, mem_mib=32768, slots=2)],
         [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
         [VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20)],
         [VendorPart("NVIDIA"), VendorPart("AMD")],
@@ -104,6 +106,7 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod(f"npu{i}", [NPU_SLICE]) for i in range(3)]
     pods += [vendor_pod("npu-whole", [NPU_WHOLE])]
     pods += [vendor_pod(f"ilu{i}", [ILU]) for i in range(2)]
+    pods += [vendor_pod(f"biren{i}", [BIREN]) for i in range(2)]
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -150,6 +153,7 @@ async def test_mixed_vendor_cluster(
         "AMD": 4,
         "Ascend910B3": 4,
         "MR-V100": 2,
+        "Biren": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -170,6 +174,8 @@ async def test_mixed_vendor_cluster(
     ilu = _pod(outcome, "ilu0")
     assert ",MR-V100,2048,20:" in ilu["metadata"]["annotations"]["hami.io/MR-V100-devices-allocated"], ilu
     assert {"name": "SOL_CONTINER_NAME", "value": "c0"} in ilu["spec"]["containers"][0]["env"], ilu
+    birens = _pod(outcome, "biren0")["metadata"]["annotations"]["hami.io/Biren-devices-allocated"]
+    assert birens.endswith(",Biren,0,0:;"), birens  # a slot, no memory, no cores
 
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:

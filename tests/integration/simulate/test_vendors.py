@@ -36,6 +36,7 @@ POOLS: list[dict[str, Any]] = [
     {"name": "npu", "devices": [{"vendor": "Ascend910B3", "count": 3, "memory": 65536, "cores": 20}]},
     {"name": "amd", "devices": [{"vendor": "AMD", "count": 2, "memory": 32768}]},
     {"name": "ilu", "devices": [{"vendor": "MR-V100", "count": 3, "memory": 16384}]},
+    {"name": "biren", "devices": [{"vendor": "Biren", "count": 2, "memory": 65536, "split": 2}]},
     {
         "name": "mix",
         "devices": [
@@ -58,6 +59,9 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
     ("amd-1", [{"amd.com/gpu": 1, "amd.com/gpumem": 8000, "amd.com/gpucores": 30}]),
     ("ilu-1", [{"iluvatar.ai/MR-V100-vgpu": 1, "iluvatar.ai/MR-V100.vMem": 8, "iluvatar.ai/MR-V100.vCore": 20}]),
     ("ilu-2", [{"iluvatar.ai/MR-V100-vgpu": 2}]),  # the webhook sets 100 cores per card: two whole cards
+    ("biren-1", [{"birentech.com/gpu": 2}]),  # a slot on each card, no memory, no cores
+    ("biren-2", [{"birentech.com/gpu": 2}]),  # the second slot on each card
+    ("biren-3", [{"birentech.com/gpu": 1}]),  # every slot taken: pending
     (
         "both-1",
         [
@@ -76,6 +80,7 @@ VENDOR_OF_KEY = {
     "hami.io/Ascend910B3-devices-allocated": "Ascend910B3",
     "hami.io/amd-devices-allocated": "AMD",
     "hami.io/MR-V100-devices-allocated": "MR-V100",
+    "hami.io/Biren-devices-allocated": "Biren",
 }
 
 
@@ -154,7 +159,8 @@ def test_each_vendors_pods_land_only_on_that_vendors_devices(result: dict[str, A
     expected_vendors = {
         "nv-1": {"NVIDIA"}, "dcu-1": {"DCU"}, "dcu-2": {"DCU"}, "mlu-1": {"MLU"}, "mlu-2": {"MLU"},
         "npu-1": {"Ascend910B3"}, "npu-2": {"Ascend910B3"}, "npu-3": {"Ascend910B3"}, "amd-1": {"AMD"},
-        "both-1": {"NVIDIA", "DCU"}, "ilu-1": {"MR-V100"}, "ilu-2": {"MR-V100"},
+        "both-1": {"NVIDIA", "DCU"}, "ilu-1": {"MR-V100"}, "ilu-2": {"MR-V100"}, "biren-1": {"Biren"},
+        "biren-2": {"Biren"},
     }  # fmt: skip
     for name, vendors in expected_vendors.items():
         pod = pods[name]
@@ -182,7 +188,9 @@ def test_units_cambricon_256_mib_and_ascend_templates(result: dict[str, Any]) ->
     assert mem["amd-1"] == [8000]
     assert mem["ilu-1"] == [8 * 256]  # iluvatar.ai/<chip>.vMem counts 256 MiB units
     assert mem["ilu-2"] == [16384, 16384]  # two cards, each whole (100 cores), on cards ilu-1 does not use
-    pods = {p["name"]: p for p in result["pods"]}
+    biren = [_allocated(pods[n]) for n in ("biren-1", "biren-2")]
+    assert all(m == 0 and c == 0 for pod in biren for _, _, m, c in pod)  # Biren cards go by slot alone
+    assert all(len({u for _, u, *_ in pod}) == 2 for pod in biren)  # one slot on each card
     ilu1, ilu2 = (_allocated(pods[n]) for n in ("ilu-1", "ilu-2"))
     assert [c for *_, c in ilu1 + ilu2] == [20, 100, 100]
     assert not {u for _, u, *_ in ilu1} & {u for _, u, *_ in ilu2}
@@ -195,7 +203,13 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
     assert reasons["mix-01"] == "1/1 CardInsufficientMemory"  # its NVIDIA card is not counted
     for node in ("nv-01", "mlu-01", "npu-01", "amd-01", "ilu-01"):
         assert reasons[node] == "NodeInsufficientDevice", node
-    assert result["summary"]["pending_reasons"] == {"CardInsufficientMemory": 1, "NodeInsufficientDevice": 1}
+    # biren-3: both Biren cards have every slot taken
+    assert next(p for p in result["pods"] if p["name"] == "biren-3")["reasons"]["biren-01"] == (
+        "2/2 CardTimeSlicingExhausted"
+    )
+    assert result["summary"]["pending_reasons"] == {
+        "CardInsufficientMemory": 1, "CardTimeSlicingExhausted": 1, "NodeInsufficientDevice": 2,
+    }  # fmt: skip
 
 
 def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any]) -> None:
@@ -203,11 +217,11 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor"}
     assert set(summary["gpu"]) == GPU_KEYS
     by_vendor = summary["by_vendor"]
-    assert list(by_vendor) == ["NVIDIA", "AMD", "Ascend910B3", "DCU", "MLU", "MR-V100"]
+    assert list(by_vendor) == ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100"]
     for figures in by_vendor.values():
         assert set(figures) == GPU_KEYS
     assert {k: v["devices"] for k, v in by_vendor.items()} == {
-        "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "DCU": 3, "MLU": 2, "MR-V100": 3,
+        "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3,
     }  # fmt: skip
     for key in ("devices", "devices_used", "memory_mib", "memory_allocated_mib", "cores", "cores_allocated"):
         assert summary["gpu"][key] == sum(v[key] for v in by_vendor.values()), key
@@ -215,6 +229,7 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert by_vendor["Ascend910B3"]["memory_allocated_mib"] == 16384 + 32768 + 65536
     assert by_vendor["DCU"]["memory_allocated_mib"] == 4000 + 12000 + 2000
     assert by_vendor["MR-V100"]["memory_allocated_mib"] == 8 * 256 + 2 * 16384
+    assert (by_vendor["Biren"]["devices_used"], by_vendor["Biren"]["memory_allocated_mib"]) == (2, 0)
     for pod in result["pods"]:
         assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
 
@@ -240,6 +255,6 @@ def test_the_text_report_shows_one_line_per_vendor(files: tuple[Path, Path]) -> 
     )  # fmt: skip
     assert code == 0, err
     lines = [line.split() for line in out.splitlines() if line.startswith("  ") and "devices in use" in line]
-    assert [line[0] for line in lines] == ["NVIDIA", "AMD", "Ascend910B3", "DCU", "MLU", "MR-V100"]
+    assert [line[0] for line in lines] == ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100"]
     mlu = next(line for line in out.splitlines() if line.strip().startswith("MLU "))
     assert "memory 6912/49152 MiB" in mlu

@@ -114,6 +114,13 @@ checks it against the names the services derive from the same device config. */}
 {{- $names = append $names ($chip.resourceCoreName | default (printf "%s-core" $base)) }}
 {{- end }}
 {{- end }}
+{{- $countOnly := dict "biren" "birentech.com/gpu" }}
+{{- range $section, $default := $countOnly }}
+{{- if hasKey $cfg $section }}
+{{- $s := index $cfg $section | default dict }}
+{{- $names = append $names ((kindIs "map" $s) | ternary (index $s "resourceCountName") "" | default $default) }}
+{{- end }}
+{{- end }}
 {{- if hasKey $cfg "iluvatars" }}
 {{- $ilu := index $cfg "iluvatars" }}
 {{- $chips := list }}
