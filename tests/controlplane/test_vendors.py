@@ -58,6 +58,7 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
         "resourceMemoryName": "amd.com/gpumem",
     },
     "biren": {"resourceCountName": "birentech.com/gpu"},
+    "vastai": {"resourceCountName": "vastaitech.com/va"},
     "iluvatars": [
         {
             "chipName": "MR-V100",
@@ -82,19 +83,20 @@ AMD = {"amd.com/gpu": "1", "amd.com/gpumem": "2000", "amd.com/gpucores": "20"}
 NPU_SLICE = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}  # → vir05_1c_16g
 NPU_WHOLE = {"huawei.com/Ascend910B3": "1"}
 BIREN = {"birentech.com/gpu": "1"}
+VASTAI = {"vastaitech.com/va": "1"}
 ILU = {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "8", "iluvatar.ai/MR-V100.vCore": "20"}
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren, AMD+Iluvatar MR-V100, Ascend 910B3, NVIDIA+AMD."""
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren, AMD+Iluvatar MR-V100, Ascend 910B3, NVIDIA+AMD+Vastai."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
         [VendorPart("MLU", mem_mib=16384), VendorPart("Biren", devices=2, mem_mib=32768, slots=2)],
         [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
         [VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20)],
-        [VendorPart("NVIDIA"), VendorPart("AMD")],
+        [VendorPart("NVIDIA"), VendorPart("AMD"), VendorPart("Vastai", devices=2, mem_mib=16384, slots=4)],
     ]
 
 
@@ -107,6 +109,7 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod("npu-whole", [NPU_WHOLE])]
     pods += [vendor_pod(f"ilu{i}", [ILU]) for i in range(2)]
     pods += [vendor_pod(f"biren{i}", [BIREN]) for i in range(2)]
+    pods += [vendor_pod(f"va{i}", [VASTAI]) for i in range(2)]
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -154,6 +157,7 @@ async def test_mixed_vendor_cluster(
         "Ascend910B3": 4,
         "MR-V100": 2,
         "Biren": 2,
+        "Vastai": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}

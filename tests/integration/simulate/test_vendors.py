@@ -37,6 +37,7 @@ POOLS: list[dict[str, Any]] = [
     {"name": "amd", "devices": [{"vendor": "AMD", "count": 2, "memory": 32768}]},
     {"name": "ilu", "devices": [{"vendor": "MR-V100", "count": 3, "memory": 16384}]},
     {"name": "biren", "devices": [{"vendor": "Biren", "count": 2, "memory": 65536, "split": 2}]},
+    {"name": "va", "devices": [{"vendor": "Vastai", "count": 2, "memory": 16384, "split": 1}]},
     {
         "name": "mix",
         "devices": [
@@ -62,6 +63,7 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
     ("biren-1", [{"birentech.com/gpu": 2}]),  # a slot on each card, no memory, no cores
     ("biren-2", [{"birentech.com/gpu": 2}]),  # the second slot on each card
     ("biren-3", [{"birentech.com/gpu": 1}]),  # every slot taken: pending
+    ("va-1", [{"vastaitech.com/va": 2}]),
     (
         "both-1",
         [
@@ -81,6 +83,7 @@ VENDOR_OF_KEY = {
     "hami.io/amd-devices-allocated": "AMD",
     "hami.io/MR-V100-devices-allocated": "MR-V100",
     "hami.io/Biren-devices-allocated": "Biren",
+    "hami.io/Vastai-devices-allocated": "Vastai",
 }
 
 
@@ -160,7 +163,7 @@ def test_each_vendors_pods_land_only_on_that_vendors_devices(result: dict[str, A
         "nv-1": {"NVIDIA"}, "dcu-1": {"DCU"}, "dcu-2": {"DCU"}, "mlu-1": {"MLU"}, "mlu-2": {"MLU"},
         "npu-1": {"Ascend910B3"}, "npu-2": {"Ascend910B3"}, "npu-3": {"Ascend910B3"}, "amd-1": {"AMD"},
         "both-1": {"NVIDIA", "DCU"}, "ilu-1": {"MR-V100"}, "ilu-2": {"MR-V100"}, "biren-1": {"Biren"},
-        "biren-2": {"Biren"},
+        "biren-2": {"Biren"}, "va-1": {"Vastai"},
     }  # fmt: skip
     for name, vendors in expected_vendors.items():
         pod = pods[name]
@@ -201,7 +204,7 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
     reasons = next(p for p in result["pods"] if p["name"] == "dcu-huge")["reasons"]
     assert reasons["dcu-01"] == "2/2 CardInsufficientMemory"
     assert reasons["mix-01"] == "1/1 CardInsufficientMemory"  # its NVIDIA card is not counted
-    for node in ("nv-01", "mlu-01", "npu-01", "amd-01", "ilu-01"):
+    for node in ("nv-01", "mlu-01", "npu-01", "amd-01", "ilu-01", "va-01"):
         assert reasons[node] == "NodeInsufficientDevice", node
     # biren-3: both Biren cards have every slot taken
     assert next(p for p in result["pods"] if p["name"] == "biren-3")["reasons"]["biren-01"] == (
@@ -217,11 +220,11 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor"}
     assert set(summary["gpu"]) == GPU_KEYS
     by_vendor = summary["by_vendor"]
-    assert list(by_vendor) == ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100"]
+    assert list(by_vendor) == ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100", "Vastai"]
     for figures in by_vendor.values():
         assert set(figures) == GPU_KEYS
     assert {k: v["devices"] for k, v in by_vendor.items()} == {
-        "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3,
+        "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3, "Vastai": 2,
     }  # fmt: skip
     for key in ("devices", "devices_used", "memory_mib", "memory_allocated_mib", "cores", "cores_allocated"):
         assert summary["gpu"][key] == sum(v[key] for v in by_vendor.values()), key
@@ -230,6 +233,7 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert by_vendor["DCU"]["memory_allocated_mib"] == 4000 + 12000 + 2000
     assert by_vendor["MR-V100"]["memory_allocated_mib"] == 8 * 256 + 2 * 16384
     assert (by_vendor["Biren"]["devices_used"], by_vendor["Biren"]["memory_allocated_mib"]) == (2, 0)
+    assert (by_vendor["Vastai"]["devices_used"], by_vendor["Vastai"]["memory_allocated_mib"]) == (2, 0)
     for pod in result["pods"]:
         assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
 
@@ -255,6 +259,6 @@ def test_the_text_report_shows_one_line_per_vendor(files: tuple[Path, Path]) -> 
     )  # fmt: skip
     assert code == 0, err
     lines = [line.split() for line in out.splitlines() if line.startswith("  ") and "devices in use" in line]
-    assert [line[0] for line in lines] == ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100"]
+    assert [line[0] for line in lines] == ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100", "Vastai"]
     mlu = next(line for line in out.splitlines() if line.strip().startswith("MLU "))
     assert "memory 6912/49152 MiB" in mlu

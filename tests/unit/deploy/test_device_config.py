@@ -101,12 +101,13 @@ def test_enabled_vendors_resources_reach_kube_scheduler_and_the_webhook(chart: C
     assert set(parse_device_config(document).vendor_sections) == {"hygon", "cambricon", "amd", "vnpus", "metax"}
 
 
-def test_iluvatar_and_biren_names_reach_kube_scheduler_and_the_webhook(chart: Chart) -> None:
+def test_iluvatar_biren_and_vastai_names_reach_kube_scheduler_and_the_webhook(chart: Chart) -> None:
     cases: list[dict[str, object]] = [
         {"iluvatars": None},
         {"iluvatars": [{"commonWord": "BI-V150", "resourceCountName": "x.io/v"}]},
         {"biren": None},
         {"biren": {"resourceCountName": "biren.com/gpu"}},
+        {"vastai": None, "biren": {}},
     ]
     for sections in cases:
         managed, matched = _chart_names(chart, sections)

@@ -114,7 +114,7 @@ checks it against the names the services derive from the same device config. */}
 {{- $names = append $names ($chip.resourceCoreName | default (printf "%s-core" $base)) }}
 {{- end }}
 {{- end }}
-{{- $countOnly := dict "biren" "birentech.com/gpu" }}
+{{- $countOnly := dict "biren" "birentech.com/gpu" "vastai" "vastaitech.com/va" }}
 {{- range $section, $default := $countOnly }}
 {{- if hasKey $cfg $section }}
 {{- $s := index $cfg $section | default dict }}
