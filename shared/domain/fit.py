@@ -246,6 +246,8 @@ class _NodeEval:
             quota = None  # this vendor has no limit in the namespace
         quota_unit = ctx.config.memory_factor if nvidia else 1  # other vendors' limits are in MiB already
         type_ok, uuid_ok, take = rules.type_ok, rules.uuid_ok, rules.take
+        pod_ok = getattr(rules, "pod_device_ok", None)  # optional: a vendor's rule on the pod's earlier devices
+        earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
         counts: Counter[Reason] = Counter()
         partial: list[_Pick] = []
         remaining = req.nums
@@ -309,6 +311,9 @@ class _NodeEval:
                 continue
             if dev.devcore != 0 and d_cores == dev.devcore and coresreq == 0:
                 counts[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
+                continue
+            if pod_ok is not None and not pod_ok(dev, earlier):
+                counts[Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
                 continue
             pick = _Pick(pos=p, quota_mem_mib=memreq, mem_mib=memreq, cores=coresreq)
             if is_mig:

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
@@ -47,6 +47,15 @@ from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch, create_patch
 if TYPE_CHECKING:
     from vgpu_scheduler.shared.vendors.base import Vendor
     from vgpu_scheduler.shared.vendors.registry import Vendors
+
+
+@runtime_checkable
+class PodMutation(Protocol):
+    """Optional vendor hook: the pod-level part of its ``MutateAdmission`` (edits ``pod`` in place), run after
+    every container's edits."""
+
+    def mutate_pod(self, pod: dict[str, Any], where: str) -> None: ...
+
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -151,6 +160,9 @@ def _mutate(
         for vendor in others:
             found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
+    for vendor in others:  # pod-level edits of a vendor's MutateAdmission (Moore Threads' request-gpu-num)
+        if isinstance(vendor, PodMutation):
+            vendor.mutate_pod(pod, "pod")
 
     if privileged is not None and has_resource:
         return AdmissionOutcome.deny(f"container {privileged.get('name', '')} is privileged")

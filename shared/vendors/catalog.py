@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from vgpu_scheduler.shared.domain.model import NodeInventory, NvidiaConfig
-from vgpu_scheduler.shared.vendors import amd, ascend, biren, cambricon, hygon, iluvatar, vastai
+from vgpu_scheduler.shared.vendors import amd, ascend, biren, cambricon, hygon, iluvatar, mthreads, vastai
 from vgpu_scheduler.shared.vendors.base import Vendor
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView, Observation, Registered
@@ -29,6 +29,7 @@ BUILDERS: Mapping[str, Builder] = {
     iluvatar.SECTION: iluvatar.build,
     biren.SECTION: biren.build,
     vastai.SECTION: vastai.build,
+    mthreads.SECTION: mthreads.build,
 }
 """Device-config section → the builder of its vendors, in the order vendors are listed (after NVIDIA)."""
 

@@ -108,6 +108,8 @@ def test_iluvatar_biren_and_vastai_names_reach_kube_scheduler_and_the_webhook(ch
         {"biren": None},
         {"biren": {"resourceCountName": "biren.com/gpu"}},
         {"vastai": None, "biren": {}},
+        {"mthreads": None},
+        {"mthreads": {"resourceMemoryName": "x.io/mem"}},
     ]
     for sections in cases:
         managed, matched = _chart_names(chart, sections)

@@ -88,9 +88,10 @@ checks it against the names the services derive from the same device config. */}
 {{- $defaults := dict
   "cambricon" (list "cambricon.com/vmlu" "cambricon.com/mlu.smlu.vmemory" "cambricon.com/mlu.smlu.vcore")
   "hygon" (list "hygon.com/dcunum" "hygon.com/dcumem" "hygon.com/dcucores")
-  "amd" (list "amd.com/gpu" "amd.com/gpumem" "amd.com/gpucores") }}
+  "amd" (list "amd.com/gpu" "amd.com/gpumem" "amd.com/gpucores")
+  "mthreads" (list "mthreads.com/vgpu" "mthreads.com/sgpu-memory" "mthreads.com/sgpu-core") }}
 {{- $names := list }}
-{{- range $section := list "cambricon" "hygon" "amd" }}
+{{- range $section := list "cambricon" "hygon" "amd" "mthreads" }}
 {{- if hasKey $cfg $section }}
 {{- $s := index $cfg $section | default dict }}
 {{- range $i, $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
