@@ -116,6 +116,10 @@ class VastaiRules(SlotOnlyRules):
     def selects_sets(self) -> bool:
         return True
 
+    def mutex_group(self, dev: DeviceInfo) -> str | None:
+        """Under ``mutex`` a die is busy when any die of its card is in use (HAMi's die-mode mutex)."""
+        return card_of(dev)
+
     def select(
         self, candidates: Sequence[DeviceInfo], nums: int, inventory: NodeInventory
     ) -> Sequence[DeviceInfo] | None:

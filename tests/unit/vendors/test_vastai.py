@@ -228,12 +228,13 @@ def test_fit_refusals(
 def test_fit_mutex_die_mode() -> None:
     dies = [dev("dev-0", count=2, card="1"), dev("dev-1", index=1, card="1"), dev("dev-2", index=2, card="2")]
     mutex = {"hami.io/gpu-scheduler-policy": "mutex"}
-    # "mutex die mode rejects idle die on occupied card, picks die on free card": HAMi picks dev-2. Ours treats
-    # each die on its own under mutex and takes the idle die with the lowest index, dev-1 (docs/vendors/vastai.md)
-    assert uuids(fit(dies, req(), usage={"dev-0": DeviceUsage(1)}, annotations=mutex)) == ["dev-1"]
-    # "mutex die mode rejects all idle dies on an occupied card": HAMi 2/2 ExclusiveDeviceAllocateConflict; ours
-    # places on the idle die dev-1, for the same reason
-    assert uuids(fit(dies[:2], req(), usage={"dev-0": DeviceUsage(1)}, annotations=mutex)) == ["dev-1"]
+    # "mutex die mode rejects idle die on occupied card, picks die on free card"
+    assert uuids(fit(dies, req(), usage={"dev-0": DeviceUsage(1)}, annotations=mutex)) == ["dev-2"]
+    # "mutex die mode rejects all idle dies on an occupied card"
+    got = fit(dies[:2], req(), usage={"dev-0": DeviceUsage(1)}, annotations=mutex)
+    assert reason(got) == "2/2 ExclusiveDeviceAllocateConflict"
+    # without mutex the busy card's dies are fine
+    assert isinstance(fit(dies[:2], req(), usage={"dev-0": DeviceUsage(1)}), Decision)
 
 
 def test_fit_die_mode_takes_dies_from_the_fullest_card() -> None:
