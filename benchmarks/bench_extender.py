@@ -526,6 +526,11 @@ async def _throughput(
         print(f"    {n} × {text}")
 
 
+def _config_args(args: argparse.Namespace) -> list[str]:
+    """The extender's ``--device-config-file`` when one was given (e.g. one enabling every vendor)."""
+    return [f"--device-config-file={args.device_config_file}"] if args.device_config_file else []
+
+
 async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
     sizes = [int(x) for x in args.nodes.split(",")]
     for nodes in sizes:
@@ -539,7 +544,7 @@ async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
         with _floor(redis_url) as floor_url:
             await _wait_ready(floor_url)
             await _floor_latency(floor_url, nodes, min(args.requests, 1000))
-        with _extender(redis_url, kube_url) as (url, pid):
+        with _extender(redis_url, kube_url, *_config_args(args)) as (url, pid):
             ready_s = await _wait_ready(url)
             print(f"  extender ready in {ready_s:.2f} s (snapshot load), RSS {_rss_mib(pid):.0f} MiB")
             await _latency(url, nodes, args.requests, str(nodes))
@@ -555,7 +560,9 @@ async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
     for replicas in (1, 4):
         with contextlib.ExitStack() as stack:
             procs = [
-                stack.enter_context(_extender(redis_url, kube_url, "--node-scheduler-policy=spread"))
+                stack.enter_context(
+                    _extender(redis_url, kube_url, "--node-scheduler-policy=spread", *_config_args(args))
+                )
                 for _ in range(replicas)
             ]
             urls = [u for u, _ in procs]
@@ -576,6 +583,9 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=1500, help="pods per throughput run")
     parser.add_argument("--workers", type=int, default=16, help="concurrent clients in the throughput runs")
     parser.add_argument("--latency-only", action="store_true", help="measure /filter latency only (no throughput)")
+    parser.add_argument(
+        "--device-config-file", default="", help="the extenders' device config (default: none, NVIDIA only)"
+    )
     parser.add_argument("--serve-emulator", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--serve-floor", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--floor-redis", default="", help=argparse.SUPPRESS)

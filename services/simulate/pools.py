@@ -36,7 +36,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
@@ -65,6 +65,16 @@ _ID_PREFIX: Mapping[str, str] = {"NVIDIA": "GPU", hygon.NAME: "DCU", amd.NAME: "
 
 ALL_VENDORS: Vendors = all_vendors()
 """Every vendor this build knows, with HAMi's default names (every Ascend chip of the chart's defaults)."""
+
+
+@runtime_checkable
+class SimulatedPlugin(Protocol):
+    """A vendor whose module says what its device plugin writes on a Node (the vendors added after the first
+    five register through this one hook): (annotations, capacity, labels)."""
+
+    def node_registration(
+        self, devices: Sequence[DeviceInfo]
+    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]: ...
 
 
 class PoolError(ValueError):
@@ -256,6 +266,8 @@ def registration(
     if isinstance(vendor, ascend.AscendVendor):
         names = {vendor.name: vendor.resources.count}
         return ascend.registration_annotations(devs), ascend.node_capacity(devs, names), {}
+    if isinstance(vendor, SimulatedPlugin):
+        return vendor.node_registration(devs)
     raise PoolError("spec.devices", f"vendor {vendor.name} has no simulated device plugin")
 
 

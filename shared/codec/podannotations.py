@@ -85,6 +85,11 @@ def allocation_annotations(
     stamp = str(now_unix)
     out = {keys.VGPU_NODE: node, keys.VGPU_TIME: stamp}
     out.update(device_list_annotations(devices, vendors, now_unix))
+    if vendors is not None:
+        for name in vendors_used(devices):
+            hook: object = vendors.get(name)
+            if isinstance(hook, NodePodAnnotations):
+                out.update(hook.node_pod_annotations(node, split_by_vendor(devices, name)))
     if mig:
         out[keys.MIG_ALLOCATIONS] = encode_mig_allocations(mig)
     out[keys.BIND_PHASE] = BindPhase.ALLOCATING.value
@@ -100,6 +105,14 @@ class ExtraPodAnnotations(Protocol):
     bind's time."""
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class NodePodAnnotations(Protocol):
+    """Optional vendor hook: pod annotations that name the node the pod is bound to (Moore Threads'
+    ``mthreads.com/predicate-node``). ``devices`` holds only the vendor's devices, one entry per container."""
+
+    def node_pod_annotations(self, node: str, devices: PodDevices) -> Mapping[str, str]: ...
 
 
 def vendors_used(devices: PodDevices) -> tuple[str, ...]:

@@ -253,6 +253,10 @@ class _NodeEval:
             quota = None  # this vendor has no limit in the namespace
         quota_unit = ctx.config.memory_factor if nvidia else 1  # other vendors' limits are in MiB already
         type_ok, uuid_ok, take = rules.type_ok, rules.uuid_ok, rules.take
+        pod_ok = getattr(rules, "pod_device_ok", None)  # optional: a vendor's rule on the pod's earlier devices
+        earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
+        group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
+        busy_groups = {group_of(devices[q]) for q in typed if used[q] > 0} - {None} if group_of is not None else set()
         counts: Counter[Reason] = Counter()
         partial: list[_Pick] = []
         remaining = req.nums
@@ -291,7 +295,7 @@ class _NodeEval:
             if dev.count <= d_used:
                 counts[Reason.CARD_TIME_SLICING_EXHAUSTED] += 1
                 continue
-            if mutex and d_used > 0:
+            if mutex and (d_used > 0 or (busy_groups and group_of is not None and group_of(dev) in busy_groups)):
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
                 continue
             took = take(dev, req, d_mem)
@@ -316,6 +320,9 @@ class _NodeEval:
                 continue
             if dev.devcore != 0 and d_cores == dev.devcore and coresreq == 0:
                 counts[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
+                continue
+            if pod_ok is not None and not pod_ok(dev, earlier):
+                counts[Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
                 continue
             pick = _Pick(pos=p, quota_mem_mib=memreq, mem_mib=memreq, cores=coresreq)
             if is_mig:

@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
@@ -55,6 +55,15 @@ from vgpu_scheduler.shared.vendors.base import admission_warnings
 if TYPE_CHECKING:
     from vgpu_scheduler.shared.vendors.base import Vendor
     from vgpu_scheduler.shared.vendors.registry import Vendors
+
+
+@runtime_checkable
+class PodMutation(Protocol):
+    """Optional vendor hook: the pod-level part of its ``MutateAdmission`` (edits ``pod`` in place), run after
+    every container's edits."""
+
+    def mutate_pod(self, pod: dict[str, Any], where: str) -> None: ...
+
 
 __all__ = [
     "DEFAULT_SCHEDULER",
@@ -160,6 +169,9 @@ def _mutate(
         for vendor in others:
             found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
+    for vendor in others:  # pod-level edits of a vendor's MutateAdmission (Moore Threads' request-gpu-num)
+        if isinstance(vendor, PodMutation):
+            vendor.mutate_pod(pod, "pod")
 
     refusal = _annotation_refusal(pod, cfg, vendors)
     if refusal is not None:

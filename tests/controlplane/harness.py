@@ -33,6 +33,7 @@ from tests.certs import Issued, make_ca
 from tests.controlplane.control import ApiServer, Scheduler, make_serving_cert, start_scheduler
 from tests.controlplane.devplugin import DEFAULT_ALLOCATE_LATENCY_S, HamiDevicePlugin
 from tests.process import listening_addresses
+from vgpu_scheduler.services.simulate.pools import SimulatedPlugin
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.topology import encode_topology
@@ -300,6 +301,10 @@ def vendor_node(name: str, parts: Sequence[VendorPart], labels: Mapping[str, str
             node_labels.update(cambricon.node_labels(devices))
         elif isinstance(vendor, ascend.AscendVendor):
             annotations.update(vendor.registration_annotations(devices))
+        elif isinstance(vendor, SimulatedPlugin):
+            annos, count, more_labels = vendor.node_registration(devices)
+            annotations.update(annos)
+            node_labels.update(more_labels)
         else:
             raise LookupError(f"no node builder for vendor {part.vendor}")
         resources.update(count)

@@ -57,6 +57,22 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
         "resourceCoreName": "amd.com/gpucores",
         "resourceMemoryName": "amd.com/gpumem",
     },
+    "biren": {"resourceCountName": "birentech.com/gpu"},
+    "vastai": {"resourceCountName": "vastaitech.com/va"},
+    "mthreads": {
+        "resourceCountName": "mthreads.com/vgpu",
+        "resourceMemoryName": "mthreads.com/sgpu-memory",
+        "resourceCoreName": "mthreads.com/sgpu-core",
+    },
+    "iluvatars": [
+        {
+            "chipName": "MR-V100",
+            "commonWord": "MR-V100",
+            "resourceCountName": "iluvatar.ai/MR-V100-vgpu",
+            "resourceMemoryName": "iluvatar.ai/MR-V100.vMem",
+            "resourceCoreName": "iluvatar.ai/MR-V100.vCore",
+        }
+    ],
     "vnpus": {
         "configs": [
             _chip("Ascend910B3", "910B3", 65536, 65536, [("vir05_1c_16g", 16384), ("vir10_3c_32g", 32768)]),
@@ -71,18 +87,26 @@ MLU = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "8", "cambri
 AMD = {"amd.com/gpu": "1", "amd.com/gpumem": "2000", "amd.com/gpucores": "20"}
 NPU_SLICE = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}  # → vir05_1c_16g
 NPU_WHOLE = {"huawei.com/Ascend910B3": "1"}
+BIREN = {"birentech.com/gpu": "1"}
+VASTAI = {"vastaitech.com/va": "1"}
+MTHREADS = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4", "mthreads.com/sgpu-core": "2"}
+ILU = {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "8", "iluvatar.ai/MR-V100.vCore": "20"}
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU, AMD, Ascend 910B3, NVIDIA+AMD."""
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
+    NVIDIA+AMD+Vastai."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
-        [VendorPart("MLU", mem_mib=16384)],
-        [VendorPart("AMD")],
-        [VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20)],
-        [VendorPart("NVIDIA"), VendorPart("AMD")],
+        [VendorPart("MLU", mem_mib=16384), VendorPart("Biren", devices=2, mem_mib=32768, slots=2)],
+        [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
+        [
+            VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
+            VendorPart("Mthreads", devices=2, mem_mib=16384, slots=100, cores=16),
+        ],
+        [VendorPart("NVIDIA"), VendorPart("AMD"), VendorPart("Vastai", devices=2, mem_mib=16384, slots=4)],
     ]
 
 
@@ -93,6 +117,10 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod(f"amd{i}", [AMD]) for i in range(3)]
     pods += [vendor_pod(f"npu{i}", [NPU_SLICE]) for i in range(3)]
     pods += [vendor_pod("npu-whole", [NPU_WHOLE])]
+    pods += [vendor_pod(f"ilu{i}", [ILU]) for i in range(2)]
+    pods += [vendor_pod(f"biren{i}", [BIREN]) for i in range(2)]
+    pods += [vendor_pod(f"va{i}", [VASTAI]) for i in range(2)]
+    pods += [vendor_pod("mt0", [MTHREADS]), vendor_pod("mt-two", [MTHREADS, MTHREADS])]
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -138,6 +166,10 @@ async def test_mixed_vendor_cluster(
         "MLU": 4,
         "AMD": 4,
         "Ascend910B3": 4,
+        "MR-V100": 2,
+        "Biren": 2,
+        "Vastai": 2,
+        "Mthreads": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -155,6 +187,15 @@ async def test_mixed_vendor_cluster(
     assert ",Ascend910B3,16384,0:" in npu, npu  # rounded up to the vir05_1c_16g template
     mlu = _pod(outcome, "mlu0")["metadata"]["annotations"]["hami.io/cambricon-mlu-devices-allocated"]
     assert ",MLU,2048,20:" in mlu, mlu  # 8 units of 256 MiB
+    ilu = _pod(outcome, "ilu0")
+    assert ",MR-V100,2048,20:" in ilu["metadata"]["annotations"]["hami.io/MR-V100-devices-allocated"], ilu
+    assert {"name": "SOL_CONTINER_NAME", "value": "c0"} in ilu["spec"]["containers"][0]["env"], ilu
+    birens = _pod(outcome, "biren0")["metadata"]["annotations"]["hami.io/Biren-devices-allocated"]
+    assert birens.endswith(",Biren,0,0:;"), birens  # a slot, no memory, no cores
+    mt = _pod(outcome, "mt-two")["metadata"]["annotations"]
+    first, second, _ = mt["hami.io/mthreads-vgpu-devices-allocated"].split(";")
+    assert first == second and first.endswith(",Mthreads,2048,2:"), mt  # one GPU for every container of a pod
+    assert mt["mthreads.com/predicate-node"] == _pod(outcome, "mt-two")["spec"]["nodeName"]
 
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:

@@ -37,6 +37,10 @@ POOLS: list[dict[str, Any]] = [
     {"name": "mlu", "devices": [{"vendor": "MLU", "type": "MLU370-X4", "count": 2, "memory": 24576}]},
     {"name": "npu", "devices": [{"vendor": "Ascend910B3", "count": 3, "memory": 65536, "cores": 20}]},
     {"name": "amd", "devices": [{"vendor": "AMD", "count": 2, "memory": 32768}]},
+    {"name": "ilu", "devices": [{"vendor": "MR-V100", "count": 3, "memory": 16384}]},
+    {"name": "biren", "devices": [{"vendor": "Biren", "count": 2, "memory": 65536, "split": 2}]},
+    {"name": "va", "devices": [{"vendor": "Vastai", "count": 2, "memory": 16384, "split": 1}]},
+    {"name": "mt", "devices": [{"vendor": "Mthreads", "count": 3, "memory": 49152}]},
     {
         "name": "mix",
         "devices": [
@@ -57,6 +61,14 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
     ("npu-2", [{"huawei.com/Ascend910B3": 1, "huawei.com/Ascend910B3-memory": 20000}]),
     ("npu-3", [{"huawei.com/Ascend910B3": 1}]),
     ("amd-1", [{"amd.com/gpu": 1, "amd.com/gpumem": 8000, "amd.com/gpucores": 30}]),
+    ("ilu-1", [{"iluvatar.ai/MR-V100-vgpu": 1, "iluvatar.ai/MR-V100.vMem": 8, "iluvatar.ai/MR-V100.vCore": 20}]),
+    ("ilu-2", [{"iluvatar.ai/MR-V100-vgpu": 2}]),  # the webhook sets 100 cores per card: two whole cards
+    ("biren-1", [{"birentech.com/gpu": 2}]),  # a slot on each card, no memory, no cores
+    ("biren-2", [{"birentech.com/gpu": 2}]),  # the second slot on each card
+    ("biren-3", [{"birentech.com/gpu": 1}]),  # every slot taken: pending
+    ("va-1", [{"vastaitech.com/va": 2}]),
+    ("mt-1", [{"mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": 8, "mthreads.com/sgpu-core": 4}]),
+    ("mt-2", [{"mthreads.com/vgpu": 2}]),  # the webhook gives whole GPUs: 16 cores, 96 units of 512 MiB each
     (
         "both-1",
         [
@@ -68,12 +80,19 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
     ("cpu-1", [{"cpu": "1"}]),
 ]
 
+VENDOR_ORDER = ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100", "Mthreads", "Vastai"]
+"""The vendors of the figures: NVIDIA first, the others by name."""
+
 VENDOR_OF_KEY = {
     "hami.io/vgpu-devices-allocated": "NVIDIA",
     "hami.io/dcu-devices-allocated": "DCU",
     "hami.io/cambricon-mlu-devices-allocated": "MLU",
     "hami.io/Ascend910B3-devices-allocated": "Ascend910B3",
     "hami.io/amd-devices-allocated": "AMD",
+    "hami.io/MR-V100-devices-allocated": "MR-V100",
+    "hami.io/Biren-devices-allocated": "Biren",
+    "hami.io/Vastai-devices-allocated": "Vastai",
+    "hami.io/mthreads-vgpu-devices-allocated": "Mthreads",
 }
 
 
@@ -152,7 +171,8 @@ def test_each_vendors_pods_land_only_on_that_vendors_devices(result: dict[str, A
     expected_vendors = {
         "nv-1": {"NVIDIA"}, "dcu-1": {"DCU"}, "dcu-2": {"DCU"}, "mlu-1": {"MLU"}, "mlu-2": {"MLU"},
         "npu-1": {"Ascend910B3"}, "npu-2": {"Ascend910B3"}, "npu-3": {"Ascend910B3"}, "amd-1": {"AMD"},
-        "both-1": {"NVIDIA", "DCU"},
+        "both-1": {"NVIDIA", "DCU"}, "ilu-1": {"MR-V100"}, "ilu-2": {"MR-V100"}, "biren-1": {"Biren"},
+        "biren-2": {"Biren"}, "va-1": {"Vastai"}, "mt-1": {"Mthreads"}, "mt-2": {"Mthreads"},
     }  # fmt: skip
     for name, vendors in expected_vendors.items():
         pod = pods[name]
@@ -178,15 +198,34 @@ def test_units_cambricon_256_mib_and_ascend_templates(result: dict[str, Any]) ->
     assert mem["npu-3"] == [65536]  # no memory asked: the whole NPU
     assert mem["dcu-2"] == [6000, 6000]  # DCU and AMD: MiB as asked
     assert mem["amd-1"] == [8000]
+    assert mem["ilu-1"] == [8 * 256]  # iluvatar.ai/<chip>.vMem counts 256 MiB units
+    assert mem["ilu-2"] == [16384, 16384]  # two cards, each whole (100 cores), on cards ilu-1 does not use
+    mt1, mt2 = (_allocated(pods[n]) for n in ("mt-1", "mt-2"))
+    assert [(m, c) for *_, m, c in mt1 + mt2] == [(4096, 4), (49152, 16), (49152, 16)]  # 512 MiB units, 16 cores
+    assert not {u for _, u, *_ in mt1} & {u for _, u, *_ in mt2}
+    assert "hami.io/mthreads-vgpu-devices-to-allocate" not in pods["mt-2"]["annotations"]  # HAMi writes none
+    biren = [_allocated(pods[n]) for n in ("biren-1", "biren-2")]
+    assert all(m == 0 and c == 0 for pod in biren for _, _, m, c in pod)  # Biren cards go by slot alone
+    assert all(len({u for _, u, *_ in pod}) == 2 for pod in biren)  # one slot on each card
+    ilu1, ilu2 = (_allocated(pods[n]) for n in ("ilu-1", "ilu-2"))
+    assert [c for *_, c in ilu1 + ilu2] == [20, 100, 100]
+    assert not {u for _, u, *_ in ilu1} & {u for _, u, *_ in ilu2}
+    assert pods["ilu-2"]["annotations"]["hami.io/MR-V100-devices-to-allocate"].count(",MR-V100,16384,100:") == 2
 
 
 def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None:
     reasons = next(p for p in result["pods"] if p["name"] == "dcu-huge")["reasons"]
     assert reasons["dcu-01"] == "2/2 CardInsufficientMemory"
     assert reasons["mix-01"] == "1/1 CardInsufficientMemory"  # its NVIDIA card is not counted
-    for node in ("nv-01", "mlu-01", "npu-01", "amd-01"):
+    for node in ("nv-01", "mlu-01", "npu-01", "amd-01", "ilu-01", "va-01", "mt-01"):
         assert reasons[node] == "NodeInsufficientDevice", node
-    assert result["summary"]["pending_reasons"] == {"CardInsufficientMemory": 1, "NodeInsufficientDevice": 1}
+    # biren-3: both Biren cards have every slot taken
+    assert next(p for p in result["pods"] if p["name"] == "biren-3")["reasons"]["biren-01"] == (
+        "2/2 CardTimeSlicingExhausted"
+    )
+    assert result["summary"]["pending_reasons"] == {
+        "CardInsufficientMemory": 1, "CardTimeSlicingExhausted": 1, "NodeInsufficientDevice": 2,
+    }  # fmt: skip
 
 
 def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any]) -> None:
@@ -194,17 +233,22 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor"}
     assert set(summary["gpu"]) == GPU_KEYS
     by_vendor = summary["by_vendor"]
-    assert list(by_vendor) == ["NVIDIA", "AMD", "Ascend910B3", "DCU", "MLU"]
+    assert list(by_vendor) == VENDOR_ORDER
     for figures in by_vendor.values():
         assert set(figures) == GPU_KEYS
     assert {k: v["devices"] for k, v in by_vendor.items()} == {
-        "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "DCU": 3, "MLU": 2,
+        "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3, "Mthreads": 3,
+        "Vastai": 2,
     }  # fmt: skip
     for key in ("devices", "devices_used", "memory_mib", "memory_allocated_mib", "cores", "cores_allocated"):
         assert summary["gpu"][key] == sum(v[key] for v in by_vendor.values()), key
     assert by_vendor["MLU"]["memory_allocated_mib"] == 27 * 256
     assert by_vendor["Ascend910B3"]["memory_allocated_mib"] == 16384 + 32768 + 65536
     assert by_vendor["DCU"]["memory_allocated_mib"] == 4000 + 12000 + 2000
+    assert by_vendor["MR-V100"]["memory_allocated_mib"] == 8 * 256 + 2 * 16384
+    assert (by_vendor["Biren"]["devices_used"], by_vendor["Biren"]["memory_allocated_mib"]) == (2, 0)
+    assert (by_vendor["Vastai"]["devices_used"], by_vendor["Vastai"]["memory_allocated_mib"]) == (2, 0)
+    assert by_vendor["Mthreads"]["memory_allocated_mib"] == 8 * 512 + 2 * 49152
     for pod in result["pods"]:
         assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
 
@@ -230,6 +274,6 @@ def test_the_text_report_shows_one_line_per_vendor(files: tuple[Path, Path]) -> 
     )  # fmt: skip
     assert code == 0, err
     lines = [line.split() for line in out.splitlines() if line.startswith("  ") and "devices in use" in line]
-    assert [line[0] for line in lines] == ["NVIDIA", "AMD", "Ascend910B3", "DCU", "MLU"]
+    assert [line[0] for line in lines] == VENDOR_ORDER
     mlu = next(line for line in out.splitlines() if line.strip().startswith("MLU "))
     assert "memory 6912/49152 MiB" in mlu

@@ -38,7 +38,15 @@ def test_the_default_values_hold_only_nvidias_section() -> None:
     parsed = parse_device_config(_device_config(VALUES.read_text()))
     assert parsed.vendor_sections == {}  # the other families run on HAMi's defaults
     assert parsed.nvidia.resource_count_name == "nvidia.com/gpu"
-    assert enabled_vendors(parsed.nvidia, parsed.vendor_sections).names == ("NVIDIA", "DCU", "MLU", "AMD")
+    assert enabled_vendors(parsed.nvidia, parsed.vendor_sections).names == (
+        "NVIDIA",
+        "DCU",
+        "MLU",
+        "AMD",
+        "Biren",
+        "Vastai",
+        "Mthreads",
+    )
 
 
 def test_the_commented_vendor_sections_parse_when_uncommented() -> None:
@@ -88,8 +96,11 @@ def _service_names(sections: dict[str, object], flags: frozenset[str] = frozense
     return [n for n in names if n]
 
 
-def _chart_names(chart: Chart, sections: dict[str, object], ascend: bool = False) -> tuple[list[str], list[str]]:
-    objs = render_objects(chart, {"deviceConfig": {"config": sections, "enableAscend": ascend}})
+def _chart_names(
+    chart: Chart, sections: dict[str, object], ascend: bool = False, iluvatar: bool = False
+) -> tuple[list[str], list[str]]:
+    values = {"config": sections, "enableAscend": ascend, "enableIluvatar": iluvatar}
+    objs = render_objects(chart, {"deviceConfig": values})
     [extender] = scheduler_config(objs)["extenders"]
     assert all(r["ignoredByScheduler"] is True for r in extender["managedResources"])
     managed = [r["name"] for r in extender["managedResources"]]
@@ -134,6 +145,25 @@ def test_enable_iluvatar_reaches_every_component(chart: Chart) -> None:
     objs = render_objects(chart, {"deviceConfig": {"enableIluvatar": True}})
     for name in ("extender", "registrar", "informer"):
         assert "--enable-iluvatar" in container(objs, f"{FULL}-{name}")["args"]
+
+
+def test_iluvatar_biren_and_vastai_names_reach_kube_scheduler_and_the_webhook(chart: Chart) -> None:
+    cases: list[dict[str, object]] = [
+        {"iluvatars": None},
+        {"iluvatars": [{"commonWord": "BI-V150", "resourceCountName": "x.io/v"}]},
+        {"biren": None},
+        {"biren": {"resourceCountName": "biren.com/gpu"}},
+        {"vastai": None, "biren": {}},
+        {"mthreads": None},
+        {"mthreads": {"resourceMemoryName": "x.io/mem"}},
+    ]
+    for sections in cases:
+        for iluvatar in (False, True):
+            managed, matched = _chart_names(chart, sections, iluvatar=iluvatar)
+            want = _service_names(sections, frozenset({"enable-iluvatar"}) if iluvatar else frozenset())
+            assert sorted(managed) == sorted(matched) == sorted(want), (sections, iluvatar)
+    assert "iluvatar.ai/BI-V100.vCore" in _service_names({"iluvatars": None}, frozenset({"enable-iluvatar"}))
+    assert "iluvatar.ai/BI-V100.vCore" not in _service_names({"iluvatars": None})
 
 
 def test_an_empty_vnpus_section_enables_hamis_default_chips_everywhere(chart: Chart) -> None:

@@ -37,6 +37,11 @@ DEFAULT_FAMILY_RESOURCES = [
     "amd.com/gpu",
     "amd.com/gpumem",
     "amd.com/gpucores",
+    "mthreads.com/vgpu",
+    "mthreads.com/sgpu-memory",
+    "mthreads.com/sgpu-core",
+    "birentech.com/gpu",
+    "vastaitech.com/va",
 ]
 """The families HAMi schedules by default besides NVIDIA, with HAMi's default names (the chart with no values)."""
 # Every values switch the tests render; Helm must lint each clean.

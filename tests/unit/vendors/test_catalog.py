@@ -24,6 +24,11 @@ from vgpu_scheduler.shared.vendors.catalog import (
     enabled_vendors,
 )
 
+DEFAULT_ON = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads")
+"""What HAMi v2.10 schedules with no device config and no flag (NVIDIA first, then the families' order)."""
+
+ILUVATAR_DEFAULT_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
+
 ASCEND_DEFAULT_CHIPS = (
     "Ascend910A",
     "Ascend910B2",
@@ -37,9 +42,9 @@ ASCEND_DEFAULT_CHIPS = (
 
 def test_no_device_config_enables_every_default_family_with_hamis_names() -> None:
     vendors = enabled_vendors(NvidiaConfig())
-    assert vendors.names == ("NVIDIA", "DCU", "MLU", "AMD")
+    assert vendors.names == DEFAULT_ON
     names = {v.name: (v.resources.count, v.resources.memory, v.resources.cores) for v in vendors}
-    assert names == {
+    assert {k: v for k, v in names.items() if k in ("NVIDIA", "DCU", "MLU", "AMD")} == {
         "NVIDIA": ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"),
         "DCU": ("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"),
         "MLU": ("cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore"),
@@ -52,17 +57,20 @@ def test_a_section_overrides_the_defaults_key_by_key() -> None:
     dcu = vendors.get("DCU")
     assert dcu is not None
     assert (dcu.resources.count, dcu.resources.memory) == ("example.com/dcu", "hygon.com/dcumem")
-    assert vendors.names == ("NVIDIA", "DCU", "MLU", "AMD")
+    assert vendors.names == DEFAULT_ON
 
 
 def test_ascend_is_opt_in_as_in_hami() -> None:
     # the section alone does not enable it (HAMi's InitDevices returns nothing without --enable-ascend)
-    assert enabled_vendors(NvidiaConfig(), {"vnpus": None}).names == ("NVIDIA", "DCU", "MLU", "AMD")
+    assert enabled_vendors(NvidiaConfig(), {"vnpus": None}).names == DEFAULT_ON
     # the flag alone: HAMi's default chips
-    assert enabled_vendors(NvidiaConfig(), None, {"enable-ascend"}).names[4:] == ASCEND_DEFAULT_CHIPS
+    assert enabled_vendors(NvidiaConfig(), None, {"enable-ascend"}).names[4:11] == ASCEND_DEFAULT_CHIPS
     # the flag and a section: the section's chips
     section = {"configs": [{"commonWord": "Ascend310P", "chipName": "310P3", "memoryAllocatable": 21527}]}
-    assert enabled_vendors(NvidiaConfig(), {"vnpus": section}, {"enable-ascend"}).names[4:] == ("Ascend310P",)
+    assert enabled_vendors(NvidiaConfig(), {"vnpus": section}, {"enable-ascend"}).names[4:] == (
+        "Ascend310P",
+        *DEFAULT_ON[4:],
+    )
 
 
 def test_a_bad_section_is_an_error_even_when_its_family_is_not_enabled() -> None:
@@ -70,12 +78,15 @@ def test_a_bad_section_is_an_error_even_when_its_family_is_not_enabled() -> None
         enabled_vendors(NvidiaConfig(), {"vnpus": {"hamiVnpuMode": "nonsense"}})
 
 
-def test_an_unknown_enable_flag_of_a_family_this_build_lacks_does_nothing() -> None:
-    assert enabled_vendors(NvidiaConfig(), None, {"enable-iluvatar"}).names == ("NVIDIA", "DCU", "MLU", "AMD")
+def test_iluvatar_is_opt_in_as_in_hami() -> None:
+    assert not set(ILUVATAR_DEFAULT_CHIPS) & set(enabled_vendors(NvidiaConfig(), {"iluvatars": None}).names)
+    names = enabled_vendors(NvidiaConfig(), None, {"enable-iluvatar"}).names
+    assert names == (*DEFAULT_ON[:4], *ILUVATAR_DEFAULT_CHIPS, *DEFAULT_ON[4:])
 
 
 def test_every_family_exports_the_contract_and_its_flag_is_an_option() -> None:
-    assert [f.SECTION for f in FAMILIES] == list(BUILDERS) == [hygon.SECTION, cambricon.SECTION, amd.SECTION, "vnpus"]
+    sections = [hygon.SECTION, cambricon.SECTION, amd.SECTION, "vnpus", "iluvatars", "biren", "vastai", "mthreads"]
+    assert [f.SECTION for f in FAMILIES] == list(BUILDERS) == sections
     assert ENABLE_FLAGS == ENABLE_FLAG_OPTIONS
     for family in FAMILIES:
         assert family.ENABLE_FLAG is None or family.ENABLE_FLAG in ENABLE_FLAGS
@@ -86,7 +97,7 @@ def test_every_family_exports_the_contract_and_its_flag_is_an_option() -> None:
 
 
 def test_all_vendors_holds_the_opt_in_families_too() -> None:
-    assert all_vendors().names == ("NVIDIA", "DCU", "MLU", "AMD", *ASCEND_DEFAULT_CHIPS)
+    assert all_vendors().names == (*DEFAULT_ON[:4], *ASCEND_DEFAULT_CHIPS, *ILUVATAR_DEFAULT_CHIPS, *DEFAULT_ON[4:])
 
 
 def test_enable_flag_of_names_the_flag_of_an_opt_in_vendor() -> None:

@@ -79,19 +79,21 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- end }}
 
 {{/* The resource names of the other enabled vendors. The families HAMi initialises by default (cambricon, hygon,
-amd) always: their section's resourceCountName / resourceMemoryName / resourceCoreName, HAMi's default name for a
+amd, mthreads, biren, vastai) always: their section's resourceCountName / resourceMemoryName / resourceCoreName, HAMi's default name for a
 key left out (no section: every default). Huawei Ascend only with deviceConfig.enableAscend (HAMi's
 --enable-ascend): each vnpus config's resourceName / resourceMemoryName / resourceCoreName
-(huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips). A JSON list; a unit
+(huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips); Iluvatar likewise only
+with deviceConfig.enableIluvatar (HAMi's --enable-iluvatar). A JSON list; a unit
 test checks it against the names the services derive from the same device config and flags. */}}
 {{- define "vgpu-scheduler.vendorResources" -}}
 {{- $cfg := .Values.deviceConfig.config | default dict }}
 {{- $defaults := dict
   "cambricon" (list "cambricon.com/vmlu" "cambricon.com/mlu.smlu.vmemory" "cambricon.com/mlu.smlu.vcore")
   "hygon" (list "hygon.com/dcunum" "hygon.com/dcumem" "hygon.com/dcucores")
-  "amd" (list "amd.com/gpu" "amd.com/gpumem" "amd.com/gpucores") }}
+  "amd" (list "amd.com/gpu" "amd.com/gpumem" "amd.com/gpucores")
+  "mthreads" (list "mthreads.com/vgpu" "mthreads.com/sgpu-memory" "mthreads.com/sgpu-core") }}
 {{- $names := list }}
-{{- range $section := list "cambricon" "hygon" "amd" }}
+{{- range $section := list "cambricon" "hygon" "amd" "mthreads" }}
 {{- $s := index $cfg $section | default dict }}
 {{- range $i, $key := list "resourceCountName" "resourceMemoryName" "resourceCoreName" }}
 {{- $names = append $names ((kindIs "map" $s) | ternary (index $s $key) "" | default (index (index $defaults $section) $i)) }}
@@ -111,6 +113,26 @@ test checks it against the names the services derive from the same device config
 {{- $names = append $names ($chip.resourceName | default $base) }}
 {{- $names = append $names ($chip.resourceMemoryName | default (printf "%s-memory" $base)) }}
 {{- $names = append $names ($chip.resourceCoreName | default (printf "%s-core" $base)) }}
+{{- end }}
+{{- end }}
+{{- $countOnly := dict "biren" "birentech.com/gpu" "vastai" "vastaitech.com/va" }}
+{{- range $section, $default := $countOnly }}
+{{- $s := index $cfg $section | default dict }}
+{{- $names = append $names ((kindIs "map" $s) | ternary (index $s "resourceCountName") "" | default $default) }}
+{{- end }}
+{{- if .Values.deviceConfig.enableIluvatar }}
+{{- $ilu := index $cfg "iluvatars" | default list }}
+{{- $chips := list }}
+{{- if and (kindIs "slice" $ilu) $ilu }}{{ $chips = $ilu }}{{ else }}
+{{- range $cw := list "MR-V100" "MR-V50" "BI-V150" "BI-V100" }}
+{{- $chips = append $chips (dict "commonWord" $cw) }}
+{{- end }}
+{{- end }}
+{{- range $chip := $chips }}
+{{- $base := printf "iluvatar.ai/%s" $chip.commonWord }}
+{{- $names = append $names ($chip.resourceCountName | default (printf "%s-vgpu" $base)) }}
+{{- $names = append $names ($chip.resourceMemoryName | default (printf "%s.vMem" $base)) }}
+{{- $names = append $names ($chip.resourceCoreName | default (printf "%s.vCore" $base)) }}
 {{- end }}
 {{- end }}
 {{- $names | uniq | toJson }}

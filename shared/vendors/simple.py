@@ -1,0 +1,170 @@
+"""Pieces the smaller device families share (Iluvatar, Biren, Vastai …): HAMi's ``GetNodeDevices`` from a register
+annotation plus ``CheckHealth`` through a handshake annotation, UUID-only selectors, and a count-only request.
+Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import fail
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.register import decode_register, is_json
+from vgpu_scheduler.shared.codec.resources import (
+    QuantityKind,
+    RequestReader,
+    ResourceRequestError,
+    container_label,
+    container_lists,
+    raw_value,
+)
+from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
+from vgpu_scheduler.shared.domain.model import (
+    EMPTY_REQUEST,
+    ContainerRequest,
+    DeviceInfo,
+    NodeInventory,
+    PodConstraints,
+    Selectors,
+)
+from vgpu_scheduler.shared.domain.vendor import BasicRules, Take
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.common import reader_config, rekey, uuid_selectors_ok
+from vgpu_scheduler.shared.vendors.registration import (
+    DecodeFailure,
+    HandshakeState,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+    judge_handshake,
+)
+
+COLON_FORMAT = "id,count,devmem,devcore,type,numa,health[,index,mode]:"
+
+
+def decode_colon(value: str, key: str, vendor: str) -> tuple[DeviceInfo, ...]:
+    """A register value in the colon format only (HAMi's ``DecodeNodeDevices``); JSON is a DecodeError."""
+    if is_json(value):
+        fail(key, f"expected the colon format ({COLON_FORMAT}), got JSON", value)
+    try:
+        devices = decode_register(value)
+    except DecodeError as e:
+        raise rekey(e, key) from e
+    return tuple(dataclasses.replace(d, vendor=vendor) for d in devices)
+
+
+def decode_json(value: str, key: str, vendor: str, devcore: int | None = None) -> tuple[DeviceInfo, ...]:
+    """A register value in JSON only (HAMi's ``UnMarshalNodeDevices``; unknown keys ignored). ``devcore``: the
+    core total every device gets whatever it registered (Biren and Vastai set 100)."""
+    if not is_json(value):
+        fail(key, "expected a JSON array of devices", value)
+    try:
+        devices = decode_register(value)
+    except DecodeError as e:
+        raise rekey(e, key) from e
+    if devcore is None:
+        return tuple(dataclasses.replace(d, vendor=vendor) for d in devices)
+    return tuple(dataclasses.replace(d, vendor=vendor, devcore=devcore) for d in devices)
+
+
+def observe_with_handshake(
+    node: NodeView,
+    now_local: datetime,
+    *,
+    vendor: str,
+    register_key: str,
+    handshake_key: str,
+    count_name: str,
+    decode: Callable[[str], tuple[DeviceInfo, ...]],
+    timeout_s: float,
+) -> Observation:
+    """Registration + HAMi's ``CheckHealth`` through a handshake annotation, in this order, each ending the
+    observation: no register annotation → not registered; undecodable → invalid; ``allocatable[count]`` not a
+    quantity → invalid; no device → not registered; then the handshake (live while our ``Requesting_`` is fresh or
+    answered; once it expired, only while allocatable > 0)."""
+    a = node.annotations
+    register = a.get(register_key)
+    if register is None:
+        return NotRegistered(Unregistered.ABSENT)
+    try:
+        devices = decode(register)
+    except DecodeError as e:
+        return Invalid(DecodeFailure.REGISTER, register_key, register, e)
+    source = f"status.allocatable[{count_name}]"
+    raw = node.allocatable.get(count_name, 0)
+    try:
+        allocatable = parse_quantity(raw, source)
+    except DecodeError as e:
+        return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+    if not devices:
+        return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
+    judged = judge_handshake(a.get(handshake_key), now_local, timeout_s)
+    if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
+        return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
+    ids = {d.id for d in devices}
+    cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
+    inventory = NodeInventory(node=node.name, vendor=vendor, devices=devices, cordoned=cordoned)
+    return Registered(inventory, handshake=judged.write, legacy=True, reporter=judged.reporter)
+
+
+def uuid_selectors(annotations: Mapping[str, str], use_key: str, nouse_key: str) -> Selectors:
+    """HAMi's two UUID lists (both apply); a use list that names nothing is a DecodeError (it matches nothing)."""
+
+    def text(key: str) -> str | None:
+        value = annotations.get(key)
+        if value is not None and not isinstance(value, str):
+            fail(key, f"annotation value must be a string, got {type(value).__name__}")
+        return value
+
+    use: frozenset[str] = frozenset()
+    nouse: frozenset[str] = frozenset()
+    if (v := text(use_key)) is not None:
+        use = decode_uuid_list(v)
+        if v.strip() and not use:
+            fail(use_key, "list holds no UUID, so no device could ever match", v)
+    if (v := text(nouse_key)) is not None:
+        nouse = decode_uuid_list(v)
+    return Selectors(use_uuids=use, nouse_uuids=nouse)
+
+
+@dataclass(frozen=True, slots=True)
+class UuidOnlyRules(BasicRules):
+    """``Fit`` of a family whose ``checkType`` only compares the request's type with the common word, and whose
+    UUID lists both apply."""
+
+    def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
+        return req.type == self.name
+
+    def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
+        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+
+
+@dataclass(frozen=True, slots=True)
+class SlotOnlyRules(UuidOnlyRules):
+    """``Fit`` of a family that hands out devices by slot alone (Biren, Vastai): a device takes no memory and no
+    cores in the pod's device list, so only health, cordon, UUID, time slices and ``mutex`` decide."""
+
+    def take(self, dev: DeviceInfo, req: ContainerRequest, used_mem_mib: int) -> Take:
+        del dev, req, used_mem_mib
+        return Take(0, 0)
+
+
+def count_only_request(container: Mapping[str, Any], what: str, count_name: str, vendor: str) -> ContainerRequest:
+    """HAMi's ``GenerateResourceRequests`` of a family with a count resource only: ``n`` devices, memory as a
+    percentage (100, the whole device), no cores. The count is read from the limits, else the requests; a bad
+    quantity is a ResourceRequestError."""
+    limits, requests = container_lists(container, what)
+    r = RequestReader(reader_config(count_name, "", ""), container_label(container, what))
+    n = r.read(limits, requests, count_name, QuantityKind.COUNT)
+    if r.problems:
+        raise ResourceRequestError(r.problems)
+    if not raw_value(limits, requests, count_name)[0] or not n:
+        return EMPTY_REQUEST
+    return ContainerRequest(nums=n, mem_mib=0, mem_pct=100, cores_pct=0, type=vendor)

@@ -1,0 +1,256 @@
+"""Vastai accelerators as a vendor (HAMi's ``pkg/device/vastai``): common word ``Vastai``, pure.
+
+What a Vastai pod and node look like on the wire (docs/vendors/vastai.md):
+
+* one resource, ``vastaitech.com/va`` (the number of devices; renamed by the ``vastai:`` section's
+  ``resourceCountName``); a device is handed out by slot, with no memory or core share;
+* registration ``hami.io/node-va-register`` in HAMi's JSON (every device's core total read as 100), liveness
+  through the ``hami.io/node-handshake-va`` handshake. A plugin in **die mode** registers every die of a card as a
+  device with ``custominfo: {"DeviceStrategy": "die", "AIC": "<card>"}``; we keep that as the device's mode
+  ``die:<card>``;
+* pod device lists ``hami.io/Vastai-devices-to-allocate`` and ``hami.io/Vastai-devices-allocated`` (the same value:
+  ``UUID,Vastai,0,0:`` per device, ``;`` per container), the shared node lock ``hami.io/mutex.lock``;
+* selectors ``vastaitech.com/use-gpuuuid`` / ``vastaitech.com/nouse-gpuuuid`` (both apply).
+
+In die mode a request for several dies takes them from as few cards as it can: the cards with the most free dies
+first (HAMi's ``computeBestCombination``). On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from vgpu_scheduler.shared.codec._go import fail, loads
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.register import encode_register_json
+from vgpu_scheduler.shared.codec.resources import container_lists, names_any
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodeInventory, Selectors
+from vgpu_scheduler.shared.domain.vendor import DeviceRules
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
+from vgpu_scheduler.shared.vendors.simple import (
+    SlotOnlyRules,
+    count_only_request,
+    decode_json,
+    observe_with_handshake,
+    uuid_selectors,
+)
+
+SECTION: Final = "vastai"
+"""The device-config section that configures the vendor."""
+
+ENABLE_FLAG: Final[str | None] = None
+"""HAMi v2.10 initialises Vastai whatever its device config holds: no flag enables it."""
+
+NAME: Final = "Vastai"
+REGISTER_KEY: Final = "hami.io/node-va-register"
+HANDSHAKE_KEY: Final = "hami.io/node-handshake-va"
+TO_ALLOCATE_KEY: Final = "hami.io/Vastai-devices-to-allocate"
+ALLOCATED_KEY: Final = "hami.io/Vastai-devices-allocated"
+USE_UUID: Final = "vastaitech.com/use-gpuuuid"
+NOUSE_UUID: Final = "vastaitech.com/nouse-gpuuuid"
+CARD_CORES: Final = 100
+DIE_MODE: Final = "die"
+"""``custominfo.DeviceStrategy`` of a plugin that registers dies; the device's mode is ``die:<AIC>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class VastaiConfig:
+    """The ``vastai:`` section (HAMi's ``VastaiConfig``)."""
+
+    resource_count_name: str = "vastaitech.com/va"
+
+
+def parse_config(section: object) -> VastaiConfig:
+    """Validate the ``vastai:`` section; absent keys keep HAMi's default. ConfigError names the key path."""
+    return VastaiConfig(**names_section(section, SECTION, {"resourceCountName": "resource_count_name"}, unit="devices"))
+
+
+def build(section: object) -> tuple[VastaiVendor, ...]:
+    """The vendor the ``vastai:`` section configures (``None`` or ``{}``: HAMi's default)."""
+    return (VastaiVendor(parse_config(section)),)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Die mode
+# ------------------------------------------------------------------------------------------------------------
+
+
+def card_of(dev: DeviceInfo) -> str | None:
+    """The card (``AIC``) of a die registered in die mode; None for a device that is not a die."""
+    prefix = DIE_MODE + ":"
+    return dev.mode[len(prefix) :] if dev.mode.startswith(prefix) else None
+
+
+def best_combination(candidates: Sequence[DeviceInfo], nums: int) -> list[DeviceInfo]:
+    """HAMi's ``computeBestCombination``: group the dies by card (in the order the cards first appear), take
+    the cards with the most candidate dies first (a stable sort, so equal cards keep that order), and take dies
+    in order until ``nums``. Fewer than ``nums`` when there are not enough."""
+    groups: dict[str, list[DeviceInfo]] = {}
+    for d in candidates:
+        card = card_of(d)
+        if card is not None:
+            groups.setdefault(card, []).append(d)
+    out: list[DeviceInfo] = []
+    for dies in sorted(groups.values(), key=len, reverse=True):
+        for d in dies:
+            out.append(d)
+            if len(out) == nums:
+                return out
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class VastaiRules(SlotOnlyRules):
+    """Vastai ``Fit``: by slot (type, UUID, time slices, ``mutex``), every passing device is a candidate and the
+    set is chosen at the end: in die mode (the node's first Vastai device is a die) several dies come from as
+    few cards as possible; otherwise the first ``nums`` candidates in preference order."""
+
+    @property
+    def selects_sets(self) -> bool:
+        return True
+
+    def mutex_group(self, dev: DeviceInfo) -> str | None:
+        """Under ``mutex`` a die is busy when any die of its card is in use (HAMi's die-mode mutex)."""
+        return card_of(dev)
+
+    def select(
+        self, candidates: Sequence[DeviceInfo], nums: int, inventory: NodeInventory
+    ) -> Sequence[DeviceInfo] | None:
+        if len(candidates) < nums:
+            return None
+        first = next((d for d in inventory.devices if d.vendor == self.name), None)
+        if first is None or card_of(first) is None or nums == 1:
+            return candidates[:nums]
+        chosen = best_combination(candidates, nums)
+        return chosen if len(chosen) == nums else None
+
+
+VASTAI_RULES: DeviceRules = VastaiRules(NAME)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The vendor
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VastaiVendor:
+    """Vastai (see the module docstring)."""
+
+    config: VastaiConfig = dataclasses.field(default_factory=VastaiConfig)
+    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def resources(self) -> ResourceNames:
+        return ResourceNames(count=self.config.resource_count_name)
+
+    @property
+    def rules(self) -> DeviceRules:
+        return VASTAI_RULES
+
+    @property
+    def to_allocate_key(self) -> str | None:
+        return TO_ALLOCATE_KEY
+
+    @property
+    def allocated_key(self) -> str:
+        return ALLOCATED_KEY
+
+    @property
+    def register_key(self) -> str | None:
+        return REGISTER_KEY
+
+    @property
+    def handshake_key(self) -> str | None:
+        return HANDSHAKE_KEY
+
+    @property
+    def node_lock(self) -> NodeLockKind:
+        return NodeLockKind.HAMI
+
+    def manages(self, container: Mapping[str, Any]) -> bool:
+        return names_any(container, self.resources.all)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; the whole device's
+        memory as a percentage (100), no cores. A bad quantity is a ResourceRequestError."""
+        return count_only_request(container, what, self.config.resource_count_name, NAME)
+
+    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
+        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
+        limits, _ = container_lists(container, where)
+        if self.config.resource_count_name not in limits:
+            return False
+        self.container_request(container, where)
+        return True
+
+    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
+        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
+
+    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
+        """Registration (JSON, with die mode) and the handshake, in Hygon's order."""
+        del reported_before
+        return observe_with_handshake(
+            node,
+            now_local,
+            vendor=NAME,
+            register_key=REGISTER_KEY,
+            handshake_key=HANDSHAKE_KEY,
+            count_name=self.config.resource_count_name,
+            decode=decode_devices_register,
+            timeout_s=self.handshake_timeout_s,
+        )
+
+    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """What the Vastai device plugin writes on its Node: the JSON register value (dies with their
+        ``custominfo``) and one count per slot."""
+        annotations = {REGISTER_KEY: registration_value(devices)}
+        return annotations, {self.config.resource_count_name: str(sum(max(d.count, 0) for d in devices))}, {}
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices, ALLOCATED_KEY)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value, ALLOCATED_KEY)
+
+
+def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
+    """``hami.io/node-va-register`` → the node's devices (JSON only, core total 100). A device whose
+    ``custominfo.DeviceStrategy`` is ``die`` gets the mode ``die:<AIC>``; a die without a string ``AIC`` is a
+    DecodeError (it could not be grouped with its card)."""
+    devices = decode_json(value, REGISTER_KEY, NAME, devcore=CARD_CORES)
+    items = loads(value, REGISTER_KEY)
+    out: list[DeviceInfo] = []
+    for i, (dev, item) in enumerate(zip(devices, items, strict=True)):
+        info = item.get("custominfo") if isinstance(item, Mapping) else None
+        if isinstance(info, Mapping) and info.get("DeviceStrategy") == DIE_MODE:
+            card = info.get("AIC")
+            if not isinstance(card, str) or not card or any(c in card for c in ",:;"):
+                fail(f"{REGISTER_KEY}[{i}].custominfo.AIC", "a die needs the string AIC of its card", value)
+            out.append(dataclasses.replace(dev, mode=f"{DIE_MODE}:{card}"))
+        else:
+            out.append(dev)
+    return tuple(out)
+
+
+def registration_value(devices: Sequence[DeviceInfo]) -> str:
+    """The JSON register value of ``devices`` as the Vastai plugin writes it: a die (mode ``die:<AIC>``) is
+    written with ``custominfo`` and no mode."""
+    plain = tuple(dataclasses.replace(d, mode="") if card_of(d) is not None else d for d in devices)
+    items: list[dict[str, Any]] = json.loads(encode_register_json(plain))
+    for item, d in zip(items, devices, strict=True):
+        card = card_of(d)
+        if card is not None:
+            item["custominfo"] = {"DeviceStrategy": DIE_MODE, "AIC": card}
+    return json.dumps(items, separators=(",", ":"))

@@ -1,0 +1,286 @@
+"""Vastai vendor: HAMi's ``pkg/device/vastai`` tests restated (``device_test.go`` with die mode and
+``TestComputeBestCombination``, ``device_cordon_test.go``; the index holds no copy at v2.10.0 (4707fb02): read at
+the nearest stored versions, device_test.go 11e160b8, device_cordon_test.go ad358d3a, device.go with die mode as
+found by its ``computeBestCombination``), plus our own cases. Every HAMi case names its test in a comment."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
+from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.domain.model import (
+    NVIDIA,
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    DeviceUsage,
+    NodeInventory,
+    NvidiaConfig,
+    PodConstraints,
+    PodRequest,
+)
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.vendors import vastai
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registration import (
+    DecodeFailure,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Registered,
+    Unregistered,
+)
+from vgpu_scheduler.shared.vendors.registry import Vendors
+
+V = vastai.build(None)[0]
+VENDORS = Vendors((NvidiaVendor(), V))
+NOW = datetime(2025, 1, 7, 12, 0, 0)
+COUNT = "vastaitech.com/va"
+
+
+def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
+
+
+def dev(uuid: str, *, index: int = 0, count: int = 1, mem: int = 0, card: str | None = None) -> DeviceInfo:
+    mode = f"die:{card}" if card is not None else ""
+    return DeviceInfo(uuid, index, count, mem, 100, "Vastai", 0, mode, True, vendor="Vastai")
+
+
+def fit(
+    devices: list[DeviceInfo],
+    request: ContainerRequest,
+    *,
+    usage: dict[str, DeviceUsage] | None = None,
+    annotations: dict[str, str] | None = None,
+    cordoned: frozenset[str] = frozenset(),
+) -> Decision | Failure:
+    inv = NodeInventory(node="n1", vendor="Vastai", devices=tuple(devices), cordoned=cordoned)
+    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
+    pod = PodRequest(containers=(request,), init_count=0)
+    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
+
+
+def req(nums: int = 1, kind: str = "Vastai") -> ContainerRequest:
+    return ContainerRequest(nums=nums, mem_mib=0, mem_pct=100, cores_pct=0, type=kind)
+
+
+def reason(result: Decision | Failure) -> str:
+    assert isinstance(result, Failure), result
+    return result.reasons["n1"]
+
+
+def uuids(result: Decision | Failure) -> list[str]:
+    assert isinstance(result, Decision), result
+    return [d.uuid for d in result.devices[0]]
+
+
+def test_keys_and_names() -> None:
+    assert (vastai.SECTION, vastai.ENABLE_FLAG) == ("vastai", None) and vastai.SECTION in BUILDERS
+    assert (V.name, V.register_key, V.handshake_key) == (
+        "Vastai",
+        "hami.io/node-va-register",
+        "hami.io/node-handshake-va",
+    )
+    assert (V.to_allocate_key, V.allocated_key) == (
+        "hami.io/Vastai-devices-to-allocate",
+        "hami.io/Vastai-devices-allocated",
+    )
+    assert V.node_lock is NodeLockKind.HAMI
+    assert (V.resources.count, V.resources.memory, V.resources.cores) == (COUNT, None, None)
+    assert "Vastai" in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
+    with pytest.raises(ConfigError, match=re.escape("vastai.resourceCoreName: unknown key")):
+        vastai.build({"resourceCoreName": "x"})
+
+
+# ---- Test_MutateAdmission, Test_GenerateResourceRequests, Test_checkType, Test_PatchAnnotations -------------------
+
+
+def test_mutate_and_requests() -> None:
+    # Test_MutateAdmission "set to resource limits": true, no edit
+    c = ctr({COUNT: "1"})
+    assert V.mutate_container(c, "c") is True and c == ctr({COUNT: "1"})
+    assert V.mutate_container(ctr(requests={COUNT: "1"}), "c") is False
+    # Test_GenerateResourceRequests: nothing set → none; limits+requests, limits only, requests only → 1, 100 %
+    assert V.container_request(ctr(), "c").empty
+    want = ContainerRequest(1, 0, 100, 0, "Vastai")
+    for c in (ctr({COUNT: "1"}, {COUNT: "1"}), ctr({COUNT: "1"}), ctr(requests={COUNT: "1"})):
+        assert V.container_request(c, "c") == want
+    with pytest.raises(DecodeError, match=re.escape(f"{COUNT} counts whole GPUs")):
+        V.container_request(ctr({COUNT: "1.5"}), "c")
+
+
+def test_check_type_and_patch_annotations() -> None:
+    # Test_checkType "the same type" / "the different type"
+    assert V.rules.type_ok(dev("d"), req(), PodConstraints())
+    assert not V.rules.type_ok(dev("d"), req(kind="test"), PodConstraints())
+    # Test_PatchAnnotations "exist device": "test1,Vastai,2048,1:;" under both keys; "no device": nothing
+    devices = ((ContainerDevice("test1", 2048, 1, "Vastai"),),)
+    assert device_list_annotations(devices, VENDORS) == {
+        "hami.io/Vastai-devices-to-allocate": "test1,Vastai,2048,1:;",
+        "hami.io/Vastai-devices-allocated": "test1,Vastai,2048,1:;",
+    }
+    nv = ((ContainerDevice("GPU-0", 10, 0, NVIDIA),),)
+    assert not any("Vastai" in k for k in device_list_annotations(nv, VENDORS))
+
+
+# ---- Test_GetNodeDevices, Test_CheckHealth ---------------------------------------------------------------------
+
+
+def node(annotations: dict[str, str], allocatable: dict[str, Any] | None = None) -> NodeView:
+    return NodeView("n1", "1", annotations, allocatable if allocatable is not None else {COUNT: "1"})
+
+
+def test_get_node_devices() -> None:
+    # "no annotation"
+    assert V.observe(node({}), NOW) == NotRegistered(Unregistered.ABSENT)
+    # "exist vastai device": core total 100, index 0, mode ""
+    value = '[{"id":"7-0","count":1,"devmem":32768,"type":"Vastai","health":true,"devicepairscore":{}}]'
+    got = V.observe(node({vastai.REGISTER_KEY: value}), NOW)
+    assert isinstance(got, Registered)
+    assert got.inventory.devices == (DeviceInfo("7-0", 0, 1, 32768, 100, "Vastai", 0, "", True, vendor="Vastai"),)
+    # "no vasta device" (":") and "node annotations not decode successfully" (""): not registered (invalid here)
+    for bad in (":", ""):
+        got = V.observe(node({vastai.REGISTER_KEY: bad}), NOW)
+        assert isinstance(got, Invalid) and (got.failure, got.source) == (DecodeFailure.REGISTER, vastai.REGISTER_KEY)
+
+
+def test_die_mode_registration() -> None:
+    items = [
+        {"id": f"d-{i}", "index": i, "count": 1, "devmem": 8192, "type": "Vastai", "health": True,
+         "custominfo": {"DeviceStrategy": "die", "AIC": str(i // 2)}}
+        for i in range(4)
+    ]  # fmt: skip
+    got = V.observe(node({vastai.REGISTER_KEY: json.dumps(items)}, {COUNT: "4"}), NOW)
+    assert isinstance(got, Registered)
+    assert [(d.id, d.mode) for d in got.inventory.devices] == [("d-0", "die:0"), ("d-1", "die:0"), ("d-2", "die:1"),
+                                                               ("d-3", "die:1")]  # fmt: skip
+    # what the simulated plugin writes decodes to the same dies
+    annotations, capacity, _ = V.node_registration(got.inventory.devices)
+    again = V.observe(node(annotations, capacity), NOW)
+    assert isinstance(again, Registered) and again.inventory.devices == got.inventory.devices
+    assert json.loads(annotations[vastai.REGISTER_KEY])[0]["custominfo"] == {"DeviceStrategy": "die", "AIC": "0"}
+    # a die without its card cannot be grouped: invalid
+    items[1]["custominfo"] = {"DeviceStrategy": "die"}
+    bad = V.observe(node({vastai.REGISTER_KEY: json.dumps(items)}), NOW)
+    assert isinstance(bad, Invalid) and "custominfo.AIC" in bad.error.what
+
+
+def test_check_health() -> None:
+    reg = {vastai.REGISTER_KEY: '[{"id":"a","count":1,"devmem":1,"type":"Vastai","health":true}]'}
+    # "Requesting state expired": unhealthy (no allocatable); "Unknown state": healthy, a fresh Requesting_ written
+    expired = {**reg, vastai.HANDSHAKE_KEY: "Requesting_2025-01-07 00:00:00"}
+    assert V.observe(node(expired, {}), NOW) == NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
+    got = V.observe(node({**reg, vastai.HANDSHAKE_KEY: "Unknown"}, {}), NOW)
+    assert isinstance(got, Registered) and got.handshake == "Requesting_2025-01-07 12:00:00"
+
+
+# ---- TestDevices_Fit, TestFit_DeviceCordon, TestDevices_AddResourceUsage ----------------------------------------
+
+
+def test_fit_success() -> None:
+    # "fit success": HAMi walks from the last device (dev-1); ours takes the lowest index on a tie (difference 8)
+    got = fit([dev("dev-0"), dev("dev-1", index=1)], req())
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 0, 0, "Vastai"),),)
+    # TestDevices_AddResourceUsage: one more slot, no memory, no cores
+    got = fit([dev("dev-0", count=2, mem=8192)], req(), usage={"dev-0": DeviceUsage(1)})
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 0, 0, "Vastai"),),)
+
+
+@pytest.mark.parametrize(
+    ("devices", "asked", "usage", "annotations", "expected"),
+    [
+        # "fit fail: user assign use uuid mismatch" / "no use uuid match"
+        ([dev("dev-1")], req(), {}, {vastai.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        ([dev("dev-0")], req(), {}, {vastai.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        # "fit fail: card overused"
+        ([dev("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
+        # "mutex policy rejects used device"
+        ([dev("dev-0", count=2)], req(), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
+         "1/1 ExclusiveDeviceAllocateConflict"),
+        # "fit fail: type mismatch": another family's request is never shown Vastai devices
+        ([dev("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        # "fit fail:  AllocatedCardsInsufficientRequest": 2 of 1 device; the core knows first
+        ([dev("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
+    ],
+)  # fmt: skip
+def test_fit_refusals(
+    devices: list[DeviceInfo],
+    asked: ContainerRequest,
+    usage: dict[str, DeviceUsage],
+    annotations: dict[str, str],
+    expected: str,
+) -> None:
+    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+
+
+def test_fit_mutex_die_mode() -> None:
+    dies = [dev("dev-0", count=2, card="1"), dev("dev-1", index=1, card="1"), dev("dev-2", index=2, card="2")]
+    mutex = {"hami.io/gpu-scheduler-policy": "mutex"}
+    # "mutex die mode rejects idle die on occupied card, picks die on free card"
+    assert uuids(fit(dies, req(), usage={"dev-0": DeviceUsage(1)}, annotations=mutex)) == ["dev-2"]
+    # "mutex die mode rejects all idle dies on an occupied card"
+    got = fit(dies[:2], req(), usage={"dev-0": DeviceUsage(1)}, annotations=mutex)
+    assert reason(got) == "2/2 ExclusiveDeviceAllocateConflict"
+    # without mutex the busy card's dies are fine
+    assert isinstance(fit(dies[:2], req(), usage={"dev-0": DeviceUsage(1)}), Decision)
+
+
+def test_fit_die_mode_takes_dies_from_the_fullest_card() -> None:
+    # die mode, several dies: from as few cards as possible (HAMi's computeBestCombination through Fit)
+    dies = [dev("a-0", card="A"), dev("b-0", index=1, card="B"), dev("b-1", index=2, card="B"),
+            dev("b-2", index=3, card="B")]  # fmt: skip
+    assert uuids(fit(dies, req(2))) == ["b-0", "b-1"]
+    assert sorted(uuids(fit(dies, req(4)))) == ["a-0", "b-0", "b-1", "b-2"]
+    # one die asked: the first candidate (HAMi: the first its backward walk finds)
+    assert uuids(fit(dies, req(1))) == ["a-0"]
+    # a used die is not a candidate: card B keeps two free dies, still the fullest
+    assert uuids(fit(dies, req(2), usage={"b-0": DeviceUsage(1)})) == ["b-1", "b-2"]
+    # not enough free dies
+    got = fit(dies, req(4), usage={"a-0": DeviceUsage(1)})
+    assert reason(got) == "1/4 CardTimeSlicingExhausted, 3/4 AllocatedCardsInsufficientRequest"
+
+
+@pytest.mark.parametrize(
+    ("nums", "cards", "expected"),
+    [
+        # TestComputeBestCombination "single AIC group, sufficient to meet demand"
+        (2, ["1", "1", "1"], ["dev1", "dev2"]),
+        # "multiple AIC groups, select by count after sorting"
+        (3, ["1", "1", "1", "2", "2", "3"], ["dev1", "dev2", "dev3"]),
+        # "multiple AIC groups, need to take across groups"
+        (4, ["1", "1", "1", "2", "2", "3"], ["dev1", "dev2", "dev3", "dev4"]),
+        # "request number exceeds available devices": all three
+        (5, ["1", "1", "2"], ["dev1", "dev2", "dev3"]),
+    ],
+)
+def test_compute_best_combination(nums: int, cards: list[str], expected: list[str]) -> None:
+    dies = [dev(f"dev{i + 1}", index=i + 1, card=c) for i, c in enumerate(cards)]
+    assert [d.id for d in vastai.best_combination(dies, nums)] == expected
+
+
+def test_fit_cordon() -> None:
+    two = [dev("dev-0"), dev("dev-1", index=1)]
+    # "cordoned device is skipped, healthy sibling still fits"; "all devices cordoned …"; "running pods on a
+    # cordoned device are unaffected"; "no annotation …" (HAMi: dev-1, the last; ours dev-0)
+    assert uuids(fit(two, req(), cordoned=frozenset({"dev-1"}))) == ["dev-0"]
+    assert reason(fit(two, req(), cordoned=frozenset({"dev-0", "dev-1"}))) == "2/2 CardCordoned"
+    assert uuids(fit(two, req(), usage={"dev-1": DeviceUsage(1)}, cordoned=frozenset({"dev-1"}))) == ["dev-0"]
+    assert uuids(fit(two, req())) == ["dev-0"]
+
+
+def test_lock_only_for_pods_with_devices() -> None:
+    # TestDevices_LockNode / ReleaseNodeLock: only pods asking for Vastai devices are this vendor's
+    assert not V.manages(ctr())
+    assert V.manages(ctr(requests={COUNT: "1"})) and V.node_lock is NodeLockKind.HAMI
