@@ -77,9 +77,11 @@ class Outcome:
     pods: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The scenario's pods as the API server holds them at the end."""
     cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds per component (:mod:`tests.controlplane.cpu`) from the first create to the end of binding."""
     api_calls: dict[str, int] = field(default_factory=dict)
     """API server requests by ``<VERB> <resource>`` over the same window (:mod:`tests.controlplane.apicalls`)."""
-    """CPU seconds per component (:mod:`tests.controlplane.cpu`) from the first create to the end of binding."""
+    window: tuple[float, float] = (0.0, 0.0)
+    """That window in wall-clock epoch seconds (to read the API server's audit log for it)."""
 
     @property
     def pods_per_s(self) -> float:
@@ -214,7 +216,7 @@ async def _drive(
     sem = asyncio.Semaphore(16)
     calls_before = request_counts(await kube.text("/metrics"))
     cpu_before = cpu_by_pid()
-    start = time.monotonic()
+    start, wall_start = time.monotonic(), time.time()
 
     async def create(body: dict[str, Any]) -> None:
         async with sem:
@@ -253,6 +255,7 @@ async def _drive(
                 break
         cpu = cpu_used(cpu_before, cpu_by_pid())
         calls = calls_between(calls_before, request_counts(await kube.text("/metrics")))
+        wall_end = time.time()
         # let the kubelets settle what was bound
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(system.plugin.idle.wait(), 10)
@@ -281,4 +284,5 @@ async def _drive(
         nodes_touched=len(set(watch.nodes.values())),
         cpu_s=cpu,
         api_calls=calls,
+        window=(wall_start, wall_end),
     )
