@@ -67,7 +67,7 @@ def _audit(
     ref = {"resource": resource, "namespace": "ns", "name": "p1", "apiVersion": "v1"} if resource else None
     if ref is not None and sub:
         ref["subresource"] = sub
-    event = {"kind": "Event", "stage": stage, "verb": verb, "userAgent": agent, "requestReceivedTimestamp": at}
+    event: dict[str, object] = {"kind": "Event", "stage": stage, "verb": verb, "userAgent": agent, "requestReceivedTimestamp": at}
     if ref is not None:
         event["objectRef"] = ref
     return json.dumps(event)
