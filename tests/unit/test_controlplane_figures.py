@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -67,7 +70,13 @@ def _audit(
     ref = {"resource": resource, "namespace": "ns", "name": "p1", "apiVersion": "v1"} if resource else None
     if ref is not None and sub:
         ref["subresource"] = sub
-    event: dict[str, object] = {"kind": "Event", "stage": stage, "verb": verb, "userAgent": agent, "requestReceivedTimestamp": at}
+    event: dict[str, object] = {
+        "kind": "Event",
+        "stage": stage,
+        "verb": verb,
+        "userAgent": agent,
+        "requestReceivedTimestamp": at,
+    }
     if ref is not None:
         event["objectRef"] = ref
     return json.dumps(event)
@@ -114,3 +123,26 @@ def test_the_audit_tail_reads_each_complete_line_once(tmp_path: Path) -> None:
         f.write(": 3}\n")
     assert tail.read() == ['{"c": 3}']
     assert tail.read() == []
+
+
+def test_only_what_this_process_started_gets_a_label_of_its_own(tmp_path: Path) -> None:
+    if not cpu_by_pid():
+        pytest.skip("no /proc on this system")
+    sleep = shutil.which("sleep")
+    if sleep is None:
+        pytest.skip("no sleep binary")
+    fake = tmp_path / "redis-server"
+    fake.symlink_to(sleep)
+    child = subprocess.Popen([str(fake), "30"])
+    # the same program, orphaned at once (its shell exits): another tenant's redis-server, as far as we know
+    orphan = int(subprocess.run(["sh", "-c", f"{fake} 30 >/dev/null 2>&1 & echo $!"], capture_output=True,
+                                text=True, check=True).stdout)  # fmt: skip
+    try:
+        readings = cpu_by_pid()
+        assert readings[child.pid][0] == "redis-server"
+        assert readings[orphan][0] == "other"
+        assert readings[os.getpid()][0] == "harness"
+    finally:
+        child.kill()
+        child.wait()
+        os.kill(orphan, signal.SIGKILL)
