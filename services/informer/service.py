@@ -366,9 +366,8 @@ class _Term:
         stale = [
             r
             # undecodable records are skipped (never released here): reconcile logs and counts them
-            for records in (await self.store.reservations.list_all(errors=[])).values()
-            for r in records
-            if r.state.unconfirmed and now_ms - r.reserved_at_ms >= grace_ms
+            for r in await self.store.reservations.list_unconfirmed(errors=[])
+            if now_ms - r.reserved_at_ms >= grace_ms
         ]
         expired = 0
         for rec in stale:
