@@ -133,9 +133,10 @@ class Accountant:
             return True
         return any(isinstance(c, Mapping) and v.manages(c) for c in (*init, *app) for v in self._others)
 
-    async def observe(self, pod: Mapping[str, Any], *, force: bool = False) -> None:
-        """Bring Redis in line with one pod as the API shows it (ADDED/MODIFIED)."""
-        facts = pod_facts(pod)
+    async def observe(self, pod: Mapping[str, Any], *, force: bool = False, facts: PodFacts | None = None) -> None:
+        """Bring Redis in line with one pod as the API shows it (ADDED/MODIFIED); ``facts``: the pod's, when the
+        caller has them already."""
+        facts = facts if facts is not None else pod_facts(pod)
         status = facts.status
         if status is PodStatus.NOT_PLACED:
             return  # before /bind: the extender's reservation (if any) stands until confirmed or expired
@@ -234,7 +235,7 @@ class Accountant:
             )
         return released
 
-    async def deleted(self, pod: Mapping[str, Any]) -> None:
+    async def deleted(self, pod: Mapping[str, Any], facts: PodFacts | None = None) -> None:
         """The pod is gone from the API: release at once."""
         self._reporter.forget("Pod", pod)
-        await self.release(pod_facts(pod), pod)
+        await self.release(facts if facts is not None else pod_facts(pod), pod)

@@ -288,12 +288,13 @@ class _Term:
         if ev.kind is EventKind.RELISTED:
             return
         deleted = ev.kind is EventKind.DELETED
+        facts = pod_facts(ev.obj)
         async with self.mutex:
             if deleted:
-                await self.accountant.deleted(ev.obj)
+                await self.accountant.deleted(ev.obj, facts)
             else:
-                await self.accountant.observe(ev.obj)
-        self.locks.on_pod(pod_facts(ev.obj), deleted)  # last: the worker then sees the updated cache
+                await self.accountant.observe(ev.obj, facts=facts)
+        self.locks.on_pod(facts, deleted)  # last: the worker then sees the updated cache
 
     async def _on_node(self, ev: WatchEvent) -> None:
         if ev.kind is EventKind.RELISTED:
