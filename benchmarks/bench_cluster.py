@@ -156,7 +156,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                 label = f"vgpu {replicas} repl {policy} {setting}" + (" " + " ".join(extra) if extra else "")
                 clients = _clients(audit, outcome)
                 print(_row(label, outcome, native_rate, _cost(outcome, native_scheduler_ms, clients)), flush=True)
-                print(_cpu_line(outcome) + _clients_line(clients, outcome.bound), flush=True)
+                print(_cpu_line(outcome) + _clients_line(clients, outcome.bound) + _redis_line(outcome), flush=True)
                 for line in (outcome.report.correctness + outcome.report.liveness)[: args.show_findings]:
                     print(f"    {line}")
                 if args.show_errors and outcome.scheduler_errors:
@@ -171,7 +171,8 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
         "per bound pod sent by our services (audit log); cpu ms/pod: CPU milliseconds per bound pod by component, "
         "first create to last bind, and API server requests per bound pod by verb and resource (harness: pod "
         "creation, bind watch, device-plugin emulator; other: the machine's other processes); by client: the same "
-        "requests by sender (the API server's audit log)"
+        "requests by sender (the API server's audit log); redis/pod: scripts run per pod (and Redis' microseconds "
+        "in them), then the commands run per pod, inside scripts or not (INFO commandstats)"
     )
 
 
@@ -189,6 +190,20 @@ def _cpu_line(o: Outcome) -> str:
         per_pod = " ".join(f"{kind} {n / o.bound:.2f}" for kind, n in calls if n / o.bound >= 0.01)
         line += f"\n    api calls/pod: total {sum(o.api_calls.values()) / o.bound:.2f} = {per_pod}"
     return line
+
+
+def _redis_line(o: Outcome) -> str:
+    """Redis commands per bound pod (``INFO commandstats`` over the window): the scripts (``evalsha``, with the
+    microseconds Redis spent in them) and the commands they and the clients ran, most called first."""
+    if not o.redis_commands or not o.bound:
+        return ""
+    evalsha = o.redis_commands.get("evalsha", (0, 0))
+    others = sorted(((n, c) for n, (c, _) in o.redis_commands.items() if n != "evalsha"), key=lambda kv: -kv[1])
+    shown = " ".join(f"{n} {c / o.bound:.1f}" for n, c in others[:10] if c / o.bound >= 0.05)
+    return (
+        f"\n    redis/pod: evalsha {evalsha[0] / o.bound:.1f} ({evalsha[1] / o.bound:.0f} us); "
+        f"commands {sum(c for _, c in others) / o.bound:.1f} = {shown}"
+    )
 
 
 def _csv(kind: type) -> Any:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.controlplane.apicalls import AuditTail, calls_between, calls_by_client, client_of, request_counts
 from tests.controlplane.cpu import MACHINE, cpu_by_pid, cpu_used
+from tests.controlplane.rediscalls import commands_between
 from tests.controlplane.scenario import scheduler_error_kinds
 
 _FIXED = 'component="apiserver",dry_run="",group="",scope="resource",version="v1"'
@@ -146,3 +147,9 @@ def test_only_what_this_process_started_gets_a_label_of_its_own(tmp_path: Path) 
         child.kill()
         child.wait()
         os.kill(orphan, signal.SIGKILL)
+
+
+def test_redis_commands_between_two_readings() -> None:
+    before = {"evalsha": (10, 500), "get": (3, 6)}
+    after = {"evalsha": (14, 700), "get": (3, 6), "hget": (8, 9)}
+    assert commands_between(before, after) == {"evalsha": (4, 200), "hget": (8, 9)}
