@@ -11,7 +11,11 @@ starts its own kube-scheduler (and our services) on one shared etcd + kube-apise
 
 Printed per row: pods bound / created, pods/s (first create to last bind), the ratio to native measured in the
 same run, time-to-bind p50/p99, node-lock waits (the extenders' ``vgpu_node_lock_wait_seconds`` count),
-kube-scheduler errors (its log), and the audit's findings. Figures are printed, never asserted.
+kube-scheduler errors (its log), and the audit's findings; then the CPU each component spent per bound pod
+(``/proc``), the API server's requests per bound pod by kind (``apiserver_request_total``) and by client (its
+audit log, ``--audit``), and the cost columns: ``OURS MS`` (extender + informer + registrar + Redis, CPU ms per
+bound pod), ``xKS`` (that ÷ native kube-scheduler's own CPU per pod in the same invocation) and ``OUR REQ`` (API
+requests per bound pod sent by our services). Figures are printed, never asserted.
 
     KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 100 --pods 300
     KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 1000 --gpus 8 --pods 2000 \\
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_extender import _redis_server
+from tests.controlplane.apicalls import AuditTail, calls_by_client
 from tests.controlplane.control import ApiServer, Cleanup, assets_dir, control_plane
 from tests.controlplane.harness import NodeShape, Settings, gpu_pod
 from tests.controlplane.native import run_native
@@ -41,24 +46,70 @@ def _pods(n: int, shared: bool) -> list[dict[str, Any]]:
     return [gpu_pod(f"p{i:05d}", mem=None, cores=None) for i in range(n)]
 
 
-def _row(label: str, o: Outcome, native: float | None) -> str:
+OURS = ("extender", "informer", "registrar", "redis-server")
+"""The processes whose CPU per pod is ours (every extender replica counts under ``extender``)."""
+OUR_CLIENTS = ("extender", "informer", "registrar")
+"""The API clients that are ours (:func:`tests.controlplane.apicalls.client_of`)."""
+
+
+def _per_pod_ms(o: Outcome, labels: tuple[str, ...]) -> float | None:
+    if not o.bound or not o.cpu_s:
+        return None
+    return 1000 * sum(o.cpu_s.get(label, 0.0) for label in labels) / o.bound
+
+
+def _cost(o: Outcome, native_scheduler_ms: float | None, clients: dict[str, dict[str, int]] | None) -> str:
+    """``OURS MS``, ``xKS`` and ``OUR REQ`` (see the module docstring); ``-`` where not measured."""
+    ours = _per_pod_ms(o, OURS)
+    ratio = f"{ours / native_scheduler_ms:.2f}" if ours is not None and native_scheduler_ms else "-"
+    requests = "-"
+    if clients is not None and o.bound:
+        requests = f"{sum(sum(clients.get(c, {}).values()) for c in OUR_CLIENTS) / o.bound:.2f}"
+    return f"{ours if ours is not None else float('nan'):>8.1f} {ratio:>5} {requests:>7}"
+
+
+def _row(label: str, o: Outcome, native: float | None, cost: str) -> str:
     ratio = f"{o.pods_per_s / native:.2f}" if native else "-"
     findings = f"{len(o.report.correctness)}/{len(o.report.liveness)}"
     return (
         f"{label:<34} {o.bound:>5}/{o.created:<5} {o.pods_per_s:>7.1f} {ratio:>6} {o.percentile(50):>7.2f} "
-        f"{o.percentile(99):>7.2f} {o.lock_waits:>6} {o.scheduler_errors:>7} {findings:>7} {o.nodes_touched:>6}"
+        f"{o.percentile(99):>7.2f} {o.lock_waits:>6} {o.scheduler_errors:>7} {findings:>7} {o.nodes_touched:>6} "
+        f"{cost}"
     )
+
+
+def _clients(audit: AuditTail | None, o: Outcome) -> dict[str, dict[str, int]] | None:
+    """Requests of the outcome's window by client, from the audit log (None without one)."""
+    if audit is None:
+        return None
+    return calls_by_client(audit.read(), *o.window)
+
+
+def _clients_line(clients: dict[str, dict[str, int]] | None, bound: int) -> str:
+    if not clients or not bound:
+        return ""
+    parts = []
+    for client, kinds in sorted(clients.items(), key=lambda kv: -sum(kv[1].values())):
+        total = sum(kinds.values()) / bound
+        detail = ", ".join(f"{k} {n / bound:.2f}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+        parts.append(f"{client} {total:.2f} ({detail})")
+    for client in OUR_CLIENTS:
+        if client not in clients:
+            parts.append(f"{client} 0")
+    return "\n    api calls/pod by client: " + "; ".join(parts)
 
 
 async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: Path) -> None:
     shape = NodeShape(gpus=args.gpus)
+    audit = AuditTail(api.audit_log) if api.audit_log is not None else None
     header = (
         f"{'RUN':<34} {'BOUND':>11} {'PODS/S':>7} {'xNAT':>6} {'P50 S':>7} {'P99 S':>7} {'LOCKW':>6} "
-        f"{'SCHERR':>7} {'C/L':>7} {'NODES':>6}"
+        f"{'SCHERR':>7} {'C/L':>7} {'NODES':>6} {'OURS MS':>8} {'xKS':>5} {'OUR REQ':>7}"
     )
     print(f"# {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods; kube-scheduler qps {args.scheduler_qps}")
     print(header, flush=True)
     native_rate: float | None = None
+    native_scheduler_ms: float | None = None
     if not args.skip_native:
         cleanup = Cleanup(api)
         try:
@@ -69,8 +120,10 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
         finally:
             cleanup.run()
         native_rate = native.pods_per_s or None
-        print(_row("native nvidia.com/gpu: 1", native, None), flush=True)
-        print(_cpu_line(native), flush=True)
+        native_scheduler_ms = _per_pod_ms(native, ("kube-scheduler",))
+        clients = _clients(audit, native)
+        print(_row("native nvidia.com/gpu: 1", native, None, _cost(native, None, clients)), flush=True)
+        print(_cpu_line(native) + _clients_line(clients, native.bound), flush=True)
     extra: tuple[str, ...] = ()
     if args.kube_qps is not None:
         extra += (f"--kube-qps={args.kube_qps:g}",)
@@ -102,8 +155,9 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                 finally:
                     cleanup.run()
                 label = f"vgpu {replicas} repl {policy} {setting}" + (" " + " ".join(extra) if extra else "")
-                print(_row(label, outcome, native_rate), flush=True)
-                print(_cpu_line(outcome), flush=True)
+                clients = _clients(audit, outcome)
+                print(_row(label, outcome, native_rate, _cost(outcome, native_scheduler_ms, clients)), flush=True)
+                print(_cpu_line(outcome) + _clients_line(clients, outcome.bound) + _redis_line(outcome), flush=True)
                 for line in (outcome.report.correctness + outcome.report.liveness)[: args.show_findings]:
                     print(f"    {line}")
                 if args.show_errors and outcome.scheduler_errors:
@@ -113,10 +167,13 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
     print(
         "BOUND bound/created; PODS/S first create to last bind; xNAT ratio to native in this run; P50/P99 "
         "create-to-bind; LOCKW node-lock waits; SCHERR kube-scheduler error lines; C/L audit correctness/liveness "
-        "findings; NODES nodes that received a pod; cpu ms/pod: CPU milliseconds per bound pod by component, first "
-        "create to last bind, and API server requests per bound pod by verb and resource (harness: pod creation, "
-        "bind watch, device-plugin emulator; other: the machine's other "
-        "processes)"
+        "findings; NODES nodes that received a pod; OURS MS our CPU ms per bound pod (extender, informer, registrar, "
+        "Redis); xKS that over native kube-scheduler's own CPU ms per pod in this invocation; OUR REQ API requests "
+        "per bound pod sent by our services (audit log); cpu ms/pod: CPU milliseconds per bound pod by component, "
+        "first create to last bind, and API server requests per bound pod by verb and resource (harness: pod "
+        "creation, bind watch, device-plugin emulator; other: the machine's other processes); by client: the same "
+        "requests by sender (the API server's audit log); redis/pod: scripts run per pod (and Redis' microseconds "
+        "in them), then the commands run per pod, inside scripts or not (INFO commandstats)"
     )
 
 
@@ -134,6 +191,20 @@ def _cpu_line(o: Outcome) -> str:
         per_pod = " ".join(f"{kind} {n / o.bound:.2f}" for kind, n in calls if n / o.bound >= 0.01)
         line += f"\n    api calls/pod: total {sum(o.api_calls.values()) / o.bound:.2f} = {per_pod}"
     return line
+
+
+def _redis_line(o: Outcome) -> str:
+    """Redis commands per bound pod (``INFO commandstats`` over the window): the scripts (``evalsha``, with the
+    microseconds Redis spent in them) and the commands they and the clients ran, most called first."""
+    if not o.redis_commands or not o.bound:
+        return ""
+    evalsha = o.redis_commands.get("evalsha", (0, 0))
+    others = sorted(((n, c) for n, (c, _) in o.redis_commands.items() if n != "evalsha"), key=lambda kv: -kv[1])
+    shown = " ".join(f"{n} {c / o.bound:.1f}" for n, c in others[:10] if c / o.bound >= 0.05)
+    return (
+        f"\n    redis/pod: evalsha {evalsha[0] / o.bound:.1f} ({evalsha[1] / o.bound:.0f} us); "
+        f"commands {sum(c for _, c in others) / o.bound:.1f} = {shown}"
+    )
 
 
 def _csv(kind: type) -> Any:
@@ -159,6 +230,8 @@ def main() -> None:
     p.add_argument("--skip-native", action="store_true")
     p.add_argument("--show-findings", type=int, default=3)
     p.add_argument("--show-errors", type=int, default=3, help="print this many kinds of kube-scheduler error lines")
+    p.add_argument("--audit", action=argparse.BooleanOptionalAction, default=True,
+                   help="API server audit log: requests per pod by client (costs it a little CPU)")  # fmt: skip
     args = p.parse_args()
     bad = [s for s in args.settings if s not in ("defaults", "chart")]
     if bad:
@@ -168,7 +241,7 @@ def main() -> None:
         sys.exit("bench_cluster: set KUBEBUILDER_ASSETS=$(scripts/install-control-plane.sh .cache/k8s) (see README)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
-        with _redis_server() as redis_url, control_plane(assets) as api:
+        with _redis_server() as redis_url, control_plane(assets, audit=args.audit) as api:
             asyncio.run(_main(args, api, redis_url, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -8,6 +8,7 @@ unconditional: the API wins, even over capacity).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,12 +19,15 @@ from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.resources import pod_containers, pod_requests_managed_resource
 from vgpu_scheduler.shared.domain.model import NVIDIA, Allocation, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.k8s.objects import annotations_of
+from vgpu_scheduler.shared.k8s.objects import annotations_of, meta
 from vgpu_scheduler.shared.store import Fence, Store
 from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)
+
+TOTALS_SETTLE_S = 10.0
+"""How long after a node's registration changed its inventory is read again for every pod (not kept)."""
 
 UNREADABLE_ALLOCATION = "UnreadableAllocation"
 """Reason of the Warning event on a pod whose allocation annotations cannot be read."""
@@ -31,7 +35,12 @@ UNREADABLE_ALLOCATION = "UnreadableAllocation"
 
 class Accountant:
     """Keeps Redis in step with what pods hold. ``recorded`` caches what this term wrote, so repeated pod
-    events (status updates) cost no Redis round trip; reconcile replaces the cache with what it verified."""
+    events (status updates) cost no Redis round trip; reconcile replaces the cache with what it verified.
+
+    Per pod event the work is kept to what changed: an update whose allocation annotations (and name) are the
+    very strings last recorded is recognised without decoding them, and a node's device core totals are read from
+    its inventory once, then kept until the node's registration changes (:meth:`forget_totals`) or a reconcile
+    pass replaces the cache."""
 
     def __init__(
         self,
@@ -53,6 +62,13 @@ class Accountant:
         self._reporter = reporter
         self._metrics = metrics
         self._recorded: dict[str, Allocation] = {}
+        self._read_from: dict[str, tuple[object, ...]] = {}
+        """pod uid → the raw annotations (and name) its recorded allocation was read from (:meth:`_raw`)."""
+        self._keys = (keys.VGPU_NODE, keys.MIG_ALLOCATIONS, *(v.allocated_key for v in vendors.all))
+        self._totals: dict[str, dict[str, int]] = {}
+        """node → device core totals read from its inventory (:meth:`device_totals`)."""
+        self._unsettled: dict[str, float] = {}
+        """node → until when (monotonic) its registration is too fresh to keep its totals (:meth:`forget_totals`)."""
 
     @property
     def recorded(self) -> Mapping[str, Allocation]:
@@ -61,16 +77,39 @@ class Accountant:
     def replace_cache(self, recorded: Mapping[str, Allocation]) -> None:
         """After a reconcile pass: Redis holds exactly ``recorded`` (by pod uid)."""
         self._recorded = dict(recorded)
+        self._read_from.clear()
+        self._totals.clear()
         self._metrics.pods_tracked.set(len(self._recorded))
 
-    async def device_totals(self, node: str) -> dict[str, int] | None:
-        """Core totals of ``node``'s devices from its inventory, so whole-card charges match the extender's."""
+    def forget_totals(self, node: str, *, changed: bool = True) -> None:
+        """``node``'s registration changed (or the node is new, ``changed=False``, or gone): read its core totals
+        afresh; after a change, every time for :data:`TOTALS_SETTLE_S` (the registrar writes the new inventory a
+        moment after the node changed), then keep them again."""
+        self._totals.pop(node, None)
+        if changed:
+            self._unsettled[node] = time.monotonic() + TOTALS_SETTLE_S
+        else:
+            self._unsettled.pop(node, None)
+
+    async def device_totals(self, node: str, *, cached: bool = True) -> dict[str, int] | None:
+        """Core totals of ``node``'s devices from its inventory, so whole-card charges match the extender's; kept
+        per node (``cached=False`` reads the inventory again). A node without an inventory is not kept: the
+        registrar may not have written it yet."""
+        if cached and (totals := self._totals.get(node)) is not None:
+            return totals
         try:
             inv = await self._store.inventory.get(node)
         except DecodeError as e:
             logger.warning("inventory unreadable, charging without it", extra={"node": node, "error": str(e)})
             return None
-        return None if inv is None else {d.id: d.devcore for d in inv.devices}
+        if inv is None:
+            return None
+        totals = {d.id: d.devcore for d in inv.devices}
+        until = self._unsettled.get(node)
+        if until is None or time.monotonic() >= until:
+            self._unsettled.pop(node, None)
+            self._totals[node] = totals
+        return totals
 
     def allocation_of(self, pod: Mapping[str, Any], totals: Mapping[str, int] | None) -> Allocation | None:
         """What ``pod`` holds (None: nothing). Raises DecodeError for unreadable annotations or node names."""
@@ -94,9 +133,10 @@ class Accountant:
             return True
         return any(isinstance(c, Mapping) and v.manages(c) for c in (*init, *app) for v in self._others)
 
-    async def observe(self, pod: Mapping[str, Any], *, force: bool = False) -> None:
-        """Bring Redis in line with one pod as the API shows it (ADDED/MODIFIED)."""
-        facts = pod_facts(pod)
+    async def observe(self, pod: Mapping[str, Any], *, force: bool = False, facts: PodFacts | None = None) -> None:
+        """Bring Redis in line with one pod as the API shows it (ADDED/MODIFIED); ``facts``: the pod's, when the
+        caller has them already."""
+        facts = facts if facts is not None else pod_facts(pod)
         status = facts.status
         if status is PodStatus.NOT_PLACED:
             return  # before /bind: the extender's reservation (if any) stands until confirmed or expired
@@ -104,9 +144,14 @@ class Accountant:
             await self.release(facts, pod)
             return
         try:
-            if not force and self._unchanged(pod):
-                return  # a status update of a pod already recorded: no round trip
-            totals = await self.device_totals(facts.node) if facts.node else None
+            if not force:
+                raw = self._raw(pod)
+                if facts.uid in self._recorded and self._read_from.get(facts.uid) == raw:
+                    return  # an update of a recorded pod that left its allocation as it was: no decode, no round trip
+                if self._unchanged(pod):
+                    self._read_from[facts.uid] = raw
+                    return  # a status update of a pod already recorded: no round trip
+            totals = await self.device_totals(facts.node, cached=not force) if facts.node else None
             alloc = self.allocation_of(pod, totals)
         except DecodeError as e:
             # fail safe: whatever Redis holds for this pod stays until it ends
@@ -117,6 +162,14 @@ class Accountant:
             await self.release(facts, pod)
             return
         await self.record(alloc)
+        self._read_from[alloc.pod_uid] = self._raw(pod)
+
+    def _raw(self, pod: Mapping[str, Any]) -> tuple[object, ...]:
+        """What a pod's allocation is read from, as the API serves it: its namespace, name and allocation
+        annotations (node, every enabled vendor's allocated list, MIG). Containers are immutable."""
+        m = meta(pod)
+        annotations = annotations_of(pod)
+        return (m.get("namespace"), m.get("name"), *(annotations.get(k) for k in self._keys))
 
     def _unchanged(self, pod: Mapping[str, Any]) -> bool:
         """Whether the pod's annotations say what this term last recorded for it (charges aside)."""
@@ -168,6 +221,7 @@ class Accountant:
         if facts.namespace:
             await self._store.quota.refund(facts.namespace, facts.uid, self._fence)
         self._recorded.pop(facts.uid, None)
+        self._read_from.pop(facts.uid, None)
         self._metrics.pods_tracked.set(len(self._recorded))
         if released is not None:
             logger.info(
@@ -181,7 +235,7 @@ class Accountant:
             )
         return released
 
-    async def deleted(self, pod: Mapping[str, Any]) -> None:
+    async def deleted(self, pod: Mapping[str, Any], facts: PodFacts | None = None) -> None:
         """The pod is gone from the API: release at once."""
         self._reporter.forget("Pod", pod)
-        await self.release(pod_facts(pod), pod)
+        await self.release(facts if facts is not None else pod_facts(pod), pod)

@@ -110,23 +110,38 @@ class NodeLockReleaser:
             self._queue.put_nowait(node)
 
     def on_node(self, node_obj: KubeObject, deleted: bool) -> None:
-        """A node event: re-check the node when its lock annotation changed or the node went away."""
+        """A node event: re-check the node when its lock annotation changed or the node went away (not when the
+        annotation was just taken by a pod that is still to be allocated: there is nothing to release then)."""
         name = name_of(node_obj)
         value = None if deleted else annotations_of(node_obj).get(keys.NODE_LOCK)
+        taken_by: Owner | None = None
         if value is not None:
             try:
                 lock = parse_node_lock(value)
                 if not lock.legacy:
                     assert lock.namespace is not None and lock.name is not None
-                    self._seen[name] = _Seen((lock.namespace, lock.name), lock.at.timestamp())
+                    taken_by = (lock.namespace, lock.name)
+                    self._seen[name] = _Seen(taken_by, lock.at.timestamp())
             except DecodeError:
                 pass  # reported by check()
-        if deleted or self._annotation.get(name) != value:
+        previous = self._annotation.get(name)
+        if deleted or previous != value:
             if value is None:
                 self._annotation.pop(name, None)
             else:
                 self._annotation[name] = value
+            if previous is None and taken_by is not None and self._still_to_allocate(taken_by):
+                return  # its settling, the plugin's removal, its deletion or the sweep bring the node back
             self.enqueue(name)
+
+    def _still_to_allocate(self, owner: Owner) -> bool:
+        """Whether the pod is known, not terminated, and not settled by the device plugin (a lock it has just
+        taken is then one no check would release)."""
+        pod = self._pod(*owner)
+        if pod is None:
+            return False
+        facts = pod_facts(pod)
+        return not facts.terminated and facts.bind_phase in (None, BindPhase.ALLOCATING)
 
     def on_pod(self, facts: PodFacts, deleted: bool) -> None:
         """A pod event: re-check its node when a lock it may hold could now be released."""
@@ -137,10 +152,24 @@ class NodeLockReleaser:
             self._watched[key] = facts.node
             return
         node = self._watched.pop(key, None)
+        if not deleted and not facts.terminated and facts.settled and self._waits_for_plugin(facts, key):
+            return  # the plugin's removal of the annotation (or the grace's end) brings the node back
         if node is not None or deleted or facts.terminated:
             self.enqueue(node or facts.node)
         elif facts.settled and self._annotation_owner(facts.node) == key:
             self.enqueue(facts.node)
+
+    def _waits_for_plugin(self, facts: PodFacts, key: Owner) -> bool:
+        """A settled pod whose lock annotation still stands: the device plugin removes it itself, so a check now
+        would only start the plugin's grace. Start it here, without reading Redis. False (check the node) when
+        there is no grace, the annotation names another pod, or the settled phase is older than the lock."""
+        node = facts.node
+        if node is None or self._plugin_grace_s <= 0 or self._annotation_owner(node) != key:
+            return False
+        seen = self._seen.get(node)
+        if seen is None or (facts.bind_time_s is not None and facts.bind_time_s < seen.at_s - _CLOCK_SLACK_S):
+            return False
+        return self._plugin_may_still_release(node, key, self._clock())
 
     def _annotation_owner(self, node: str) -> Owner | None:
         """The pod the node's current lock annotation names (None: no annotation, legacy or unreadable)."""

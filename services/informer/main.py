@@ -12,7 +12,7 @@ from vgpu_scheduler.shared.k8s import Api, kube_settings_from, open_client
 from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
 from vgpu_scheduler.shared.ops import create_ops_app, serve
-from vgpu_scheduler.shared.runtime import RootTask, run_service, supervise
+from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
 from vgpu_scheduler.shared.store import Store, connect
 
 EVENT_COMPONENT = "vgpu-scheduler"
@@ -55,4 +55,4 @@ def run(args: argparse.Namespace) -> int:
     """Run the informer process; returns the exit code (0 after a clean SIGTERM)."""
     settings = settings_from_args(Service.INFORMER, args, os.environ)
     configure_from_settings(settings.common)
-    return run_service(lambda stop: serve_informer(settings, stop))
+    return run_service(lambda stop: serve_informer(settings, stop), loop_factory=fast_loop_factory())

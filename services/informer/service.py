@@ -207,6 +207,7 @@ class _Term:
         self.mutex = asyncio.Lock()  # accounting writes vs reconcile passes
         self.reconcile_trigger = asyncio.Event()
         self.device_index = DeviceIndex()  # node → GPU UUID → index, for hami_node_gpu_mig_instance_info
+        self.registrations: dict[str, dict[str, Any]] = {}  # node → its annotations but the lock, as last seen
         self.reporter = ProblemReporter(deps.api, self.metrics)
         self.accountant = Accountant(deps.store, fence, self.cfg, self.reporter, self.metrics, vendors=service.vendors)
         watch = self.tuning.watch
@@ -287,19 +288,32 @@ class _Term:
         if ev.kind is EventKind.RELISTED:
             return
         deleted = ev.kind is EventKind.DELETED
+        facts = pod_facts(ev.obj)
         async with self.mutex:
             if deleted:
-                await self.accountant.deleted(ev.obj)
+                await self.accountant.deleted(ev.obj, facts)
             else:
-                await self.accountant.observe(ev.obj)
-        self.locks.on_pod(pod_facts(ev.obj), deleted)  # last: the worker then sees the updated cache
+                await self.accountant.observe(ev.obj, facts=facts)
+        self.locks.on_pod(facts, deleted)  # last: the worker then sees the updated cache
 
     async def _on_node(self, ev: WatchEvent) -> None:
         if ev.kind is EventKind.RELISTED:
             return
         deleted = ev.kind is EventKind.DELETED
-        register = None if deleted else annotations_of(ev.obj).get(keys.NODE_NVIDIA_REGISTER)
-        self.device_index.update(name_of(ev.obj), register if isinstance(register, str) else None)
+        name = name_of(ev.obj)
+        annotations = annotations_of(ev.obj)
+        register = None if deleted else annotations.get(keys.NODE_NVIDIA_REGISTER)
+        self.device_index.update(name, register if isinstance(register, str) else None)
+        # every vendor's registration is in the node's annotations; the node lock, which every bind sets and
+        # clears, is not part of it
+        registration = None if deleted else {k: v for k, v in annotations.items() if k != keys.NODE_LOCK}
+        before = self.registrations.get(name)
+        if registration is None or before != registration:
+            self.accountant.forget_totals(name, changed=before is not None and registration is not None)
+            if registration is None:
+                self.registrations.pop(name, None)
+            else:
+                self.registrations[name] = registration
         self.locks.on_node(ev.obj, deleted)
 
     async def _on_quota(self, ev: WatchEvent) -> None:
@@ -353,9 +367,8 @@ class _Term:
         stale = [
             r
             # undecodable records are skipped (never released here): reconcile logs and counts them
-            for records in (await self.store.reservations.list_all(errors=[])).values()
-            for r in records
-            if r.state.unconfirmed and now_ms - r.reserved_at_ms >= grace_ms
+            for r in await self.store.reservations.list_unconfirmed(errors=[])
+            if now_ms - r.reserved_at_ms >= grace_ms
         ]
         expired = 0
         for rec in stale:

@@ -17,7 +17,7 @@ from vgpu_scheduler.shared.k8s import kube_settings_from, open_client
 from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
 from vgpu_scheduler.shared.ops import create_ops_app, serve
-from vgpu_scheduler.shared.runtime import RootTask, run_service, supervise
+from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
 from vgpu_scheduler.shared.store import Store, connect
 
 DEFAULT_KUBE_TIMEOUT_S = 30.0
@@ -56,4 +56,4 @@ def run(args: argparse.Namespace) -> int:
         finally:
             await store.aclose()
 
-    return run_service(main)
+    return run_service(main, loop_factory=fast_loop_factory())

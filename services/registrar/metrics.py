@@ -67,6 +67,12 @@ class RegistrarMetrics:
             ["op", "result"],
             registry=registry,
         )
+        self.unchanged_nodes = Counter(
+            "vgpu_registrar_node_updates_unchanged_total",
+            "Node updates that changed nothing a vendor reads (the node-lock annotation, status only): not observed "
+            "again.",
+            registry=registry,
+        )
         self.skipped = Counter(
             "vgpu_registrar_inventory_unchanged_skips_total",
             "Node observations whose inventory equalled what was last written, so nothing was written.",

@@ -9,6 +9,10 @@ delivers, asks every enabled vendor (pure) what each one means, and makes Redis 
   vendor's on the node is left out (reported like a malformed value, reason ``uuid_collision``);
 * an inventory is written only when it differs from what this term last wrote (the store's ``put`` bumps the
   generation and appends the change event only when the bytes changed, too);
+* a node update that changes nothing a vendor reads (every pod's bind sets and clears the node-lock annotation
+  ``hami.io/mutex.lock``; status heartbeats change only conditions) is not observed again: what a vendor reads
+  (the other annotations, labels, allocatable and capacity) is compared with what was last observed, and only a
+  difference (or a time-dependent handshake) decodes the registration again;
 * a node that is gone, or where no vendor is registered, has its inventory deleted;
 * every write carries the term's :class:`~shared.store.Fence`; a refused write raises
   :class:`~shared.store.StaleFenceError`, which ends the term (``stale`` is set, nothing more is written);
@@ -26,9 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from vgpu_scheduler.services.registrar.metrics import (
     UUID_COLLISION,
@@ -43,6 +48,7 @@ from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundErr
 from vgpu_scheduler.shared.k8s import Api, EventKind, EventType, KubeObject, WatchEvent
 from vgpu_scheduler.shared.k8s.objects import resource_version_of
 from vgpu_scheduler.shared.store import Fence, StaleFenceError, Store, SyncMarker
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.catalog import (
     NodeObservation,
     NodeObserver,
@@ -54,6 +60,20 @@ from vgpu_scheduler.shared.vendors.catalog import (
 logger = logging.getLogger(__name__)
 
 INVALID_EVENT_REASON = "InvalidDeviceRegistration"
+
+_NOT_READ = frozenset({NodeLockKind.HAMI.value})
+"""Node annotations no vendor's registration reads, which change with every bind (the node lock)."""
+
+_Inputs = tuple[dict[str, str], Mapping[str, str], Mapping[str, Any], Mapping[str, Any]]
+
+
+def _inputs(view: NodeView) -> _Inputs:
+    """What the vendors read from a node (everything of its :class:`NodeView` but the resourceVersion and the
+    annotations in ``_NOT_READ``), for an equality check."""
+    annotations = dict(view.annotations)
+    for key in _NOT_READ:
+        annotations.pop(key, None)
+    return annotations, view.labels, view.allocatable, view.capacity
 
 
 @dataclass
@@ -120,6 +140,7 @@ class NodeSync:
         self._vendor_nodes: dict[str, set[str]] = {v.name: set() for v in self._vendors}
         self._absent: set[str] = set()  # confirmed not in Redis during this term
         self._evaluated: dict[str, str] = {}  # node -> resourceVersion last evaluated
+        self._observed: dict[str, _Inputs] = {}  # node -> what the vendors read at its last completed evaluation
         self._time_dependent: set[str] = set()  # handshake nodes: their state changes with time alone
         self._handshake_sent: dict[str, str] = {}  # node -> resourceVersion a handshake was written for
         self._listed = False
@@ -150,7 +171,11 @@ class NodeSync:
                     await self._forget(view.name)
                 else:
                     self._nodes[view.name] = ev.obj
-                    await self._apply(ev.obj)
+                    if self._unchanged(view):
+                        self._evaluated[view.name] = view.resource_version
+                        self._metrics.unchanged_nodes.inc()
+                    else:
+                        await self._apply(ev.obj, view)
         except StaleFenceError:
             self._fenced_out()
         except TransientError:
@@ -189,6 +214,7 @@ class NodeSync:
                 nodes.clear()
             self._absent.clear()
             self._evaluated.clear()
+            self._observed.clear()
         self._metrics.passes.labels(trigger.value).inc()
         for name, obj in list(self._nodes.items()):
             if flushed or name in self._time_dependent or self._evaluated.get(name) != resource_version_of(obj):
@@ -215,9 +241,16 @@ class NodeSync:
         reporters = self._memory.reporters
         return observe_node(self._vendors, view, now_local, lambda vendor: (view.name, vendor) in reporters)
 
-    async def _apply(self, obj: KubeObject) -> None:
-        view = NodeView.of(obj)
+    def _unchanged(self, view: NodeView) -> bool:
+        """Whether an update of the node changed nothing a vendor reads since its last completed evaluation (and
+        its state does not depend on time): observing it again would find the same."""
+        seen = self._observed.get(view.name)
+        return seen is not None and view.name not in self._time_dependent and seen == _inputs(view)
+
+    async def _apply(self, obj: KubeObject, view: NodeView | None = None) -> None:
+        view = view if view is not None else NodeView.of(obj)
         name = view.name
+        self._observed.pop(name, None)  # until this evaluation completes
         seen = self._observe(view)
         self._evaluated[name] = view.resource_version
         if seen.legacy:
@@ -255,9 +288,12 @@ class NodeSync:
             if vendor not in now and reason is not None:
                 self._metrics.unregistered.labels(vendor, reason.value).inc()
                 logger.info("vendor unregistered", extra={"node": name, "vendor": vendor, "reason": reason.value})
+        if not self.stale.is_set():
+            self._observed[name] = _inputs(view)
 
     async def _forget(self, name: str) -> None:
         self._evaluated.pop(name, None)
+        self._observed.pop(name, None)
         self._time_dependent.discard(name)
         self._handshake_sent.pop(name, None)
         await self._drop(name, "gone")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import orjson
 
 from vgpu_scheduler.shared.errors import TransientError, VgpuError
 from vgpu_scheduler.shared.k8s.client import KubeClient
@@ -100,6 +101,16 @@ def backoff_delay_s(failures: int, settings: InformerSettings, jitter: float, hi
     base = min(settings.backoff_max_s, settings.backoff_initial_s * (2.0 ** min(failures, 30)))
     delay = base / 2 + jitter * base / 2
     return max(delay, min(hint_s, settings.backoff_max_s))
+
+
+def _loads(line: bytes) -> Any:
+    """One watch line decoded: orjson (a pod or node in about half the stdlib's time), and the stdlib for what
+    orjson refuses but the stdlib reads (a lone surrogate escape). Integers beyond 64 bits, which orjson reads as
+    floats, cannot occur: the API server's objects are Go types (int64 at most)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
 
 
 class _ApiFailure(Exception):
@@ -339,7 +350,7 @@ class Informer:
     async def _on_line(self, line: bytes) -> None:
         what = self._what("watch")
         try:
-            event = json.loads(line)
+            event = _loads(line)
             etype = event["type"]
             obj = event["object"]
             if not isinstance(obj, dict):

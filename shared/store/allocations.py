@@ -98,6 +98,9 @@ def _parse_record(raw: bytes, blob: bytes | None, uid: str, node: str) -> Alloca
     return AllocationRecord(allocation=allocation, state=state, reserved_at_ms=reserved_at_ms)
 
 
+_CONFIRMED = ReservationState.CONFIRMED.value.encode() + b"|"
+
+
 class Reservations:
     """Per-pod device charges on nodes (``AllocationRepo``)."""
 
@@ -449,6 +452,44 @@ class Reservations:
             for r in records
             if r.state.unconfirmed and r.reserved_at_ms <= cutoff_ms
         ]
+
+    async def list_unconfirmed(self, errors: list[UndecodableRecord] | None = None) -> list[AllocationRecord]:
+        """Every record not confirmed yet (reserved, binding or bound), read without decoding the confirmed ones:
+        the states first (one pipelined read of every node's charges), then only those records' allocations.
+        ``errors``: see :meth:`list_all`."""
+        k = self._ctx.keys
+        async with self._ctx.translated("list allocation nodes"):
+            nodes = sorted(text(n) for n in await self._ctx.client.smembers(k.allocation_nodes()))
+        if not nodes:
+            return []
+        async with self._ctx.pipeline("list reservation states") as pipe:
+            for n in nodes:
+                pipe.hgetall(k.pod_charges(n))
+            states: list[dict[bytes, bytes]] = await pipe.execute()
+        wanted = [
+            (n, sorted(uid for uid, raw in charges.items() if not raw.startswith(_CONFIRMED)), charges)
+            for n, charges in zip(nodes, states, strict=True)
+        ]
+        wanted = [w for w in wanted if w[1]]
+        if not wanted:
+            return []
+        async with self._ctx.pipeline("list unconfirmed allocations") as pipe:
+            for n, uids, _ in wanted:
+                pipe.hmget(k.allocations(n), uids)
+            blobs: list[list[bytes | None]] = await pipe.execute()
+        out: list[AllocationRecord] = []
+        for (n, uids, charges), values in zip(wanted, blobs, strict=True):
+            for uid, blob in zip(uids, values, strict=True):
+                try:
+                    rec = _parse_record(charges[uid], blob, text(uid), n)
+                except DecodeError as e:
+                    if errors is None:
+                        raise
+                    errors.append(UndecodableRecord(pod_uid=text(uid), node=n, error=e))
+                    continue
+                if rec is not None and rec.state.unconfirmed:
+                    out.append(rec)
+        return out
 
     async def _list_nodes(
         self, nodes: Sequence[str], errors: list[UndecodableRecord] | None

@@ -120,25 +120,36 @@ class NodeLockStore:
         return _parse_lock(node, value, now)
 
     async def inspect_many(self, nodes: Sequence[str]) -> dict[str, LockInfo]:
-        """The held locks among ``nodes``, in one pipelined round trip (each node read atomically).
+        """The held locks among ``nodes`` and the server time, in one round trip: ``TIME`` and one ``MGET`` per
+        :data:`_MGET_CHUNK` nodes, in a transaction (every value read at that one time; a script per node would
+        cost Redis and this client about ten times as much for a sweep over 1,000 nodes).
 
         For sweeps over every node (the informer's lock-timeout check); free nodes are absent from the result.
         """
         if not nodes:
             return {}
-        async with self._ctx.pipeline("inspect node locks") as pipe:
-            for n in nodes:
-                await self._ctx.scripts.lock_inspect(keys=[self._ctx.keys.node_lock(n)], client=pipe)
+        keys = self._ctx.keys
+        async with self._ctx.translated("inspect node locks"), self._ctx.client.pipeline(transaction=True) as pipe:
+            pipe.time()
+            for i in range(0, len(nodes), _MGET_CHUNK):
+                pipe.mget([keys.node_lock(n) for n in nodes[i : i + _MGET_CHUNK]])
             replies = await pipe.execute()
+        secs, micros = replies[0]
+        now = str(int(secs) * 1000 + int(micros) // 1000).encode()
+        values = [v for chunk in replies[1:] for v in chunk]
         out: dict[str, LockInfo] = {}
-        for n, (value, now) in zip(nodes, replies, strict=True):
+        for n, value in zip(nodes, values, strict=True):
             info = _parse_lock(n, value, now)
             if info is not None:
                 out[n] = info
         return out
 
 
-def _parse_lock(node: str, value: bytes, now: bytes) -> LockInfo | None:
+_MGET_CHUNK = 1000
+"""Lock keys per ``MGET`` of :meth:`NodeLockStore.inspect_many`."""
+
+
+def _parse_lock(node: str, value: bytes | None, now: bytes) -> LockInfo | None:
     if not value:
         return None
     token, expires, acquired, owner = value.split(b"|", 3)

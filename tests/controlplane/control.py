@@ -150,6 +150,9 @@ class ApiServer:
     ca_file: Path
     token: str
     cert_dir: Path
+    audit_log: Path | None = None
+    """The API server's audit log (one JSON line per request, metadata only; ``control_plane(audit=True)``):
+    who asked what, by user agent (:func:`tests.controlplane.apicalls.calls_by_client`)."""
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
@@ -223,10 +226,33 @@ def _scratch_root() -> str | None:
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "None", "verbs": ["watch"]}, {"level": "Metadata"}],
+}
+
+
+def _audit_flags(root: Path, log: Path) -> list[str]:
+    """kube-apiserver flags for a metadata-only audit log of every request but watches (one line each, written
+    in batches so requests never wait for the file)."""
+    policy = root / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(_AUDIT_POLICY))
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={log}",
+        "--audit-log-format=json",
+        "--audit-log-mode=batch",
+        "--audit-log-maxbackup=0",
+    ]
+
+
 @contextlib.contextmanager
-def control_plane(assets: Path, workdir: Path | None = None) -> Iterator[ApiServer]:
+def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = False) -> Iterator[ApiServer]:
     """Start etcd (data on tmpfs when possible) and kube-apiserver on free loopback ports; yield the ApiServer;
-    stop the apiserver, then etcd, and remove the scratch data."""
+    stop the apiserver, then etcd, and remove the scratch data. ``audit``: the API server writes an audit log
+    (metadata of every request but watches, batched) to ``ApiServer.audit_log``."""
     owned = workdir is None
     root = Path(tempfile.mkdtemp(prefix="vgpu-cp-", dir=_scratch_root())) if workdir is None else workdir
     certs = root / "certs"
@@ -267,6 +293,8 @@ def control_plane(assets: Path, workdir: Path | None = None) -> Iterator[ApiServ
         _wait_http_ok(f"http://127.0.0.1:{etcd_port}/health", None, etcd, etcd_log, "etcd")
 
         api_log = root / "kube-apiserver.log"
+        audit_log = root / "audit.log" if audit else None
+        audit_flags = _audit_flags(root, audit_log) if audit_log is not None else []
         with api_log.open("wb") as out:
             apiserver = subprocess.Popen(
                 [
@@ -288,6 +316,7 @@ def control_plane(assets: Path, workdir: Path | None = None) -> Iterator[ApiServ
                     "--profiling=false",
                     "--max-requests-inflight=2000",
                     "--max-mutating-requests-inflight=1000",
+                    *audit_flags,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -311,7 +340,7 @@ def control_plane(assets: Path, workdir: Path | None = None) -> Iterator[ApiServ
                 }
             )
         )
-        api = ApiServer(url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs)
+        api = ApiServer(url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, audit_log=audit_log)
         _wait_default_namespace(api)
         yield api
     finally:

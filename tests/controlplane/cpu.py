@@ -1,9 +1,11 @@
 """CPU seconds per component over a window of a benchmark run, read from ``/proc`` (Linux; empty elsewhere).
 
 Every process on the machine is read, so that what the machine's other tenants used shows up too ("other"). A
-process is labelled by its command line: the control plane (``kube-apiserver``, ``etcd``, ``kube-scheduler``),
-``redis-server``, our services (``extender``, ``informer``, ``registrar``, by their ``services.cli`` subcommand),
-and this process (``harness``: pod creation, the bind watch and the device-plugin emulator)."""
+process this one started (directly or not) is labelled by its command line: the control plane
+(``kube-apiserver``, ``etcd``, ``kube-scheduler``), ``redis-server``, our services (``extender``, ``informer``,
+``registrar``, by their ``services.cli`` subcommand); this process is the ``harness`` (pod creation, the bind watch
+and the device-plugin emulator). Every other process is ``other``, whatever it runs: on a shared machine another
+tenant's kube-scheduler, redis-server or informer is not ours to count."""
 
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ _LABELS = ("kube-apiserver", "kube-scheduler", "etcd", "redis-server")
 _SERVICES = ("extender", "informer", "registrar")
 
 
-def _label(pid: int, cmdline: list[str]) -> str:
+def _label(pid: int, cmdline: list[str], ours: bool) -> str:
     if pid == os.getpid():
         return "harness"
+    if not ours:
+        return "other"
     head = os.path.basename(cmdline[0]) if cmdline else ""
     for label in _LABELS:
         if head.startswith(label):
@@ -56,6 +60,7 @@ def cpu_by_pid() -> dict[int, tuple[str, float]]:
     machine = _machine_seconds(tick)
     if machine is not None:
         out[MACHINE] = ("machine", machine)
+    seen: dict[int, tuple[int, list[str], float]] = {}  # pid → (parent, command line, CPU seconds)
     for entry in _PROC.iterdir():
         if not entry.name.isdigit():
             continue
@@ -66,9 +71,23 @@ def cpu_by_pid() -> dict[int, tuple[str, float]]:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         used = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
-        pid = int(entry.name)
-        out[pid] = (_label(pid, [c for c in cmdline if c]), used)
+        seen[int(entry.name)] = (int(fields[1]), [c for c in cmdline if c], used)
+    me = os.getpid()
+    for pid, (_, cmdline, used) in seen.items():
+        out[pid] = (_label(pid, cmdline, _descends(pid, me, seen)), used)
     return out
+
+
+def _descends(pid: int, ancestor: int, seen: Mapping[int, tuple[int, list[str], float]]) -> bool:
+    """Whether ``pid`` was started by ``ancestor`` (directly or through its children)."""
+    for _ in range(64):
+        entry = seen.get(pid)
+        if entry is None or pid <= 1:
+            return False
+        pid = entry[0]
+        if pid == ancestor:
+            return True
+    return False
 
 
 def cpu_used(before: Mapping[int, tuple[str, float]], after: Mapping[int, tuple[str, float]]) -> dict[str, float]:

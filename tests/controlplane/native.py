@@ -54,7 +54,7 @@ async def run_native(
 
                 calls_before = request_counts(await kube.text("/metrics"))
                 cpu_before = cpu_by_pid()
-                start = time.monotonic()
+                start, wall_start = time.monotonic(), time.time()
                 await asyncio.gather(*(create(p) for p in pods))
                 while len(watch.bound) < len(pods) and time.monotonic() - start < deadline_s:
                     watch.changed.clear()
@@ -62,6 +62,7 @@ async def run_native(
                         await asyncio.wait_for(watch.changed.wait(), 1)
                 cpu = cpu_used(cpu_before, cpu_by_pid())
                 calls = calls_between(calls_before, request_counts(await kube.text("/metrics")))
+                wall_end = time.time()
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -82,4 +83,5 @@ async def run_native(
         nodes_touched=len(set(watch.nodes.values())),
         cpu_s=cpu,
         api_calls=calls,
+        window=(wall_start, wall_end),
     )

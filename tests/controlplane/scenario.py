@@ -33,6 +33,7 @@ from tests.controlplane.harness import (
     running_system,
     vendor_node,
 )
+from tests.controlplane.rediscalls import command_stats, commands_between
 from tests.process import listening_addresses
 from vgpu_scheduler.shared.config.values import parse_gpu_policy
 from vgpu_scheduler.shared.domain.model import NodePolicy
@@ -77,9 +78,13 @@ class Outcome:
     pods: list[dict[str, Any]] = field(default_factory=list, repr=False)
     """The scenario's pods as the API server holds them at the end."""
     cpu_s: dict[str, float] = field(default_factory=dict)
+    """CPU seconds per component (:mod:`tests.controlplane.cpu`) from the first create to the end of binding."""
     api_calls: dict[str, int] = field(default_factory=dict)
     """API server requests by ``<VERB> <resource>`` over the same window (:mod:`tests.controlplane.apicalls`)."""
-    """CPU seconds per component (:mod:`tests.controlplane.cpu`) from the first create to the end of binding."""
+    window: tuple[float, float] = (0.0, 0.0)
+    """That window in wall-clock epoch seconds (to read the API server's audit log for it)."""
+    redis_commands: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Redis commands (calls, microseconds) over the same window (:mod:`tests.controlplane.rediscalls`)."""
 
     @property
     def pods_per_s(self) -> float:
@@ -173,7 +178,7 @@ async def run_scenario(
             watch = BindWatch()
             watcher = asyncio.create_task(watch.run(kube, ns), name="bind-watch")
             try:
-                outcome = await _drive(kube, system, watch, ns, scenario, during)
+                outcome = await _drive(kube, system, watch, ns, scenario, during, redis_url)
             finally:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -209,12 +214,14 @@ async def _drive(
     ns: str,
     scenario: Scenario,
     during: Callable[[System, BindWatch], Coroutine[Any, Any, None]] | None,
+    redis_url: str,
 ) -> Outcome:
     rejected: list[str] = []
     sem = asyncio.Semaphore(16)
     calls_before = request_counts(await kube.text("/metrics"))
+    redis_before = await command_stats(redis_url)
     cpu_before = cpu_by_pid()
-    start = time.monotonic()
+    start, wall_start = time.monotonic(), time.time()
 
     async def create(body: dict[str, Any]) -> None:
         async with sem:
@@ -253,6 +260,8 @@ async def _drive(
                 break
         cpu = cpu_used(cpu_before, cpu_by_pid())
         calls = calls_between(calls_before, request_counts(await kube.text("/metrics")))
+        redis_commands = commands_between(redis_before, await command_stats(redis_url))
+        wall_end = time.time()
         # let the kubelets settle what was bound
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(system.plugin.idle.wait(), 10)
@@ -281,4 +290,6 @@ async def _drive(
         nodes_touched=len(set(watch.nodes.values())),
         cpu_s=cpu,
         api_calls=calls,
+        window=(wall_start, wall_end),
+        redis_commands=redis_commands,
     )

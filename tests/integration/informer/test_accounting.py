@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.integration.informer.conftest import Harness, metric
 from tests.unit.informer.builders import mig_alloc, pod
 from tests.waiting import eventually
+from vgpu_scheduler.services.informer import accounting, pods
+from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.domain.model import DeviceUsage, MigPlacement
 from vgpu_scheduler.shared.store import ReservationState, Store
 
@@ -151,3 +155,87 @@ async def test_unreadable_annotation_is_skipped_reported_and_others_proceed(harn
         from tests.audit import usage_from_pods
 
         assert await store.usage.node_usage("n1") == usage_from_pods(pods)["n1"]
+
+
+async def _handled(harness: Harness, svc: Any, name: str) -> None:
+    """A barrier: pod ``name`` (not placed) is created after the updates of interest; once the informer's cache
+    holds it, every earlier pod event was handled (one at a time, in order)."""
+    harness.emulator.put(pod(name))
+    await eventually(lambda: svc.term.pods.get(name, "default") is not None, what=f"{name} handled")
+
+
+async def test_an_update_that_leaves_the_allocation_as_it_was_decodes_nothing(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    em = harness.emulator
+    await harness.put_inventory("n1")
+    decoded: list[str] = []
+    real = pods.pod_allocation
+
+    def counting(pod_obj: Any, *args: Any, **kwargs: Any) -> Any:
+        decoded.append(pod_obj["metadata"]["name"])
+        return real(pod_obj, *args, **kwargs)
+
+    monkeypatch.setattr(accounting, "pod_allocation", counting)
+    async with harness.run() as svc:
+        em.put(pod("p1", node="n1", app=[[("GPU-n1-0", 3000, 30)]], bind_phase="allocating"))
+        await eventually(lambda: metric(svc, "vgpu_informer_pods_tracked") == 1)
+        await _handled(harness, svc, "barrier-1")
+        decoded.clear()
+        # what the device plugin and the kubelet change: the bind phase, the status, labels
+        em.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+        em.patch("pods", "default", "p1", {"status": {"phase": "Running"}, "metadata": {"labels": {"a": "b"}}})
+        await _handled(harness, svc, "barrier-2")
+        assert decoded == []
+        # a changed allocation is read again (and recorded)
+        em.patch(
+            "pods",
+            "default",
+            "p1",
+            {"metadata": {"annotations": {keys.DEVICES_ALLOCATED: "GPU-n1-1,NVIDIA,2000,20:;"}}},
+        )
+        await eventually(lambda: harness.store.usage.node_usage("n1"), what="usage")
+        await _handled(harness, svc, "barrier-3")
+        assert "p1" in decoded
+        assert await harness.store.usage.node_usage("n1") == {"GPU-n1-1": DeviceUsage(1, 2000, 20)}
+        await harness.assert_audit()
+
+
+async def test_a_node_s_inventory_is_read_once_until_its_registration_changes(harness: Harness) -> None:
+    em = harness.emulator
+    await harness.put_inventory("n1")
+    em.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {"hami.io/x": "1"}}})
+    async with harness.run() as svc:
+        inventory = svc.term.accountant._store.inventory
+        reads: list[str] = []
+        get = inventory.get
+
+        async def counted(node: str) -> Any:
+            reads.append(node)
+            return await get(node)
+
+        inventory.get = counted  # type: ignore[method-assign]
+        try:
+            await eventually(lambda: svc.term.nodes.get("n1") is not None, what="node seen")
+            for i in range(3):
+                em.put(pod(f"p{i}", node="n1", app=[[(f"GPU-n1-{i}", 1000, 10)]]))
+            await eventually(lambda: metric(svc, "vgpu_informer_pods_tracked") == 3)
+            assert reads == ["n1"]
+            # the node lock comes and goes with every bind: the registration stays
+            em.patch(
+                "nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: "2026-11-27T09:00:00Z,default,p9"}}}
+            )
+            em.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+            em.put(pod("p3", node="n1", app=[[("GPU-n1-3", 1000, 10)]]))
+            await eventually(lambda: metric(svc, "vgpu_informer_pods_tracked") == 4)
+            assert reads == ["n1"]
+            # a new registration: read again (and, for a while, for every pod: the registrar writes it just after)
+            em.patch("nodes", None, "n1", {"metadata": {"annotations": {"hami.io/x": "2"}}})
+            await eventually(lambda: svc.term.registrations.get("n1", {}).get("hami.io/x") == "2", what="seen")
+            em.put(pod("p4", node="n1", app=[[("GPU-n1-0", 1000, 10)]]))
+            em.put(pod("p5", node="n1", app=[[("GPU-n1-1", 1000, 10)]]))
+            await eventually(lambda: metric(svc, "vgpu_informer_pods_tracked") == 6)
+            assert reads == ["n1"] * 3
+        finally:
+            inventory.get = get  # type: ignore[method-assign]
+        await harness.assert_audit()

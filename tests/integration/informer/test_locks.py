@@ -119,6 +119,51 @@ async def test_a_settled_holder_s_annotation_the_plugin_leaves_is_removed_after_
         assert not svc.term.locks._settled_at and not svc.term.locks._grace_timers
 
 
+async def test_a_bind_s_lock_costs_one_redis_read_when_the_plugin_settles_and_removes_it(harness: Harness) -> None:
+    """The path of every pod: /bind takes the lock and marks the pod allocating, the plugin settles the pod and
+    removes the annotation. Taking the lock and settling release nothing, so they read nothing: only the removal
+    reads the node's Redis lock, and releases it."""
+    tuning = dataclasses.replace(TUNING, plugin_release_grace_s=60.0, lock_sweep_s=3600.0)  # no sweep meanwhile
+    async with harness.run(tuning=tuning) as svc:
+        harness.emulator.put(node_obj("n1"))
+        harness.emulator.put(pod("p1"))  # created, not placed yet
+        await eventually(lambda: svc.term.pods.get("p1", "default") is not None and svc.term.nodes.get("n1"))
+        locks = svc.term.locks._store.locks
+        reads: list[str] = []
+        inspect = locks.inspect
+
+        async def counted(node: str) -> Any:
+            reads.append(node)
+            return await inspect(node)
+
+        locks.inspect = counted  # type: ignore[method-assign]
+        try:
+            now = harness.clock()
+            await harness.store.locks.acquire("n1", lock_owner("default", "p1"), ttl_s=TIMEOUT_S)
+            value = encode_node_lock(datetime.fromtimestamp(now, UTC), "default", "p1")
+            harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: value}}})
+            placed = pod("p1", node="n1", app=[[("GPU-1", 1000, 10)]], bind_phase="allocating", bind_time=int(now))
+            harness.emulator.patch(
+                "pods", "default", "p1", {"metadata": {"annotations": placed["metadata"]["annotations"]}}
+            )
+            await eventually(
+                lambda: _cached_annotation(svc.term.pods.get("p1", "default"), keys.BIND_PHASE) == "allocating"
+            )
+            harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+            await eventually(
+                lambda: _cached_annotation(svc.term.pods.get("p1", "default"), keys.BIND_PHASE) == "success"
+            )
+            assert reads == []  # neither the lock's arrival nor the settling needed Redis
+            assert not svc.term.locks._pending
+            harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+            await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="bind_success") == 1)
+        finally:
+            locks.inspect = inspect  # type: ignore[method-assign]
+        assert reads == ["n1"]
+        assert await redis_free(harness.store)
+        assert not svc.term.locks._settled_at and not svc.term.locks._grace_timers
+
+
 async def test_redis_lock_released_when_the_device_plugin_removes_the_annotation(harness: Harness) -> None:
     async with harness.run() as svc:
         await lock_like_the_extender(harness, "p1")

@@ -87,6 +87,34 @@ async def test_node_add_change_dead_and_delete(emulator: Emulator, kube: KubeCli
         assert await store.inventory.list_nodes() == []
 
 
+async def test_a_lock_only_update_is_not_observed_again_and_a_read_change_is(
+    emulator: Emulator, kube: KubeClient, store: Store
+) -> None:
+    emulator.put(make_node("n1", annotations={REGISTER: json_register("GPU-1", "GPU-2")}))
+    async with running_registrar(store, kube) as r:
+        await eventually(lambda: has(store, "n1"), what="n1 registered")
+        assert r.metric("vgpu_registrar_node_updates_unchanged_total") == 0
+
+        async def barrier(name: str) -> None:  # a node created after the updates: seen once they were handled
+            emulator.put(make_node(name))
+            await eventually(lambda: r.service.sync is not None and name in r.service.sync.known, what=f"{name} seen")
+
+        # every bind sets and clears the node lock: nothing a vendor reads changes
+        lock = "hami.io/mutex.lock"
+        emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {lock: "2026-11-27T09:00:00Z,ns,p1"}}})
+        emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {lock: None}}})
+        await barrier("probe-1")
+        assert r.metric("vgpu_registrar_node_updates_unchanged_total") == 2
+
+        # a change a vendor reads (the register annotation, allocatable) is observed again and written
+        emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {REGISTER: json_register("GPU-1")}}})
+        await eventually(lambda: _device_ids(store, "n1", ["GPU-1"]), what="one device left")
+        emulator.patch("nodes", None, "n1", {"status": {"allocatable": {"nvidia.com/gpu": "0"}}})
+        await eventually(lambda: lacks(store, "n1"), what="n1 removed (allocatable 0)")
+        await barrier("probe-2")
+        assert r.metric("vgpu_registrar_node_updates_unchanged_total") == 2
+
+
 async def _device_ids(store: Store, node: str, ids: list[str]) -> bool:
     got = await store.inventory.get(node)
     return got is not None and [d.id for d in got.devices] == ids

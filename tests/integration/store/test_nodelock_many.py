@@ -36,3 +36,13 @@ async def test_inspect_many_sees_a_release(store: Store) -> None:
     await store.locks.acquire("n1", "default/a", ttl_s=300)
     assert await store.locks.release("n1", "default/a")
     assert await store.locks.inspect_many(["n1"]) == {}
+
+
+async def test_inspect_many_over_several_reads_of_keys(store: Store) -> None:
+    nodes = [f"n{i:04d}" for i in range(2_500)]  # more than one MGET's worth
+    held = ["n0000", "n0999", "n1000", "n2499"]
+    for n in held:
+        await store.locks.acquire(n, f"ns/{n}", ttl_s=300)
+    many = await store.locks.inspect_many(nodes)
+    assert sorted(many) == held
+    assert all(many[n].owner == f"ns/{n}" and not many[n].expired for n in held)

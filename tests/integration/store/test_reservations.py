@@ -173,6 +173,22 @@ async def test_unconfirmed_reservations_by_age(two_gpus: Store) -> None:
     assert await s.reservations.list_unconfirmed_older_than(3600) == []
 
 
+async def test_unconfirmed_records_are_listed_without_the_confirmed_ones(two_gpus: Store) -> None:
+    s = two_gpus
+    assert await s.reservations.list_unconfirmed() == []
+    await s.reservations.reserve(alloc("p1", "n1", (("GPU-a", 100, 1),)))
+    await s.reservations.reserve(alloc("p2", "n2", (("GPU-c", 100, 1),)))
+    await s.reservations.record(alloc("p3", "n1", (("GPU-b", 100, 1),)))  # the informer's: confirmed
+    listed = await s.reservations.list_unconfirmed()
+    assert sorted(r.allocation.pod_uid for r in listed) == ["p1", "p2"]
+    assert all(r.state is ReservationState.RESERVED for r in listed)
+    expected = [r for records in (await s.reservations.list_all()).values() for r in records if r.state.unconfirmed]
+    assert sorted(listed, key=lambda r: r.allocation.pod_uid) == sorted(expected, key=lambda r: r.allocation.pod_uid)
+    await s.reservations.confirm("p1")
+    await s.reservations.confirm("p2")
+    assert await s.reservations.list_unconfirmed() == []
+
+
 async def test_listing(two_gpus: Store) -> None:
     s = two_gpus
     a1 = alloc("p1", "n1", (("GPU-a", 100, 1),))

@@ -48,3 +48,9 @@ def test_a_zero_burst_with_a_rate_is_a_config_error_naming_the_flags(qps: float,
     else:
         with pytest.raises(ConfigError, match=r"--kube-burst must be at least 1 while --kube-qps is above 0"):
             kube_settings_from(c)
+
+
+def test_the_user_agent_names_the_service_so_the_api_servers_audit_log_tells_services_apart() -> None:
+    assert kube_settings_from(common()).user_agent == "vgpu-scheduler-informer"
+    extender = CommonSettings(service=Service.EXTENDER, instance_id="i")
+    assert kube_settings_from(extender).user_agent == "vgpu-scheduler-extender"
