@@ -139,6 +139,7 @@ class Reservations:
         *,
         fresh: bool = False,
         hint: str = "",
+        victims: Sequence[str] = (),
     ) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
@@ -155,6 +156,7 @@ class Reservations:
             "1" if fresh else "0",
             epoch or "",
             hint,
+            json.dumps(list(victims), separators=(",", ":")) if victims else "",
         ]
         for _ in range(_MAX_MOVES):
             script_keys = self._apply_keys(alloc, fresh) + extra_keys
@@ -204,6 +206,7 @@ class Reservations:
         mutex: bool = False,
         epoch: str | None = None,
         hint: str = "",
+        victims: Sequence[str] = (),
     ) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
@@ -218,8 +221,31 @@ class Reservations:
 
         ``hint``: what the bind of this reservation may use instead of reading the pod (opaque here; empty: none).
         A successful reserve stores it with the record (or clears an older one); :meth:`claim` returns it.
+
+        ``victims``: a preemption hold (docs/preemption.md). The charges of these pods on the node (the preempted
+        pods, terminating) count as freed for the checks but stay in the usage until the informer releases them,
+        so nobody else takes the room they leave; :meth:`preemption_waiting` tells how many still hold it.
         """
-        return self._reserve_result(alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint))
+        return self._reserve_result(
+            alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint, victims=victims)
+        )
+
+    async def preemption_waiting(self, pod_uid: str, node: str) -> int:
+        """How many of the pods preempted for ``pod_uid``'s hold on ``node`` still hold charges there (0: none,
+        or no hold). The marker is dropped once they are all gone."""
+        k = self._ctx.keys
+        async with self._ctx.translated("read preemption hold"):
+            raw = await self._ctx.client.hget(k.bind_hints(node), f"w|{pod_uid}")
+            if raw is None:
+                return 0
+            victims = [str(v) for v in json.loads(raw)]
+            if not victims:
+                return 0
+            present = await self._ctx.client.hmget(k.pod_charges(node), victims)
+            waiting = sum(1 for v in present if v is not None)
+            if waiting == 0:
+                await self._ctx.client.hdel(k.bind_hints(node), f"w|{pod_uid}")
+        return waiting
 
     async def reserve_fresh(
         self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None, hint: str = ""
