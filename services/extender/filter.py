@@ -34,6 +34,7 @@ from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
+from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.config import ExtenderSettings
@@ -66,6 +67,7 @@ from vgpu_scheduler.shared.store import (
 )
 
 if TYPE_CHECKING:
+    from vgpu_scheduler.services.extender.gang import GangKeeper
     from vgpu_scheduler.services.extender.preempt import Preemptor
     from vgpu_scheduler.services.extender.service import ExtenderDeps
 
@@ -93,6 +95,8 @@ class _Pod:
     """Stored with the reservation for the bind (:mod:`services.extender.bindhint`); empty: the bind reads the pod."""
     obj: Mapping[str, Any] | None = None
     """The pod as kube-scheduler sent it (for preemption, off the request path)."""
+    group: str | None = None
+    """The native PodGroup it belongs to (``spec.schedulingGroup.podGroupName``; docs/gangs.md)."""
 
     @property
     def key(self) -> str:
@@ -148,8 +152,10 @@ class FilterHandler:
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         preemptor: Preemptor | None = None,
+        gangs: GangKeeper | None = None,
     ) -> None:
         self._preemptor = preemptor
+        self._gangs = gangs
         self._settings = settings
         self._deps = deps
         self._store = deps.store
@@ -231,7 +237,7 @@ class FilterHandler:
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
         hint = bind_hint_for(args.pod, self._allocated_keys)
-        return _Pod(namespace, name, uid, request, constraints, ref, hint, args.pod)
+        return _Pod(namespace, name, uid, request, constraints, ref, hint, args.pod, pod_group_name(args.pod))
 
     def _invalid_request(self, args: ExtenderArgs, error: ResourceRequestError) -> ExtenderFilterResult:
         """A pod whose GPU request cannot be honoured as written: every candidate refused with what to write.
@@ -296,6 +302,11 @@ class FilterHandler:
             raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
+        if pod.group is not None and self._gangs is not None:
+            why = await self._gangs.blocked(pod.namespace, pod.group)
+            if why is not None:  # the group cannot be placed whole now: reserve nothing for it (docs/gangs.md)
+                self._metrics.filter_outcome(FilterOutcome.UNSCHEDULABLE)
+                return ExtenderFilterResult.failure(dict.fromkeys(names, why))
         # Plan first: most pods hold no record and their namespace no quota, and then the reservation checks that
         # in the same atomic step (one round trip); a pod no node fits reads its context now (it may hold a record).
         planned = self._plan(pod, names, None)
@@ -507,6 +518,8 @@ class FilterHandler:
             if victims:
                 return _Waiting(node, victims)
         if node in names and self._cache.get(node) is not None:
+            # answered again: the informer's expiry counts from now, so it cannot take the devices before the bind
+            await self._store.reservations.renew(pod.uid, node)
             return _Kept(node)
         released = await self._store.reservations.release_unowned(pod.uid, node)
         if isinstance(released, Owned):
@@ -602,6 +615,10 @@ class FilterHandler:
                 logger.debug("node refused pod", extra={"pod": pod.key, "node": node, "reason": text})
         if outcome is FilterOutcome.UNSCHEDULABLE and self._preemptor is not None and pod.obj is not None:
             self._preemptor.consider(pod.obj, pod.request, pod.constraints, names, pod.bind_hint)
+        if outcome is FilterOutcome.UNSCHEDULABLE and self._gangs is not None and pod.group is not None:
+            self._gangs.failed(
+                pod.namespace, pod.group, pod.name, ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items()))
+            )
         once_key = (pod.uid or pod.key, outcome.value, ",".join(sorted(kinds)))
         if not self._deps.event_sink.suppressed(once_key):  # kube-scheduler retries: build the events once
             self._deps.event_sink.submit(pod.ref, filter_failure_events(failed, len(names)), once_key=once_key)

@@ -30,6 +30,7 @@ from vgpu_scheduler.services.extender.bind import BindHandler, lock_wait_budget
 from vgpu_scheduler.services.extender.bindlimit import AdaptiveBindLimit
 from vgpu_scheduler.services.extender.events import EventSink
 from vgpu_scheduler.services.extender.filter import FilterHandler
+from vgpu_scheduler.services.extender.gang import GangKeeper
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
 from vgpu_scheduler.services.extender.preempt import Preemptor
 from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCache
@@ -119,7 +120,10 @@ class ExtenderService:
             on_sampled_out=self.metrics.events_sampled_out.inc,
         )
         self.preemptor = Preemptor(settings, deps, self.cache)
-        self.filter = FilterHandler(settings, deps, self.metrics, self.cache, preemptor=self.preemptor)
+        self.gangs = GangKeeper(deps, self.cache)
+        self.filter = FilterHandler(
+            settings, deps, self.metrics, self.cache, preemptor=self.preemptor, gangs=self.gangs
+        )
         wait_s = lock_wait_budget(settings.bind_timeout_s)
         self.bind_limit = AdaptiveBindLimit(settings.max_binds_per_node, wait_s, self._set_bind_limit)
         self.metrics.binds_per_node_limit.set(self.bind_limit.value)

@@ -378,3 +378,14 @@ class Api:
             return []
         items = self._object(what, body).get("items") or []
         return _with_kind(list(items), "PodDisruptionBudget")
+
+    async def get_pod_group(self, namespace: str, name: str, *, timeout_s: float | None = None) -> KubeObject | None:
+        """A ``scheduling.k8s.io/v1alpha2`` PodGroup (Kubernetes v1.36 gang scheduling); None when it does not exist
+        or the API does not serve PodGroups."""
+        what = f"get podgroup {namespace}/{name}"
+        path = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{_seg(namespace)}/podgroups/{_seg(name)}"
+        try:
+            body = await self._client.call_raw(what, "GET", path, timeout_s=timeout_s)
+        except NotFoundError:
+            return None
+        return self._object(what, body)

@@ -230,6 +230,28 @@ class Reservations:
             alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint, victims=victims)
         )
 
+    async def renew(self, pod_uid: str, node: str) -> bool:
+        """Restart a plain reservation's clock (a re-filter answered it again); False when there is none or a bind
+        already owns it."""
+        async with self._ctx.translated("renew reservation"):
+            reply = await self._ctx.scripts.renew_reservation(
+                keys=[self._ctx.keys.pod_charges(node)], args=["", pod_uid]
+            )
+        return as_int(reply) == 1
+
+    async def mark_gang_failed(self, namespace: str, group: str, text: str, ttl_s: float) -> None:
+        """Remember for ``ttl_s`` that PodGroup ``group`` cannot be placed whole, and why (docs/gangs.md)."""
+        async with self._ctx.translated("mark gang failed"):
+            await self._ctx.client.set(
+                self._ctx.keys.gang_failed(namespace, group), text, px=max(1, round(ttl_s * 1000))
+            )
+
+    async def gang_failed(self, namespace: str, group: str) -> str | None:
+        """Why PodGroup ``group`` cannot be placed whole, while that is remembered (None: it may be)."""
+        async with self._ctx.translated("read gang state"):
+            raw = await self._ctx.client.get(self._ctx.keys.gang_failed(namespace, group))
+        return None if raw is None else text(raw)
+
     async def preemption_waiting(self, pod_uid: str, node: str) -> int:
         """How many of the pods preempted for ``pod_uid``'s hold on ``node`` still hold charges there (0: none,
         or no hold). The marker is dropped once they are all gone."""

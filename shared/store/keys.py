@@ -125,6 +125,10 @@ class Keys:
         """HASH: store epoch and the "synced" markers."""
         return f"{self.prefix}:meta"
 
+    def gang_failed(self, namespace: str, group: str) -> str:
+        """STRING with a TTL: a PodGroup member fitted nowhere and the group cannot be placed whole (docs/gangs.md)."""
+        return f"{self.prefix}:gang:{_check('namespace', namespace)}/{_check('pod group', group)}"
+
     def everything(self) -> str:
         """A SCAN ``MATCH`` pattern for every key under this prefix (glob characters of the prefix escaped)."""
         escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)

@@ -51,3 +51,22 @@ async def test_releasing_the_preemptor_drops_its_hold(s: Store) -> None:
     await s.reservations.release("high", "n1")
     raw = await s.client.hget(s.keys.bind_hints("n1"), "w|high")
     assert raw is None
+
+
+async def test_renew_restarts_a_plain_reservations_clock_only(s: Store) -> None:
+    assert isinstance(await s.reservations.reserve(OTHER_B := alloc("p", "n1", (("GPU-b", 100, 1),))), Reserved)
+    before = await s.reservations.get("p")
+    assert before is not None
+    assert await s.reservations.renew("p", "n1")
+    after = await s.reservations.get("p")
+    assert after is not None and after.reserved_at_ms >= before.reserved_at_ms
+    assert after.allocation == OTHER_B
+    assert not await s.reservations.renew("low-a", "n1")  # confirmed by the informer: not a reservation
+    assert not await s.reservations.renew("nobody", "n1")
+
+
+async def test_a_failed_gang_is_remembered_for_a_while(s: Store) -> None:
+    assert await s.reservations.gang_failed("ns", "g") is None
+    await s.reservations.mark_gang_failed("ns", "g", "member m7 fits nowhere", 60)
+    assert await s.reservations.gang_failed("ns", "g") == "member m7 fits nowhere"
+    assert await s.reservations.gang_failed("ns", "other") is None

@@ -67,6 +67,7 @@ EXPECTED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "pods/binding"): {"create"},
         ("", "pods/status"): {"patch"},  # a victim's DisruptionTarget, the preemptor's nominatedNodeName
         ("policy", "poddisruptionbudgets"): {"list"},
+        ("scheduling.k8s.io", "podgroups"): {"get"},  # a gang's minCount
         ("", "nodes"): {"get", "patch"},
         ("", "events"): {"create"},
     },
