@@ -252,9 +252,9 @@ class Reservations:
             raw = await self._ctx.client.get(self._ctx.keys.gang_failed(namespace, group))
         return None if raw is None else text(raw)
 
-    async def preemption_waiting(self, pod_uid: str, node: str) -> int:
+    async def preemption_waiting(self, pod_uid: str, node: str, *, cleanup: bool = True) -> int:
         """How many of the pods preempted for ``pod_uid``'s hold on ``node`` still hold charges there (0: none,
-        or no hold). The marker is dropped once they are all gone."""
+        or no hold). With ``cleanup`` the marker is dropped once they are all gone."""
         k = self._ctx.keys
         async with self._ctx.translated("read preemption hold"):
             raw = await self._ctx.client.hget(k.bind_hints(node), f"w|{pod_uid}")
@@ -265,7 +265,7 @@ class Reservations:
                 return 0
             present = await self._ctx.client.hmget(k.pod_charges(node), victims)
             waiting = sum(1 for v in present if v is not None)
-            if waiting == 0:
+            if waiting == 0 and cleanup:
                 await self._ctx.client.hdel(k.bind_hints(node), f"w|{pod_uid}")
         return waiting
 
