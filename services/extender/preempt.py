@@ -93,6 +93,7 @@ class Preemptor:
         self._vendors = deps.vendor_set
         self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
         self._recent: dict[str, float] = {}
+        self._owner = deps.instance_id
         self._tasks: set[asyncio.Task[None]] = set()
         self.victims = Counter(
             "vgpu_preemption_victims_total",
@@ -155,6 +156,9 @@ class Preemptor:
         meta = _meta(pod)
         key = f"{meta.get('namespace')}/{meta.get('name')}"
         try:
+            if not await self._store.reservations.begin_preemption(str(meta.get("uid")), self._owner, COOLDOWN_S):
+                self.attempts.labels("elsewhere").inc()
+                return  # another replica is on it
             all_pods = await self._api.list_pods()
             status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
             assert isinstance(status, Mapping)

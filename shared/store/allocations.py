@@ -239,6 +239,14 @@ class Reservations:
             )
         return as_int(reply) == 1
 
+    async def begin_preemption(self, pod_uid: str, owner: str, ttl_s: float) -> bool:
+        """Take the right to preempt for ``pod_uid`` for ``ttl_s`` (False: another replica has it)."""
+        async with self._ctx.translated("begin preemption"):
+            taken = await self._ctx.client.set(
+                self._ctx.keys.preempting(pod_uid), owner, nx=True, px=max(1, round(ttl_s * 1000))
+            )
+        return bool(taken)
+
     async def mark_gang_failed(self, namespace: str, group: str, text: str, ttl_s: float) -> None:
         """Remember for ``ttl_s`` that PodGroup ``group`` cannot be placed whole, and why (docs/gangs.md)."""
         async with self._ctx.translated("mark gang failed"):

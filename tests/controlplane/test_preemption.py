@@ -72,21 +72,33 @@ async def _preempt(
     high: dict[str, Any],
     nodes: int,
     shape: NodeShape,
+    after: Sequence[dict[str, Any]] = (),
+    cpu: str | None = None,
 ) -> tuple[dict[str, dict[str, Any]], list[str], dict[str, Any], list[dict[str, Any]], Any]:
-    """Bind ``lows``, then create ``high``; wait for it to bind. Returns the low pods as bound (by name), the names
-    whose deletion the harness finished, the high pod at the end, the namespace's events and the audit report."""
+    """Bind ``lows``, then ``after`` (pods without a GPU), then create ``high``; wait for it to bind. ``cpu``: the
+    nodes' allocatable CPU. A pod's ``priorityClassName`` ``high`` or ``mid`` names this run's class of value 1000 or
+    10. Returns the low pods as bound (by name), the names whose deletion the harness finished, the high pod at the
+    end, the namespace's events and the audit report."""
     run_id = f"{name}-{uuid.uuid4().hex[:6]}"
     labels = {RUN_LABEL: run_id}
     ns = cleanup.namespace(run_id, labels)
     node_names = [f"{run_id}-n{i:04d}" for i in range(nodes)]
-    klass = f"vgpu-test-high-{run_id}"
+    classes = {"high": 1000, "mid": 10}
+    bodies = [gpu_node(n, shape, labels) for n in node_names]
+    if cpu is not None:
+        for body in bodies:
+            body["status"]["capacity"]["cpu"] = body["status"]["allocatable"]["cpu"] = cpu
     async with Kube.open(api) as kube:
         for n in node_names:
             cleanup.node(n)
-        await kube.create_all("/api/v1/nodes", [gpu_node(n, shape, labels) for n in node_names])
-        cleanup.path(f"{PRIORITY_CLASSES}/{klass}")
-        await kube.create(PRIORITY_CLASSES, {"metadata": {"name": klass}, "value": 1000})
-        high["spec"]["priorityClassName"] = klass
+        await kube.create_all("/api/v1/nodes", bodies)
+        for klass, value in classes.items():
+            cleanup.path(f"{PRIORITY_CLASSES}/{klass}-{run_id}")
+            await kube.create(PRIORITY_CLASSES, {"metadata": {"name": f"{klass}-{run_id}"}, "value": value})
+        high["spec"]["priorityClassName"] = "high"
+        for pod in [*lows, *after, high]:
+            if pod["spec"].get("priorityClassName") in classes:
+                pod["spec"]["priorityClassName"] += f"-{run_id}"
         settings = Settings(replicas=1, node_policy="binpack")
         async with running_system(
             api, redis_url, tmp / run_id, settings, run_id=run_id, node_selector=f"{RUN_LABEL}={run_id}"
@@ -110,6 +122,10 @@ async def _preempt(
                     "every low-priority pod allocated by the device plugin",
                 )
                 bound_lows = {n: finisher.last[n] for n in low_names}
+                if after:
+                    await kube.create_all(f"/api/v1/namespaces/{ns}/pods", after)
+                    names = {p["metadata"]["name"] for p in after}
+                    await eventually(lambda: names <= set(watch.bound), 60, "the pods without a GPU bound")
                 await kube.create(f"/api/v1/namespaces/{ns}/pods", high)
                 high_name = high["metadata"]["name"]
                 await eventually(lambda: high_name in watch.bound, 120, "the high-priority pod bound")
@@ -199,3 +215,49 @@ async def test_when_cores_are_exhausted_the_victims_free_cores(
     assert len(freed) == 1
     assert devices_of(final) == freed
     _check_events(events, finished, "high")
+
+
+async def test_when_kube_schedulers_victims_free_only_cpu_the_preempt_verb_adds_the_device_victim(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """kube-scheduler is short of CPU too: its dry run picks the CPU hog (its lowest-priority pod), which holds no
+    GPU; ``/preempt`` adds the pod whose card the preemptor needs and holds that card for it."""
+    shape = NodeShape(gpus=2, mem_mib=16384)
+    lows = []
+    for i in range(2):
+        pod = low_pod(f"low{i:02d}", mem=16384, cores=50)
+        pod["spec"]["priorityClassName"] = "mid"
+        pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "500m"}
+        lows.append(pod)
+    hog = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hog"},
+        "spec": {
+            "schedulerName": "vgpu-scheduler",
+            "terminationGracePeriodSeconds": GRACE_S,
+            "containers": [{"name": "main", "image": "x", "resources": {"requests": {"cpu": "3"}}}],
+        },
+    }
+    high = high_pod("high", gpus=1, mem=16384, cores=50)
+    high["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
+    bound, finished, final, events, report = await _preempt(
+        kube_apiserver,
+        kube_cleanup,
+        redis_url,
+        tmp_path,
+        name="preempt-verb",
+        lows=lows,
+        high=high,
+        nodes=1,
+        shape=shape,
+        after=[hog],
+        cpu="4",
+    )
+    report.check()
+    assert sorted(finished)[0] == "hog" and len(finished) == 2, finished
+    (gpu_victim,) = [n for n in finished if n != "hog"]
+    assert devices_of(final) == devices_of(bound[gpu_victim])
+    # kube-scheduler evicted both (its own Preempted events), on the victims /preempt answered
+    preempted = sorted(e["involvedObject"]["name"] for e in events if e.get("reason") == "Preempted")
+    assert preempted == sorted(finished)

@@ -70,3 +70,9 @@ async def test_a_failed_gang_is_remembered_for_a_while(s: Store) -> None:
     await s.reservations.mark_gang_failed("ns", "g", "member m7 fits nowhere", 60)
     assert await s.reservations.gang_failed("ns", "g") == "member m7 fits nowhere"
     assert await s.reservations.gang_failed("ns", "other") is None
+
+
+async def test_one_replica_at_a_time_preempts_for_a_pod(s: Store) -> None:
+    assert await s.reservations.begin_preemption("high", "replica-a", 60)
+    assert not await s.reservations.begin_preemption("high", "replica-b", 60)
+    assert await s.reservations.begin_preemption("other", "replica-b", 60)
