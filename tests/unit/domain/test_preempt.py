@@ -7,8 +7,19 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import inventory, pod, req
-from vgpu_scheduler.shared.domain.model import NO_CONSTRAINTS, ZERO_USAGE, PodRequest
+from tests.builders import gpu, inventory, pod, req
+from vgpu_scheduler.shared.domain.model import (
+    MEM_PCT_UNSET,
+    NO_CONSTRAINTS,
+    NVIDIA,
+    ZERO_USAGE,
+    ContainerRequest,
+    DeviceInfo,
+    MigPlacement,
+    MigProfile,
+    NodeInventory,
+    PodRequest,
+)
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, plan
 from vgpu_scheduler.shared.domain.preempt import (
     NO_LOWER_PRIORITY,
@@ -24,6 +35,8 @@ from vgpu_scheduler.shared.domain.preempt import (
 )
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, RuleSet
+from vgpu_scheduler.shared.vendors import hygon
 
 POLICIES = Policies()
 
@@ -222,3 +235,51 @@ def test_release_charges_undoes_apply_decision(pods: list[tuple[int, int, int]])
             decisions.append(d)
     empty = release_charges(node, [c for d in decisions for c in d.charges])
     assert all(u == ZERO_USAGE for u in empty.usages)
+
+
+# ---- other vendors and MIG: the same selection, by their own Fit rules ---------------------------------------------
+
+
+def _place_with(
+    node: NodeSnapshot, pods: list[tuple[str, int, PodRequest]], rules: RuleSet
+) -> tuple[NodeSnapshot, list[Resident]]:
+    residents = []
+    for i, (uid, prio, request) in enumerate(pods):
+        d = plan(request, NO_CONSTRAINTS, [node], policies=POLICIES, rules=rules)
+        assert isinstance(d, Decision), uid
+        node = apply_decision(node, d)
+        residents.append(Resident(uid, "ns", uid, prio, float(i), d.charges))
+    return node, residents
+
+
+def test_a_dcu_pod_preempts_by_the_dcu_rules() -> None:
+    rules = RuleSet({NVIDIA: NVIDIA_RULES, hygon.NAME: hygon.DCU_RULES})
+    devices = tuple(DeviceInfo(f"dcu-{i}", i, 4, 16384, 100, "DCU", 0, "", True, vendor=hygon.NAME) for i in range(2))
+    node = NodeSnapshot(NodeInventory("n1", hygon.NAME, devices), {})
+
+    def dcu(mem: int, cores: int) -> PodRequest:
+        return PodRequest((ContainerRequest(1, mem, MEM_PCT_UNSET, cores, type=hygon.NAME),), 0)
+
+    node, residents = _place_with(node, [("a", 0, dcu(12000, 40)), ("b", 0, dcu(12000, 40))], rules)
+    result = select_victims(dcu(10000, 40), NO_CONSTRAINTS, node, residents, priority=9, policies=POLICIES, rules=rules)
+    assert isinstance(result, VictimSet)
+    assert [v.uid for v in result.victims] == ["b"]
+    assert {c.uuid for c in result.decision.charges} == {c.uuid for c in result.victims[0].charges}
+
+
+def test_a_mig_pod_preempts_the_instance_whose_slices_it_needs() -> None:
+    profiles = (
+        MigProfile("1g.5gb", 4864, 15, 1, tuple(MigPlacement(s, 1) for s in range(7))),
+        MigProfile("7g.40gb", 40960, 100, 7, (MigPlacement(0, 8),)),
+    )
+    card = gpu("GPU-mig", count=7, mem=40960, mode="mig", mig_profiles=profiles)
+    node = NodeSnapshot(inventory("n1", [card]))
+    small = pod(req(1, mem=4000))
+    node, residents = _place_with(node, [(f"s{i}", 0, small) for i in range(7)], NVIDIA_ONLY)
+    # a 1g instance is needed: one small pod goes (the newest), not all seven
+    result = select_victims(small, NO_CONSTRAINTS, node, residents, priority=5, policies=POLICIES)
+    assert isinstance(result, VictimSet)
+    assert [v.uid for v in result.victims] == ["s6"]
+    # the whole card is needed: every instance goes
+    whole = select_victims(pod(req(1, mem=40000)), NO_CONSTRAINTS, node, residents, priority=5, policies=POLICIES)
+    assert isinstance(whole, VictimSet) and len(whole.victims) == 7
