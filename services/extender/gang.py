@@ -28,6 +28,7 @@ from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.gang import cannot_be_whole, gang_min_count, live_members
 from vgpu_scheduler.shared.errors import VgpuError
 from vgpu_scheduler.shared.protocol.events import EventType
+from vgpu_scheduler.shared.runtime import cancel_until_done
 from vgpu_scheduler.shared.store import Owned
 
 if TYPE_CHECKING:
@@ -63,6 +64,10 @@ class GangKeeper:
             "Filters of PodGroup members refused without reserving while their group cannot be placed whole",
             registry=deps.registry,
         )
+
+    async def aclose(self) -> None:
+        """Cancel the group checks still running (the replica is stopping)."""
+        await cancel_until_done(list(self._running.values()))
 
     async def blocked(self, namespace: str, group: str) -> str | None:
         """Why ``group``'s members are refused now (None: plan them as usual)."""

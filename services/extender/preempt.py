@@ -36,6 +36,7 @@ from prometheus_client import Counter
 
 from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
+from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.config import ExtenderSettings
@@ -53,6 +54,7 @@ from vgpu_scheduler.shared.preemption import (
 )
 from vgpu_scheduler.shared.protocol.events import EventType
 from vgpu_scheduler.shared.protocol.preemption import parse_preemption_args, preemption_result
+from vgpu_scheduler.shared.runtime import cancel_until_done
 from vgpu_scheduler.shared.store import QuotaExceeded, Reserved
 
 if TYPE_CHECKING:
@@ -108,6 +110,10 @@ class Preemptor:
             registry=deps.registry,
         )
 
+    async def aclose(self) -> None:
+        """Cancel the preemptions still being worked out (the replica is stopping)."""
+        await cancel_until_done(list(self._tasks))
+
     # ---- /filter's side ----------------------------------------------------------------------------------------
 
     async def waiting(self, pod_uid: str, node: str) -> int:
@@ -128,6 +134,8 @@ class Preemptor:
         uid = str(_meta(pod).get("uid") or "")
         if priority <= 0 or not uid or not may_preempt(pod) or len(self._tasks) >= MAX_RUNNING:
             return
+        if pod_group_name(pod) is not None:
+            return  # a gang member: evicting for one member cannot tell whether the gang can be whole (docs)
         now = time.monotonic()
         if now - self._recent.get(uid, -COOLDOWN_S) < COOLDOWN_S:
             return
@@ -174,7 +182,7 @@ class Preemptor:
                     extra={"pod": key, "priority": priority, "reasons": dict(sorted(found.reasons.items())[:20])},
                 )
                 return
-            if not await self._hold(pod, request, constraints, found.best, bind_hint):
+            if not await self._hold(pod, constraints, found.best, bind_hint):
                 self.attempts.labels("hold_refused").inc()
                 return
             await self._evict(pod, found.best, by="extender")
@@ -219,16 +227,8 @@ class Preemptor:
             all_pods=all_pods,
         )
 
-    async def _hold(
-        self,
-        pod: Mapping[str, Any],
-        request: PodRequest,
-        constraints: PodConstraints,
-        best: VictimSet,
-        bind_hint: str,
-    ) -> bool:
+    async def _hold(self, pod: Mapping[str, Any], constraints: PodConstraints, best: VictimSet, bind_hint: str) -> bool:
         """Reserve the devices of ``best.decision`` for the pod, its victims' charges counted as freed."""
-        del request
         meta = _meta(pod)
         namespace, name, uid = str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid"))
         decision = best.decision
@@ -346,7 +346,8 @@ class Preemptor:
             self.attempts.labels("invalid_pod").inc()
             logger.info("preemption for a pod we cannot place", extra={"error": str(e)})
             return web.Response(body=preemption_result({}), content_type=JSON)
-        if not request_.any:
+        if not request_.any or pod_group_name(args.pod) is not None:
+            # no device asked for, or a gang member (its group is kube-scheduler's to judge): its answer stands
             self.attempts.labels("passthrough").inc()
             return web.Response(body=preemption_result(kube), content_type=JSON)
         priority = pod_priority(args.pod)
@@ -371,7 +372,7 @@ class Preemptor:
         if best is not None:
             # answer only the node whose devices we hold: kube-scheduler must pick it
             answer = {best.node: answer[best.node]}
-            if await self._hold(args.pod, request_, constraints, best, ""):
+            if await self._hold(args.pod, constraints, best, ""):
                 self.victims.labels("kube-scheduler").inc(len(answer[best.node][0]))
         self.attempts.labels("answered" if answer else "no_victims").inc()
         logger.info(

@@ -188,6 +188,7 @@ class ExtenderService:
                 if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
                     logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
                 self.cache.close()
+                await asyncio.gather(self.preemptor.aclose(), self.gangs.aclose())
                 await cancel_until_done([readiness, sink, follower])  # one cancel() can be lost on 3.11
 
     async def readiness(self) -> tuple[bool, str]:

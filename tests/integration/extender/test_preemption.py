@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from tests.integration.extender.filter_harness import node, running_extender, seed
+from tests.waiting import eventually
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice
 from vgpu_scheduler.shared.emulator import Emulator
@@ -152,3 +153,20 @@ async def test_the_preempt_verb_adds_the_device_victims_to_kube_schedulers_and_d
         assert uids[0] == "uid-cpu-only" and len(uids) == 2 and uids[1] in ("uid-low-0", "uid-low-1")
         status, _ = await r.post("/preempt", "{")
         assert status == 400
+
+
+async def test_a_gang_member_is_not_preempted_for_on_its_own(store: Store, api: Api, emulator: Emulator) -> None:
+    await seed(store, [node(NODE, 2)])
+    for i in range(2):
+        await running_low(emulator, store, f"low-{i}", i)
+    member = pod_obj("member", priority=1000)
+    member["spec"]["schedulingGroup"] = {"podGroupName": "train"}
+    member = emulator.put(member)
+    high = emulator.put(pod_obj("high", priority=1000))
+    async with running_extender(store, api) as r:
+        assert (await r.filter({"Pod": member, "NodeNames": [NODE]}))["FailedNodes"]
+        assert (await r.filter({"Pod": high, "NodeNames": [NODE]}))["FailedNodes"]
+        await eventually(lambda: r.metric("vgpu_preemption_attempts_total", outcome="preempted") == 1, 10, "preempted")
+        assert len([p for p in emulator.list("Pod") if p["metadata"]["name"].startswith("low")]) == 1
+        assert await store.reservations.get("uid-member") is None
+        assert await store.reservations.get("uid-high") is not None
