@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -145,8 +146,11 @@ async def test_a_gang_that_fits_only_packed_on_two_nodes_binds_whole(
         full = set(run.watch.nodes.values())
         await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 8))
         members = [whole_card(f"m{i}", "train") for i in range(8)]
+        created = time.monotonic()
         await _create(run, members)
         await eventually(lambda: all(f"m{i}" in run.watch.bound for i in range(8)), 120, "every member bound")
+        last = max(run.watch.bound[f"m{i}"] for i in range(8))
+        print(f"\ngang of 8 bound {last - created:.2f}s after its members were created")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
         placed = {run.watch.nodes[f"m{i}"] for i in range(8)}

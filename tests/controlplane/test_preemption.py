@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,9 +127,11 @@ async def _preempt(
                     await kube.create_all(f"/api/v1/namespaces/{ns}/pods", after)
                     names = {p["metadata"]["name"] for p in after}
                     await eventually(lambda: names <= set(watch.bound), 60, "the pods without a GPU bound")
+                created = time.monotonic()
                 await kube.create(f"/api/v1/namespaces/{ns}/pods", high)
                 high_name = high["metadata"]["name"]
                 await eventually(lambda: high_name in watch.bound, 120, "the high-priority pod bound")
+                print(f"\npreemptor bound {watch.bound[high_name] - created:.2f}s after its creation")
                 await eventually(
                     lambda: (
                         (finisher.last.get(high_name, {}).get("metadata", {}).get("annotations") or {}).get(
