@@ -138,8 +138,12 @@ def create_app(service: Endpoints, *, webhook: bool = True) -> web.Application:
     if service.settings.client_ca_file is not None:
         filter_handler = client_certificate_required(Verb.FILTER, filter_handler, metrics)
         bind_handler = client_certificate_required(Verb.BIND, bind_handler, metrics)
+    preempt_handler = timed(Verb.PREEMPT, service.preemptor.handle, metrics)
+    if service.settings.client_ca_file is not None:
+        preempt_handler = client_certificate_required(Verb.PREEMPT, preempt_handler, metrics)
     app.router.add_post("/filter", filter_handler)
     app.router.add_post("/bind", bind_handler)
+    app.router.add_post("/preempt", preempt_handler)
     if webhook:
         app.router.add_post("/webhook", timed(Verb.WEBHOOK, service.webhook.handle, metrics))
     add_ops_routes(

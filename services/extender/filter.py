@@ -25,7 +25,7 @@ import collections
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -35,6 +35,7 @@ from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
+from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
 from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
@@ -66,6 +67,10 @@ from vgpu_scheduler.shared.store import (
     Unsettled,
 )
 
+if TYPE_CHECKING:
+    from vgpu_scheduler.services.extender.gang import GangKeeper
+    from vgpu_scheduler.services.extender.preempt import Preemptor
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -88,6 +93,10 @@ class _Pod:
     ref: Mapping[str, Any]
     bind_hint: str = ""
     """Stored with the reservation for the bind (:mod:`services.extender.bindhint`); empty: the bind reads the pod."""
+    obj: Mapping[str, Any] | None = None
+    """The pod as kube-scheduler sent it (for preemption, off the request path)."""
+    group: str | None = None
+    """The native PodGroup it belongs to (``spec.schedulingGroup.podGroupName``; docs/gangs.md)."""
 
     @property
     def key(self) -> str:
@@ -99,6 +108,14 @@ class _Kept:
     """The pod already holds devices on ``node``, a candidate: answer it again (design: ownership)."""
 
     node: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """The pod's devices on ``node`` are held for it by a preemption whose ``victims`` pods have not left yet."""
+
+    node: str
+    victims: int
 
 
 class FilterError(VgpuError):
@@ -134,7 +151,11 @@ class FilterHandler:
         cache: SnapshotCache,
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        preemptor: Preemptor | None = None,
+        gangs: GangKeeper | None = None,
     ) -> None:
+        self._preemptor = preemptor
+        self._gangs = gangs
         self._settings = settings
         self._deps = deps
         self._store = deps.store
@@ -215,7 +236,8 @@ class FilterHandler:
         metadata = args.pod.get("metadata")
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
-        return _Pod(namespace, name, uid, request, constraints, ref, bind_hint_for(args.pod, self._allocated_keys))
+        hint = bind_hint_for(args.pod, self._allocated_keys)
+        return _Pod(namespace, name, uid, request, constraints, ref, hint, args.pod, pod_group_name(args.pod))
 
     def _invalid_request(self, args: ExtenderArgs, error: ResourceRequestError) -> ExtenderFilterResult:
         """A pod whose GPU request cannot be honoured as written: every candidate refused with what to write.
@@ -280,6 +302,11 @@ class FilterHandler:
             raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
+        if pod.group is not None and self._gangs is not None:
+            why = await self._gangs.blocked(pod.namespace, pod.group)
+            if why is not None:  # the group cannot be placed whole now: reserve nothing for it (docs/gangs.md)
+                self._metrics.filter_outcome(FilterOutcome.UNSCHEDULABLE)
+                return ExtenderFilterResult.failure(dict.fromkeys(names, why))
         # Plan first: most pods hold no record and their namespace no quota, and then the reservation checks that
         # in the same atomic step (one round trip); a pod no node fits reads its context now (it may hold a record).
         planned = self._plan(pod, names, None)
@@ -293,6 +320,8 @@ class FilterHandler:
             quota_state, context_plan, missing = await self._first_plan(pod, names, planned)
             if isinstance(context_plan, _Kept):
                 return self._kept(pod, context_plan.node)
+            if isinstance(context_plan, _Waiting):
+                return self._waiting(pod, names, context_plan)
             first = context_plan
         retries = replans = 0
         while True:
@@ -339,6 +368,8 @@ class FilterHandler:
                 quota_state, context_plan, missing = await self._first_plan(pod, names)
                 if isinstance(context_plan, _Kept):
                     return self._kept(pod, context_plan.node)
+                if isinstance(context_plan, _Waiting):
+                    return self._waiting(pod, names, context_plan)
                 first = context_plan
                 continue
             if retries + 1 >= self._max_attempts:
@@ -445,7 +476,7 @@ class FilterHandler:
 
     async def _first_plan(
         self, pod: _Pod, names: Sequence[str], planned: tuple[Decision | Failure, list[str]] | None = None
-    ) -> tuple[QuotaState | None, tuple[Decision | Failure, int | None] | _Kept | None, list[str]]:
+    ) -> tuple[QuotaState | None, tuple[Decision | Failure, int | None] | _Kept | _Waiting | None, list[str]]:
         """Read where the pod's earlier reservation is and its namespace quota (one round trip), and plan while
         that read is in flight (unless ``planned`` already holds the plan without quota): most pods have neither,
         and then that plan stands.
@@ -477,11 +508,18 @@ class FilterHandler:
             return quota, None, missing
         return None, (result, planned_at), missing
 
-    async def _settle_previous(self, pod: _Pod, node: str, names: Sequence[str]) -> _Kept | None:
+    async def _settle_previous(self, pod: _Pod, node: str, names: Sequence[str]) -> _Kept | _Waiting | None:
         """The pod already holds a record on ``node`` (docs/extender-bind.md, ownership): keep that decision when
         ``node`` is a registered candidate; otherwise give a plain reservation back (with its quota charge) and
-        plan again. A record a bind owns is never released here: :class:`FilterError` (``owned_elsewhere``)."""
+        plan again. A record a bind owns is never released here: :class:`FilterError` (``owned_elsewhere``).
+        A preemption hold whose victims have not left yet is kept, and the pod waits (docs/preemption.md)."""
+        if self._preemptor is not None:
+            victims = await self._preemptor.waiting(pod.uid, node)
+            if victims:
+                return _Waiting(node, victims)
         if node in names and self._cache.get(node) is not None:
+            # answered again: the informer's expiry counts from now, so it cannot take the devices before the bind
+            await self._store.reservations.renew(pod.uid, node)
             return _Kept(node)
         released = await self._store.reservations.release_unowned(pod.uid, node)
         if isinstance(released, Owned):
@@ -491,6 +529,14 @@ class FilterHandler:
         await self._cache.refresh([node])
         logger.debug("previous reservation dropped", extra={"pod": pod.key, "node": node})
         return None
+
+    def _waiting(self, pod: _Pod, names: Sequence[str], waiting: _Waiting) -> ExtenderFilterResult:
+        self._metrics.filter_outcome(FilterOutcome.UNSCHEDULABLE)
+        text = f"waiting for {waiting.victims} preempted pod(s) to leave node {waiting.node}"
+        logger.info(
+            "pod waits for its preemption", extra={"pod": pod.key, "node": waiting.node, "victims": waiting.victims}
+        )
+        return ExtenderFilterResult.failure(dict.fromkeys(names, text))
 
     def _kept(self, pod: _Pod, node: str) -> ExtenderFilterResult:
         self._metrics.filter_outcome(FilterOutcome.KEPT)
@@ -567,6 +613,12 @@ class FilterHandler:
         if logger.isEnabledFor(logging.DEBUG):
             for node, text in sorted(failed.items()):
                 logger.debug("node refused pod", extra={"pod": pod.key, "node": node, "reason": text})
+        if outcome is FilterOutcome.UNSCHEDULABLE and self._preemptor is not None and pod.obj is not None:
+            self._preemptor.consider(pod.obj, pod.request, pod.constraints, names, pod.bind_hint)
+        if outcome is FilterOutcome.UNSCHEDULABLE and self._gangs is not None and pod.group is not None:
+            self._gangs.failed(
+                pod.namespace, pod.group, pod.name, ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items()))
+            )
         once_key = (pod.uid or pod.key, outcome.value, ",".join(sorted(kinds)))
         if not self._deps.event_sink.suppressed(once_key):  # kube-scheduler retries: build the events once
             self._deps.event_sink.submit(pod.ref, filter_failure_events(failed, len(names)), once_key=once_key)

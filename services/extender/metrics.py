@@ -49,6 +49,7 @@ class Verb(enum.Enum):
     FILTER = "filter"
     BIND = "bind"
     WEBHOOK = "webhook"
+    PREEMPT = "preempt"
 
 
 class FilterOutcome(enum.Enum):

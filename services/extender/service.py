@@ -22,7 +22,9 @@ from vgpu_scheduler.services.extender.bindhttp import BindHandler
 from vgpu_scheduler.services.extender.bindlimit import AdaptiveBindLimit
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.filter import FilterHandler
+from vgpu_scheduler.services.extender.gang import GangKeeper
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
+from vgpu_scheduler.services.extender.preempt import Preemptor
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.services.extender.tls import build_ssl_context
 from vgpu_scheduler.services.extender.webhook import WebhookHandler
@@ -76,7 +78,11 @@ class ExtenderService:
             on_dropped=self.metrics.events_dropped.inc,
             on_sampled_out=self.metrics.events_sampled_out.inc,
         )
-        self.filter = FilterHandler(settings, deps, self.metrics, self.cache)
+        self.preemptor = Preemptor(settings, deps, self.cache)
+        self.gangs = GangKeeper(deps, self.cache)
+        self.filter = FilterHandler(
+            settings, deps, self.metrics, self.cache, preemptor=self.preemptor, gangs=self.gangs
+        )
         wait_s = lock_wait_budget(settings.bind_timeout_s)
         self.bind_limit = AdaptiveBindLimit(settings.max_binds_per_node, wait_s, self._set_bind_limit)
         self.metrics.binds_per_node_limit.set(self.bind_limit.value)
@@ -141,6 +147,7 @@ class ExtenderService:
                 if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
                     logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
                 self.cache.close()
+                await asyncio.gather(self.preemptor.aclose(), self.gangs.aclose())
                 await cancel_until_done([readiness, sink, follower])  # one cancel() can be lost on 3.11
 
     async def readiness(self) -> tuple[bool, str]:

@@ -17,19 +17,28 @@ from typing import Any
 from vgpu_scheduler.services.inspect.connect import InspectError, one_line, store_warning
 from vgpu_scheduler.services.inspect.devices import DeviceRow, device_rows, shares_by_device
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_pod_request
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.config import InspectSettings
 from vgpu_scheduler.shared.domain.diagnosis import nearest_miss, quota_left
 from vgpu_scheduler.shared.domain.fit import normalize_request
-from vgpu_scheduler.shared.domain.model import MEM_PCT_UNSET, NvidiaConfig, PodDevices, PodRequest, QuotaState
+from vgpu_scheduler.shared.domain.model import (
+    MEM_PCT_UNSET,
+    NvidiaConfig,
+    PodConstraints,
+    PodDevices,
+    PodRequest,
+    QuotaState,
+)
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
 from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import RuleSet
 from vgpu_scheduler.shared.errors import DecodeError, NotFoundError
 from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.preemption import may_preempt, plan_preemption, pod_priority
 from vgpu_scheduler.shared.store import AllocationRecord, Store
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
@@ -75,6 +84,10 @@ class Explanation:
     allocation: dict[str, Any] | None = None
     devices: list[DeviceRow] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    gang: dict[str, Any] | None = None
+    """The PodGroup the pod belongs to and, when its group cannot be placed whole now, why (docs/gangs.md)."""
+    preemption: dict[str, Any] | None = None
+    """What device-aware preemption holds or would do for the pod (docs/preemption.md)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -94,6 +107,8 @@ class Explanation:
             "allocation": self.allocation,
             "devices": [d.to_json() for d in self.devices],
             "warnings": self.warnings,
+            "gang": self.gang,
+            "preemption": self.preemption,
         }
 
 
@@ -173,9 +188,16 @@ async def explain(settings: InspectSettings, store: Store, api: Api, namespace: 
         return out
     quota = await store.quota.get(namespace)
     out.quota = _quota_json(namespace, quota, nvidia)
+    group = pod_group_name(pod)
+    if group is not None:
+        why = await store.reservations.gang_failed(namespace, group)
+        out.gang = {"pod_group": group, "placed_whole_now": why is None, "why_not": why}
     record = await store.reservations.get(out.uid) if out.uid else None
     if record is not None:
         await _placed(out, store, record)
+        waiting = await store.reservations.preemption_waiting(out.uid, record.allocation.node, cleanup=False)
+        if waiting:
+            out.preemption = {"state": "holding", "node": record.allocation.node, "waiting_for_victims": waiting}
         return out
     if keys.VGPU_NODE in annotations:
         out.state = "bound"
@@ -189,7 +211,18 @@ async def explain(settings: InspectSettings, store: Store, api: Api, namespace: 
     if bound_to:
         out.state = "foreign"
         return out
-    await _evaluate(out, settings=settings, store=store, request=request, constraints=constraints, quota=quota)
+    snaps = await _evaluate(out, settings=settings, store=store, request=request, constraints=constraints, quota=quota)
+    if out.would_get is None and snaps and pod_priority(pod) > 0 and may_preempt(pod):
+        await _preemption(
+            out,
+            settings=settings,
+            store=store,
+            api=api,
+            pod=pod,
+            request=request,
+            constraints=constraints,
+            snaps=snaps,
+        )
     return out
 
 
@@ -262,7 +295,7 @@ async def _evaluate(
     request: Any,
     constraints: Any,
     quota: QuotaState,
-) -> None:
+) -> list[NodeSnapshot]:
     nvidia = settings.common.nvidia
     names = await store.inventory.list_nodes()
     states = await store.snapshots.load(sorted(names))
@@ -277,7 +310,7 @@ async def _evaluate(
             snaps.append(snap)
     if not snaps:
         out.warnings.append("no GPU node is registered in the store")
-        return
+        return snaps
     policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
     q = quota if quota.limited else None
     rules = enabled_vendors(nvidia, settings.common.device_sections, settings.common.enable_flags).rules
@@ -303,6 +336,44 @@ async def _evaluate(
             rules=rules,
         )
         out.nodes.append(NodeVerdict(snap.name, False, reason=rejection.text, miss=miss.to_json()))
+    return snaps
+
+
+async def _preemption(
+    out: Explanation,
+    *,
+    settings: InspectSettings,
+    store: Store,
+    api: Api,
+    pod: Mapping[str, Any],
+    request: PodRequest,
+    constraints: PodConstraints,
+    snaps: Sequence[NodeSnapshot],
+) -> None:
+    """What device-aware preemption would evict for a pending pod of positive priority that fits nowhere."""
+    nvidia = settings.common.nvidia
+    found = await plan_preemption(
+        store,
+        api,
+        request,
+        constraints,
+        {s.name: s for s in snaps},
+        priority=pod_priority(pod),
+        policies=Policies(node=settings.node_policy, gpu=settings.gpu_policy),
+        config=nvidia,
+        rules=enabled_vendors(nvidia, settings.common.device_sections).rules,
+    )
+    if found.best is None:
+        out.preemption = {"state": "no victim set", "reasons": dict(sorted(found.reasons.items()))}
+        return
+    best = found.best
+    out.preemption = {
+        "state": "would preempt",
+        "node": best.node,
+        "victims": [{"pod": v.key, "priority": v.priority} for v in best.victims],
+        "pdb_violations": best.pdb_violations,
+        "devices": _devices_json(best.decision.devices),
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,6 +426,14 @@ def render_text(e: Explanation) -> str:
             "(GPU checks only, as the extender sees them; kube-scheduler may also rule nodes out for taints, "
             "selectors or CPU/memory)"
         )
+    if e.gang is not None:
+        g = e.gang
+        lines.append(
+            f"  gang: member of PodGroup {g['pod_group']}"
+            + ("" if g["placed_whole_now"] else f"; waiting for its group: {g['why_not']}")
+        )
+    if e.preemption is not None:
+        lines.append(_preemption_text(e.preemption))
     if e.allocation is not None:
         lines.append(f"  devices ({e.allocation['state']}): {_placement_text(e.allocation['devices'])}")
     if e.devices:
@@ -372,6 +451,20 @@ def render_text(e: Explanation) -> str:
         lines += ["", *_table(rows)]
     lines += [f"warning: {w}" for w in e.warnings]
     return "\n".join(lines)
+
+
+def _preemption_text(p: Mapping[str, Any]) -> str:
+    if p["state"] == "holding":
+        return (
+            f"  preemption: devices held on {p['node']}; waiting for {p['waiting_for_victims']} preempted pod(s) "
+            "to terminate"
+        )
+    if p["state"] == "would preempt":
+        victims = ", ".join(f"{v['pod']} (priority {v['priority']})" for v in p["victims"])
+        extra = f", {p['pdb_violations']} PodDisruptionBudget violation(s)" if p["pdb_violations"] else ""
+        return f"  preemption: would evict {victims} on {p['node']}{extra}"
+    reasons = "; ".join(f"{n}: {r}" for n, r in list(p["reasons"].items())[:5])
+    return f"  preemption: no victim set ({reasons})"
 
 
 def _state_text(e: Explanation) -> str:

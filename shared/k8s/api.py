@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.errors import NotFoundError, TransientError
 from vgpu_scheduler.shared.k8s.client import Budget, KubeClient
 from vgpu_scheduler.shared.k8s.errors import KubeRequestError
 from vgpu_scheduler.shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
@@ -22,6 +22,7 @@ from vgpu_scheduler.shared.protocol.events import EventType
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 EVENT_MESSAGE_MAX = 1024  # events.k8s.io's note limit; core/v1 messages are cut the same way
 
 
@@ -336,3 +337,55 @@ class Api:
         self, node: Mapping[str, Any], *, reason: str, message: str, event_type: EventType = EventType.NORMAL
     ) -> KubeObject:
         return await self.create_event("Node", node, reason=reason, message=message, event_type=event_type)
+
+    # ---- preemption (docs/preemption.md) -----------------------------------------------------------------------
+
+    async def delete_pod(
+        self, namespace: str, name: str, *, uid: str | None = None, timeout_s: float | None = None
+    ) -> None:
+        """Delete a pod (its own grace period). With ``uid`` the server refuses (409) a re-created namesake.
+        A pod already gone is not an error."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        what = f"delete pod {namespace}/{name}"
+        try:
+            await self._client.call_raw(what, "DELETE", _pod_path(namespace, name), _dumps(body), timeout_s=timeout_s)
+        except NotFoundError:
+            return
+
+    async def patch_pod_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], *, timeout_s: float | None = None
+    ) -> KubeObject:
+        """Strategic-merge-patch a pod's ``status`` (conditions merge by type; ``nominatedNodeName``)."""
+        what = f"patch status of pod {namespace}/{name}"
+        body = await self._client.call_raw(
+            what,
+            "PATCH",
+            _pod_path(namespace, name) + "/status",
+            _dumps({"status": dict(status)}),
+            content_type=STRATEGIC_MERGE_PATCH,
+            timeout_s=timeout_s,
+        )
+        return self._object(what, body)
+
+    async def list_pod_disruption_budgets(self, *, timeout_s: float | None = None) -> list[KubeObject]:
+        """Every PodDisruptionBudget (policy/v1); none when the API does not serve them."""
+        what = "list poddisruptionbudgets"
+        try:
+            body = await self._client.call_raw(what, "GET", "/apis/policy/v1/poddisruptionbudgets", timeout_s=timeout_s)
+        except NotFoundError:
+            return []
+        items = self._object(what, body).get("items") or []
+        return _with_kind(list(items), "PodDisruptionBudget")
+
+    async def get_pod_group(self, namespace: str, name: str, *, timeout_s: float | None = None) -> KubeObject | None:
+        """A ``scheduling.k8s.io/v1alpha2`` PodGroup (Kubernetes v1.36 gang scheduling); None when it does not exist
+        or the API does not serve PodGroups."""
+        what = f"get podgroup {namespace}/{name}"
+        path = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{_seg(namespace)}/podgroups/{_seg(name)}"
+        try:
+            body = await self._client.call_raw(what, "GET", path, timeout_s=timeout_s)
+        except NotFoundError:
+            return None
+        return self._object(what, body)

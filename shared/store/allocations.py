@@ -142,6 +142,7 @@ class Reservations:
         *,
         fresh: bool = False,
         hint: str = "",
+        victims: Sequence[str] = (),
     ) -> list[Any]:
         cjs = charges_json(alloc.charges)
         blob = encode_allocation(alloc)
@@ -158,6 +159,7 @@ class Reservations:
             "1" if fresh else "0",
             epoch or "",
             hint,
+            json.dumps(list(victims), separators=(",", ":")) if victims else "",
         ]
         for _ in range(_MAX_MOVES):
             script_keys = self._apply_keys(alloc, fresh) + extra_keys
@@ -207,6 +209,7 @@ class Reservations:
         mutex: bool = False,
         epoch: str | None = None,
         hint: str = "",
+        victims: Sequence[str] = (),
     ) -> ReserveResult:
         """Atomically check that ``alloc.charges`` fit on ``alloc.node`` and reserve them for ``alloc.pod_uid``.
 
@@ -221,8 +224,61 @@ class Reservations:
 
         ``hint``: what the bind of this reservation may use instead of reading the pod (opaque here; empty: none).
         A successful reserve stores it with the record (or clears an older one); :meth:`claim` returns it.
+
+        ``victims``: a preemption hold (docs/preemption.md). The charges of these pods on the node (the preempted
+        pods, terminating) count as freed for the checks but stay in the usage until the informer releases them,
+        so nobody else takes the room they leave; :meth:`preemption_waiting` tells how many still hold it.
         """
-        return self._reserve_result(alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint))
+        return self._reserve_result(
+            alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint, victims=victims)
+        )
+
+    async def renew(self, pod_uid: str, node: str) -> bool:
+        """Restart a plain reservation's clock (a re-filter answered it again); False when there is none or a bind
+        already owns it."""
+        async with self._ctx.translated("renew reservation"):
+            reply = await self._ctx.scripts.renew_reservation(
+                keys=[self._ctx.keys.pod_charges(node)], args=["", pod_uid]
+            )
+        return as_int(reply) == 1
+
+    async def begin_preemption(self, pod_uid: str, owner: str, ttl_s: float) -> bool:
+        """Take the right to preempt for ``pod_uid`` for ``ttl_s`` (False: another replica has it)."""
+        async with self._ctx.translated("begin preemption"):
+            taken = await self._ctx.client.set(
+                self._ctx.keys.preempting(pod_uid), owner, nx=True, px=max(1, round(ttl_s * 1000))
+            )
+        return bool(taken)
+
+    async def mark_gang_failed(self, namespace: str, group: str, text: str, ttl_s: float) -> None:
+        """Remember for ``ttl_s`` that PodGroup ``group`` cannot be placed whole, and why (docs/gangs.md)."""
+        async with self._ctx.translated("mark gang failed"):
+            await self._ctx.client.set(
+                self._ctx.keys.gang_failed(namespace, group), text, px=max(1, round(ttl_s * 1000))
+            )
+
+    async def gang_failed(self, namespace: str, group: str) -> str | None:
+        """Why PodGroup ``group`` cannot be placed whole, while that is remembered (None: it may be)."""
+        async with self._ctx.translated("read gang state"):
+            raw = await self._ctx.client.get(self._ctx.keys.gang_failed(namespace, group))
+        return None if raw is None else text(raw)
+
+    async def preemption_waiting(self, pod_uid: str, node: str, *, cleanup: bool = True) -> int:
+        """How many of the pods preempted for ``pod_uid``'s hold on ``node`` still hold charges there (0: none,
+        or no hold). With ``cleanup`` the marker is dropped once they are all gone."""
+        k = self._ctx.keys
+        async with self._ctx.translated("read preemption hold"):
+            raw = await self._ctx.client.hget(k.bind_hints(node), f"w|{pod_uid}")
+            if raw is None:
+                return 0
+            victims = [str(v) for v in json.loads(raw)]
+            if not victims:
+                return 0
+            present = await self._ctx.client.hmget(k.pod_charges(node), victims)
+            waiting = sum(1 for v in present if v is not None)
+            if waiting == 0 and cleanup:
+                await self._ctx.client.hdel(k.bind_hints(node), f"w|{pod_uid}")
+        return waiting
 
     async def reserve_fresh(
         self, alloc: Allocation, *, mutex: bool = False, epoch: str | None = None, hint: str = ""

@@ -42,6 +42,7 @@ class Scripts:
     apply_allocation: AsyncScript
     release_allocation: AsyncScript
     confirm_allocation: AsyncScript
+    renew_reservation: AsyncScript
     claim_allocation: AsyncScript
     recount_usage: AsyncScript
     lease_acquire: AsyncScript

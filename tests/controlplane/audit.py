@@ -10,7 +10,8 @@ Two kinds of finding, raised as two exception types so a scenario can expect one
   to-allocate list emptied by the plugin), devices of a vendor the pod did not ask for, a pending pod left with
   an allocation, a device-plugin failure, a crashed process. Always a test failure.
 * :class:`Collapse` — liveness: a pod left pending although something could fit it (checked with the
-  scheduling core, exhaustively, on the final state, with every enabled vendor's rules), a bound pod never
+  scheduling core, exhaustively, on the final state, with every enabled vendor's rules; the pending members of a
+  PodGroup together, one after another, as kube-scheduler binds a gang whole or not at all), a bound pod never
   settled, a node lock left behind (HAMi's or Cambricon's).
 
 Nodes are read with every enabled vendor's registration (:func:`shared.vendors.catalog.observe_node`), as the
@@ -28,6 +29,7 @@ from tests.audit import quota_usage_from_pods
 from vgpu_scheduler.services.informer.quotas import combine, read_quota
 from vgpu_scheduler.services.simulate.devplugin import allocation_problems
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.podannotations import ExtraPodAnnotations, decode_allocation, split_by_vendor
 from vgpu_scheduler.shared.codec.poddevices import align_to_containers
 from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_manage_pod, vendors_pod_request
@@ -42,7 +44,7 @@ from vgpu_scheduler.shared.domain.model import (
     PodDevices,
     QuotaState,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, plan
+from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError
@@ -199,8 +201,13 @@ def audit(
     for q in quotas:
         limits.setdefault(q["metadata"]["namespace"], []).append(read_quota(q, cfg).limits)
     used = quota_usage_from_pods(pods, skip_unreadable=True)
+    pending_gangs = _pending_gangs(pods, vendors)
+    for members in pending_gangs.values():
+        _audit_gang(members, snapshots, policies or Policies(), cfg, vendors, report)
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") or not _ours(pod, vendors):
+            continue
+        if pod_group_name(pod) in pending_gangs:
             continue
         ns = pod["metadata"]["namespace"]
         quota = None
@@ -232,6 +239,46 @@ def audit(
             reasons = sorted(set(result.reasons.values()))
             report.notes.append(f"{_key(pod)}: unschedulable: {'; '.join(reasons[:3]) or 'no candidate node'}")
     return report
+
+
+def _pending_gangs(pods: Sequence[Mapping[str, Any]], vendors: Vendors) -> dict[str, list[Mapping[str, Any]]]:
+    """Pending pods of ours by the PodGroup they name (``spec.schedulingGroup.podGroupName``)."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        group = pod_group_name(pod)
+        if group and not (pod.get("spec") or {}).get("nodeName") and _ours(pod, vendors):
+            out.setdefault(group, []).append(pod)
+    return out
+
+
+def _audit_gang(
+    members: Sequence[Mapping[str, Any]],
+    snapshots: Sequence[NodeSnapshot],
+    policies: Policies,
+    cfg: NvidiaConfig,
+    vendors: Vendors,
+    report: AuditReport,
+) -> None:
+    """Pending members of one PodGroup: a liveness finding only if they fit together (placed one after another on
+    the final state), since kube-scheduler binds a gang whole or not at all."""
+    nodes = list(snapshots)
+    for pod in members:
+        annos = pod["metadata"].get("annotations") or {}
+        result = plan(
+            vendors_pod_request(pod, vendors),
+            decode_vendor_constraints(annos, vendors),
+            nodes,
+            policies=policies,
+            config=cfg,
+            exhaustive=True,
+            rules=vendors.rules,
+        )
+        if not isinstance(result, Decision):
+            report.unschedulable += len(members)
+            report.notes.append(f"gang of {len(members)} pending: {_key(pod)} does not fit with the others placed")
+            return
+        nodes = [apply_decision(n, result) if n.name == result.node else n for n in nodes]
+    report.liveness.append(f"gang of {len(members)} pending, but its members fit together")
 
 
 def _key(pod: Mapping[str, Any]) -> str:

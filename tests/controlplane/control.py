@@ -53,6 +53,10 @@ def assets_dir() -> Path | None:
     return path
 
 
+GANG_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
+"""Kubernetes v1.36's gang scheduling: PodGroups (``scheduling.k8s.io/v1alpha2``) and the scheduler's gang plugin."""
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -317,6 +321,10 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
                     "--max-requests-inflight=2000",
                     "--max-mutating-requests-inflight=1000",
                     *audit_flags,
+                    # v1.36 gang scheduling's API (PodGroup, a pod's spec.schedulingGroup) for the gang scenarios;
+                    # kube-scheduler turns the gang plugin on only where a scenario asks (start_scheduler)
+                    f"--feature-gates={GANG_FEATURE_GATES}",
+                    "--runtime-config=scheduling.k8s.io/v1alpha2=true",
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -397,9 +405,12 @@ class Scheduler:
 
 
 @contextlib.contextmanager
-def start_scheduler(api: ApiServer, config: Mapping[str, Any], tmp: Path) -> Iterator[Scheduler]:
-    """Run kube-scheduler with the KubeSchedulerConfiguration ``config`` (clientConnection filled in); wait for its
-    ``/healthz``; SIGTERM it on exit."""
+def start_scheduler(
+    api: ApiServer, config: Mapping[str, Any], tmp: Path, *, feature_gates: str = ""
+) -> Iterator[Scheduler]:
+    """Run kube-scheduler with the KubeSchedulerConfiguration ``config`` (clientConnection filled in) and
+    ``feature_gates`` (``--feature-gates``; e.g. :data:`GANG_FEATURE_GATES`); wait for its ``/healthz``; SIGTERM it
+    on exit."""
     assets = assets_dir()
     if assets is None:
         raise ControlPlaneError(SKIP_REASON)
@@ -418,6 +429,7 @@ def start_scheduler(api: ApiServer, config: Mapping[str, Any], tmp: Path) -> Ite
                 f"--authentication-kubeconfig={api.kubeconfig}",
                 f"--authorization-kubeconfig={api.kubeconfig}",
                 "--v=2",
+                *([f"--feature-gates={feature_gates}"] if feature_gates else []),
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -578,6 +578,8 @@ class Settings:
     allocate_latency_s: float = DEFAULT_ALLOCATE_LATENCY_S
     scheduler_qps: int | None = None
     """kube-scheduler's clientConnection qps (burst twice); None: its defaults."""
+    scheduler_feature_gates: str = ""
+    """kube-scheduler's ``--feature-gates`` (``control.GANG_FEATURE_GATES`` for the gang scenarios)."""
     scheduler_client_cert: bool = True
     """kube-scheduler presents its client certificate to the extenders (``--client-ca-file``); False: none."""
     device_sections: Mapping[str, Any] = field(default_factory=dict)
@@ -790,7 +792,11 @@ async def running_system(
             )
             if settings.scheduler_qps:
                 sched_config["clientConnection"] = {"qps": settings.scheduler_qps, "burst": 2 * settings.scheduler_qps}
-            scheduler = stack.enter_context(start_scheduler(api, sched_config, tmp / "kube-scheduler"))
+            scheduler = stack.enter_context(
+                start_scheduler(
+                    api, sched_config, tmp / "kube-scheduler", feature_gates=settings.scheduler_feature_gates
+                )
+            )
             kube_client = await stack.enter_async_context(
                 open_client(KubeSettings(kubeconfig=str(api.kubeconfig), qps=0, burst=1, user_agent="devplugin"))
             )

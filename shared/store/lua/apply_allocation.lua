@@ -10,6 +10,10 @@
 --       10 the store epoch the caller planned in ('' = unchecked): another epoch (a flush, a new primary) refuses,
 --       11 the bind hint of a reservation ('' or absent: none); a reserve that succeeds sets or clears it, a record
 --          clears it
+--       12 a preemption hold (reserve only; '' or absent: none): a JSON array of the victims' pod uids on this node.
+--          Their charges count as freed for the capacity checks but stay in the usage until the informer releases
+--          them (the victims are terminating), so the usage may pass capacity meanwhile and nobody else fits in
+--          the freed room. The victims are kept in the bind hints as 'w|<uid>' (docs/preemption.md).
 -- A reserve never replaces a record a bind has claimed, marked bound, or the informer confirmed: the pod's
 -- devices belong to that decision ({'owned', state}). A record (the API's truth) replaces anything; when its
 -- content differs, the claim on the old record goes with it.
@@ -85,7 +89,23 @@ end
 
 local new = cjson.decode(cjs)
 local old_charges = old_rec and cjson.decode(old_cjs) or {}
-local u = load_devices(KEYS[2], new, old_charges)
+local victims = {}
+local hold = reserve and ARGV[12] ~= nil and ARGV[12] ~= ''
+local u
+if hold then
+  u = load_usage(KEYS[2])
+  for _, v in ipairs(cjson.decode(ARGV[12])) do
+    local vrec = redis.call('HGET', KEYS[3], v)
+    if vrec and v ~= uid then
+      local _, _, vcjs = parse_record(vrec)
+      local vch = cjson.decode(vcjs)
+      apply(u, vch, -1)
+      victims[#victims + 1] = vch
+    end
+  end
+else
+  u = load_devices(KEYS[2], new, old_charges)
+end
 if old_rec then
   apply(u, old_charges, -1)
 end
@@ -185,10 +205,16 @@ if reserve then
   end
 end
 
+for _, vch in ipairs(victims) do
+  apply(u, vch, 1)
+end
 apply(u, new, 1)
 store_usage(KEYS[2], u)
 redis.call('HDEL', KEYS[9], uid)
 set_hint()
+if hold then
+  redis.call('HSET', KEYS[12], 'w|' .. uid, ARGV[12])
+end
 redis.call('HSET', KEYS[3], uid, state .. '|' .. fmt(now_ms()) .. '|' .. cjs)
 redis.call('HSET', KEYS[4], uid, blob)
 redis.call('SADD', KEYS[7], node)

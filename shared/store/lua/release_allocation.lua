@@ -19,7 +19,7 @@ if not rec then
     redis.call('HDEL', KEYS[7], uid)
   end
   redis.call('HDEL', KEYS[8], uid)
-  redis.call('HDEL', KEYS[9], uid)
+  redis.call('HDEL', KEYS[9], uid, 'w|' .. uid)
   return {'absent'}
 end
 local state, _, cjs = parse_record(rec)
@@ -52,7 +52,7 @@ store_usage(KEYS[1], u)
 redis.call('HDEL', KEYS[2], uid)
 redis.call('HDEL', KEYS[3], uid)
 redis.call('HDEL', KEYS[8], uid)
-redis.call('HDEL', KEYS[9], uid)
+redis.call('HDEL', KEYS[9], uid, 'w|' .. uid)
 if redis.call('HGET', KEYS[7], uid) == node then
   redis.call('HDEL', KEYS[7], uid)
 end

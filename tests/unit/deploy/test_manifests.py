@@ -80,8 +80,11 @@ EXPECTED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "events"): {"create"},
     },
     f"{FULL}-extender": {
-        ("", "pods"): {"get", "patch"},
+        ("", "pods"): {"get", "patch", "list", "delete"},  # list, delete: device-aware preemption
         ("", "pods/binding"): {"create"},
+        ("", "pods/status"): {"patch"},  # a victim's DisruptionTarget, the preemptor's nominatedNodeName
+        ("policy", "poddisruptionbudgets"): {"list"},
+        ("scheduling.k8s.io", "podgroups"): {"get"},  # a gang's minCount
         ("", "nodes"): {"get", "patch"},
         ("", "events"): {"create"},
     },
@@ -305,7 +308,7 @@ def test_kube_scheduler_configuration_calls_the_extender(manifests: Objects) -> 
     [extender] = config["extenders"]
     assert extender["urlPrefix"] == f"https://{FULL}-extender.{NS}.svc:443"
     assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
-    assert "prioritizeVerb" not in extender and "preemptVerb" not in extender
+    assert "prioritizeVerb" not in extender and extender["preemptVerb"] == "preempt"
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is False
     assert extender["enableHTTPS"] is True
     assert extender["tlsConfig"] == {

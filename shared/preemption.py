@@ -1,0 +1,211 @@
+"""Device-aware preemption, read side: who holds devices on the candidate nodes, at which priority, and which
+victims the pure core (``shared/domain/preempt.py``) would choose. Used by the extender (``/preempt`` and its own
+preemption when kube-scheduler finds no victim) and by ``inspect explain`` (docs/preemption.md).
+
+A resident is a pod the API shows on the node, not ended and not already terminating, that holds a record in the
+store on that node: only those free devices when evicted. Its priority is ``spec.priority`` (what the Priority
+admission plugin wrote; 0 when absent, as kube-scheduler reads it), its start ``status.startTime`` or else its
+creation. PodDisruptionBudgets are read from ``policy/v1`` and spent pod by pod in eviction order.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpu_scheduler.shared.domain.model import DEFAULT_NVIDIA_CONFIG, NvidiaConfig, PodConstraints, PodRequest
+from vgpu_scheduler.shared.domain.preempt import (
+    Budget,
+    NoVictims,
+    Resident,
+    VictimSet,
+    eviction_order,
+    pdb_violations,
+    pick_node,
+    select_victims,
+)
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
+from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.store import Store
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    v = obj.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """``spec.priority`` (0 when absent or not an integer), as kube-scheduler's ``PodPriority``."""
+    v = _mapping(pod, "spec").get("priority")
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+
+def may_preempt(pod: Mapping[str, Any]) -> bool:
+    """False when the pod says ``preemptionPolicy: Never``."""
+    return _mapping(pod, "spec").get("preemptionPolicy") != "Never"
+
+
+def _timestamp(text: object) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def start_time(pod: Mapping[str, Any]) -> float:
+    """``status.startTime``, else ``metadata.creationTimestamp``, in seconds (0 when neither parses)."""
+    t = _timestamp(_mapping(pod, "status").get("startTime"))
+    if t is None:
+        t = _timestamp(_mapping(pod, "metadata").get("creationTimestamp"))
+    return t or 0.0
+
+
+def _labels(pod: Mapping[str, Any]) -> dict[str, str]:
+    labels = _mapping(_mapping(pod, "metadata"), "labels")
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def budget_of(pdb: Mapping[str, Any]) -> Budget | None:
+    """A PodDisruptionBudget as the core reads it (None when it has no usable selector)."""
+    meta = _mapping(pdb, "metadata")
+    selector = _mapping(_mapping(pdb, "spec"), "selector")
+    if not selector:
+        return None
+    exprs = []
+    for e in selector.get("matchExpressions") or []:
+        if isinstance(e, Mapping) and isinstance(e.get("key"), str) and isinstance(e.get("operator"), str):
+            exprs.append((str(e["key"]), str(e["operator"]), tuple(str(v) for v in e.get("values") or [])))
+    allowed = _mapping(pdb, "status").get("disruptionsAllowed")
+    return Budget(
+        namespace=str(meta.get("namespace") or ""),
+        match_labels={str(k): str(v) for k, v in _mapping(selector, "matchLabels").items()},
+        match_expressions=tuple(exprs),
+        disruptions_allowed=allowed if isinstance(allowed, int) else 0,
+    )
+
+
+def pods_by_node(pods: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """Live pods (not ended, not terminating) grouped by ``spec.nodeName``."""
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for p in pods:
+        node = _mapping(p, "spec").get("nodeName")
+        if not isinstance(node, str) or not node:
+            continue
+        if _mapping(p, "status").get("phase") in TERMINAL_PHASES or _mapping(p, "metadata").get("deletionTimestamp"):
+            continue
+        out.setdefault(node, []).append(p)
+    return out
+
+
+def terminating_on(pods: Sequence[Mapping[str, Any]], node: str) -> list[str]:
+    """``namespace/name`` of the pods on ``node`` being deleted (kube-scheduler waits for them too)."""
+    return [
+        f"{_mapping(p, 'metadata').get('namespace')}/{_mapping(p, 'metadata').get('name')}"
+        for p in pods
+        if _mapping(p, "spec").get("nodeName") == node and _mapping(p, "metadata").get("deletionTimestamp")
+    ]
+
+
+@dataclass(slots=True)
+class Preemption:
+    """What preemption would do for one pod: the chosen victim set (None: none) and, per node looked at, why it
+    has no set (``NoVictims.reason``)."""
+
+    best: VictimSet | None
+    reasons: dict[str, str] = field(default_factory=dict)
+    sets: dict[str, VictimSet] = field(default_factory=dict)
+
+
+async def residents(
+    store: Store, api_pods: Sequence[Mapping[str, Any]], node: str, budgets: Sequence[Budget]
+) -> list[Resident]:
+    """The pods on ``node`` that hold devices there (module docstring), with their PDB verdict."""
+    records = {r.allocation.pod_uid: r for r in await store.reservations.list_by_node(node)}
+    out: list[Resident] = []
+    for p in api_pods:
+        meta = _mapping(p, "metadata")
+        uid = str(meta.get("uid") or "")
+        rec = records.get(uid)
+        if rec is None:
+            continue
+        out.append(
+            Resident(
+                uid=uid,
+                namespace=str(meta.get("namespace") or ""),
+                name=str(meta.get("name") or ""),
+                priority=pod_priority(p),
+                start_time=start_time(p),
+                charges=rec.allocation.charges,
+            )
+        )
+    if budgets and out:
+        labels = {str(_mapping(p, "metadata").get("uid") or ""): _labels(p) for p in api_pods}
+        ordered = eviction_order(out)
+        violating = pdb_violations([(r.uid, r.namespace, labels.get(r.uid, {})) for r in ordered], budgets)
+        out = [Resident(**{**_fields(r), "pdb_violating": r.uid in violating}) for r in out]
+    return out
+
+
+def _fields(r: Resident) -> dict[str, Any]:
+    return {
+        "uid": r.uid,
+        "namespace": r.namespace,
+        "name": r.name,
+        "priority": r.priority,
+        "start_time": r.start_time,
+        "charges": r.charges,
+    }
+
+
+async def read_budgets(api: Api) -> list[Budget]:
+    return [b for b in (budget_of(p) for p in await api.list_pod_disruption_budgets()) if b is not None]
+
+
+async def plan_preemption(
+    store: Store,
+    api: Api,
+    request: PodRequest,
+    constraints: PodConstraints,
+    snapshots: Mapping[str, NodeSnapshot],
+    *,
+    priority: int,
+    policies: Policies,
+    config: NvidiaConfig = DEFAULT_NVIDIA_CONFIG,
+    rules: RuleSet = NVIDIA_ONLY,
+    required: Mapping[str, Collection[str]] | None = None,
+    all_pods: Sequence[Mapping[str, Any]] | None = None,
+) -> Preemption:
+    """Victim sets on every node of ``snapshots`` and the one kube-scheduler's rules pick. ``required``: per
+    node, victims already chosen (kube-scheduler's, ``/preempt``); then only those nodes are looked at."""
+    pods = all_pods if all_pods is not None else await api.list_pods()
+    by_node = pods_by_node(pods)
+    budgets = await read_budgets(api)
+    out = Preemption(best=None)
+    for node, snap in snapshots.items():
+        if required is not None and node not in required:
+            continue
+        found = select_victims(
+            request,
+            constraints,
+            snap,
+            await residents(store, by_node.get(node, []), node, budgets),
+            priority=priority,
+            policies=policies,
+            config=config,
+            rules=rules,
+            required=(required or {}).get(node, ()),
+        )
+        if isinstance(found, NoVictims):
+            out.reasons[node] = found.reason
+        else:
+            out.sets[node] = found
+    out.best = pick_node(out.sets.values())
+    return out

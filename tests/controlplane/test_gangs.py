@@ -1,0 +1,206 @@
+"""Gangs on the real control plane: kube-apiserver and kube-scheduler v1.36 with ``GenericWorkload`` and
+``GangScheduling`` on, a ``scheduling.k8s.io/v1alpha2`` PodGroup with ``minCount: 8``, its members naming it in
+``spec.schedulingGroup.podGroupName``; our services as processes. No controller-manager runs: the harness removes a
+deleted PodGroup's finalizer as it would (:class:`tests.controlplane.kubelet.Finisher`).
+
+3. A gang of 8 whole-card pods that fits only packed on two nodes (a third is full) binds all 8, with no bind
+   failure in kube-scheduler's log or our extender's.
+4. A gang of 8 where only 7 cards are free: no member binds, no member is left with a reservation, a node lock or
+   an allocation annotation, and an ordinary pod then takes a free card at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controlplane.audit import AuditReport, audit
+from tests.controlplane.control import GANG_FEATURE_GATES, ApiServer, Cleanup
+from tests.controlplane.harness import (
+    RUN_LABEL,
+    BindWatch,
+    Kube,
+    NodeShape,
+    Settings,
+    System,
+    gpu_node,
+    gpu_pod,
+    running_system,
+)
+from tests.controlplane.kubelet import PODGROUPS, Finisher
+from tests.controlplane.scenario import count_scheduler_errors
+from tests.waiting import eventually
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.store import Store, connect
+
+pytestmark = pytest.mark.timeout(300)
+
+SHAPE = NodeShape(gpus=4, mem_mib=16384)
+
+
+def whole_card(name: str, group: str | None = None) -> dict[str, Any]:
+    pod = gpu_pod(name, mem=16384, cores=100)
+    if group:
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+def pod_group(name: str, min_count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+@dataclass
+class Run:
+    ns: str
+    run_id: str
+    kube: Kube
+    system: System
+    watch: BindWatch
+    finisher: Finisher
+    store: Store
+
+
+@contextlib.asynccontextmanager
+async def gang_run(
+    api: ApiServer, cleanup: Cleanup, redis_url: str, tmp: Path, name: str, nodes: int
+) -> AsyncIterator[Run]:
+    run_id = f"{name}-{uuid.uuid4().hex[:6]}"
+    labels = {RUN_LABEL: run_id}
+    ns = cleanup.namespace(run_id, labels)
+    names = [f"{run_id}-n{i:04d}" for i in range(nodes)]
+    settings = Settings(replicas=1, node_policy="binpack", scheduler_feature_gates=GANG_FEATURE_GATES)
+    async with Kube.open(api) as kube:
+        for n in names:
+            cleanup.node(n)
+        await kube.create_all("/api/v1/nodes", [gpu_node(n, SHAPE, labels) for n in names])
+        async with running_system(
+            api, redis_url, tmp / run_id, settings, run_id=run_id, node_selector=f"{RUN_LABEL}={run_id}"
+        ) as system:
+            watch, finisher = BindWatch(), Finisher(ns)
+            store = Store.create(connect(redis_url), prefix=f"vgpu-{run_id}")
+            tasks = [
+                asyncio.create_task(watch.run(kube, ns), name="bind-watch"),
+                asyncio.create_task(finisher.run(kube, podgroups=True), name="kubelet-finisher"),
+            ]
+            try:
+                yield Run(ns, run_id, kube, system, watch, finisher, store)
+                # PodGroups go before the namespace; their finalizer is removed by the finisher, as a
+                # controller-manager would
+                for group in await kube.items(PODGROUPS.format(ns=ns)):
+                    path = PODGROUPS.format(ns=ns) + f"/{group['metadata']['name']}"
+                    await kube.call("DELETE", path)
+                    await _until_gone(kube, path)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                for t in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await t
+                await store.aclose()
+
+
+async def _until_gone(kube: Kube, path: str) -> None:
+    async def gone() -> bool:
+        status, _ = await kube.call("GET", path)
+        return status == 404
+
+    await eventually(gone, 30, f"{path} deleted")
+
+
+async def _create(run: Run, pods: Sequence[dict[str, Any]]) -> None:
+    await run.kube.create_all(f"/api/v1/namespaces/{run.ns}/pods", pods)
+
+
+async def _final(run: Run) -> tuple[list[dict[str, Any]], AuditReport]:
+    pods = await run.kube.items(f"/api/v1/namespaces/{run.ns}/pods")
+    nodes = await run.kube.items(f"/api/v1/nodes?labelSelector={RUN_LABEL}%3D{run.run_id}")
+    report = audit(pods, nodes, [], plugin_failures=run.system.plugin.failures, crashed=run.system.crashed())
+    print(f"\n{report.summary()}; notes {report.notes[:3]}")
+    return pods, report
+
+
+def _bind_failures(run: Run) -> int:
+    return count_scheduler_errors(run.system.scheduler.log_text()) + run.system.log_count('"bind failed"')
+
+
+async def test_a_gang_that_fits_only_packed_on_two_nodes_binds_whole(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-fits", nodes=3) as run:
+        fillers = [whole_card(f"fill{i}") for i in range(4)]
+        await _create(run, fillers)
+        await eventually(lambda: len(run.watch.bound) == 4, 60, "the fillers bound")
+        full = set(run.watch.nodes.values())
+        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 8))
+        members = [whole_card(f"m{i}", "train") for i in range(8)]
+        created = time.monotonic()
+        await _create(run, members)
+        await eventually(lambda: all(f"m{i}" in run.watch.bound for i in range(8)), 120, "every member bound")
+        last = max(run.watch.bound[f"m{i}"] for i in range(8))
+        print(f"\ngang of 8 bound {last - created:.2f}s after its members were created")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        placed = {run.watch.nodes[f"m{i}"] for i in range(8)}
+        _, report = await _final(run)
+        report.check()
+        assert len(placed) == 2 and not placed & full, (placed, full)
+        assert report.bound == 12
+        assert _bind_failures(run) == 0
+
+
+async def test_a_gang_that_cannot_fit_whole_binds_nothing_and_holds_nothing(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-7of8", nodes=2) as run:
+        await _create(run, [whole_card("fill0")])
+        await eventually(lambda: "fill0" in run.watch.bound, 60, "the filler bound")
+        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 8))
+        uids: list[str] = []
+        for pod in [whole_card(f"m{i}", "train") for i in range(8)]:
+            created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
+            uids.append(created["metadata"]["uid"])
+        # kube-scheduler tries the group, a member fits nowhere, the extender releases the group's reservations
+        await eventually(
+            lambda: run.system.log_count("gang cannot be placed whole") > 0, 60, "the extender gave the group up"
+        )
+        # kube-scheduler keeps retrying the group: the next real pass (after the extender's refusal window) fails
+        # the same way and leaves nothing either
+        await eventually(
+            lambda: run.system.log_count("gang cannot be placed whole") > 1, 60, "a second pass of the group"
+        )
+
+        async def nothing_reserved() -> bool:
+            return all([await run.store.reservations.node_of(u) is None for u in uids])
+
+        await eventually(nothing_reserved, 30, "no member holds a reservation")
+        # a plain pod takes a free card at once: the waiting gang holds none
+        await _create(run, [whole_card("plain")])
+        await eventually(lambda: "plain" in run.watch.bound, 60, "the plain pod bound")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        pods, report = await _final(run)
+        members = [p for p in pods if p["metadata"]["name"].startswith("m")]
+        assert not any((p.get("spec") or {}).get("nodeName") for p in members)
+        assert not any(
+            k in (p["metadata"].get("annotations") or {})
+            for p in members
+            for k in (keys.VGPU_NODE, keys.BIND_PHASE, keys.DEVICES_ALLOCATED)
+        )
+        nodes = await run.kube.items(f"/api/v1/nodes?labelSelector={RUN_LABEL}%3D{run.run_id}")
+        assert not any(keys.NODE_LOCK in (n["metadata"].get("annotations") or {}) for n in nodes)
+        assert await nothing_reserved()
+        report.check()  # the 8 members rightly pending (they do not fit together), the others bound
+        assert report.bound == 2
