@@ -20,7 +20,6 @@ from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_pod_request
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.config import InspectSettings
 from vgpu_scheduler.shared.domain.diagnosis import nearest_miss, quota_left
 from vgpu_scheduler.shared.domain.fit import normalize_request
@@ -39,6 +38,8 @@ from vgpu_scheduler.shared.domain.vendor import RuleSet
 from vgpu_scheduler.shared.errors import DecodeError, NotFoundError
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.preemption import may_preempt, plan_preemption, pod_priority
+
+from vgpu_scheduler.shared.protocol.constraints import pod_constraints
 from vgpu_scheduler.shared.store import AllocationRecord, Store
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
@@ -174,7 +175,7 @@ async def explain(settings: InspectSettings, store: Store, api: Api, namespace: 
     try:
         vendors = enabled_vendors(nvidia, settings.common.device_sections, settings.common.enable_flags)
         request = vendors_pod_request(pod, vendors)
-        constraints = decode_vendor_constraints({str(k): str(v) for k, v in annotations.items()}, vendors)
+        constraints = pod_constraints({str(k): str(v) for k, v in annotations.items()}, vendors)
     except DecodeError as e:
         raise InspectError(f"pod {namespace}/{name}: {one_line(e)} (the extender would refuse it the same way)") from e
     policy = effective_policy(Policies(node=settings.node_policy, gpu=settings.gpu_policy), constraints)

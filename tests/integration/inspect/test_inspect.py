@@ -286,3 +286,27 @@ async def test_pod_not_found_and_an_empty_store(redis_url: str) -> None:
     assert ran.out.splitlines()[-1] == (
         "warning: the store is empty: the registrar and informer have not loaded it (are they running on this Redis?)"
     )
+
+
+async def test_explain_names_a_bad_scheduling_annotation_and_what_to_write(redis_url: str) -> None:
+    """The pod /filter refuses for its annotations (created before the webhook refused them, or around it):
+    ``explain`` says why, with the webhook's and /filter's hint."""
+    from vgpu_scheduler.shared.emulator import Emulator
+
+    pod = PodSpec("weights", gpus=1, mem_mib=1000, cores=10).manifest()
+    pod["metadata"]["namespace"] = "default"
+    pod["metadata"]["annotations"] = {"hami.io/device-scoring-weights": "memory=x"}
+    em = Emulator(bookmark_interval_s=None)
+    await em.start()
+    try:
+        em.put(pod)
+        ran = await run_cli("explain", "--redis-url", redis_url, "--kube-server", em.url, "default/weights")
+    finally:
+        await em.stop()
+    assert ran.code == 1
+    assert ran.err == (
+        "vgpu-scheduler explain: error: pod default/weights: hami.io/device-scoring-weights: expected slot, core, "
+        "and memory weights (at 'memory=x'); write \"slot=<n>,core=<n>,memory=<n>\": each of the three keys once, "
+        'whole numbers of 0 or more, at least one above 0, e.g. "slot=1,core=1,memory=1" (the extender would refuse '
+        "it the same way)\n"
+    )
