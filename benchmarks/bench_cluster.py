@@ -14,8 +14,9 @@ same run, time-to-bind p50/p99, node-lock waits (the extenders' ``vgpu_node_lock
 kube-scheduler errors (its log), and the audit's findings; then the CPU each component spent per bound pod
 (``/proc``), the API server's requests per bound pod by kind (``apiserver_request_total``) and by client (its
 audit log, ``--audit``), and the cost columns: ``OURS MS`` (extender + informer + registrar + Redis, CPU ms per
-bound pod), ``xKS`` (that ÷ native kube-scheduler's own CPU per pod in the same invocation) and ``OUR REQ`` (API
-requests per bound pod sent by our services). Figures are printed, never asserted.
+bound pod), ``xKS`` (that ÷ native kube-scheduler's own CPU per pod in the same invocation), ``OUR REQ`` (API
+requests per bound pod sent by our services, the Binding included) and ``+REQ`` (requests per pod beyond the native
+run's and the device plugin's: what vgpu-scheduler adds). Figures are printed, never asserted.
 
     KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 100 --pods 300
     KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 1000 --gpus 8 --pods 2000 \\
@@ -58,14 +59,27 @@ def _per_pod_ms(o: Outcome, labels: tuple[str, ...]) -> float | None:
     return 1000 * sum(o.cpu_s.get(label, 0.0) for label in labels) / o.bound
 
 
-def _cost(o: Outcome, native_scheduler_ms: float | None, clients: dict[str, dict[str, int]] | None) -> str:
-    """``OURS MS``, ``xKS`` and ``OUR REQ`` (see the module docstring); ``-`` where not measured."""
+def _requests_per_pod(o: Outcome) -> float | None:
+    return sum(o.api_calls.values()) / o.bound if o.api_calls and o.bound else None
+
+
+def _cost(
+    o: Outcome,
+    native_scheduler_ms: float | None,
+    clients: dict[str, dict[str, int]] | None,
+    native_requests: float | None = None,
+) -> str:
+    """``OURS MS``, ``xKS``, ``OUR REQ`` and ``+REQ`` (see the module docstring); ``-`` where not measured."""
     ours = _per_pod_ms(o, OURS)
     ratio = f"{ours / native_scheduler_ms:.2f}" if ours is not None and native_scheduler_ms else "-"
-    requests = "-"
+    requests = beyond = "-"
     if clients is not None and o.bound:
         requests = f"{sum(sum(clients.get(c, {}).values()) for c in OUR_CLIENTS) / o.bound:.2f}"
-    return f"{ours if ours is not None else float('nan'):>8.1f} {ratio:>5} {requests:>7}"
+        total = _requests_per_pod(o)
+        if total is not None and native_requests is not None:
+            plugin = sum(clients.get("device-plugin", {}).values()) / o.bound
+            beyond = f"{total - native_requests - plugin:.2f}"
+    return f"{ours if ours is not None else float('nan'):>8.1f} {ratio:>5} {requests:>7} {beyond:>5}"
 
 
 def _row(label: str, o: Outcome, native: float | None, cost: str) -> str:
@@ -104,12 +118,13 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
     audit = AuditTail(api.audit_log) if api.audit_log is not None else None
     header = (
         f"{'RUN':<34} {'BOUND':>11} {'PODS/S':>7} {'xNAT':>6} {'P50 S':>7} {'P99 S':>7} {'LOCKW':>6} "
-        f"{'SCHERR':>7} {'C/L':>7} {'NODES':>6} {'OURS MS':>8} {'xKS':>5} {'OUR REQ':>7}"
+        f"{'SCHERR':>7} {'C/L':>7} {'NODES':>6} {'OURS MS':>8} {'xKS':>5} {'OUR REQ':>7} {'+REQ':>5}"
     )
     print(f"# {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods; kube-scheduler qps {args.scheduler_qps}")
     print(header, flush=True)
     native_rate: float | None = None
     native_scheduler_ms: float | None = None
+    native_requests: float | None = None
     if not args.skip_native:
         cleanup = Cleanup(api)
         try:
@@ -121,6 +136,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
             cleanup.run()
         native_rate = native.pods_per_s or None
         native_scheduler_ms = _per_pod_ms(native, ("kube-scheduler",))
+        native_requests = _requests_per_pod(native)
         clients = _clients(audit, native)
         print(_row("native nvidia.com/gpu: 1", native, None, _cost(native, None, clients)), flush=True)
         print(_cpu_line(native) + _clients_line(clients, native.bound), flush=True)
@@ -156,7 +172,8 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                     cleanup.run()
                 label = f"vgpu {replicas} repl {policy} {setting}" + (" " + " ".join(extra) if extra else "")
                 clients = _clients(audit, outcome)
-                print(_row(label, outcome, native_rate, _cost(outcome, native_scheduler_ms, clients)), flush=True)
+                cost = _cost(outcome, native_scheduler_ms, clients, native_requests)
+                print(_row(label, outcome, native_rate, cost), flush=True)
                 print(_cpu_line(outcome) + _clients_line(clients, outcome.bound) + _redis_line(outcome), flush=True)
                 for line in (outcome.report.correctness + outcome.report.liveness)[: args.show_findings]:
                     print(f"    {line}")
@@ -169,7 +186,8 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
         "create-to-bind; LOCKW node-lock waits; SCHERR kube-scheduler error lines; C/L audit correctness/liveness "
         "findings; NODES nodes that received a pod; OURS MS our CPU ms per bound pod (extender, informer, registrar, "
         "Redis); xKS that over native kube-scheduler's own CPU ms per pod in this invocation; OUR REQ API requests "
-        "per bound pod sent by our services (audit log); cpu ms/pod: CPU milliseconds per bound pod by component, "
+        "per bound pod sent by our services (audit log); +REQ requests per pod beyond native's (this invocation) "
+        "and the device plugin's; cpu ms/pod: CPU milliseconds per bound pod by component, "
         "first create to last bind, and API server requests per bound pod by verb and resource (harness: pod "
         "creation, bind watch, device-plugin emulator; other: the machine's other processes); by client: the same "
         "requests by sender (the API server's audit log); redis/pod: scripts run per pod (and Redis' microseconds "
