@@ -38,7 +38,6 @@ from vgpu_scheduler.shared.domain.vendor import RuleSet
 from vgpu_scheduler.shared.errors import DecodeError, NotFoundError
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.preemption import may_preempt, plan_preemption, pod_priority
-
 from vgpu_scheduler.shared.protocol.constraints import pod_constraints
 from vgpu_scheduler.shared.store import AllocationRecord, Store
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
