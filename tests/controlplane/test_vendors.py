@@ -156,7 +156,7 @@ async def test_mixed_vendor_cluster(
     scenario = Scenario(
         "vendors",
         pods,
-        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
+        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend", "enable-iluvatar")),
         fleet=small_fleet(),
         deadline_s=60,
         stall_s=8,
@@ -237,7 +237,12 @@ async def test_mixed_vendor_cluster_two_replicas_spread(
     scenario = Scenario(
         "vendors-large",
         pods,
-        Settings(replicas=2, node_policy="spread", device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
+        Settings(
+            replicas=2,
+            node_policy="spread",
+            device_sections=VENDOR_SECTIONS,
+            enable_flags=("enable-ascend", "enable-iluvatar"),
+        ),
         fleet=large_fleet(5),
         deadline_s=300,
         stall_s=30,
