@@ -64,6 +64,7 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
         "resourceMemoryName": "mthreads.com/sgpu-memory",
         "resourceCoreName": "mthreads.com/sgpu-core",
     },
+    "metax": {"resourceCountName": "metax-tech.com/gpu"},
     "iluvatars": [
         {
             "chipName": "MR-V100",
@@ -91,6 +92,7 @@ BIREN = {"birentech.com/gpu": "1"}
 VASTAI = {"vastaitech.com/va": "1"}
 MTHREADS = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4", "mthreads.com/sgpu-core": "2"}
 ILU = {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "8", "iluvatar.ai/MR-V100.vCore": "20"}
+METAX = {"metax-tech.com/gpu": "1"}
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 
 
@@ -100,7 +102,11 @@ def small_fleet() -> list[list[VendorPart]]:
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
-        [VendorPart("MLU", mem_mib=16384), VendorPart("Biren", devices=2, mem_mib=32768, slots=2)],
+        [
+            VendorPart("MLU", mem_mib=16384),
+            VendorPart("Biren", devices=2, mem_mib=32768, slots=2),
+            VendorPart("Metax-GPU", devices=3, mem_mib=65536, slots=1),
+        ],
         [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
         [
             VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
@@ -121,6 +127,7 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod(f"biren{i}", [BIREN]) for i in range(2)]
     pods += [vendor_pod(f"va{i}", [VASTAI]) for i in range(2)]
     pods += [vendor_pod("mt0", [MTHREADS]), vendor_pod("mt-two", [MTHREADS, MTHREADS])]
+    pods += [vendor_pod("metax0", [METAX]), vendor_pod("metax-two", [METAX, METAX])]  # whole GPUs, one a container
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -149,7 +156,7 @@ async def test_mixed_vendor_cluster(
     scenario = Scenario(
         "vendors",
         pods,
-        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
+        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend", "enable-iluvatar")),
         fleet=small_fleet(),
         deadline_s=60,
         stall_s=8,
@@ -170,6 +177,7 @@ async def test_mixed_vendor_cluster(
         "Biren": 2,
         "Vastai": 2,
         "Mthreads": 2,
+        "Metax-GPU": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -196,6 +204,9 @@ async def test_mixed_vendor_cluster(
     first, second, _ = mt["hami.io/mthreads-vgpu-devices-allocated"].split(";")
     assert first == second and first.endswith(",Mthreads,2048,2:"), mt  # one GPU for every container of a pod
     assert mt["mthreads.com/predicate-node"] == _pod(outcome, "mt-two")["spec"]["nodeName"]
+    mx = _pod(outcome, "metax-two")["metadata"]["annotations"]
+    first, second, _ = mx["hami.io/metax-gpu-devices-allocated"].split(";")
+    assert first != second and first.endswith(",Metax-GPU,65536,100:"), mx  # a whole GPU for each container
 
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:
@@ -226,7 +237,12 @@ async def test_mixed_vendor_cluster_two_replicas_spread(
     scenario = Scenario(
         "vendors-large",
         pods,
-        Settings(replicas=2, node_policy="spread", device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
+        Settings(
+            replicas=2,
+            node_policy="spread",
+            device_sections=VENDOR_SECTIONS,
+            enable_flags=("enable-ascend", "enable-iluvatar"),
+        ),
         fleet=large_fleet(5),
         deadline_s=300,
         stall_s=30,

@@ -46,6 +46,7 @@ def test_the_default_values_hold_only_nvidias_section() -> None:
         "Biren",
         "Vastai",
         "Mthreads",
+        "Metax-GPU",
     )
 
 
@@ -156,6 +157,8 @@ def test_iluvatar_biren_and_vastai_names_reach_kube_scheduler_and_the_webhook(ch
         {"vastai": None, "biren": {}},
         {"mthreads": None},
         {"mthreads": {"resourceMemoryName": "x.io/mem"}},
+        {"metax": None},
+        {"metax": {"resourceCountName": "x.io/gpu"}},
     ]
     for sections in cases:
         for iluvatar in (False, True):

@@ -41,6 +41,7 @@ DEFAULT_FAMILY_RESOURCES = [
     "mthreads.com/sgpu-memory",
     "mthreads.com/sgpu-core",
     "birentech.com/gpu",
+    "metax-tech.com/gpu",
     "vastaitech.com/va",
 ]
 """The families HAMi schedules by default besides NVIDIA, with HAMi's default names (the chart with no values)."""

@@ -14,7 +14,7 @@ from vgpu_scheduler.services.simulate.manifests import ManifestError, load_clust
 from vgpu_scheduler.services.simulate.pools import ALL_VENDORS, expand_pool
 from vgpu_scheduler.shared.devconfig import load_device_config
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
-from vgpu_scheduler.shared.vendors import cambricon
+from vgpu_scheduler.shared.vendors import cambricon, metax
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors, observe_node
 from vgpu_scheduler.shared.vendors.registration import NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors
@@ -209,6 +209,8 @@ def test_the_bundled_cluster_has_a_pool_of_every_vendor_and_a_mixed_node() -> No
 
 def test_every_known_vendor_has_a_simulated_device_plugin() -> None:
     for vendor in ALL_VENDORS:
-        memory = cambricon.MEMORY_UNIT_MIB * 4
-        (node,) = expand_pool(pool("p", {"vendor": vendor.name, "count": 1, "memory": memory}), ALL_VENDORS).nodes
+        group: dict[str, Any] = {"vendor": vendor.name, "count": 1, "memory": cambricon.MEMORY_UNIT_MIB * 4}
+        if vendor.name == metax.NAME:  # MetaX GPUs register by count alone: HAMi's 65536 MiB, one slot
+            group.update(memory=metax.GPU_MEMORY_MIB, split=metax.GPU_SLOTS)
+        (node,) = expand_pool(pool("p", group), ALL_VENDORS).nodes
         assert set(registered(node, ALL_VENDORS)) == {vendor.name}

@@ -79,7 +79,7 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- end }}
 
 {{/* The resource names of the other enabled vendors. The families HAMi initialises by default (cambricon, hygon,
-amd, mthreads, biren, vastai) always: their section's resourceCountName / resourceMemoryName / resourceCoreName, HAMi's default name for a
+amd, mthreads, biren, vastai, metax) always: their section's resourceCountName / resourceMemoryName / resourceCoreName, HAMi's default name for a
 key left out (no section: every default). Huawei Ascend only with deviceConfig.enableAscend (HAMi's
 --enable-ascend): each vnpus config's resourceName / resourceMemoryName / resourceCoreName
 (huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips); Iluvatar likewise only
@@ -116,6 +116,7 @@ test checks it against the names the services derive from the same device config
 {{- end }}
 {{- end }}
 {{- $countOnly := dict "biren" "birentech.com/gpu" "vastai" "vastaitech.com/va" }}
+{{- $_ := set $countOnly "metax" "metax-tech.com/gpu" }}
 {{- range $section, $default := $countOnly }}
 {{- $s := index $cfg $section | default dict }}
 {{- $names = append $names ((kindIs "map" $s) | ternary (index $s "resourceCountName") "" | default $default) }}

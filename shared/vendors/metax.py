@@ -1,0 +1,293 @@
+"""MetaX GPUs as a vendor (HAMi's ``pkg/device/metax``, the whole-GPU half ``device.go``): common word
+``Metax-GPU``, pure.
+
+What a MetaX GPU pod and node look like on the wire (docs/vendors/metax.md):
+
+* one resource, ``metax-tech.com/gpu`` (the number of whole GPUs; renamed by the ``metax:`` section's
+  ``resourceCountName``); every GPU asked for is taken whole: 100 % of its memory and 100 cores;
+* registration from **node capacity**: ``capacity[metax-tech.com/gpu]`` GPUs ``<node>-metax-<i>``, each with one
+  slot, 65536 MiB and 100 cores; no handshake (HAMi's ``CheckHealth`` only asks that the capacity be above 0);
+* pod device lists ``hami.io/metax-gpu-devices-to-allocate`` and ``hami.io/metax-gpu-devices-allocated`` (the same
+  value), **no node lock**; no UUID selectors (HAMi's ``checkUUID`` accepts every GPU);
+* the webhook makes no edit: a container is ours when the count is in its limits.
+
+HAMi's ``ScoreNode`` for MetaX reads the node's ``metax-tech.com/gpu.topology.losses`` (binpack) or
+``…scores`` (spread) annotation, a JSON map from a number of GPUs to a figure, and adds ``2000 - figure`` for the
+number of GPUs the pod got. :func:`score_node` restates it; the plan does not apply it yet (its node order is
+fixed before any fit: see docs/differences.md §24). The sGPU half (``sdevice.go``: ``metax-tech.com/sgpu``, QoS
+policies, its own scoring) is not scheduled here yet; its names are accepted in the section.
+
+On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.resources import (
+    QuantityKind,
+    RequestReader,
+    ResourceRequestError,
+    container_label,
+    container_lists,
+    names_any,
+    raw_value,
+)
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.domain.model import (
+    EMPTY_REQUEST,
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    NodeInventory,
+    PodConstraints,
+    Selectors,
+)
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.registration import (
+    DecodeFailure,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+)
+
+SECTION: Final = "metax"
+ENABLE_FLAG: Final[str | None] = None
+"""HAMi v2.10 initialises MetaX whatever its device config holds."""
+
+NAME: Final = "Metax-GPU"
+"""HAMi's common word: the ``type`` of MetaX GPU requests and pod device entries, ``DeviceInfo.vendor``."""
+
+TO_ALLOCATE_KEY: Final = "hami.io/metax-gpu-devices-to-allocate"
+ALLOCATED_KEY: Final = "hami.io/metax-gpu-devices-allocated"
+LOSSES_KEY: Final = "metax-tech.com/gpu.topology.losses"
+SCORES_KEY: Final = "metax-tech.com/gpu.topology.scores"
+GPU_MEMORY_MIB: Final = 65536
+"""The memory HAMi gives every registered MetaX GPU (the capacity carries only the count)."""
+GPU_CORES: Final = 100
+GPU_SLOTS: Final = 1
+"""A MetaX GPU is registered with one slot: one container per GPU."""
+_ID_INFIX: Final = "-metax-"
+_SCORE_BASE: Final = 2000.0
+
+
+@dataclass(frozen=True, slots=True)
+class MetaxConfig:
+    """The ``metax:`` section (HAMi's ``MetaxConfig``, defaults of its ``--metax-*`` flags). The sGPU names are
+    validated and kept; nothing schedules sGPUs yet."""
+
+    resource_count_name: str = "metax-tech.com/gpu"
+    resource_vcount_name: str = "metax-tech.com/sgpu"
+    resource_vmemory_name: str = "metax-tech.com/vmemory"
+    resource_vcore_name: str = "metax-tech.com/vcore"
+
+
+_KEYS: Mapping[str, str] = {
+    "resourceCountName": "resource_count_name",
+    "resourceVCountName": "resource_vcount_name",
+    "resourceVMemoryName": "resource_vmemory_name",
+    "resourceVCoreName": "resource_vcore_name",
+}
+
+
+def parse_config(section: object) -> MetaxConfig:
+    """Validate the ``metax:`` section; absent keys keep HAMi's defaults. ConfigError names the key path."""
+    return MetaxConfig(**names_section(section, SECTION, _KEYS, unit="GPUs"))
+
+
+def build(section: object) -> tuple[MetaxVendor, ...]:
+    """The vendors the ``metax:`` section configures: the whole GPUs (``None`` or ``{}``: HAMi's defaults)."""
+    return (MetaxVendor(parse_config(section)),)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fit and score
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetaxRules(BasicRules):
+    """MetaX GPU ``Fit``: the common skeleton; ``checkType`` compares the request's type with the common word and
+    ``checkUUID`` accepts every GPU (HAMi reads no UUID selector for MetaX GPUs)."""
+
+    def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
+        return req.type == self.name
+
+    def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
+        return True
+
+
+METAX_RULES: DeviceRules = MetaxRules(NAME)
+
+
+def parse_topology(value: str, index: int) -> float:
+    """HAMi's ``parseMetaxAnnos``: ``value`` is a JSON object from a number of GPUs to a whole figure; the figure
+    for ``index`` GPUs, 0 when the value is no such object or has no entry for ``index``."""
+    try:
+        table = json.loads(value)
+    except ValueError:
+        return 0.0
+    if not isinstance(table, dict):
+        return 0.0
+    figure = None
+    for k, v in table.items():
+        text = k.strip()
+        if not (text.lstrip("+-").isdigit() and text.isascii()) or isinstance(v, bool) or not isinstance(v, int):
+            return 0.0  # Go's json.Unmarshal into map[int]int fails as a whole
+        if int(text) == index:
+            figure = v
+    return float(figure) if figure is not None else 0.0
+
+
+def score_node(annotations: Mapping[str, str], gpus: int, policy: str) -> float:
+    """HAMi's ``ScoreNode`` for MetaX GPUs: ``gpus`` is how many the pod got on the node. binpack: ``2000 −``
+    the loss of that many GPUs (``metax-tech.com/gpu.topology.losses``); spread: ``2000 −`` their score
+    (``…topology.scores``); 0 without the annotation or for another policy."""
+    key = LOSSES_KEY if policy == "binpack" else SCORES_KEY if policy == "spread" else None
+    if key is None or key not in annotations:
+        return 0.0
+    return _SCORE_BASE - parse_topology(annotations[key], gpus)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Registration from node capacity
+# ------------------------------------------------------------------------------------------------------------
+
+
+def devices_from_capacity(node: str, count: int) -> tuple[DeviceInfo, ...]:
+    """HAMi's ``GetNodeDevices``: ``count`` GPUs ``<node>-metax-<i>`` of 65536 MiB and 100 cores, one slot each."""
+    return tuple(
+        DeviceInfo(f"{node}{_ID_INFIX}{i}", i, GPU_SLOTS, GPU_MEMORY_MIB, GPU_CORES, NAME, 0, "", True, vendor=NAME)
+        for i in range(count)
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The vendor
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetaxVendor:
+    """MetaX whole GPUs (see the module docstring)."""
+
+    config: MetaxConfig = dataclasses.field(default_factory=MetaxConfig)
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def resources(self) -> ResourceNames:
+        return ResourceNames(count=self.config.resource_count_name)
+
+    @property
+    def rules(self) -> DeviceRules:
+        return METAX_RULES
+
+    @property
+    def to_allocate_key(self) -> str | None:
+        return TO_ALLOCATE_KEY
+
+    @property
+    def allocated_key(self) -> str:
+        return ALLOCATED_KEY
+
+    @property
+    def register_key(self) -> str | None:
+        return None
+
+    @property
+    def handshake_key(self) -> str | None:
+        return None
+
+    @property
+    def node_lock(self) -> NodeLockKind:
+        return NodeLockKind.NONE
+
+    # ---- requests ----------------------------------------------------------------------------------------------
+
+    def manages(self, container: Mapping[str, Any]) -> bool:
+        return names_any(container, self.resources.all)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; each GPU whole (100 %
+        of its memory, 100 cores). A bad quantity is a ResourceRequestError."""
+        count_name = self.config.resource_count_name
+        limits, requests = container_lists(container, what)
+        r = RequestReader(reader_config(count_name, "", ""), container_label(container, what))
+        n = r.read(limits, requests, count_name, QuantityKind.COUNT)
+        if r.problems:
+            raise ResourceRequestError(r.problems)
+        if not raw_value(limits, requests, count_name)[0] or not n:
+            return EMPTY_REQUEST
+        return ContainerRequest(nums=n, mem_mib=0, mem_pct=100, cores_pct=GPU_CORES, type=NAME)
+
+    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
+        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
+        limits, _ = container_lists(container, where)
+        if self.config.resource_count_name not in limits:
+            return False
+        self.container_request(container, where)
+        return True
+
+    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
+        """No UUID selector applies to MetaX GPUs (HAMi's ``checkUUID`` is always true)."""
+        del annotations
+        return Selectors()
+
+    # ---- registration ------------------------------------------------------------------------------------------
+
+    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
+        """Registration from ``status.capacity[metax-tech.com/gpu]``: absent → not registered; not a whole number →
+        invalid; 0 → not registered (HAMi's "device not found"); else that many GPUs, healthy (HAMi's
+        ``CheckHealth``: the capacity is above 0). Cordoned GPUs from ``hami.io/device-cordon``."""
+        del now_local, reported_before
+        name = self.config.resource_count_name
+        capacity = node.capacity or node.allocatable
+        if name not in capacity:
+            return NotRegistered(Unregistered.ABSENT)
+        source = f"status.capacity[{name}]"
+        try:
+            q = parse_quantity(capacity[name], source)
+            if q.denominator != 1 or q < 0 or q > 2**63 - 1:
+                raise DecodeError(source, "expected a whole number from 0 to 2^63-1", str(capacity[name]))
+        except DecodeError as e:
+            return Invalid(DecodeFailure.REGISTER, source, str(capacity[name]), e)
+        if q == 0:
+            return NotRegistered(Unregistered.NO_DEVICES)
+        devices = devices_from_capacity(node.name, q.numerator)
+        ids = {d.id for d in devices}
+        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
+        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
+
+    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """What the MetaX device plugin advertises for ``devices``: their number as the count resource. Only GPUs
+        as HAMi registers them (65536 MiB, 100 cores, one slot) survive the round trip, so others are refused."""
+        if any((d.devmem_mib, d.devcore, d.count) != (GPU_MEMORY_MIB, GPU_CORES, GPU_SLOTS) for d in devices):
+            raise ValueError("MetaX GPUs register by count only: each has 65536 MiB, 100 cores and one slot")
+        if not devices:
+            return {}, {}, {}
+        return {}, {self.config.resource_count_name: str(len(devices))}, {}
+
+    # ---- pod device lists --------------------------------------------------------------------------------------
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices, ALLOCATED_KEY)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value, ALLOCATED_KEY)
