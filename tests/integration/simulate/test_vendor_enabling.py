@@ -47,8 +47,12 @@ def test_without_the_flag_an_ascend_pod_takes_the_native_path(files: tuple[Path,
     cluster, workload = files
     out = run_cli_json("simulate", "--cluster", str(cluster), "--workload", str(workload))
     pods = {p["name"]: p for p in out["pods"]}
-    # not ours: kube-scheduler's own fit puts it where huawei.com/Ascend910B3 is advertised, no device allocated
-    assert pods["npu-1"]["node"] == "npu-01" and pods["npu-1"]["annotations"] == {}
+    # not ours: kube-scheduler's own fit binds it where huawei.com/Ascend910B3 is advertised, with no device
+    # allocated; HAMi's Ascend plugin there finds no allocation for it, so the kubelet rejects the pod
+    npu = pods["npu-1"]
+    assert npu["node"] is None and not any(k.startswith("hami.io/") for k in npu["annotations"])
+    [(node, reason)] = npu["reasons"].items()
+    assert node == "npu-01" and reason.startswith("UnexpectedAdmissionError"), npu["reasons"]
     # on by default: a device, the cores capped at 100 (HAMi's Fit), no device config needed
     dcu = pods["dcu-1"]
     assert dcu["node"] == "dcu-01"
