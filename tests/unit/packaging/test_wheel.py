@@ -29,7 +29,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
         shutil.copy2(REPO / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("vgpu_scheduler", "shared", "services"):
-        # symlinks=True keeps vgpu_scheduler/shared -> ../shared a link, as in a clone
+        # symlinks=True keeps the package's links to the root's folders links, as in a clone
         shutil.copytree(REPO / name, src / name, symlinks=True, ignore=ignore)
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
