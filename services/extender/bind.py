@@ -61,7 +61,7 @@ from vgpu_scheduler.services.extender.vendorlock import (
     TimedNodeLocker,
     lock_kinds,
 )
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, needs_inventory
 from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
@@ -182,7 +182,12 @@ class Binder:
         written: KubeObject | None = None
         annos: dict[str, str] | None = None
         try:
-            annos = allocation_annotations(node, alloc.devices, alloc.mig, int(self._clock()), self._vendors)
+            inventory = None
+            if needs_inventory(alloc.devices, self._vendors):  # a vendor's annotations name registered details
+                inventory = await self._store.inventory.get(node)
+            annos = allocation_annotations(
+                node, alloc.devices, alloc.mig, int(self._clock()), self._vendors, pod=pod, inventory=inventory
+            )
             written = await self._annotate(pod, started.resource_version, args, annos, token)
             if written is None:  # a concurrent bind of this pod got there first
                 await self._finish(args, token)

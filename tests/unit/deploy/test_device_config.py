@@ -46,6 +46,8 @@ def test_the_default_values_hold_only_nvidias_section() -> None:
         "Biren",
         "Vastai",
         "Mthreads",
+        "GCU",
+        "Enflame",
     )
 
 
@@ -156,6 +158,9 @@ def test_iluvatar_biren_and_vastai_names_reach_kube_scheduler_and_the_webhook(ch
         {"vastai": None, "biren": {}},
         {"mthreads": None},
         {"mthreads": {"resourceMemoryName": "x.io/mem"}},
+        {"enflame": None},
+        {"enflame": {"resourceNameGCU": "x.io/gcu", "resourceNameVGCU": "enflame.com/vgcu", "resourceNameGCUCore": ""}},
+        {"enflame": {"resourceNameDRSGCU": "x.io/drs", "resourceNameVGCU": "enflame.com/vgcu"}},
     ]
     for sections in cases:
         for iluvatar in (False, True):
