@@ -597,6 +597,11 @@ class VgcuVendor:
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
 
+    def plugin_device_count(self, container: Mapping[str, Any]) -> int:
+        """How many instances Enflame's DRS plugin serves ``container``: one when it asks for a DRS resource (the
+        count resource holds slices, not instances), else none. Used by the simulated device plugin."""
+        return 1 if self.manages(container) else 0
+
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
         """Registration from ``enflame.com/gcu-drs-capacity``: absent → not registered; undecodable → invalid; no
         card → not registered. HAMi's ``CheckHealth`` always says healthy: no handshake."""

@@ -9,6 +9,7 @@ device-plugin emulator settles them as each vendor's plugin does (HAMi's lock, C
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,12 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
         "resourceMemoryName": "mthreads.com/sgpu-memory",
         "resourceCoreName": "mthreads.com/sgpu-core",
     },
+    "enflame": {
+        "resourceNameGCU": "enflame.com/gcu",
+        "resourceNameDRSGCU": "enflame.com/drs-gcu",
+        "resourceNameGCUMemory": "enflame.com/gcu-memory",
+        "resourceNameGCUCore": "enflame.com/gcu-core",
+    },
     "iluvatars": [
         {
             "chipName": "MR-V100",
@@ -91,22 +98,34 @@ BIREN = {"birentech.com/gpu": "1"}
 VASTAI = {"vastaitech.com/va": "1"}
 MTHREADS = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4", "mthreads.com/sgpu-core": "2"}
 ILU = {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "8", "iluvatar.ai/MR-V100.vCore": "20"}
+GCU = {"enflame.com/gcu": "1"}
+DRS = {"enflame.com/drs-gcu": "3"}  # the 3g.20gb profile
+DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the smallest holding both: 1g.6gb
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
-    NVIDIA+AMD+Vastai."""
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
+    NVIDIA+AMD+Vastai+Enflame DRS."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
-        [VendorPart("MLU", mem_mib=16384), VendorPart("Biren", devices=2, mem_mib=32768, slots=2)],
+        [
+            VendorPart("MLU", mem_mib=16384),
+            VendorPart("Biren", devices=2, mem_mib=32768, slots=2),
+            VendorPart("GCU", devices=2, mem_mib=100, slots=1),
+        ],
         [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
         [
             VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
             VendorPart("Mthreads", devices=2, mem_mib=16384, slots=100, cores=16),
         ],
-        [VendorPart("NVIDIA"), VendorPart("AMD"), VendorPart("Vastai", devices=2, mem_mib=16384, slots=4)],
+        [
+            VendorPart("NVIDIA"),
+            VendorPart("AMD"),
+            VendorPart("Vastai", devices=2, mem_mib=16384, slots=4),
+            VendorPart("Enflame", devices=1, mem_mib=40960, slots=6),  # menu 1g.6gb, 3g.20gb, 6g.40gb
+        ],
     ]
 
 
@@ -121,6 +140,7 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod(f"biren{i}", [BIREN]) for i in range(2)]
     pods += [vendor_pod(f"va{i}", [VASTAI]) for i in range(2)]
     pods += [vendor_pod("mt0", [MTHREADS]), vendor_pod("mt-two", [MTHREADS, MTHREADS])]
+    pods += [vendor_pod("gcu0", [GCU]), vendor_pod("drs0", [DRS]), vendor_pod("drs-two", [DRS_SPEC, DRS_SPEC])]
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -149,7 +169,7 @@ async def test_mixed_vendor_cluster(
     scenario = Scenario(
         "vendors",
         pods,
-        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
+        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend", "enable-iluvatar")),
         fleet=small_fleet(),
         deadline_s=60,
         stall_s=8,
@@ -170,6 +190,8 @@ async def test_mixed_vendor_cluster(
         "Biren": 2,
         "Vastai": 2,
         "Mthreads": 2,
+        "GCU": 1,
+        "Enflame": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -196,6 +218,16 @@ async def test_mixed_vendor_cluster(
     first, second, _ = mt["hami.io/mthreads-vgpu-devices-allocated"].split(";")
     assert first == second and first.endswith(",Mthreads,2048,2:"), mt  # one GPU for every container of a pod
     assert mt["mthreads.com/predicate-node"] == _pod(outcome, "mt-two")["spec"]["nodeName"]
+    gcu = _pod(outcome, "gcu0")["metadata"]["annotations"]
+    assert gcu["hami.io/enflame-gcu-devices-allocated"].endswith(",GCU,100,100:;"), gcu  # a whole card
+    drs = _pod(outcome, "drs0")["metadata"]["annotations"]
+    assert drs["hami.io/enflame-vgpu-devices-allocated"].endswith(",Enflame,20480,50:;"), drs
+    assert (drs["enflame.com/gcu-assigned"], drs["enflame.com/gcu-request-size"]) == ("false", "3"), drs
+    assert json.loads(drs["assigned-containers"]) == {
+        "c0": {"allocated": False, "request": 3, "profileID": "1", "profileName": "3g.20gb"}
+    }
+    two = json.loads(_pod(outcome, "drs-two")["metadata"]["annotations"]["assigned-containers"])
+    assert {c: (v["request"], v["profileName"]) for c, v in two.items()} == {"c0": (1, "1g.6gb"), "c1": (1, "1g.6gb")}
 
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:
@@ -226,7 +258,12 @@ async def test_mixed_vendor_cluster_two_replicas_spread(
     scenario = Scenario(
         "vendors-large",
         pods,
-        Settings(replicas=2, node_policy="spread", device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend",)),
+        Settings(
+            replicas=2,
+            node_policy="spread",
+            device_sections=VENDOR_SECTIONS,
+            enable_flags=("enable-ascend", "enable-iluvatar"),
+        ),
         fleet=large_fleet(5),
         deadline_s=300,
         stall_s=30,
