@@ -20,7 +20,7 @@ from vgpu_scheduler.shared.vendors.catalog import enabled_vendors, observe_node
 from vgpu_scheduler.shared.vendors.registration import NodeView
 
 VENDORS = enabled_vendors(
-    NvidiaConfig(), load_device_config(str(EXAMPLE_DEVICE_CONFIG)).vendor_sections, {"enable-ascend"}
+    NvidiaConfig(), load_device_config(str(EXAMPLE_DEVICE_CONFIG)).vendor_sections, {"enable-ascend", "enable-iluvatar"}
 )
 OLD_SUMMARY_KEYS = {
     "pods", "placed", "pending", "policies", "by_policy", "gpu", "fragmentation", "nodes_touched", "nodes_in_use",
@@ -142,7 +142,7 @@ def _run(files: tuple[Path, Path]) -> dict[str, Any]:
     cluster, workload = files
     out: dict[str, Any] = run_cli_json(
         "simulate", "--cluster", str(cluster), "--workload", str(workload),
-        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG), "--enable-ascend",
+        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG), "--enable-ascend", "--enable-iluvatar",
     )  # fmt: skip
     return out
 
@@ -283,7 +283,7 @@ def test_the_text_report_shows_one_line_per_vendor(files: tuple[Path, Path]) -> 
     cluster, workload = files
     code, out, err = run_cli(
         "simulate", "--cluster", str(cluster), "--workload", str(workload),
-        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG), "--enable-ascend",
+        "--device-config-file", str(EXAMPLE_DEVICE_CONFIG), "--enable-ascend", "--enable-iluvatar",
     )  # fmt: skip
     assert code == 0, err
     lines = [line.split() for line in out.splitlines() if line.startswith("  ") and "devices in use" in line]
