@@ -61,7 +61,7 @@ from vgpu_scheduler.services.extender.vendorlock import (
     TimedNodeLocker,
     lock_kinds,
 )
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, needs_inventory
 from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
@@ -182,7 +182,14 @@ class Binder:
         written: KubeObject | None = None
         annos: dict[str, str] | None = None
         try:
-            annos = allocation_annotations(node, alloc.devices, alloc.mig, int(self._clock()), self._vendors)
+            inventory, named = None, pod
+            if needs_inventory(alloc.devices, self._vendors):  # a vendor's annotations name registered details
+                inventory = await self._store.inventory.get(node)
+                if named is None:  # and the containers' names: read the pod (Enflame's DRS pods only)
+                    named = await self._read_pod(ns, name)
+            annos = allocation_annotations(
+                node, alloc.devices, alloc.mig, int(self._clock()), self._vendors, pod=named, inventory=inventory
+            )
             written = await self._annotate(pod, started.resource_version, args, annos, token)
             if written is None:  # a concurrent bind of this pod got there first
                 await self._finish(args, token)
@@ -428,6 +435,12 @@ class Binder:
                     return None
                 resource_version = resource_version_of(pod)
         raise ConflictError(f"pod {ns}/{name} kept changing while its annotations were written")
+
+    async def _read_pod(self, ns: str, name: str) -> KubeObject:
+        try:
+            return await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
+        except NotFoundError:
+            raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
 
     @staticmethod
     def _lost(args: ExtenderBindingArgs) -> BindFailed:

@@ -109,15 +109,19 @@ def allocation_problems(
     count_resource: str,
     to_allocate_key: str = keys.DEVICES_TO_ALLOCATE,
     decode: Callable[[str], PodDevices] = decode_pod_devices,
+    count_of: Callable[[Mapping[str, Any]], int] | None = None,
 ) -> list[str]:
     """Why the HEAD plugin could not serve ``pod``'s Allocate calls as the scheduler meant them ([] if it can).
 
-    ``count_resource``, ``to_allocate_key`` and ``decode`` are the vendor's (NVIDIA's by default)."""
+    ``count_resource``, ``to_allocate_key`` and ``decode`` are the vendor's (NVIDIA's by default); ``count_of``,
+    when given, says how many devices the plugin serves a container instead of its count resource (Enflame's DRS
+    plugin: one instance, whatever the slices asked)."""
     annos = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         init, app = pod_containers(pod)
         entries = [list(e) for e in decode(str(annos.get(to_allocate_key, "")))]
-        asks = [(i, str(c.get("name", "")), _device_count(c, count_resource)) for i, c in enumerate([*init, *app])]
+        devices_of = count_of or (lambda c: _device_count(c, count_resource))
+        asks = [(i, str(c.get("name", "")), devices_of(c)) for i, c in enumerate([*init, *app])]
     except DecodeError as e:
         return [f"unreadable device request: {e}"]
     problems = []
@@ -148,7 +152,8 @@ def vendor_allocation_problems(pod: Mapping[str, Any], vendors: Vendors) -> list
         if not any(vendor.manages(c) for group in _safe_containers(pod) for c in group):
             continue
         key = vendor.to_allocate_key or vendor.allocated_key
-        found = allocation_problems(pod, vendor.resources.count, key, vendor.decode_devices)
+        count_of = getattr(vendor, "plugin_device_count", None)  # optional: devices served per container
+        found = allocation_problems(pod, vendor.resources.count, key, vendor.decode_devices, count_of)
         problems.extend(f"{vendor.name}: {p}" for p in found)
     return problems
 

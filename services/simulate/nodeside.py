@@ -85,15 +85,19 @@ class NodeSide:
         """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and
         serve each of its containers the devices the scheduler wrote for it."""
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        choice: PendingPod | None = lock_choice(await self.kube.get_node(node))
-        if choice is None:
-            choice = fallback_choice(node, await self.kube.list_pods(node_name=node))
         where = f"device plugin on {node}, allocating {ns}/{name}"
-        if isinstance(choice, NoPod):
-            raise DriverError(f"{where}: Allocate fails: {choice.reason}")
-        if (choice.namespace, choice.name) != (ns, name):
-            how = "the node lock names" if isinstance(choice, LockedPod) else "without a lock it would pick"
-            raise DriverError(f"{where}: {how} {choice.namespace}/{choice.name} instead")
+        # every plugin of the pod takes no node lock (Enflame, Moore Threads): each finds its pod through its own
+        # annotations (gcu-assigned, predicate-time), not through HAMi's pending-pod search
+        own_annotations = self.vendors is not None and not lock_kinds_of(pod, self.vendors)
+        if not own_annotations:
+            choice: PendingPod | None = lock_choice(await self.kube.get_node(node))
+            if choice is None:
+                choice = fallback_choice(node, await self.kube.list_pods(node_name=node))
+            if isinstance(choice, NoPod):
+                raise DriverError(f"{where}: Allocate fails: {choice.reason}")
+            if (choice.namespace, choice.name) != (ns, name):
+                how = "the node lock names" if isinstance(choice, LockedPod) else "without a lock it would pick"
+                raise DriverError(f"{where}: {how} {choice.namespace}/{choice.name} instead")
         if self.vendors is not None:
             problems = vendor_allocation_problems(pod, self.vendors)
         else:

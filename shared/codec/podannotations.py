@@ -19,7 +19,7 @@ from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.mig import decode_mig_allocations, encode_mig_allocations
 from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.resources import pod_containers
-from vgpu_scheduler.shared.domain.model import BindPhase, ContainerDevice, MigAllocation, PodDevices
+from vgpu_scheduler.shared.domain.model import BindPhase, ContainerDevice, MigAllocation, NodeInventory, PodDevices
 
 
 class AllocatedReader(Protocol):
@@ -69,6 +69,9 @@ def allocation_annotations(
     mig: tuple[MigAllocation, ...],
     now_unix: int,
     vendors: Vendors | None = None,
+    *,
+    pod: Mapping[str, Any] | None = None,
+    inventory: NodeInventory | None = None,
 ) -> dict[str, str]:
     """The annotations ``/bind`` patches onto the pod, exactly as the device plugins expect them.
 
@@ -77,6 +80,8 @@ def allocation_annotations(
     ``vendor.encode_devices`` of that vendor's devices per container, one entry per container (init first),
     empty where a container has none of them: a pod asking two vendors gets one pair per vendor, each listing
     only its own devices. A device of a type no vendor has is a DecodeError (its plugin could never find it).
+    ``pod`` and ``inventory`` (the node's registered devices) are handed to the vendors with a
+    :class:`BindPodAnnotations` hook (:func:`needs_inventory` says whether to read the inventory at all).
     """
     if not node:
         fail(keys.VGPU_NODE, "cannot encode an empty node name")
@@ -90,6 +95,8 @@ def allocation_annotations(
             hook: object = vendors.get(name)
             if isinstance(hook, NodePodAnnotations):
                 out.update(hook.node_pod_annotations(node, split_by_vendor(devices, name)))
+            if isinstance(hook, BindPodAnnotations):
+                out.update(hook.bind_pod_annotations(pod, inventory, split_by_vendor(devices, name), now_unix))
     if mig:
         out[keys.MIG_ALLOCATIONS] = encode_mig_allocations(mig)
     out[keys.BIND_PHASE] = BindPhase.ALLOCATING.value
@@ -113,6 +120,26 @@ class NodePodAnnotations(Protocol):
     ``mthreads.com/predicate-node``). ``devices`` holds only the vendor's devices, one entry per container."""
 
     def node_pod_annotations(self, node: str, devices: PodDevices) -> Mapping[str, str]: ...
+
+
+@runtime_checkable
+class BindPodAnnotations(Protocol):
+    """Optional vendor hook: pod annotations that need the pod (its container names) and the node's registered
+    devices (what the device plugin needs besides the device list: Enflame's DRS profile, index and minor).
+    ``inventory`` is None when the node has none (the hook then raises a DecodeError rather than guess);
+    ``devices`` holds only the vendor's devices, one entry per container; ``now_unix`` is the bind's time."""
+
+    def bind_pod_annotations(
+        self, pod: Mapping[str, Any] | None, inventory: NodeInventory | None, devices: PodDevices, now_unix: int
+    ) -> Mapping[str, str]: ...
+
+
+def needs_inventory(devices: PodDevices, vendors: Vendors | None) -> bool:
+    """Whether a vendor of ``devices`` has a :class:`BindPodAnnotations` hook (``/bind`` then reads the node's
+    inventory before writing the annotations)."""
+    if vendors is None:
+        return False
+    return any(isinstance(vendors.get(name), BindPodAnnotations) for name in vendors_used(devices))
 
 
 def vendors_used(devices: PodDevices) -> tuple[str, ...]:

@@ -46,7 +46,18 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from vgpu_scheduler.shared.domain.model import NodeInventory, NvidiaConfig
-from vgpu_scheduler.shared.vendors import amd, ascend, biren, cambricon, hygon, iluvatar, metax, mthreads, vastai
+from vgpu_scheduler.shared.vendors import (
+    amd,
+    ascend,
+    biren,
+    cambricon,
+    enflame,
+    hygon,
+    iluvatar,
+    metax,
+    mthreads,
+    vastai,
+)
 from vgpu_scheduler.shared.vendors.base import Vendor
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView, Observation, Registered
@@ -77,6 +88,7 @@ FAMILIES: tuple[Family, ...] = (
     vastai,
     mthreads,
     metax,
+    enflame,
 )
 """Every family after NVIDIA, in the order their vendors are listed (and a mixed node's devices are merged)."""
 

@@ -345,7 +345,8 @@ def _audit_vendor_keys(pod: Mapping[str, Any], vendor: Vendor, inv: NodeInventor
         report.correctness.append(
             f"{where}: {key} {value!r} is not in HAMi's format ({vendor.encode_devices(aligned)!r})"
         )
-    problems = allocation_problems(pod, vendor.resources.count, key, vendor.decode_devices)
+    count_of = getattr(vendor, "plugin_device_count", None)  # Enflame DRS: one instance, whatever the slices
+    problems = allocation_problems(pod, vendor.resources.count, key, vendor.decode_devices, count_of)
     report.correctness.extend(f"{where}: {key}: {p}" for p in problems)
     own = {d.id for d in inv.devices if d.vendor == vendor.name}
     listed = [d for ctr in entries for d in ctr]

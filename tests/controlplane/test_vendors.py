@@ -9,6 +9,7 @@ device-plugin emulator settles them as each vendor's plugin does (HAMi's lock, C
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,12 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
         "resourceCoreName": "mthreads.com/sgpu-core",
     },
     "metax": {"resourceCountName": "metax-tech.com/gpu"},
+    "enflame": {
+        "resourceNameGCU": "enflame.com/gcu",
+        "resourceNameDRSGCU": "enflame.com/drs-gcu",
+        "resourceNameGCUMemory": "enflame.com/gcu-memory",
+        "resourceNameGCUCore": "enflame.com/gcu-core",
+    },
     "iluvatars": [
         {
             "chipName": "MR-V100",
@@ -93,12 +100,15 @@ VASTAI = {"vastaitech.com/va": "1"}
 MTHREADS = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4", "mthreads.com/sgpu-core": "2"}
 ILU = {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "8", "iluvatar.ai/MR-V100.vCore": "20"}
 METAX = {"metax-tech.com/gpu": "1"}
+GCU = {"enflame.com/gcu": "1"}
+DRS = {"enflame.com/drs-gcu": "3"}  # the 3g.20gb profile
+DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the smallest holding both: 1g.6gb
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
-    NVIDIA+AMD+Vastai."""
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
+    NVIDIA+AMD+Vastai+Enflame DRS."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
@@ -106,13 +116,19 @@ def small_fleet() -> list[list[VendorPart]]:
             VendorPart("MLU", mem_mib=16384),
             VendorPart("Biren", devices=2, mem_mib=32768, slots=2),
             VendorPart("Metax-GPU", devices=3, mem_mib=65536, slots=1),
+            VendorPart("GCU", devices=2, mem_mib=100, slots=1),
         ],
         [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
         [
             VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
             VendorPart("Mthreads", devices=2, mem_mib=16384, slots=100, cores=16),
         ],
-        [VendorPart("NVIDIA"), VendorPart("AMD"), VendorPart("Vastai", devices=2, mem_mib=16384, slots=4)],
+        [
+            VendorPart("NVIDIA"),
+            VendorPart("AMD"),
+            VendorPart("Vastai", devices=2, mem_mib=16384, slots=4),
+            VendorPart("Enflame", devices=1, mem_mib=40960, slots=6),  # menu 1g.6gb, 3g.20gb, 6g.40gb
+        ],
     ]
 
 
@@ -128,6 +144,7 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod(f"va{i}", [VASTAI]) for i in range(2)]
     pods += [vendor_pod("mt0", [MTHREADS]), vendor_pod("mt-two", [MTHREADS, MTHREADS])]
     pods += [vendor_pod("metax0", [METAX]), vendor_pod("metax-two", [METAX, METAX])]  # whole GPUs, one a container
+    pods += [vendor_pod("gcu0", [GCU]), vendor_pod("drs0", [DRS]), vendor_pod("drs-two", [DRS_SPEC, DRS_SPEC])]
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -178,6 +195,8 @@ async def test_mixed_vendor_cluster(
         "Vastai": 2,
         "Mthreads": 2,
         "Metax-GPU": 2,
+        "GCU": 1,
+        "Enflame": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -207,6 +226,16 @@ async def test_mixed_vendor_cluster(
     mx = _pod(outcome, "metax-two")["metadata"]["annotations"]
     first, second, _ = mx["hami.io/metax-gpu-devices-allocated"].split(";")
     assert first != second and first.endswith(",Metax-GPU,65536,100:"), mx  # a whole GPU for each container
+    gcu = _pod(outcome, "gcu0")["metadata"]["annotations"]
+    assert gcu["hami.io/enflame-gcu-devices-allocated"].endswith(",GCU,100,100:;"), gcu  # a whole card
+    drs = _pod(outcome, "drs0")["metadata"]["annotations"]
+    assert drs["hami.io/enflame-vgpu-devices-allocated"].endswith(",Enflame,20480,50:;"), drs
+    assert (drs["enflame.com/gcu-assigned"], drs["enflame.com/gcu-request-size"]) == ("false", "3"), drs
+    assert json.loads(drs["assigned-containers"]) == {
+        "c0": {"allocated": False, "request": 3, "profileID": "1", "profileName": "3g.20gb"}
+    }
+    two = json.loads(_pod(outcome, "drs-two")["metadata"]["annotations"]["assigned-containers"])
+    assert {c: (v["request"], v["profileName"]) for c, v in two.items()} == {"c0": (1, "1g.6gb"), "c1": (1, "1g.6gb")}
 
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:

@@ -41,6 +41,8 @@ POOLS: list[dict[str, Any]] = [
     {"name": "biren", "devices": [{"vendor": "Biren", "count": 2, "memory": 65536, "split": 2}]},
     {"name": "va", "devices": [{"vendor": "Vastai", "count": 2, "memory": 16384, "split": 1}]},
     {"name": "mt", "devices": [{"vendor": "Mthreads", "count": 3, "memory": 49152}]},
+    {"name": "gcu", "devices": [{"vendor": "GCU", "count": 2, "memory": 100}]},
+    {"name": "drs", "devices": [{"vendor": "Enflame", "count": 1, "memory": 40960, "split": 6}]},
     {
         "name": "mix",
         "devices": [
@@ -69,6 +71,9 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
     ("va-1", [{"vastaitech.com/va": 2}]),
     ("mt-1", [{"mthreads.com/vgpu": 1, "mthreads.com/sgpu-memory": 8, "mthreads.com/sgpu-core": 4}]),
     ("mt-2", [{"mthreads.com/vgpu": 2}]),  # the webhook gives whole GPUs: 16 cores, 96 units of 512 MiB each
+    ("gcu-1", [{"enflame.com/gcu": 2}]),  # both whole cards
+    ("drs-1", [{"enflame.com/drs-gcu": 3}]),  # the 3g.20gb profile of the simulated card's menu
+    ("drs-2", [{"enflame.com/gcu-memory": 6, "enflame.com/gcu-core": 10}]),  # 1g.6gb: the smallest holding both
     (
         "both-1",
         [
@@ -80,7 +85,9 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
     ("cpu-1", [{"cpu": "1"}]),
 ]
 
-VENDOR_ORDER = ["NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "MLU", "MR-V100", "Mthreads", "Vastai"]
+VENDOR_ORDER = [
+    "NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "Enflame", "GCU", "MLU", "MR-V100", "Mthreads", "Vastai",
+]  # fmt: skip
 """The vendors of the figures: NVIDIA first, the others by name."""
 
 VENDOR_OF_KEY = {
@@ -93,6 +100,8 @@ VENDOR_OF_KEY = {
     "hami.io/Biren-devices-allocated": "Biren",
     "hami.io/Vastai-devices-allocated": "Vastai",
     "hami.io/mthreads-vgpu-devices-allocated": "Mthreads",
+    "hami.io/enflame-gcu-devices-allocated": "GCU",
+    "hami.io/enflame-vgpu-devices-allocated": "Enflame",
 }
 
 
@@ -173,6 +182,7 @@ def test_each_vendors_pods_land_only_on_that_vendors_devices(result: dict[str, A
         "npu-1": {"Ascend910B3"}, "npu-2": {"Ascend910B3"}, "npu-3": {"Ascend910B3"}, "amd-1": {"AMD"},
         "both-1": {"NVIDIA", "DCU"}, "ilu-1": {"MR-V100"}, "ilu-2": {"MR-V100"}, "biren-1": {"Biren"},
         "biren-2": {"Biren"}, "va-1": {"Vastai"}, "mt-1": {"Mthreads"}, "mt-2": {"Mthreads"},
+        "gcu-1": {"GCU"}, "drs-1": {"Enflame"}, "drs-2": {"Enflame"},
     }  # fmt: skip
     for name, vendors in expected_vendors.items():
         pod = pods[name]
@@ -204,6 +214,9 @@ def test_units_cambricon_256_mib_and_ascend_templates(result: dict[str, Any]) ->
     assert [(m, c) for *_, m, c in mt1 + mt2] == [(4096, 4), (49152, 16), (49152, 16)]  # 512 MiB units, 16 cores
     assert not {u for _, u, *_ in mt1} & {u for _, u, *_ in mt2}
     assert "hami.io/mthreads-vgpu-devices-to-allocate" not in pods["mt-2"]["annotations"]  # HAMi writes none
+    # Enflame: whole GCU cards (100/100); DRS instances take their profile's memory and ceil-priced cores
+    assert [(m, c) for *_, m, c in _allocated(pods["gcu-1"])] == [(100, 100), (100, 100)]
+    assert [(m, c) for *_, m, c in _allocated(pods["drs-1"]) + _allocated(pods["drs-2"])] == [(20480, 50), (6144, 17)]
     biren = [_allocated(pods[n]) for n in ("biren-1", "biren-2")]
     assert all(m == 0 and c == 0 for pod in biren for _, _, m, c in pod)  # Biren cards go by slot alone
     assert all(len({u for _, u, *_ in pod}) == 2 for pod in biren)  # one slot on each card
@@ -217,7 +230,7 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
     reasons = next(p for p in result["pods"] if p["name"] == "dcu-huge")["reasons"]
     assert reasons["dcu-01"] == "2/2 CardInsufficientMemory"
     assert reasons["mix-01"] == "1/1 CardInsufficientMemory"  # its NVIDIA card is not counted
-    for node in ("nv-01", "mlu-01", "npu-01", "amd-01", "ilu-01", "va-01", "mt-01"):
+    for node in ("nv-01", "mlu-01", "npu-01", "amd-01", "ilu-01", "va-01", "mt-01", "gcu-01", "drs-01"):
         assert reasons[node] == "NodeInsufficientDevice", node
     # biren-3: both Biren cards have every slot taken
     assert next(p for p in result["pods"] if p["name"] == "biren-3")["reasons"]["biren-01"] == (
@@ -238,7 +251,7 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
         assert set(figures) == GPU_KEYS
     assert {k: v["devices"] for k, v in by_vendor.items()} == {
         "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3, "Mthreads": 3,
-        "Vastai": 2,
+        "Vastai": 2, "GCU": 2, "Enflame": 1,
     }  # fmt: skip
     for key in ("devices", "devices_used", "memory_mib", "memory_allocated_mib", "cores", "cores_allocated"):
         assert summary["gpu"][key] == sum(v[key] for v in by_vendor.values()), key

@@ -47,6 +47,8 @@ def test_the_default_values_hold_only_nvidias_section() -> None:
         "Vastai",
         "Mthreads",
         "Metax-GPU",
+        "GCU",
+        "Enflame",
     )
 
 
@@ -159,6 +161,9 @@ def test_iluvatar_biren_and_vastai_names_reach_kube_scheduler_and_the_webhook(ch
         {"mthreads": {"resourceMemoryName": "x.io/mem"}},
         {"metax": None},
         {"metax": {"resourceCountName": "x.io/gpu"}},
+        {"enflame": None},
+        {"enflame": {"resourceNameGCU": "x.io/gcu", "resourceNameVGCU": "enflame.com/vgcu", "resourceNameGCUCore": ""}},
+        {"enflame": {"resourceNameDRSGCU": "x.io/drs", "resourceNameVGCU": "enflame.com/vgcu"}},
     ]
     for sections in cases:
         for iluvatar in (False, True):

@@ -43,6 +43,10 @@ DEFAULT_FAMILY_RESOURCES = [
     "birentech.com/gpu",
     "metax-tech.com/gpu",
     "vastaitech.com/va",
+    "enflame.com/gcu",
+    "enflame.com/drs-gcu",
+    "enflame.com/gcu-memory",
+    "enflame.com/gcu-core",
 ]
 """The families HAMi schedules by default besides NVIDIA, with HAMi's default names (the chart with no values)."""
 # Every values switch the tests render; Helm must lint each clean.

@@ -79,11 +79,12 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- end }}
 
 {{/* The resource names of the other enabled vendors. The families HAMi initialises by default (cambricon, hygon,
-amd, mthreads, biren, vastai, metax) always: their section's resourceCountName / resourceMemoryName / resourceCoreName, HAMi's default name for a
-key left out (no section: every default). Huawei Ascend only with deviceConfig.enableAscend (HAMi's
+amd, mthreads, biren, vastai, metax, enflame) always: their section's resourceCountName / resourceMemoryName /
+resourceCoreName, HAMi's default name for a key left out (no section: every default). Huawei Ascend only with deviceConfig.enableAscend (HAMi's
 --enable-ascend): each vnpus config's resourceName / resourceMemoryName / resourceCoreName
 (huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips); Iluvatar likewise only
-with deviceConfig.enableIluvatar (HAMi's --enable-iluvatar). A JSON list; a unit
+with deviceConfig.enableIluvatar (HAMi's --enable-iluvatar). Enflame: resourceNameGCU, and the DRS names
+(resourceNameDRSGCU, else the legacy resourceNameVGCU; resourceNameGCUMemory; resourceNameGCUCore). A JSON list; a unit
 test checks it against the names the services derive from the same device config and flags. */}}
 {{- define "vgpu-scheduler.vendorResources" -}}
 {{- $cfg := .Values.deviceConfig.config | default dict }}
@@ -136,6 +137,12 @@ test checks it against the names the services derive from the same device config
 {{- $names = append $names ($chip.resourceCoreName | default (printf "%s.vCore" $base)) }}
 {{- end }}
 {{- end }}
+{{- $enf := index $cfg "enflame" | default dict }}
+{{- if not (kindIs "map" $enf) }}{{ $enf = dict }}{{ end }}
+{{- $names = append $names ($enf.resourceNameGCU | default "enflame.com/gcu") }}
+{{- $names = append $names (trim ($enf.resourceNameDRSGCU | default "") | default (trim ($enf.resourceNameVGCU | default "")) | default "enflame.com/drs-gcu") }}
+{{- $names = append $names (trim ($enf.resourceNameGCUMemory | default "") | default "enflame.com/gcu-memory") }}
+{{- $names = append $names (trim ($enf.resourceNameGCUCore | default "") | default "enflame.com/gcu-core") }}
 {{- $names | uniq | toJson }}
 {{- end }}
 
