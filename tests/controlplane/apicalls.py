@@ -98,15 +98,40 @@ def calls_by_client(lines: Iterable[str], start_s: float, end_s: float) -> dict[
 
 class AuditTail:
     """Reads an audit log from where the previous :meth:`read` stopped (each benchmark row parses only its own
-    requests)."""
+    requests). When the API server has rotated the log meanwhile (``audit-<time>.log`` beside it), the rest of the
+    rotated file is read first, then the new log from its start."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._offset = 0
+        self._inode: int | None = None
 
     def read(self) -> list[str]:
         try:
-            with self.path.open("rb") as f:
+            inode = self.path.stat().st_ino
+        except FileNotFoundError:
+            return []
+        lines: list[str] = []
+        if self._inode is not None and inode != self._inode:
+            rotated = self._rotated(self._inode)
+            if rotated is not None:
+                lines += self._read_from(rotated)
+            self._offset = 0
+        self._inode = inode
+        return lines + self._read_from(self.path)
+
+    def _rotated(self, inode: int) -> Path | None:
+        for candidate in self.path.parent.glob(f"{self.path.stem}-*{self.path.suffix}"):
+            try:
+                if candidate.stat().st_ino == inode:
+                    return candidate
+            except FileNotFoundError:
+                continue
+        return None
+
+    def _read_from(self, path: Path) -> list[str]:
+        try:
+            with path.open("rb") as f:
                 f.seek(self._offset)
                 data = f.read()
         except FileNotFoundError:

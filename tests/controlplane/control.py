@@ -248,6 +248,7 @@ def _audit_flags(root: Path, log: Path) -> list[str]:
         f"--audit-log-path={log}",
         "--audit-log-format=json",
         "--audit-log-mode=batch",
+        "--audit-log-maxsize=2048",  # MB before it is rotated (AuditTail follows a rotation all the same)
         "--audit-log-maxbackup=0",
     ]
 

@@ -126,6 +126,21 @@ def test_the_audit_tail_reads_each_complete_line_once(tmp_path: Path) -> None:
     assert tail.read() == []
 
 
+def test_the_audit_tail_follows_a_rotation(tmp_path: Path) -> None:
+    log = tmp_path / "audit.log"
+    tail = AuditTail(log)
+    log.write_text("1\n2\n")
+    assert tail.read() == ["1", "2"]
+    with log.open("a") as f:
+        f.write("3\n")
+    log.rename(tmp_path / "audit-2026-11-27T10-01-25.541.log")  # as the API server rotates it
+    log.write_text("4\n")
+    assert tail.read() == ["3", "4"]
+    with log.open("a") as f:
+        f.write("5\n")
+    assert tail.read() == ["5"]
+
+
 def test_only_what_this_process_started_gets_a_label_of_its_own(tmp_path: Path) -> None:
     if not cpu_by_pid():
         pytest.skip("no /proc on this system")
