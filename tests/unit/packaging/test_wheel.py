@@ -22,7 +22,7 @@ DIST_INFO = "vgpu_scheduler-0.1.0.dist-info"
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    pytest.importorskip("setuptools", minversion="68")
+    pytest.importorskip("setuptools", minversion="70.1")
     pytest.importorskip("wheel")
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
