@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -55,6 +56,19 @@ def assets_dir() -> Path | None:
 
 GANG_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
 """Kubernetes v1.36's gang scheduling: PodGroups (``scheduling.k8s.io/v1alpha2``) and the scheduler's gang plugin."""
+
+GANG_RELEASE_MINOR = 36
+"""The one minor release whose API server takes :data:`GANG_FEATURE_GATES` and serves ``scheduling.k8s.io/v1alpha2``:
+v1.35 has no ``GangScheduling`` gate and v1.37's API server refuses it (``unrecognized feature gate``)."""
+
+
+def release_minor(assets: Path) -> int | None:
+    """The minor version ``kube-apiserver --version`` reports (``Kubernetes v1.36.3`` → 36); None if it says none."""
+    out = subprocess.run(
+        [_binary(assets, "kube-apiserver"), "--version"], capture_output=True, text=True, timeout=60, check=False
+    ).stdout
+    found = re.search(r"v1\.(\d+)\.", out)
+    return int(found.group(1)) if found else None
 
 
 def free_port() -> int:
@@ -154,6 +168,8 @@ class ApiServer:
     ca_file: Path
     token: str
     cert_dir: Path
+    gangs: bool = False
+    """Whether this API server serves v1.36's gang scheduling (:data:`GANG_FEATURE_GATES`; v1.36 only)."""
     audit_log: Path | None = None
     """The API server's audit log (one JSON line per request, metadata only; ``control_plane(audit=True)``):
     who asked what, by user agent (:func:`tests.controlplane.apicalls.calls_by_client`)."""
@@ -300,6 +316,10 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
         api_log = root / "kube-apiserver.log"
         audit_log = root / "audit.log" if audit else None
         audit_flags = _audit_flags(root, audit_log) if audit_log is not None else []
+        gangs = release_minor(assets) == GANG_RELEASE_MINOR
+        gang_flags = [f"--feature-gates={GANG_FEATURE_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true"]
+        if not gangs:
+            gang_flags = []
         with api_log.open("wb") as out:
             apiserver = subprocess.Popen(
                 [
@@ -324,8 +344,7 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
                     *audit_flags,
                     # v1.36 gang scheduling's API (PodGroup, a pod's spec.schedulingGroup) for the gang scenarios;
                     # kube-scheduler turns the gang plugin on only where a scenario asks (start_scheduler)
-                    f"--feature-gates={GANG_FEATURE_GATES}",
-                    "--runtime-config=scheduling.k8s.io/v1alpha2=true",
+                    *gang_flags,
                 ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -349,7 +368,9 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
                 }
             )
         )
-        api = ApiServer(url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, audit_log=audit_log)
+        api = ApiServer(
+            url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, gangs=gangs, audit_log=audit_log
+        )
         _wait_default_namespace(api)
         yield api
     finally:

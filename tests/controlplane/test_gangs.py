@@ -77,6 +77,8 @@ class Run:
 async def gang_run(
     api: ApiServer, cleanup: Cleanup, redis_url: str, tmp: Path, name: str, nodes: int
 ) -> AsyncIterator[Run]:
+    if not api.gangs:
+        pytest.skip("gang scheduling's scheduling.k8s.io/v1alpha2 API and feature gates are v1.36's only")
     run_id = f"{name}-{uuid.uuid4().hex[:6]}"
     labels = {RUN_LABEL: run_id}
     ns = cleanup.namespace(run_id, labels)
