@@ -1,4 +1,5 @@
-"""Shared fixtures: a real redis-server per test session, flushed between tests; a guard against leaked tasks."""
+"""Shared fixtures: a real redis-server per test session, flushed between tests; a guard against leaked tasks;
+Hypothesis without timing limits."""
 
 from __future__ import annotations
 
@@ -13,8 +14,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.controlplane.fixtures import kube_apiserver, kube_cleanup  # noqa: F401
+
+# A test never fails on a timing: Hypothesis' per-example deadline (200 ms) and its too-slow health check would
+# fail a property on a machine busy with other work, whatever the code does.
+settings.register_profile("vgpu", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("vgpu")
 
 
 def _free_port() -> int:

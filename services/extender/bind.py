@@ -6,7 +6,7 @@ devices come from the pod's reservation in Redis, made by whichever replica filt
 1. claim the pod's record on the node for this bind (one atomic script: reserved → binding, a random token
    with an expiry; docs/extender-bind.md, ownership). A plain reservation with the filter's bind hint
    (:mod:`services.extender.bindhint`) is not followed by a read of the pod: the hint's resourceVersion guards
-   the pod patch, and a pod that changed since the filter saw it makes that patch conflict (then it is read
+   the Binding, and a pod that changed since the filter saw it makes the Binding conflict (then it is read
    and checked as below). Without a hint the pod is read under the claim;
 2. any other record (none, another node's, another bind's, bound, confirmed): GET the pod first, as a bind
    always did. Gone, re-created (other UID), being deleted or bound elsewhere → Error; already bound to this
@@ -15,18 +15,22 @@ devices come from the pod's reservation in Redis, made by whichever replica filt
    and finds the pod bound once that bind is done). The devices written are the ones claimed;
 3. the node lock (:mod:`services.extender.bindlock`): Redis arbiter, then ``hami.io/mutex.lock``, waiting a
    bounded time while another pod holds it;
-4. ONE merge patch with every pod annotation and the ``hami.io/vgpu-node`` label (guarded by the pod's
-   resourceVersion, the hint's or the one read, so the pod we checked is the pod we write);
-5. the Binding (409 already bound to this node = success).
+4. the Binding, carrying every pod annotation and the ``hami.io/vgpu-node`` label: the API server sets the
+   node and merges them into the pod in one update (``BindingREST``), guarded by the pod's UID and
+   resourceVersion (the hint's or the one read, so the pod we checked is the pod we write). A stale version
+   reads the pod, checks it and tries again; 409 already bound to this node by another bind = already bound.
+   HAMi's scheduler patches the pod and then binds it: two requests, and a window where the pod carries an
+   allocation but no node. The device plugin only ever sees the bound pod, so it reads the same annotations.
+   Labels on a Binding are copied from v1.35 (``PodTopologyLabelsAdmission``, on by default); on an older
+   server the informer adds the label (:mod:`services.informer.labels`).
 
-Any failure undoes in reverse what this bind wrote itself: the pod annotations while they are still the ones it
-wrote (resourceVersion-guarded), the lock (annotation, then Redis, by owner and token), the reservation and its
-quota charge only while its claim still holds; the answer is ``{"Error": "..."}``. The claim is re-checked
-before the pod patch; on success the record becomes ``bound``. A Binding whose outcome is unknown (timeout) is
-checked with a GET; if it stays unknown nothing is undone (a bound pod must keep its lock and annotations) and
-the answer is an Error. On success the lock stays held: the device plugin (or the informer, when the bind phase
-settles or the lock times out) releases it. Calls on success: node lock patch, pod patch, Binding (and a GET of
-the pod first when the reservation has no hint).
+Any failure undoes in reverse what this bind wrote itself: the lock (annotation, then Redis, by owner and token),
+the reservation and its quota charge only while its claim still holds; the pod itself was not written. The
+answer is ``{"Error": "..."}``. The claim is re-checked before each Binding attempt; on success the record
+becomes ``bound``. A Binding whose outcome is unknown (timeout) is checked with a GET; if it stays unknown
+nothing is undone (a bound pod must keep its lock) and the answer is an Error. On success the lock stays held:
+the device plugin (or the informer, when the bind phase settles or the lock times out) releases it. Calls on
+success: node lock patch and Binding (and a GET of the pod first when the reservation has no hint).
 
 This module is the use case (:class:`Binder`); :mod:`.bindresult` holds its outcomes, :mod:`.bindwrites` what it
 writes on the pod and how it takes that back, :mod:`.bindhttp` the HTTP endpoint, :mod:`.bindlock` and
@@ -47,11 +51,7 @@ from typing import Any, Final
 from vgpu_scheduler.services.extender.bindhint import is_pod_group_member, parse_bind_hint
 from vgpu_scheduler.services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
 from vgpu_scheduler.services.extender.bindresult import BindFailed, BindOutcome, BindResult
-from vgpu_scheduler.services.extender.bindwrites import (
-    POD_PATCH_ATTEMPTS,
-    foreign_allocation,
-    remove_own_annotations,
-)
+from vgpu_scheduler.services.extender.bindwrites import POD_PATCH_ATTEMPTS, carries, foreign_allocation
 from vgpu_scheduler.services.extender.events import EventSink, pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.services.extender.vendorlock import (
@@ -66,7 +66,7 @@ from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
-from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject
+from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject, StaleVersionError
 from vgpu_scheduler.shared.k8s.objects import meta, resource_version_of, uid_of
 from vgpu_scheduler.shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
 from vgpu_scheduler.shared.protocol.extender import (
@@ -179,8 +179,6 @@ class Binder:
 
         held = await self._lock(args, alloc, token, wait)
 
-        written: KubeObject | None = None
-        annos: dict[str, str] | None = None
         try:
             inventory, named = None, pod
             if needs_inventory(alloc.devices, self._vendors):  # a vendor's annotations name registered details
@@ -190,19 +188,16 @@ class Binder:
             annos = allocation_annotations(
                 node, alloc.devices, alloc.mig, int(self._clock()), self._vendors, pod=named, inventory=inventory
             )
-            written = await self._annotate(pod, started.resource_version, args, annos, token)
-            if written is None:  # a concurrent bind of this pod got there first
+            if not await self._bind_annotated(pod, started.resource_version, args, annos, token):
+                # a concurrent bind of this pod got there first
                 await self._finish(args, token)
                 await self._release_if_settled(args, held)
                 return BindResult(BindOutcome.ALREADY_BOUND), pod
-            pod = written
-            await self._create_binding(args)
         except _Unknown as e:
-            # maybe bound: keep lock, annotations, reservation and claim (a retry takes it over once it expires)
+            # maybe bound: keep lock, reservation and claim (a retry takes it over once it expires)
             raise BindFailed(BindOutcome.ERROR, str(e)) from e
-        except BaseException as e:
-            wrote = written is not None or not (isinstance(e, BindFailed) and e.outcome is BindOutcome.NOT_OWNER)
-            await self._undo(args, alloc, held, token, annos=annos if wrote else None, written=written)
+        except BaseException:
+            await self._undo(args, alloc, held, token)
             raise
         await self._finish(args, token)
         return BindResult(BindOutcome.BOUND), pod
@@ -389,22 +384,23 @@ class Binder:
             raise BindFailed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {bound_to}")
         return False
 
-    async def _annotate(
+    async def _bind_annotated(
         self,
         pod: Mapping[str, Any] | None,
         resource_version: str,
         args: ExtenderBindingArgs,
         annos: Mapping[str, str],
         token: str,
-    ) -> KubeObject | None:
-        """Write every allocation annotation and the label in one merge patch, guarded by ``resource_version``,
-        while this bind's claim still owns the pod's record (re-checked just before each attempt). ``pod`` None:
-        not read; the filter saw it at ``resource_version`` with no allocation, so a patch at that version finds
-        none either. A conflict (409: the pod changed, or the hint was stale) reads the pod, checks it, and tries
-        again at its version.
+    ) -> bool:
+        """Create the Binding carrying every allocation annotation and the label, guarded by the pod's UID and
+        ``resource_version``, while this bind's claim still owns the pod's record (re-checked just before each
+        attempt). ``pod`` None: not read; the filter saw it at ``resource_version`` with no allocation, so a
+        Binding at that version finds none either. A stale version (the pod changed, or the hint was stale) reads
+        the pod, checks it, and tries again at its version.
 
-        None when a re-read finds the pod bound to this node meanwhile (a concurrent bind of the same pod).
-        ``BindFailed(NOT_OWNER)`` when the claim was lost or another decision's allocation is on the pod."""
+        True when this Binding bound the pod; False when the pod was found bound to this node by another bind
+        (a concurrent bind of the same pod). ``BindFailed(NOT_OWNER)`` when the claim was lost or another
+        decision's allocation is on the pod."""
         ns, name = args.pod_namespace, args.pod_name
         labels = allocation_labels(args.node)
         for _ in range(POD_PATCH_ATTEMPTS):
@@ -416,25 +412,15 @@ class Binder:
                     BindOutcome.NOT_OWNER, f"pod {ns}/{name} already carries another bind's allocation ({foreign})"
                 )
             try:
-                return await self._api.patch_pod_metadata(
-                    ns,
-                    name,
-                    annotations=annos,
-                    labels=labels,
-                    resource_version=resource_version or None,
-                    timeout_s=self._call_timeout_s,
+                return await self._create_binding(
+                    args, resource_version=resource_version, annotations=annos, labels=labels
                 )
-            except NotFoundError:
-                raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
-            except ConflictError:
-                try:
-                    pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
-                except NotFoundError:
-                    raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+            except StaleVersionError:
+                pod = await self._read_pod(ns, name)
                 if self._check_pod(pod, args):
-                    return None
+                    return False
                 resource_version = resource_version_of(pod)
-        raise ConflictError(f"pod {ns}/{name} kept changing while its annotations were written")
+        raise ConflictError(f"pod {ns}/{name} kept changing while it was bound")
 
     async def _read_pod(self, ns: str, name: str) -> KubeObject:
         try:
@@ -450,19 +436,45 @@ class Binder:
             "(taken over, released or Redis restarted); nothing written, the pod will be retried",
         )
 
-    async def _create_binding(self, args: ExtenderBindingArgs) -> None:
+    async def _create_binding(
+        self,
+        args: ExtenderBindingArgs,
+        *,
+        resource_version: str = "",
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> bool:
+        """Bind the pod to ``args.node`` with ``annotations`` and ``labels`` (one write). True when this Binding
+        bound it; False when it was already bound to this node (another bind's write: with ``annotations``, its
+        are the ones on the pod). StaleVersionError propagates for the caller to re-read."""
         ns, name, node = args.pod_namespace, args.pod_name, args.node
         try:
-            await self._api.bind_pod(ns, name, node, uid=args.pod_uid, timeout_s=self._call_timeout_s)
+            await self._api.bind_pod(
+                ns,
+                name,
+                node,
+                uid=args.pod_uid,
+                resource_version=resource_version or None,
+                annotations=annotations,
+                labels=labels,
+                timeout_s=self._call_timeout_s,
+            )
+            return True
         except AlreadyBoundError as e:
             if e.node == node:
-                return
+                return False
             raise BindFailed(
                 BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {e.node or '?'}"
             ) from e
         except NotFoundError:
             raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
+        except StaleVersionError:
+            raise
         except ConflictError as e:
+            if "Precondition failed: UID" in str(e):
+                raise BindFailed(
+                    BindOutcome.POD_GONE, f"pod {ns}/{name} was re-created (asked uid {args.pod_uid}): {e}"
+                ) from e
             raise BindFailed(BindOutcome.POD_GONE, f"binding pod {ns}/{name} refused: {e}") from e
         except TransientError as e:
             # the Binding may have been made: look before undoing anything
@@ -474,43 +486,17 @@ class Binder:
                 raise _Unknown(f"binding pod {ns}/{name} to {node}: outcome unknown ({e}; then {e2})") from e2
             bound_to = (pod.get("spec") or {}).get("nodeName")
             if bound_to == node:
-                return
+                return annotations is None or carries(pod, annotations, self._allocated_keys)
             if bound_to:
                 raise BindFailed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to {bound_to}") from e
             raise
 
     # ---- undo ----------------------------------------------------------------------------------------------
 
-    async def _undo(
-        self,
-        args: ExtenderBindingArgs,
-        alloc: Allocation,
-        held: _Held,
-        token: str,
-        *,
-        annos: Mapping[str, str] | None,
-        written: KubeObject | None,
-    ) -> None:
-        """Reverse order, each step only what this bind wrote itself: the pod annotations and label (``annos``:
-        None when no patch was attempted; the patch may have landed even when it reported a failure), the node
-        lock (by owner and token), then the reservation and its quota while the claim still holds. Best effort."""
-        if annos is not None:
-            try:
-                await remove_own_annotations(
-                    self._api,
-                    args,
-                    annos,
-                    written,
-                    allocated_keys=self._allocated_keys,
-                    call_timeout_s=self._call_timeout_s,
-                )
-            except NotFoundError:
-                pass
-            except VgpuError as e:
-                logger.warning(
-                    "bind undo: pod annotations not removed",
-                    extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)},
-                )
+    async def _undo(self, args: ExtenderBindingArgs, alloc: Allocation, held: _Held, token: str) -> None:
+        """Reverse order, each step only what this bind holds itself: the node lock (by owner and token), then the
+        reservation and its quota while the claim still holds. The pod was not written (its annotations travel
+        with the Binding, which failed). Best effort."""
         await self._release_locks(held)
         await self._drop_claimed(alloc, token)
 

@@ -1,27 +1,21 @@
-"""What a bind writes on the pod, and how it recognises and takes back its own write.
+"""What a bind writes on the pod, and how it recognises its own write.
 
 One bind's write is the ``hami.io/vgpu-node``, ``hami.io/vgpu-time`` and ``hami.io/bind-time`` annotations with
-every vendor's *allocated* device list (the device plugin changes the *to-allocate* list and the phase later).
-:func:`foreign_allocation` tells another decision's write from this one before the pod is patched;
-:func:`remove_own_annotations` undoes the write only while the pod still carries exactly it.
+every vendor's *allocated* device list (the device plugin changes the *to-allocate* list and the phase later),
+carried by the Binding. :func:`foreign_allocation` tells another decision's write from this one before the pod is
+bound; :func:`carries` tells whether a pod found bound (after a Binding whose answer was lost) carries this one.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.errors import ConflictError
-from vgpu_scheduler.shared.k8s import Api, KubeObject
-from vgpu_scheduler.shared.k8s.objects import meta, resource_version_of, uid_of
-from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
-
-logger = logging.getLogger(__name__)
+from vgpu_scheduler.shared.k8s.objects import meta
 
 POD_PATCH_ATTEMPTS: Final = 3
-"""Attempts of one guarded pod patch (a 409 re-reads the pod and tries again at its resourceVersion)."""
+"""Attempts of one guarded Binding (a stale resourceVersion re-reads the pod and tries again at its version)."""
 
 _OWN_KEYS: Final = (keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_TIME)
 """With every vendor's allocated key, the annotations that identify one bind's write (the device plugin changes
@@ -51,37 +45,3 @@ def foreign_allocation(
     if lists.keys() == {keys.DEVICES_ALLOCATED}:
         devices = str(lists[keys.DEVICES_ALLOCATED])
     return f"node {node}, devices {devices}"
-
-
-async def remove_own_annotations(
-    api: Api,
-    args: ExtenderBindingArgs,
-    annos: Mapping[str, str],
-    written: KubeObject | None,
-    *,
-    allocated_keys: tuple[str, ...],
-    call_timeout_s: float,
-) -> None:
-    """Remove the allocation annotations and label while the pod still carries exactly the values this bind
-    wrote (``annos``; ``written``: the pod as that patch left it, None to read it), guarded by the resourceVersion
-    they were seen at (never another bind's)."""
-    ns, name = args.pod_namespace, args.pod_name
-    pod = written
-    for _ in range(POD_PATCH_ATTEMPTS):
-        if pod is None:
-            pod = await api.get_pod(ns, name, timeout_s=call_timeout_s)
-        if uid_of(pod) != args.pod_uid or not carries(pod, annos, allocated_keys):
-            return
-        try:
-            await api.patch_pod_metadata(
-                ns,
-                name,
-                annotations=dict.fromkeys(annos),
-                labels={keys.VGPU_NODE_LABEL: None},
-                resource_version=resource_version_of(pod) or None,
-                timeout_s=call_timeout_s,
-            )
-            return
-        except ConflictError:
-            pod = None
-    logger.warning("bind undo: pod kept changing, annotations left to the informer", extra={"pod": f"{ns}/{name}"})

@@ -120,6 +120,12 @@ class InformerMetrics:
             ["kind"],
             registry=registry,
         )
+        self.pod_labels_added = Counter(
+            "vgpu_informer_pod_labels_added",
+            "hami.io/vgpu-node labels the informer added to bound pods: the API server did not copy them from the "
+            "Binding (before v1.35, or PodTopologyLabelsAdmission off).",
+            registry=registry,
+        )
         self.store_flushes = Counter(
             "vgpu_informer_store_flushes_detected",
             "Times the leader found the store flushed (epoch changed) and rebuilt it.",

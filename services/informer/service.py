@@ -29,6 +29,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from vgpu_scheduler.services.informer.accounting import Accountant
+from vgpu_scheduler.services.informer.labels import PodLabeler
 from vgpu_scheduler.services.informer.locks import NodeLockReleaser
 from vgpu_scheduler.services.informer.metrics import (
     AllocationView,
@@ -209,6 +210,7 @@ class _Term:
         self.device_index = DeviceIndex()  # node → GPU UUID → index, for hami_node_gpu_mig_instance_info
         self.registrations: dict[str, dict[str, Any]] = {}  # node → its annotations but the lock, as last seen
         self.reporter = ProblemReporter(deps.api, self.metrics)
+        self.labeler = PodLabeler(deps.api, added=self.metrics.pod_labels_added.inc)
         self.accountant = Accountant(deps.store, fence, self.cfg, self.reporter, self.metrics, vendors=service.vendors)
         watch = self.tuning.watch
         self.pods = Informer(deps.kube, Resource.PODS, self._on_pod, settings=watch)
@@ -247,6 +249,7 @@ class _Term:
             "node-informer": self.nodes.run,
             "quota-informer": self.quotas.run,
             "lock-worker": self.locks.run,
+            "label-worker": self.labeler.run,
             "lock-sweep": self._lock_sweep_loop,
             "reservation-sweep": self._reservation_loop,
             "reconcile": self._reconcile_loop,
@@ -294,6 +297,8 @@ class _Term:
                 await self.accountant.deleted(ev.obj, facts)
             else:
                 await self.accountant.observe(ev.obj, facts=facts)
+        if not deleted and facts.node is not None:
+            self.labeler.on_pod(ev.obj)
         self.locks.on_pod(facts, deleted)  # last: the worker then sees the updated cache
 
     async def _on_node(self, ev: WatchEvent) -> None:

@@ -19,6 +19,7 @@ from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.mig import decode_mig_allocations, encode_mig_allocations
 from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.resources import pod_containers
+from vgpu_scheduler.shared.domain.hooks import implements
 from vgpu_scheduler.shared.domain.model import BindPhase, ContainerDevice, MigAllocation, NodeInventory, PodDevices
 
 
@@ -93,9 +94,9 @@ def allocation_annotations(
     if vendors is not None:
         for name in vendors_used(devices):
             hook: object = vendors.get(name)
-            if isinstance(hook, NodePodAnnotations):
+            if implements(hook, NodePodAnnotations):  # type: ignore[type-abstract]
                 out.update(hook.node_pod_annotations(node, split_by_vendor(devices, name)))
-            if isinstance(hook, BindPodAnnotations):
+            if implements(hook, BindPodAnnotations):  # type: ignore[type-abstract]
                 out.update(hook.bind_pod_annotations(pod, inventory, split_by_vendor(devices, name), now_unix))
     if mig:
         out[keys.MIG_ALLOCATIONS] = encode_mig_allocations(mig)
@@ -139,7 +140,7 @@ def needs_inventory(devices: PodDevices, vendors: Vendors | None) -> bool:
     inventory before writing the annotations)."""
     if vendors is None:
         return False
-    return any(isinstance(vendors.get(name), BindPodAnnotations) for name in vendors_used(devices))
+    return any(implements(vendors.get(name), BindPodAnnotations) for name in vendors_used(devices))  # type: ignore[type-abstract]
 
 
 def vendors_used(devices: PodDevices) -> tuple[str, ...]:
@@ -168,7 +169,7 @@ def device_list_annotations(devices: PodDevices, vendors: Vendors | None = None,
         if vendor.to_allocate_key is not None:
             out[vendor.to_allocate_key] = encoded
         out[vendor.allocated_key] = encoded
-        if isinstance(vendor, ExtraPodAnnotations):
+        if implements(vendor, ExtraPodAnnotations):  # type: ignore[type-abstract]
             out.update(vendor.extra_pod_annotations(split_by_vendor(devices, name), now_unix))
     return out
 

@@ -197,7 +197,7 @@ OPTIONS: tuple[Option, ...] = (
          "flight (the one being allocated and those queued behind its lock) is passed over while another node "
          "fits; 1 spreads binds the most, larger values pack tighter during bursts and wait longer.", _EXT_SIM,
          _int_min(1), metavar="N", group="scheduling"),
-    Option("success-event-rate", Kind.NUMBER, "10", "Normal Events (FilteringSucceed, BindingSucceed) posted per "
+    Option("success-event-rate", Kind.NUMBER, "1", "Normal Events (FilteringSucceed, BindingSucceed) posted per "
          "second per replica at most; the rest are skipped and counted (0: no limit). Warnings are never skipped.",
          _EXT, parse_float, metavar="PER_S", group="scheduling"),
     Option("bind-aware-placement", Kind.BOOL, "true", "Prefer nodes with no bind in flight: HAMi's device plugin "

@@ -326,7 +326,8 @@ class Store:
         return self._commit(rtype, DELETED, (namespace, name), current, current)
 
     def bind(self, pods: ResourceType, namespace: str, name: str, body: Any) -> Obj:
-        """``POST pods/{name}/binding``: set spec.nodeName once, as ``BindingREST`` does."""
+        """``POST pods/{name}/binding``: set spec.nodeName once and merge the Binding's annotations and labels into
+        the pod's, as ``BindingREST`` does (labels: as from v1.35, whose ``PodTopologyLabelsAdmission`` is on)."""
         if not isinstance(body, dict) or not isinstance(body.get("metadata", {}), dict):
             raise bad_request("the body of a Binding must be a JSON object")
         meta = body.get("metadata") or {}
@@ -349,15 +350,20 @@ class Store:
             raise conflict(
                 "pods/binding",
                 name,
-                "the object has been modified; please apply your changes to the latest version and try again",
+                f"Precondition failed: ResourceVersion in precondition: {meta['resourceVersion']}, "
+                f"ResourceVersion in object meta: {pmeta['resourceVersion']}",
             )
         spec = pod.get("spec") or {}
         if spec.get("nodeName"):
             raise conflict("pods/binding", name, f'pod {name} is already assigned to node "{spec["nodeName"]}"')
         new = dict(pod)
         new["spec"] = {**spec, "nodeName": str(target["name"])}
+        new_meta = dict(pmeta)
         if isinstance(meta.get("annotations"), dict) and meta["annotations"]:
-            new["metadata"] = {**pmeta, "annotations": {**(pmeta.get("annotations") or {}), **meta["annotations"]}}
+            new_meta["annotations"] = {**(pmeta.get("annotations") or {}), **meta["annotations"]}
+        if isinstance(meta.get("labels"), dict) and meta["labels"]:  # v1.35+: PodTopologyLabelsAdmission on
+            new_meta["labels"] = {**(pmeta.get("labels") or {}), **meta["labels"]}
+        new["metadata"] = new_meta
         status = dict(pod.get("status") or {})
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conditions.append(

@@ -273,13 +273,34 @@ class Api:
     # ---- binding -----------------------------------------------------------------------------------------------
 
     async def bind_pod(
-        self, namespace: str, name: str, node: str, *, uid: str | None = None, timeout_s: float | None = None
+        self,
+        namespace: str,
+        name: str,
+        node: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> None:
-        """``POST pods/{name}/binding`` to ``node``. With ``uid`` the server refuses (409) a re-created pod.
-        AlreadyBoundError (with ``.node``) when the pod already has a node."""
-        metadata: dict[str, str] = {"name": name, "namespace": namespace}
+        """``POST pods/{name}/binding`` to ``node``, in one write with ``annotations`` and ``labels``.
+
+        The API server sets the pod's node and merges the Binding's annotations into the pod's in the same update
+        (``BindingREST``: always; its labels too from v1.35, where the ``PodTopologyLabelsAdmission`` gate is on by
+        default: on an older server the labels are dropped silently). ``uid`` and ``resource_version`` are
+        preconditions: a re-created pod, or one changed since that version, is refused with 409
+        (:class:`~shared.k8s.errors.StaleVersionError` for the version). AlreadyBoundError (with ``.node``) when
+        the pod already has a node."""
+        metadata: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             metadata["uid"] = uid
+        if resource_version:
+            metadata["resourceVersion"] = resource_version
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        if labels:
+            metadata["labels"] = dict(labels)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",

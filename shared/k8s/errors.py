@@ -1,7 +1,8 @@
 """Kubernetes API answers translated into the project's error tree (``shared.errors``), in one place.
 
 404                      → NotFoundError
-409                      → ConflictError (AlreadyBoundError for a pod already bound to a node)
+409                      → ConflictError (AlreadyBoundError for a pod already bound to a node, StaleVersionError
+                           for a write whose resourceVersion precondition failed)
 410 Gone/Expired         → ExpiredError (a TransientError with delay 0: re-list, never retry the version)
 429, 5xx, network, time  → TransientError (delay from Retry-After when given)
 other 4xx                → KubeRequestError (a PermanentError carrying code and reason)
@@ -17,6 +18,9 @@ from typing import Any
 from vgpu_scheduler.shared.errors import ConflictError, NotFoundError, PermanentError, TransientError, VgpuError
 
 _ASSIGNED_RE = re.compile(r'is already assigned to node "([^"]*)"')
+_STALE_MARKERS = ("Precondition failed: ResourceVersion", "the object has been modified")
+"""How the API server words a failed resourceVersion precondition: a Binding's (``storage.Preconditions``) and a
+patch's or update's (optimistic concurrency)."""
 
 
 class AlreadyBoundError(ConflictError):
@@ -25,6 +29,10 @@ class AlreadyBoundError(ConflictError):
     def __init__(self, message: str, node: str | None) -> None:
         super().__init__(message)
         self.node = node
+
+
+class StaleVersionError(ConflictError):
+    """409: the write named a resourceVersion the object no longer has (it changed since it was read)."""
 
 
 class ExpiredError(TransientError):
@@ -77,6 +85,8 @@ def error_for(
         m = _ASSIGNED_RE.search(message)
         if m is not None:
             return AlreadyBoundError(text, m.group(1))
+        if any(marker in message for marker in _STALE_MARKERS):
+            return StaleVersionError(text)
         return ConflictError(text)
     if code == 410:
         return ExpiredError(text)

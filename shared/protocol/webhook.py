@@ -44,6 +44,7 @@ from vgpu_scheduler.shared.codec.resources import (
     pod_request,
     vendors_pod_request,
 )
+from vgpu_scheduler.shared.domain.hooks import implements
 from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig, QuotaState
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol import gojson
@@ -170,7 +171,7 @@ def _mutate(
             found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
     for vendor in others:  # pod-level edits of a vendor's MutateAdmission (Moore Threads' request-gpu-num)
-        if isinstance(vendor, PodMutation):
+        if implements(vendor, PodMutation):  # type: ignore[type-abstract]
             vendor.mutate_pod(pod, "pod")
 
     refusal = _annotation_refusal(pod, cfg, vendors)

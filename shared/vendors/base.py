@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from vgpu_scheduler.shared.domain.hooks import implements
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, Selectors
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
@@ -159,6 +160,6 @@ def admission_warnings(vendors: Iterable[object], containers: Iterable[tuple[str
     found: dict[str, None] = {}
     for where, container in containers:
         for vendor in vendors:
-            if isinstance(vendor, AdmissionWarnings):
+            if implements(vendor, AdmissionWarnings):  # type: ignore[type-abstract]
                 found.update(dict.fromkeys(vendor.admission_warnings(container, where)))
     return list(found)

@@ -77,7 +77,7 @@ async def _filter_and_bind(ext: Any, emulator: RecordingEmulator, pod: dict[str,
 
 
 @pytest.mark.parametrize(("tz", "suffix"), [("CST-8", "+08:00"), ("UTC0", "Z"), ("EST5", "-05:00")])
-async def test_filter_writes_nothing_and_bind_writes_lock_one_pod_patch_and_binding(
+async def test_filter_writes_nothing_and_bind_writes_the_lock_and_a_binding_carrying_the_allocation(
     store: Store, emulator: RecordingEmulator, api: Api, tz: str, suffix: str
 ) -> None:
     await _setup(store, emulator)
@@ -99,7 +99,7 @@ async def test_filter_writes_nothing_and_bind_writes_lock_one_pod_patch_and_bind
             assert result == {"Error": ""}
             await ext.flush_events()
 
-    lock_w, pod_w, binding_w = emulator.writes()
+    lock_w, binding_w = emulator.writes()
 
     # 1. the node lock, <RFC3339 local>,<ns>,<name>, set in one call only if absent: a JSON patch that tests the
     # member for null, then adds it (as atomic as HAMi's resourceVersion-guarded merge patch, one GET fewer)
@@ -117,16 +117,17 @@ async def test_filter_writes_nothing_and_bind_writes_lock_one_pod_patch_and_bind
     at = datetime.fromisoformat(m["t"])
     assert before <= at.timestamp() <= after
 
-    # 2. ONE merge patch with every annotation and the label, guarded by the pod's resourceVersion
-    assert (pod_w.method, pod_w.path, pod_w.content_type) == (
-        "PATCH",
-        f"/api/v1/namespaces/{NS}/pods/{NAME}",
-        MERGE_PATCH,
-    )
-    doc = pod_w.doc
-    assert list(doc) == ["metadata"]
-    assert set(doc["metadata"]) == {"annotations", "labels", "resourceVersion"}
-    assert doc["metadata"]["resourceVersion"] == pod_rv
+    # 2. the Binding, carrying every annotation and the label, guarded by the pod's UID and resourceVersion: the
+    # API server merges them into the pod with the node in one update (HAMi: a merge patch, then the Binding)
+    assert (binding_w.method, binding_w.path) == ("POST", f"/api/v1/namespaces/{NS}/pods/{NAME}/binding")
+    assert binding_w.content_type.startswith("application/json")
+    doc = binding_w.doc
+    assert set(doc) == {"apiVersion", "kind", "metadata", "target"}
+    assert (doc["apiVersion"], doc["kind"]) == ("v1", "Binding")
+    assert doc["target"] == {"apiVersion": "v1", "kind": "Node", "name": NODE}
+    assert set(doc["metadata"]) == {"name", "namespace", "uid", "resourceVersion", "annotations", "labels"}
+    assert (doc["metadata"]["name"], doc["metadata"]["namespace"]) == (NAME, NS)
+    assert (doc["metadata"]["uid"], doc["metadata"]["resourceVersion"]) == (meta["uid"], pod_rv)
     assert doc["metadata"]["labels"] == {"hami.io/vgpu-node": NODE}
     annos = doc["metadata"]["annotations"]
     stamp = annos["hami.io/vgpu-time"]
@@ -139,16 +140,11 @@ async def test_filter_writes_nothing_and_bind_writes_lock_one_pod_patch_and_bind
         "hami.io/bind-phase": "allocating",
         "hami.io/bind-time": stamp,
     }
-
-    # 3. the Binding
-    assert (binding_w.method, binding_w.path) == ("POST", f"/api/v1/namespaces/{NS}/pods/{NAME}/binding")
-    assert binding_w.content_type.startswith("application/json")
-    assert binding_w.doc == {
-        "apiVersion": "v1",
-        "kind": "Binding",
-        "metadata": {"name": NAME, "namespace": NS, "uid": meta["uid"]},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE},
-    }
+    # what the device plugin then reads: the bound pod with exactly those annotations and the label
+    stored = emulator.pod(NS, NAME)
+    assert stored["spec"]["nodeName"] == NODE
+    assert {k: v for k, v in stored["metadata"]["annotations"].items() if k.startswith("hami.io/")} == annos
+    assert stored["metadata"]["labels"]["hami.io/vgpu-node"] == NODE
 
     # the bind's event: BindingSucceed, Normal, from --scheduler-name, about the pod
     events = [w.doc for w in emulator.raw if w.is_event and w.doc["reason"].startswith("Binding")]
@@ -181,7 +177,7 @@ async def test_a_successful_filter_records_filtering_succeed(
     ]
 
 
-async def test_a_failed_binding_releases_the_lock_with_a_guarded_null_and_removes_what_bind_wrote(
+async def test_a_failed_binding_releases_the_lock_with_a_guarded_null_and_leaves_the_pod_untouched(
     store: Store, emulator: RecordingEmulator, api: Api
 ) -> None:
     await _setup(store, emulator)
@@ -197,19 +193,13 @@ async def test_a_failed_binding_releases_the_lock_with_a_guarded_null_and_remove
         assert result["Error"] != ""
         await ext.flush_events()
 
-    lock_w, pod_w, binding_w, unannotate_w, release_w = emulator.writes()
-    assert binding_w.path.endswith("/binding")
+    # the Binding failed (a 500; the pod read then shows it unbound) and wrote nothing: the pod needs no undo, only
+    # the lock is released
+    lock_w, binding_w, release_w = emulator.writes()
+    assert (binding_w.method, binding_w.path) == ("POST", f"/api/v1/namespaces/{NS}/pods/{NAME}/binding")
+    assert binding_w.doc["metadata"]["annotations"]["hami.io/vgpu-node"] == NODE
     lock_value = lock_w.doc[1]["value"]
     assert lock_value.endswith(f",{NS},{NAME}")
-
-    # the pod patch is undone: every key bind wrote, and the label, set to null
-    assert (unannotate_w.method, unannotate_w.path, unannotate_w.content_type) == (
-        "PATCH",
-        f"/api/v1/namespaces/{NS}/pods/{NAME}",
-        MERGE_PATCH,
-    )
-    assert unannotate_w.doc["metadata"]["annotations"] == dict.fromkeys(pod_w.doc["metadata"]["annotations"])
-    assert unannotate_w.doc["metadata"]["labels"] == {"hami.io/vgpu-node": None}
 
     # §4.1: release = {"metadata":{"annotations":{"hami.io/mutex.lock":null},"resourceVersion":"<rv>"}}
     assert (release_w.method, release_w.path, release_w.content_type) == (
@@ -233,7 +223,7 @@ async def test_a_node_name_that_is_no_valid_label_value_still_binds_without_the_
     store: Store, emulator: RecordingEmulator, api: Api
 ) -> None:
     """Node names are DNS subdomains of up to 253 characters; label values stop at 63. The API server refuses the
-    whole pod patch for an invalid label value (422), so the label is left out for such nodes (as HAMi's
+    whole write for an invalid label value (422), so the label is left out for such nodes (as HAMi's
     PatchPodAnnotations does: IsValidLabelValue) while the annotation still names the node."""
     long_name = "gpu-node-" + "a" * 60 + ".cluster.example.com"
     inv = node(long_name, 2)

@@ -25,6 +25,7 @@ async def test_an_expired_lock_marks_its_allocating_holder_failed_then_is_remove
             "metadata": {
                 "name": "stuck",
                 "namespace": "team-a",
+                "labels": {"hami.io/vgpu-node": NODE},  # as HAMi's scheduler writes it with the annotations
                 "annotations": {
                     "hami.io/vgpu-node": NODE,
                     "hami.io/vgpu-time": "1577905445",

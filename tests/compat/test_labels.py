@@ -1,5 +1,5 @@
 """The ``hami.io/vgpu-node`` label is written only when the node name is a valid label value (the API server
-refuses the whole pod patch otherwise)."""
+refuses the whole write otherwise)."""
 
 from __future__ import annotations
 

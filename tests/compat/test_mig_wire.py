@@ -1,7 +1,7 @@
 """Dynamic MIG on the wire (hami-wire §7.1): the device list carries the physical UUID with the profile's
 ``memoryMB``/``core``, and ``hami.io/vgpu-mig-allocations`` is Go's ``json.Marshal`` of ``[]MigAllocation``
 (key order ``containerIndex, deviceIndex, gpuUUID, profile, placement{start,size}``, no spaces), with
-``containerIndex`` counting init containers first — all in the one pod patch of ``/bind``."""
+``containerIndex`` counting init containers first — all in the one Binding of ``/bind``."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ async def test_mig_allocations_annotation_bytes(store: Store, emulator: Recordin
         bind = {"PodName": "mig-pod", "PodNamespace": "default", "PodUID": meta["uid"], "Node": NODE}
         assert await ext.post("bind", bind) == {"Error": ""}
 
-    (pod_w,) = [w for w in emulator.writes() if w.path.endswith("/pods/mig-pod")]
+    (pod_w,) = [w for w in emulator.writes() if w.path.endswith("/pods/mig-pod/binding")]
     annos = pod_w.doc["metadata"]["annotations"]
     assert annos["hami.io/vgpu-devices-allocated"] == f";{UUID},NVIDIA,4864,15:;{UUID},NVIDIA,19968,43:;"
     assert annos["hami.io/vgpu-mig-allocations"] == (

@@ -57,7 +57,7 @@ async def flushed(h: Harness) -> None:
 # ---- success ---------------------------------------------------------------------------------------------
 
 
-async def test_bind_writes_annotations_lock_and_binding_in_three_writes(h: Harness) -> None:
+async def test_bind_writes_the_lock_then_a_binding_carrying_the_annotations(h: Harness) -> None:
     pod = await reserved_pod(h)
     h.writes.clear()
 
@@ -81,12 +81,15 @@ async def test_bind_writes_annotations_lock_and_binding_in_three_writes(h: Harne
     assert lock.owned_by("default", "p1") and lock.at.timestamp() == NOW
     info = await h.store.locks.inspect(NODE)
     assert info is not None and info.owner == "default/p1"
-    # node lock, pod annotations, binding: nothing else written
+    # node lock, then the Binding carrying the annotations and the label: nothing else written
     assert [(w.verb, w.resource, w.subresource) for w in h.writes] == [
         (WriteVerb.PATCH, "nodes", None),
-        (WriteVerb.PATCH, "pods", None),
         (WriteVerb.BIND, "pods", "binding"),
     ]
+    binding_meta = h.writes[1].body["metadata"]
+    assert binding_meta["annotations"][keys.DEVICES_ALLOCATED] == device_list
+    assert binding_meta["labels"] == {keys.VGPU_NODE_LABEL: NODE}
+    assert binding_meta["uid"] == pod["metadata"]["uid"]
     # the reservation stays (the informer confirms it from the annotations)
     rec = await h.store.reservations.get(pod["metadata"]["uid"])
     assert rec is not None and rec.allocation.node == NODE
@@ -455,8 +458,8 @@ async def test_a_binding_already_made_to_this_node_is_success(h: Harness) -> Non
 async def test_a_binding_to_another_node_made_meanwhile_is_an_error_and_undone(h: Harness) -> None:
     pod = await reserved_pod(h)
 
-    def bind_elsewhere(rec: Any) -> None:
-        if rec.resource == "pods" and rec.verb is WriteVerb.PATCH and rec.subresource is None:
+    def bind_elsewhere(rec: Any) -> None:  # after the node lock, before the Binding
+        if rec.resource == "nodes" and rec.verb is WriteVerb.PATCH:
             h.em.patch("Pod", "default", "p1", {"spec": {"nodeName": "gpu-node-2"}})
 
     h.em.hooks.append(bind_elsewhere)
@@ -469,24 +472,36 @@ async def test_a_binding_to_another_node_made_meanwhile_is_an_error_and_undone(h
 async def test_an_unknown_binding_outcome_keeps_everything(h: Harness) -> None:
     pod = await reserved_pod(h)
 
-    def fail_after_the_pod_patch(rec: Any) -> None:
-        if rec.resource == "pods" and rec.verb is WriteVerb.PATCH:
+    def fail_after_the_node_lock(rec: Any) -> None:
+        if rec.resource == "nodes" and rec.verb is WriteVerb.PATCH:
             h.em.inject_error(503, method="POST", path="/binding", times=1)
             h.em.inject_error(503, method="GET", path="/pods/p1", times=1)
 
-    h.em.hooks.append(fail_after_the_pod_patch)
+    h.em.hooks.append(fail_after_the_node_lock)
     result = await h.binder().bind(args_for(pod))
     assert result.outcome is BindOutcome.ERROR and "outcome unknown" in result.error
-    assert h.pod("p1")["metadata"]["annotations"][keys.BIND_PHASE] == "allocating"
+    # the pod may have been bound with its annotations: the lock and the reservation stay
+    assert keys.NODE_LOCK in h.node(NODE)["metadata"]["annotations"]
     assert await h.store.locks.inspect(NODE) is not None
     assert await h.store.reservations.get(pod["metadata"]["uid"]) is not None
 
 
-async def test_a_pod_patch_conflict_is_retried_after_a_fresh_read(h: Harness) -> None:
+async def test_a_pod_changed_before_its_binding_is_read_again_and_bound(h: Harness) -> None:
     pod = await reserved_pod(h)
-    h.em.inject_error(409, method="PATCH", path="/pods/p1", times=1)
+
+    def change_pod(rec: Any) -> None:  # after the node lock: the version the bind knows is stale now
+        if rec.resource == "nodes" and rec.verb is WriteVerb.PATCH:
+            h.em.patch("Pod", "default", "p1", {"metadata": {"labels": {"changed": "yes"}}})
+
+    h.em.hooks.append(change_pod)
+    h.writes.clear()
     result = await h.binder().bind(args_for(pod))
     assert result.outcome is BindOutcome.BOUND
+    stored = h.pod("p1")
+    assert stored["spec"]["nodeName"] == NODE and stored["metadata"]["labels"]["changed"] == "yes"
+    assert keys.DEVICES_ALLOCATED in stored["metadata"]["annotations"]
+    [binding] = [w for w in h.writes if w.verb is WriteVerb.BIND]  # the refused attempt wrote nothing
+    assert binding.body["metadata"]["resourceVersion"] != pod["metadata"]["resourceVersion"]
 
 
 async def test_a_pod_deleted_before_the_patch_is_undone(h: Harness) -> None:

@@ -1,6 +1,6 @@
-"""/bind without reading the pod: the filter's hint (the pod's resourceVersion as /filter saw it) guards the pod
-patch instead. Fewer API calls, and every check the read made still holds: a pod that changed since the filter
-makes the patch conflict, and the bind then reads it and decides as before."""
+"""/bind without reading the pod: the filter's hint (the pod's resourceVersion as /filter saw it) guards the
+Binding (which carries the pod's annotations) instead. Fewer API calls, and every check the read made still holds:
+a pod that changed since the filter makes the Binding conflict, and the bind then reads it and decides as before."""
 
 from __future__ import annotations
 
@@ -46,11 +46,11 @@ def _hami(obj: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in (obj["metadata"].get("annotations") or {}).items() if k.startswith("hami.io/")}
 
 
-async def test_a_hinted_bind_makes_three_calls_and_reads_nothing(h: Harness) -> None:
+async def test_a_hinted_bind_makes_two_calls_and_reads_nothing(h: Harness) -> None:
     pod = await _reserved(h)
     result = await h.binder().bind(args_for(pod))
     assert result.outcome is BindOutcome.BOUND
-    assert _calls(h) == [("PATCH", NODE_PATH), ("PATCH", POD_PATH), ("POST", POD_PATH + "/binding")]
+    assert _calls(h) == [("PATCH", NODE_PATH), ("POST", POD_PATH + "/binding")]
     stored = h.pod("p1")
     assert stored["spec"]["nodeName"] == NODE and _hami(stored)[keys.BIND_PHASE] == "allocating"
     record = await h.store.reservations.get(pod["metadata"]["uid"])
@@ -65,7 +65,6 @@ async def test_without_a_hint_the_bind_reads_the_pod_first(h: Harness) -> None:
     assert _calls(h) == [
         ("GET", POD_PATH),
         ("PATCH", NODE_PATH),
-        ("PATCH", POD_PATH),
         ("POST", POD_PATH + "/binding"),
     ]
 
@@ -78,9 +77,8 @@ async def test_a_stale_hint_conflicts_then_the_bind_reads_the_pod_and_binds(h: H
     assert result.outcome is BindOutcome.BOUND
     assert _calls(h) == [
         ("PATCH", NODE_PATH),
-        ("PATCH", POD_PATH),  # 409: the hint's resourceVersion is stale
+        ("POST", POD_PATH + "/binding"),  # 409: the hint's resourceVersion is stale
         ("GET", POD_PATH),
-        ("PATCH", POD_PATH),
         ("POST", POD_PATH + "/binding"),
     ]
     stored = h.pod("p1")
@@ -101,13 +99,20 @@ async def test_a_stale_hint_of_a_pod_another_decision_annotated_is_refused_and_u
     assert await h.store.reservations.get(pod["metadata"]["uid"]) is None
 
 
-async def test_a_stale_hint_of_a_pod_bound_here_meanwhile_is_success_without_a_second_binding(h: Harness) -> None:
+async def test_a_stale_hint_of_a_pod_bound_here_meanwhile_is_success_and_writes_nothing(h: Harness) -> None:
     pod = await _reserved(h)
     h.em.patch("Pod", "default", "p1", {"spec": {"nodeName": NODE}})
     h.em.requests.clear()
+    h.writes.clear()
     result = await h.binder().bind(args_for(pod))
     assert result.outcome is BindOutcome.ALREADY_BOUND and result.error == ""
-    assert ("POST", POD_PATH + "/binding") not in _calls(h)
+    assert _calls(h) == [
+        ("PATCH", NODE_PATH),
+        ("POST", POD_PATH + "/binding"),  # 409: stale; the pod read again is bound here already
+        ("GET", POD_PATH),
+        ("GET", POD_PATH),  # is its bind settled? (then the lock this bind took goes back)
+    ]
+    assert [w.resource for w in h.writes] == ["nodes"]  # the lock only: the refused Binding wrote nothing
     assert _hami(h.pod("p1")) == {}
 
 
@@ -134,7 +139,7 @@ async def test_a_stale_hint_of_a_pod_that_cannot_be_bound_leaves_nothing_behind(
     assert await h.store.locks.inspect(NODE) is None
 
 
-async def test_filter_then_bind_costs_three_api_calls(h: Harness) -> None:
+async def test_filter_then_bind_costs_two_api_calls(h: Harness) -> None:
     """The whole path: /filter stores the hint from the pod kube-scheduler sent; /bind uses it."""
     await fh.seed(h.store, [inventory(NODE)])
     pod = h.create_pod(pod_obj("p1"))
@@ -148,4 +153,7 @@ async def test_filter_then_bind_costs_three_api_calls(h: Harness) -> None:
         body = {"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"], "Node": NODE}
         status, bound = await ext.post("/bind", json.dumps(body))
     assert status == 200 and bound == {"Error": ""}
-    assert _calls(h) == [("PATCH", NODE_PATH), ("PATCH", POD_PATH), ("POST", POD_PATH + "/binding")]
+    assert _calls(h) == [("PATCH", NODE_PATH), ("POST", POD_PATH + "/binding")]
+    stored = h.pod("p1")
+    assert stored["spec"]["nodeName"] == NODE and stored["metadata"]["labels"][keys.VGPU_NODE_LABEL] == NODE
+    assert _hami(stored)[keys.VGPU_NODE] == NODE

@@ -16,7 +16,7 @@ from vgpu_scheduler.shared.k8s import (
     TokenBucket,
 )
 from vgpu_scheduler.shared.k8s.api import event_body, metadata_patch
-from vgpu_scheduler.shared.k8s.errors import error_for
+from vgpu_scheduler.shared.k8s.errors import StaleVersionError, error_for
 from vgpu_scheduler.shared.k8s.informer import InformerSettings, backoff_delay_s
 
 
@@ -95,7 +95,16 @@ def _status(code: int, reason: str, message: str) -> bytes:
 
 ERROR_CASES = [
     ("not-found", 404, "NotFound", 'pods "x" not found', NotFoundError),
-    ("conflict", 409, "Conflict", "the object has been modified", ConflictError),
+    ("conflict", 409, "Conflict", 'Operation cannot be fulfilled on pods "x": UID in precondition: a', ConflictError),
+    ("stale-patch", 409, "Conflict", "the object has been modified", StaleVersionError),
+    (
+        "stale-binding",
+        409,
+        "Conflict",
+        'Operation cannot be fulfilled on pods/binding "x": Precondition failed: ResourceVersion in precondition: 7, '
+        "ResourceVersion in object meta: 9",
+        StaleVersionError,
+    ),
     ("already-bound", 409, "Conflict", 'pod x is already assigned to node "n1"', AlreadyBoundError),
     ("expired", 410, "Expired", "too old resource version: 1 (5)", ExpiredError),
     ("gone", 410, "Gone", "gone", ExpiredError),

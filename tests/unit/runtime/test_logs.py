@@ -94,8 +94,7 @@ def test_json_unserialisable_values_are_stringified() -> None:
 def test_text_line_quotes_values_with_spaces() -> None:
     line = TextFormatter().format(record(pod="ns/p", reason="2/4 CardInsufficientMemory", count=3))
     assert line.endswith(
-        "INFO    vgpu_scheduler.services.extender.bind: pod bound "
-        'pod=ns/p reason="2/4 CardInsufficientMemory" count=3'
+        'INFO    vgpu_scheduler.services.extender.bind: pod bound pod=ns/p reason="2/4 CardInsufficientMemory" count=3'
     )
 
 
