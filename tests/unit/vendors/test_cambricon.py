@@ -829,7 +829,8 @@ def test_decode_devices_rejects_garbage() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The dsmlu node lock (HAMi Test_LockNode)
+# The dsmlu node lock (HAMi Test_LockNode, Test_setNodeLock, Test_ReleaseNodeLock); what /bind does with it:
+# tests/integration/extender/test_bind_vendors.py
 # ------------------------------------------------------------------------------------------------------------
 
 

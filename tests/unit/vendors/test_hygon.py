@@ -620,7 +620,8 @@ def test_patch_annotations() -> None:
 def test_lock_node_and_release() -> None:
     # TestDevices_LockNode / TestDevices_ReleaseNodeLock "Test with no containers": no DCU asked → not this
     # vendor's pod, no lock taken (and none released). "Test with non-zero resource requests" (the count in the
-    # requests): the pod's DCUs are placed and its bind takes, and gives back, HAMi's hami.io/mutex.lock
+    # requests): the pod's DCUs are placed and its bind takes, and gives back, HAMi's hami.io/mutex.lock. The
+    # three cases through /bind with this vendor: tests/integration/extender/test_bind_vendors.py (test_hygon_*)
     assert not V.manages(ctr())
     asked = ctr(requests={"hygon.com/dcunum": "1"})
     assert V.manages(asked) and V.container_request(asked, "c").nums == 1
