@@ -337,8 +337,9 @@ def test_core_percentage_maps_per_device() -> None:
 def test_core_request_out_of_range() -> None:
     # The later version's "rejects an out of range core request" (101, 150, 200, -1 on a 64-unit card), "empty
     # devices with invalid coresreq returns out of range" and "mismatched device type with invalid coresreq returns
-    # out of range": HAMi fails with "core limit out of range". Ours keeps v2.10.0's clamp (the earlier version's
-    # case above): a request built elsewhere is clamped to the card, a negative one takes no unit; parsed
+    # out of range": HAMi fails with "core limit out of range". Ours clamps, as the earlier version's case above
+    # expects (the change from cap to refusal came after v2.10.0 for the other families too, as far as the stored
+    # copies show): a request built elsewhere is clamped to the card, a negative one takes no unit; parsed
     # requests never carry such a value (test_core_percentage_outside_1_to_100_is_refused)
     card = gpu("dev-0", core=64)
     for cores, units in ((101, 64), (150, 64), (200, 64), (-1, 0)):
