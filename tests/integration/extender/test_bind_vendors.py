@@ -14,11 +14,12 @@ from tests.integration.extender.bindkit import NOW, Harness, gpu, harness, node_
 from vgpu_scheduler.services.extender.bind import BindOutcome
 from vgpu_scheduler.services.extender.vendorlock import DSMLU_LOCK, TimedLockState, lock_kinds
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.nodelock import format_rfc3339, parse_node_lock
+from vgpu_scheduler.shared.codec.nodelock import encode_node_lock, format_rfc3339, parse_node_lock
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, NodeInventory
 from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
 from vgpu_scheduler.shared.store import ReservationState
+from vgpu_scheduler.shared.vendors import hygon
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
@@ -111,6 +112,7 @@ async def test_a_vendor_without_a_node_lock_binds_without_any(h: Harness) -> Non
 
 
 async def test_a_cambricon_lock_vendor_sets_the_dsmlu_lock_only(h: Harness) -> None:
+    # HAMi pkg/device/cambricon Test_LockNode "node is not locked", Test_setNodeLock "set node lock"
     pod = await _reserved(h, "mlu", (_dev(f"MLU-{NODE}-0", "MLU", 4096, 20),))
     result = await h.binder(vendors=VENDORS).bind(_args(pod))
     assert result.outcome is BindOutcome.BOUND, result.error
@@ -121,6 +123,7 @@ async def test_a_cambricon_lock_vendor_sets_the_dsmlu_lock_only(h: Harness) -> N
 
 
 async def test_a_fresh_dsmlu_lock_makes_the_bind_wait_then_fail_and_undo(h: Harness) -> None:
+    # HAMi pkg/device/cambricon Test_LockNode "node is already locked within 2 minutes" (a minute ago): an error
     fresh = format_rfc3339(datetime.fromtimestamp(NOW - 60).astimezone())
     h.em.put(node_obj(NODE, annotations={DSMLU: fresh}))
     pod = await _reserved(h, "mlu", (_dev(f"GPU-{NODE}-0", "NVIDIA"), _dev(f"MLU-{NODE}-0", "MLU")))
@@ -135,6 +138,9 @@ async def test_a_fresh_dsmlu_lock_makes_the_bind_wait_then_fail_and_undo(h: Harn
 
 
 async def test_an_expired_or_malformed_dsmlu_lock_is_taken_over(h: Harness) -> None:
+    # HAMi pkg/device/cambricon Test_LockNode "lock time expired (more than 2 minutes)": taken over. "invalid lock
+    # time format" (and Test_setNodeLock "node is locked", "test123"): HAMi fails the bind; ours takes it over
+    # (docs/differences.md, 21)
     for name, previous in (("old", datetime.fromtimestamp(NOW - 121).astimezone()), ("junk", None)):
         value = format_rfc3339(previous) if previous is not None else "not-a-time"
         h.em.put(node_obj(NODE, annotations={DSMLU: value}))
@@ -178,3 +184,60 @@ def test_dsmlu_lock_rules() -> None:
     assert DSMLU_LOCK.state("2025-01-23T10:00:00+08:00", datetime.fromisoformat("2025-01-23T02:01:00+00:00")) is (
         TimedLockState.HELD
     )
+
+
+# ---- HAMi's pkg/device/hygon device_test.go TestDevices_LockNode / TestDevices_ReleaseNodeLock (46bd7a88), with
+# the real Hygon vendor: which pods take hami.io/mutex.lock, and which give it back
+
+
+def _hygon_vendors() -> Vendors:
+    return Vendors((NvidiaVendor(), hygon.build(None)[0]))
+
+
+async def test_hygon_lock_node_and_release_without_containers(h: Harness) -> None:
+    # "Test with no containers": LockNode takes no lock; ReleaseNodeLock leaves the node's lock alone. Ours: a pod
+    # that asks for nothing is bound plainly, the node's lock (another pod's) untouched
+    held = encode_node_lock(datetime.fromtimestamp(NOW - 5).astimezone(), "default", "other")
+    h.em.put(node_obj(NODE, annotations={keys.NODE_LOCK: held}))
+    pod = pod_obj("empty", gpus=0)
+    pod["spec"]["containers"] = []
+    pod = h.create_pod(pod)
+    result = await h.binder(vendors=_hygon_vendors()).bind(_args(pod))
+    assert result.outcome is BindOutcome.PLAIN, result.error
+    assert _node_annos(h)[keys.NODE_LOCK] == held
+    assert await h.store.locks.inspect(NODE) is None
+
+
+async def _hygon_pod(h: Harness, name: str) -> dict[str, Any]:
+    """A pod whose container asks for one DCU in its requests only (HAMi's test pod), reserved on dev DCU-…-1."""
+    pod = pod_obj(name, gpus=0)
+    pod["spec"]["containers"] = [
+        {"name": "c", "image": "busybox", "resources": {"requests": {"hygon.com/dcunum": "1"}}}
+    ]
+    pod = h.create_pod(pod)
+    assert hygon.build(None)[0].container_request(pod["spec"]["containers"][0], "c").nums == 1
+    devices = ((_dev(f"DCU-{NODE}-1", "DCU", 2000, 30),),)
+    m = pod["metadata"]
+    alloc = Allocation(m["uid"], m["namespace"], m["name"], NODE, devices, collapse(devices, 0, ()))
+    await h.reserve(alloc, quota=False)
+    return pod
+
+
+async def test_hygon_lock_node_with_a_dcu_request(h: Harness) -> None:
+    # TestDevices_LockNode "Test with non-zero resource requests": the node gets hami.io/mutex.lock (naming the pod)
+    pod = await _hygon_pod(h, "nozerorr")
+    result = await h.binder(vendors=_hygon_vendors()).bind(_args(pod))
+    assert result.outcome is BindOutcome.BOUND, result.error
+    assert parse_node_lock(_node_annos(h)[keys.NODE_LOCK]).owned_by("default", "nozerorr")
+
+
+async def test_hygon_release_node_lock_with_a_dcu_request(h: Harness) -> None:
+    # TestDevices_ReleaseNodeLock "Test with non-zero resource requests": the pod's lock is removed. Ours: a bind
+    # that fails after taking the lock gives it back (the annotation names this pod; HAMi's test value
+    # "lock-values,default,nozerorr" has no time in front, which we would not read as this pod's)
+    pod = await _hygon_pod(h, "nozerorr")
+    h.em.inject_error(500, method="POST", path="/binding", times=1)
+    result = await h.binder(vendors=_hygon_vendors()).bind(_args(pod))
+    assert result.outcome is BindOutcome.ERROR
+    assert keys.NODE_LOCK not in _node_annos(h)
+    assert await h.store.locks.inspect(NODE) is None

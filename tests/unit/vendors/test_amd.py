@@ -1,10 +1,34 @@
-"""AMD vendor: HAMi's ``pkg/device/amd`` tests restated (MutateAdmission, request generation, type check,
-register decode, liveness, Fit's memory and compute-unit arithmetic with its reasons, cordon, annotations) plus
-our own strictness cases.
+"""AMD vendor: every case of HAMi's ``pkg/device/amd`` tests restated, plus our own strictness cases.
 
-The index holds no copy of ``device_test.go`` at v2.10.0 itself; the stored version read is the one whose
-``TestDevices_Fit`` has "retains the registered product type in the allocation" right after "core percentage
-maps per device" and no ``cuPerWGP``, memory-percentage or NUMA cases (those came after v2.10.0)."""
+The index holds no copy of these files at v2.10.0 (4707fb02). ``device_cordon_test.go`` is read at ad358d3a and
+``device_alloctype_test.go`` at 52e15616. Of ``device_test.go`` two stored versions bracket v2.10.0, both with the
+JSON register and the product type in the allocation, neither named by a commit in the index: an earlier one
+(its device.go has no cordon yet; ``Test_MutateAdmission`` has "gpu memory only (no count) -> false",
+``TestDevices_Fit`` "clamps a core request to the device total") and a later one (``GenerateResourceRequests``
+returning an error, cores from the requests, "rejects an out of range core request", plus the RDNA ``cuPerWGP``
+rounding, ``TestMemoryPercentage`` and ``TestPriority``, which came after v2.10.0 and are not restated). The
+cases of both are restated: where they disagree the comment gives both answers and says which we follow.
+
+| Go file | cases | restated | pass as HAMi expects | differences (listed) |
+|---|---|---|---|---|
+| device_test.go (both versions' cases, post-v2.10 features left out) | 53 | 53 | 46 | 7 |
+| device_cordon_test.go | 4 | 4 | 3 | 1 |
+| device_alloctype_test.go | 2 | 2 | 2 | 0 |
+
+A case whose name or answer differs between the two versions counts once per version (``Test_MutateAdmission``
+10, ``Test_GenerateResourceRequests`` 12, ``TestDevices_Fit`` 13; ``Test_GetNodeDevices``,
+``Test_PatchAnnotations`` and ``Test_checkType`` 1 each; ``TestCheckAMDType`` 15).
+
+The differences: the earlier version's "gpu memory only (no count) -> false" and "core percentage only (no
+count) -> false" (ours: true, as the later version's "gpu memory in limits" and "core percentage in limits"; the
+request is then refused); the tie between equal cards goes to the lowest index (``TestFit_DeviceCordon`` "no annotation
+…", difference 8); memory or cores without the count are refused where HAMi gives an empty request
+(``Test_GenerateResourceRequests`` "no gpu limits -> empty", difference 21); a use type list of only commas is
+refused at admission where HAMi matches no card (``TestCheckAMDType`` "use with only commas rejects card",
+difference 22); a core request above 100 (or negative) built elsewhere is clamped as the earlier version's
+"clamps a core request to the device total" expects, where the later version fails the container with "core
+limit out of range" (its three "out of range" cases; with no AMD card, or only another family's, ours answers
+``NodeInsufficientDevice``)."""
 
 from __future__ import annotations
 
@@ -16,6 +40,7 @@ from typing import Any
 import pytest
 
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
+from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
@@ -36,6 +61,7 @@ from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, RuleSet
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import amd
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -44,6 +70,7 @@ from vgpu_scheduler.shared.vendors.registration import (
     Registered,
     Unregistered,
 )
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = amd.build(None)[0]
 NOW = datetime(2025, 1, 7, 12, 0, 0)
@@ -133,12 +160,19 @@ def test_config_errors_name_the_key(section: object, message: str) -> None:
 @pytest.mark.parametrize(
     ("container", "ours"),
     [
-        (ctr({"amd.com/gpu": 2}), True),
-        (ctr({"amd.com/gpu-mem": 1024}), True),
-        (ctr({"amd.com/gpu-core-pct": 50}), True),
-        (ctr(requests={"amd.com/gpu": 1}), False),  # requests only: not in the limits
-        (ctr({"amd.com/gpu": 1, "amd.com/gpu-mem": 1024}), True),
-        (ctr(), False),
+        # Test_MutateAdmission, in order ("rejects zero core percentage" and "rejects core percentage above 100":
+        # test_core_percentage_outside_1_to_100_is_refused)
+        pytest.param(ctr({"amd.com/gpu": 2}), True, id="gpu count in limits"),
+        # the later version's "gpu memory in limits" → true; the earlier one's "gpu memory only (no count) ->
+        # false". Ours true (the pod is ours), and the request is then refused: memory needs the count
+        pytest.param(ctr({"amd.com/gpu-mem": 1024}), True, id="gpu memory in limits"),
+        # "core percentage in limits" → true (later); "core percentage only (no count) -> false" (earlier)
+        pytest.param(ctr({"amd.com/gpu-core-pct": 50}), True, id="core percentage in limits"),
+        pytest.param(ctr(requests={"amd.com/gpu": 1}), False, id="requests only (limits empty) -> false"),
+        pytest.param(
+            ctr({"amd.com/gpu": 1, "amd.com/gpu-mem": 1024}), True, id="accepts partial memory without a core pct"
+        ),
+        pytest.param(ctr(), False, id="no resources"),
     ],
 )
 def test_mutate(container: dict[str, Any], ours: bool) -> None:
@@ -147,9 +181,12 @@ def test_mutate(container: dict[str, Any], ours: bool) -> None:
     assert repr(container) == before  # no edit
 
 
-@pytest.mark.parametrize("cores", [0, 101])
+@pytest.mark.parametrize("cores", [0, 101, 150, 200])
 def test_core_percentage_outside_1_to_100_is_refused(cores: int) -> None:
-    # HAMi's MutateAdmission: "must be an integer percentage between 1 and 100"
+    # Test_MutateAdmission "rejects zero core percentage", "rejects core percentage above 100" ("must be an integer
+    # percentage between 1 and 100"); Test_GenerateResourceRequests "rejects zero core percentage", "rejects
+    # excessive core percentage" and the rejected half of "cores 1, 50, 100 accepted and out-of-range rejected"
+    # (0, 101, 150, 200; -1, "50m" and "99.1" in test_request_refusals): refused with a message
     with pytest.raises(DecodeError, match=re.escape("amd.com/gpu-core-pct")):
         T.container_request(ctr({"amd.com/gpu": 1, "amd.com/gpu-core-pct": cores}), "c")
 
@@ -158,23 +195,27 @@ def test_core_percentage_outside_1_to_100_is_refused(cores: int) -> None:
 
 
 def test_request_count_and_memory_from_limits() -> None:
+    # Test_GenerateResourceRequests "parses limits only" (the requests' 99s are ignored)
     limits = {"amd.com/gpu": 2, "amd.com/gpu-mem": 4096, "amd.com/gpu-core-pct": 33}
-    requests = {"amd.com/gpu": 2, "amd.com/gpu-mem": 4096, "amd.com/gpu-core-pct": 99}
+    requests = {"amd.com/gpu": 99, "amd.com/gpu-mem": 99, "amd.com/gpu-core-pct": 99}
     assert T.container_request(ctr(limits, requests), "c") == ContainerRequest(2, 4096, MEM_PCT_UNSET, 33, "AMD")
 
 
 def test_request_defaults() -> None:
-    # an omitted core limit is 100 %; no memory is the whole card
+    # Test_GenerateResourceRequests "defaults an omitted core limit to 100 percent"; ours: no memory is the whole card
     assert T.container_request(ctr({"amd.com/gpu": 1, "amd.com/gpu-mem": 4096}), "c").cores_pct == 100
     assert T.container_request(ctr({"amd.com/gpu": 1}), "c") == ContainerRequest(1, 0, 100, 100, "AMD")
-    # cores from the requests when the limits omit them
+    # "uses core percentage from requests when limits omitted" (later version)
     got = T.container_request(ctr({"amd.com/gpu": 1}, {"amd.com/gpu-core-pct": 42}), "c")
     assert got.cores_pct == 42
+    # the accepted half of "cores 1, 50, 100 accepted and out-of-range rejected"
     for cores in (1, 50, 100):
         assert T.container_request(ctr({"amd.com/gpu": 1, "amd.com/gpu-core-pct": cores}), "c").cores_pct == cores
 
 
 def test_request_zero_count_is_device_less() -> None:
+    # Test_GenerateResourceRequests "zero count is device-less, not invalid" (later), "rejects zero count" (earlier,
+    # an empty request too)
     assert T.container_request(ctr({"amd.com/gpu": 0}), "c").empty
     assert T.container_request(ctr(), "c").empty
 
@@ -182,12 +223,16 @@ def test_request_zero_count_is_device_less() -> None:
 @pytest.mark.parametrize(
     ("limits", "fragment"),
     [
+        # Test_GenerateResourceRequests "rejects overflowing count", "rejects negative memory", "rejects overflowing
+        # memory" (later: an empty request and an "out of range" error; earlier: an empty request): refused
         ({"amd.com/gpu": 2**31}, "amd.com/gpu: 2147483648 is too large"),
         ({"amd.com/gpu": 1, "amd.com/gpu-mem": -1}, "amd.com/gpu-mem cannot be negative"),
         ({"amd.com/gpu": 1, "amd.com/gpu-mem": 2**31}, "amd.com/gpu-mem is in MiB"),
         ({"amd.com/gpu": 1, "amd.com/gpu-core-pct": "50m"}, "amd.com/gpu-core-pct must be a whole number"),
         ({"amd.com/gpu": 1, "amd.com/gpu-core-pct": "99.1"}, "amd.com/gpu-core-pct must be a whole number"),
         ({"amd.com/gpu": 1, "amd.com/gpu-core-pct": -1}, "cannot be negative"),
+        # Test_GenerateResourceRequests "no gpu limits -> empty": HAMi gives an empty request (the pod runs without
+        # a GPU); ours refuses it (difference 21)
         ({"amd.com/gpu-mem": 4096, "amd.com/gpu-core-pct": 33}, "amd.com/gpu-mem needs amd.com/gpu"),
         ({"amd.com/gpu": 0, "amd.com/gpu-mem": 4096}, "amd.com/gpu is 0 but amd.com/gpu-mem"),
     ],
@@ -216,21 +261,23 @@ def test_manages() -> None:
 @pytest.mark.parametrize(
     ("annotations", "card", "ok"),
     [
-        ({}, "MI300X", True),
-        ({"amd.com/use-gputype": "MI300"}, "MI300X", True),
-        ({"amd.com/use-gputype": "MI250"}, "MI300X", False),
-        ({"amd.com/nouse-gputype": "MI300"}, "MI300X", False),
-        ({"amd.com/nouse-gputype": "MI250"}, "MI300X", True),
-        ({"amd.com/nouse-gputype": ""}, "MI300X", True),
-        ({"amd.com/use-gputype": ""}, "MI300X", True),
-        ({"amd.com/nouse-gputype": "   "}, "MI300X", True),
-        ({"amd.com/use-gputype": "   "}, "MI300X", True),
-        ({"amd.com/nouse-gputype": "MI250,"}, "MI300X", True),
-        ({"amd.com/nouse-gputype": ",MI250"}, "MI300X", True),
-        ({"amd.com/nouse-gputype": " MI250 , "}, "MI250X", False),
-        ({"amd.com/nouse-gputype": ", "}, "MI300X", True),
-        ({"amd.com/use-gputype": "MI300,"}, "MI250X", False),
-        ({"amd.com/use-gputype": "mi300"}, "AMD-MI300X", True),
+        # TestCheckAMDType, in order ("use with only commas rejects card": test_use_type_of_only_commas_is_refused)
+        pytest.param({}, "MI300X", True, id="no annotations"),
+        pytest.param({"amd.com/use-gputype": "MI300"}, "MI300X", True, id="matching use type"),
+        pytest.param({"amd.com/use-gputype": "MI250"}, "MI300X", False, id="non-matching use type"),
+        pytest.param({"amd.com/nouse-gputype": "MI300"}, "MI300X", False, id="matching nouse type excludes card"),
+        pytest.param({"amd.com/nouse-gputype": "MI250"}, "MI300X", True, id="non-matching nouse type keeps card"),
+        pytest.param({"amd.com/nouse-gputype": ""}, "MI300X", True, id="empty nouse annotation keeps card"),
+        pytest.param({"amd.com/use-gputype": ""}, "MI300X", True, id="empty use annotation keeps card"),
+        pytest.param({"amd.com/nouse-gputype": "   "}, "MI300X", True, id="whitespace-only nouse keeps card"),
+        pytest.param({"amd.com/use-gputype": "   "}, "MI300X", True, id="whitespace-only use keeps card"),
+        pytest.param({"amd.com/nouse-gputype": "MI250,"}, "MI300X", True, id="nouse with trailing comma"),
+        pytest.param({"amd.com/nouse-gputype": ",MI250"}, "MI300X", True, id="nouse with leading comma"),
+        pytest.param({"amd.com/nouse-gputype": " MI250 , "}, "MI250X", False, id="nouse with blank member"),
+        pytest.param({"amd.com/nouse-gputype": ", "}, "MI300X", True, id="nouse with only commas keeps card"),
+        pytest.param({"amd.com/use-gputype": "MI300,"}, "MI250X", False, id="use with trailing comma"),
+        # ours: case-insensitive
+        pytest.param({"amd.com/use-gputype": "mi300"}, "AMD-MI300X", True, id="lower case"),
     ],
 )
 def test_check_type(annotations: dict[str, str], card: str, ok: bool) -> None:
@@ -240,8 +287,19 @@ def test_check_type(annotations: dict[str, str], card: str, ok: bool) -> None:
     assert amd.AMD_RULES.type_ok(dev, ContainerRequest(1, type="other"), constraints) is False
 
 
+def test_check_type_of_the_request() -> None:
+    # Test_checkType: an AMD request on an "AMD-MI300X" card matches; with use-gputype MI250 the card is not
+    # found; a request of type "other" never matches
+    card = gpu("d", type="AMD-MI300X")
+    assert amd.AMD_RULES.type_ok(card, req(), PodConstraints()) is True
+    mi250 = PodConstraints(vendor_selectors={"AMD": V.selectors({"amd.com/use-gputype": "MI250"})})
+    assert amd.AMD_RULES.type_ok(card, req(), mi250) is False
+    assert amd.AMD_RULES.type_ok(card, ContainerRequest(1, type="other"), PodConstraints()) is False
+
+
 def test_use_type_of_only_commas_is_refused() -> None:
-    # HAMi: "use with only commas rejects card" (every card); a DecodeError here
+    # TestCheckAMDType "use with only commas rejects card": HAMi matches no card; ours refuses the annotation with
+    # a message (difference 22)
     with pytest.raises(DecodeError, match=re.escape("amd.com/use-gputype")):
         V.selectors({"amd.com/use-gputype": ", "})
 
@@ -250,6 +308,8 @@ def test_use_type_of_only_commas_is_refused() -> None:
 
 
 def test_two_whole_cards() -> None:
+    # TestDevices_Fit "allocate two whole cards (memreq=0 uses totalmem; coresreq=0 uses totalcore when whole mem)":
+    # dev-1 then dev-0, 1000 MiB and 100 units each
     devices = [gpu("dev-0"), gpu("dev-1", index=1, count=12)]
     # memory 0 takes the whole card; no core percentage with the whole memory takes every unit; the card with
     # more free slots comes first (spread), as in HAMi's expected order
@@ -259,18 +319,41 @@ def test_two_whole_cards() -> None:
 
 
 def test_core_percentage_maps_per_device() -> None:
+    # TestDevices_Fit "core percentage maps per device": dev-0 (10 units, 2 slots), dev-1 (100 units, 12 slots),
+    # 500 MiB and 50 % → dev-1, 50 units
+    two = [gpu("dev-0", core=10), gpu("dev-1", index=1, count=12, core=100)]
+    assert entries(fit(two, req(1, 500, 50))) == [("dev-1", 500, 50)]
     assert entries(fit([gpu("dev-1", core=100)], req(1, 500, 50))) == [("dev-1", 500, 50)]
     assert entries(fit([gpu("dev-0", core=10)], req(1, 500, 50))) == [("dev-0", 500, 5)]
-    # CDNA: 5 % of 64 units is 3; a positive percentage is at least one unit
+    # CDNA: 5 % of 64 units is 3; "clamps a positive percentage to at least one CU" (1 % of 64 → 1)
     assert entries(fit([gpu("dev-0", core=64)], req(1, 100, 5))) == [("dev-0", 100, 3)]
     assert entries(fit([gpu("dev-0", core=64)], req(1, 100, 1))) == [("dev-0", 100, 1)]
     # partial memory without a core percentage takes no unit
     assert entries(fit([gpu("dev-0")], req(1, 100, 0))) == [("dev-0", 100, 0)]
+    # "clamps a core request to the device total" (earlier version): 101 % of 64 units → 64
+    assert entries(fit([gpu("dev-0", core=64)], req(1, 100, 101))) == [("dev-0", 100, 64)]
+
+
+def test_core_request_out_of_range() -> None:
+    # The later version's "rejects an out of range core request" (101, 150, 200, -1 on a 64-unit card), "empty
+    # devices with invalid coresreq returns out of range" and "mismatched device type with invalid coresreq returns
+    # out of range": HAMi fails with "core limit out of range". Ours clamps, as the earlier version's case above
+    # expects (the change from cap to refusal came after v2.10.0 for the other families too, as far as the stored
+    # copies show): a request built elsewhere is clamped to the card, a negative one takes no unit; parsed
+    # requests never carry such a value (test_core_percentage_outside_1_to_100_is_refused)
+    card = gpu("dev-0", core=64)
+    for cores, units in ((101, 64), (150, 64), (200, 64), (-1, 0)):
+        assert entries(fit([card], req(1, 100, cores))) == [("dev-0", 100, units)]
+    assert reason(fit([], req(1, 100, 150))) == "NodeInsufficientDevice"
+    other = DeviceInfo("other-0", 0, 1, 0, 0, "OtherType", 0, "", True, vendor="OtherType")
+    assert reason(fit([other], req(1, 100, -1))) == "NodeInsufficientDevice"
 
 
 @pytest.mark.parametrize(
     ("device", "asked", "usage", "annotations", "expected"),
     [
+        # TestDevices_Fit "insufficient memory", "insufficient core", "uuid mismatch (use)", ours (nouse), "time
+        # slicing exhausted", "unhealthy device is rejected"; then ours
         (gpu("dev-0"), req(1, 500, 10), DeviceUsage(0, 900, 0), {}, "1/1 CardInsufficientMemory"),
         (gpu("dev-0", core=10), req(1, 100, 100), DeviceUsage(0, 0, 9), {}, "1/1 CardInsufficientCore"),
         (gpu("dev-1"), req(1, 100, 10), DeviceUsage(), {"amd.com/use-gpu-uuid": "dev-0"}, "1/1 CardUuidMismatch"),
@@ -299,14 +382,35 @@ def test_whole_card_needs_an_idle_card() -> None:
     assert reason(fit([gpu("dev-0")], req(1), usage={"dev-0": DeviceUsage(1, 100, 10)})) == "1/1 CardInsufficientMemory"
 
 
+def cordon_of(value: str) -> frozenset[str]:
+    """What the registrar keeps of a ``hami.io/device-cordon`` value on a node with dev-0 and dev-1."""
+    register = '[{"id":"dev-0","index":0,"count":100,"health":true},{"id":"dev-1","index":1,"count":100,"health":true}]'
+    got = V.observe(node({amd.REGISTER_KEY: register, "hami.io/device-cordon": value}), NOW)
+    assert isinstance(got, Registered)
+    return got.inventory.cordoned
+
+
 def test_fit_cordon() -> None:
-    devices = [gpu("dev-0"), gpu("dev-1", index=1)]
+    # TestFit_DeviceCordon: two cards of 1000 MiB and 100 units, 500 MiB and 50 % asked
+    devices = [gpu("dev-0", count=100), gpu("dev-1", index=1, count=100)]
+    asked = req(1, 500, 50)
+    # "cordoned device is skipped, healthy sibling still fits" (the annotation "dev-1, ")
+    assert entries(fit(devices, asked, cordoned=cordon_of("dev-1, "))) == [("dev-0", 500, 50)]
+    # "all devices cordoned fails with CardCordoned reason"
+    assert reason(fit(devices, asked, cordoned=cordon_of("dev-0,dev-1"))) == "2/2 CardCordoned"
+    # "running pods on a cordoned device are unaffected"
+    used = {"dev-1": DeviceUsage(1, 500, 50)}
+    assert entries(fit(devices, asked, usage=used, cordoned=cordon_of("dev-1"))) == [("dev-0", 500, 50)]
+    assert used["dev-1"] == DeviceUsage(1, 500, 50)
+    # "no annotation or no node info means nothing cordoned" (none, "", "   "): HAMi takes dev-1, ours dev-0
+    for value in ("", "   "):
+        assert cordon_of(value) == frozenset()
+    assert entries(fit(devices, asked)) == [("dev-0", 500, 50)]
     assert entries(fit(devices, req(1, 64, 50), cordoned=frozenset({"dev-0"}))) == [("dev-1", 64, 50)]
-    assert reason(fit(devices, req(1, 64, 50), cordoned=frozenset({"dev-0", "dev-1"}))) == "2/2 CardCordoned"
 
 
 def test_fit_retains_the_registered_product_type_in_the_allocation() -> None:
-    # HAMi TestDevices_Fit "retains the registered product type in the allocation": the device entry's type is the
+    # TestDevices_Fit "retains the registered product type in the allocation": the device entry's type is the
     # card's registered type; the entry stays keyed by the common word (HAMi: tmpDevs[k.Type])
     got = fit([gpu("dev-0", count=2, mem=1000, type="AMD_Instinct_MI300X_VF")], req(1, 100, 10))
     assert isinstance(got, Decision)
@@ -318,6 +422,25 @@ def test_fit_retains_the_registered_product_type_in_the_allocation() -> None:
     # a registration without a product type: HAMi falls back to the common word
     plain = fit([gpu("dev-0", type="AMD")], req(1, 100, 10))
     assert isinstance(plain, Decision) and V.encode_devices(plain.devices) == "dev-0,AMD,100,10:;"
+
+
+def test_fit_empty_registered_type_stays_decodable() -> None:
+    # device_alloctype_test.go Test_Fit_EmptyRegisteredTypeStaysDecodable: a card registered with type "" → the
+    # entry's type is AMD, and what is written decodes back to the same card
+    got = fit([gpu("GPU-amd-0", count=10, mem=8192, type="")], req(1, 4096, 100))
+    assert isinstance(got, Decision)
+    written = V.encode_devices(got.devices)
+    assert written == "GPU-amd-0,AMD,4096,100:;"
+    [[entry]] = V.decode_devices(written)[:1]
+    assert (entry.uuid, entry.type, entry.shown_type) == ("GPU-amd-0", "AMD", "")
+
+
+def test_fit_registered_product_type_preserved() -> None:
+    # device_alloctype_test.go Test_Fit_RegisteredProductTypePreserved: "AMD Instinct MI300X" is written as is
+    got = fit([gpu("GPU-amd-0", count=10, mem=8192, type="AMD Instinct MI300X")], req(1, 4096, 100))
+    assert isinstance(got, Decision)
+    assert got.devices[0][0].shown_type == "AMD Instinct MI300X"
+    assert V.encode_devices(got.devices) == "GPU-amd-0,AMD Instinct MI300X,4096,100:;"
 
 
 def test_the_written_type_survives_the_reservation_record() -> None:
@@ -339,6 +462,7 @@ def node(annotations: dict[str, str], allocatable: dict[str, Any] | None = None)
 
 
 def test_register_decodes_json() -> None:
+    # Test_GetNodeDevices: the JSON register, type "amd" kept, vendor AMD ("annos not found": test_not_registered)
     got = V.observe(node({amd.REGISTER_KEY: REGISTER}), NOW)
     assert isinstance(got, Registered)
     (d,) = got.inventory.devices
@@ -396,8 +520,13 @@ def test_registration_roundtrip_and_capacity() -> None:
 
 
 def test_pod_device_list() -> None:
+    # Test_PatchAnnotations: two cards of one container, the same value under both keys
     devices = ((ContainerDevice("test1", 100, 3, "AMD"), ContainerDevice("test2", 200, 4, "AMD")),)
     assert V.encode_devices(devices) == "test1,AMD,100,3:test2,AMD,200,4:;"
+    assert device_list_annotations(devices, Vendors((NvidiaVendor(), V))) == {
+        "hami.io/amd-devices-to-allocate": "test1,AMD,100,3:test2,AMD,200,4:;",
+        "hami.io/amd-devices-allocated": "test1,AMD,100,3:test2,AMD,200,4:;",
+    }
     assert V.decode_devices("test1,AMD,100,3:test2,AMD,200,4:;") == (*devices, ())
     with pytest.raises(DecodeError, match=re.escape(amd.ALLOCATED_KEY)):
         V.decode_devices("test1,,100,3:;")

@@ -1,5 +1,23 @@
-"""Cambricon MLU: HAMi's pkg/device/cambricon tests (device_test.go, device_cordon_test.go) restated, plus our own
-edge cases of the strict request parser, the capacity registration and the dsmlu node lock."""
+"""Cambricon MLU: every case of HAMi's ``pkg/device/cambricon`` tests restated, plus our own edge cases of the
+strict request parser, the capacity registration and the dsmlu node lock.
+
+The index holds no copy of these files at v2.10.0 (4707fb02); read at the nearest stored versions:
+``device_test.go`` 66868d45 (the ``Fit(devices, request, pod, nodeInfo, allocated)`` signature of the cordon era)
+and ``device_cordon_test.go`` ad358d3a. Each HAMi case is named in a comment (``Go test name "subtest"``); where
+our answer differs the comment says so and docs/differences.md lists it.
+
+| Go file | cases | restated | pass as HAMi expects | differences (listed) |
+|---|---|---|---|---|
+| device_test.go | 32 | 32 | 24 | 8 |
+| device_cordon_test.go | 4 | 4 | 3 | 1 |
+
+The differences: the tie between equal cards goes to the lowest index (``TestDevices_Fit`` "fit success",
+``TestFit_DeviceCordon`` "no annotation …", difference 8); a request of another family is never shown an MLU
+("fit fail: type mismatch"); a node with fewer cards than asked answers ``NodeInsufficientDevice`` (the two
+UUID cases and "AllocatedCardsInsufficientRequest", all asking 2 of 1); the bind takes over a lock value that
+is not a time (``Test_setNodeLock`` "node is locked", ``Test_LockNode`` "invalid lock time format"); the bind
+writes the assigned flag under both spellings and takes the profile's card index from the card's id
+(``Test_PatchAnnotations`` "exist device")."""
 
 from __future__ import annotations
 
@@ -10,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from vgpu_scheduler.services.extender.vendorlock import DSMLU_LOCK, TimedLockState
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.domain.model import (
@@ -25,7 +44,7 @@ from vgpu_scheduler.shared.domain.model import (
     Reason,
     Selectors,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, apply_decision, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import RuleSet
@@ -97,6 +116,8 @@ def test_vendor_keys_and_names_are_hamis() -> None:
 
 @pytest.mark.parametrize("section", [None, {}])
 def test_build_defaults(section: object) -> None:
+    # Test_ParseConfig "test" (HAMi registers its flags and asserts nothing): we have no Cambricon flags; the
+    # defaults are what an empty section gives
     assert cam.SECTION == "cambricon"
     (v,) = cam.build(section)
     assert v == cam.CambriconVendor()
@@ -146,23 +167,30 @@ CORE = "cambricon.com/mlu.smlu.vcore"
 
 
 def test_no_resources_is_no_request() -> None:
+    # Test_GenerateResourceRequests "don't set to limits and request"
     assert HAMI_TEST.container_request(ctr({}, {}), "c").empty
     assert HAMI_TEST.container_request({"name": "c"}, "c").empty
 
 
 def test_count_memory_and_cores() -> None:
+    # Test_GenerateResourceRequests "resourcecoresname,resourcecountname and resourcememoryname set to limits and
+    # request": 1000 units of 256 MiB, 2 cores
     both = {MLU_RES: "1", MEM: "1000", CORE: "2"}
     got = HAMI_TEST.container_request(ctr(both, both), "c")
     assert got == ContainerRequest(nums=1, mem_mib=256000, mem_pct=0, cores_pct=2, type="MLU")
 
 
 def test_cores_default_to_the_whole_card() -> None:
+    # Test_GenerateResourceRequests "resourcememoryname don't set to limits and requests" (it is the cores that
+    # are not set): cores 100
     both = {MLU_RES: "1", MEM: "1000"}
     got = HAMI_TEST.container_request(ctr(both, both), "c")
     assert got == ContainerRequest(nums=1, mem_mib=256000, mem_pct=0, cores_pct=100, type="MLU")
 
 
 def test_memory_defaults_to_all_of_the_card() -> None:
+    # Test_GenerateResourceRequests "resourcecoresname don't set to limits and requests" (it is the memory that
+    # is not set): 100 % of the card
     both = {MLU_RES: "1", CORE: "2"}
     got = HAMI_TEST.container_request(ctr(both, both), "c")
     assert got == ContainerRequest(nums=1, mem_mib=0, mem_pct=100, cores_pct=2, type="MLU")
@@ -233,6 +261,7 @@ def test_a_malformed_container_is_a_decode_error_naming_the_path() -> None:
 
 
 def test_mutate_is_true_for_the_count_in_limits_and_edits_nothing() -> None:
+    # Test_MutateAdmission "set to resources limits" (count cambricon.com/mlu in the limits → true)
     c = ctr({MLU_RES: "1"})
     before = repr(c)
     assert HAMI_TEST.mutate_container(c, "spec.containers[0]") is True
@@ -263,6 +292,7 @@ def node(
 
 
 def test_one_vcore_one_vmemory_is_one_card_of_25600_mib() -> None:
+    # Test_GetNodeDevices "test with valid configuration": vcore 1, vmemory 1 → one card of 1 × 256 × 100 / 1 MiB
     got = node(capacity={CORE: 1, MEM: 1}, allocatable={"cambricon.com/vmlu": 1})
     assert isinstance(got, Registered)
     assert got.inventory.devices == (
@@ -465,8 +495,12 @@ REQ = ContainerRequest(nums=1, mem_mib=64, mem_pct=0, cores_pct=50, type="MLU")
 
 
 def test_check_type_same_and_different_type() -> None:
+    # Test_checkType "the same type": an MLU request, no annotation, a card with no type → matches
+    assert cam.RULES.type_ok(mlu(used_type=""), REQ, constraints())
     assert cam.RULES.type_ok(mlu(), REQ, constraints())
+    # "the different type": a request of type "TEST" → no
     other = ContainerRequest(nums=1, mem_mib=64, mem_pct=0, cores_pct=50, type="TEST")
+    assert not cam.RULES.type_ok(mlu(used_type=""), other, constraints())
     assert not cam.RULES.type_ok(mlu(), other, constraints())
 
 
@@ -526,7 +560,8 @@ def mlu_req(nums: int = 1, mem: int = 512, pct: int = 0, cores: int = 50) -> Con
 
 
 def test_fit_success() -> None:
-    # HAMi walks the devices backwards and takes dev-1; we prefer the lowest index on a tie (dev-0)
+    # TestDevices_Fit "fit success": HAMi walks the devices backwards and takes dev-1; we prefer the lowest index
+    # on a tie (dev-0, difference 8)
     got = fit(mlu_req(mem=64), snapshot([mlu("dev-0"), mlu("dev-1", index=1)]))
     assert chosen(got) == ["dev-0"]
     assert isinstance(got, Decision)
@@ -534,10 +569,12 @@ def test_fit_success() -> None:
 
 
 def test_fit_fail_memory_not_enough() -> None:
+    # TestDevices_Fit "fit fail: memory not enough"
     assert reason(fit(mlu_req(mem=512), snapshot([mlu()]))) == "1/1 CardInsufficientMemory"
 
 
 def test_fit_fail_core_not_enough() -> None:
+    # TestDevices_Fit "fit fail: core not enough"
     node_snap = snapshot([mlu(mem=1024)], {"dev-0": DeviceUsage(used=0, used_cores=100)})
     assert reason(fit(mlu_req(), node_snap)) == "1/1 CardInsufficientCore"
 
@@ -546,42 +583,84 @@ def test_fit_fail_core_not_enough() -> None:
     "annotations", [{"cambricon.com/use-gpuuuid": "dev-0"}, {"cambricon.com/nouse-gpuuuid": "dev-1"}]
 )
 def test_fit_fail_uuid(annotations: Mapping[str, str]) -> None:
+    # TestDevices_Fit "fit fail: user assign use uuid mismatch" / "… no use uuid match" with one card asked (HAMi's
+    # ask two of one: test_fit_uuid_cases_asking_two_of_one)
     assert reason(fit(mlu_req(), snapshot([mlu("dev-1", mem=1280)]), annotations)) == "1/1 CardUuidMismatch"
 
 
 def test_fit_fail_card_overused() -> None:
+    # TestDevices_Fit "fit fail: card overused"
     node_snap = snapshot([mlu(mem=1280)], {"dev-0": DeviceUsage(used=100)})
     assert reason(fit(mlu_req(), node_snap)) == "1/1 CardTimeSlicingExhausted"
 
 
 def test_fit_success_but_core_limit_cant_exceed_100() -> None:
-    # HAMi v2.10.0 TestDevices_Fit "fit success: but core limit can't exceed 100": Coresreq 120 fits, capped at 100
+    # TestDevices_Fit "fit success: but core limit can't exceed 100": Coresreq 120 fits, capped at 100
     # (HAMi's master refuses it since, after v2.10.0; the parser caps it too, with an admission warning)
     got = fit(mlu_req(cores=120), snapshot([mlu(mem=1280)]))
     assert isinstance(got, Decision) and got.devices[0][0].used_cores == 100
 
 
 def test_fit_fail_card_exclusively() -> None:
+    # TestDevices_Fit "fit fail:  card exclusively"
     node_snap = snapshot([mlu(mem=1280)], {"dev-0": DeviceUsage(used=20)})
     assert reason(fit(mlu_req(cores=100), node_snap)) == "1/1 ExclusiveDeviceAllocateConflict"
 
 
 def test_fit_fail_compute_units_exhausted() -> None:
+    # TestDevices_Fit "fit fail:  CardComputeUnitsExhausted"
     node_snap = snapshot([mlu(mem=1280)], {"dev-0": DeviceUsage(used=20, used_cores=100)})
     assert reason(fit(mlu_req(cores=0), node_snap)) == "1/1 CardComputeUnitsExhausted"
 
 
 def test_fit_fail_allocated_cards_insufficient() -> None:
+    # ours: the reason HAMi's "fit fail:  AllocatedCardsInsufficientRequest" names, with two cards to see it
     node_snap = snapshot([mlu(mem=1280), mlu("dev-1", index=1, mem=1280)], {"dev-1": DeviceUsage(used=100)})
     got = reason(fit(mlu_req(nums=2, cores=20), node_snap))
     assert got == "1/2 AllocatedCardsInsufficientRequest, 1/2 CardTimeSlicingExhausted"
 
 
 def test_fit_more_cards_than_the_node_has() -> None:
+    # TestDevices_Fit "fit fail:  AllocatedCardsInsufficientRequest": 2 MLUs asked of one card (20 tasks, 10 cores
+    # in use). HAMi: "1/1 AllocatedCardsInsufficientRequest"; ours stops before the cards: NodeInsufficientDevice
+    node_snap = snapshot([mlu(mem=1280)], {"dev-0": DeviceUsage(used=20, used_cores=10)})
+    assert reason(fit(mlu_req(nums=2, cores=20), node_snap)) == "NodeInsufficientDevice"
     assert reason(fit(mlu_req(nums=2), snapshot([mlu(mem=1280)]))) == "NodeInsufficientDevice"
 
 
+@pytest.mark.parametrize(
+    ("card", "annotations"),
+    [
+        # TestDevices_Fit "fit fail: user assign use uuid mismatch" (HAMi: "1/1 CardUuidMismatch")
+        ("dev-1", {"cambricon.com/use-gpuuuid": "dev-0"}),
+        # "fit fail: user assign no use uuid match" (HAMi: "1/1 CardUuidMismatch")
+        ("dev-0", {"cambricon.com/nouse-gpuuuid": "dev-0"}),
+    ],
+)
+def test_fit_uuid_cases_asking_two_of_one(card: str, annotations: Mapping[str, str]) -> None:
+    # HAMi asks 2 MLUs of one card; ours: one card cannot serve two, NodeInsufficientDevice
+    got = fit(mlu_req(nums=2), snapshot([mlu(card, mem=1280)]), annotations)
+    assert reason(got) == "NodeInsufficientDevice"
+
+
+def test_fit_type_mismatch() -> None:
+    # TestDevices_Fit "fit fail: type mismatch": a request of type "OtherType". HAMi: "1/1 CardTypeMismatch"; ours
+    # never shows a request another family's cards: NodeInsufficientDevice
+    other = ContainerRequest(nums=1, mem_mib=512, mem_pct=0, cores_pct=50, type="OtherType")
+    assert reason(fit(other, snapshot([mlu()]))) == "NodeInsufficientDevice"
+
+
+def test_add_resource_usage() -> None:
+    # TestDevices_AddResourceUsage "test add resource usage": (0 tasks, 2000 MiB, 15 cores) plus an entry of
+    # 1024 MiB and 50 cores → 1 task, 3024 MiB, 65 cores
+    node_snap = snapshot([mlu(mem=4096)], {"dev-0": DeviceUsage(0, 2000, 15)})
+    got = fit(mlu_req(mem=1024, cores=50), node_snap)
+    assert isinstance(got, Decision)
+    assert apply_decision(node_snap, got).device_usage("dev-0") == DeviceUsage(1, 3024, 65)
+
+
 def test_fit_memory_percentage() -> None:
+    # TestDevices_Fit "fit success:  memory percentage": 10 % of 1280 MiB
     node_snap = snapshot([mlu(mem=1280)], {"dev-0": DeviceUsage(used=20, used_cores=10)})
     got = fit(mlu_req(mem=0, pct=10, cores=20), node_snap)
     assert isinstance(got, Decision)
@@ -615,17 +694,41 @@ def two_cards() -> list[DeviceInfo]:
     return [mlu("dev-0"), mlu("dev-1", index=1)]
 
 
+def cordon_of(value: str) -> frozenset[str]:
+    """What the registrar keeps of a ``hami.io/device-cordon`` value on a two-card node named node1."""
+    got = node(
+        "node1",
+        capacity={CORE: 200, MEM: 2},
+        allocatable={"cambricon.com/vmlu": 200},
+        annotations={"hami.io/device-cordon": value},
+    )
+    assert isinstance(got, Registered)
+    return got.inventory.cordoned
+
+
 def test_cordoned_card_is_skipped_healthy_sibling_still_fits() -> None:
+    # TestFit_DeviceCordon "cordoned device is skipped, healthy sibling still fits" (the annotation "dev-1, ")
+    assert cordon_of("node1-cambricon-mlu-1, ") == frozenset({"node1-cambricon-mlu-1"})
     assert chosen(fit(mlu_req(mem=64), snapshot(two_cards(), cordoned=["dev-0"]))) == ["dev-1"]
     assert chosen(fit(mlu_req(mem=64), snapshot(two_cards(), cordoned=["dev-1"]))) == ["dev-0"]
 
 
 def test_all_cards_cordoned() -> None:
+    # TestFit_DeviceCordon "all devices cordoned fails with CardCordoned reason"
     got = fit(mlu_req(mem=64), snapshot(two_cards(), cordoned=["dev-0", "dev-1"]))
     assert reason(got) == "2/2 " + Reason.CARD_CORDONED.value
 
 
+def test_nothing_cordoned() -> None:
+    # TestFit_DeviceCordon "no annotation or no node info means nothing cordoned" (no annotation, "", "   "):
+    # HAMi takes dev-1, the last card; ours dev-0 (difference 8)
+    for value in ("", "   "):
+        assert cordon_of(value) == frozenset()
+    assert chosen(fit(mlu_req(mem=64), snapshot(two_cards()))) == ["dev-0"]
+
+
 def test_running_pods_on_a_cordoned_card_are_unaffected() -> None:
+    # TestFit_DeviceCordon "running pods on a cordoned device are unaffected"
     usage = {"dev-1": DeviceUsage(used=1, used_mem_mib=64, used_cores=50)}
     node_snap = snapshot(two_cards(), usage, cordoned=["dev-1"])
     assert chosen(fit(mlu_req(mem=64), node_snap)) == ["dev-0"]
@@ -666,6 +769,12 @@ def test_nvidia_request_sees_no_mlu() -> None:
 
 
 def test_patch_annotations_exist_device() -> None:
+    # Test_PatchAnnotations "exist device": HAMi's card "device-0" (Idx 0), 256000 MiB, 1 core → the device lists,
+    # CAMBRICON_DSMLU_ASSIGNED "false", CAMBRICON_DSMLU_PROFILE "0_1_1000", four keys. Ours: the index is read from
+    # the card's id (a registered card is always <node>-cambricon-mlu-<i>), so HAMi's "device-0" is refused; with
+    # a real id the same values, plus the flag under the device plugin's spelling ASSIGHED (five keys)
+    with pytest.raises(DecodeError, match="CAMBRICON_DSMLU_PROFILE"):
+        cam.extra_annotations(((ContainerDevice("device-0", 256000, 1, "MLU"),),))
     devices = ((ContainerDevice("node-cambricon-mlu-0", 256000, 1, "MLU"),),)
     value = V.encode_devices(devices)
     assert value == "node-cambricon-mlu-0,MLU,256000,1:;"
@@ -691,6 +800,7 @@ def test_bind_writes_the_patch_annotations_with_the_device_lists() -> None:
 
 
 def test_patch_annotations_no_device() -> None:
+    # Test_PatchAnnotations "no device": nothing
     assert cam.extra_annotations(()) == {}
     assert cam.extra_annotations(((), ())) == {}
 
@@ -719,7 +829,8 @@ def test_decode_devices_rejects_garbage() -> None:
 
 
 # ------------------------------------------------------------------------------------------------------------
-# The dsmlu node lock (HAMi Test_LockNode)
+# The dsmlu node lock (HAMi Test_LockNode, Test_setNodeLock, Test_ReleaseNodeLock); what /bind does with it:
+# tests/integration/extender/test_bind_vendors.py
 # ------------------------------------------------------------------------------------------------------------
 
 
@@ -729,11 +840,14 @@ def test_lock_annotation_is_an_rfc3339_time() -> None:
 
 
 def test_lock_state_free_when_absent() -> None:
+    # Test_setNodeLock "set node lock", Test_LockNode "node is not locked": no annotation → the lock is taken;
+    # Test_ReleaseNodeLock "no annation" / "annation no lock value": nothing to remove, no error
     assert cam.lock_state({}, NOW) is cam.LockState.FREE
     assert cam.lock_state({"hami.io/mutex.lock": "x"}, NOW) is cam.LockState.FREE
 
 
 def test_lock_held_within_two_minutes() -> None:
+    # Test_LockNode "node is already locked within 2 minutes" (a minute ago): the bind fails
     one_minute_ago = cam.lock_annotation(NOW - timedelta(minutes=1))
     assert cam.lock_state(one_minute_ago, NOW) is cam.LockState.HELD
     exactly_two = cam.lock_annotation(NOW - timedelta(minutes=2))
@@ -742,6 +856,7 @@ def test_lock_held_within_two_minutes() -> None:
 
 
 def test_lock_expired_after_two_minutes() -> None:
+    # Test_LockNode "lock time expired (more than 2 minutes)" (an hour ago): taken over
     an_hour_ago = cam.lock_annotation(NOW - timedelta(hours=1))
     assert cam.lock_state(an_hour_ago, NOW) is cam.LockState.EXPIRED
     just_over = {"cambricon.com/dsmlu.lock": "2025-01-23T01:57:59Z"}
@@ -749,7 +864,12 @@ def test_lock_expired_after_two_minutes() -> None:
 
 
 def test_invalid_lock_time_is_held() -> None:
-    # HAMi: LockNode returns the parse error, so the node cannot be locked while the value stays
+    # Test_LockNode "invalid lock time format", Test_setNodeLock "node is locked" ("test123"): HAMi fails the bind
+    # while the value stays. The vendor's decision reads it as held, as HAMi; the bind takes such a value over
+    # (logged) instead of blocking the node until an admin removes it (difference 21)
+    for value in ("invalid-format", "test123"):
+        assert cam.lock_state({"cambricon.com/dsmlu.lock": value}, NOW) is cam.LockState.HELD
+        assert DSMLU_LOCK.state(value, NOW) is TimedLockState.MALFORMED
     assert cam.lock_state({"cambricon.com/dsmlu.lock": "invalid-format"}, NOW) is cam.LockState.HELD
     with pytest.raises(DecodeError, match=re.escape("cambricon.com/dsmlu.lock")):
         cam.lock_time({"cambricon.com/dsmlu.lock": "invalid-format"})
