@@ -444,6 +444,8 @@ def vendors_pod_request(pod: Mapping[str, Any], vendors: Vendors) -> PodRequest:
         container_lists(c, what)  # a container of the wrong shape is a DecodeError, whatever the vendors
         asked: list[ContainerRequest] = []
         for vendor in vendors:
+            if not vendor.manages(c):  # it has nothing to say about c (tests/unit/vendors/test_manages.py)
+                continue
             try:
                 req = vendor.container_request(c, what)
             except ResourceRequestError as e:
