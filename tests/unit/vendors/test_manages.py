@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
+from vgpu_scheduler.shared.domain.model import ContainerRequest
 from vgpu_scheduler.shared.vendors.catalog import all_vendors
 
 _DOMAINS = (
@@ -111,9 +112,10 @@ def test_the_pod_request_is_the_same_as_asking_every_vendor(containers: list[tup
     else:
         fast_error = None
     # the reference: every vendor asked about every container, as before the shortcut
-    entries, problems = [], []
+    entries: list[ContainerRequest | None] = []
+    problems: list[str] = []
     for i, (lim, req) in enumerate(containers):
-        asked = []
+        asked: list[ContainerRequest | None] = []
         for vendor in VENDORS:
             try:
                 r = vendor.container_request(_container(lim, req), f"container {i}")
