@@ -396,6 +396,15 @@ class AWSNeuronVendor:
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
 
+    def plugin_device_count(self, container: Mapping[str, Any]) -> int:
+        """How many Neuron devices the device plugin serves ``container``: the devices of its request (a core
+        request of 1 or 2 cores is one device), 0 when it asks for none or its request is invalid. Used by the
+        simulated device plugin."""
+        try:
+            return self.container_request(container, "container").nums
+        except ResourceRequestError:
+            return 0
+
     # ---- registration ------------------------------------------------------------------------------------------
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
