@@ -46,11 +46,13 @@ from vgpu_scheduler.shared.codec.resources import (
     raw_value,
 )
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.domain.diagnosis import NearestMiss
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
+    DeviceUsage,
     NodeInventory,
     PodDevices,
     Reason,
@@ -232,6 +234,35 @@ class AWSNeuronRules(UuidOnlyRules):
             return candidates[:1] if candidates else None
         ordered = sorted((d for d in inventory.devices if d.vendor == self.name), key=lambda d: d.index)
         return contiguous_run(ordered, frozenset(d.id for d in candidates), nums)
+
+    def nearest_miss(
+        self, reason: Reason, node: str, candidates: Sequence[tuple[DeviceInfo, DeviceUsage]], req: ContainerRequest
+    ) -> NearestMiss | None:
+        """``explain``'s words for the refusals the generic ones would get wrong (cores are masks, several devices
+        a run): NeuronCores short on one device, no idle device, or no run of idle devices. None: the generic."""
+        idle = [d for d, u in candidates if not u.used_cores & d.devcore]
+        if reason is Reason.NUMA_NOT_FIT or (reason is Reason.CARD_INSUFFICIENT_CORE and req.nums > 1):
+            rule = (
+                "an Inferentia ring: any run"
+                if candidates and is_ring(candidates[0][0].mode)
+                else "Trainium: 1, 4, 8 or 16 devices starting on a multiple of that number"
+            )
+            text = (
+                f"needs {req.nums} idle Neuron devices in a row by index ({rule}); {node} has "
+                f"{len(idle)} idle but no such run"
+            )
+            return NearestMiss(reason.value, text, None, req.nums, len(idle), "Neuron devices")
+        if reason is Reason.CARD_INSUFFICIENT_CORE:
+            if not candidates:
+                return None
+            free = {d.id: bits(d.devcore & ~u.used_cores) for d, u in candidates}
+            best = max(free, key=lambda k: free[k])
+            text = (
+                f"needs {req.cores_pct} NeuronCore{'s' if req.cores_pct != 1 else ''} in a row on one Neuron device; "
+                f"the most free on {node} is {free[best]} on {best}"
+            )
+            return NearestMiss(reason.value, text, best, req.cores_pct, free[best], "NeuronCores")
+        return None
 
 
 AWSNEURON_RULES: DeviceRules = AWSNeuronRules(NAME)

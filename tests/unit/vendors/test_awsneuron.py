@@ -18,6 +18,7 @@ import pytest
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.domain.diagnosis import nearest_miss
 from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
@@ -564,3 +565,34 @@ def test_fit_device_cordon_multi_card_topology() -> None:
     # "nothing cordoned still reports NumaNotFit when no run exists": every fourth device in use
     used = {f"dev-{i}": DeviceUsage(1, 0, 0b01) for i in range(3, 16, 4)}
     assert reason(fit(devices, req(4, 2), usage=used)) == "1/16 NumaNotFit"
+
+
+# ---- ours: explain's words for a Neuron refusal ----------------------------------------------------------------------
+
+
+def miss(devices: list[DeviceInfo], request: ContainerRequest, usage: dict[str, DeviceUsage]) -> tuple[str, str]:
+    """(reason, text) of ``explain``'s nearest miss for the refusal ``plan`` gives on node n1."""
+    inv = NodeInventory(node="n1", vendor=NAME, devices=tuple(devices))
+    snap = NodeSnapshot(inv, usage)
+    pod = PodRequest(containers=(request,), init_count=0)
+    got = plan(pod, PodConstraints(), [snap], policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(got, Failure)
+    rejection = got.rejections["n1"]
+    m = nearest_miss(pod, PodConstraints(), snap, rejection, policies=Policies(), rules=VENDORS.rules)
+    return m.reason, m.text
+
+
+def test_explain_counts_neuron_cores_and_names_the_run_rule() -> None:
+    # the bit-0 core in use: one core free (the mask's value, 2, is not what is free)
+    reason_, text = miss([dev("d0")], req(1, 2), {"d0": DeviceUsage(1, 0, 0b01)})
+    assert reason_ == "CardInsufficientCore"
+    assert text == "needs 2 NeuronCores in a row on one Neuron device; the most free on n1 is 1 on d0"
+    # no run of two idle Trainium devices (two asked: Trainium gives 1, 4, 8 or 16)
+    reason_, text = miss([dev("d0"), dev("d1", 1)], req(2, 2), {})
+    assert reason_ == "NumaNotFit"
+    assert text.startswith("needs 2 idle Neuron devices in a row by index (Trainium: 1, 4, 8 or 16 devices")
+    assert text.endswith("n1 has 2 idle but no such run")
+    # an Inferentia ring with the middle device busy
+    ring3 = [dev(f"d{i}", i, node_type="inf2.xlarge") for i in range(3)]
+    _, text = miss(ring3, req(2, 2), {"d1": DeviceUsage(1, 0, 0b01)})
+    assert "(an Inferentia ring: any run); n1 has 2 idle but no such run" in text
