@@ -14,7 +14,10 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from vgpu_scheduler.services.extender.metrics import AllocationCollector, QuotaView
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
@@ -33,6 +36,7 @@ from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.awsneuron import NAME, bits, contiguous_run, split_cores
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
@@ -596,3 +600,52 @@ def test_explain_counts_neuron_cores_and_names_the_run_rule() -> None:
     ring3 = [dev(f"d{i}", i, node_type="inf2.xlarge") for i in range(3)]
     _, text = miss(ring3, req(2, 2), {"d1": DeviceUsage(1, 0, 0b01)})
     assert "(an Inferentia ring: any run); n1 has 2 idle but no such run" in text
+
+
+# ---- ours: the webhook -----------------------------------------------------------------------------------------------
+
+
+def _pod(*containers: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "default"},
+        "spec": {"containers": [{**c, "image": "x"} for c in containers]},
+    }
+
+
+def test_the_webhook_sends_neuron_pods_to_us_and_denies_bad_core_counts() -> None:
+    pod = _pod(ctr({CORE: "2"}))
+    out = mutate_pod(
+        pod, cfg=NvidiaConfig(), scheduler_name="vgpu", force_overwrite_default_scheduler=True, vendors=VENDORS
+    )
+    assert out.allowed, out.message
+    assert any(op.get("path") == "/spec/schedulerName" and op.get("value") == "vgpu" for op in out.patch_ops)
+    assert not any("resources" in str(op.get("path")) for op in out.patch_ops)  # HAMi edits no Neuron request
+    bad = _pod(ctr({CORE: "3"}))
+    out = mutate_pod(
+        bad, cfg=NvidiaConfig(), scheduler_name="vgpu", force_overwrite_default_scheduler=True, vendors=VENDORS
+    )
+    assert not out.allowed and f"{CORE} must be 1 or a multiple of 2, got 3" in out.message
+
+
+# ---- ours: the allocation gauges -------------------------------------------------------------------------------------
+
+
+def test_allocation_gauges_of_a_neuron_device_carry_the_core_mask() -> None:
+    devices = awsneuron.devices_from_capacity("n1", 2, 4, "inf2.xlarge")
+    snaps = {"n1": NodeSnapshot(NodeInventory("n1", NAME, devices), {devices[1].id: DeviceUsage(1, 0, 0b10)})}
+    registry = CollectorRegistry()
+    registry.register(AllocationCollector(lambda: snaps, lambda: QuotaView({})))
+    labels = {"node": "n1", "device_uuid": "n1-AWSNeuron-1", "device_index": "1", "device_type": NAME}
+    labels |= {"vendor": NAME, "zone": "vGPU"}
+    samples = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(generate_latest(registry).decode())
+        for s in family.samples
+    }
+    assert samples[("hami_gpu_shared_count", frozenset(labels.items()))] == 1
+    assert (
+        samples[("hami_gpu_core_allocated_ratio", frozenset(labels.items()))] == 0b10
+    )  # HAMi's mask, as HAMi shows it
+    assert samples[("hami_gpu_memory_limit_bytes", frozenset(labels.items()))] == 0  # no device memory
