@@ -40,6 +40,7 @@ from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.preemption import may_preempt, plan_preemption, pod_priority
 from vgpu_scheduler.shared.protocol.constraints import pod_constraints
 from vgpu_scheduler.shared.store import AllocationRecord, Store
+from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
@@ -382,6 +383,12 @@ async def _preemption(
 
 
 def _request_text(c: Mapping[str, Any]) -> str:
+    kind = "init container" if c["init"] else "container"
+    if c.get("type") == awsneuron.NAME:  # whole devices or NeuronCores (a core mask), no memory
+        devices = f"{c['gpus']} Neuron device" + ("s" if c["gpus"] != 1 else "")
+        return f"{kind} {c['name']}: {devices}, {c['cores_pct']} NeuronCore" + (
+            "s each" if c["cores_pct"] != 1 else " each"
+        )
     parts = [f"{c['gpus']} GPU" + ("s" if c["gpus"] != 1 else "")]
     if c["mem_mib"] is not None:
         parts.append(f"{c['mem_mib']:,} MiB each")

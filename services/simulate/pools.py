@@ -43,7 +43,7 @@ from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors import amd, ascend, cambricon, hygon
+from vgpu_scheduler.shared.vendors import amd, ascend, awsneuron, cambricon, hygon
 from vgpu_scheduler.shared.vendors.base import Vendor
 from vgpu_scheduler.shared.vendors.catalog import all_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
@@ -57,6 +57,10 @@ DEFAULT_SPLIT = 10
 DEFAULT_CORES = 100
 MAX_NODES = 10_000
 MAX_DEVICES = 1_024
+NEURON_INSTANCE_TYPE = "inf2.48xlarge"
+"""The instance type (``node.kubernetes.io/instance-type``) of a Neuron group that names none: Inferentia2."""
+NEURON_CORES = 2
+"""NeuronCores per device of a Neuron group that gives no ``cores`` (Inferentia2, Trainium; Inferentia1 has 4)."""
 
 _SPEC_KEYS = frozenset({"nodes", "devices", "allocatable"})
 _DEVICE_KEYS = frozenset({"vendor", "count", "memory", "cores", "type", "split"})
@@ -173,6 +177,8 @@ def _group(item: object, field: str, vendors: Vendors) -> DeviceGroup:
         raise PoolError(f"{field}.{unknown[0]}", f"unknown key (expected {', '.join(sorted(_DEVICE_KEYS))})")
     vendor = _vendor_of(item.get("vendor"), f"{field}.vendor", vendors)
     count = _int(item, "count", f"{field}.count", None, lo=1, hi=MAX_DEVICES)
+    if vendor.name == awsneuron.NAME:
+        return _neuron_group(item, field, count)
     memory = _memory_mib(item.get("memory"), f"{field}.memory")
     kind = item.get("type", vendor.name)
     if not isinstance(kind, str) or not kind.strip() or any(c in kind for c in ",:;"):
@@ -192,6 +198,19 @@ def _group(item: object, field: str, vendors: Vendors) -> DeviceGroup:
     return DeviceGroup(vendor.name, count, memory, cores, kind.strip(), split)
 
 
+def _neuron_group(item: Mapping[str, Any], field: str, count: int) -> DeviceGroup:
+    """An AWS Neuron group: ``cores`` NeuronCores per device (default 2; each core is a slot) and ``type``, the
+    node's instance type (default Inferentia2's ``inf2.48xlarge``); a Neuron device registers no memory."""
+    for key in ("memory", "split"):
+        if key in item:
+            raise PoolError(f"{field}.{key}", "AWS Neuron devices register from node capacity: no memory or split")
+    cores = _int(item, "cores", f"{field}.cores", NEURON_CORES, lo=1, hi=64)
+    kind = item.get("type", NEURON_INSTANCE_TYPE)
+    if not isinstance(kind, str) or not kind.strip() or any(c in kind for c in ",:;"):
+        raise PoolError(f"{field}.type", f"expected an instance type such as inf2.48xlarge, got {kind!r}")
+    return DeviceGroup(awsneuron.NAME, count, 0, cores, kind.strip(), cores)
+
+
 def parse_pool(doc: Mapping[str, Any], vendors: Vendors) -> tuple[int, tuple[DeviceGroup, ...], dict[str, Any]]:
     """``spec``: (node count, device groups, allocatable). PoolError names the field."""
     spec = doc.get("spec")
@@ -208,6 +227,9 @@ def parse_pool(doc: Mapping[str, Any], vendors: Vendors) -> tuple[int, tuple[Dev
     mlu = [g for g in groups if g.vendor == cambricon.MLU]
     if len(mlu) > 1 and len({(g.type, g.memory_mib) for g in mlu}) > 1:
         raise PoolError("spec.devices", "the Cambricon cards of a node share one type and one memory size")
+    neuron = [g for g in groups if g.vendor == awsneuron.NAME]
+    if len(neuron) > 1 and len({(g.type, g.cores) for g in neuron}) > 1:
+        raise PoolError("spec.devices", "the Neuron devices of a node share one instance type and one core count")
     allocatable = spec.get("allocatable", DEFAULT_ALLOCATABLE)
     if not isinstance(allocatable, dict):
         raise PoolError("spec.allocatable", f"expected a mapping, got {_type(allocatable)}")
@@ -234,6 +256,14 @@ def node_devices(node: str, groups: Sequence[DeviceGroup]) -> dict[str, list[Dev
         for _ in range(g.count):
             i = len(devices)
             mlu = g.vendor == cambricon.MLU
+            if g.vendor == awsneuron.NAME:  # HAMi's own ids; the instance type is the devices' mode
+                mask = awsneuron.core_mask(g.cores)
+                devices.append(
+                    DeviceInfo(
+                        f"{node}-{g.vendor}-{i}", i, g.cores, 0, mask, g.vendor, 0, g.type, True, vendor=g.vendor
+                    )
+                )
+                continue
             dev_id = f"{node}-cambricon-mlu-{i}" if mlu else _device_id(node, g.vendor, i)
             mode = "hami-core" if g.vendor == "NVIDIA" else ""
             devices.append(

@@ -171,7 +171,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-_NOUNS = {NVIDIA: "GPU", "AMD": "GPU", "DCU": "DCU", "MLU": "MLU"}
+_NOUNS = {NVIDIA: "GPU", "AMD": "GPU", "DCU": "DCU", "MLU": "MLU", "AWSNeuron": "Neuron device"}
 
 
 def device_noun(vendor: str) -> str:
@@ -445,6 +445,12 @@ def nearest_miss(
 
 
 def _explain(v: _View, reason: Reason, quota: QuotaState | None, namespace: str, config: NvidiaConfig) -> NearestMiss:
+    own = getattr(v.rules, "nearest_miss", None)  # optional: the vendor's own words (Neuron's core masks and runs)
+    if own is not None:
+        candidates = [(v.devices[p], v.usages[p]) for p in v.with_slot()]
+        got: NearestMiss | None = own(reason, v.node, candidates, v.req)
+        if got is not None:
+            return got
     if reason is Reason.CARD_INSUFFICIENT_MEMORY:
         return _memory(v)
     if reason is Reason.CARD_INSUFFICIENT_CORE:

@@ -254,6 +254,7 @@ class _NodeEval:
             quota = None  # this vendor has no limit in the namespace
         quota_unit = ctx.config.memory_factor if nvidia else 1  # other vendors' limits are in MiB already
         type_ok, uuid_ok, take = rules.type_ok, rules.uuid_ok, rules.take
+        take_on = getattr(rules, "take_on", None)  # optional: a take that sees the cores in use (Neuron's masks)
         pod_ok = getattr(rules, "pod_device_ok", None)  # optional: a vendor's rule on the pod's earlier devices
         earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
         group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
@@ -299,7 +300,7 @@ class _NodeEval:
             if mutex and (d_used > 0 or (busy_groups and group_of is not None and group_of(dev) in busy_groups)):
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
                 continue
-            took = take(dev, req, d_mem)
+            took = take(dev, req, d_mem) if take_on is None else take_on(dev, req, d_mem, d_cores)
             if took.reason is not None:
                 counts[took.reason] += 1
                 continue
@@ -345,6 +346,11 @@ class _NodeEval:
             chosen = self._select_set(partial, req.nums, rules) if sets else self._select_topology(partial, req.nums)
             if chosen is not None:
                 return chosen
+            set_failure = getattr(rules, "set_failure", None) if sets else None  # optional: one node-wide reason
+            if partial and set_failure is not None:
+                return NodeRejection(
+                    node=self.snap.name, counts=Counter({set_failure: 1}), total=total, container_index=ci
+                )
         if partial:
             counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(partial)
         return NodeRejection(node=self.snap.name, counts=counts, total=total, container_index=ci)
@@ -432,6 +438,9 @@ class _NodeEval:
         chosen = rules.select([self.devices[pk.pos] for pk in candidates], nums, self.snap.inventory)
         if chosen is None or len(chosen) != nums:
             return None
+        if getattr(rules, "keeps_selected_order", False):  # optional: the set's own order (Neuron's device runs)
+            by_id = {self.devices[pk.pos].id: pk for pk in candidates}
+            return [by_id[d.id] for d in chosen]
         chosen_ids = {d.id for d in chosen}
         return [pk for pk in candidates if self.devices[pk.pos].id in chosen_ids]
 
@@ -476,12 +485,15 @@ def may_fit(ctx: PodContext, snap: NodeSnapshot) -> bool:
         if rules is None:
             return False
         candidate, type_ok, uuid_ok, take = rules.candidate, rules.type_ok, rules.uuid_ok, rules.take
+        take_on = getattr(rules, "take_on", None)
         found = 0
         for dev, u in zip(devices, usages, strict=True):
             used = u.used
             if not candidate(dev, req) or not dev.health or used >= dev.count or (mutex and used > 0):
                 continue
-            took = take(dev, req, u.used_mem_mib)
+            took = (
+                take(dev, req, u.used_mem_mib) if take_on is None else take_on(dev, req, u.used_mem_mib, u.used_cores)
+            )
             cores = took.cores
             if (
                 took.reason is not None

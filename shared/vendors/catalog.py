@@ -49,6 +49,7 @@ from vgpu_scheduler.shared.domain.model import NodeInventory, NvidiaConfig
 from vgpu_scheduler.shared.vendors import (
     amd,
     ascend,
+    awsneuron,
     biren,
     cambricon,
     enflame,
@@ -89,6 +90,7 @@ FAMILIES: tuple[Family, ...] = (
     mthreads,
     metax,
     enflame,
+    awsneuron,
 )
 """Every family after NVIDIA, in the order their vendors are listed (and a mixed node's devices are merged)."""
 

@@ -40,7 +40,7 @@ from vgpu_scheduler.shared.codec.topology import encode_topology
 from vgpu_scheduler.shared.devconfig import parse_device_config
 from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceInfo, NvidiaConfig
 from vgpu_scheduler.shared.k8s import KubeSettings, open_client
-from vgpu_scheduler.shared.vendors import amd, ascend, cambricon, hygon
+from vgpu_scheduler.shared.vendors import amd, ascend, awsneuron, cambricon, hygon
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
@@ -252,6 +252,10 @@ class VendorPart:
 
 
 def _part_devices(node: str, part: VendorPart) -> tuple[DeviceInfo, ...]:
+    if part.vendor == awsneuron.NAME:  # ``cores`` NeuronCores per device; ``type`` the node's instance type
+        return awsneuron.devices_from_capacity(
+            node, part.devices, part.devices * part.cores, part.type or "inf2.xlarge"
+        )
     if part.vendor == cambricon.MLU:
         devices = cambricon.devices_from_capacity(
             node, cambricon.CARD_CORES * part.devices, part.devices * part.mem_mib // cambricon.MEMORY_UNIT_MIB

@@ -81,6 +81,7 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
             "resourceCoreName": "iluvatar.ai/MR-V100.vCore",
         }
     ],
+    "awsneuron": {"resourceCountName": "aws.amazon.com/neuron", "resourceCoreName": "aws.amazon.com/neuroncore"},
     "vnpus": {
         "configs": [
             _chip("Ascend910B3", "910B3", 65536, 65536, [("vir05_1c_16g", 16384), ("vir10_3c_32g", 32768)]),
@@ -104,11 +105,13 @@ GCU = {"enflame.com/gcu": "1"}
 DRS = {"enflame.com/drs-gcu": "3"}  # the 3g.20gb profile
 DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the smallest holding both: 1g.6gb
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
+NEURON_CORE = {"aws.amazon.com/neuroncore": "1"}
+NEURON_DEVICES = {"aws.amazon.com/neuron": "2"}
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
-    NVIDIA+AMD+Vastai+Enflame DRS."""
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100+AWS Neuron (an Inferentia2 of
+    8 devices, 2 cores each), Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame DRS."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
@@ -118,7 +121,11 @@ def small_fleet() -> list[list[VendorPart]]:
             VendorPart("Metax-GPU", devices=3, mem_mib=65536, slots=1),
             VendorPart("GCU", devices=2, mem_mib=100, slots=1),
         ],
-        [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
+        [
+            VendorPart("AMD"),
+            VendorPart("MR-V100", devices=2, mem_mib=16384),
+            VendorPart("AWSNeuron", devices=8, cores=2, type="inf2.24xlarge"),
+        ],
         [
             VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
             VendorPart("Mthreads", devices=2, mem_mib=16384, slots=100, cores=16),
@@ -148,6 +155,8 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
+    pods += [vendor_pod(f"neuron-core{i}", [NEURON_CORE]) for i in range(2)]  # the two cores of one device
+    pods += [vendor_pod("neuron-two", [NEURON_DEVICES])]  # two whole devices in a row
     return pods
 
 
@@ -197,6 +206,7 @@ async def test_mixed_vendor_cluster(
         "Metax-GPU": 2,
         "GCU": 1,
         "Enflame": 2,
+        "AWSNeuron": 3,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -236,6 +246,25 @@ async def test_mixed_vendor_cluster(
     }
     two = json.loads(_pod(outcome, "drs-two")["metadata"]["annotations"]["assigned-containers"])
     assert {c: (v["request"], v["profileName"]) for c, v in two.items()} == {"c0": (1, "1g.6gb"), "c1": (1, "1g.6gb")}
+    # AWS Neuron: one core each of one device (masks 1 and 2, core indexes 0 and 1 in some order), two whole
+    # devices in a row by index, and the AWS annotations its device plugin reads; no node lock
+    cores = [_pod(outcome, f"neuron-core{i}") for i in range(2)]
+    node = cores[0]["spec"]["nodeName"]
+    entries = [p["metadata"]["annotations"]["hami.io/aws-neuron-devices-allocated"] for p in cores]
+    assert sorted(e.split(",")[-1] for e in entries) == ["1:;", "2:;"], entries
+    assert len({e.split(",")[0] for e in entries}) == 1, entries  # the same device
+    annos = [p["metadata"]["annotations"] for p in cores]
+    index = int(entries[0].split(",")[0].rsplit("-", 1)[1])
+    assert sorted(a["AWS_NEURON_IDS"] for a in annos) == [str(2 * index), str(2 * index + 1)], annos
+    for a in annos:
+        assert a["NEURON_RESOURCE_TYPE"] == "aws.amazon.com/neuroncore" and a["NEURON_ALLOCATED"] == "false"
+        assert a["aws.amazon.com/predicate-node"] == node and int(a["NEURON_ALLOC_TIME"]) > 0
+    two_dev = _pod(outcome, "neuron-two")["metadata"]["annotations"]
+    run = [
+        int(d.split(",")[0].rsplit("-", 1)[1]) for d in two_dev["hami.io/aws-neuron-devices-allocated"].split(":")[:-1]
+    ]
+    assert len(run) == 2 and run[1] == run[0] + 1 and index not in run, two_dev
+    assert two_dev["AWS_NEURON_IDS"] == f"{run[0]},{run[1]}" and "NEURON_RESOURCE_TYPE" not in two_dev
 
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:

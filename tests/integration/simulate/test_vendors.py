@@ -50,6 +50,7 @@ POOLS: list[dict[str, Any]] = [
             {"vendor": "DCU", "count": 1, "memory": 16384, "split": 4},
         ],
     },
+    {"name": "neuron", "devices": [{"vendor": "AWSNeuron", "count": 4, "type": "inf2.24xlarge"}]},
 ]
 
 # (name, limits per container); the order is the scheduling order
@@ -83,10 +84,15 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
     ),
     ("dcu-huge", [{"hygon.com/dcunum": 1, "hygon.com/dcumem": 20000}]),
     ("cpu-1", [{"cpu": "1"}]),
+    ("neuron-1", [{"aws.amazon.com/neuroncore": 1}]),  # one core of device 0
+    ("neuron-2", [{"aws.amazon.com/neuron": 2}]),  # two whole devices in a row: 1 and 2 (0 is in use)
+    ("neuron-3", [{"aws.amazon.com/neuroncore": 1}]),  # the other core of device 0
+    ("neuron-4", [{"aws.amazon.com/neuroncore": 4}]),  # two whole devices in a row: only device 3 is free
 ]
 
 VENDOR_ORDER = [
-    "NVIDIA", "AMD", "Ascend910B3", "Biren", "DCU", "Enflame", "GCU", "MLU", "MR-V100", "Mthreads", "Vastai",
+    "NVIDIA", "AMD", "AWSNeuron", "Ascend910B3", "Biren", "DCU", "Enflame", "GCU", "MLU", "MR-V100", "Mthreads",
+    "Vastai",
 ]  # fmt: skip
 """The vendors of the figures: NVIDIA first, the others by name."""
 
@@ -102,6 +108,7 @@ VENDOR_OF_KEY = {
     "hami.io/mthreads-vgpu-devices-allocated": "Mthreads",
     "hami.io/enflame-gcu-devices-allocated": "GCU",
     "hami.io/enflame-vgpu-devices-allocated": "Enflame",
+    "hami.io/aws-neuron-devices-allocated": "AWSNeuron",
 }
 
 
@@ -237,7 +244,7 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
         "2/2 CardTimeSlicingExhausted"
     )
     assert result["summary"]["pending_reasons"] == {
-        "CardInsufficientMemory": 1, "CardTimeSlicingExhausted": 1, "NodeInsufficientDevice": 2,
+        "CardInsufficientMemory": 1, "CardTimeSlicingExhausted": 1, "NodeInsufficientDevice": 3, "NumaNotFit": 1,
     }  # fmt: skip
 
 
@@ -251,7 +258,7 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
         assert set(figures) == GPU_KEYS
     assert {k: v["devices"] for k, v in by_vendor.items()} == {
         "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3, "Mthreads": 3,
-        "Vastai": 2, "GCU": 2, "Enflame": 1,
+        "Vastai": 2, "GCU": 2, "Enflame": 1, "AWSNeuron": 4,
     }  # fmt: skip
     for key in ("devices", "devices_used", "memory_mib", "memory_allocated_mib", "cores", "cores_allocated"):
         assert summary["gpu"][key] == sum(v[key] for v in by_vendor.values()), key
@@ -264,6 +271,19 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert by_vendor["Mthreads"]["memory_allocated_mib"] == 8 * 512 + 2 * 49152
     for pod in result["pods"]:
         assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
+
+
+def test_neuron_cores_and_device_runs(result: dict[str, Any]) -> None:
+    pods = {p["name"]: p for p in result["pods"]}
+    given = {n: [(u, c) for _, u, _, c in _allocated(pods[n])] for n in ("neuron-1", "neuron-2", "neuron-3")}
+    dev = [f"neuron-01-AWSNeuron-{i}" for i in range(4)]
+    # core masks: one core, the other core of the same device; whole devices in a contiguous run after it
+    assert given == {"neuron-1": [(dev[0], 1)], "neuron-2": [(dev[1], 3), (dev[2], 3)], "neuron-3": [(dev[0], 2)]}
+    # (the AWS annotations, AWS_NEURON_IDS …, are not hami.io/ keys: simulate's JSON leaves them out)
+    # four cores are two whole devices in a row: only device 3 is free, so no run
+    assert pods["neuron-4"]["node"] is None and pods["neuron-4"]["reasons"]["neuron-01"] == "1/4 NumaNotFit"
+    figures = result["summary"]["by_vendor"]["AWSNeuron"]
+    assert (figures["devices_used"], figures["cores"], figures["cores_allocated"]) == (3, 12, 9)  # core masks
 
 
 def _without_times(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -49,6 +49,7 @@ def test_the_default_values_hold_only_nvidias_section() -> None:
         "Metax-GPU",
         "GCU",
         "Enflame",
+        "AWSNeuron",
     )
 
 
@@ -94,7 +95,10 @@ def _service_names(sections: dict[str, object], flags: frozenset[str] = frozense
     """The resource names the services take as a vendor's, from the same device config (NVIDIA's left out)."""
     vendors = enabled_vendors(NvidiaConfig(), sections, flags)
     names = [
-        n for v in vendors if v.name != "NVIDIA" for n in (v.resources.count, v.resources.memory, v.resources.cores)
+        n
+        for v in vendors
+        if v.name != "NVIDIA"
+        for n in (v.resources.count, v.resources.memory, v.resources.cores, *v.resources.extra)
     ]
     return [n for n in names if n]
 

@@ -14,7 +14,7 @@ from vgpu_scheduler.services.simulate.manifests import ManifestError, load_clust
 from vgpu_scheduler.services.simulate.pools import ALL_VENDORS, expand_pool
 from vgpu_scheduler.shared.devconfig import load_device_config
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
-from vgpu_scheduler.shared.vendors import cambricon, metax
+from vgpu_scheduler.shared.vendors import awsneuron, cambricon, metax
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors, observe_node
 from vgpu_scheduler.shared.vendors.registration import NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors
@@ -128,6 +128,8 @@ def _none() -> Any:
         ({"vendor": "DCU", "count": 1, "memory": "1.5Ki"}, "spec.devices[0].memory", "not a whole number of MiB"),
         ({"vendor": "DCU", "count": 1, "memory": 1024, "type": "a,b"}, "spec.devices[0].type", "without ','"),
         ({"vendor": "DCU", "count": 1, "memory": 1024, "colour": 1}, "spec.devices[0].colour", "unknown key"),
+        ({"vendor": "AWSNeuron", "count": 1, "memory": 1024}, "spec.devices[0].memory", "no memory or split"),
+        ({"vendor": "AWSNeuron", "count": 1, "cores": 0}, "spec.devices[0].cores", "expected 1 to 64, got 0"),
     ],
 )
 def test_a_bad_pool_is_one_line_naming_the_document_and_field(
@@ -212,5 +214,23 @@ def test_every_known_vendor_has_a_simulated_device_plugin() -> None:
         group: dict[str, Any] = {"vendor": vendor.name, "count": 1, "memory": cambricon.MEMORY_UNIT_MIB * 4}
         if vendor.name == metax.NAME:  # MetaX GPUs register by count alone: HAMi's 65536 MiB, one slot
             group.update(memory=metax.GPU_MEMORY_MIB, split=metax.GPU_SLOTS)
+        if vendor.name == awsneuron.NAME:  # Neuron devices register by count and cores: no memory
+            del group["memory"]
         (node,) = expand_pool(pool("p", group), ALL_VENDORS).nodes
         assert set(registered(node, ALL_VENDORS)) == {vendor.name}
+
+
+def test_a_neuron_pool_registers_its_instance_type_and_cores() -> None:
+    group = {"vendor": "AWSNeuron", "count": 2, "cores": 4, "type": "inf1.6xlarge"}
+    (node,) = expand_pool(pool("inf1", group), EXAMPLE_VENDORS).nodes
+    assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "inf1.6xlarge"
+    assert node["status"]["capacity"]["aws.amazon.com/neuroncore"] == "8"
+    seen = observe_node(EXAMPLE_VENDORS, NodeView.of(node), NOW).merged.inventory
+    assert seen is not None
+    assert [(d.id, d.count, d.devcore, d.mode) for d in seen.devices] == [
+        ("inf1-01-AWSNeuron-0", 4, 3, "inf1.6xlarge"),
+        ("inf1-01-AWSNeuron-1", 4, 3, "inf1.6xlarge"),
+    ]
+    (default,) = expand_pool(pool("inf2", {"vendor": "AWSNeuron", "count": 1}), EXAMPLE_VENDORS).nodes
+    assert default["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "inf2.48xlarge"
+    assert default["status"]["capacity"]["aws.amazon.com/neuroncore"] == "2"

@@ -79,7 +79,7 @@ the resources the webhook acts on. Empty names (a resource switched off) are lef
 {{- end }}
 
 {{/* The resource names of the other enabled vendors. The families HAMi initialises by default (cambricon, hygon,
-amd, mthreads, biren, vastai, metax, enflame) always: their section's resourceCountName / resourceMemoryName /
+amd, mthreads, biren, vastai, metax, enflame, awsneuron) always: their section's resourceCountName / resourceMemoryName /
 resourceCoreName, HAMi's default name for a key left out (no section: every default). Huawei Ascend only with deviceConfig.enableAscend (HAMi's
 --enable-ascend): each vnpus config's resourceName / resourceMemoryName / resourceCoreName
 (huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips); Iluvatar likewise only
@@ -143,6 +143,10 @@ test checks it against the names the services derive from the same device config
 {{- $names = append $names (trim ($enf.resourceNameDRSGCU | default "") | default (trim ($enf.resourceNameVGCU | default "")) | default "enflame.com/drs-gcu") }}
 {{- $names = append $names (trim ($enf.resourceNameGCUMemory | default "") | default "enflame.com/gcu-memory") }}
 {{- $names = append $names (trim ($enf.resourceNameGCUCore | default "") | default "enflame.com/gcu-core") }}
+{{- $aws := index $cfg "awsneuron" | default dict }}
+{{- if not (kindIs "map" $aws) }}{{ $aws = dict }}{{ end }}
+{{- $names = append $names ($aws.resourceCountName | default "aws.amazon.com/neuron") }}
+{{- $names = append $names ($aws.resourceCoreName | default "aws.amazon.com/neuroncore") }}
 {{- $names | uniq | toJson }}
 {{- end }}
 
