@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -39,8 +39,11 @@ from vgpu_scheduler.shared.vendors.ascend.config import (
     ASCEND910C,
     NPUS_PER_910C_MODULE,
     PREDICATE_TIME,
+    SOFT_CORE_TOTAL,
     VISIBLE_DEVICES_ENV,
     VNPU_MODE_ANNOTATION,
+    VNPU_MODE_HAMI_CORE,
+    VNPU_NODE_ANNOTATION,
     ChipConfig,
 )
 from vgpu_scheduler.shared.vendors.ascend.fit import AscendRules
@@ -151,11 +154,11 @@ class AscendVendor:
         n = r.read(count_raw, c.resource_name, memory=False) if count_given else None
         mem = r.read(mem_raw, c.resource_memory_name, memory=True) if mem_given else None
         core = r.read(core_raw, c.resource_core_name, memory=False) if core_given else None
-        if core:
+        soft = core_given
+        if core is not None and core > SOFT_CORE_TOTAL:
             r.problem(
-                f"{c.resource_core_name} asks for {core} AI-core percent: that is HAMi's hami-core soft split "
-                f"({VNPU_MODE_ANNOTATION}: hami-core), which this scheduler does not support; remove it and ask "
-                f"for {c.resource_memory_name} (a vNPU template) or whole NPUs"
+                f"{c.resource_core_name} is a percent of one NPU's AI cores: {core} is more than "
+                f"{SOFT_CORE_TOTAL}; ask for at most {SOFT_CORE_TOTAL}"
             )
         if r.problems:
             raise ResourceRequestError(r.problems)
@@ -185,11 +188,35 @@ class AscendVendor:
                 )
         mem_mib = 0
         if mem is not None:
-            mem_mib = self._template_memory(r, mem, nums)
+            mem_mib = self._soft_memory(r, mem, nums) if soft else self._template_memory(r, mem, nums)
         if r.problems:
             raise ResourceRequestError(r.problems)
         pct = MEM_PCT_UNSET if mem_mib else 100
-        return _Parsed(ContainerRequest(nums, mem_mib, pct, 0, c.common_word), n, mem_given)
+        request = ContainerRequest(nums, mem_mib, pct, core or 0, c.common_word)
+        return _Parsed(request, n, mem_given, soft)
+
+    def _soft_memory(self, r: _Reader, mem: int, nums: int) -> int:
+        """The hami-core soft split (the container names the core resource): memory as written, no template
+        (HAMi's ``isCoreRequested``); at most ``memoryCapacity``, and several NPUs take whole cards."""
+        c = self.chip
+        name = c.resource_memory_name
+        if mem == 0:
+            r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB the soft-split NPU needs")
+            return 0
+        mib = mem * max(c.memory_factor, 1)
+        if mib > c.memory_capacity:
+            r.problem(
+                f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
+                f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
+            )
+            return 0
+        if nums > 1 and mib != c.memory_allocatable:
+            r.problem(
+                f"{name}: a soft-split slice ({mib} MiB) is a single-device request, but {nums} NPUs are asked for: "
+                f"omit {name} (whole NPUs) or ask for 1 NPU"
+            )
+            return 0
+        return mib
 
     def _template_memory(self, r: _Reader, mem: int, nums: int) -> int:
         c = self.chip
@@ -243,6 +270,37 @@ class AscendVendor:
             rq[c.resource_memory_name] = str(mem)
         return True
 
+    def mutate_pod(self, pod: dict[str, Any], where: str) -> None:
+        """The pod-level rule of HAMi v2.10's ``MutateAdmission``: an AI-core percent above 0 in a pod without
+        ``huawei.com/vnpu-mode: hami-core`` is refused (ResourceRequestError; the soft split is chosen by that
+        annotation, a template vNPU's cores are fixed by its template)."""
+        del where
+        metadata = pod.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        if isinstance(annotations, Mapping) and annotations.get(VNPU_MODE_ANNOTATION) == VNPU_MODE_HAMI_CORE:
+            return
+        spec = pod.get("spec")
+        if not isinstance(spec, Mapping):
+            return
+        c = self.chip
+        problems: list[str] = []
+        for kind in ("initContainers", "containers"):
+            containers = spec.get(kind)
+            for i, container in enumerate(containers if isinstance(containers, list) else ()):
+                if not isinstance(container, Mapping):
+                    continue
+                here = f"{kind}[{i}]"
+                cores = self._parse(container, here).request.cores_pct
+                if cores > 0:
+                    problems.append(
+                        f"{container_label(container, here)}: {c.resource_core_name} asks for {cores} AI-core "
+                        f"percent, which is the hami-core soft split: add the pod annotation {VNPU_MODE_ANNOTATION}: "
+                        f"{VNPU_MODE_HAMI_CORE} (the pod then runs only on soft-split nodes), or remove "
+                        f"{c.resource_core_name} for a vNPU template"
+                    )
+        if problems:
+            raise ResourceRequestError(problems)
+
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         use: frozenset[str] = frozenset()
         nouse: frozenset[str] = frozenset()
@@ -252,7 +310,12 @@ class AscendVendor:
                 fail(self.use_uuid_key, "list holds no UUID, so no NPU could ever match", v)
         if (v := _text(annotations, self.no_use_uuid_key)) is not None:
             nouse = decode_uuid_list(v)
-        return Selectors(use_uuids=use, nouse_uuids=nouse)
+        mode = ""
+        if (v := _text(annotations, VNPU_MODE_ANNOTATION)) is not None:
+            if v not in ("", VNPU_MODE_HAMI_CORE, "template"):
+                fail(VNPU_MODE_ANNOTATION, f"expected {VNPU_MODE_HAMI_CORE} (the soft split) or template", v)
+            mode = v if v == VNPU_MODE_HAMI_CORE else ""
+        return Selectors(use_uuids=use, nouse_uuids=nouse, mode=mode)
 
     # ---- registration --------------------------------------------------------------------------------------
 
@@ -291,12 +354,20 @@ class AscendVendor:
         if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
             return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
         devices = tuple(n.device for n in npus)
+        if self.node_soft(a):  # every NPU is 100 % of its AI cores, shared by percent
+            devices = tuple(replace(d, mode=VNPU_MODE_HAMI_CORE, devcore=SOFT_CORE_TOTAL) for d in devices)
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
         inventory = NodeInventory(
             node=node.name, vendor=self.name, devices=devices, pair_scores=_pair_scores(npus), cordoned=cordoned
         )
         return Registered(inventory, handshake=judged.write, legacy=True, reporter=reporter)
+
+    def node_soft(self, annotations: Mapping[str, str]) -> bool:
+        """Whether the node runs the hami-core soft split: its ``hami-vnpu-core`` annotation is ``"true"``, or,
+        without the annotation, the ``vnpus`` section's ``hamiVnpuCore`` / ``hamiVnpuMode`` say so."""
+        v = annotations.get(VNPU_NODE_ANNOTATION)
+        return self.chip.hami_core if v is None else v == "true"
 
     # ---- pod annotations -----------------------------------------------------------------------------------
 
@@ -306,19 +377,39 @@ class AscendVendor:
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
         return decode_pod_devices(value, self.allocated_key)
 
-    def runtime_info(self, devices: PodDevices) -> str:
+    def runtime_info(self, devices: PodDevices, *, soft: bool = False) -> str:
         """The value of ``huawei.com/<cw>`` that HAMi's ``PatchAnnotations`` writes for the device plugin: a JSON
-        list over every device of every container, ``{"UUID": …, "temp": <template>}`` (``temp`` omitted for a
-        whole NPU); ``null`` when there is no device (Go marshals a nil slice so)."""
+        list over every device of every container, ``{"UUID": …, "temp": <template>, "memory": <MiB>,
+        "core": <percent>}``, each key left out when empty (``temp`` for a whole NPU, and always for a hami-core
+        pod: ``soft``); ``null`` when there is no device (Go marshals a nil slice so)."""
         items = []
         for ctr in devices:
             for d in ctr:
-                _, temp = self.chip.trim_memory(d.used_mem_mib)
                 pairs = [("UUID", dump_str(d.uuid))] if d.uuid else []
-                if temp:
-                    pairs.append(("temp", dump_str(temp)))
+                if not soft:
+                    _, temp = self.chip.trim_memory(d.used_mem_mib)
+                    if temp:
+                        pairs.append(("temp", dump_str(temp)))
+                if d.used_mem_mib:
+                    pairs.append(("memory", str(d.used_mem_mib)))
+                if d.used_cores:
+                    pairs.append(("core", str(d.used_cores)))
                 items.append(dump_object(pairs))
         return dump_array(items) if items else "null"
+
+    def bind_pod_annotations(
+        self, pod: Mapping[str, Any] | None, inventory: NodeInventory | None, devices: PodDevices, now_unix: int
+    ) -> dict[str, str]:
+        """A hami-core pod's runtime list has no ``temp`` (HAMi's ``PatchAnnotations`` reads the pod's
+        ``huawei.com/vnpu-mode``); it replaces the one :meth:`extra_pod_annotations` wrote."""
+        del inventory, now_unix
+        if pod is None or not any(devices):
+            return {}
+        metadata = pod.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        if not isinstance(annotations, Mapping) or annotations.get(VNPU_MODE_ANNOTATION) != VNPU_MODE_HAMI_CORE:
+            return {}
+        return {self.runtime_key: self.runtime_info(devices, soft=True)}
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> dict[str, str]:
         """Written with the device lists when the pod got NPUs of this chip: the plugin's runtime list

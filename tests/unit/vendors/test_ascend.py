@@ -170,11 +170,8 @@ def test_template_mode_is_accepted(mode: str | None) -> None:
 @pytest.mark.parametrize(
     ("section", "message"),
     [
-        # HAMi accepts these modes (TestVNPUModeConfig); we do not implement them
-        ({"hamiVnpuMode": "hami-core"}, "vnpus.hamiVnpuMode: 'hami-core' is not supported"),
-        ({"hamiVnpuMode": "hamiCore"}, "vnpus.hamiVnpuMode: 'hamicore' is not supported"),
+        # HAMi accepts this mode (TestVNPUModeConfig "ENPU", "case and whitespace"); we do not implement eNPU
         ({"hamiVnpuMode": " ENPU "}, "vnpus.hamiVnpuMode: 'enpu' is not supported"),
-        ({"hamiVnpuCore": True}, "vnpus.hamiVnpuCore: the hami-core soft split is not supported"),
         # TestVNPUModeRejectsInvalidConfig
         ({"hamiVnpuMode": "enup"}, "vnpus.hamiVnpuMode: must be template"),
         ({"hamiVnpuMode": False}, "vnpus.hamiVnpuMode: expected a string, got False"),
@@ -317,14 +314,14 @@ def test_memory_factor_scales_before_the_template(factor: int, want: int) -> Non
         ),
         ({"huawei.com/Ascend910A": "0", "huawei.com/Ascend910A-memory": "4000"}, "huawei.com/Ascend910A is 0 but"),
         ({"huawei.com/Ascend910A": "1", "huawei.com/Ascend910A-memory": "0"}, "huawei.com/Ascend910A-memory is 0"),
-        # Test_MutateAdmission_HardSplitCoreRejected: a core request is the hami-core soft split
+        # a soft-split request (it names the core resource) reads memory as written: within memoryCapacity
         (
-            {"huawei.com/Ascend910A": "1", "huawei.com/Ascend910A-memory": "8738", "huawei.com/Ascend910A-core": "10"},
-            "huawei.com/Ascend910A-core asks for 10 AI-core percent: that is HAMi's hami-core soft split",
+            {"huawei.com/Ascend910A": "1", "huawei.com/Ascend910A-memory": "40000", "huawei.com/Ascend910A-core": "10"},
+            "huawei.com/Ascend910A-memory: 40000 MiB is more than one Ascend910A holds",
         ),
         (
-            {"huawei.com/Ascend910A": "1", "huawei.com/Ascend910A-memory": "8738", "huawei.com/Ascend910A-core": "25"},
-            "hami-core",
+            {"huawei.com/Ascend910A": "2", "huawei.com/Ascend910A-memory": "8000", "huawei.com/Ascend910A-core": "10"},
+            "a soft-split slice (8000 MiB) is a single-device request, but 2 NPUs are asked for",
         ),
     ],
 )
@@ -614,13 +611,13 @@ def test_registration_annotations_round_trip() -> None:
 
 
 def test_pod_annotations_of_an_allocation() -> None:
-    # Test_PatchAnnotations "exist device"
+    # Test_PatchAnnotations "exist device" (v2.10 writes the entry's memory and cores too, HAMi #2035)
     v = chip910a(memory_capacity=32768)
     devices = ((ContainerDevice("device-0", 8738, 1, "Ascend"),),)
     assert v.pod_annotations(devices) == {
         "hami.io/Ascend910A-devices-to-allocate": "device-0,Ascend,8738,1:;",
         "hami.io/Ascend910A-devices-allocated": "device-0,Ascend,8738,1:;",
-        "huawei.com/Ascend910A": '[{"UUID":"device-0","temp":"vir08"}]',
+        "huawei.com/Ascend910A": '[{"UUID":"device-0","temp":"vir08","memory":8738,"core":1}]',
     }
     # Test_PatchAnnotations "no device"
     assert v.pod_annotations(()) == {}
@@ -629,7 +626,7 @@ def test_pod_annotations_of_an_allocation() -> None:
 
 def test_runtime_info_omits_the_template_of_a_whole_card() -> None:
     devices = ((), (ContainerDevice("a", 32768, 0, "Ascend910A"), ContainerDevice("b", 2000, 0, "Ascend910A")))
-    assert A910A.runtime_info(devices) == '[{"UUID":"a"},{"UUID":"b","temp":"vir02"}]'
+    assert A910A.runtime_info(devices) == '[{"UUID":"a","memory":32768},{"UUID":"b","temp":"vir02","memory":2000}]'
     assert A910A.runtime_info(((),)) == "null"
 
 
