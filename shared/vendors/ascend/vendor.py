@@ -178,7 +178,7 @@ class AscendVendor:
                 raise ResourceRequestError(r.problems)
             return _Parsed(EMPTY_REQUEST, 0, False)
         nums = n
-        if c.common_word == ASCEND910C:
+        if c.common_word == ASCEND910C and c.super_pod:  # HAMi #2005: the module rule is the super-pod's
             if n == 1:
                 nums = NPUS_PER_910C_MODULE
             elif n % NPUS_PER_910C_MODULE:

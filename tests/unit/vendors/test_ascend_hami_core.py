@@ -404,3 +404,49 @@ def test_zero_core_leaves_core_out() -> None:
     v = chip910a(memory_capacity=32768)
     got = v.runtime_info(((ContainerDevice("device-zero-core", 8738, 0, "Ascend910A"),),))
     assert got == '[{"UUID":"device-zero-core","temp":"vir08","memory":8738}]'
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 910C outside a super-pod (Test_MutateAdmission910C_VNPUSplit): the module rule is the super-pod's (HAMi #2005)
+# ------------------------------------------------------------------------------------------------------------
+
+C_SPLIT = AscendVendor(
+    ChipConfig(
+        common_word="Ascend910C",
+        chip_name="Ascend910",
+        resource_name="huawei.com/Ascend910C",
+        resource_memory_name="huawei.com/Ascend910C-memory",
+        resource_core_name="huawei.com/Ascend910C-core",
+        memory_allocatable=65536,
+        memory_capacity=65536,
+        templates=(Template("vir05_1c_16g", 16384, 5, 1), Template("vir10_3c_32g", 32768, 10, 3)),
+    )
+)
+
+
+def test_910c_split_keeps_one_npu_with_a_slice() -> None:
+    # Test_MutateAdmission910C_VNPUSplit "request 1 + vNPU memory slice is not rounded up"
+    got = admit(
+        C_SPLIT,
+        ctr({"huawei.com/Ascend910C": "1", "huawei.com/Ascend910C-memory": "16384"}, {"huawei.com/Ascend910C": "1"}),
+    )
+    assert got["resources"]["limits"]["huawei.com/Ascend910C"] == "1"
+    assert got["resources"]["limits"]["huawei.com/Ascend910C-memory"] == "16384"  # vir05_1c_16g
+
+
+def test_910c_split_allows_an_odd_count() -> None:
+    # Test_MutateAdmission910C_VNPUSplit "odd NPU count is allowed when the card is split"
+    got = admit(C_SPLIT, ctr({"huawei.com/Ascend910C": "3"}, {"huawei.com/Ascend910C": "3"}))
+    assert got["resources"]["limits"]["huawei.com/Ascend910C"] == "3"
+    assert C_SPLIT.container_request(ctr({"huawei.com/Ascend910C": 3}), "c").nums == 3
+    # and Fit takes any three NPUs: no module rule outside a super-pod
+    devs = tuple(
+        DeviceInfo(f"npu-{i}", i, 100, 65536, 100, "Ascend910C", 0, "", True, vendor="Ascend910C") for i in range(4)
+    )
+    r = ContainerRequest(nums=3, mem_mib=0, mem_pct=100, cores_pct=0, type="Ascend910C")
+    got_fit = plan(
+        pod(r), PodConstraints(), [NodeSnapshot(NodeInventory("node1", "Ascend910C", devs), {})],
+        policies=Policies(), rules=RuleSet({"Ascend910C": C_SPLIT.rules}),
+    )  # fmt: skip
+    assert isinstance(got_fit, Decision), got_fit
+    assert len(got_fit.devices[0]) == 3
