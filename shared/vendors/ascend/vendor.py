@@ -18,6 +18,7 @@ from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_po
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
+    capped_cores_warning,
     container_label,
     container_lists,
     names_any,
@@ -155,11 +156,6 @@ class AscendVendor:
         mem = r.read(mem_raw, c.resource_memory_name, memory=True) if mem_given else None
         core = r.read(core_raw, c.resource_core_name, memory=False) if core_given else None
         soft = core_given
-        if core is not None and core > SOFT_CORE_TOTAL:
-            r.problem(
-                f"{c.resource_core_name} is a percent of one NPU's AI cores: {core} is more than "
-                f"{SOFT_CORE_TOTAL}; ask for at most {SOFT_CORE_TOTAL}"
-            )
         if r.problems:
             raise ResourceRequestError(r.problems)
         if not count_given:
@@ -300,6 +296,11 @@ class AscendVendor:
                     )
         if problems:
             raise ResourceRequestError(problems)
+
+    def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]:
+        """An AI-core percent above 100 is scheduled as 100, as HAMi v2.10's ``Fit`` clamps it (difference 23)."""
+        w = capped_cores_warning(container, self.chip.resource_core_name, where, device="NPU")
+        return (w,) if w else ()
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         use: frozenset[str] = frozenset()
