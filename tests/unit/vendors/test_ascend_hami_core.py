@@ -1,12 +1,14 @@
-"""Huawei Ascend's ``hami-core`` soft split: HAMi v2.10's hami-core cases of ``pkg/device/ascend/device_test.go``
-restated, plus our own edge cases. Each test names the Go test (and case) it restates.
+"""Huawei Ascend's ``hami-core`` soft split: the hami-core cases of HAMi's ``pkg/device/ascend`` tests restated,
+plus our own edge cases. Each test names the Go test (and case) it restates.
 
 The index holds no copy of ``pkg/device/ascend`` at v2.10.0 (4707fb02). ``device_test.go`` was read at the stored
-version whose ``TestDevices_Fit`` has the hami-core ``ModeNotFit`` cases and whose
-``Test_MutateAdmission_HardSplitCoreRejected`` still refuses an AI-core request without the pod annotation: it
-comes after HAMi #2035 (mode-agnostic pods, 2026-08-04) and before #2975 (the core request infers hami-core,
-2026-09-08), so it is the nearest to v2.10.0 (2026-08-21). ``device.go`` and ``vnpu.go`` were read at the stored
-versions nearest to it; the node annotation ``hami-vnpu-core`` is what HAMi's Ascend device plugin writes.
+version whose ``TestDevices_Fit`` has the hami-core ``ModeNotFit`` cases (HAMi #2029 and #2035, both before
+v2.10.0); that copy is of the development branch after v2.10.0 (it also tests the ``hami.io/overwrite-env``
+annotations of #2966), so where its cases test a later rule (AI-core percent above 100 refused) the test says so
+and follows v2.10.0. ``vnpu_test.go``'s ``TestVNPUModeConfig`` is of the same branch (``hamiVnpuMode``, eNPU):
+its mode cases are restated because later charts write that key. ``device.go`` was read at the nearest stored
+version with the ``huawei.com/vnpu-mode`` annotation; the node annotation ``hami-vnpu-core`` is what HAMi's
+Ascend device plugin writes.
 """
 
 from __future__ import annotations
