@@ -143,7 +143,7 @@ class AscendRules:
             return None
         if nums == 1:
             return candidates[:1]
-        if self.chip.common_word == ASCEND910C and self.chip.super_pod:
+        if self.chip.common_word == ASCEND910C:
             return _by_module(candidates, nums)
         groups = network_groups(inventory, self.chip.common_word)
         if groups is None or len(candidates) == nums:

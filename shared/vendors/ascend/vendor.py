@@ -174,13 +174,14 @@ class AscendVendor:
                 raise ResourceRequestError(r.problems)
             return _Parsed(EMPTY_REQUEST, 0, False)
         nums = n
-        if c.common_word == ASCEND910C and c.super_pod:  # HAMi #2005: the module rule is the super-pod's
-            if n == 1:
+        if c.common_word == ASCEND910C:
+            if n == 1 and c.super_pod:  # HAMi #2005: one NPU becomes a module only in a super-pod
                 nums = NPUS_PER_910C_MODULE
-            elif n % NPUS_PER_910C_MODULE:
+            elif n > 1 and n % NPUS_PER_910C_MODULE:  # Fit takes several NPUs as whole modules only
+                one = "1 (one module)" if c.super_pod else "1"
                 r.problem(
-                    f"{c.resource_name}: an {ASCEND910C} module holds {NPUS_PER_910C_MODULE} NPUs, so ask for 1 "
-                    f"(one module) or an even number, not {n}"
+                    f"{c.resource_name}: an {ASCEND910C} module holds {NPUS_PER_910C_MODULE} NPUs and several NPUs "
+                    f"are taken as whole modules, so ask for {one} or an even number, not {n}"
                 )
         mem_mib = 0
         if mem is not None:
