@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import (
@@ -75,6 +75,9 @@ class ChipConfig:
     super_pod: bool = False
     overwrite_env: bool = False
     runtime_class_name: str = ""
+    ascend_resource_names: tuple[str, ...] = ()
+    """The count resources of every chip of the section (HAMi's ``allAscendResourceNames``): a container asking
+    for a sibling chip is not given ``ASCEND_VISIBLE_DEVICES=""`` by this one."""
     hami_core: bool = False
     """The section's default node mode (``hamiVnpuCore: true`` or ``hamiVnpuMode: hami-core``): a node without
     the ``hami-vnpu-core`` annotation runs the soft split."""
@@ -350,6 +353,8 @@ def parse_chips(section: object) -> tuple[ChipConfig, ...]:
             _chip_config(item, f"{path}[{i}]", overwrite_env, runtime_class, hami_core)
             for i, item in enumerate(entries)
         )
+    names = tuple(c.resource_name for c in chips)
+    chips = tuple(replace(c, ascend_resource_names=names) for c in chips)
     seen: dict[str, int] = {}
     for i, c in enumerate(chips):
         if c.common_word in seen:
@@ -361,22 +366,4 @@ def parse_chips(section: object) -> tuple[ChipConfig, ...]:
 
 
 def _with_globals(c: ChipConfig, overwrite_env: bool, runtime_class: str, hami_core: bool) -> ChipConfig:
-    if (overwrite_env, runtime_class, hami_core) == (c.overwrite_env, c.runtime_class_name, c.hami_core):
-        return c
-    return ChipConfig(
-        c.common_word,
-        c.chip_name,
-        c.resource_name,
-        c.resource_memory_name,
-        c.resource_core_name,
-        c.memory_allocatable,
-        c.memory_capacity,
-        c.memory_factor,
-        c.ai_core,
-        c.ai_cpu,
-        c.templates,
-        c.super_pod,
-        overwrite_env,
-        runtime_class,
-        hami_core,
-    )
+    return replace(c, overwrite_env=overwrite_env, runtime_class_name=runtime_class, hami_core=hami_core)

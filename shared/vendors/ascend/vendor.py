@@ -238,16 +238,20 @@ class AscendVendor:
         return trimmed
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: a container without the count resource gets ``ASCEND_VISIBLE_DEVICES=""``
-        when ``overwriteEnv`` is set and is not ours. Otherwise the request is validated (ResourceRequestError),
-        a 910C count of 1 becomes 2, and the memory limit and request are set to what the container takes (the
-        template, or ``memoryAllocatable`` for whole NPUs; only when ``memoryFactor`` is 1)."""
+        """HAMi's ``MutateAdmission``. A container that asks for no Ascend chip at all gets
+        ``ASCEND_VISIBLE_DEVICES=""`` when ``overwriteEnv`` is set (unless its last entry of that name already is
+        the literal ``""``) and is not ours; a container asking for a sibling chip is left alone. Otherwise the
+        request is validated (ResourceRequestError), a 910C count of 1 becomes 2 (``superPod``), and the memory
+        limit and request are set to what the container takes (the template, the soft-split memory as written,
+        or ``memoryAllocatable`` for whole NPUs; only when ``memoryFactor`` is 1)."""
         c = self.chip
         limits, requests = container_lists(container, where)
         if c.resource_name not in limits and c.resource_name not in requests:
-            if c.overwrite_env:
+            chips = c.ascend_resource_names or (c.resource_name,)
+            asks_any = any(n in limits or n in requests for n in chips)  # a sibling chip's container is not hidden
+            if c.overwrite_env and not asks_any:
                 env = container.setdefault("env", [])
-                if not any(isinstance(e, Mapping) and e.get("name") == VISIBLE_DEVICES_ENV for e in env):
+                if not _last_is_empty(env, VISIBLE_DEVICES_ENV):  # the kubelet takes the last same-name entry
                     env.append({"name": VISIBLE_DEVICES_ENV, "value": ""})
             return False
         parsed = self._parse(container, where)
@@ -261,7 +265,7 @@ class AscendVendor:
             for lst in (lim, rq):
                 if c.resource_name in lst:
                     lst[c.resource_name] = str(req.nums)
-        if max(c.memory_factor, 1) == 1:
+        if max(c.memory_factor, 1) == 1 and c.resource_memory_name:
             mem = req.mem_mib if req.mem_mib else c.memory_allocatable
             lim[c.resource_memory_name] = str(mem)
             rq[c.resource_memory_name] = str(mem)
@@ -453,6 +457,13 @@ def _with_vendor(d: DeviceInfo, vendor: str) -> DeviceInfo:
     return DeviceInfo(
         d.id, d.index, d.count, d.devmem_mib, d.devcore, d.type, d.numa, d.mode, d.health, d.mig_profiles, vendor
     )
+
+
+def _last_is_empty(env: Sequence[Any], name: str) -> bool:
+    for e in reversed(env):
+        if isinstance(e, Mapping) and e.get("name") == name:
+            return e.get("valueFrom") is None and e.get("value", "") == ""
+    return False
 
 
 def _text(annotations: Mapping[str, str], key: str) -> str | None:
