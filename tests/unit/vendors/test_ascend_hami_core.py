@@ -100,7 +100,9 @@ def b3(count: Any = 1, memory: Any = None, core: Any = None) -> dict[str, Any]:
         ({"hamiVnpuCore": False}, False),  # "legacy false"
         ({"hamiVnpuMode": "", "hamiVnpuCore": True}, True),  # "empty with legacy"
         ({"hamiVnpuMode": "template", "hamiVnpuCore": True}, False),  # "template overrides legacy"
-        ({"hamiVnpuMode": " Hami-Core "}, True),  # "case and whitespace"
+        ({"hamiVnpuMode": " Hami-Core "}, True),  # "case and whitespace" (its case is eNPU's, refused below)
+        ({"hamiVnpuMode": None, "hamiVnpuCore": True}, True),  # "null with legacy"
+        ({"hamiVnpuMode": "hamiCore", "hamiVnpuCore": False}, True),  # "core overrides legacy false"
     ],
 )
 def test_the_section_sets_every_chips_default_node_mode(section: dict[str, Any], hami_core: bool) -> None:
@@ -111,10 +113,24 @@ def test_the_section_sets_every_chips_default_node_mode(section: dict[str, Any],
     assert [v.chip.hami_core for v in configured] == [hami_core]
 
 
-def test_enpu_is_still_refused() -> None:
-    # TestVNPUModeConfig "ENPU": HAMi accepts it; this scheduler does not implement eNPU
+@pytest.mark.parametrize(
+    "section",
+    [
+        {"hamiVnpuMode": "enpu"},  # TestVNPUModeConfig "ENPU"
+        {"hamiVnpuMode": " ENPU "},  # "case and whitespace"
+        {"hamiVnpuMode": "enpu", "hamiVnpuCore": True},  # "ENPU overrides legacy"
+    ],
+)
+def test_enpu_is_still_refused(section: dict[str, Any]) -> None:
+    # HAMi (after v2.10.0) accepts eNPU; this scheduler does not implement it
     with pytest.raises(ConfigError, match="'enpu' is not supported"):
-        build({"hamiVnpuMode": "enpu"})
+        build(section)
+
+
+def test_an_invalid_mode_is_refused_whatever_the_legacy_key() -> None:
+    # TestVNPUModeRejectsInvalidConfig "invalid mode with legacy"
+    with pytest.raises(ConfigError, match=r"vnpus\.hamiVnpuMode: must be template"):
+        build({"hamiVnpuMode": "invalid", "hamiVnpuCore": True})
 
 
 # ------------------------------------------------------------------------------------------------------------
