@@ -269,8 +269,9 @@ def large_pods(rounds: int) -> list[dict[str, Any]]:
     out = []
     for r in range(rounds):
         for pod in small_pods():
-            if pod["metadata"]["name"] in ("no-node", "npu-core-no-mode"):
-                continue
+            name = pod["metadata"]["name"]
+            if name in ("no-node", "npu-core-no-mode") or name.startswith("npu-soft"):
+                continue  # the hami-core pods: the small scenario places them; spread here fills their nodes
             pod["metadata"]["name"] = f"r{r:02d}-{pod['metadata']['name']}"
             out.append(pod)
     return out
