@@ -1,0 +1,287 @@
+"""A mixed-vendor cluster on the real control plane: NVIDIA, Hygon DCU, Cambricon MLU, AMD and Huawei Ascend nodes
+(some carrying two vendors), each registered as its vendor's device plugin registers it, the vendors configured by
+their sections of the device config the services read (Ascend enabled by ``--enable-ascend``), and kube-scheduler's
+``managedResources`` extended with their resource names as the chart does. Pods of every vendor, and pods asking
+two vendors in one container, are created without a schedulerName (the webhook sends them to vgpu-scheduler); the
+device-plugin emulator settles them as each vendor's plugin does (HAMi's lock, Cambricon's
+``cambricon.com/dsmlu.lock``); the audit checks every vendor's keys, capacities and locks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.controlplane.control import ApiServer, Cleanup
+from tests.controlplane.harness import Settings, VendorPart, vendor_pod
+from tests.controlplane.scenario import Outcome, Scenario, run_scenario
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _chip(common_word: str, chip: str, memory: int, capacity: int, templates: Sequence[tuple[str, int]]) -> Any:
+    return {
+        "chipName": chip,
+        "commonWord": common_word,
+        "resourceName": f"huawei.com/{common_word}",
+        "resourceMemoryName": f"huawei.com/{common_word}-memory",
+        "resourceCoreName": f"huawei.com/{common_word}-core",
+        "memoryAllocatable": memory,
+        "memoryCapacity": capacity,
+        "memoryFactor": 1,
+        "aiCore": 20,
+        "aiCPU": 7,
+        "templates": [{"name": n, "memory": m, "aiCore": 1, "aiCPU": 1} for n, m in templates],
+    }
+
+
+VENDOR_SECTIONS: Mapping[str, Any] = {
+    # HAMi's chart values (v2.10.0), written out in full: the chart lists only names it is given in
+    # managedResources
+    "cambricon": {
+        "resourceCountName": "cambricon.com/vmlu",
+        "resourceMemoryName": "cambricon.com/mlu.smlu.vmemory",
+        "resourceCoreName": "cambricon.com/mlu.smlu.vcore",
+    },
+    "hygon": {
+        "resourceCountName": "hygon.com/dcunum",
+        "resourceMemoryName": "hygon.com/dcumem",
+        "resourceCoreName": "hygon.com/dcucores",
+        "memoryFactor": 1,
+    },
+    "amd": {
+        "resourceCountName": "amd.com/gpu",
+        "resourceCoreName": "amd.com/gpucores",
+        "resourceMemoryName": "amd.com/gpumem",
+    },
+    "biren": {"resourceCountName": "birentech.com/gpu"},
+    "vastai": {"resourceCountName": "vastaitech.com/va"},
+    "mthreads": {
+        "resourceCountName": "mthreads.com/vgpu",
+        "resourceMemoryName": "mthreads.com/sgpu-memory",
+        "resourceCoreName": "mthreads.com/sgpu-core",
+    },
+    "metax": {"resourceCountName": "metax-tech.com/gpu"},
+    "enflame": {
+        "resourceNameGCU": "enflame.com/gcu",
+        "resourceNameDRSGCU": "enflame.com/drs-gcu",
+        "resourceNameGCUMemory": "enflame.com/gcu-memory",
+        "resourceNameGCUCore": "enflame.com/gcu-core",
+    },
+    "iluvatars": [
+        {
+            "chipName": "MR-V100",
+            "commonWord": "MR-V100",
+            "resourceCountName": "iluvatar.ai/MR-V100-vgpu",
+            "resourceMemoryName": "iluvatar.ai/MR-V100.vMem",
+            "resourceCoreName": "iluvatar.ai/MR-V100.vCore",
+        }
+    ],
+    "vnpus": {
+        "configs": [
+            _chip("Ascend910B3", "910B3", 65536, 65536, [("vir05_1c_16g", 16384), ("vir10_3c_32g", 32768)]),
+            _chip("Ascend310P", "310P3", 21527, 24576, [("vir01", 3072), ("vir02", 6144), ("vir04", 12288)]),
+        ]
+    },
+}
+
+NVIDIA = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2000", "nvidia.com/gpucores": "10"}
+DCU = {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "20"}
+MLU = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "8", "cambricon.com/mlu.smlu.vcore": "20"}
+AMD = {"amd.com/gpu": "1", "amd.com/gpumem": "2000", "amd.com/gpucores": "20"}
+NPU_SLICE = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}  # → vir05_1c_16g
+NPU_WHOLE = {"huawei.com/Ascend910B3": "1"}
+BIREN = {"birentech.com/gpu": "1"}
+VASTAI = {"vastaitech.com/va": "1"}
+MTHREADS = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4", "mthreads.com/sgpu-core": "2"}
+ILU = {"iluvatar.ai/MR-V100-vgpu": "1", "iluvatar.ai/MR-V100.vMem": "8", "iluvatar.ai/MR-V100.vCore": "20"}
+METAX = {"metax-tech.com/gpu": "1"}
+GCU = {"enflame.com/gcu": "1"}
+DRS = {"enflame.com/drs-gcu": "3"}  # the 3g.20gb profile
+DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the smallest holding both: 1g.6gb
+NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
+
+
+def small_fleet() -> list[list[VendorPart]]:
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
+    NVIDIA+AMD+Vastai+Enflame DRS."""
+    return [
+        [VendorPart("NVIDIA"), VendorPart("DCU")],
+        [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
+        [
+            VendorPart("MLU", mem_mib=16384),
+            VendorPart("Biren", devices=2, mem_mib=32768, slots=2),
+            VendorPart("Metax-GPU", devices=3, mem_mib=65536, slots=1),
+            VendorPart("GCU", devices=2, mem_mib=100, slots=1),
+        ],
+        [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
+        [
+            VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
+            VendorPart("Mthreads", devices=2, mem_mib=16384, slots=100, cores=16),
+        ],
+        [
+            VendorPart("NVIDIA"),
+            VendorPart("AMD"),
+            VendorPart("Vastai", devices=2, mem_mib=16384, slots=4),
+            VendorPart("Enflame", devices=1, mem_mib=40960, slots=6),  # menu 1g.6gb, 3g.20gb, 6g.40gb
+        ],
+    ]
+
+
+def small_pods() -> list[dict[str, Any]]:
+    pods = [vendor_pod(f"nv{i}", [NVIDIA]) for i in range(3)]
+    pods += [vendor_pod(f"dcu{i}", [DCU]) for i in range(3)]
+    pods += [vendor_pod(f"mlu{i}", [MLU]) for i in range(3)]
+    pods += [vendor_pod(f"amd{i}", [AMD]) for i in range(3)]
+    pods += [vendor_pod(f"npu{i}", [NPU_SLICE]) for i in range(3)]
+    pods += [vendor_pod("npu-whole", [NPU_WHOLE])]
+    pods += [vendor_pod(f"ilu{i}", [ILU]) for i in range(2)]
+    pods += [vendor_pod(f"biren{i}", [BIREN]) for i in range(2)]
+    pods += [vendor_pod(f"va{i}", [VASTAI]) for i in range(2)]
+    pods += [vendor_pod("mt0", [MTHREADS]), vendor_pod("mt-two", [MTHREADS, MTHREADS])]
+    pods += [vendor_pod("metax0", [METAX]), vendor_pod("metax-two", [METAX, METAX])]  # whole GPUs, one a container
+    pods += [vendor_pod("gcu0", [GCU]), vendor_pod("drs0", [DRS]), vendor_pod("drs-two", [DRS_SPEC, DRS_SPEC])]
+    pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
+    pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
+    pods += [vendor_pod("no-node", [NO_NODE])]
+    return pods
+
+
+def _pod(outcome: Outcome, name: str) -> dict[str, Any]:
+    return next(p for p in outcome.pods if p["metadata"]["name"] == name)
+
+
+def _report(outcome: Outcome) -> None:
+    r = outcome.report
+    print(
+        f"\n{r.summary()}; by vendor {dict(sorted(r.by_vendor.items()))}; created to last bind "
+        f"{outcome.elapsed_s:.1f}s, bind p50 {outcome.percentile(50):.2f}s, {outcome.scheduler_errors} scheduler "
+        f"errors, rejected {outcome.rejected}; notes {r.notes}"
+    )
+    for line in [*r.correctness, *r.liveness]:
+        print("  ", line)
+
+
+async def test_mixed_vendor_cluster(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    pods = small_pods()
+    scenario = Scenario(
+        "vendors",
+        pods,
+        Settings(replicas=1, device_sections=VENDOR_SECTIONS, enable_flags=("enable-ascend", "enable-iluvatar")),
+        fleet=small_fleet(),
+        deadline_s=60,
+        stall_s=8,
+    )
+    outcome = await run_scenario(kube_apiserver, kube_cleanup, redis_url, tmp_path, scenario)
+    _report(outcome)
+    assert not outcome.rejected, outcome.rejected
+    outcome.report.check()
+    assert outcome.report.bound == len(pods) - 1
+    assert outcome.report.unschedulable == 1, outcome.report.notes
+    assert outcome.report.by_vendor == {
+        "NVIDIA": 6,
+        "DCU": 6,
+        "MLU": 4,
+        "AMD": 4,
+        "Ascend910B3": 4,
+        "MR-V100": 2,
+        "Biren": 2,
+        "Vastai": 2,
+        "Mthreads": 2,
+        "Metax-GPU": 2,
+        "GCU": 1,
+        "Enflame": 2,
+    }
+    # the webhook sent every pod to vgpu-scheduler
+    assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
+    # the pod asking for a vendor no node has stays Pending, with the scheduler's reason on the pod
+    stuck = _pod(outcome, "no-node")
+    assert not stuck["spec"].get("nodeName")
+    (cond,) = [c for c in stuck["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+    assert (cond["status"], cond["reason"]) == ("False", "Unschedulable"), cond
+    assert "0/6 nodes are available" in cond["message"], cond
+    # two vendors, one container: both vendors' keys on one node that has both
+    both = _pod(outcome, "nv-dcu0")["metadata"]["annotations"]
+    assert both["hami.io/vgpu-devices-allocated"].startswith("NVIDIA-")
+    assert both["hami.io/dcu-devices-allocated"].startswith("DCU-")
+    npu = _pod(outcome, "npu0")["metadata"]["annotations"]["hami.io/Ascend910B3-devices-allocated"]
+    assert ",Ascend910B3,16384,0:" in npu, npu  # rounded up to the vir05_1c_16g template
+    mlu = _pod(outcome, "mlu0")["metadata"]["annotations"]["hami.io/cambricon-mlu-devices-allocated"]
+    assert ",MLU,2048,20:" in mlu, mlu  # 8 units of 256 MiB
+    ilu = _pod(outcome, "ilu0")
+    assert ",MR-V100,2048,20:" in ilu["metadata"]["annotations"]["hami.io/MR-V100-devices-allocated"], ilu
+    assert {"name": "SOL_CONTINER_NAME", "value": "c0"} in ilu["spec"]["containers"][0]["env"], ilu
+    birens = _pod(outcome, "biren0")["metadata"]["annotations"]["hami.io/Biren-devices-allocated"]
+    assert birens.endswith(",Biren,0,0:;"), birens  # a slot, no memory, no cores
+    mt = _pod(outcome, "mt-two")["metadata"]["annotations"]
+    first, second, _ = mt["hami.io/mthreads-vgpu-devices-allocated"].split(";")
+    assert first == second and first.endswith(",Mthreads,2048,2:"), mt  # one GPU for every container of a pod
+    assert mt["mthreads.com/predicate-node"] == _pod(outcome, "mt-two")["spec"]["nodeName"]
+    mx = _pod(outcome, "metax-two")["metadata"]["annotations"]
+    first, second, _ = mx["hami.io/metax-gpu-devices-allocated"].split(";")
+    assert first != second and first.endswith(",Metax-GPU,65536,100:"), mx  # a whole GPU for each container
+    gcu = _pod(outcome, "gcu0")["metadata"]["annotations"]
+    assert gcu["hami.io/enflame-gcu-devices-allocated"].endswith(",GCU,100,100:;"), gcu  # a whole card
+    drs = _pod(outcome, "drs0")["metadata"]["annotations"]
+    assert drs["hami.io/enflame-vgpu-devices-allocated"].endswith(",Enflame,20480,50:;"), drs
+    assert (drs["enflame.com/gcu-assigned"], drs["enflame.com/gcu-request-size"]) == ("false", "3"), drs
+    assert json.loads(drs["assigned-containers"]) == {
+        "c0": {"allocated": False, "request": 3, "profileID": "1", "profileName": "3g.20gb"}
+    }
+    two = json.loads(_pod(outcome, "drs-two")["metadata"]["annotations"]["assigned-containers"])
+    assert {c: (v["request"], v["profileName"]) for c, v in two.items()} == {"c0": (1, "1g.6gb"), "c1": (1, "1g.6gb")}
+
+
+def large_fleet(groups: int) -> list[list[VendorPart]]:
+    """``groups`` × the small fleet's six node kinds, two replicas' worth of nodes."""
+    return [parts for _ in range(groups) for parts in small_fleet()]
+
+
+def large_pods(rounds: int) -> list[dict[str, Any]]:
+    """``rounds`` × the small scenario's pods that can be placed, under distinct names."""
+    out = []
+    for r in range(rounds):
+        for pod in small_pods():
+            if pod["metadata"]["name"] == "no-node":
+                continue
+            pod["metadata"]["name"] = f"r{r:02d}-{pod['metadata']['name']}"
+            out.append(pod)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_mixed_vendor_cluster_two_replicas_spread(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """30 mixed-vendor nodes, 2 extender replicas with the spread policy, 200 pods of every vendor (binds run
+    concurrently across nodes, several MLU pods contend for Cambricon's time lock on a node)."""
+    pods = large_pods(10)
+    scenario = Scenario(
+        "vendors-large",
+        pods,
+        Settings(
+            replicas=2,
+            node_policy="spread",
+            device_sections=VENDOR_SECTIONS,
+            enable_flags=("enable-ascend", "enable-iluvatar"),
+        ),
+        fleet=large_fleet(5),
+        deadline_s=300,
+        stall_s=30,
+    )
+    outcome = await run_scenario(kube_apiserver, kube_cleanup, redis_url, tmp_path, scenario)
+    _report(outcome)
+    assert not outcome.rejected, outcome.rejected
+    outcome.report.check()
+    # spread puts the vNPU slices on every NPU first, so some whole-NPU pods late in the run find none free (the
+    # audit's exhaustive check confirmed no node can take them); every other pod is bound
+    assert outcome.report.bound + outcome.report.unschedulable == len(pods)
+    assert all("npu-whole: unschedulable" in n for n in outcome.report.notes), outcome.report.notes
+    assert outcome.report.bound >= len(pods) - 10
