@@ -238,6 +238,9 @@ class _NodeEval:
         total = len(typed)
         if req.nums > total and not self._is_mig_request(req, typed):
             return NodeRejection(node=self.snap.name, plain=Reason.NODE_INSUFFICIENT_DEVICE, container_index=ci)
+        node_mode = getattr(rules, "node_mode_reason", None)  # optional: the node's mode refuses the request
+        if node_mode is not None and (why := node_mode([devices[p] for p in typed], req, constraints)) is not None:
+            return NodeRejection(node=self.snap.name, counts={why: 1}, total=total, container_index=ci)
 
         key, score = ctx.key, device_scorer(req, policy.weights)
         used, mem, cores = work.used, work.mem, work.cores
@@ -349,7 +352,7 @@ class _NodeEval:
             set_failure = getattr(rules, "set_failure", None) if sets else None  # optional: one node-wide reason
             if partial and set_failure is not None:
                 return NodeRejection(
-                    node=self.snap.name, counts=Counter({set_failure: 1}), total=total, container_index=ci
+                    node=self.snap.name, counts={set_failure: 1}, total=total, container_index=ci
                 )
         if partial:
             counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(partial)

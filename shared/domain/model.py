@@ -506,6 +506,8 @@ class Selectors:
     nouse_types: tuple[str, ...] = ()
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
+    mode: str = ""
+    """A vendor's pod-level mode annotation, when it has one (Ascend: ``huawei.com/vnpu-mode``)."""
 
 
 NO_SELECTORS = Selectors()

@@ -40,7 +40,12 @@ class Take:
 
 
 class DeviceRules(Protocol):
-    """One vendor's part of ``Fit``. Implementations are frozen and stateless (safe to share across threads)."""
+    """One vendor's part of ``Fit``. Implementations are frozen and stateless (safe to share across threads).
+
+    Optional methods the core looks up when present: ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
+    devices), ``mutex_group(dev)`` (devices busy as a group under ``mutex``) and
+    ``node_mode_reason(devices, req, constraints) -> Reason | None`` (the node's mode refuses the request as a
+    whole, counted once out of the family's devices: Ascend's ``ModeNotFit``)."""
 
     @property
     def name(self) -> str:

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 @runtime_checkable
 class PodMutation(Protocol):
     """Optional vendor hook: the pod-level part of its ``MutateAdmission`` (edits ``pod`` in place), run after
-    every container's edits."""
+    every container's edits. A ResourceRequestError denies the pod with its message."""
 
     def mutate_pod(self, pod: dict[str, Any], where: str) -> None: ...
 
@@ -170,9 +170,12 @@ def _mutate(
         for vendor in others:
             found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
-    for vendor in others:  # pod-level edits of a vendor's MutateAdmission (Moore Threads' request-gpu-num)
-        if implements(vendor, PodMutation):  # type: ignore[type-abstract]
-            vendor.mutate_pod(pod, "pod")
+    try:
+        for vendor in others:  # pod-level edits of a vendor's MutateAdmission (Moore Threads' request-gpu-num)
+            if implements(vendor, PodMutation):  # type: ignore[type-abstract]
+                vendor.mutate_pod(pod, "pod")
+    except ResourceRequestError as e:  # a pod-level rule (Ascend: an AI-core percent needs the hami-core mode)
+        return AdmissionOutcome.deny(str(e))
 
     refusal = _annotation_refusal(pod, cfg, vendors)
     if refusal is not None:

@@ -30,7 +30,12 @@ from vgpu_scheduler.services.informer.quotas import combine, read_quota
 from vgpu_scheduler.services.simulate.devplugin import allocation_problems
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.gang import pod_group_name
-from vgpu_scheduler.shared.codec.podannotations import ExtraPodAnnotations, decode_allocation, split_by_vendor
+from vgpu_scheduler.shared.codec.podannotations import (
+    BindPodAnnotations,
+    ExtraPodAnnotations,
+    decode_allocation,
+    split_by_vendor,
+)
 from vgpu_scheduler.shared.codec.poddevices import align_to_containers
 from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_manage_pod, vendors_pod_request
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
@@ -367,16 +372,24 @@ def _audit_vendor_keys(pod: Mapping[str, Any], vendor: Vendor, inv: NodeInventor
             report.correctness.append(f"{where}: {to_allocate} not consumed by the plugin: {left!r}")
     stamp = annos.get("hami.io/bind-time", "")
     now_unix = int(stamp) if stamp.isdigit() else -1  # the bind writes its extras at its own bind-time
-    for extra_key, extra in _expected_extras(vendor, split_by_vendor(entries, vendor.name), now_unix).items():
+    own_devices = split_by_vendor(entries, vendor.name)
+    for extra_key, extra in _expected_extras(vendor, own_devices, now_unix, pod, inv).items():
         if annos.get(extra_key) != extra:
             report.correctness.append(f"{where}: {extra_key} is {annos.get(extra_key)!r}, expected {extra!r}")
 
 
-def _expected_extras(vendor: Vendor, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
+def _expected_extras(
+    vendor: Vendor, devices: PodDevices, now_unix: int, pod: Mapping[str, Any], inv: NodeInventory
+) -> Mapping[str, str]:
     """The pod annotations besides the device lists that HAMi's ``PatchAnnotations`` of ``vendor`` writes:
-    the vendor's own hook (Ascend's runtime list and predicate-time, Cambricon's CAMBRICON_DSMLU_*)."""
+    the vendor's own hook (Ascend's runtime list and predicate-time, Cambricon's CAMBRICON_DSMLU_*), as the
+    vendor's bind hook rewrites them for this pod (Ascend: a hami-core pod's runtime list has no template)."""
     if isinstance(vendor, ExtraPodAnnotations):
-        return vendor.extra_pod_annotations(devices, now_unix)
+        extras = dict(vendor.extra_pod_annotations(devices, now_unix))
+        if isinstance(vendor, BindPodAnnotations):
+            rewritten = vendor.bind_pod_annotations(pod, inv, devices, now_unix)
+            extras.update((k, v) for k, v in rewritten.items() if k in extras)
+        return extras
     if vendor.name == cambricon.MLU:
         return cambricon.extra_annotations(devices)
     return {}

@@ -249,6 +249,9 @@ class VendorPart:
     cores: int = 100
     type: str = ""
     """The device type (``""``: the common word; NVIDIA: an A100)."""
+    mode: str = ""
+    """Ascend: ``hami-core`` writes the node annotation ``hami-vnpu-core: "true"`` (HAMi's Ascend plugin on a
+    node running the soft split), ``template`` writes ``"false"``; ``""`` writes none."""
 
 
 def _part_devices(node: str, part: VendorPart) -> tuple[DeviceInfo, ...]:
@@ -305,6 +308,8 @@ def vendor_node(name: str, parts: Sequence[VendorPart], labels: Mapping[str, str
             node_labels.update(cambricon.node_labels(devices))
         elif isinstance(vendor, ascend.AscendVendor):
             annotations.update(vendor.registration_annotations(devices))
+            if part.mode:
+                annotations[ascend.VNPU_NODE_ANNOTATION] = "true" if part.mode == "hami-core" else "false"
         elif isinstance(vendor, SimulatedPlugin):
             annos, count, more_labels = vendor.node_registration(devices)
             annotations.update(annos)

@@ -96,6 +96,13 @@ MLU = {"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "8", "cambri
 AMD = {"amd.com/gpu": "1", "amd.com/gpumem": "2000", "amd.com/gpucores": "20"}
 NPU_SLICE = {"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}  # → vir05_1c_16g
 NPU_WHOLE = {"huawei.com/Ascend910B3": "1"}
+# the hami-core soft split: 30 % of an NPU's AI cores and 10000 MiB as written, on a hami-vnpu-core node only
+NPU_SOFT = {
+    "huawei.com/Ascend910B3": "1",
+    "huawei.com/Ascend910B3-memory": "10000",
+    "huawei.com/Ascend910B3-core": "30",
+}
+HAMI_CORE = {"huawei.com/vnpu-mode": "hami-core"}
 BIREN = {"birentech.com/gpu": "1"}
 VASTAI = {"vastaitech.com/va": "1"}
 MTHREADS = {"mthreads.com/vgpu": "1", "mthreads.com/sgpu-memory": "4", "mthreads.com/sgpu-core": "2"}
@@ -110,8 +117,9 @@ NEURON_DEVICES = {"aws.amazon.com/neuron": "2"}
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100+AWS Neuron (an Inferentia2 of
-    8 devices, 2 cores each), Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame DRS."""
+    """Seven nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100+AWS Neuron (an Inferentia2 of
+    8 devices, 2 cores each), Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame DRS, and Ascend 910B3 in the
+    hami-core soft split (``hami-vnpu-core: "true"``)."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
@@ -136,6 +144,7 @@ def small_fleet() -> list[list[VendorPart]]:
             VendorPart("Vastai", devices=2, mem_mib=16384, slots=4),
             VendorPart("Enflame", devices=1, mem_mib=40960, slots=6),  # menu 1g.6gb, 3g.20gb, 6g.40gb
         ],
+        [VendorPart("Ascend910B3", devices=2, mem_mib=65536, slots=4, cores=20, mode="hami-core")],
     ]
 
 
@@ -157,6 +166,9 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod("no-node", [NO_NODE])]
     pods += [vendor_pod(f"neuron-core{i}", [NEURON_CORE]) for i in range(2)]  # the two cores of one device
     pods += [vendor_pod("neuron-two", [NEURON_DEVICES])]  # two whole devices in a row
+    # hami-core pods fit only the soft-split node; the webhook refuses an AI-core percent without the mode
+    pods += [vendor_pod(f"npu-soft{i}", [NPU_SOFT], annotations=HAMI_CORE) for i in range(3)]
+    pods += [vendor_pod("npu-core-no-mode", [NPU_SOFT])]
     return pods
 
 
@@ -189,16 +201,19 @@ async def test_mixed_vendor_cluster(
     )
     outcome = await run_scenario(kube_apiserver, kube_cleanup, redis_url, tmp_path, scenario)
     _report(outcome)
-    assert not outcome.rejected, outcome.rejected
+    (refused,) = outcome.rejected
+    assert refused.startswith("npu-core-no-mode: 403 "), refused
+    assert "huawei.com/Ascend910B3-core asks for 30 AI-core percent" in refused, refused
+    assert "add the pod annotation huawei.com/vnpu-mode: hami-core" in refused, refused
     outcome.report.check()
-    assert outcome.report.bound == len(pods) - 1
+    assert outcome.report.bound == len(pods) - 2
     assert outcome.report.unschedulable == 1, outcome.report.notes
     assert outcome.report.by_vendor == {
         "NVIDIA": 6,
         "DCU": 6,
         "MLU": 4,
         "AMD": 4,
-        "Ascend910B3": 4,
+        "Ascend910B3": 7,
         "MR-V100": 2,
         "Biren": 2,
         "Vastai": 2,
@@ -215,13 +230,20 @@ async def test_mixed_vendor_cluster(
     assert not stuck["spec"].get("nodeName")
     (cond,) = [c for c in stuck["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable"), cond
-    assert "0/6 nodes are available" in cond["message"], cond
+    assert "0/7 nodes are available" in cond["message"], cond
     # two vendors, one container: both vendors' keys on one node that has both
     both = _pod(outcome, "nv-dcu0")["metadata"]["annotations"]
     assert both["hami.io/vgpu-devices-allocated"].startswith("NVIDIA-")
     assert both["hami.io/dcu-devices-allocated"].startswith("DCU-")
     npu = _pod(outcome, "npu0")["metadata"]["annotations"]["hami.io/Ascend910B3-devices-allocated"]
     assert ",Ascend910B3,16384,0:" in npu, npu  # rounded up to the vir05_1c_16g template
+    for i in range(3):  # the hami-core pods: on the soft-split node (the seventh), memory as written, the cores
+        soft = _pod(outcome, f"npu-soft{i}")
+        assert soft["spec"]["nodeName"].endswith("-n0006"), soft["spec"]
+        annos = soft["metadata"]["annotations"]
+        assert ",Ascend910B3,10000,30:" in annos["hami.io/Ascend910B3-devices-allocated"], annos
+        (entry,) = json.loads(annos["huawei.com/Ascend910B3"])
+        assert entry["memory"] == 10000 and entry["core"] == 30 and "temp" not in entry, entry
     mlu = _pod(outcome, "mlu0")["metadata"]["annotations"]["hami.io/cambricon-mlu-devices-allocated"]
     assert ",MLU,2048,20:" in mlu, mlu  # 8 units of 256 MiB
     ilu = _pod(outcome, "ilu0")
@@ -277,8 +299,9 @@ def large_pods(rounds: int) -> list[dict[str, Any]]:
     out = []
     for r in range(rounds):
         for pod in small_pods():
-            if pod["metadata"]["name"] == "no-node":
-                continue
+            name = pod["metadata"]["name"]
+            if name in ("no-node", "npu-core-no-mode") or name.startswith("npu-soft"):
+                continue  # the hami-core pods: the small scenario places them; spread here fills their nodes
             pod["metadata"]["name"] = f"r{r:02d}-{pod['metadata']['name']}"
             out.append(pod)
     return out

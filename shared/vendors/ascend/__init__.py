@@ -20,8 +20,13 @@ container are whole cards.
 
 Multi-NPU choice (``DeviceRules.select``): on an ``Ascend910*`` chip whose NPUs all report a ``NetworkID``, the
 NPUs are taken from the largest network first; ``Ascend910C`` NPUs come in modules of two (index // 2) and a
-multi-NPU request takes whole modules only. The 910C super-pod placement, eNPU and the ``hami-core`` soft-split
-mode are not implemented (a core request is refused, see docs/vendors/ascend.md).
+multi-NPU request takes whole modules only.
+
+The ``hami-core`` soft split: a container naming ``huawei.com/<chip>-core`` asks for an AI-core percent and its
+memory as written (no template); the pod chooses the mode with ``huawei.com/vnpu-mode: hami-core``, a node runs
+it when its ``hami-vnpu-core`` annotation says ``"true"`` (else the ``vnpus`` section's ``hamiVnpuCore``), and a
+hami-core pod fits only such nodes (``ModeNotFit``). The 910C super-pod placement and eNPU are not implemented
+(see docs/vendors/ascend.md).
 
 Pure: no I/O. The NetworkID of each NPU travels in ``NodeInventory.pair_scores`` (see :func:`network_groups`).
 
@@ -45,6 +50,8 @@ from vgpu_scheduler.shared.vendors.ascend.config import (
     SECTION,
     VISIBLE_DEVICES_ENV,
     VNPU_MODE_ANNOTATION,
+    VNPU_MODE_HAMI_CORE,
+    VNPU_NODE_ANNOTATION,
     ChipConfig,
     Template,
     parse_chips,
@@ -73,6 +80,8 @@ __all__ = [
     "SECTION",
     "VISIBLE_DEVICES_ENV",
     "VNPU_MODE_ANNOTATION",
+    "VNPU_MODE_HAMI_CORE",
+    "VNPU_NODE_ANNOTATION",
     "AscendRules",
     "AscendVendor",
     "ChipConfig",

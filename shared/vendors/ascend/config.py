@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import (
@@ -25,7 +25,14 @@ NETWORK_ID = "NetworkID"
 """The ``custominfo`` key of an NPU's HCCS network in the registration."""
 NPUS_PER_910C_MODULE = 2
 VNPU_MODE_ANNOTATION = "huawei.com/vnpu-mode"
-"""HAMi's pod annotation for the ``hami-core`` soft-split mode (not supported here)."""
+"""HAMi's pod annotation choosing the soft split: ``huawei.com/vnpu-mode: hami-core``."""
+VNPU_MODE_HAMI_CORE = "hami-core"
+"""The value of :data:`VNPU_MODE_ANNOTATION` (and the devices' ``mode`` on a soft-split node)."""
+VNPU_NODE_ANNOTATION = "hami-vnpu-core"
+"""The node annotation HAMi's Ascend device plugin writes: ``"true"`` on a node running the hami-core soft split,
+``"false"`` on a template node. Absent: the ``vnpus`` section's ``hamiVnpuCore`` (or ``hamiVnpuMode``) decides."""
+SOFT_CORE_TOTAL = 100
+"""A whole NPU is 100 % of its AI cores in the soft split (HAMi's ``effectiveTotalCore``)."""
 PREDICATE_TIME = "predicate-time"
 """Pod annotation HAMi writes at bind for Ascend pods (Unix seconds): Huawei's device plugins find the pod by it."""
 VISIBLE_DEVICES_ENV = "ASCEND_VISIBLE_DEVICES"
@@ -68,6 +75,12 @@ class ChipConfig:
     super_pod: bool = False
     overwrite_env: bool = False
     runtime_class_name: str = ""
+    ascend_resource_names: tuple[str, ...] = ()
+    """The count resources of every chip of the section (HAMi's ``allAscendResourceNames``): a container asking
+    for a sibling chip is not given ``ASCEND_VISIBLE_DEVICES=""`` by this one."""
+    hami_core: bool = False
+    """The section's default node mode (``hamiVnpuCore: true`` or ``hamiVnpuMode: hami-core``): a node without
+    the ``hami-vnpu-core`` annotation runs the soft split."""
 
     def trim_memory(self, mib: int) -> tuple[int, str]:
         """HAMi's ``trimMemory``: (memory taken, template name). The smallest template holding ``mib``; else the
@@ -255,7 +268,7 @@ def _templates(v: object, path: str) -> tuple[Template, ...]:
     return tuple(sorted(out, key=lambda t: t.memory_mib))
 
 
-def _chip_config(item: object, path: str, overwrite_env: bool, runtime_class: str) -> ChipConfig:
+def _chip_config(item: object, path: str, overwrite_env: bool, runtime_class: str, hami_core: bool) -> ChipConfig:
     m = _mapping(item, path, _CHIP_KEYS)
     cw = _str(m, "commonWord", path, "")
     if not _COMMON_WORD_RE.match(cw):
@@ -289,20 +302,24 @@ def _chip_config(item: object, path: str, overwrite_env: bool, runtime_class: st
         super_pod=_bool(m, "superPod", path, False),
         overwrite_env=_bool(m, "overwriteEnv", path, overwrite_env),
         runtime_class_name=_str(m, "runtimeClassName", path, runtime_class),
+        hami_core=hami_core,
     )
 
 
-def _check_mode(m: Mapping[str, Any]) -> None:
+def _check_mode(m: Mapping[str, Any]) -> bool:
+    """The section's default node mode: True for the hami-core soft split. HAMi v2.10's chart writes
+    ``hamiVnpuCore: <bool>``; later charts write ``hamiVnpuMode`` (``template``, ``hami-core`` or ``hamiCore``,
+    ``enpu``), which wins when set. eNPU is refused: this scheduler does not implement it."""
     mode = _str(m, "hamiVnpuMode", SECTION, "").strip().lower()
-    if mode in ("hami-core", "hamicore", "enpu"):
+    if mode == "enpu":
         raise ConfigError(
-            f"{SECTION}.hamiVnpuMode: {mode!r} is not supported by this scheduler (only template vNPUs); "
-            "use 'template' or leave it empty"
+            f"{SECTION}.hamiVnpuMode: 'enpu' is not supported by this scheduler (template vNPUs and the hami-core "
+            "soft split are); use 'template', 'hami-core' or leave it empty"
         )
-    if mode not in ("", "template"):
+    if mode not in ("", "template", "hami-core", "hamicore"):
         raise ConfigError(f"{SECTION}.hamiVnpuMode: must be template, hami-core (or hamiCore), or enpu, got {mode!r}")
-    if _bool(m, "hamiVnpuCore", SECTION, False) and mode == "":
-        raise ConfigError(f"{SECTION}.hamiVnpuCore: the hami-core soft split is not supported by this scheduler")
+    core = _bool(m, "hamiVnpuCore", SECTION, False)
+    return mode in ("hami-core", "hamicore") or (mode == "" and core)
 
 
 def parse_chips(section: object) -> tuple[ChipConfig, ...]:
@@ -313,14 +330,14 @@ def parse_chips(section: object) -> tuple[ChipConfig, ...]:
     ``vnpuDeviceSplitCount`` (the last two also per chip). ``None``, ``{}`` or a mapping without ``configs``
     give the chart's default chips. Raises ConfigError naming the key path.
     """
-    overwrite_env, runtime_class = False, ""
+    overwrite_env, runtime_class, hami_core = False, "", False
     if section is None:
         entries: object = None
     elif isinstance(section, list):
         entries = section
     else:
         m = _mapping(section, SECTION, _GLOBAL_KEYS)
-        _check_mode(m)
+        hami_core = _check_mode(m)
         _str(m, "enpuPolicy", SECTION, "")
         _int(m, "vnpuDeviceSplitCount", SECTION, 0)
         overwrite_env = _bool(m, "overwriteEnv", SECTION, False)
@@ -328,13 +345,16 @@ def parse_chips(section: object) -> tuple[ChipConfig, ...]:
         entries = m.get("configs")
     path = SECTION if isinstance(section, list) else f"{SECTION}.configs"
     if entries is None:
-        chips = tuple(_with_globals(c, overwrite_env, runtime_class) for c in DEFAULT_CHIPS)
+        chips = tuple(_with_globals(c, overwrite_env, runtime_class, hami_core) for c in DEFAULT_CHIPS)
     else:
         if not isinstance(entries, list):
             raise ConfigError(f"{path}: expected a list of chip entries, got {_kind(entries)}")
         chips = tuple(
-            _chip_config(item, f"{path}[{i}]", overwrite_env, runtime_class) for i, item in enumerate(entries)
+            _chip_config(item, f"{path}[{i}]", overwrite_env, runtime_class, hami_core)
+            for i, item in enumerate(entries)
         )
+    names = tuple(c.resource_name for c in chips)
+    chips = tuple(replace(c, ascend_resource_names=names) for c in chips)
     seen: dict[str, int] = {}
     for i, c in enumerate(chips):
         if c.common_word in seen:
@@ -345,22 +365,5 @@ def parse_chips(section: object) -> tuple[ChipConfig, ...]:
     return chips
 
 
-def _with_globals(c: ChipConfig, overwrite_env: bool, runtime_class: str) -> ChipConfig:
-    if (overwrite_env, runtime_class) == (c.overwrite_env, c.runtime_class_name):
-        return c
-    return ChipConfig(
-        c.common_word,
-        c.chip_name,
-        c.resource_name,
-        c.resource_memory_name,
-        c.resource_core_name,
-        c.memory_allocatable,
-        c.memory_capacity,
-        c.memory_factor,
-        c.ai_core,
-        c.ai_cpu,
-        c.templates,
-        c.super_pod,
-        overwrite_env,
-        runtime_class,
-    )
+def _with_globals(c: ChipConfig, overwrite_env: bool, runtime_class: str, hami_core: bool) -> ChipConfig:
+    return replace(c, overwrite_env=overwrite_env, runtime_class_name=runtime_class, hami_core=hami_core)

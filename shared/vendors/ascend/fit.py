@@ -11,9 +11,15 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceInfo,
     NodeInventory,
     PodConstraints,
+    Reason,
 )
 from vgpu_scheduler.shared.domain.vendor import Take, fit_mem_mib, selectors_uuid_ok
-from vgpu_scheduler.shared.vendors.ascend.config import ASCEND910C, NPUS_PER_910C_MODULE, ChipConfig
+from vgpu_scheduler.shared.vendors.ascend.config import (
+    ASCEND910C,
+    NPUS_PER_910C_MODULE,
+    VNPU_MODE_HAMI_CORE,
+    ChipConfig,
+)
 
 # ------------------------------------------------------------------------------------------------------------
 # Fit hooks
@@ -98,8 +104,26 @@ class AscendRules:
         return req
 
     def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
-        del dev, constraints
-        return req.type == self.chip.common_word
+        if req.type != self.chip.common_word:
+            return False
+        return not self.soft(req, constraints) or dev.mode == VNPU_MODE_HAMI_CORE
+
+    def soft(self, req: ContainerRequest, constraints: PodConstraints) -> bool:
+        """Whether the request needs a soft-split NPU: the pod says ``huawei.com/vnpu-mode: hami-core`` (HAMi's
+        ``isHAMiCore``). An AI-core percent without it is refused by the webhook, not here (HAMi's ``Fit`` takes it
+        against the NPU's registered cores)."""
+        del req
+        return constraints.selectors(self.chip.common_word).mode == VNPU_MODE_HAMI_CORE
+
+    def node_mode_reason(
+        self, devices: Sequence[DeviceInfo], req: ContainerRequest, constraints: PodConstraints
+    ) -> Reason | None:
+        """HAMi's ``ModeNotFit``: a soft-split request on a node whose NPUs do not run the soft split refuses the
+        whole node (one count out of the chip's NPUs, as HAMi's ``GenReason``). A request without a mode fits
+        either kind of node (the mode follows the node)."""
+        if self.soft(req, constraints) and not all(d.mode == VNPU_MODE_HAMI_CORE for d in devices):
+            return Reason.MODE_NOT_FIT
+        return None
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
         return selectors_uuid_ok(dev, constraints.selectors(self.chip.common_word))

@@ -85,3 +85,5 @@ class _Parsed:
     count_raw_nums: int
     """The count as written (before the 910C round-up), 0 when absent."""
     memory_given: bool
+    soft: bool = False
+    """The container names the core resource: HAMi reads its memory as written (the hami-core soft split)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_po
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
+    capped_cores_warning,
     container_label,
     container_lists,
     names_any,
@@ -39,8 +40,11 @@ from vgpu_scheduler.shared.vendors.ascend.config import (
     ASCEND910C,
     NPUS_PER_910C_MODULE,
     PREDICATE_TIME,
+    SOFT_CORE_TOTAL,
     VISIBLE_DEVICES_ENV,
     VNPU_MODE_ANNOTATION,
+    VNPU_MODE_HAMI_CORE,
+    VNPU_NODE_ANNOTATION,
     ChipConfig,
 )
 from vgpu_scheduler.shared.vendors.ascend.fit import AscendRules
@@ -151,12 +155,7 @@ class AscendVendor:
         n = r.read(count_raw, c.resource_name, memory=False) if count_given else None
         mem = r.read(mem_raw, c.resource_memory_name, memory=True) if mem_given else None
         core = r.read(core_raw, c.resource_core_name, memory=False) if core_given else None
-        if core:
-            r.problem(
-                f"{c.resource_core_name} asks for {core} AI-core percent: that is HAMi's hami-core soft split "
-                f"({VNPU_MODE_ANNOTATION}: hami-core), which this scheduler does not support; remove it and ask "
-                f"for {c.resource_memory_name} (a vNPU template) or whole NPUs"
-            )
+        soft = core_given
         if r.problems:
             raise ResourceRequestError(r.problems)
         if not count_given:
@@ -176,20 +175,45 @@ class AscendVendor:
             return _Parsed(EMPTY_REQUEST, 0, False)
         nums = n
         if c.common_word == ASCEND910C:
-            if n == 1:
+            if n == 1 and c.super_pod:  # HAMi #2005: one NPU becomes a module only in a super-pod
                 nums = NPUS_PER_910C_MODULE
-            elif n % NPUS_PER_910C_MODULE:
+            elif n > 1 and n % NPUS_PER_910C_MODULE:  # Fit takes several NPUs as whole modules only
+                one = "1 (one module)" if c.super_pod else "1"
                 r.problem(
-                    f"{c.resource_name}: an {ASCEND910C} module holds {NPUS_PER_910C_MODULE} NPUs, so ask for 1 "
-                    f"(one module) or an even number, not {n}"
+                    f"{c.resource_name}: an {ASCEND910C} module holds {NPUS_PER_910C_MODULE} NPUs and several NPUs "
+                    f"are taken as whole modules, so ask for {one} or an even number, not {n}"
                 )
         mem_mib = 0
         if mem is not None:
-            mem_mib = self._template_memory(r, mem, nums)
+            mem_mib = self._soft_memory(r, mem, nums) if soft else self._template_memory(r, mem, nums)
         if r.problems:
             raise ResourceRequestError(r.problems)
         pct = MEM_PCT_UNSET if mem_mib else 100
-        return _Parsed(ContainerRequest(nums, mem_mib, pct, 0, c.common_word), n, mem_given)
+        request = ContainerRequest(nums, mem_mib, pct, core or 0, c.common_word)
+        return _Parsed(request, n, mem_given, soft)
+
+    def _soft_memory(self, r: _Reader, mem: int, nums: int) -> int:
+        """The hami-core soft split (the container names the core resource): memory as written, no template
+        (HAMi's ``isCoreRequested``); at most ``memoryCapacity``, and several NPUs take whole cards."""
+        c = self.chip
+        name = c.resource_memory_name
+        if mem == 0:
+            r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB the soft-split NPU needs")
+            return 0
+        mib = mem * max(c.memory_factor, 1)
+        if mib > c.memory_capacity:
+            r.problem(
+                f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
+                f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
+            )
+            return 0
+        if nums > 1 and mib != c.memory_allocatable:
+            r.problem(
+                f"{name}: a soft-split slice ({mib} MiB) is a single-device request, but {nums} NPUs are asked for: "
+                f"omit {name} (whole NPUs) or ask for 1 NPU"
+            )
+            return 0
+        return mib
 
     def _template_memory(self, r: _Reader, mem: int, nums: int) -> int:
         c = self.chip
@@ -214,16 +238,20 @@ class AscendVendor:
         return trimmed
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: a container without the count resource gets ``ASCEND_VISIBLE_DEVICES=""``
-        when ``overwriteEnv`` is set and is not ours. Otherwise the request is validated (ResourceRequestError),
-        a 910C count of 1 becomes 2, and the memory limit and request are set to what the container takes (the
-        template, or ``memoryAllocatable`` for whole NPUs; only when ``memoryFactor`` is 1)."""
+        """HAMi's ``MutateAdmission``. A container that asks for no Ascend chip at all gets
+        ``ASCEND_VISIBLE_DEVICES=""`` when ``overwriteEnv`` is set (unless its last entry of that name already is
+        the literal ``""``) and is not ours; a container asking for a sibling chip is left alone. Otherwise the
+        request is validated (ResourceRequestError), a 910C count of 1 becomes 2 (``superPod``), and the memory
+        limit and request are set to what the container takes (the template, the soft-split memory as written,
+        or ``memoryAllocatable`` for whole NPUs; only when ``memoryFactor`` is 1)."""
         c = self.chip
         limits, requests = container_lists(container, where)
         if c.resource_name not in limits and c.resource_name not in requests:
-            if c.overwrite_env:
+            chips = c.ascend_resource_names or (c.resource_name,)
+            asks_any = any(n in limits or n in requests for n in chips)  # a sibling chip's container is not hidden
+            if c.overwrite_env and not asks_any:
                 env = container.setdefault("env", [])
-                if not any(isinstance(e, Mapping) and e.get("name") == VISIBLE_DEVICES_ENV for e in env):
+                if not _last_is_empty(env, VISIBLE_DEVICES_ENV):  # the kubelet takes the last same-name entry
                     env.append({"name": VISIBLE_DEVICES_ENV, "value": ""})
             return False
         parsed = self._parse(container, where)
@@ -237,11 +265,47 @@ class AscendVendor:
             for lst in (lim, rq):
                 if c.resource_name in lst:
                     lst[c.resource_name] = str(req.nums)
-        if max(c.memory_factor, 1) == 1:
+        if max(c.memory_factor, 1) == 1 and c.resource_memory_name:
             mem = req.mem_mib if req.mem_mib else c.memory_allocatable
             lim[c.resource_memory_name] = str(mem)
             rq[c.resource_memory_name] = str(mem)
         return True
+
+    def mutate_pod(self, pod: dict[str, Any], where: str) -> None:
+        """The pod-level rule of HAMi v2.10's ``MutateAdmission``: an AI-core percent above 0 in a pod without
+        ``huawei.com/vnpu-mode: hami-core`` is refused (ResourceRequestError; the soft split is chosen by that
+        annotation, a template vNPU's cores are fixed by its template)."""
+        del where
+        metadata = pod.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        if isinstance(annotations, Mapping) and annotations.get(VNPU_MODE_ANNOTATION) == VNPU_MODE_HAMI_CORE:
+            return
+        spec = pod.get("spec")
+        if not isinstance(spec, Mapping):
+            return
+        c = self.chip
+        problems: list[str] = []
+        for kind in ("initContainers", "containers"):
+            containers = spec.get(kind)
+            for i, container in enumerate(containers if isinstance(containers, list) else ()):
+                if not isinstance(container, Mapping):
+                    continue
+                here = f"{kind}[{i}]"
+                cores = self._parse(container, here).request.cores_pct
+                if cores > 0:
+                    problems.append(
+                        f"{container_label(container, here)}: {c.resource_core_name} asks for {cores} AI-core "
+                        f"percent, which is the hami-core soft split: add the pod annotation {VNPU_MODE_ANNOTATION}: "
+                        f"{VNPU_MODE_HAMI_CORE} (the pod then runs only on soft-split nodes), or remove "
+                        f"{c.resource_core_name} for a vNPU template"
+                    )
+        if problems:
+            raise ResourceRequestError(problems)
+
+    def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]:
+        """An AI-core percent above 100 is scheduled as 100, as HAMi v2.10's ``Fit`` clamps it (difference 23)."""
+        w = capped_cores_warning(container, self.chip.resource_core_name, where, device="NPU")
+        return (w,) if w else ()
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         use: frozenset[str] = frozenset()
@@ -252,7 +316,12 @@ class AscendVendor:
                 fail(self.use_uuid_key, "list holds no UUID, so no NPU could ever match", v)
         if (v := _text(annotations, self.no_use_uuid_key)) is not None:
             nouse = decode_uuid_list(v)
-        return Selectors(use_uuids=use, nouse_uuids=nouse)
+        mode = ""
+        if (v := _text(annotations, VNPU_MODE_ANNOTATION)) is not None:
+            if v not in ("", VNPU_MODE_HAMI_CORE, "template"):
+                fail(VNPU_MODE_ANNOTATION, f"expected {VNPU_MODE_HAMI_CORE} (the soft split) or template", v)
+            mode = v if v == VNPU_MODE_HAMI_CORE else ""
+        return Selectors(use_uuids=use, nouse_uuids=nouse, mode=mode)
 
     # ---- registration --------------------------------------------------------------------------------------
 
@@ -291,12 +360,20 @@ class AscendVendor:
         if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
             return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
         devices = tuple(n.device for n in npus)
+        if self.node_soft(a):  # every NPU is 100 % of its AI cores, shared by percent
+            devices = tuple(replace(d, mode=VNPU_MODE_HAMI_CORE, devcore=SOFT_CORE_TOTAL) for d in devices)
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
         inventory = NodeInventory(
             node=node.name, vendor=self.name, devices=devices, pair_scores=_pair_scores(npus), cordoned=cordoned
         )
         return Registered(inventory, handshake=judged.write, legacy=True, reporter=reporter)
+
+    def node_soft(self, annotations: Mapping[str, str]) -> bool:
+        """Whether the node runs the hami-core soft split: its ``hami-vnpu-core`` annotation is ``"true"``, or,
+        without the annotation, the ``vnpus`` section's ``hamiVnpuCore`` / ``hamiVnpuMode`` say so."""
+        v = annotations.get(VNPU_NODE_ANNOTATION)
+        return self.chip.hami_core if v is None else v == "true"
 
     # ---- pod annotations -----------------------------------------------------------------------------------
 
@@ -306,19 +383,39 @@ class AscendVendor:
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
         return decode_pod_devices(value, self.allocated_key)
 
-    def runtime_info(self, devices: PodDevices) -> str:
+    def runtime_info(self, devices: PodDevices, *, soft: bool = False) -> str:
         """The value of ``huawei.com/<cw>`` that HAMi's ``PatchAnnotations`` writes for the device plugin: a JSON
-        list over every device of every container, ``{"UUID": …, "temp": <template>}`` (``temp`` omitted for a
-        whole NPU); ``null`` when there is no device (Go marshals a nil slice so)."""
+        list over every device of every container, ``{"UUID": …, "temp": <template>, "memory": <MiB>,
+        "core": <percent>}``, each key left out when empty (``temp`` for a whole NPU, and always for a hami-core
+        pod: ``soft``); ``null`` when there is no device (Go marshals a nil slice so)."""
         items = []
         for ctr in devices:
             for d in ctr:
-                _, temp = self.chip.trim_memory(d.used_mem_mib)
                 pairs = [("UUID", dump_str(d.uuid))] if d.uuid else []
-                if temp:
-                    pairs.append(("temp", dump_str(temp)))
+                if not soft:
+                    _, temp = self.chip.trim_memory(d.used_mem_mib)
+                    if temp:
+                        pairs.append(("temp", dump_str(temp)))
+                if d.used_mem_mib:
+                    pairs.append(("memory", str(d.used_mem_mib)))
+                if d.used_cores:
+                    pairs.append(("core", str(d.used_cores)))
                 items.append(dump_object(pairs))
         return dump_array(items) if items else "null"
+
+    def bind_pod_annotations(
+        self, pod: Mapping[str, Any] | None, inventory: NodeInventory | None, devices: PodDevices, now_unix: int
+    ) -> dict[str, str]:
+        """A hami-core pod's runtime list has no ``temp`` (HAMi's ``PatchAnnotations`` reads the pod's
+        ``huawei.com/vnpu-mode``); it replaces the one :meth:`extra_pod_annotations` wrote."""
+        del inventory, now_unix
+        if pod is None or not any(devices):
+            return {}
+        metadata = pod.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        if not isinstance(annotations, Mapping) or annotations.get(VNPU_MODE_ANNOTATION) != VNPU_MODE_HAMI_CORE:
+            return {}
+        return {self.runtime_key: self.runtime_info(devices, soft=True)}
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> dict[str, str]:
         """Written with the device lists when the pod got NPUs of this chip: the plugin's runtime list
@@ -360,6 +457,13 @@ def _with_vendor(d: DeviceInfo, vendor: str) -> DeviceInfo:
     return DeviceInfo(
         d.id, d.index, d.count, d.devmem_mib, d.devcore, d.type, d.numa, d.mode, d.health, d.mig_profiles, vendor
     )
+
+
+def _last_is_empty(env: Sequence[Any], name: str) -> bool:
+    for e in reversed(env):
+        if isinstance(e, Mapping) and e.get("name") == name:
+            return e.get("valueFrom") is None and e.get("value", "") == ""
+    return False
 
 
 def _text(annotations: Mapping[str, str], key: str) -> str | None:
