@@ -256,6 +256,7 @@ class _NodeEval:
         pod_ok = getattr(rules, "pod_device_ok", None)  # optional: a vendor's rule on the pod's earlier devices
         earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
         group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
+        fits = getattr(rules, "device_fits", None)  # optional: the vendor's own test of a device, a silent miss
         busy_groups = {group_of(devices[q]) for q in typed if used[q] > 0} - {None} if group_of is not None else set()
         counts: Counter[Reason] = Counter()
         partial: list[_Pick] = []
@@ -297,6 +298,8 @@ class _NodeEval:
                 continue
             if mutex and (d_used > 0 or (busy_groups and group_of is not None and group_of(dev) in busy_groups)):
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+                continue
+            if fits is not None and not fits(dev, req, d_used, d_mem):
                 continue
             took = take(dev, req, d_mem)
             if took.reason is not None:
@@ -344,6 +347,11 @@ class _NodeEval:
             chosen = self._select_set(partial, req.nums, rules) if sets else self._select_topology(partial, req.nums)
             if chosen is not None:
                 return chosen
+            miss = getattr(rules, "set_miss_reason", None) if sets else None
+            if miss is not None:  # the vendor names a failed set choice once, only when no device said why
+                if not counts:
+                    counts[miss] = 1
+                return NodeRejection(node=self.snap.name, counts=counts, total=total, container_index=ci)
         if partial:
             counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(partial)
         return NodeRejection(node=self.snap.name, counts=counts, total=total, container_index=ci)
@@ -475,10 +483,13 @@ def may_fit(ctx: PodContext, snap: NodeSnapshot) -> bool:
         if rules is None:
             return False
         candidate, type_ok, uuid_ok, take = rules.candidate, rules.type_ok, rules.uuid_ok, rules.take
+        fits = getattr(rules, "device_fits", None)
         found = 0
         for dev, u in zip(devices, usages, strict=True):
             used = u.used
             if not candidate(dev, req) or not dev.health or used >= dev.count or (mutex and used > 0):
+                continue
+            if fits is not None and not fits(dev, req, used, u.used_mem_mib):
                 continue
             took = take(dev, req, u.used_mem_mib)
             cores = took.cores

@@ -54,6 +54,7 @@ from vgpu_scheduler.shared.vendors import (
     enflame,
     hygon,
     iluvatar,
+    kunlun,
     metax,
     mthreads,
     vastai,
@@ -89,6 +90,7 @@ FAMILIES: tuple[Family, ...] = (
     mthreads,
     metax,
     enflame,
+    kunlun,
 )
 """Every family after NVIDIA, in the order their vendors are listed (and a mixed node's devices are merged)."""
 

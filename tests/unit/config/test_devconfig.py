@@ -58,6 +58,7 @@ def test_golden_load_of_the_chart_shaped_example(repo_root: Path) -> None:
     assert [t.core_pct for g in a100.geometries for t in g] == [14, 28, 14, 42, 100]
     # the other vendors' sections go to their vendors (shared.vendors.catalog), unparsed here
     sections = {"cambricon", "hygon", "iluvatars", "amd", "vnpus", "biren", "vastai", "mthreads", "metax", "enflame"}
+    sections |= {"kunlun"}
     assert set(loaded.vendor_sections) == sections
     assert set(loaded.notes) == {
         "nvidia.preConfiguredDeviceMemory: device-plugin key, ignored by the scheduler",
