@@ -137,11 +137,13 @@ _KEYS: Mapping[str, str] = {
 
 
 def parse_config(section: object) -> KunlunConfig:
-    """Validate the ``kunlun:`` section; absent keys keep HAMi's defaults. The vXPU count name must not be empty
-    either (it is how a container asks for vXPUs). ConfigError names the key path."""
+    """Validate the ``kunlun:`` section; absent keys keep HAMi's defaults. The vXPU names must not be empty either
+    (they are how a container asks for vXPUs), and the three names must differ. ConfigError names the key path."""
     config = KunlunConfig(**names_section(section, SECTION, _KEYS, unit="XPUs"))
     if not config.resource_vcount_name.strip():
         raise ConfigError(f"{SECTION}.resourceVCountName: must not be empty (it is how a container asks for vXPUs)")
+    if not config.resource_vmemory_name.strip():
+        raise ConfigError(f"{SECTION}.resourceVMemoryName: must not be empty (it is how a vXPU's memory is asked)")
     names = [config.resource_count_name, config.resource_vcount_name, config.resource_vmemory_name]
     if len({n for n in names if n}) != len([n for n in names if n]):
         raise ConfigError(f"{SECTION}: the resource names must differ, got {', '.join(names)}")
