@@ -40,7 +40,14 @@ class Take:
 
 
 class DeviceRules(Protocol):
-    """One vendor's part of ``Fit``. Implementations are frozen and stateless (safe to share across threads)."""
+    """One vendor's part of ``Fit``. Implementations are frozen and stateless (safe to share across threads).
+
+    Optional hooks the core looks up when present: ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
+    devices, refused as ``CardNotFoundCustomFilterRule``), ``mutex_group(dev)`` (devices busy as a group under
+    ``mutex``), ``device_fits(dev, req, used, used_mem_mib)`` (the vendor's own test of a device, after the
+    common checks; a device that fails it is passed over without a reason, as HAMi's Kunlunxin ``fitFn``) and
+    ``set_miss_reason`` (a :class:`Reason`: when :meth:`select` finds no set, the node's one reason unless some
+    device gave one of its own, as HAMi's Kunlunxin ``NumaNotFit``)."""
 
     @property
     def name(self) -> str:

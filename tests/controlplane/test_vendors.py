@@ -81,6 +81,11 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
             "resourceCoreName": "iluvatar.ai/MR-V100.vCore",
         }
     ],
+    "kunlun": {
+        "resourceCountName": "kunlunxin.com/xpu",
+        "resourceVCountName": "kunlunxin.com/vxpu",
+        "resourceVMemoryName": "kunlunxin.com/vxpu-memory",
+    },
     "vnpus": {
         "configs": [
             _chip("Ascend910B3", "910B3", 65536, 65536, [("vir05_1c_16g", 16384), ("vir10_3c_32g", 32768)]),
@@ -104,11 +109,14 @@ GCU = {"enflame.com/gcu": "1"}
 DRS = {"enflame.com/drs-gcu": "3"}  # the 3g.20gb profile
 DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the smallest holding both: 1g.6gb
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
+XPU2 = {"kunlunxin.com/xpu": "2"}  # two whole Kunlunxin XPUs of one wing
+XPU1 = {"kunlunxin.com/xpu": "1"}
+VXPU = {"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"}  # → a quarter XPU, 24576 MiB
 
 
 def small_fleet() -> list[list[VendorPart]]:
-    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100, Ascend 910B3+Moore Threads,
-    NVIDIA+AMD+Vastai+Enflame DRS."""
+    """Six nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100+Kunlunxin XPU and vXPU,
+    Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame DRS."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
@@ -118,7 +126,12 @@ def small_fleet() -> list[list[VendorPart]]:
             VendorPart("Metax-GPU", devices=3, mem_mib=65536, slots=1),
             VendorPart("GCU", devices=2, mem_mib=100, slots=1),
         ],
-        [VendorPart("AMD"), VendorPart("MR-V100", devices=2, mem_mib=16384)],
+        [
+            VendorPart("AMD"),
+            VendorPart("MR-V100", devices=2, mem_mib=16384),
+            VendorPart("kunlun", devices=8, mem_mib=98304, slots=100),  # from node capacity, as HAMi registers
+            VendorPart("XPU", devices=8, mem_mib=98304, slots=4),
+        ],
         [
             VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
             VendorPart("Mthreads", devices=2, mem_mib=16384, slots=100, cores=16),
@@ -148,6 +161,8 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
+    pods += [vendor_pod("kl0", [XPU2]), vendor_pod("kl-two", [XPU1, XPU1])]
+    pods += [vendor_pod(f"vx{i}", [VXPU]) for i in range(2)]
     return pods
 
 
@@ -197,6 +212,8 @@ async def test_mixed_vendor_cluster(
         "Metax-GPU": 2,
         "GCU": 1,
         "Enflame": 2,
+        "kunlun": 2,
+        "XPU": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -237,6 +254,18 @@ async def test_mixed_vendor_cluster(
     two = json.loads(_pod(outcome, "drs-two")["metadata"]["annotations"]["assigned-containers"])
     assert {c: (v["request"], v["profileName"]) for c, v in two.items()} == {"c0": (1, "1g.6gb"), "c1": (1, "1g.6gb")}
 
+    # Kunlunxin: whole XPUs from node capacity with HAMi's ids and BAIDU_COM_DEVICE_IDX, vXPUs rounded up
+    kl = _pod(outcome, "kl0")["metadata"]["annotations"]
+    assert kl["hami.io/kunlun-allocated"].count(",kunlun,98304,100:") == 2, kl  # two XPUs, taken whole
+    assert "-kunlun-" in kl["hami.io/kunlun-allocated"] and "hami.io/kunlun-devices-to-allocate" not in kl
+    pair = [int(i) for i in kl["BAIDU_COM_DEVICE_IDX"].split(",")]
+    assert len(pair) == 2 and len({i // 4 for i in pair}) == 1, pair  # both of one wing of the board
+    singles = [int(i) for i in _pod(outcome, "kl-two")["metadata"]["annotations"]["BAIDU_COM_DEVICE_IDX"].split(";")]
+    assert len(singles) == 2 and len({*pair, *singles}) == 4, singles  # one XPU per container, none shared
+    vx = _pod(outcome, "vx0")["metadata"]["annotations"]
+    assert vx["hami.io/xpu-devices-allocated"].endswith(",XPU,24576,25:;"), vx
+    assert "hami.io/xpu-devices-to-allocate" in vx  # written by the bind, emptied by the plugin at Allocate
+
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:
     """``groups`` × the small fleet's six node kinds, two replicas' worth of nodes."""
@@ -248,8 +277,8 @@ def large_pods(rounds: int) -> list[dict[str, Any]]:
     out = []
     for r in range(rounds):
         for pod in small_pods():
-            if pod["metadata"]["name"] == "no-node":
-                continue
+            if pod["metadata"]["name"] == "no-node" or (r >= 4 and pod["metadata"]["name"].startswith("kl")):
+                continue  # 4 rounds of whole XPUs: 16 of the fleet's 40, so a board's topology always has a pair
             pod["metadata"]["name"] = f"r{r:02d}-{pod['metadata']['name']}"
             out.append(pod)
     return out

@@ -24,7 +24,8 @@ from vgpu_scheduler.shared.vendors.catalog import (
     enabled_vendors,
 )
 
-DEFAULT_ON = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "GCU", "Enflame")
+DEFAULT_ON: tuple[str, ...] = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU")
+DEFAULT_ON += ("GCU", "Enflame")
 DEFAULT_ON += ("kunlun", "XPU")
 """What HAMi v2.10 schedules with no device config and no flag (NVIDIA first, then the families' order)."""
 
