@@ -53,6 +53,7 @@ from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
+    DeviceUsage,
     NodeInventory,
     PodDevices,
     Reason,
@@ -262,8 +263,8 @@ def score_fragmentation(previous: Sequence[int], current: Sequence[int]) -> floa
 def score_node(previous: Sequence[tuple[str, int, int]], pod: Sequence[Sequence[tuple[str, int]]]) -> float:
     """HAMi's whole-XPU ``ScoreNode``: ``previous`` = the node's devices as ``(type, index, used)``, ``pod`` = the
     pod's devices per container as ``(type, index)``; 0 when any of them is not a Kunlunxin XPU (the type
-    contains ``kunlun``), else :func:`score_fragmentation` of the busy indexes and the pod's. Restated here; the
-    plan does not apply it yet (its node order is fixed before any fit: docs/vendors/kunlunxin.md)."""
+    contains ``kunlun``), else :func:`score_fragmentation` of the busy indexes and the pod's. The plan adds it to
+    the node's score through :meth:`KunlunRules.pod_node_score`."""
     prev: list[int] = []
     cur: list[int] = []
     for kind, index, used in previous:
@@ -311,10 +312,10 @@ def _both_uuid_lists(annotations: Mapping[str, str], pairs: Sequence[tuple[str, 
 
 
 @dataclass(frozen=True, slots=True)
-class KunlunRules(UuidOnlyRules):
-    """Whole-XPU ``Fit``: the common checks (health, cordon, UUID, slots, ``mutex``), then an XPU passes only when
-    idle (HAMi's ``FitXPU``, silently) and is taken whole; the set is chosen by :func:`graph_select` among the
-    XPUs that passed. No set: ``NumaNotFit`` once, when no XPU gave a reason of its own."""
+class BoardRules(UuidOnlyRules):
+    """What both halves' ``Fit`` share: the common checks (health, cordon, UUID, slots, ``mutex``), then the
+    half's own test of an XPU (:meth:`device_fits`, silent), and the set chosen by :func:`graph_select` among the
+    XPUs that passed. No set: ``NumaNotFit`` once, when no XPU gave a reason of its own. Whole XPUs by default."""
 
     set_miss_reason: Reason = Reason.NUMA_NOT_FIT
 
@@ -342,10 +343,25 @@ class KunlunRules(UuidOnlyRules):
 
 
 @dataclass(frozen=True, slots=True)
-class VxpuRules(KunlunRules):
-    """vXPU ``Fit``: as :class:`KunlunRules`, but an XPU passes when its memory holds the request and it is idle
-    or holds vXPUs of exactly the requested size (HAMi's ``FitVXPU``: the average of what it holds); the vXPU
-    takes its memory and cores."""
+class KunlunRules(BoardRules):
+    """Whole-XPU ``Fit``: an XPU passes only when idle (HAMi's ``FitXPU``) and is taken whole. The node's score
+    gets HAMi's ``ScoreNode`` term for the XPUs the pod gets there (:meth:`pod_node_score`)."""
+
+    def pod_node_score(self, inventory: NodeInventory, usages: Sequence[DeviceUsage], devices: PodDevices) -> float:
+        """:func:`score_node` of the node's devices before the pod and the pod's XPUs (0 when it got none)."""
+        index = {d.id: d.index for d in inventory.devices}
+        mine = [[(d.type, index[d.uuid]) for d in ctr if d.type == self.name and d.uuid in index] for ctr in devices]
+        if not any(mine):
+            return 0.0
+        previous = [(d.type, d.index, u.used) for d, u in zip(inventory.devices, usages, strict=True)]
+        return score_node(previous, mine)
+
+
+@dataclass(frozen=True, slots=True)
+class VxpuRules(BoardRules):
+    """vXPU ``Fit``: an XPU passes when its memory holds the request and it is idle or holds vXPUs of exactly the
+    requested size (HAMi's ``FitVXPU``: the average of what it holds); the vXPU takes its memory and cores. No
+    node score (HAMi's is 0)."""
 
     def device_fits(self, dev: DeviceInfo, req: ContainerRequest, used: int, used_mem_mib: int) -> bool:
         if req.mem_mib + used_mem_mib > dev.devmem_mib:

@@ -33,11 +33,12 @@ from vgpu_scheduler.shared.domain.model import (
     GpuPolicy,
     GpuPolicyToken,
     NodeInventory,
+    NodePolicy,
     NvidiaConfig,
     PodConstraints,
     PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
@@ -133,6 +134,7 @@ def free_board(*used: int) -> list[tuple[int, bool]]:
 
 
 MUTEX = Policies(gpu=GpuPolicy((GpuPolicyToken.MUTEX,)))
+NO_SELECTORS = PodConstraints()
 
 
 # ---- keys, names, config (Test_InitKunlunVDevice, Test_CommonWord, Test_KunlunVDevices_GetResourceNames) -------
@@ -619,3 +621,65 @@ def test_unhealthy_and_slots() -> None:
     one = [xpu(i, vendor="XPU", count=1) for i in range(8)]
     usage = {d.id: DeviceUsage(1, 24576, 25) for d in one}
     assert reason(fit(one, vx(mem=24576), usage=usage)) == "8/8 CardTimeSlicingExhausted"
+
+
+# ---- ScoreNode in the plan: the node where the pod's XPUs keep the board tightest ---------------------------------
+
+
+def board_node(name: str, busy_idx: tuple[int, ...]) -> NodeSnapshot:
+    """An 8-XPU board ``<name>-kunlun-<i>`` whose listed XPUs are busy (taken whole)."""
+    devices = tuple(
+        DeviceInfo(f"{name}-kunlun-{i}", i, 100, MAX, 100, "kunlun", 0, "", True, vendor="kunlun") for i in range(8)
+    )
+    usage = {f"{name}-kunlun-{i}": DeviceUsage(1, MAX, 100) for i in busy_idx}
+    return NodeSnapshot(NodeInventory(name, "kunlun", devices), usage)
+
+
+def two_nodes(busy_a: tuple[int, ...], busy_b: tuple[int, ...]) -> list[NodeSnapshot]:
+    return [board_node("a", busy_a), board_node("b", busy_b)]
+
+
+@pytest.mark.parametrize("busy_path", [False, True])
+def test_score_node_decides_between_nodes(busy_path: bool) -> None:
+    nodes = two_nodes((0,), (0, 1, 2))
+    pod = PodRequest(containers=(whole(),), init_count=0)
+    # a: busy {0}, the pod takes XPU 1: countbubble 3 → 3, +2000; b: busy {0,1,2}, the pod takes XPU 3: countbubble
+    # of the busy 2 → of the pod's one XPU 3, +1000
+    score = X.rules.pod_node_score  # type: ignore[attr-defined]
+    assert score(nodes[0].inventory, nodes[0].usages, ((ContainerDevice("a-kunlun-1", MAX, 100, "kunlun"),),)) == 2000
+    assert score(nodes[1].inventory, nodes[1].usages, ((ContainerDevice("b-kunlun-3", MAX, 100, "kunlun"),),)) == 1000
+    busy = frozenset({"zz"}) if busy_path else frozenset()  # a bind in flight elsewhere: plan goes through tiers
+    binpack = plan(pod, NO_SELECTORS, nodes, policies=Policies(), rules=VENDORS.rules, busy=busy)
+    # b is busier (the usage score alone would take it under binpack); a's term is larger
+    assert isinstance(binpack, Decision) and binpack.node == "a"
+    assert binpack.score == pytest.approx(nodes[0].score + 2000.0)
+    spread = Policies(node=NodePolicy.SPREAD)
+    got = plan(pod, NO_SELECTORS, nodes, policies=spread, rules=VENDORS.rules, busy=busy)
+    assert isinstance(got, Decision) and got.node == "b"  # HAMi's spread takes the lowest sum, as here
+    # plan_ranked (the extender's walk) gives the same answers, whatever the order it is given
+    for policies, want in ((Policies(), "a"), (spread, "b")):
+        for order in (nodes, nodes[::-1]):
+            ranked = plan_ranked(pod, NO_SELECTORS, iter(order), policies=policies, rules=VENDORS.rules)
+            assert ranked is not None and ranked.node == want
+    # a vXPU pod has no node term (HAMi's vXPU ScoreNode is 0)
+    assert not hasattr(V.rules, "pod_node_score")
+
+
+def test_score_node_is_zero_on_a_node_with_other_families() -> None:
+    inv = NodeInventory("n", "kunlun,XPU", (xpu(0), xpu(1, vendor="XPU")))
+    usages = (DeviceUsage(), DeviceUsage())
+    pod_devs = ((ContainerDevice("xpu-0", MAX, 100, "kunlun"),),)
+    assert X.rules.pod_node_score(inv, usages, pod_devs) == 0.0  # type: ignore[attr-defined]
+
+
+def test_scored_plan_skips_hopeless_nodes_yet_gives_them_reasons() -> None:
+    a, b = two_nodes((0,), (0, 1, 2))
+    full = board_node("c", tuple(range(8)))  # every XPU busy: the busiest node, so binpack would try it first
+    pod = PodRequest(containers=(whole(),), init_count=0)
+    got = plan(pod, NO_SELECTORS, [a, b, full], policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(got, Decision) and (got.node, got.passed_over) == ("a", 1)  # c ranks first and does not fit
+    # nothing fits: every node, the skipped one included, has its reason
+    eight = PodRequest(containers=(whole(8),), init_count=0)
+    failed = plan(eight, NO_SELECTORS, [a, b, full], policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(failed, Failure)
+    assert dict(failed.reasons) == {"a": "1/8 NumaNotFit", "b": "1/8 NumaNotFit", "c": "1/8 NumaNotFit"}
