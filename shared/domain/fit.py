@@ -220,7 +220,12 @@ class _NodeEval:
         mig = tuple(mig_allocs)
         used_ids = {d.uuid for c in devices for d in c}
         totals = {d.id: d.devcore for d in self.devices if d.id in used_ids}
-        return NodeFit(devices=devices, mig=mig, charges=collapse(devices, init_count, mig, device_totals=totals))
+        charges = collapse(devices, init_count, mig, device_totals=totals)
+        uniform = {r.type for r in ctx.requests if getattr(ctx.rules.get(r.type), "uniform_share", False)}
+        if uniform:  # a vendor whose devices are shared only by tasks of one size: the reserve re-checks it
+            kinds = {d.uuid: d.type for c in devices for d in c}
+            charges = tuple(replace(c, uniform=True) if kinds.get(c.uuid) in uniform else c for c in charges)
+        return NodeFit(devices=devices, mig=mig, charges=charges)
 
     # ----------------------------------------------------------------------------------------------------
 

@@ -361,7 +361,10 @@ class KunlunRules(BoardRules):
 class VxpuRules(BoardRules):
     """vXPU ``Fit``: an XPU passes when its memory holds the request and it is idle or holds vXPUs of exactly the
     requested size (HAMi's ``FitVXPU``: the average of what it holds); the vXPU takes its memory and cores. No
-    node score (HAMi's is 0)."""
+    node score (HAMi's is 0). Its charges are ``uniform``, so the atomic reserve re-checks the size rule against
+    a reservation another replica made meanwhile."""
+
+    uniform_share: bool = True
 
     def device_fits(self, dev: DeviceInfo, req: ContainerRequest, used: int, used_mem_mib: int) -> bool:
         if req.mem_mib + used_mem_mib > dev.devmem_mib:

@@ -262,6 +262,8 @@ async def test_mixed_vendor_cluster(
     assert len(pair) == 2 and len({i // 4 for i in pair}) == 1, pair  # both of one wing of the board
     singles = [int(i) for i in _pod(outcome, "kl-two")["metadata"]["annotations"]["BAIDU_COM_DEVICE_IDX"].split(";")]
     assert len(singles) == 2 and len({*pair, *singles}) == 4, singles  # one XPU per container, none shared
+    limits = _pod(outcome, "vx0")["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["kunlunxin.com/vxpu-memory"] == "24576", limits  # the webhook wrote the rounded size
     vx = _pod(outcome, "vx0")["metadata"]["annotations"]
     assert vx["hami.io/xpu-devices-allocated"].endswith(",XPU,24576,25:;"), vx
     assert "hami.io/xpu-devices-to-allocate" in vx  # written by the bind, emptied by the plugin at Allocate

@@ -20,12 +20,14 @@ from typing import Any
 
 import pytest
 
+from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
+    Allocation,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
@@ -37,6 +39,10 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
+    QuotaLimits,
+    QuotaState,
+    QuotaUse,
+    VendorLimits,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked
 from vgpu_scheduler.shared.domain.scoring import Policies
@@ -683,3 +689,31 @@ def test_scored_plan_skips_hopeless_nodes_yet_gives_them_reasons() -> None:
     failed = plan(eight, NO_SELECTORS, [a, b, full], policies=Policies(), rules=VENDORS.rules)
     assert isinstance(failed, Failure)
     assert dict(failed.reasons) == {"a": "1/8 NumaNotFit", "b": "1/8 NumaNotFit", "c": "1/8 NumaNotFit"}
+
+
+def test_vxpu_memory_counts_against_the_namespace_quota() -> None:
+    # limits.kunlunxin.com/vxpu-memory: 49152 with a quarter (24576) already used
+    limits = QuotaLimits(others=(("XPU", VendorLimits(mem_mib=49152)),))
+    quota = QuotaState(limits, used_others=(("XPU", QuotaUse(mem_mib=24576)),))
+    devices = board("XPU", count=10)
+    pod = PodRequest(containers=(vx(mem=24576),), init_count=0)
+    node = NodeSnapshot(NodeInventory("n1", "XPU", tuple(devices)), {})
+    got = plan(pod, NO_SELECTORS, [node], policies=Policies(), rules=VENDORS.rules, quota=quota)
+    assert isinstance(got, Decision)  # 24576 + 24576 = the limit
+    half = PodRequest(containers=(vx(mem=49152),), init_count=0)
+    failed = plan(half, NO_SELECTORS, [node], policies=Policies(), rules=VENDORS.rules, quota=quota)
+    assert isinstance(failed, Failure) and failed.reasons["n1"] == "8/8 ResourceQuotaNotFit"
+    # the whole XPUs have no memory resource: no quota applies to them
+    assert X.resources.memory is None
+
+
+def test_vxpu_charges_are_uniform_and_survive_the_envelope() -> None:
+    # a vXPU's charge says "shared only by tasks of one size", so the atomic reserve re-checks FitVXPU's rule
+    got = fit(board("XPU", count=10), vx(mem=24576))
+    assert isinstance(got, Decision) and [c.uniform for c in got.charges] == [True]
+    whole_got = fit(board(), whole())
+    assert isinstance(whole_got, Decision) and [c.uniform for c in whole_got.charges] == [False]
+    alloc = Allocation("uid", "default", "p", "n1", got.devices, got.charges)
+    assert decode_allocation(encode_allocation(alloc)) == alloc
+    plain = Allocation("uid", "default", "p", "n1", whole_got.devices, whole_got.charges)
+    assert b"uniform" not in encode_allocation(plain)  # other families' envelopes are unchanged
