@@ -47,7 +47,10 @@ class DeviceRules(Protocol):
     ``mutex``), ``device_fits(dev, req, used, used_mem_mib)`` (the vendor's own test of a device, after the
     common checks; a device that fails it is passed over without a reason, as HAMi's Kunlunxin ``fitFn``) and
     ``set_miss_reason`` (a :class:`Reason`: when :meth:`select` finds no set, the node's one reason unless some
-    device gave one of its own, as HAMi's Kunlunxin ``NumaNotFit``)."""
+    device gave one of its own, as HAMi's Kunlunxin ``NumaNotFit``), ``pod_node_score(inventory, usages,
+    devices)`` (a node-score term that depends on the devices the pod gets: ``plan`` then evaluates every
+    candidate node) and ``uniform_share`` (True: a device is shared only by tasks of one size; the charges say so
+    and the atomic reserve re-checks it)."""
 
     @property
     def name(self) -> str:
