@@ -324,6 +324,7 @@ def _allocation_fields(a: Allocation) -> Fields:
                 "exclusive": c.exclusive,
                 "mig_placements": _placements_out(c.mig_placements),
                 "legacy_mig": [list(x) for x in c.legacy_mig],
+                **({"uniform": True} if c.uniform else {}),
             }
             for c in a.charges
         ],
@@ -374,6 +375,7 @@ def _allocation_from(d: Fields) -> Allocation:
             exclusive=_bool(c, "exclusive", what),
             mig_placements=_placements_in(_list(c, "mig_placements", what), what),
             legacy_mig=tuple(_pair(x, "legacy_mig", what) for x in _list(c, "legacy_mig", what)),
+            uniform=_bool(c, "uniform", what) if "uniform" in c else False,
         )
         for c in _list(d, "charges", what)
     )

@@ -171,7 +171,15 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-_NOUNS = {NVIDIA: "GPU", "AMD": "GPU", "DCU": "DCU", "MLU": "MLU", "AWSNeuron": "Neuron device"}
+_NOUNS = {
+    NVIDIA: "GPU",
+    "AMD": "GPU",
+    "DCU": "DCU",
+    "MLU": "MLU",
+    "AWSNeuron": "Neuron device",
+    "kunlun": "XPU",
+    "XPU": "XPU",
+}
 
 
 def device_noun(vendor: str) -> str:
@@ -375,6 +383,21 @@ def _static(v: _View, reason: Reason) -> NearestMiss:
     return NearestMiss(reason.value, text)
 
 
+def _board(v: _View) -> NearestMiss:
+    """A vendor that chooses a container's devices as a set by its board's topology (Kunlunxin) found no set."""
+    fits = getattr(v.rules, "device_fits", None)
+    free = [
+        p
+        for p in v.with_slot()
+        if fits is None or fits(v.devices[p], v.req, v.usages[p].used, v.usages[p].used_mem_mib)
+    ]
+    text = (
+        f"needs {_plural(v.req.nums, v.noun)} that the board's topology groups (1, 2, 4 or 8 of its {v.noun}s); "
+        f"{_plural(len(free), v.noun)} of {v.node} can take this container, in no such group"
+    )
+    return NearestMiss(Reason.NUMA_NOT_FIT.value, text, None, v.req.nums, len(free), f"{v.noun}s")
+
+
 def _generic(v: _View, reason: Reason) -> NearestMiss:
     return NearestMiss(reason.value, f"{reason.value} on {v.node}")
 
@@ -467,6 +490,8 @@ def _explain(v: _View, reason: Reason, quota: QuotaState | None, namespace: str,
         need = max((v.memreq(p) for p in v.eligible()), default=v.req.mem_mib)
         text = f"no free MIG instance with {need:,} MiB on the MIG GPUs of {v.node}"
         return NearestMiss(reason.value, text, None, need, None, "MiB")
+    if reason is Reason.NUMA_NOT_FIT and getattr(v.rules, "set_miss_reason", None) is reason:
+        return _board(v)
     if reason is Reason.NUMA_NOT_FIT:
         text = (
             f"needs {_plural(v.req.nums, v.noun)} on one NUMA node (nvidia.com/numa-bind); "

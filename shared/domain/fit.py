@@ -221,7 +221,12 @@ class _NodeEval:
         mig = tuple(mig_allocs)
         used_ids = {d.uuid for c in devices for d in c}
         totals = {d.id: d.devcore for d in self.devices if d.id in used_ids}
-        return NodeFit(devices=devices, mig=mig, charges=collapse(devices, init_count, mig, device_totals=totals))
+        charges = collapse(devices, init_count, mig, device_totals=totals)
+        uniform = {r.type for r in ctx.requests if getattr(ctx.rules.get(r.type), "uniform_share", False)}
+        if uniform:  # a vendor whose devices are shared only by tasks of one size: the reserve re-checks it
+            kinds = {d.uuid: d.type for c in devices for d in c}
+            charges = tuple(replace(c, uniform=True) if kinds.get(c.uuid) in uniform else c for c in charges)
+        return NodeFit(devices=devices, mig=mig, charges=charges)
 
     # ----------------------------------------------------------------------------------------------------
 
@@ -261,6 +266,7 @@ class _NodeEval:
         pod_ok = getattr(rules, "pod_device_ok", None)  # optional: a vendor's rule on the pod's earlier devices
         earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
         group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
+        fits = getattr(rules, "device_fits", None)  # optional: the vendor's own test of a device, a silent miss
         busy_groups = {group_of(devices[q]) for q in typed if used[q] > 0} - {None} if group_of is not None else set()
         counts: defaultdict[Reason, int] = defaultdict(int)  # a Counter costs ~10x more to make, per node
         partial: list[_Pick] = []
@@ -302,6 +308,8 @@ class _NodeEval:
                 continue
             if mutex and (d_used > 0 or (busy_groups and group_of is not None and group_of(dev) in busy_groups)):
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+                continue
+            if fits is not None and not fits(dev, req, d_used, d_mem):
                 continue
             took = take(dev, req, d_mem) if take_on is None else take_on(dev, req, d_mem, d_cores)
             if took.reason is not None:
@@ -351,9 +359,12 @@ class _NodeEval:
                 return chosen
             set_failure = getattr(rules, "set_failure", None) if sets else None  # optional: one node-wide reason
             if partial and set_failure is not None:
-                return NodeRejection(
-                    node=self.snap.name, counts={set_failure: 1}, total=total, container_index=ci
-                )
+                return NodeRejection(node=self.snap.name, counts={set_failure: 1}, total=total, container_index=ci)
+            miss = getattr(rules, "set_miss_reason", None) if sets else None
+            if miss is not None:  # the vendor names a failed set choice once, only when no device said why
+                if not counts:
+                    counts[miss] = 1
+                return NodeRejection(node=self.snap.name, counts=counts, total=total, container_index=ci)
         if partial:
             counts[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(partial)
         return NodeRejection(node=self.snap.name, counts=counts, total=total, container_index=ci)
@@ -489,10 +500,13 @@ def may_fit(ctx: PodContext, snap: NodeSnapshot) -> bool:
             return False
         candidate, type_ok, uuid_ok, take = rules.candidate, rules.type_ok, rules.uuid_ok, rules.take
         take_on = getattr(rules, "take_on", None)
+        fits = getattr(rules, "device_fits", None)
         found = 0
         for dev, u in zip(devices, usages, strict=True):
             used = u.used
             if not candidate(dev, req) or not dev.health or used >= dev.count or (mutex and used > 0):
+                continue
+            if fits is not None and not fits(dev, req, used, u.used_mem_mib):
                 continue
             took = (
                 take(dev, req, u.used_mem_mib) if take_on is None else take_on(dev, req, u.used_mem_mib, u.used_cores)

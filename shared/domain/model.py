@@ -318,6 +318,9 @@ class DeviceCharge:
     exclusive: bool = False
     mig_placements: tuple[MigPlacement, ...] = ()
     legacy_mig: tuple[tuple[int, int], ...] = ()
+    uniform: bool = False
+    """The device is shared only by tasks of one size: it must be idle or hold only tasks of this charge's memory
+    per slot (Kunlunxin vXPUs: an XPU splits into equal parts; the atomic reserve re-checks it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,12 @@ returns a ``Decision`` or a ``Failure``. It never reserves anything; the caller 
 
 Fast path. A node's score depends only on its usage before the pod (hami-wire §6.2), so the candidates can
 be ordered first (binpack: busiest first, spread: idlest first, ties by name) and fitted in that order until
-one fits: that node is the one the full evaluation would choose. The preferred node is tried before anything
-is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``PodNeeds``), nodes with too few
-devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only when nothing fits are the skipped
-nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and returns the same
-answer (property-tested).
+one fits: that node is the one the full evaluation would choose (except for a pod of a vendor whose node score
+depends on the devices it gets there, a rule's ``pod_node_score``: every node is then evaluated). The preferred
+node is tried before anything is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1)
+(``PodNeeds``), nodes with too few devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only
+when nothing fits are the skipped nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates
+every node and returns the same answer (property-tested).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceCharge,
     DeviceUsage,
     MigAllocation,
+    NodeInventory,
     NodePolicy,
     NvidiaConfig,
     PodConstraints,
@@ -344,7 +346,7 @@ def plan(
     scores = list(map(_SCORE, nodes))
     if not pod.any:
         return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
-    if exhaustive:
+    if exhaustive or _pod_scorers(ctx):
         return _plan_exhaustive(ctx, nodes)
 
     rejections: dict[int, NodeRejection] = {}
@@ -440,6 +442,9 @@ def plan_ranked(
     if not pod.any:
         first = next(iter(ranked), None)
         return None if first is None else _empty_decision(first, pod)
+    if _pod_scorers(ctx):  # the node's score depends on the devices the pod gets: every node is evaluated
+        scored = _plan_exhaustive(ctx, list(ranked))
+        return scored if isinstance(scored, Decision) else None
     viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
     for position, snap in enumerate(ranked):
         if viable(snap.summary) and may_fit(ctx, snap):
@@ -487,29 +492,70 @@ def plan_tiers(
     return Failure(reasons=reasons, rejections=_Rejections(verdicts))
 
 
+PodNodeScore = Callable[[NodeInventory, Sequence[DeviceUsage], PodDevices], float]
+"""A vendor rule's optional ``pod_node_score(inventory, usages, devices)``: HAMi's ``ScoreNode`` term that depends on
+the devices the pod gets on the node (Kunlunxin's board fragmentation), added to the node's score."""
+
+
+def _pod_scorers(ctx: PodContext) -> tuple[PodNodeScore, ...]:
+    """The ``pod_node_score`` hooks of the vendors the pod asks for (none for most pods: then a node's score is
+    its usage before the pod, and the fast path applies)."""
+    found: list[PodNodeScore] = []
+    for req in ctx.requests:
+        rules = None if req.empty else ctx.rules.get(req.type)
+        hook = getattr(rules, "pod_node_score", None) if rules is not None else None
+        if hook is not None and hook not in found:
+            found.append(hook)
+    return tuple(found)
+
+
 def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
-    """Evaluate every node, then take the best that fits by the node policy (the reference for the fast path)."""
+    """Evaluate every node, then take the best that fits by the node policy (the reference for the fast path).
+
+    With a vendor's ``pod_node_score`` (:func:`_pod_scorers`) a node's score is its usage score plus that term for
+    the devices the pod gets there (HAMi's ``OverrideScore``), and the decision carries that score; equal scores go
+    to the first name. ``passed_over`` counts the nodes the usage score ranks first that do not fit. Such a pod
+    evaluates the nodes its summary or the order-free checks prove hopeless only when no other node fits (both
+    tests are sound, so the answer is the same)."""
     binpack = ctx.policy.node is NodePolicy.BINPACK
-    best: tuple[NodeSnapshot, NodeFit] | None = None
+    scorers = _pod_scorers(ctx)
+    viable = PodNeeds.of(ctx.requests, ctx.policy.mutex).predicate() if scorers else None
     rejections: dict[int, NodeRejection] = {}
-    for idx, snap in enumerate(nodes):
-        result = evaluate_node(ctx, snap)
-        if isinstance(result, NodeRejection):
-            rejections[idx] = result
-            continue
-        if best is None or _better(snap, best[0], binpack):
-            best = (snap, result)
-    if best is not None:
-        winner = best[0]
-        return _decision(winner, best[1], sum(1 for snap in nodes if _better(snap, winner, binpack)))
-    return _failure(nodes, rejections)
+    later: list[int] = []
+    best: tuple[float, NodeSnapshot, NodeFit] | None = None
+    for rounds in (range(len(nodes)), later):
+        for idx in list(rounds):
+            snap = nodes[idx]
+            if viable is not None and rounds is not later and not (viable(snap.summary) and may_fit(ctx, snap)):
+                later.append(idx)
+                continue
+            result = evaluate_node(ctx, snap)
+            if isinstance(result, NodeRejection):
+                rejections[idx] = result
+                continue
+            score = snap.summary.score + sum(h(snap.inventory, snap.usages, result.devices) for h in scorers)
+            if best is None or _better_score((score, snap.name), (best[0], best[1].name), binpack):
+                best = (score, snap, result)
+        if best is not None:
+            break
+    if best is None:
+        return _failure(nodes, rejections)
+    score, winner, fit = best
+    if not scorers:
+        return _decision(winner, fit, sum(1 for snap in nodes if _better(snap, winner, binpack)))
+    hopeless = rejections.keys() | set(later)  # nodes that do not fit
+    passed = sum(1 for i, snap in enumerate(nodes) if i in hopeless and _better(snap, winner, binpack))
+    return replace(_decision(winner, fit, passed), score=score)
+
+
+def _better_score(a: tuple[float, str], b: tuple[float, str], binpack: bool) -> bool:
+    if a[0] != b[0]:
+        return a[0] > b[0] if binpack else a[0] < b[0]
+    return a[1] < b[1]
 
 
 def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:
-    sa, sb = a.summary.score, b.summary.score
-    if sa != sb:
-        return sa > sb if binpack else sa < sb
-    return a.name < b.name
+    return _better_score((a.summary.score, a.name), (b.summary.score, b.name), binpack)
 
 
 def apply_decision(snapshot: NodeSnapshot, decision: Decision) -> NodeSnapshot:

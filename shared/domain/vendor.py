@@ -42,10 +42,17 @@ class Take:
 class DeviceRules(Protocol):
     """One vendor's part of ``Fit``. Implementations are frozen and stateless (safe to share across threads).
 
-    Optional methods the core looks up when present: ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
-    devices), ``mutex_group(dev)`` (devices busy as a group under ``mutex``) and
-    ``node_mode_reason(devices, req, constraints) -> Reason | None`` (the node's mode refuses the request as a
-    whole, counted once out of the family's devices: Ascend's ``ModeNotFit``)."""
+    Optional hooks the core looks up when present: ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
+    devices, refused as ``CardNotFoundCustomFilterRule``), ``mutex_group(dev)`` (devices busy as a group under
+    ``mutex``), ``node_mode_reason(devices, req, constraints) -> Reason | None`` (the node's mode refuses the
+    request as a whole, counted once out of the family's devices: Ascend's ``ModeNotFit``), ``take_on``,
+    ``set_failure`` and ``keeps_selected_order`` (AWS Neuron: see :mod:`shared.vendors.awsneuron`),
+    ``device_fits(dev, req, used, used_mem_mib)`` (the vendor's own test of a device, after the common checks; a
+    device that fails it is passed over without a reason, as HAMi's Kunlunxin ``fitFn``) and ``set_miss_reason``
+    (a :class:`Reason`: when :meth:`select` finds no set, the node's one reason unless some device gave one of its
+    own, as HAMi's Kunlunxin ``NumaNotFit``), ``pod_node_score(inventory, usages, devices)`` (a node-score term
+    that depends on the devices the pod gets: ``plan`` then evaluates every candidate node) and ``uniform_share``
+    (True: a device is shared only by tasks of one size; the charges say so and the atomic reserve re-checks it)."""
 
     @property
     def name(self) -> str:

@@ -75,6 +75,7 @@ def charges_json(charges: Sequence[DeviceCharge]) -> str:
                 "x": 1 if c.exclusive else 0,
                 "p": [[p.start, p.size] for p in c.mig_placements],
                 "l": [[g, s] for g, s in c.legacy_mig],
+                **({"s": 1} if c.uniform else {}),
             }
         )
     return json.dumps(out, separators=(",", ":"))

@@ -114,6 +114,8 @@ class ConflictDimension(enum.Enum):
     COMPUTE_EXHAUSTED = "compute_exhausted"
     MIG_PLACEMENT = "mig_placement"
     LEGACY_MIG = "legacy_mig"
+    SHARE_SIZE = "share_size"
+    """A device shared only by tasks of one size (``DeviceCharge.uniform``) holds tasks of another size."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,7 @@ from vgpu_scheduler.shared.vendors import (
     enflame,
     hygon,
     iluvatar,
+    kunlun,
     metax,
     mthreads,
     vastai,
@@ -91,6 +92,7 @@ FAMILIES: tuple[Family, ...] = (
     metax,
     enflame,
     awsneuron,
+    kunlun,
 )
 """Every family after NVIDIA, in the order their vendors are listed (and a mixed node's devices are merged)."""
 

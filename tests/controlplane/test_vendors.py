@@ -82,6 +82,11 @@ VENDOR_SECTIONS: Mapping[str, Any] = {
         }
     ],
     "awsneuron": {"resourceCountName": "aws.amazon.com/neuron", "resourceCoreName": "aws.amazon.com/neuroncore"},
+    "kunlun": {
+        "resourceCountName": "kunlunxin.com/xpu",
+        "resourceVCountName": "kunlunxin.com/vxpu",
+        "resourceVMemoryName": "kunlunxin.com/vxpu-memory",
+    },
     "vnpus": {
         "configs": [
             _chip("Ascend910B3", "910B3", 65536, 65536, [("vir05_1c_16g", 16384), ("vir10_3c_32g", 32768)]),
@@ -114,12 +119,15 @@ DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the 
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 NEURON_CORE = {"aws.amazon.com/neuroncore": "1"}
 NEURON_DEVICES = {"aws.amazon.com/neuron": "2"}
+XPU2 = {"kunlunxin.com/xpu": "2"}  # two whole Kunlunxin XPUs of one wing
+XPU1 = {"kunlunxin.com/xpu": "1"}
+VXPU = {"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"}  # → a quarter XPU, 24576 MiB
 
 
 def small_fleet() -> list[list[VendorPart]]:
     """Seven nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100+AWS Neuron (an Inferentia2 of
-    8 devices, 2 cores each), Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame DRS, and Ascend 910B3 in the
-    hami-core soft split (``hami-vnpu-core: "true"``)."""
+    8 devices, 2 cores each)+Kunlunxin XPU and vXPU, Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame DRS, and
+    Ascend 910B3 in the hami-core soft split (``hami-vnpu-core: "true"``)."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
@@ -133,6 +141,8 @@ def small_fleet() -> list[list[VendorPart]]:
             VendorPart("AMD"),
             VendorPart("MR-V100", devices=2, mem_mib=16384),
             VendorPart("AWSNeuron", devices=8, cores=2, type="inf2.24xlarge"),
+            VendorPart("kunlun", devices=8, mem_mib=98304, slots=100),  # from node capacity, as HAMi registers
+            VendorPart("XPU", devices=8, mem_mib=98304, slots=4),
         ],
         [
             VendorPart("Ascend910B3", devices=4, mem_mib=65536, slots=4, cores=20),
@@ -169,6 +179,8 @@ def small_pods() -> list[dict[str, Any]]:
     # hami-core pods fit only the soft-split node; the webhook refuses an AI-core percent without the mode
     pods += [vendor_pod(f"npu-soft{i}", [NPU_SOFT], annotations=HAMI_CORE) for i in range(3)]
     pods += [vendor_pod("npu-core-no-mode", [NPU_SOFT])]
+    pods += [vendor_pod("kl0", [XPU2]), vendor_pod("kl-two", [XPU1, XPU1])]
+    pods += [vendor_pod(f"vx{i}", [VXPU]) for i in range(2)]
     return pods
 
 
@@ -222,6 +234,8 @@ async def test_mixed_vendor_cluster(
         "GCU": 1,
         "Enflame": 2,
         "AWSNeuron": 3,
+        "kunlun": 2,
+        "XPU": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -288,6 +302,20 @@ async def test_mixed_vendor_cluster(
     assert len(run) == 2 and run[1] == run[0] + 1 and index not in run, two_dev
     assert two_dev["AWS_NEURON_IDS"] == f"{run[0]},{run[1]}" and "NEURON_RESOURCE_TYPE" not in two_dev
 
+    # Kunlunxin: whole XPUs from node capacity with HAMi's ids and BAIDU_COM_DEVICE_IDX, vXPUs rounded up
+    kl = _pod(outcome, "kl0")["metadata"]["annotations"]
+    assert kl["hami.io/kunlun-allocated"].count(",kunlun,98304,100:") == 2, kl  # two XPUs, taken whole
+    assert "-kunlun-" in kl["hami.io/kunlun-allocated"] and "hami.io/kunlun-devices-to-allocate" not in kl
+    pair = [int(i) for i in kl["BAIDU_COM_DEVICE_IDX"].split(",")]
+    assert len(pair) == 2 and len({i // 4 for i in pair}) == 1, pair  # both of one wing of the board
+    singles = [int(i) for i in _pod(outcome, "kl-two")["metadata"]["annotations"]["BAIDU_COM_DEVICE_IDX"].split(";")]
+    assert len(singles) == 2 and len({*pair, *singles}) == 4, singles  # one XPU per container, none shared
+    limits = _pod(outcome, "vx0")["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["kunlunxin.com/vxpu-memory"] == "24576", limits  # the webhook wrote the rounded size
+    vx = _pod(outcome, "vx0")["metadata"]["annotations"]
+    assert vx["hami.io/xpu-devices-allocated"].endswith(",XPU,24576,25:;"), vx
+    assert "hami.io/xpu-devices-to-allocate" in vx  # written by the bind, emptied by the plugin at Allocate
+
 
 def large_fleet(groups: int) -> list[list[VendorPart]]:
     """``groups`` × the small fleet's six node kinds, two replicas' worth of nodes."""
@@ -302,6 +330,8 @@ def large_pods(rounds: int) -> list[dict[str, Any]]:
             name = pod["metadata"]["name"]
             if name in ("no-node", "npu-core-no-mode") or name.startswith("npu-soft"):
                 continue  # the hami-core pods: the small scenario places them; spread here fills their nodes
+            if r >= 4 and name.startswith("kl"):
+                continue  # 4 rounds of whole XPUs: 16 of the fleet's 40, so a board's topology always has a pair
             pod["metadata"]["name"] = f"r{r:02d}-{pod['metadata']['name']}"
             out.append(pod)
     return out

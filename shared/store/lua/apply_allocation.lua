@@ -155,6 +155,10 @@ if reserve then
       if ch.c == 0 and cc ~= 0 and d.c >= cc then
         return conflict('compute_exhausted', ch.u, 0, 0, 'every core is allocated; a 0-core task may not join')
       end
+      if ch.s == 1 and d.n > 0 and math.floor(d.m / d.n) ~= math.floor(ch.m / math.max(ch.n, 1)) then
+        return conflict('share_size', ch.u, math.floor(ch.m / math.max(ch.n, 1)), math.floor(d.m / d.n),
+          'the device is shared only by tasks of one size, and holds tasks of another')
+      end
     end
     local mine = {}
     for _, p in ipairs(ch.p) do

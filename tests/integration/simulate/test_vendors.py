@@ -43,6 +43,8 @@ POOLS: list[dict[str, Any]] = [
     {"name": "mt", "devices": [{"vendor": "Mthreads", "count": 3, "memory": 49152}]},
     {"name": "gcu", "devices": [{"vendor": "GCU", "count": 2, "memory": 100}]},
     {"name": "drs", "devices": [{"vendor": "Enflame", "count": 1, "memory": 40960, "split": 6}]},
+    {"name": "xpu", "devices": [{"vendor": "kunlun", "count": 8, "memory": 98304, "split": 100}]},
+    {"name": "vxpu", "devices": [{"vendor": "XPU", "count": 8, "memory": 98304, "split": 4}]},
     {
         "name": "mix",
         "devices": [
@@ -83,6 +85,11 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
         ],
     ),
     ("dcu-huge", [{"hygon.com/dcunum": 1, "hygon.com/dcumem": 20000}]),
+    ("kl-1", [{"kunlunxin.com/xpu": 2}]),  # an idle board: the first two XPUs of the left wing
+    ("kl-2", [{"kunlunxin.com/xpu": 1}]),  # the wing with the fewest free XPUs that still has one: the left
+    ("kl-3", [{"kunlunxin.com/xpu": 3}]),  # 3 XPUs is no group of the board's topology: pending
+    ("vx-1", [{"kunlunxin.com/vxpu": 1, "kunlunxin.com/vxpu-memory": 20000}]),  # rounded up to a quarter XPU
+    ("vx-2", [{"kunlunxin.com/vxpu": 2}]),  # two whole XPUs
     ("cpu-1", [{"cpu": "1"}]),
     ("neuron-1", [{"aws.amazon.com/neuroncore": 1}]),  # one core of device 0
     ("neuron-2", [{"aws.amazon.com/neuron": 2}]),  # two whole devices in a row: 1 and 2 (0 is in use)
@@ -92,7 +99,7 @@ PODS: list[tuple[str, list[dict[str, Any]]]] = [
 
 VENDOR_ORDER = [
     "NVIDIA", "AMD", "AWSNeuron", "Ascend910B3", "Biren", "DCU", "Enflame", "GCU", "MLU", "MR-V100", "Mthreads",
-    "Vastai",
+    "Vastai", "XPU", "kunlun",
 ]  # fmt: skip
 """The vendors of the figures: NVIDIA first, the others by name."""
 
@@ -109,6 +116,8 @@ VENDOR_OF_KEY = {
     "hami.io/enflame-gcu-devices-allocated": "GCU",
     "hami.io/enflame-vgpu-devices-allocated": "Enflame",
     "hami.io/aws-neuron-devices-allocated": "AWSNeuron",
+    "hami.io/kunlun-allocated": "kunlun",
+    "hami.io/xpu-devices-allocated": "XPU",
 }
 
 
@@ -190,6 +199,7 @@ def test_each_vendors_pods_land_only_on_that_vendors_devices(result: dict[str, A
         "both-1": {"NVIDIA", "DCU"}, "ilu-1": {"MR-V100"}, "ilu-2": {"MR-V100"}, "biren-1": {"Biren"},
         "biren-2": {"Biren"}, "va-1": {"Vastai"}, "mt-1": {"Mthreads"}, "mt-2": {"Mthreads"},
         "gcu-1": {"GCU"}, "drs-1": {"Enflame"}, "drs-2": {"Enflame"},
+        "kl-1": {"kunlun"}, "kl-2": {"kunlun"}, "vx-1": {"XPU"}, "vx-2": {"XPU"},
     }  # fmt: skip
     for name, vendors in expected_vendors.items():
         pod = pods[name]
@@ -243,8 +253,10 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
     assert next(p for p in result["pods"] if p["name"] == "biren-3")["reasons"]["biren-01"] == (
         "2/2 CardTimeSlicingExhausted"
     )
+    # kl-3: three XPUs is no group of the board's topology
+    assert next(p for p in result["pods"] if p["name"] == "kl-3")["reasons"]["xpu-01"] == "1/8 NumaNotFit"
     assert result["summary"]["pending_reasons"] == {
-        "CardInsufficientMemory": 1, "CardTimeSlicingExhausted": 1, "NodeInsufficientDevice": 3, "NumaNotFit": 1,
+        "CardInsufficientMemory": 1, "CardTimeSlicingExhausted": 1, "NodeInsufficientDevice": 4, "NumaNotFit": 2,
     }  # fmt: skip
 
 
@@ -258,7 +270,7 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
         assert set(figures) == GPU_KEYS
     assert {k: v["devices"] for k, v in by_vendor.items()} == {
         "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3, "Mthreads": 3,
-        "Vastai": 2, "GCU": 2, "Enflame": 1, "AWSNeuron": 4,
+        "Vastai": 2, "GCU": 2, "Enflame": 1, "AWSNeuron": 4, "kunlun": 8, "XPU": 8,
     }  # fmt: skip
     for key in ("devices", "devices_used", "memory_mib", "memory_allocated_mib", "cores", "cores_allocated"):
         assert summary["gpu"][key] == sum(v[key] for v in by_vendor.values()), key
@@ -269,6 +281,8 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert (by_vendor["Biren"]["devices_used"], by_vendor["Biren"]["memory_allocated_mib"]) == (2, 0)
     assert (by_vendor["Vastai"]["devices_used"], by_vendor["Vastai"]["memory_allocated_mib"]) == (2, 0)
     assert by_vendor["Mthreads"]["memory_allocated_mib"] == 8 * 512 + 2 * 49152
+    assert (by_vendor["kunlun"]["devices_used"], by_vendor["kunlun"]["memory_allocated_mib"]) == (3, 3 * 98304)
+    assert (by_vendor["XPU"]["devices_used"], by_vendor["XPU"]["memory_allocated_mib"]) == (3, 24576 + 2 * 98304)
     for pod in result["pods"]:
         assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
 
@@ -310,3 +324,16 @@ def test_the_text_report_shows_one_line_per_vendor(files: tuple[Path, Path]) -> 
     assert [line[0] for line in lines] == VENDOR_ORDER
     mlu = next(line for line in out.splitlines() if line.strip().startswith("MLU "))
     assert "memory 6912/49152 MiB" in mlu
+
+
+def test_kunlunxin_board_topology_and_vxpu_sizes(result: dict[str, Any]) -> None:
+    pods = {p["name"]: p for p in result["pods"]}
+    ids = {n: [u for _, u, *_ in _allocated(pods[n])] for n in ("kl-1", "kl-2")}  # HAMi's own XPU ids
+    assert ids == {"kl-1": ["xpu-01-kunlun-0", "xpu-01-kunlun-1"], "kl-2": ["xpu-01-kunlun-2"]}
+    assert [(m, c) for *_, m, c in _allocated(pods["kl-1"])] == [(98304, 100), (98304, 100)]  # taken whole
+    vx1, vx2 = (_allocated(pods[n]) for n in ("vx-1", "vx-2"))
+    assert [(m, c) for *_, m, c in vx1 + vx2] == [(24576, 25), (98304, 100), (98304, 100)]
+    assert not {u for _, u, *_ in vx1} & {u for _, u, *_ in vx2}  # a whole XPU is not shared with a quarter
+    to_allocate = pods["vx-1"]["annotations"]["hami.io/xpu-devices-to-allocate"]
+    assert to_allocate == pods["vx-1"]["annotations"]["hami.io/xpu-devices-allocated"]
+    assert "hami.io/kunlun-devices-to-allocate" not in pods["kl-1"]["annotations"]  # HAMi writes none

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -29,6 +29,11 @@ MIG = node("n1", gpu("GPU-m", count=7, mem=40960, mode="mig"))
 
 def one(uid: str, uuid: str, mem: int, cores: int) -> Allocation:
     return alloc(uid, "n1", ((uuid, mem, cores),))
+
+
+def uniform(a: Allocation) -> Allocation:
+    """``a`` with every charge marked ``uniform`` (a device shared only by tasks of one size)."""
+    return replace(a, charges=tuple(replace(c, uniform=True) for c in a.charges))
 
 
 CASES = {
@@ -123,6 +128,16 @@ CASES = {
         "GPU-m",
         1,
         0,
+    ),
+    # Kunlunxin vXPUs: an XPU holding quarters takes no half, even though the memory would fit
+    "share-size": Case(
+        node("n1", gpu("XPU-a", count=4, mem=98304)),
+        (uniform(one("a", "XPU-a", 24576, 25)),),
+        uniform(one("p", "XPU-a", 49152, 50)),
+        ConflictDimension.SHARE_SIZE,
+        "XPU-a",
+        49152,
+        24576,
     ),
 }
 
@@ -222,3 +237,9 @@ async def test_mig_profile_cores_may_sum_past_the_card(store: Store) -> None:
     assert (usage.used, usage.used_cores, len(usage.mig_in_use)) == (7, 105, 7)
     eighth = await store.reservations.reserve(mig_alloc("p7", "n1", "GPU-m", (0, 1)))
     assert isinstance(eighth, ReserveConflict) and eighth.dimension is ConflictDimension.SLOTS
+
+
+async def test_a_uniform_charge_of_the_same_size_shares(store: Store) -> None:
+    await store.inventory.put(node("n1", gpu("XPU-a", count=4, mem=98304)))
+    for uid in ("a", "b"):
+        assert isinstance(await store.reservations.reserve(uniform(one(uid, "XPU-a", 24576, 25))), Reserved)

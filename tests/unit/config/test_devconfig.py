@@ -59,6 +59,7 @@ def test_golden_load_of_the_chart_shaped_example(repo_root: Path) -> None:
     # the other vendors' sections go to their vendors (shared.vendors.catalog), unparsed here
     sections = {"cambricon", "hygon", "iluvatars", "amd", "vnpus", "biren", "vastai", "mthreads", "metax", "enflame"}
     sections |= {"awsneuron"}
+    sections |= {"kunlun"}
     assert set(loaded.vendor_sections) == sections
     assert set(loaded.notes) == {
         "nvidia.preConfiguredDeviceMemory: device-plugin key, ignored by the scheduler",

@@ -50,16 +50,18 @@ def test_the_default_values_hold_only_nvidias_section() -> None:
         "GCU",
         "Enflame",
         "AWSNeuron",
+        "kunlun",
+        "XPU",
     )
 
 
 def test_the_commented_vendor_sections_parse_when_uncommented() -> None:
     text = VALUES.read_text()
     # the commented block: "    # <section>:" lines and their indented bodies, right under deviceConfig.config
-    uncommented = re.sub(r"^    # ((?:cambricon|hygon|amd|vnpus):|  )", r"    \1", text, flags=re.MULTILINE)
+    uncommented = re.sub(r"^    # ((?:cambricon|hygon|amd|vnpus|kunlun):|  )", r"    \1", text, flags=re.MULTILINE)
     config = _device_config(uncommented)
     parsed = parse_device_config(config)
-    assert set(parsed.vendor_sections) == {"cambricon", "hygon", "amd", "vnpus"}
+    assert set(parsed.vendor_sections) == {"cambricon", "hygon", "amd", "vnpus", "kunlun"}
     assert config["hygon"] == {
         "resourceCountName": "hygon.com/dcunum",
         "resourceMemoryName": "hygon.com/dcumem",
@@ -168,6 +170,8 @@ def test_iluvatar_biren_and_vastai_names_reach_kube_scheduler_and_the_webhook(ch
         {"enflame": None},
         {"enflame": {"resourceNameGCU": "x.io/gcu", "resourceNameVGCU": "enflame.com/vgcu", "resourceNameGCUCore": ""}},
         {"enflame": {"resourceNameDRSGCU": "x.io/drs", "resourceNameVGCU": "enflame.com/vgcu"}},
+        {"kunlun": None},
+        {"kunlun": {"resourceCountName": "x.io/xpu", "resourceVMemoryName": "x.io/vmem"}},
     ]
     for sections in cases:
         for iluvatar in (False, True):

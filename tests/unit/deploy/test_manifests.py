@@ -49,6 +49,9 @@ DEFAULT_FAMILY_RESOURCES = [
     "enflame.com/gcu-core",
     "aws.amazon.com/neuron",
     "aws.amazon.com/neuroncore",
+    "kunlunxin.com/xpu",
+    "kunlunxin.com/vxpu",
+    "kunlunxin.com/vxpu-memory",
 ]
 """The families HAMi schedules by default besides NVIDIA, with HAMi's default names (the chart with no values)."""
 # Every values switch the tests render; Helm must lint each clean.

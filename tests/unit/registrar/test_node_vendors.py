@@ -130,5 +130,6 @@ def test_without_a_device_config_every_family_hami_initialises_by_default_is_ena
     default_on: tuple[str, ...] = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "GCU")
     default_on += ("Enflame",)
     default_on += ("AWSNeuron",)
+    default_on += ("kunlun", "XPU")
     assert enabled_vendors(NvidiaVendor().config, {}).names == default_on
     assert enabled_vendors(NvidiaVendor().config).names == default_on

@@ -14,7 +14,7 @@ from vgpu_scheduler.services.simulate.manifests import ManifestError, load_clust
 from vgpu_scheduler.services.simulate.pools import ALL_VENDORS, expand_pool
 from vgpu_scheduler.shared.devconfig import load_device_config
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
-from vgpu_scheduler.shared.vendors import awsneuron, cambricon, metax
+from vgpu_scheduler.shared.vendors import awsneuron, cambricon, kunlun, metax
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors, observe_node
 from vgpu_scheduler.shared.vendors.registration import NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors
@@ -216,6 +216,9 @@ def test_every_known_vendor_has_a_simulated_device_plugin() -> None:
             group.update(memory=metax.GPU_MEMORY_MIB, split=metax.GPU_SLOTS)
         if vendor.name == awsneuron.NAME:  # Neuron devices register by count and cores: no memory
             del group["memory"]
+
+        if vendor.name == kunlun.NAME:  # whole Kunlunxin XPUs too: 98304 MiB, 100 slots
+            group.update(memory=kunlun.XPU_MEMORY_MIB, split=kunlun.XPU_SLOTS)
         (node,) = expand_pool(pool("p", group), ALL_VENDORS).nodes
         assert set(registered(node, ALL_VENDORS)) == {vendor.name}
 

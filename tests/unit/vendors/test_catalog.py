@@ -27,6 +27,7 @@ from vgpu_scheduler.shared.vendors.catalog import (
 DEFAULT_ON: tuple[str, ...] = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "GCU")
 DEFAULT_ON += ("Enflame",)
 DEFAULT_ON += ("AWSNeuron",)
+DEFAULT_ON += ("kunlun", "XPU")
 """What HAMi v2.10 schedules with no device config and no flag (NVIDIA first, then the families' order)."""
 
 ILUVATAR_DEFAULT_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")
@@ -89,7 +90,7 @@ def test_iluvatar_is_opt_in_as_in_hami() -> None:
 def test_every_family_exports_the_contract_and_its_flag_is_an_option() -> None:
     sections = [hygon.SECTION, cambricon.SECTION, amd.SECTION, "vnpus", "iluvatars", "biren", "vastai", "mthreads"]
     sections += ["metax", "enflame"]
-    sections += ["awsneuron"]
+    sections += ["awsneuron", "kunlun"]
     assert [f.SECTION for f in FAMILIES] == list(BUILDERS) == sections
     assert ENABLE_FLAGS == ENABLE_FLAG_OPTIONS
     for family in FAMILIES:

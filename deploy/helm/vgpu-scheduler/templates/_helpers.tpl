@@ -85,7 +85,8 @@ resourceCoreName, HAMi's default name for a key left out (no section: every defa
 (huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips); Iluvatar likewise only
 with deviceConfig.enableIluvatar (HAMi's --enable-iluvatar). Enflame: resourceNameGCU, and the DRS names
 (resourceNameDRSGCU, else the legacy resourceNameVGCU; resourceNameGCUMemory; resourceNameGCUCore). A JSON list; a unit
-test checks it against the names the services derive from the same device config and flags. */}}
+test checks it against the names the services derive from the same device config and flags. Kunlunxin (on by
+default): resourceCountName (whole XPUs), resourceVCountName and resourceVMemoryName (vXPUs). */}}
 {{- define "vgpu-scheduler.vendorResources" -}}
 {{- $cfg := .Values.deviceConfig.config | default dict }}
 {{- $defaults := dict
@@ -147,6 +148,12 @@ test checks it against the names the services derive from the same device config
 {{- if not (kindIs "map" $aws) }}{{ $aws = dict }}{{ end }}
 {{- $names = append $names ($aws.resourceCountName | default "aws.amazon.com/neuron") }}
 {{- $names = append $names ($aws.resourceCoreName | default "aws.amazon.com/neuroncore") }}
+
+{{- $kl := index $cfg "kunlun" | default dict }}
+{{- if not (kindIs "map" $kl) }}{{ $kl = dict }}{{ end }}
+{{- $names = append $names ($kl.resourceCountName | default "kunlunxin.com/xpu") }}
+{{- $names = append $names ($kl.resourceVCountName | default "kunlunxin.com/vxpu") }}
+{{- $names = append $names ($kl.resourceVMemoryName | default "kunlunxin.com/vxpu-memory") }}
 {{- $names | uniq | toJson }}
 {{- end }}
 
