@@ -332,6 +332,8 @@ def large_pods(rounds: int) -> list[dict[str, Any]]:
                 continue  # the hami-core pods: the small scenario places them; spread here fills their nodes
             if r >= 4 and name.startswith("kl"):
                 continue  # 4 rounds of whole XPUs: 16 of the fleet's 40, so a board's topology always has a pair
+            if r >= 5 and name.startswith(("metax", "drs")):
+                continue  # 5 rounds fill the MetaX GPUs (3 a round, 15) and the DRS cards (32 of 40 GiB, one a group)
             pod["metadata"]["name"] = f"r{r:02d}-{pod['metadata']['name']}"
             out.append(pod)
     return out
