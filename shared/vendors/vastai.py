@@ -22,25 +22,14 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail, loads
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.register import encode_register_json
-from vgpu_scheduler.shared.codec.resources import container_lists, names_any
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodeInventory, Selectors
+from vgpu_scheduler.shared.domain.model import DeviceInfo, NodeInventory
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import names_section
-from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
-from vgpu_scheduler.shared.vendors.simple import (
-    SlotOnlyRules,
-    count_only_request,
-    decode_json,
-    observe_with_handshake,
-    uuid_selectors,
-)
+from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
 
 SECTION: Final = "vastai"
 """The device-config section that configures the vendor."""
@@ -72,9 +61,9 @@ def parse_config(section: object) -> VastaiConfig:
     return VastaiConfig(**names_section(section, SECTION, {"resourceCountName": "resource_count_name"}, unit="devices"))
 
 
-def build(section: object) -> tuple[VastaiVendor, ...]:
+def build(section: object) -> tuple[SlotOnlyVendor, ...]:
     """The vendor the ``vastai:`` section configures (``None`` or ``{}``: HAMi's default)."""
-    return (VastaiVendor(parse_config(section)),)
+    return (SlotOnlyVendor(SPEC, parse_config(section).resource_count_name),)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -135,96 +124,6 @@ class VastaiRules(SlotOnlyRules):
 VASTAI_RULES: DeviceRules = VastaiRules(NAME)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The vendor
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class VastaiVendor:
-    """Vastai (see the module docstring)."""
-
-    config: VastaiConfig = dataclasses.field(default_factory=VastaiConfig)
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
-
-    @property
-    def name(self) -> str:
-        return NAME
-
-    @property
-    def resources(self) -> ResourceNames:
-        return ResourceNames(count=self.config.resource_count_name)
-
-    @property
-    def rules(self) -> DeviceRules:
-        return VASTAI_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return REGISTER_KEY
-
-    @property
-    def handshake_key(self) -> str | None:
-        return HANDSHAKE_KEY
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; the whole device's
-        memory as a percentage (100), no cores. A bad quantity is a ResourceRequestError."""
-        return count_only_request(container, what, self.config.resource_count_name, NAME)
-
-    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.config.resource_count_name not in limits:
-            return False
-        self.container_request(container, where)
-        return True
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration (JSON, with die mode) and the handshake, in Hygon's order."""
-        del reported_before
-        return observe_with_handshake(
-            node,
-            now_local,
-            vendor=NAME,
-            register_key=REGISTER_KEY,
-            handshake_key=HANDSHAKE_KEY,
-            count_name=self.config.resource_count_name,
-            decode=decode_devices_register,
-            timeout_s=self.handshake_timeout_s,
-        )
-
-    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """What the Vastai device plugin writes on its Node: the JSON register value (dies with their
-        ``custominfo``) and one count per slot."""
-        annotations = {REGISTER_KEY: registration_value(devices)}
-        return annotations, {self.config.resource_count_name: str(sum(max(d.count, 0) for d in devices))}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
-
-
 def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
     """``hami.io/node-va-register`` → the node's devices (JSON only, core total 100). A device whose
     ``custominfo.DeviceStrategy`` is ``die`` gets the mode ``die:<AIC>``; a die without a string ``AIC`` is a
@@ -254,3 +153,19 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
         if card is not None:
             item["custominfo"] = {"DeviceStrategy": DIE_MODE, "AIC": card}
     return json.dumps(items, separators=(",", ":"))
+
+
+SPEC: Final = SlotOnlySpec(
+    name=NAME,
+    register_key=REGISTER_KEY,
+    handshake_key=HANDSHAKE_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key=ALLOCATED_KEY,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+    rules=VASTAI_RULES,
+    decode=decode_devices_register,
+    encode=registration_value,
+)
+"""Vastai's wire names, ``Fit`` (with die mode) and register codec (dies with their ``custominfo``); the vendor
+itself is :class:`~shared.vendors.simple.SlotOnlyVendor`."""
