@@ -94,6 +94,8 @@ class Reason(enum.Enum):
     NODE_FIT_POD = "NodeFitPod"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
     MODE_NOT_FIT = "ModeNotFit"
+    CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
+    """MetaX sGPU: the card in use runs another QoS policy (HAMi's ``pkg/device/metax``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,6 +508,8 @@ class Selectors:
     nouse_types: tuple[str, ...] = ()
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
+    qos_policy: str = ""
+    """MetaX sGPU's ``metax-tech.com/sgpu-qos-policy`` of the pod (``""`` when absent); other vendors leave it."""
 
 
 NO_SELECTORS = Selectors()

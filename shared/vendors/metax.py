@@ -15,7 +15,7 @@ HAMi's ``ScoreNode`` for MetaX reads the node's ``metax-tech.com/gpu.topology.lo
 ``…scores`` (spread) annotation, a JSON map from a number of GPUs to a figure, and adds ``2000 - figure`` for the
 number of GPUs the pod got. :func:`score_node` restates it; the plan does not apply it yet (its node order is
 fixed before any fit: see docs/differences.md §24). The sGPU half (``sdevice.go``: ``metax-tech.com/sgpu``, QoS
-policies, its own scoring) is not scheduled here yet; its names are accepted in the section.
+policies) is :mod:`shared.vendors.metax_sgpu`, built here from the same section.
 
 On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
 """
@@ -55,6 +55,7 @@ from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -87,8 +88,8 @@ _SCORE_BASE: Final = 2000.0
 
 @dataclass(frozen=True, slots=True)
 class MetaxConfig:
-    """The ``metax:`` section (HAMi's ``MetaxConfig``, defaults of its ``--metax-*`` flags). The sGPU names are
-    validated and kept; nothing schedules sGPUs yet."""
+    """The ``metax:`` section (HAMi's ``MetaxConfig``, defaults of its ``--metax-*`` flags): the whole GPUs' count
+    and the sGPUs' count, memory and core names."""
 
     resource_count_name: str = "metax-tech.com/gpu"
     resource_vcount_name: str = "metax-tech.com/sgpu"
@@ -109,9 +110,16 @@ def parse_config(section: object) -> MetaxConfig:
     return MetaxConfig(**names_section(section, SECTION, _KEYS, unit="GPUs"))
 
 
-def build(section: object) -> tuple[MetaxVendor, ...]:
-    """The vendors the ``metax:`` section configures: the whole GPUs (``None`` or ``{}``: HAMi's defaults)."""
-    return (MetaxVendor(parse_config(section)),)
+def build(section: object) -> tuple[MetaxVendor | MetaxSgpuVendor, ...]:
+    """The vendors the ``metax:`` section configures: the whole GPUs and the sGPUs (``None`` or ``{}``: HAMi's
+    defaults)."""
+    config = parse_config(section)
+    sgpu = MetaxSgpuVendor(
+        count_name=config.resource_vcount_name,
+        memory_name=config.resource_vmemory_name,
+        core_name=config.resource_vcore_name,
+    )
+    return (MetaxVendor(config), sgpu)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ DEFAULT_FAMILY_RESOURCES = [
     "enflame.com/drs-gcu",
     "enflame.com/gcu-memory",
     "enflame.com/gcu-core",
+    "metax-tech.com/sgpu",
+    "metax-tech.com/vmemory",
+    "metax-tech.com/vcore",
 ]
 """The families HAMi schedules by default besides NVIDIA, with HAMi's default names (the chart with no values)."""
 # Every values switch the tests render; Helm must lint each clean.

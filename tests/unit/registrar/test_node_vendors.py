@@ -127,6 +127,18 @@ def test_with_handshake_timeout_sets_it_where_a_vendor_has_one() -> None:
 
 
 def test_without_a_device_config_every_family_hami_initialises_by_default_is_enabled() -> None:
-    default_on = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "GCU", "Enflame")
+    default_on = (
+        "NVIDIA",
+        "DCU",
+        "MLU",
+        "AMD",
+        "Biren",
+        "Vastai",
+        "Mthreads",
+        "Metax-GPU",
+        "Metax-SGPU",
+        "GCU",
+        "Enflame",
+    )
     assert enabled_vendors(NvidiaVendor().config, {}).names == default_on
     assert enabled_vendors(NvidiaVendor().config).names == default_on

@@ -24,7 +24,7 @@ from vgpu_scheduler.shared.vendors.catalog import (
     enabled_vendors,
 )
 
-DEFAULT_ON = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "GCU", "Enflame")
+DEFAULT_ON = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "Metax-SGPU", "GCU", "Enflame")
 """What HAMi v2.10 schedules with no device config and no flag (NVIDIA first, then the families' order)."""
 
 ILUVATAR_DEFAULT_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")

@@ -102,8 +102,8 @@ def test_keys_and_names() -> None:
     assert V.node_lock is NodeLockKind.NONE  # HAMi's LockNode takes no lock for MetaX
     assert V.resources.all == frozenset({COUNT})
     assert MX in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
-    renamed = metax.build({"resourceCountName": "x.io/gpu", "resourceVCountName": "x.io/sgpu"})[0]
-    assert renamed.resources.count == "x.io/gpu" and renamed.config.resource_vcount_name == "x.io/sgpu"
+    renamed, renamed_sgpu = metax.build({"resourceCountName": "x.io/gpu", "resourceVCountName": "x.io/sgpu"})
+    assert renamed.resources.count == "x.io/gpu" and renamed_sgpu.resources.count == "x.io/sgpu"
     with pytest.raises(ConfigError, match=re.escape("metax.resourceCountName")):
         metax.build({"resourceCountName": ""})
     with pytest.raises(ConfigError, match=re.escape("metax.resourceMemoryName: unknown key")):
