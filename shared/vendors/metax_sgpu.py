@@ -97,11 +97,11 @@ DEFAULT_CORES: Final = 100
 INT32_MAX: Final = 2**31 - 1
 _MIB: Final = 1024 * 1024
 
-MSG_QOS: Final = f"{QOS_POLICY_KEY} must be set one of [{BEST_EFFORT}, {FIXED_SHARE}, {BURST_SHARE}]"
-MSG_APP_CLASS: Final = f"{APP_CLASS_KEY} must be set one of [{ONLINE}, {OFFLINE}]"
+MSG_QOS: Final = f"must be set one of [{BEST_EFFORT}, {FIXED_SHARE}, {BURST_SHARE}]"
+"""HAMi's message (after the key, which the error names first)."""
+MSG_APP_CLASS: Final = f"must be set one of [{ONLINE}, {OFFLINE}]"
 MSG_APP_CLASS_UNSUPPORTED: Final = (
-    f"{APP_CLASS_KEY} is not scheduled by this release (an online or offline sGPU pod needs the app class of every "
-    f"pod on a card); remove the annotation to share cards by QoS policy"
+    "is not scheduled by this release (an online or offline sGPU pod needs the app class of every pod on a card)"
 )
 
 

@@ -367,7 +367,8 @@ def _audit_vendor_keys(pod: Mapping[str, Any], vendor: Vendor, inv: NodeInventor
             report.correctness.append(f"{where}: {to_allocate} not consumed by the plugin: {left!r}")
     stamp = annos.get("hami.io/bind-time", "")
     now_unix = int(stamp) if stamp.isdigit() else -1  # the bind writes its extras at its own bind-time
-    for extra_key, extra in _expected_extras(vendor, split_by_vendor(entries, vendor.name), now_unix).items():
+    # the bind hands the hooks one entry per container (the device list's trailing empty piece is not a container)
+    for extra_key, extra in _expected_extras(vendor, split_by_vendor(aligned, vendor.name), now_unix).items():
         if annos.get(extra_key) != extra:
             report.correctness.append(f"{where}: {extra_key} is {annos.get(extra_key)!r}, expected {extra!r}")
 
