@@ -154,7 +154,7 @@ def test_mutate_admission_qos_policy() -> None:
     allowed, message, _ = admit(_pod([{**ctr({COUNT: "1"}), "image": "x"}], {QOS_POLICY_KEY: "best-effortx"}))
     assert not allowed and message == (
         "metax-tech.com/sgpu-qos-policy: must be set one of [best-effort, fixed-share, burst-share] (at "
-        "'best-effortx'); write \"best-effort\", \"fixed-share\" or \"burst-share\", or leave it out"
+        '\'best-effortx\'); write "best-effort", "fixed-share" or "burst-share", or leave it out'
     )
 
 
