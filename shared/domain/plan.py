@@ -10,6 +10,10 @@ is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``
 devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only when nothing fits are the skipped
 nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and returns the same
 answer (property-tested).
+
+The exception: a vendor whose node score depends on the devices the pod gets there (the optional rules hook
+``pod_score(inventory, devices, node_policy)``, HAMi's ``ScoreNode`` of Vastai's die mode). Its pods are fitted on
+every node and ranked by the node's score plus that term (``_plan_scored``).
 """
 
 from __future__ import annotations
@@ -344,6 +348,8 @@ def plan(
     scores = list(map(_SCORE, nodes))
     if not pod.any:
         return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
+    if _pod_scored(ctx):
+        return _plan_scored(ctx, nodes)
     if exhaustive:
         return _plan_exhaustive(ctx, nodes)
 
@@ -440,6 +446,10 @@ def plan_ranked(
     if not pod.any:
         first = next(iter(ranked), None)
         return None if first is None else _empty_decision(first, pod)
+    if _pod_scored(ctx):
+        snaps = list(ranked)
+        scored = _plan_scored(ctx, snaps)
+        return scored if isinstance(scored, Decision) else None
     viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
     for position, snap in enumerate(ranked):
         if viable(snap.summary) and may_fit(ctx, snap):
@@ -503,6 +513,49 @@ def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision
         winner = best[0]
         return _decision(winner, best[1], sum(1 for snap in nodes if _better(snap, winner, binpack)))
     return _failure(nodes, rejections)
+
+
+def _pod_scored(ctx: PodContext) -> bool:
+    """Whether a vendor of the pod's requests adds a node score that depends on the devices the pod gets there
+    (the optional rules hook ``pod_score``, HAMi's ``ScoreNode`` of Vastai's die mode): the node order is then
+    known only after every node is fitted."""
+    return any(getattr(ctx.rules.get(r.type), "pod_score", None) is not None for r in ctx.requests if not r.empty)
+
+
+def _pod_score(ctx: PodContext, snap: NodeSnapshot, fit: NodeFit) -> float:
+    """The vendors' ``pod_score`` terms for the devices ``fit`` gives the pod on ``snap`` (each vendor sees its own
+    devices, one entry per container)."""
+    total = 0.0
+    for name in sorted({d.type for ctr in fit.devices for d in ctr}):
+        hook = getattr(ctx.rules.get(name), "pod_score", None)
+        if hook is not None:
+            mine = tuple(tuple(d for d in ctr if d.type == name) for ctr in fit.devices)
+            total += hook(snap.inventory, mine, ctx.policy.node)
+    return total
+
+
+def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
+    """Evaluate every node and take the best that fits by its score plus the vendors' ``pod_score`` (HAMi adds
+    ``ScoreNode`` to the node's score before the node policy orders them: binpack the highest, spread the lowest;
+    equal totals by name)."""
+    binpack = ctx.policy.node is NodePolicy.BINPACK
+    fitted: list[tuple[float, str, int, NodeFit]] = []
+    rejections: dict[int, NodeRejection] = {}
+    for idx, snap in enumerate(nodes):
+        result = evaluate_node(ctx, snap)
+        if isinstance(result, NodeRejection):
+            rejections[idx] = result
+            continue
+        fitted.append((snap.summary.score + _pod_score(ctx, snap, result), snap.name, idx, result))
+    if not fitted:
+        return _failure(nodes, rejections)
+
+    def rank(item: tuple[float, str, int, NodeFit]) -> tuple[float, str]:
+        return (-item[0] if binpack else item[0], item[1])
+
+    best = min(fitted, key=rank)
+    passed_over = sum(1 for item in fitted if rank(item) < rank(best))
+    return _decision(nodes[best[2]], best[3], passed_over)
 
 
 def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:

@@ -13,20 +13,23 @@ What a Vastai pod and node look like on the wire (docs/vendors/vastai.md):
 * selectors ``vastaitech.com/use-gpuuuid`` / ``vastaitech.com/nouse-gpuuuid`` (both apply).
 
 In die mode a request for several dies takes them from as few cards as it can: the cards with the most free dies
-first (HAMi's ``computeBestCombination``). On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
+first (HAMi's ``computeBestCombination``), and nodes are ranked with HAMi's die-mode ``ScoreNode`` added
+(:func:`die_score`: nodes where each container's dies share a card first). On by default, as in HAMi
+(:data:`ENABLE_FLAG` is None).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail, loads
 from vgpu_scheduler.shared.codec.register import encode_register_json
-from vgpu_scheduler.shared.domain.model import DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory, NodePolicy
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.common import names_section
 from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
@@ -95,6 +98,25 @@ def best_combination(candidates: Sequence[DeviceInfo], nums: int) -> list[Device
     return out
 
 
+def die_score(inventory: NodeInventory, devices: Sequence[Sequence[ContainerDevice]]) -> float:
+    """HAMi's Vastai ``ScoreNode``: for every container with devices, the share of its dies that sit on its
+    most-used card (1.0 when all on one card, 0.5 for two dies on two cards), summed; 0 when a device the pod got is
+    not a die of ``inventory``."""
+    card_by_id = {d.id: card_of(d) for d in inventory.devices if d.vendor == NAME}
+    score = 0.0
+    for ctr in devices:
+        if not ctr:
+            continue
+        counts: Counter[str] = Counter()
+        for d in ctr:
+            card = card_by_id.get(d.uuid)
+            if card is None:
+                return 0.0
+            counts[card] += 1
+        score += max(counts.values()) / sum(counts.values())
+    return score
+
+
 @dataclass(frozen=True, slots=True)
 class VastaiRules(SlotOnlyRules):
     """Vastai ``Fit``: by slot (type, UUID, time slices, ``mutex``), every passing device is a candidate and the
@@ -119,6 +141,15 @@ class VastaiRules(SlotOnlyRules):
             return candidates[:nums]
         chosen = best_combination(candidates, nums)
         return chosen if len(chosen) == nums else None
+
+    def pod_score(
+        self, inventory: NodeInventory, devices: Sequence[Sequence[ContainerDevice]], policy: NodePolicy
+    ) -> float:
+        """The node score term of the dies the pod gets here (:func:`die_score`), so nodes where each container
+        stays on one card rank first: added under binpack (HAMi), subtracted under spread (HAMi adds it there too,
+        which ranks the nodes that split the dies first; docs/differences.md §24)."""
+        score = die_score(inventory, devices)
+        return score if policy is NodePolicy.BINPACK else -score
 
 
 VASTAI_RULES: DeviceRules = VastaiRules(NAME)
