@@ -510,6 +510,8 @@ class Selectors:
     nouse_uuids: frozenset[str] = frozenset()
     qos_policy: str = ""
     """MetaX sGPU's ``metax-tech.com/sgpu-qos-policy`` of the pod (``""`` when absent); other vendors leave it."""
+    topology_aware: bool = False
+    """MetaX sGPU's ``metax-tech.com/sgpu-topology-aware`` (a Go boolean; anything else is false)."""
 
 
 NO_SELECTORS = Selectors()

@@ -12,8 +12,8 @@ nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates ev
 answer (property-tested).
 
 The exception: a vendor whose node score depends on the devices the pod gets there (the optional rules hook
-``pod_score(inventory, devices, node_policy)``, HAMi's ``ScoreNode`` of Vastai's die mode). Its pods are fitted on
-every node and ranked by the node's score plus that term (``_plan_scored``).
+``pod_score(snapshot, devices, node_policy, constraints)``: HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX).
+Its pods are fitted on every node and ranked by the node's score plus that term (``_plan_scored``).
 """
 
 from __future__ import annotations
@@ -517,7 +517,7 @@ def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision
 
 def _pod_scored(ctx: PodContext) -> bool:
     """Whether a vendor of the pod's requests adds a node score that depends on the devices the pod gets there
-    (the optional rules hook ``pod_score``, HAMi's ``ScoreNode`` of Vastai's die mode): the node order is then
+    (the optional rules hook ``pod_score``, HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX): the node order is then
     known only after every node is fitted."""
     return any(getattr(ctx.rules.get(r.type), "pod_score", None) is not None for r in ctx.requests if not r.empty)
 
@@ -530,7 +530,7 @@ def _pod_score(ctx: PodContext, snap: NodeSnapshot, fit: NodeFit) -> float:
         hook = getattr(ctx.rules.get(name), "pod_score", None)
         if hook is not None:
             mine = tuple(tuple(d for d in ctr if d.type == name) for ctr in fit.devices)
-            total += hook(snap.inventory, mine, ctx.policy.node)
+            total += hook(snap, mine, ctx.policy.node, ctx.constraints)
     return total
 
 

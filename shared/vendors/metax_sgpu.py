@@ -19,9 +19,10 @@ What an sGPU pod and node look like on the wire (docs/vendors/metax.md):
   unless the pod takes it whole (100 cores);
 * whole-card requests (100 cores) for several cards take them from one MetaLink zone when they can.
 
-Not scheduled here (refused with a message, see docs/vendors/metax.md): the app classes
-(``metax-tech.com/sgpu-app-class``), which need the annotations of every pod on a card. HAMi's sGPU node score
-(online and topology terms) depends on the pod's cards and is not applied, as for the whole GPUs.
+A pod with ``metax-tech.com/sgpu-topology-aware: true`` that takes cards whole gets HAMi's MetaLink node score
+(:func:`score_exclusive`, through the rules' ``pod_score`` hook). Not scheduled here (refused with a message, see
+docs/vendors/metax.md): the app classes (``metax-tech.com/sgpu-app-class``), which need the annotations of every pod
+on a card, and with them the online term of the node score.
 """
 
 from __future__ import annotations
@@ -50,12 +51,15 @@ from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
+    DeviceUsage,
     NodeInventory,
+    NodePolicy,
     PodConstraints,
     PodDevices,
     Reason,
     Selectors,
 )
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
@@ -82,6 +86,7 @@ PREDICATE_TIME_KEY: Final = "metax-tech.com/predicate-time"
 USE_UUID: Final = "metax-tech.com/use-gpuuuid"
 NOUSE_UUID: Final = "metax-tech.com/nouse-gpuuuid"
 QOS_POLICY_KEY: Final = "metax-tech.com/sgpu-qos-policy"
+TOPOLOGY_AWARE_KEY: Final = "metax-tech.com/sgpu-topology-aware"
 APP_CLASS_KEY: Final = "metax-tech.com/sgpu-app-class"
 
 BEST_EFFORT: Final = "best-effort"
@@ -91,11 +96,19 @@ QOS_POLICIES: Final = (BEST_EFFORT, FIXED_SHARE, BURST_SHARE)
 ONLINE: Final = "online"
 OFFLINE: Final = "offline"
 
+_GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+"""What Go's ``strconv.ParseBool`` reads as true (HAMi's ``topologyAwareEnable``)."""
+DIRECT_LINK_SCORE: Final = 10
+"""HAMi's ``DirectLinkScore``: two cards of one MetaLink zone."""
+TOPOLOGY_WEIGHT: Final = 10000
+"""HAMi's sGPU ``ScoreNode`` weight (negated under spread)."""
+
 MEMORY_FACTOR: Final = 1024
 """A bare ``vmemory`` number is GiB: this many MiB each (HAMi's ``MemoryFactor``)."""
 DEFAULT_CORES: Final = 100
 INT32_MAX: Final = 2**31 - 1
 _MIB: Final = 1024 * 1024
+_IDLE: Final = DeviceUsage()
 
 MSG_QOS: Final = f"must be set one of [{BEST_EFFORT}, {FIXED_SHARE}, {BURST_SHARE}]"
 """HAMi's message (after the key, which the error names first)."""
@@ -182,12 +195,14 @@ def qos_selectors(annotations: Mapping[str, str]) -> Selectors:
     app = annotations.get(APP_CLASS_KEY)
     if app is not None:
         fail(APP_CLASS_KEY, MSG_APP_CLASS if app not in (ONLINE, OFFLINE) else MSG_APP_CLASS_UNSUPPORTED, str(app))
+    topology = annotations.get(TOPOLOGY_AWARE_KEY)
+    aware = isinstance(topology, str) and topology in _GO_TRUE
     qos = annotations.get(QOS_POLICY_KEY)
-    if qos is None:
-        return sel
-    if qos not in QOS_POLICIES:
+    if qos is not None and qos not in QOS_POLICIES:
         fail(QOS_POLICY_KEY, MSG_QOS, str(qos))
-    return Selectors(use_uuids=sel.use_uuids, nouse_uuids=sel.nouse_uuids, qos_policy=qos)
+    if qos is None and not aware:
+        return sel
+    return Selectors(use_uuids=sel.use_uuids, nouse_uuids=sel.nouse_uuids, qos_policy=qos or "", topology_aware=aware)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -320,6 +335,32 @@ def prioritize_exclusive(candidates: Sequence[DeviceInfo], nums: int) -> list[De
     return out[:nums]
 
 
+def link_score(zones: Sequence[int]) -> int:
+    """HAMi's ``LinkDevices.Score``: 10 for every pair of cards in one MetaLink zone (zone 0: no link)."""
+    return sum(DIRECT_LINK_SCORE for i, a in enumerate(zones) for b in zones[i + 1 :] if a != 0 and a == b)
+
+
+def topology_aware(devices: Sequence[Sequence[ContainerDevice]], annotated: bool) -> bool:
+    """HAMi's ``topologyAwareEnable``: the pod took some card whole (100 cores) and asked for
+    ``metax-tech.com/sgpu-topology-aware: true``."""
+    return annotated and any(d.used_cores == 100 for ctr in devices for d in ctr)
+
+
+def score_exclusive(
+    devices: Sequence[Sequence[ContainerDevice]], inventory: NodeInventory, usage: Mapping[str, DeviceUsage]
+) -> int:
+    """HAMi's ``scoreExclusiveDevices``: with the whole cards the pod took (``allocated``), the idle cards of the
+    node before it (``available``) and those it leaves idle (``rest``): ``10 × allocated − (available − allocated −
+    rest)``, each term the :func:`link_score` of its cards; the MetaLink pairs the pod keeps, less those it breaks."""
+    zone = {d.id: link_zone_of(d) for d in inventory.devices if d.vendor == NAME}
+    taken = [d.uuid for ctr in devices for d in ctr if d.used_cores == 100]
+    idle = [d.id for d in inventory.devices if d.vendor == NAME and usage.get(d.id, _IDLE).used == 0]
+    allocated = link_score([zone.get(u, 0) for u in taken])
+    available = link_score([zone[u] for u in idle])
+    rest = link_score([zone[u] for u in idle if u not in taken])
+    return 10 * allocated - (available - allocated - rest)
+
+
 @dataclass(frozen=True, slots=True)
 class SgpuRules(BasicRules):
     """sGPU ``Fit``: the common skeleton with HAMi's sGPU checks: the request's type is the common word, both UUID
@@ -356,6 +397,20 @@ class SgpuRules(BasicRules):
         if req.cores_pct == 100:
             return prioritize_exclusive(candidates, req.nums)
         return candidates[: req.nums]
+
+    def pod_score(
+        self,
+        snap: NodeSnapshot,
+        devices: Sequence[Sequence[ContainerDevice]],
+        policy: NodePolicy,
+        constraints: PodConstraints,
+    ) -> float:
+        """HAMi's sGPU ``ScoreNode`` for a pod that asked for ``metax-tech.com/sgpu-topology-aware``: ±10000 ×
+        :func:`score_exclusive` (+ under binpack, − under spread); 0 for any other pod."""
+        if not topology_aware(devices, constraints.selectors(self.name).topology_aware):
+            return 0.0
+        weight = TOPOLOGY_WEIGHT if policy is NodePolicy.BINPACK else -TOPOLOGY_WEIGHT
+        return float(weight * score_exclusive(devices, snap.inventory, snap.usage))
 
 
 SGPU_RULES: DeviceRules = SgpuRules(NAME)

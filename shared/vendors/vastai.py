@@ -29,7 +29,8 @@ from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail, loads
 from vgpu_scheduler.shared.codec.register import encode_register_json
-from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory, NodePolicy
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory, NodePolicy, PodConstraints
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.common import names_section
 from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
@@ -143,12 +144,17 @@ class VastaiRules(SlotOnlyRules):
         return chosen if len(chosen) == nums else None
 
     def pod_score(
-        self, inventory: NodeInventory, devices: Sequence[Sequence[ContainerDevice]], policy: NodePolicy
+        self,
+        snap: NodeSnapshot,
+        devices: Sequence[Sequence[ContainerDevice]],
+        policy: NodePolicy,
+        constraints: PodConstraints,
     ) -> float:
         """The node score term of the dies the pod gets here (:func:`die_score`), so nodes where each container
         stays on one card rank first: added under binpack (HAMi), subtracted under spread (HAMi adds it there too,
         which ranks the nodes that split the dies first; docs/differences.md §24)."""
-        score = die_score(inventory, devices)
+        del constraints
+        score = die_score(snap.inventory, devices)
         return score if policy is NodePolicy.BINPACK else -score
 
 

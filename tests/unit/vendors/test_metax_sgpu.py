@@ -2,14 +2,14 @@
 (4707fb02): ``sdevice_test.go`` was read at 0fb30836, ``sdevice.go`` at 12ca202d, ``protocol.go`` at 264ba8ab,
 ``qos.go`` at f278854e and ``config.go`` at 5f611c76 (the nearest stored versions; our ``metax:`` section follows
 ``config.go``, which has no topology-aware key). Every HAMi case names its test in a comment; the cases of
-``TestAddJitteryQos``, ``TestNeedScore``, ``TestScoreExclusiveDevices``, ``TestCheckAppClass``,
-``TestPrioritizeOnlineDevices`` and ``TestScoreOnlineDevices`` are not restated: the QoS cache, the app classes and the
-sGPU node score are not implemented (docs/vendors/metax.md says why)."""
+``TestAddJitteryQos``, ``TestCheckAppClass``, ``TestPrioritizeOnlineDevices`` and ``TestScoreOnlineDevices`` are not
+restated: the QoS cache and the app classes are not implemented (docs/vendors/metax.md says why)."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -399,3 +399,76 @@ def test_patch_annotations() -> None:
         [],
     ]
     assert got["metax-tech.com/predicate-time"] == "1700000000000000000"
+
+
+# ---- TestNeedScore, TestScoreExclusiveDevices (score.go, sdevice.go's ScoreNode) -------------------------------------
+
+
+def _got(*cards: tuple[str, int]) -> tuple[tuple[ContainerDevice, ...], ...]:
+    return tuple((ContainerDevice(u, 0, cores, SG),) for u, cores in cards)
+
+
+def test_need_score() -> None:
+    # "enable, allocate 100core", "disable, allocate 100core", "enable, allocate 99core",
+    # "enable, container[0]: 99core, container[1]: 100core"
+    assert metax_sgpu.topology_aware(_got(("a", 100)), True)
+    assert not metax_sgpu.topology_aware(_got(("a", 100)), False)
+    assert not metax_sgpu.topology_aware(_got(("a", 99)), True)
+    assert metax_sgpu.topology_aware(_got(("a", 99), ("b", 100)), True)
+    # the annotation as Go's ParseBool reads it
+    for value, aware in [("true", True), ("1", True), ("T", True), ("false", False), ("yes", False)]:
+        sel = metax_sgpu.qos_selectors({"metax-tech.com/sgpu-topology-aware": value})
+        assert sel.topology_aware is aware
+
+
+def _linked(spec: list[tuple[str, int, int]]) -> tuple[NodeInventory, dict[str, DeviceUsage]]:
+    """(uuid, MetaLink zone, used) per card of the node before the pod."""
+    devices = tuple(card(u, index=i, link=z) for i, (u, z, _) in enumerate(spec))
+    return NodeInventory(node="n1", vendor=SG, devices=devices), {u: DeviceUsage(used) for u, _, used in spec if used}
+
+
+ZONE1 = [("GPU-1", 1, 0), ("GPU-2", 1, 0), ("GPU-3", 1, 0), ("GPU-4", 1, 0)]
+
+
+@pytest.mark.parametrize(
+    ("previous", "taken", "expected"),
+    [
+        # "allocate one device, rest zero device"
+        ([("GPU-1", 1, 1), ("GPU-2", 1, 1), ("GPU-3", 1, 1), ("GPU-4", 1, 0)], ["GPU-4"], 0),
+        # "allocate one device, rest three device"
+        (ZONE1, ["GPU-4"], -30),
+        # "allocate two device, best result"
+        (ZONE1, ["GPU-3", "GPU-4"], 60),
+        # "allocate two device, bad result"
+        ([("GPU-1", 1, 1), ("GPU-2", 1, 1), ("GPU-3", 1, 1), ("GPU-4", 1, 0), ("GPU-5", 2, 0), ("GPU-6", 2, 1),
+          ("GPU-7", 2, 1), ("GPU-8", 2, 1)], ["GPU-4", "GPU-5"], 0),
+        # "allocate four device, best result"
+        ([*ZONE1, ("GPU-5", 2, 0)], ["GPU-1", "GPU-2", "GPU-3", "GPU-4"], 600),
+        # "allocate four device, bad result"
+        ([("GPU-2", 1, 0), ("GPU-3", 1, 0), ("GPU-4", 1, 0), ("GPU-5", 2, 0), ("GPU-6", 2, 0)],
+         ["GPU-3", "GPU-4", "GPU-5", "GPU-6"], 180),
+        # "allocate eight device"
+        ([*ZONE1, ("GPU-5", 2, 0), ("GPU-6", 2, 0), ("GPU-7", 2, 0), ("GPU-8", 2, 0)],
+         [f"GPU-{i}" for i in range(1, 9)], 1200),
+    ],
+)  # fmt: skip
+def test_score_exclusive_devices(previous: list[tuple[str, int, int]], taken: list[str], expected: int) -> None:
+    inventory, usage = _linked(previous)
+    devices = (tuple(ContainerDevice(u, 0, 100, SG) for u in taken),)
+    assert metax_sgpu.score_exclusive(devices, inventory, usage) == expected
+
+
+def test_topology_score_ranks_the_nodes() -> None:
+    # a topology-aware pod taking two whole cards: node-a gives two cards of a zone of four and breaks it
+    # (10·10 − (60 − 10 − 10) = 60, × 10000); node-b gives the two cards of a zone of two (10·10 − 0 = 100). By
+    # name (equal usage) node-a would come first; the score takes node-b. Without the annotation the name decides.
+    a, _ = _linked([("a-1", 1, 0), ("a-2", 1, 0), ("a-3", 1, 0), ("a-4", 1, 0)])
+    b, _ = _linked([("b-1", 1, 0), ("b-2", 1, 0), ("b-3", 0, 0), ("b-4", 0, 0)])
+    nodes = [NodeSnapshot(replace(a, node="node-a"), {}), NodeSnapshot(replace(b, node="node-b"), {})]
+    pod = PodRequest(containers=(req(2, 0, 100, cores=100),), init_count=0)
+    aware = decode_vendor_constraints({"metax-tech.com/sgpu-topology-aware": "true"}, VENDORS)
+    got = plan(pod, aware, nodes, policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-b" and sorted(uuids(got)) == ["b-1", "b-2"]
+    plain = decode_vendor_constraints({}, VENDORS)
+    got = plan(pod, plain, nodes, policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-a"
