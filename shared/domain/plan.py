@@ -13,7 +13,8 @@ answer (property-tested).
 
 The exception: a vendor whose node score depends on the devices the pod gets there (the optional rules hook
 ``pod_score(snapshot, devices, node_policy, constraints)``: HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX).
-Its pods are fitted on every node and ranked by the node's score plus that term (``_plan_scored``).
+Its pods are fitted on the nodes that could still win and ranked by the node's score plus that term
+(``_plan_scored``).
 """
 
 from __future__ import annotations
@@ -534,28 +535,59 @@ def _pod_score(ctx: PodContext, snap: NodeSnapshot, fit: NodeFit) -> float:
     return total
 
 
+def _pod_score_bound(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> float:
+    """The most a pod's ``pod_score`` terms can move a node's score, over ``nodes``: the sum over its vendors of
+    each one's ``pod_score_bound``; infinite when a vendor with ``pod_score`` gives no bound."""
+    total = 0.0
+    for name in sorted({r.type for r in ctx.requests if not r.empty}):
+        rules = ctx.rules.get(name)
+        if getattr(rules, "pod_score", None) is None:
+            continue
+        bound = getattr(rules, "pod_score_bound", None)
+        if bound is None:
+            return float("inf")
+        total += max((bound(snap, ctx.requests, ctx.policy.node, ctx.constraints) for snap in nodes), default=0.0)
+    return total
+
+
 def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
-    """Evaluate every node and take the best that fits by its score plus the vendors' ``pod_score`` (HAMi adds
-    ``ScoreNode`` to the node's score before the node policy orders them: binpack the highest, spread the lowest;
-    equal totals by name)."""
-    binpack = ctx.policy.node is NodePolicy.BINPACK
-    fitted: list[tuple[float, str, int, NodeFit]] = []
+    """Take the best node that fits by its score plus the vendors' ``pod_score`` (HAMi adds ``ScoreNode`` to the
+    node's score before the node policy orders them: binpack the highest, spread the lowest; equal totals by name).
+
+    The nodes are fitted in the order of their own score, best first; once a node's score, moved by the most the
+    terms can move it (``pod_score_bound``), cannot reach the best total found, neither can any node after it, and
+    the walk stops (a node that could at best tie is skipped when its name comes after the best's)."""
+    sign = -1.0 if ctx.policy.node is NodePolicy.BINPACK else 1.0  # rank keys: smaller is better
+
+    def key(total: float) -> float:
+        return sign * total
+
+    bound = _pod_score_bound(ctx, nodes)
+    order = sorted(range(len(nodes)), key=lambda i: (key(_SCORE(nodes[i])), nodes[i].name))
+    fitted: list[tuple[tuple[float, str], int, NodeFit]] = []
     rejections: dict[int, NodeRejection] = {}
-    for idx, snap in enumerate(nodes):
+    best: tuple[float, str] | None = None
+    for idx in order:
+        snap = nodes[idx]
+        if best is not None:
+            reach = key(snap.summary.score) - bound  # the best rank this node could get
+            if reach > best[0]:
+                break
+            if reach == best[0] and snap.name > best[1]:
+                continue
         result = evaluate_node(ctx, snap)
         if isinstance(result, NodeRejection):
             rejections[idx] = result
             continue
-        fitted.append((snap.summary.score + _pod_score(ctx, snap, result), snap.name, idx, result))
+        rank = (key(snap.summary.score + _pod_score(ctx, snap, result)), snap.name)
+        fitted.append((rank, idx, result))
+        if best is None or rank < best:
+            best = rank
     if not fitted:
         return _failure(nodes, rejections)
-
-    def rank(item: tuple[float, str, int, NodeFit]) -> tuple[float, str]:
-        return (-item[0] if binpack else item[0], item[1])
-
-    best = min(fitted, key=rank)
-    passed_over = sum(1 for item in fitted if rank(item) < rank(best))
-    return _decision(nodes[best[2]], best[3], passed_over)
+    winner = min(fitted, key=lambda item: item[0])
+    at = order.index(winner[1])
+    return _decision(nodes[winner[1]], winner[2], sum(1 for i in order[:at] if i in rejections))  # preferred, not fit
 
 
 def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:

@@ -15,7 +15,7 @@ HAMi's ``ScoreNode`` for MetaX reads the node's ``metax-tech.com/gpu.topology.lo
 ``…scores`` (spread) annotation, a JSON map from a number of GPUs to a figure, and adds ``2000 - figure`` for the
 number of GPUs the pod got. :func:`score_node` restates it; the registrar keeps both tables in the inventory's
 ``pair_scores`` under the annotations' keys (:func:`topology_tables`, as Ascend keeps its NetworkIDs there) and the
-plan adds the figure through the rules' ``pod_score`` hook (the pod is fitted on every node first). The sGPU
+plan adds the figure through the rules' ``pod_score`` hook (the pod is fitted on every node that could win). The sGPU
 half (``sdevice.go``: ``metax-tech.com/sgpu``, QoS policies) is :mod:`shared.vendors.metax_sgpu`, built here from
 the same section.
 
@@ -152,6 +152,17 @@ class MetaxRules(BasicRules):
         """HAMi's ``ScoreNode``: the node's topology figure for the number of GPUs the pod gets here."""
         del constraints
         return pod_score_of(snap.inventory.pair_scores, sum(len(ctr) for ctr in devices), policy)
+
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """The largest ``|2000 − figure|`` of the node's table for ``policy`` (2000 for a GPU count it lacks); 0
+        without a table."""
+        del requests, constraints
+        table = snap.inventory.pair_scores.get(LOSSES_KEY if policy is NodePolicy.BINPACK else SCORES_KEY)
+        if table is None:
+            return 0.0
+        return max(abs(_SCORE_BASE - v) for v in (0, *table.values()))
 
 
 METAX_RULES: DeviceRules = MetaxRules(NAME)

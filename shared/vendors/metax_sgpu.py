@@ -412,6 +412,18 @@ class SgpuRules(BasicRules):
         weight = TOPOLOGY_WEIGHT if policy is NodePolicy.BINPACK else -TOPOLOGY_WEIGHT
         return float(weight * score_exclusive(devices, snap.inventory, snap.usage))
 
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """0 unless the pod asked for the topology score; then 10000 × the most :func:`score_exclusive` can reach
+        on the node: ``10 × pairs + pairs`` with ``pairs`` the link score of all its cards in one zone."""
+        del requests, policy
+        if not constraints.selectors(self.name).topology_aware:
+            return 0.0
+        n = sum(1 for d in snap.inventory.devices if d.vendor == NAME)
+        pairs = DIRECT_LINK_SCORE * n * (n - 1) // 2
+        return float(TOPOLOGY_WEIGHT * (10 * pairs + pairs))
+
 
 SGPU_RULES: DeviceRules = SgpuRules(NAME)
 

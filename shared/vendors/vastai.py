@@ -29,7 +29,14 @@ from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail, loads
 from vgpu_scheduler.shared.codec.register import encode_register_json
-from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory, NodePolicy, PodConstraints
+from vgpu_scheduler.shared.domain.model import (
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    NodeInventory,
+    NodePolicy,
+    PodConstraints,
+)
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.common import names_section
@@ -156,6 +163,13 @@ class VastaiRules(SlotOnlyRules):
         del constraints
         score = die_score(snap.inventory, devices)
         return score if policy is NodePolicy.BINPACK else -score
+
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """At most 1 per container asking for Vastai devices."""
+        del snap, policy, constraints
+        return float(sum(1 for r in requests if r.type == NAME and not r.empty))
 
 
 VASTAI_RULES: DeviceRules = VastaiRules(NAME)

@@ -6,6 +6,7 @@ found by its ``computeBestCombination``), plus our own cases. Every HAMi case na
 from __future__ import annotations
 
 import json
+import random
 import re
 from datetime import datetime
 from typing import Any
@@ -356,3 +357,37 @@ def test_the_die_score_is_added_to_the_usage_score() -> None:
     pod = PodRequest(containers=(req(2),), init_count=0)
     got = plan(pod, PodConstraints(), [mixed, b], policies=Policies(node=NodePolicy.BINPACK), rules=VENDORS.rules)
     assert isinstance(got, Decision) and got.node == "node-a" and uuids(got) == ["node-a-0", "node-a-1"]
+
+
+@pytest.mark.parametrize("policy", [NodePolicy.BINPACK, NodePolicy.SPREAD])
+def test_the_scored_walk_stops_early_and_still_takes_the_best_node(policy: NodePolicy) -> None:
+    # random die-mode nodes (mixed with a busy NVIDIA GPU on some, so base scores differ): the plan, which stops
+    # once no node can reach the best total, takes the node a full evaluation of every node ranks first
+    rnd = random.Random(11)
+    for _ in range(40):
+        nodes: list[NodeSnapshot] = []
+        for k in range(rnd.randint(1, 8)):
+            name = f"n{rnd.randint(0, 99):02d}-{k}"
+            cards = [rnd.choice("ABC") for _ in range(rnd.randint(1, 5))]
+            dies = tuple(dev(f"{name}-{i}", index=i, card=f"{name}-{c}") for i, c in enumerate(cards))
+            usage = {d.id: DeviceUsage(1) for d in dies if rnd.random() < 0.3}
+            extra: tuple[DeviceInfo, ...] = ()
+            if rnd.random() < 0.5:
+                extra = (DeviceInfo(f"GPU-{name}", 0, 10, 16384, 100, "NVIDIA-T4", 0, "hami-core", True),)
+                usage[f"GPU-{name}"] = DeviceUsage(1, rnd.choice([1000, 8000, 16000]), rnd.choice([10, 50, 100]))
+            inv = NodeInventory(node=name, vendor="Vastai", devices=(*extra, *dies))
+            nodes.append(NodeSnapshot(inv, usage))
+        pod = PodRequest(containers=(req(rnd.randint(1, 3)),), init_count=0)
+        policies = Policies(node=policy)
+        got = plan(pod, PodConstraints(), nodes, policies=policies, rules=VENDORS.rules)
+        totals = []
+        for snap in nodes:
+            alone = plan(pod, PodConstraints(), [snap], policies=policies, rules=VENDORS.rules)
+            if isinstance(alone, Decision):
+                term = vastai.die_score(snap.inventory, alone.devices)
+                total = snap.summary.score + (term if policy is NodePolicy.BINPACK else -term)
+                totals.append(((-total if policy is NodePolicy.BINPACK else total), snap.name))
+        if not totals:
+            assert isinstance(got, Failure) and set(got.reasons) == {s.name for s in nodes}
+            continue
+        assert isinstance(got, Decision) and got.node == min(totals)[1], (totals, got.node)
