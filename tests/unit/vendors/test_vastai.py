@@ -390,4 +390,5 @@ def test_the_scored_walk_stops_early_and_still_takes_the_best_node(policy: NodeP
         if not totals:
             assert isinstance(got, Failure) and set(got.reasons) == {s.name for s in nodes}
             continue
-        assert isinstance(got, Decision) and got.node == min(totals)[1], (totals, got.node)
+        assert isinstance(got, Decision), got
+        assert got.node == min(totals)[1], (totals, got.node)
