@@ -350,7 +350,9 @@ def plan(
     if not pod.any:
         return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
     if _pod_scored(ctx):
-        return _plan_scored(ctx, nodes)
+        bound = _pod_score_bound(ctx, nodes)
+        if bound > 0:  # 0: the terms are all 0 here, the usual walk decides
+            return _plan_scored(ctx, nodes, bound)
     if exhaustive:
         return _plan_exhaustive(ctx, nodes)
 
@@ -449,8 +451,11 @@ def plan_ranked(
         return None if first is None else _empty_decision(first, pod)
     if _pod_scored(ctx):
         snaps = list(ranked)
-        scored = _plan_scored(ctx, snaps)
-        return scored if isinstance(scored, Decision) else None
+        bound = _pod_score_bound(ctx, snaps)
+        if bound > 0:
+            scored = _plan_scored(ctx, snaps, bound)
+            return scored if isinstance(scored, Decision) else None
+        ranked = snaps
     viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
     for position, snap in enumerate(ranked):
         if viable(snap.summary) and may_fit(ctx, snap):
@@ -550,19 +555,19 @@ def _pod_score_bound(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> float:
     return total
 
 
-def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
+def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot], bound: float) -> Decision | Failure:
     """Take the best node that fits by its score plus the vendors' ``pod_score`` (HAMi adds ``ScoreNode`` to the
     node's score before the node policy orders them: binpack the highest, spread the lowest; equal totals by name).
 
     The nodes are fitted in the order of their own score, best first; once a node's score, moved by the most the
-    terms can move it (``pod_score_bound``), cannot reach the best total found, neither can any node after it, and
-    the walk stops (a node that could at best tie is skipped when its name comes after the best's)."""
+    terms can move it (``bound``, from :func:`_pod_score_bound`), cannot reach the best total found, neither can any
+    node after it, and the walk stops (a node that could at best tie is skipped when its name comes after the
+    best's)."""
     sign = -1.0 if ctx.policy.node is NodePolicy.BINPACK else 1.0  # rank keys: smaller is better
 
     def key(total: float) -> float:
         return sign * total
 
-    bound = _pod_score_bound(ctx, nodes)
     order = sorted(range(len(nodes)), key=lambda i: (key(_SCORE(nodes[i])), nodes[i].name))
     fitted: list[tuple[tuple[float, str], int, NodeFit]] = []
     rejections: dict[int, NodeRejection] = {}

@@ -167,8 +167,12 @@ class VastaiRules(SlotOnlyRules):
     def pod_score_bound(
         self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
     ) -> float:
-        """At most 1 per container asking for Vastai devices."""
-        del snap, policy, constraints
+        """At most 1 per container asking for Vastai devices on a node with dies; 0 on a node without (its devices
+        score 0), so plain Vastai pods stop at the first node that fits, as before."""
+        del policy, constraints
+        first = next((d for d in snap.inventory.devices if d.vendor == NAME), None)
+        if first is None or card_of(first) is None:  # not in die mode (HAMi's isDieMode: the first device)
+            return 0.0
         return float(sum(1 for r in requests if r.type == NAME and not r.empty))
 
 

@@ -392,3 +392,15 @@ def test_the_scored_walk_stops_early_and_still_takes_the_best_node(policy: NodeP
             continue
         assert isinstance(got, Decision), got
         assert got.node == min(totals)[1], (totals, got.node)
+
+
+def test_plain_vastai_nodes_bound_the_score_at_0() -> None:
+    # without dies every node's term is 0, so the bound is 0 and the walk stops after the first node that fits
+    plain = NodeSnapshot(NodeInventory(node="n1", vendor="Vastai", devices=(dev("a"), dev("b", index=1))), {})
+    dies = _die_node("n2", ["A", "A"])
+    pod = (req(2), req(1))
+    rules = vastai.VASTAI_RULES
+    assert isinstance(rules, vastai.VastaiRules)
+    assert rules.pod_score_bound(plain, pod, NodePolicy.BINPACK, PodConstraints()) == 0
+    assert rules.pod_score_bound(dies, pod, NodePolicy.BINPACK, PodConstraints()) == 2
+    assert vastai.die_score(plain.inventory, ((ContainerDevice("a", 0, 0, "Vastai"),),)) == 0
