@@ -447,7 +447,9 @@ class MetaxSgpuVendor:
 
     @property
     def resources(self) -> ResourceNames:
-        return ResourceNames(count=self.count_name, memory=self.memory_name, cores=self.core_name)
+        return ResourceNames(
+            count=self.count_name, memory=self.memory_name, cores=self.core_name, memory_unit_mib=MEMORY_FACTOR
+        )
 
     @property
     def rules(self) -> DeviceRules:

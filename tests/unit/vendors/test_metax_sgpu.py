@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from vgpu_scheduler.services.informer.quotas import read_quota
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
@@ -125,6 +126,10 @@ def test_keys_and_names() -> None:
     )
     assert V.node_lock is NodeLockKind.HAMI  # MetaxNodeLock = hami.io/mutex.lock
     assert V.resources.all == frozenset({COUNT, VCORE, VMEM})
+    # a namespace quota's limits.metax-tech.com/vmemory is in GiB, as HAMi's MemoryFactor (1024) reads it
+    quota = {"spec": {"hard": {f"limits.{VMEM}": "16", f"limits.{VCORE}": "150"}}}
+    limits = read_quota(quota, NvidiaConfig(), VENDORS).limits.of(SG)
+    assert (limits.mem_mib, limits.cores_pct) == (16 * 1024, 150)
     assert SG in enabled_vendors(NvidiaConfig()).names  # on by default with the whole GPUs
     _, renamed = metax.build(
         {"resourceVCountName": "x.io/s", "resourceVMemoryName": "x.io/m", "resourceVCoreName": "x.io/c"}
