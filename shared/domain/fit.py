@@ -267,6 +267,7 @@ class _NodeEval:
         earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
         group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
         fits = getattr(rules, "device_fits", None)  # optional: the vendor's own test of a device, a silent miss
+        in_use_ok = getattr(rules, "in_use_ok", None)  # optional: a vendor's rule on a device already in use
         busy_groups = {group_of(devices[q]) for q in typed if used[q] > 0} - {None} if group_of is not None else set()
         counts: defaultdict[Reason, int] = defaultdict(int)  # a Counter costs ~10x more to make, per node
         partial: list[_Pick] = []
@@ -308,6 +309,9 @@ class _NodeEval:
                 continue
             if mutex and (d_used > 0 or (busy_groups and group_of is not None and group_of(dev) in busy_groups)):
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+                continue
+            if in_use_ok is not None and d_used > 0 and (refusal := in_use_ok(dev, req, constraints)) is not None:
+                counts[refusal] += 1
                 continue
             if fits is not None and not fits(dev, req, d_used, d_mem):
                 continue
@@ -354,7 +358,7 @@ class _NodeEval:
                 i -= 1  # several MIG instances can come from one GPU: look at it again
 
         if topology:
-            chosen = self._select_set(partial, req.nums, rules) if sets else self._select_topology(partial, req.nums)
+            chosen = self._select_set(partial, req, rules) if sets else self._select_topology(partial, req.nums)
             if chosen is not None:
                 return chosen
             set_failure = getattr(rules, "set_failure", None) if sets else None  # optional: one node-wide reason
@@ -444,12 +448,19 @@ class _NodeEval:
             legacy=choice,
         )
 
-    def _select_set(self, candidates: list[_Pick], nums: int, rules: DeviceRules) -> list[_Pick] | None:
+    def _select_set(self, candidates: list[_Pick], req: ContainerRequest, rules: DeviceRules) -> list[_Pick] | None:
         """A vendor that chooses multi-device requests as a set (e.g. Ascend's card rules) picks among all
-        candidates, given in preference order."""
+        candidates, given in preference order; a vendor whose choice depends on the request (MetaX sGPU: whole
+        cards by MetaLink zone) has the optional ``select_for(candidates, req, inventory)`` instead."""
+        nums = req.nums
         if len(candidates) < nums:
             return None
-        chosen = rules.select([self.devices[pk.pos] for pk in candidates], nums, self.snap.inventory)
+        devs = [self.devices[pk.pos] for pk in candidates]
+        select_for = getattr(rules, "select_for", None)
+        if select_for is not None:
+            chosen = select_for(devs, req, self.snap.inventory)
+        else:
+            chosen = rules.select(devs, nums, self.snap.inventory)
         if chosen is None or len(chosen) != nums:
             return None
         if getattr(rules, "keeps_selected_order", False):  # optional: the set's own order (Neuron's device runs)

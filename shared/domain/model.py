@@ -94,6 +94,8 @@ class Reason(enum.Enum):
     NODE_FIT_POD = "NodeFitPod"
     RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
     MODE_NOT_FIT = "ModeNotFit"
+    CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
+    """MetaX sGPU: the card in use runs another QoS policy (HAMi's ``pkg/device/metax``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -511,6 +513,10 @@ class Selectors:
     nouse_uuids: frozenset[str] = frozenset()
     mode: str = ""
     """A vendor's pod-level mode annotation, when it has one (Ascend: ``huawei.com/vnpu-mode``)."""
+    qos_policy: str = ""
+    """MetaX sGPU's ``metax-tech.com/sgpu-qos-policy`` of the pod (``""`` when absent); other vendors leave it."""
+    topology_aware: bool = False
+    """MetaX sGPU's ``metax-tech.com/sgpu-topology-aware`` (a Go boolean; anything else is false)."""
 
 
 NO_SELECTORS = Selectors()

@@ -5,12 +5,17 @@ returns a ``Decision`` or a ``Failure``. It never reserves anything; the caller 
 
 Fast path. A node's score depends only on its usage before the pod (hami-wire §6.2), so the candidates can
 be ordered first (binpack: busiest first, spread: idlest first, ties by name) and fitted in that order until
-one fits: that node is the one the full evaluation would choose (except for a pod of a vendor whose node score
-depends on the devices it gets there, a rule's ``pod_node_score``: every node is then evaluated). The preferred
-node is tried before anything is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1)
-(``PodNeeds``), nodes with too few devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only
-when nothing fits are the skipped nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates
-every node and returns the same answer (property-tested).
+one fits: that node is the one the full evaluation would choose. The preferred node is tried before anything
+is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``PodNeeds``), nodes with too few
+devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only when nothing fits are the skipped
+nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and returns the same
+answer (property-tested).
+
+The exceptions: a vendor whose node score depends on the devices the pod gets there. With the optional rules hook
+``pod_score(snapshot, devices, node_policy, constraints)`` (HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX)
+its pods are fitted on the nodes that could still win and ranked by the node's score plus that term
+(``_plan_scored``); with ``pod_node_score(inventory, usages, devices)`` (Kunlunxin's board fragmentation) every
+node is evaluated (``_plan_exhaustive``).
 """
 
 from __future__ import annotations
@@ -346,6 +351,10 @@ def plan(
     scores = list(map(_SCORE, nodes))
     if not pod.any:
         return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
+    if _pod_scored(ctx):
+        bound = _pod_score_bound(ctx, nodes)
+        if bound > 0:  # 0: the terms are all 0 here, the usual walk decides
+            return _plan_scored(ctx, nodes, bound)
     if exhaustive or _pod_scorers(ctx):
         return _plan_exhaustive(ctx, nodes)
 
@@ -442,6 +451,13 @@ def plan_ranked(
     if not pod.any:
         first = next(iter(ranked), None)
         return None if first is None else _empty_decision(first, pod)
+    if _pod_scored(ctx):
+        snaps = list(ranked)
+        bound = _pod_score_bound(ctx, snaps)
+        if bound > 0:
+            scored = _plan_scored(ctx, snaps, bound)
+            return scored if isinstance(scored, Decision) else None
+        ranked = snaps
     if _pod_scorers(ctx):  # the node's score depends on the devices the pod gets: every node is evaluated
         scored = _plan_exhaustive(ctx, list(ranked))
         return scored if isinstance(scored, Decision) else None
@@ -552,6 +568,80 @@ def _better_score(a: tuple[float, str], b: tuple[float, str], binpack: bool) -> 
     if a[0] != b[0]:
         return a[0] > b[0] if binpack else a[0] < b[0]
     return a[1] < b[1]
+
+
+def _pod_scored(ctx: PodContext) -> bool:
+    """Whether a vendor of the pod's requests adds a node score that depends on the devices the pod gets there
+    (the optional rules hook ``pod_score``, HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX): the node order is then
+    known only after every node is fitted."""
+    return any(getattr(ctx.rules.get(r.type), "pod_score", None) is not None for r in ctx.requests if not r.empty)
+
+
+def _pod_score(ctx: PodContext, snap: NodeSnapshot, fit: NodeFit) -> float:
+    """The vendors' ``pod_score`` terms for the devices ``fit`` gives the pod on ``snap`` (each vendor sees its own
+    devices, one entry per container)."""
+    total = 0.0
+    for name in sorted({d.type for ctr in fit.devices for d in ctr}):
+        hook = getattr(ctx.rules.get(name), "pod_score", None)
+        if hook is not None:
+            mine = tuple(tuple(d for d in ctr if d.type == name) for ctr in fit.devices)
+            total += hook(snap, mine, ctx.policy.node, ctx.constraints)
+    return total
+
+
+def _pod_score_bound(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> float:
+    """The most a pod's ``pod_score`` terms can move a node's score, over ``nodes``: the sum over its vendors of
+    each one's ``pod_score_bound``; infinite when a vendor with ``pod_score`` gives no bound."""
+    total = 0.0
+    for name in sorted({r.type for r in ctx.requests if not r.empty}):
+        rules = ctx.rules.get(name)
+        if getattr(rules, "pod_score", None) is None:
+            continue
+        bound = getattr(rules, "pod_score_bound", None)
+        if bound is None:
+            return float("inf")
+        total += max((bound(snap, ctx.requests, ctx.policy.node, ctx.constraints) for snap in nodes), default=0.0)
+    return total
+
+
+def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot], bound: float) -> Decision | Failure:
+    """Take the best node that fits by its score plus the vendors' ``pod_score`` (HAMi adds ``ScoreNode`` to the
+    node's score before the node policy orders them: binpack the highest, spread the lowest; equal totals by name).
+
+    The nodes are fitted in the order of their own score, best first; once a node's score, moved by the most the
+    terms can move it (``bound``, from :func:`_pod_score_bound`), cannot reach the best total found, neither can any
+    node after it, and the walk stops (a node that could at best tie is skipped when its name comes after the
+    best's)."""
+    sign = -1.0 if ctx.policy.node is NodePolicy.BINPACK else 1.0  # rank keys: smaller is better
+
+    def key(total: float) -> float:
+        return sign * total
+
+    order = sorted(range(len(nodes)), key=lambda i: (key(_SCORE(nodes[i])), nodes[i].name))
+    fitted: list[tuple[tuple[float, str], int, NodeFit]] = []
+    rejections: dict[int, NodeRejection] = {}
+    best: tuple[float, str] | None = None
+    for idx in order:
+        snap = nodes[idx]
+        if best is not None:
+            reach = key(snap.summary.score) - bound  # the best rank this node could get
+            if reach > best[0]:
+                break
+            if reach == best[0] and snap.name > best[1]:
+                continue
+        result = evaluate_node(ctx, snap)
+        if isinstance(result, NodeRejection):
+            rejections[idx] = result
+            continue
+        rank = (key(snap.summary.score + _pod_score(ctx, snap, result)), snap.name)
+        fitted.append((rank, idx, result))
+        if best is None or rank < best:
+            best = rank
+    if not fitted:
+        return _failure(nodes, rejections)
+    winner = min(fitted, key=lambda item: item[0])
+    at = order.index(winner[1])
+    return _decision(nodes[winner[1]], winner[2], sum(1 for i in order[:at] if i in rejections))  # preferred, not fit
 
 
 def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:

@@ -44,6 +44,8 @@ HINTS: Final[Mapping[str, str]] = {
         'write "slot=<n>,core=<n>,memory=<n>": each of the three keys once, whole numbers of 0 or more, at least one '
         'above 0, e.g. "slot=1,core=1,memory=1"'
     ),
+    "metax-tech.com/sgpu-qos-policy": 'write "best-effort", "fixed-share" or "burst-share", or leave it out',
+    "metax-tech.com/sgpu-app-class": "leave the annotation out: sGPU app classes are not scheduled by this release",
 }
 """What to write instead, per annotation whose value can be wrong in more than one way."""
 

@@ -15,27 +15,15 @@ On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final
+from typing import Final
 
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.register import encode_register_json
-from vgpu_scheduler.shared.codec.resources import container_lists, names_any
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, Selectors
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import names_section
-from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
-from vgpu_scheduler.shared.vendors.simple import (
-    SlotOnlyRules,
-    count_only_request,
-    decode_json,
-    observe_with_handshake,
-    uuid_selectors,
-)
+from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
 
 SECTION: Final = "biren"
 """The device-config section that configures the vendor."""
@@ -68,99 +56,35 @@ def parse_config(section: object) -> BirenConfig:
     return BirenConfig(**names_section(section, SECTION, {"resourceCountName": "resource_count_name"}, unit="cards"))
 
 
-def build(section: object) -> tuple[BirenVendor, ...]:
+def build(section: object) -> tuple[SlotOnlyVendor, ...]:
     """The vendor the ``biren:`` section configures (``None`` or ``{}``: HAMi's default)."""
-    return (BirenVendor(parse_config(section)),)
+    return (SlotOnlyVendor(SPEC, parse_config(section).resource_count_name),)
 
 
 BIREN_RULES: DeviceRules = SlotOnlyRules(NAME)
 """Biren ``Fit``: type, UUID, time slices (and the core's health, cordon and ``mutex``); no memory, no cores."""
 
 
-@dataclass(frozen=True, slots=True)
-class BirenVendor:
-    """Biren (see the module docstring)."""
-
-    config: BirenConfig = dataclasses.field(default_factory=BirenConfig)
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
-
-    @property
-    def name(self) -> str:
-        return NAME
-
-    @property
-    def resources(self) -> ResourceNames:
-        return ResourceNames(count=self.config.resource_count_name)
-
-    @property
-    def rules(self) -> DeviceRules:
-        return BIREN_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return REGISTER_KEY
-
-    @property
-    def handshake_key(self) -> str | None:
-        return HANDSHAKE_KEY
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; the whole card's
-        memory as a percentage (100), no cores. A bad quantity is a ResourceRequestError."""
-        return count_only_request(container, what, self.config.resource_count_name, NAME)
-
-    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.config.resource_count_name not in limits:
-            return False
-        self.container_request(container, where)
-        return True
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration (JSON) and the handshake, in Hygon's order (``simple.observe_with_handshake``)."""
-        del reported_before
-        return observe_with_handshake(
-            node,
-            now_local,
-            vendor=NAME,
-            register_key=REGISTER_KEY,
-            handshake_key=HANDSHAKE_KEY,
-            count_name=self.config.resource_count_name,
-            decode=decode_devices_register,
-            timeout_s=self.handshake_timeout_s,
-        )
-
-    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """What the Biren device plugin writes on its Node: the JSON register value and one count per slot."""
-        annotations = {REGISTER_KEY: encode_register_json(tuple(devices))}
-        return annotations, {self.config.resource_count_name: str(sum(max(d.count, 0) for d in devices))}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
-
-
 def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
     """``hami.io/node-biren-register`` → the node's cards (JSON only, core total 100)."""
     return decode_json(value, REGISTER_KEY, NAME, devcore=CARD_CORES)
+
+
+def registration_value(devices: Sequence[DeviceInfo]) -> str:
+    """The JSON register value of ``devices`` as the Biren plugin writes it."""
+    return encode_register_json(tuple(devices))
+
+
+SPEC: Final = SlotOnlySpec(
+    name=NAME,
+    register_key=REGISTER_KEY,
+    handshake_key=HANDSHAKE_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key=ALLOCATED_KEY,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+    rules=BIREN_RULES,
+    decode=decode_devices_register,
+    encode=registration_value,
+)
+"""Biren's wire names, ``Fit`` and register codec; the vendor is :class:`~shared.vendors.simple.SlotOnlyVendor`."""

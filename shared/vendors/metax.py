@@ -13,9 +13,11 @@ What a MetaX GPU pod and node look like on the wire (docs/vendors/metax.md):
 
 HAMi's ``ScoreNode`` for MetaX reads the node's ``metax-tech.com/gpu.topology.losses`` (binpack) or
 ``…scores`` (spread) annotation, a JSON map from a number of GPUs to a figure, and adds ``2000 - figure`` for the
-number of GPUs the pod got. :func:`score_node` restates it; the plan does not apply it yet (its node order is
-fixed before any fit: see docs/differences.md §24). The sGPU half (``sdevice.go``: ``metax-tech.com/sgpu``, QoS
-policies, its own scoring) is not scheduled here yet; its names are accepted in the section.
+number of GPUs the pod got. :func:`score_node` restates it; the registrar keeps both tables in the inventory's
+``pair_scores`` under the annotations' keys (:func:`topology_tables`, as Ascend keeps its NetworkIDs there) and the
+plan adds the figure through the rules' ``pod_score`` hook (the pod is fitted on every node that could win). The sGPU
+half (``sdevice.go``: ``metax-tech.com/sgpu``, QoS policies) is :mod:`shared.vendors.metax_sgpu`, built here from
+the same section.
 
 On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
 """
@@ -48,13 +50,16 @@ from vgpu_scheduler.shared.domain.model import (
     ContainerRequest,
     DeviceInfo,
     NodeInventory,
+    NodePolicy,
     PodConstraints,
     Selectors,
 )
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -87,8 +92,8 @@ _SCORE_BASE: Final = 2000.0
 
 @dataclass(frozen=True, slots=True)
 class MetaxConfig:
-    """The ``metax:`` section (HAMi's ``MetaxConfig``, defaults of its ``--metax-*`` flags). The sGPU names are
-    validated and kept; nothing schedules sGPUs yet."""
+    """The ``metax:`` section (HAMi's ``MetaxConfig``, defaults of its ``--metax-*`` flags): the whole GPUs' count
+    and the sGPUs' count, memory and core names."""
 
     resource_count_name: str = "metax-tech.com/gpu"
     resource_vcount_name: str = "metax-tech.com/sgpu"
@@ -109,9 +114,16 @@ def parse_config(section: object) -> MetaxConfig:
     return MetaxConfig(**names_section(section, SECTION, _KEYS, unit="GPUs"))
 
 
-def build(section: object) -> tuple[MetaxVendor, ...]:
-    """The vendors the ``metax:`` section configures: the whole GPUs (``None`` or ``{}``: HAMi's defaults)."""
-    return (MetaxVendor(parse_config(section)),)
+def build(section: object) -> tuple[MetaxVendor | MetaxSgpuVendor, ...]:
+    """The vendors the ``metax:`` section configures: the whole GPUs and the sGPUs (``None`` or ``{}``: HAMi's
+    defaults)."""
+    config = parse_config(section)
+    sgpu = MetaxSgpuVendor(
+        count_name=config.resource_vcount_name,
+        memory_name=config.resource_vmemory_name,
+        core_name=config.resource_vcore_name,
+    )
+    return (MetaxVendor(config), sgpu)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -130,27 +142,76 @@ class MetaxRules(BasicRules):
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
         return True
 
+    def pod_score(
+        self,
+        snap: NodeSnapshot,
+        devices: Sequence[Sequence[ContainerDevice]],
+        policy: NodePolicy,
+        constraints: PodConstraints,
+    ) -> float:
+        """HAMi's ``ScoreNode``: the node's topology figure for the number of GPUs the pod gets here."""
+        del constraints
+        return pod_score_of(snap.inventory.pair_scores, sum(len(ctr) for ctr in devices), policy)
+
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """The largest ``|2000 − figure|`` of the node's table for ``policy`` (2000 for a GPU count it lacks); 0
+        without a table."""
+        del requests, constraints
+        table = snap.inventory.pair_scores.get(LOSSES_KEY if policy is NodePolicy.BINPACK else SCORES_KEY)
+        if table is None:
+            return 0.0
+        return max(abs(_SCORE_BASE - v) for v in (0, *table.values()))
+
 
 METAX_RULES: DeviceRules = MetaxRules(NAME)
+
+
+def _table(value: str) -> dict[int, int] | None:
+    """A topology annotation as Go's ``json.Unmarshal`` into ``map[int]int`` reads it; None when it cannot."""
+    try:
+        raw = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict):
+        return None
+    table: dict[int, int] = {}
+    for k, v in raw.items():
+        text = k.strip()
+        if not (text.lstrip("+-").isdigit() and text.isascii()) or isinstance(v, bool) or not isinstance(v, int):
+            return None  # Go's json.Unmarshal into map[int]int fails as a whole
+        table[int(text)] = v
+    return table
 
 
 def parse_topology(value: str, index: int) -> float:
     """HAMi's ``parseMetaxAnnos``: ``value`` is a JSON object from a number of GPUs to a whole figure; the figure
     for ``index`` GPUs, 0 when the value is no such object or has no entry for ``index``."""
-    try:
-        table = json.loads(value)
-    except ValueError:
+    table = _table(value)
+    return float(table.get(index, 0)) if table is not None else 0.0
+
+
+def topology_tables(annotations: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """The node's ``…topology.losses`` and ``…topology.scores`` tables as the registrar keeps them (in
+    ``NodeInventory.pair_scores`` under the annotation's key, a number of GPUs as text → its figure): an annotation
+    :func:`parse_topology` cannot read is kept as an empty table (every figure 0, as HAMi reads it)."""
+    tables: dict[str, dict[str, int]] = {}
+    for key in (LOSSES_KEY, SCORES_KEY):
+        value = annotations.get(key)
+        if value is not None:
+            table = _table(value) or {}
+            tables[key] = {str(n): figure for n, figure in table.items()}
+    return tables
+
+
+def pod_score_of(tables: Mapping[str, Mapping[str, int]], gpus: int, policy: NodePolicy) -> float:
+    """:func:`score_node` from the tables :func:`topology_tables` kept: ``2000 −`` the figure of ``gpus`` GPUs in
+    the policy's table; 0 when the node has no such table."""
+    table = tables.get(LOSSES_KEY if policy is NodePolicy.BINPACK else SCORES_KEY)
+    if table is None:
         return 0.0
-    if not isinstance(table, dict):
-        return 0.0
-    figure = None
-    for k, v in table.items():
-        text = k.strip()
-        if not (text.lstrip("+-").isdigit() and text.isascii()) or isinstance(v, bool) or not isinstance(v, int):
-            return 0.0  # Go's json.Unmarshal into map[int]int fails as a whole
-        if int(text) == index:
-            figure = v
-    return float(figure) if figure is not None else 0.0
+    return _SCORE_BASE - float(table.get(str(gpus), 0))
 
 
 def score_node(annotations: Mapping[str, str], gpus: int, policy: str) -> float:
@@ -273,7 +334,9 @@ class MetaxVendor:
         devices = devices_from_capacity(node.name, q.numerator)
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
+        tables = topology_tables(node.annotations)
+        inventory = NodeInventory(node=node.name, vendor=NAME, devices=devices, pair_scores=tables, cordoned=cordoned)
+        return Registered(inventory)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the MetaX device plugin advertises for ``devices``: their number as the count resource. Only GPUs

@@ -13,34 +13,34 @@ What a Vastai pod and node look like on the wire (docs/vendors/vastai.md):
 * selectors ``vastaitech.com/use-gpuuuid`` / ``vastaitech.com/nouse-gpuuuid`` (both apply).
 
 In die mode a request for several dies takes them from as few cards as it can: the cards with the most free dies
-first (HAMi's ``computeBestCombination``). On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
+first (HAMi's ``computeBestCombination``), and nodes are ranked with HAMi's die-mode ``ScoreNode`` added
+(:func:`die_score`: nodes where each container's dies share a card first). On by default, as in HAMi
+(:data:`ENABLE_FLAG` is None).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail, loads
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.register import encode_register_json
-from vgpu_scheduler.shared.codec.resources import container_lists, names_any
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodeInventory, Selectors
-from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import names_section
-from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
-from vgpu_scheduler.shared.vendors.simple import (
-    SlotOnlyRules,
-    count_only_request,
-    decode_json,
-    observe_with_handshake,
-    uuid_selectors,
+from vgpu_scheduler.shared.domain.model import (
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    NodeInventory,
+    NodePolicy,
+    PodConstraints,
 )
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import DeviceRules
+from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
 
 SECTION: Final = "vastai"
 """The device-config section that configures the vendor."""
@@ -72,9 +72,9 @@ def parse_config(section: object) -> VastaiConfig:
     return VastaiConfig(**names_section(section, SECTION, {"resourceCountName": "resource_count_name"}, unit="devices"))
 
 
-def build(section: object) -> tuple[VastaiVendor, ...]:
+def build(section: object) -> tuple[SlotOnlyVendor, ...]:
     """The vendor the ``vastai:`` section configures (``None`` or ``{}``: HAMi's default)."""
-    return (VastaiVendor(parse_config(section)),)
+    return (SlotOnlyVendor(SPEC, parse_config(section).resource_count_name),)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -106,6 +106,25 @@ def best_combination(candidates: Sequence[DeviceInfo], nums: int) -> list[Device
     return out
 
 
+def die_score(inventory: NodeInventory, devices: Sequence[Sequence[ContainerDevice]]) -> float:
+    """HAMi's Vastai ``ScoreNode``: for every container with devices, the share of its dies that sit on its
+    most-used card (1.0 when all on one card, 0.5 for two dies on two cards), summed; 0 when a device the pod got is
+    not a die of ``inventory``."""
+    card_by_id = {d.id: card_of(d) for d in inventory.devices if d.vendor == NAME}
+    score = 0.0
+    for ctr in devices:
+        if not ctr:
+            continue
+        counts: Counter[str] = Counter()
+        for d in ctr:
+            card = card_by_id.get(d.uuid)
+            if card is None:
+                return 0.0
+            counts[card] += 1
+        score += max(counts.values()) / sum(counts.values())
+    return score
+
+
 @dataclass(frozen=True, slots=True)
 class VastaiRules(SlotOnlyRules):
     """Vastai ``Fit``: by slot (type, UUID, time slices, ``mutex``), every passing device is a candidate and the
@@ -131,98 +150,33 @@ class VastaiRules(SlotOnlyRules):
         chosen = best_combination(candidates, nums)
         return chosen if len(chosen) == nums else None
 
+    def pod_score(
+        self,
+        snap: NodeSnapshot,
+        devices: Sequence[Sequence[ContainerDevice]],
+        policy: NodePolicy,
+        constraints: PodConstraints,
+    ) -> float:
+        """The node score term of the dies the pod gets here (:func:`die_score`), so nodes where each container
+        stays on one card rank first: added under binpack (HAMi), subtracted under spread (HAMi adds it there too,
+        which ranks the nodes that split the dies first; docs/differences.md §24)."""
+        del constraints
+        score = die_score(snap.inventory, devices)
+        return score if policy is NodePolicy.BINPACK else -score
+
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """At most 1 per container asking for Vastai devices on a node with dies; 0 on a node without (its devices
+        score 0), so plain Vastai pods stop at the first node that fits, as before."""
+        del policy, constraints
+        first = next((d for d in snap.inventory.devices if d.vendor == NAME), None)
+        if first is None or card_of(first) is None:  # not in die mode (HAMi's isDieMode: the first device)
+            return 0.0
+        return float(sum(1 for r in requests if r.type == NAME and not r.empty))
+
 
 VASTAI_RULES: DeviceRules = VastaiRules(NAME)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# The vendor
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class VastaiVendor:
-    """Vastai (see the module docstring)."""
-
-    config: VastaiConfig = dataclasses.field(default_factory=VastaiConfig)
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
-
-    @property
-    def name(self) -> str:
-        return NAME
-
-    @property
-    def resources(self) -> ResourceNames:
-        return ResourceNames(count=self.config.resource_count_name)
-
-    @property
-    def rules(self) -> DeviceRules:
-        return VASTAI_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return REGISTER_KEY
-
-    @property
-    def handshake_key(self) -> str | None:
-        return HANDSHAKE_KEY
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; the whole device's
-        memory as a percentage (100), no cores. A bad quantity is a ResourceRequestError."""
-        return count_only_request(container, what, self.config.resource_count_name, NAME)
-
-    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.config.resource_count_name not in limits:
-            return False
-        self.container_request(container, where)
-        return True
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration (JSON, with die mode) and the handshake, in Hygon's order."""
-        del reported_before
-        return observe_with_handshake(
-            node,
-            now_local,
-            vendor=NAME,
-            register_key=REGISTER_KEY,
-            handshake_key=HANDSHAKE_KEY,
-            count_name=self.config.resource_count_name,
-            decode=decode_devices_register,
-            timeout_s=self.handshake_timeout_s,
-        )
-
-    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """What the Vastai device plugin writes on its Node: the JSON register value (dies with their
-        ``custominfo``) and one count per slot."""
-        annotations = {REGISTER_KEY: registration_value(devices)}
-        return annotations, {self.config.resource_count_name: str(sum(max(d.count, 0) for d in devices))}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
 
 
 def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
@@ -254,3 +208,19 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
         if card is not None:
             item["custominfo"] = {"DeviceStrategy": DIE_MODE, "AIC": card}
     return json.dumps(items, separators=(",", ":"))
+
+
+SPEC: Final = SlotOnlySpec(
+    name=NAME,
+    register_key=REGISTER_KEY,
+    handshake_key=HANDSHAKE_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key=ALLOCATED_KEY,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+    rules=VASTAI_RULES,
+    decode=decode_devices_register,
+    encode=registration_value,
+)
+"""Vastai's wire names, ``Fit`` (with die mode) and register codec (dies with their ``custominfo``); the vendor
+itself is :class:`~shared.vendors.simple.SlotOnlyVendor`."""

@@ -372,7 +372,8 @@ def _audit_vendor_keys(pod: Mapping[str, Any], vendor: Vendor, inv: NodeInventor
             report.correctness.append(f"{where}: {to_allocate} not consumed by the plugin: {left!r}")
     stamp = annos.get("hami.io/bind-time", "")
     now_unix = int(stamp) if stamp.isdigit() else -1  # the bind writes its extras at its own bind-time
-    # from the list aligned to the pod's containers, as the bind writes them (Kunlunxin's per-container index list)
+    # from the list aligned to the pod's containers, as the bind writes them (Kunlunxin's per-container index list;
+    # the device list's trailing empty piece is not a container)
     own_devices = split_by_vendor(aligned, vendor.name)
     for extra_key, extra in _expected_extras(vendor, own_devices, now_unix, pod, inv).items():
         if annos.get(extra_key) != extra:

@@ -116,6 +116,8 @@ METAX = {"metax-tech.com/gpu": "1"}
 GCU = {"enflame.com/gcu": "1"}
 DRS = {"enflame.com/drs-gcu": "3"}  # the 3g.20gb profile
 DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the smallest holding both: 1g.6gb
+SGPU = {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "50", "metax-tech.com/vmemory": "8"}  # 8 GiB
+SGPU_WHOLE = {"metax-tech.com/sgpu": "1"}  # 100 cores: a card of its own
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 NEURON_CORE = {"aws.amazon.com/neuroncore": "1"}
 NEURON_DEVICES = {"aws.amazon.com/neuron": "2"}
@@ -126,8 +128,8 @@ VXPU = {"kunlunxin.com/vxpu": "1", "kunlunxin.com/vxpu-memory": "20000"}  # → 
 
 def small_fleet() -> list[list[VendorPart]]:
     """Seven nodes: NVIDIA+DCU, DCU+MLU, MLU+Biren+Enflame GCU, AMD+Iluvatar MR-V100+AWS Neuron (an Inferentia2 of
-    8 devices, 2 cores each)+Kunlunxin XPU and vXPU, Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame DRS, and
-    Ascend 910B3 in the hami-core soft split (``hami-vnpu-core: "true"``)."""
+    8 devices, 2 cores each)+Kunlunxin XPU and vXPU, Ascend 910B3+Moore Threads, NVIDIA+AMD+Vastai+Enflame
+    DRS+MetaX sGPU, and Ascend 910B3 in the hami-core soft split (``hami-vnpu-core: "true"``)."""
     return [
         [VendorPart("NVIDIA"), VendorPart("DCU")],
         [VendorPart("DCU"), VendorPart("MLU", mem_mib=16384)],
@@ -153,6 +155,7 @@ def small_fleet() -> list[list[VendorPart]]:
             VendorPart("AMD"),
             VendorPart("Vastai", devices=2, mem_mib=16384, slots=4),
             VendorPart("Enflame", devices=1, mem_mib=40960, slots=6),  # menu 1g.6gb, 3g.20gb, 6g.40gb
+            VendorPart("Metax-SGPU", devices=2, mem_mib=32768, slots=4),
         ],
         [VendorPart("Ascend910B3", devices=2, mem_mib=65536, slots=4, cores=20, mode="hami-core")],
     ]
@@ -171,6 +174,7 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod("mt0", [MTHREADS]), vendor_pod("mt-two", [MTHREADS, MTHREADS])]
     pods += [vendor_pod("metax0", [METAX]), vendor_pod("metax-two", [METAX, METAX])]  # whole GPUs, one a container
     pods += [vendor_pod("gcu0", [GCU]), vendor_pod("drs0", [DRS]), vendor_pod("drs-two", [DRS_SPEC, DRS_SPEC])]
+    pods += [vendor_pod("sgpu0", [SGPU]), vendor_pod("sgpu-whole", [SGPU_WHOLE])]  # MetaX sGPUs
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -236,6 +240,7 @@ async def test_mixed_vendor_cluster(
         "AWSNeuron": 3,
         "kunlun": 2,
         "XPU": 2,
+        "Metax-SGPU": 2,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -272,6 +277,14 @@ async def test_mixed_vendor_cluster(
     mx = _pod(outcome, "metax-two")["metadata"]["annotations"]
     first, second, _ = mx["hami.io/metax-gpu-devices-allocated"].split(";")
     assert first != second and first.endswith(",Metax-GPU,65536,100:"), mx  # a whole GPU for each container
+    sg = _pod(outcome, "sgpu0")["metadata"]["annotations"]
+    card = sg["hami.io/metax-sgpu-devices-allocated"].split(",")[0]
+    assert sg["hami.io/metax-sgpu-devices-allocated"] == f"{card},Metax-SGPU,8192,50:;", sg
+    assert sg["metax-tech.com/sgpu-qos-policy"] == "best-effort", sg  # written by the webhook
+    assert json.loads(sg["metax-tech.com/gpu-devices-allocated"]) == [[{"uuid": card, "compute": 50, "vRam": 8192}]]
+    assert sg["metax-tech.com/predicate-time"].endswith("000000000"), sg
+    whole = _pod(outcome, "sgpu-whole")["metadata"]["annotations"]["hami.io/metax-sgpu-devices-allocated"]
+    assert whole.endswith(",Metax-SGPU,32768,100:;") and not whole.startswith(card + ","), whole  # the other card
     gcu = _pod(outcome, "gcu0")["metadata"]["annotations"]
     assert gcu["hami.io/enflame-gcu-devices-allocated"].endswith(",GCU,100,100:;"), gcu  # a whole card
     drs = _pod(outcome, "drs0")["metadata"]["annotations"]

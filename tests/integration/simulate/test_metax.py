@@ -1,6 +1,6 @@
 """``simulate`` with MetaX GPUs and no device config at all (MetaX is on by default, as in HAMi): whole GPUs, one a
 container, HAMi's two pod keys, a mixed NVIDIA+MetaX node, and a pod asking for more GPUs than any node has left
-stays pending with the reason."""
+stays pending with the reason; MetaX sGPUs shared by memory and cores, whole cards, a bad QoS policy refused."""
 
 from __future__ import annotations
 
@@ -77,3 +77,40 @@ def test_a_metax_pool_must_describe_gpus_as_hami_registers_them(tmp_path: Path) 
     workload.write_text("", encoding="utf-8")
     code, _, err = run_cli("simulate", "--cluster", str(cluster), "--workload", str(workload))
     assert code != 0 and "65536 MiB, 100 cores and one slot" in err, err
+
+
+SGPU_POOL = {"name": "sg", "devices": [{"vendor": "Metax-SGPU", "count": 2, "memory": 32768, "split": 4}]}
+SGPU_PODS: list[tuple[str, dict[str, str], dict[str, str]]] = [
+    ("shared", {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "50", "metax-tech.com/vmemory": "8"}, {}),
+    ("whole-two", {"metax-tech.com/sgpu": "2"}, {}),  # two whole cards: one is shared already
+    ("whole-one", {"metax-tech.com/sgpu": "1"}, {"metax-tech.com/sgpu-qos-policy": "fixed-share"}),
+    ("bad-qos", {"metax-tech.com/sgpu": "1"}, {"metax-tech.com/sgpu-qos-policy": "gold"}),
+]
+
+
+def test_metax_sgpus_share_cards_with_no_device_config(tmp_path: Path) -> None:
+    cluster, workload = tmp_path / "cluster.yaml", tmp_path / "workload.yaml"
+    cluster.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "NodePool", "metadata": {"name": "sg"},
+                                       "spec": {"devices": SGPU_POOL["devices"]}}), encoding="utf-8")  # fmt: skip
+    workload.write_text(yaml.safe_dump_all(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "annotations": annos},
+         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}}
+        for name, limits, annos in SGPU_PODS
+    ), encoding="utf-8")  # fmt: skip
+    out = run_cli_json("simulate", "--cluster", str(cluster), "--workload", str(workload))
+    pods = {p["name"]: p for p in out["pods"]}
+    shared = pods["shared"]["annotations"]
+    card, rest = shared["hami.io/metax-sgpu-devices-allocated"].split(",", 1)
+    assert pods["shared"]["node"] == "sg-01" and rest == "Metax-SGPU,8192,50:;"  # 8 GiB, half the compute
+    assert shared["hami.io/metax-sgpu-devices-to-allocate"] == shared["hami.io/metax-sgpu-devices-allocated"]
+    # two whole cards: the shared one has too little memory left
+    assert pods["whole-two"]["node"] is None
+    assert pods["whole-two"]["reasons"] == {
+        "sg-01": "1/2 AllocatedCardsInsufficientRequest, 1/2 CardInsufficientMemory"
+    }
+    whole = pods["whole-one"]["annotations"]["hami.io/metax-sgpu-devices-allocated"]
+    assert whole.endswith(",Metax-SGPU,32768,100:;") and not whole.startswith(card)  # the other card, whole
+    assert pods["bad-qos"]["node"] is None
+    assert "must be set one of [best-effort, fixed-share, burst-share]" in pods["bad-qos"]["reasons"]["*"]
+    by_vendor = out["summary"]["by_vendor"]["Metax-SGPU"]
+    assert (by_vendor["devices"], by_vendor["devices_used"]) == (2, 2)

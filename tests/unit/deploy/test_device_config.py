@@ -47,6 +47,7 @@ def test_the_default_values_hold_only_nvidias_section() -> None:
         "Vastai",
         "Mthreads",
         "Metax-GPU",
+        "Metax-SGPU",
         "GCU",
         "Enflame",
         "AWSNeuron",
@@ -88,7 +89,7 @@ VENDOR_SECTIONS: dict[str, object] = {
     "cambricon": None,  # present without keys: enabled with HAMi's names
     "amd": {},
     "vnpus": {"configs": [NPU_310P]},
-    "metax": {"resourceCountName": "metax-tech.com/gpu"},  # accepted and ignored: not scheduled
+    "metax": {"resourceCountName": "metax-tech.com/gpu", "resourceVCountName": "example.com/sgpu"},  # sGPU renamed
 }
 ASCEND = frozenset({"enable-ascend"})
 

@@ -127,9 +127,7 @@ def test_with_handshake_timeout_sets_it_where_a_vendor_has_one() -> None:
 
 
 def test_without_a_device_config_every_family_hami_initialises_by_default_is_enabled() -> None:
-    default_on: tuple[str, ...] = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "GCU")
-    default_on += ("Enflame",)
-    default_on += ("AWSNeuron",)
-    default_on += ("kunlun", "XPU")
+    default_on: tuple[str, ...] = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU")
+    default_on += ("Metax-SGPU", "GCU", "Enflame", "AWSNeuron", "kunlun", "XPU")
     assert enabled_vendors(NvidiaVendor().config, {}).names == default_on
     assert enabled_vendors(NvidiaVendor().config).names == default_on

@@ -24,10 +24,8 @@ from vgpu_scheduler.shared.vendors.catalog import (
     enabled_vendors,
 )
 
-DEFAULT_ON: tuple[str, ...] = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU", "GCU")
-DEFAULT_ON += ("Enflame",)
-DEFAULT_ON += ("AWSNeuron",)
-DEFAULT_ON += ("kunlun", "XPU")
+DEFAULT_ON: tuple[str, ...] = ("NVIDIA", "DCU", "MLU", "AMD", "Biren", "Vastai", "Mthreads", "Metax-GPU")
+DEFAULT_ON += ("Metax-SGPU", "GCU", "Enflame", "AWSNeuron", "kunlun", "XPU")
 """What HAMi v2.10 schedules with no device config and no flag (NVIDIA first, then the families' order)."""
 
 ILUVATAR_DEFAULT_CHIPS = ("MR-V100", "MR-V50", "BI-V150", "BI-V100")

@@ -2,12 +2,12 @@
 copy at v2.10.0 (4707fb02): read at the nearest stored versions, ``device_test.go`` 06d9b907, ``device.go`` the
 stored version importing ``pkg/device`` (Fit with NodeInfo), ``device_multicontainer_test.go`` f181ff9b and
 ``device_cordon_test.go`` ad358d3a. ``Test_CustomFilterRule`` tests a rule the later HAMi removed (its
-multi-container test): ours follows the later HAMi (docs/vendors/metax.md). The sGPU tests (``sdevice_test.go``,
-``qos_test.go``, ``score_test.go``, ``protocol_test.go``, ``TestSDeviceFit_DeviceCordon``) are not restated: sGPUs
-are not scheduled yet. Every HAMi case names its test in a comment."""
+multi-container test): ours follows the later HAMi (docs/vendors/metax.md). The sGPU tests are in
+``test_metax_sgpu.py``. Every HAMi case names its test in a comment."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -23,11 +23,12 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceInfo,
     DeviceUsage,
     NodeInventory,
+    NodePolicy,
     NvidiaConfig,
     PodConstraints,
     PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, rank_key
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
@@ -102,8 +103,8 @@ def test_keys_and_names() -> None:
     assert V.node_lock is NodeLockKind.NONE  # HAMi's LockNode takes no lock for MetaX
     assert V.resources.all == frozenset({COUNT})
     assert MX in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
-    renamed = metax.build({"resourceCountName": "x.io/gpu", "resourceVCountName": "x.io/sgpu"})[0]
-    assert renamed.resources.count == "x.io/gpu" and renamed.config.resource_vcount_name == "x.io/sgpu"
+    renamed, renamed_sgpu = metax.build({"resourceCountName": "x.io/gpu", "resourceVCountName": "x.io/sgpu"})
+    assert renamed.resources.count == "x.io/gpu" and renamed_sgpu.resources.count == "x.io/sgpu"
     with pytest.raises(ConfigError, match=re.escape("metax.resourceCountName")):
         metax.build({"resourceCountName": ""})
     with pytest.raises(ConfigError, match=re.escape("metax.resourceMemoryName: unknown key")):
@@ -171,6 +172,46 @@ def test_score_node() -> None:
     # without the policy's annotation, or another policy: 0
     assert metax.score_node({metax.SCORES_KEY: '{"1":100}'}, 1, "binpack") == 0
     assert metax.score_node({metax.LOSSES_KEY: '{"1":100}'}, 1, "topology-aware") == 0
+
+
+def test_the_registrar_keeps_the_topology_tables() -> None:
+    annotations = {metax.LOSSES_KEY: TABLE, metax.SCORES_KEY: "not json"}
+    got = V.observe(node({COUNT: "2"}, annotations=annotations), NOW)
+    assert isinstance(got, Registered)
+    assert got.inventory.pair_scores[metax.LOSSES_KEY] == json.loads(TABLE)
+    assert got.inventory.pair_scores[metax.SCORES_KEY] == {}  # unreadable: every figure 0, as HAMi reads it
+    plain = V.observe(node({COUNT: "2"}), NOW)
+    assert isinstance(plain, Registered) and plain.inventory.pair_scores == {}
+
+
+def _mx_node(name: str, annotations: dict[str, str]) -> NodeSnapshot:
+    got = V.observe(node({COUNT: "4"}, name=name, annotations=annotations), NOW)
+    assert isinstance(got, Registered)
+    return NodeSnapshot(got.inventory, {})
+
+
+def test_score_node_ranks_the_nodes() -> None:
+    # Test_ScoreNode through the plan: HAMi adds 2000 − the figure of the GPUs the pod gets to the node's score
+    # (binpack: the losses table, highest total first; spread: the scores table, lowest total first)
+    plain = _mx_node("node-a", {})
+    lossy = _mx_node("node-b", {metax.LOSSES_KEY: '{"1":0,"2":300}', metax.SCORES_KEY: '{"1":0,"2":300}'})
+    tight = _mx_node("node-c", {metax.LOSSES_KEY: '{"1":0,"2":100}', metax.SCORES_KEY: '{"1":0,"2":100}'})
+    nodes = [plain, lossy, tight]
+    two = PodRequest(containers=(ContainerRequest(2, 0, 100, 100, MX),), init_count=0)
+    constraints = PodConstraints()
+    binpack, spread = Policies(node=NodePolicy.BINPACK), Policies(node=NodePolicy.SPREAD)
+    got = plan(two, constraints, nodes, policies=binpack, rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-c"  # 2000 − 100 beats 2000 − 300 and 0
+    ranked = plan_ranked(two, constraints, sorted(nodes, key=rank_key(NodePolicy.BINPACK)), policies=binpack,
+                         rules=VENDORS.rules)  # fmt: skip
+    assert ranked is not None and ranked.node == "node-c"
+    # spread takes the lowest total: the node without a table (0), then HAMi's 2000 − 300 before 2000 − 100
+    got = plan(two, constraints, nodes, policies=spread, rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-a"
+    got = plan(two, constraints, [lossy, tight], policies=spread, rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-b"
+    assert metax.pod_score_of(lossy.inventory.pair_scores, 2, NodePolicy.BINPACK) == 1700
+    assert metax.pod_score_of(plain.inventory.pair_scores, 2, NodePolicy.BINPACK) == 0
 
 
 # ---- Test_MutateAdmission, Test_checkType, Test_GenerateResourceRequests -------------------------------------------

@@ -6,6 +6,7 @@ found by its ``computeBestCombination``), plus our own cases. Every HAMi case na
 from __future__ import annotations
 
 import json
+import random
 import re
 from datetime import datetime
 from typing import Any
@@ -21,11 +22,12 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceInfo,
     DeviceUsage,
     NodeInventory,
+    NodePolicy,
     NvidiaConfig,
     PodConstraints,
     PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, rank_key
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
@@ -284,3 +286,121 @@ def test_lock_only_for_pods_with_devices() -> None:
     # TestDevices_LockNode / ReleaseNodeLock: only pods asking for Vastai devices are this vendor's
     assert not V.manages(ctr())
     assert V.manages(ctr(requests={COUNT: "1"})) and V.node_lock is NodeLockKind.HAMI
+
+
+# ---- ScoreNode (die mode): HAMi's device_test.go has no case for it; ours, from device.go's ScoreNode ----------------
+
+
+def _picked(*uuids_: str) -> tuple[ContainerDevice, ...]:
+    return tuple(ContainerDevice(u, 0, 0, "Vastai") for u in uuids_)
+
+
+def test_die_score() -> None:
+    inv = NodeInventory(
+        node="n1",
+        vendor="Vastai",
+        devices=(dev("d0", card="A"), dev("d1", index=1, card="A"), dev("d2", index=2, card="B"), dev("x", index=3)),
+    )
+    assert vastai.die_score(inv, (_picked("d0", "d1"),)) == 1.0  # both dies on card A
+    assert vastai.die_score(inv, (_picked("d0", "d2"),)) == 0.5  # one die on each card
+    assert vastai.die_score(inv, (_picked("d0", "d1", "d2"),)) == 2 / 3
+    assert vastai.die_score(inv, (_picked("d0"), (), _picked("d1", "d2"))) == 1.5  # summed over containers
+    assert vastai.die_score(inv, (_picked("d0", "x"),)) == 0.0  # a device that is no die: HAMi scores 0
+    assert vastai.die_score(inv, ((),)) == 0.0
+
+
+def _die_node(name: str, cards: list[str]) -> NodeSnapshot:
+    devices = tuple(dev(f"{name}-{i}", index=i, card=c) for i, c in enumerate(cards))
+    return NodeSnapshot(NodeInventory(node=name, vendor="Vastai", devices=devices), {})
+
+
+@pytest.mark.parametrize("policy", [NodePolicy.BINPACK, NodePolicy.SPREAD])
+def test_nodes_where_the_dies_share_a_card_rank_first(policy: NodePolicy) -> None:
+    # two idle nodes with the same usage score: node-a has two cards of one die, node-b one card of two dies.
+    # By name node-a comes first; with the die score (0.5 against 1.0) node-b wins under either node policy
+    nodes = [_die_node("node-a", ["A", "B"]), _die_node("node-b", ["C", "C"])]
+    assert nodes[0].summary.score == nodes[1].summary.score
+    pod = PodRequest(containers=(req(2),), init_count=0)
+    policies = Policies(node=policy)
+    for exhaustive in (False, True):
+        got = plan(pod, PodConstraints(), nodes, policies=policies, rules=VENDORS.rules, exhaustive=exhaustive)
+        assert isinstance(got, Decision) and got.node == "node-b" and got.passed_over == 0, got
+    ranked = sorted(nodes, key=rank_key(policy))
+    got_ranked = plan_ranked(pod, PodConstraints(), ranked, policies=policies, rules=VENDORS.rules)
+    assert got_ranked is not None and got_ranked.node == "node-b"
+    # one die: every node scores 1.0, so the usual order decides (node-a by name)
+    one = PodRequest(containers=(req(1),), init_count=0)
+    got = plan(one, PodConstraints(), nodes, policies=policies, rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-a"
+    # a node that does not fit still gets its reason
+    full = {f"node-b-{i}": DeviceUsage(1) for i in range(2)}
+    busy = [nodes[0], NodeSnapshot(nodes[1].inventory, full)]
+    got = plan(pod, PodConstraints(), busy, policies=policies, rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-a"
+    none = plan(PodRequest(containers=(req(3),), init_count=0), PodConstraints(), busy, policies=policies,
+                rules=VENDORS.rules)  # fmt: skip
+    assert isinstance(none, Failure) and set(none.reasons) == {"node-a", "node-b"}
+
+
+def test_the_die_score_is_added_to_the_usage_score() -> None:
+    # HAMi adds the die score (at most 1 per container) to the node's usage score. Vastai devices take no memory
+    # and no cores, so only another vendor's usage moves that score: a mixed node whose NVIDIA GPU is busy keeps
+    # binpack's preference over an idle node whose dies would share a card
+    nv = DeviceInfo("GPU-0", 0, 10, 16384, 100, "NVIDIA-T4", 0, "hami-core", True)
+    a = _die_node("node-a", ["A", "B"])
+    mixed = NodeSnapshot(
+        NodeInventory(node="node-a", vendor="NVIDIA,Vastai", devices=(nv, *a.inventory.devices)),
+        {"GPU-0": DeviceUsage(1, 12000, 80)},
+    )
+    b = _die_node("node-b", ["C", "C"])
+    assert mixed.summary.score > b.summary.score + 1
+    pod = PodRequest(containers=(req(2),), init_count=0)
+    got = plan(pod, PodConstraints(), [mixed, b], policies=Policies(node=NodePolicy.BINPACK), rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-a" and uuids(got) == ["node-a-0", "node-a-1"]
+
+
+@pytest.mark.parametrize("policy", [NodePolicy.BINPACK, NodePolicy.SPREAD])
+def test_the_scored_walk_stops_early_and_still_takes_the_best_node(policy: NodePolicy) -> None:
+    # random die-mode nodes (mixed with a busy NVIDIA GPU on some, so base scores differ): the plan, which stops
+    # once no node can reach the best total, takes the node a full evaluation of every node ranks first
+    rnd = random.Random(11)
+    for _ in range(40):
+        nodes: list[NodeSnapshot] = []
+        for k in range(rnd.randint(1, 8)):
+            name = f"n{rnd.randint(0, 99):02d}-{k}"
+            cards = [rnd.choice("ABC") for _ in range(rnd.randint(1, 5))]
+            dies = tuple(dev(f"{name}-{i}", index=i, card=f"{name}-{c}") for i, c in enumerate(cards))
+            usage = {d.id: DeviceUsage(1) for d in dies if rnd.random() < 0.3}
+            extra: tuple[DeviceInfo, ...] = ()
+            if rnd.random() < 0.5:
+                extra = (DeviceInfo(f"GPU-{name}", 0, 10, 16384, 100, "NVIDIA-T4", 0, "hami-core", True),)
+                usage[f"GPU-{name}"] = DeviceUsage(1, rnd.choice([1000, 8000, 16000]), rnd.choice([10, 50, 100]))
+            inv = NodeInventory(node=name, vendor="Vastai", devices=(*extra, *dies))
+            nodes.append(NodeSnapshot(inv, usage))
+        pod = PodRequest(containers=(req(rnd.randint(1, 3)),), init_count=0)
+        policies = Policies(node=policy)
+        got = plan(pod, PodConstraints(), nodes, policies=policies, rules=VENDORS.rules)
+        totals = []
+        for snap in nodes:
+            alone = plan(pod, PodConstraints(), [snap], policies=policies, rules=VENDORS.rules)
+            if isinstance(alone, Decision):
+                term = vastai.die_score(snap.inventory, alone.devices)
+                total = snap.summary.score + (term if policy is NodePolicy.BINPACK else -term)
+                totals.append(((-total if policy is NodePolicy.BINPACK else total), snap.name))
+        if not totals:
+            assert isinstance(got, Failure) and set(got.reasons) == {s.name for s in nodes}
+            continue
+        assert isinstance(got, Decision), got
+        assert got.node == min(totals)[1], (totals, got.node)
+
+
+def test_plain_vastai_nodes_bound_the_score_at_0() -> None:
+    # without dies every node's term is 0, so the bound is 0 and the walk stops after the first node that fits
+    plain = NodeSnapshot(NodeInventory(node="n1", vendor="Vastai", devices=(dev("a"), dev("b", index=1))), {})
+    dies = _die_node("n2", ["A", "A"])
+    pod = (req(2), req(1))
+    rules = vastai.VASTAI_RULES
+    assert isinstance(rules, vastai.VastaiRules)
+    assert rules.pod_score_bound(plain, pod, NodePolicy.BINPACK, PodConstraints()) == 0
+    assert rules.pod_score_bound(dies, pod, NodePolicy.BINPACK, PodConstraints()) == 2
+    assert vastai.die_score(plain.inventory, ((ContainerDevice("a", 0, 0, "Vastai"),),)) == 0

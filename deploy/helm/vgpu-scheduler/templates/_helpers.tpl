@@ -84,7 +84,8 @@ resourceCoreName, HAMi's default name for a key left out (no section: every defa
 --enable-ascend): each vnpus config's resourceName / resourceMemoryName / resourceCoreName
 (huawei.com/<commonWord>[-memory|-core] when not written; no configs: HAMi's default chips); Iluvatar likewise only
 with deviceConfig.enableIluvatar (HAMi's --enable-iluvatar). Enflame: resourceNameGCU, and the DRS names
-(resourceNameDRSGCU, else the legacy resourceNameVGCU; resourceNameGCUMemory; resourceNameGCUCore). A JSON list; a unit
+(resourceNameDRSGCU, else the legacy resourceNameVGCU; resourceNameGCUMemory; resourceNameGCUCore). MetaX sGPUs:
+the metax section's resourceVCountName, resourceVMemoryName, resourceVCoreName. A JSON list; a unit
 test checks it against the names the services derive from the same device config and flags. Kunlunxin (on by
 default): resourceCountName (whole XPUs), resourceVCountName and resourceVMemoryName (vXPUs). */}}
 {{- define "vgpu-scheduler.vendorResources" -}}
@@ -144,6 +145,11 @@ default): resourceCountName (whole XPUs), resourceVCountName and resourceVMemory
 {{- $names = append $names (trim ($enf.resourceNameDRSGCU | default "") | default (trim ($enf.resourceNameVGCU | default "")) | default "enflame.com/drs-gcu") }}
 {{- $names = append $names (trim ($enf.resourceNameGCUMemory | default "") | default "enflame.com/gcu-memory") }}
 {{- $names = append $names (trim ($enf.resourceNameGCUCore | default "") | default "enflame.com/gcu-core") }}
+{{- $mx := index $cfg "metax" | default dict }}
+{{- if not (kindIs "map" $mx) }}{{ $mx = dict }}{{ end }}
+{{- $names = append $names ($mx.resourceVCountName | default "metax-tech.com/sgpu") }}
+{{- $names = append $names ($mx.resourceVMemoryName | default "metax-tech.com/vmemory") }}
+{{- $names = append $names ($mx.resourceVCoreName | default "metax-tech.com/vcore") }}
 {{- $aws := index $cfg "awsneuron" | default dict }}
 {{- if not (kindIs "map" $aws) }}{{ $aws = dict }}{{ end }}
 {{- $names = append $names ($aws.resourceCountName | default "aws.amazon.com/neuron") }}

@@ -1,0 +1,578 @@
+"""MetaX sGPUs as a vendor (HAMi's ``pkg/device/metax``, the shared half ``sdevice.go``): common word
+``Metax-SGPU``, pure. Built by :func:`shared.vendors.metax.build` beside the whole GPUs (one ``metax:`` section).
+
+What an sGPU pod and node look like on the wire (docs/vendors/metax.md):
+
+* resources ``metax-tech.com/sgpu`` (the number of cards a container shares), ``metax-tech.com/vcore`` (percent of
+  each card's compute, default 100) and ``metax-tech.com/vmemory`` (a bare number is GiB, a number with a unit is
+  bytes; absent: the whole card), all read from the **limits** only (HAMi's ``GenerateResourceRequests``);
+* registration ``metax-tech.com/node-gpu-devices``, a JSON array of cards (``uuid``, ``totalDevCount`` slots,
+  ``totalCompute``, ``totalVRam`` MiB, ``numa``, ``healthy``, the card's current ``qosPolicy`` and MetaLink
+  ``linkZone``); no handshake: the node is live while it lists a card. The QoS policy and link zone are kept as
+  the device's mode ``qos=<policy> link=<zone>``;
+* pod device lists ``hami.io/metax-sgpu-devices-to-allocate`` / ``-allocated`` (the same value), plus
+  ``metax-tech.com/gpu-devices-allocated`` (JSON ``[[{"uuid", "compute", "vRam"}]]`` per container) and
+  ``metax-tech.com/predicate-time``; the shared node lock ``hami.io/mutex.lock``; UUID selectors
+  ``metax-tech.com/use-gpuuuid`` / ``nouse-gpuuuid``;
+* the pod annotation ``metax-tech.com/sgpu-qos-policy`` (``best-effort``, ``fixed-share`` or ``burst-share``; the
+  webhook writes ``best-effort`` when it is absent): a card already in use takes only pods of its current policy,
+  unless the pod takes it whole (100 cores);
+* whole-card requests (100 cores) for several cards take them from one MetaLink zone when they can.
+
+A pod with ``metax-tech.com/sgpu-topology-aware: true`` that takes cards whole gets HAMi's MetaLink node score
+(:func:`score_exclusive`, through the rules' ``pod_score`` hook). Not scheduled here (refused with a message, see
+docs/vendors/metax.md): the app classes (``metax-tech.com/sgpu-app-class``), which need the annotations of every pod
+on a card, and with them the online term of the node score.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+from typing import Any, Final
+
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import fail
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.resources import (
+    ResourceRequestError,
+    container_label,
+    container_lists,
+    names_any,
+)
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.domain.model import (
+    EMPTY_REQUEST,
+    MEM_PCT_UNSET,
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    DeviceUsage,
+    NodeInventory,
+    NodePolicy,
+    PodConstraints,
+    PodDevices,
+    Reason,
+    Selectors,
+)
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
+from vgpu_scheduler.shared.vendors.registration import (
+    DecodeFailure,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+)
+from vgpu_scheduler.shared.vendors.simple import uuid_selectors
+
+NAME: Final = "Metax-SGPU"
+"""HAMi's common word (and device type) of MetaX sGPUs."""
+
+REGISTER_KEY: Final = "metax-tech.com/node-gpu-devices"
+TO_ALLOCATE_KEY: Final = "hami.io/metax-sgpu-devices-to-allocate"
+ALLOCATED_KEY: Final = "hami.io/metax-sgpu-devices-allocated"
+METAX_ALLOCATED_KEY: Final = "metax-tech.com/gpu-devices-allocated"
+PREDICATE_TIME_KEY: Final = "metax-tech.com/predicate-time"
+USE_UUID: Final = "metax-tech.com/use-gpuuuid"
+NOUSE_UUID: Final = "metax-tech.com/nouse-gpuuuid"
+QOS_POLICY_KEY: Final = "metax-tech.com/sgpu-qos-policy"
+TOPOLOGY_AWARE_KEY: Final = "metax-tech.com/sgpu-topology-aware"
+APP_CLASS_KEY: Final = "metax-tech.com/sgpu-app-class"
+
+BEST_EFFORT: Final = "best-effort"
+FIXED_SHARE: Final = "fixed-share"
+BURST_SHARE: Final = "burst-share"
+QOS_POLICIES: Final = (BEST_EFFORT, FIXED_SHARE, BURST_SHARE)
+ONLINE: Final = "online"
+OFFLINE: Final = "offline"
+
+_GO_TRUE: Final = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+"""What Go's ``strconv.ParseBool`` reads as true (HAMi's ``topologyAwareEnable``)."""
+DIRECT_LINK_SCORE: Final = 10
+"""HAMi's ``DirectLinkScore``: two cards of one MetaLink zone."""
+TOPOLOGY_WEIGHT: Final = 10000
+"""HAMi's sGPU ``ScoreNode`` weight (negated under spread)."""
+
+MEMORY_FACTOR: Final = 1024
+"""A bare ``vmemory`` number is GiB: this many MiB each (HAMi's ``MemoryFactor``)."""
+DEFAULT_CORES: Final = 100
+INT32_MAX: Final = 2**31 - 1
+_MIB: Final = 1024 * 1024
+_IDLE: Final = DeviceUsage()
+
+MSG_QOS: Final = f"must be set one of [{BEST_EFFORT}, {FIXED_SHARE}, {BURST_SHARE}]"
+"""HAMi's message (after the key, which the error names first)."""
+MSG_APP_CLASS: Final = f"must be set one of [{ONLINE}, {OFFLINE}]"
+MSG_APP_CLASS_UNSUPPORTED: Final = (
+    "is not scheduled by this release (an online or offline sGPU pod needs the app class of every pod on a card)"
+)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Requests
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _has_unit(raw: Any) -> bool:
+    """HAMi's test: the quantity's text holds a letter (``16Gi``, ``1k``); a bare number does not."""
+    return isinstance(raw, str) and any(c.isascii() and c.isalpha() for c in raw)
+
+
+def sgpu_request(
+    container: Mapping[str, Any], what: str, count_name: str, core_name: str, memory_name: str
+) -> ContainerRequest:
+    """HAMi's ``GenerateResourceRequests`` for sGPUs: from the limits only, ``count`` cards, ``vcore`` percent of
+    each (default 100), ``vmemory`` MiB of each (a bare number × 1024, a number with a unit in bytes ÷ 2²⁰; absent
+    or 0: 100 % of the card). Values HAMi drops without a word (not whole, negative, beyond int32, a memory below
+    1 MiB) or leaves Pending for ever (``vcore`` above 100: ``CardInsufficientCore`` on every card) raise
+    :class:`ResourceRequestError` naming the container and what to write."""
+    limits, _ = container_lists(container, what)
+    if count_name not in limits:
+        return EMPTY_REQUEST
+    label = container_label(container, what)
+    problems: list[str] = []
+
+    def whole(name: str, hint: str) -> tuple[int | None, Any]:
+        raw = limits[name]
+        try:
+            q = parse_quantity(raw, f"{label} {name}")
+        except DecodeError:
+            problems.append(f"{label}: {name} {raw!r} is not a quantity; {hint}")
+            return None, raw
+        return _whole_or_problem(q, raw, name, hint), raw
+
+    def _whole_or_problem(q: Fraction, raw: Any, name: str, hint: str) -> int | None:
+        if q.denominator != 1 or q < 0:
+            problems.append(f"{label}: {name} {raw!r} is not a whole number ≥ 0; {hint}")
+            return None
+        return q.numerator
+
+    count, _ = whole(count_name, "write the number of cards, such as 1")
+    if count is not None and count > INT32_MAX:
+        problems.append(f"{label}: {count_name} {count} is out of range; write at most {INT32_MAX}")
+    cores = DEFAULT_CORES
+    if core_name in limits:
+        value, _ = whole(core_name, "write a percentage of one card's compute, such as 50")
+        if value is not None and value > 100:
+            problems.append(f"{label}: {core_name} {value} is more than a whole card (100); write at most 100")
+        elif value is not None:
+            cores = value
+    mem_mib = 0
+    if memory_name in limits:
+        value, raw = whole(memory_name, "write GiB as a bare number (16) or a size with a unit (16Gi)")
+        if value is not None:
+            if _has_unit(raw):
+                mem_mib = value // _MIB
+                if value and not mem_mib:
+                    problems.append(f"{label}: {memory_name} {raw!r} is less than 1 MiB; write a size such as 1Gi")
+            else:
+                mem_mib = value * MEMORY_FACTOR
+            if mem_mib > INT32_MAX:
+                problems.append(f"{label}: {memory_name} {raw!r} is out of range (more than {INT32_MAX} MiB)")
+    if problems:
+        raise ResourceRequestError(problems)
+    if not count:
+        return EMPTY_REQUEST
+    return ContainerRequest(
+        nums=count, mem_mib=mem_mib, mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET, cores_pct=cores, type=NAME
+    )
+
+
+def qos_selectors(annotations: Mapping[str, str]) -> Selectors:
+    """The pod's UUID lists and QoS policy for sGPUs. A QoS policy other than HAMi's three, an app class other than
+    ``online``/``offline`` (HAMi's messages), and any app class at all (not scheduled here) are DecodeErrors."""
+    sel = uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
+    app = annotations.get(APP_CLASS_KEY)
+    if app is not None:
+        fail(APP_CLASS_KEY, MSG_APP_CLASS if app not in (ONLINE, OFFLINE) else MSG_APP_CLASS_UNSUPPORTED, str(app))
+    topology = annotations.get(TOPOLOGY_AWARE_KEY)
+    aware = isinstance(topology, str) and topology in _GO_TRUE
+    qos = annotations.get(QOS_POLICY_KEY)
+    if qos is not None and qos not in QOS_POLICIES:
+        fail(QOS_POLICY_KEY, MSG_QOS, str(qos))
+    if qos is None and not aware:
+        return sel
+    return Selectors(use_uuids=sel.use_uuids, nouse_uuids=sel.nouse_uuids, qos_policy=qos or "", topology_aware=aware)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Registration
+# ------------------------------------------------------------------------------------------------------------
+
+
+def device_mode(qos: str, link_zone: int) -> str:
+    """The device's mode: its registered QoS policy and MetaLink zone (``qos=best-effort link=2``)."""
+    return f"qos={qos} link={link_zone}"
+
+
+def qos_of(dev: DeviceInfo) -> str:
+    """The QoS policy the card registered (``""`` when none)."""
+    for part in dev.mode.split(" "):
+        if part.startswith("qos="):
+            return part[4:]
+    return ""
+
+
+def link_zone_of(dev: DeviceInfo) -> int:
+    """The card's MetaLink zone (0: none)."""
+    for part in dev.mode.split(" "):
+        if part.startswith("link="):
+            try:
+                return int(part[5:])
+            except ValueError:
+                return 0
+    return 0
+
+
+def _int32(item: Mapping[str, Any], key: str, where: str, value: str) -> int:
+    v = item.get(key, 0)
+    if isinstance(v, bool) or not isinstance(v, int) or not -(2**31) <= v <= INT32_MAX:
+        fail(f"{where}.{key}", "expected a whole number within int32", value)
+    return v
+
+
+def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
+    """``metax-tech.com/node-gpu-devices`` → the node's cards (HAMi's ``convertMetaxSDeviceToHAMIDevice``: index by
+    position, ``totalDevCount`` slots, ``totalVRam`` MiB, ``totalCompute`` cores). A value that is not a JSON array
+    of objects with a string ``uuid``, a number field out of int32, or a ``qosPolicy`` or ``uuid`` with a space or
+    ``,:;`` is a DecodeError."""
+    try:
+        items = json.loads(value)
+    except ValueError:
+        fail(REGISTER_KEY, "expected a JSON array of cards", value)
+    if not isinstance(items, list):
+        fail(REGISTER_KEY, "expected a JSON array of cards", value)
+    out: list[DeviceInfo] = []
+    for i, item in enumerate(items):
+        where = f"{REGISTER_KEY}[{i}]"
+        if not isinstance(item, Mapping):
+            fail(where, "expected an object", value)
+        uuid = item.get("uuid")
+        if not isinstance(uuid, str) or not uuid or any(c in uuid for c in " ,:;"):
+            fail(f"{where}.uuid", "expected a card UUID (a string without spaces or ,:;)", value)
+        qos = item.get("qosPolicy", "")
+        if not isinstance(qos, str) or any(c in qos for c in " ,:;"):
+            fail(f"{where}.qosPolicy", "expected a QoS policy name", value)
+        healthy = item.get("healthy", False)
+        if not isinstance(healthy, bool):
+            fail(f"{where}.healthy", "expected true or false", value)
+        out.append(
+            DeviceInfo(
+                id=uuid,
+                index=i,
+                count=_int32(item, "totalDevCount", where, value),
+                devmem_mib=_int32(item, "totalVRam", where, value),
+                devcore=_int32(item, "totalCompute", where, value),
+                type=NAME,
+                numa=_int32(item, "numa", where, value),
+                mode=device_mode(qos, _int32(item, "linkZone", where, value)),
+                health=healthy,
+                vendor=NAME,
+            )
+        )
+    return tuple(out)
+
+
+def registration_value(devices: Sequence[DeviceInfo]) -> str:
+    """The register value the MetaX device plugin writes for ``devices`` (the simulator's nodes)."""
+    items = [
+        {
+            "uuid": d.id,
+            "model": NAME,
+            "totalDevCount": d.count,
+            "totalCompute": d.devcore,
+            "totalVRam": d.devmem_mib,
+            "numa": d.numa,
+            "healthy": d.health,
+            "qosPolicy": qos_of(d),
+            "linkZone": link_zone_of(d),
+        }
+        for d in devices
+    ]
+    return json.dumps(items, separators=(",", ":"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Fit
+# ------------------------------------------------------------------------------------------------------------
+
+
+def qos_ok(dev_qos: str, req_qos: str, cores_pct: int) -> bool:
+    """HAMi's ``checkDeviceQos`` for a card already in use: a whole-card request (100 cores) needs no check;
+    otherwise the card's policy must be unset or the pod's."""
+    return cores_pct == 100 or dev_qos in ("", req_qos)
+
+
+def prioritize_exclusive(candidates: Sequence[DeviceInfo], nums: int) -> list[DeviceInfo]:
+    """HAMi's ``prioritizeExclusiveDevices``: cards grouped by MetaLink zone (zone ≤ 0: no link); the smallest
+    zone holding ``nums`` cards gives them all; else cards across zones (smallest zone first), then unlinked ones.
+    Zones of equal size keep the order they first appear in (HAMi's map order is random)."""
+    if len(candidates) <= nums:
+        return list(candidates)
+    zones: dict[int, list[DeviceInfo]] = {}
+    other: list[DeviceInfo] = []
+    for d in candidates:
+        zone = link_zone_of(d)
+        if zone <= 0:
+            other.append(d)
+        else:
+            zones.setdefault(zone, []).append(d)
+    linked = sorted(zones.values(), key=len)
+    for cards in linked:
+        if len(cards) >= nums:
+            return cards[:nums]
+    out = [d for cards in linked for d in cards] + other
+    return out[:nums]
+
+
+def link_score(zones: Sequence[int]) -> int:
+    """HAMi's ``LinkDevices.Score``: 10 for every pair of cards in one MetaLink zone (zone 0: no link)."""
+    return sum(DIRECT_LINK_SCORE for i, a in enumerate(zones) for b in zones[i + 1 :] if a != 0 and a == b)
+
+
+def topology_aware(devices: Sequence[Sequence[ContainerDevice]], annotated: bool) -> bool:
+    """HAMi's ``topologyAwareEnable``: the pod took some card whole (100 cores) and asked for
+    ``metax-tech.com/sgpu-topology-aware: true``."""
+    return annotated and any(d.used_cores == 100 for ctr in devices for d in ctr)
+
+
+def score_exclusive(
+    devices: Sequence[Sequence[ContainerDevice]], inventory: NodeInventory, usage: Mapping[str, DeviceUsage]
+) -> int:
+    """HAMi's ``scoreExclusiveDevices``: with the whole cards the pod took (``allocated``), the idle cards of the
+    node before it (``available``) and those it leaves idle (``rest``): ``10 × allocated − (available − allocated −
+    rest)``, each term the :func:`link_score` of its cards; the MetaLink pairs the pod keeps, less those it breaks."""
+    zone = {d.id: link_zone_of(d) for d in inventory.devices if d.vendor == NAME}
+    taken = [d.uuid for ctr in devices for d in ctr if d.used_cores == 100]
+    idle = [d.id for d in inventory.devices if d.vendor == NAME and usage.get(d.id, _IDLE).used == 0]
+    allocated = link_score([zone.get(u, 0) for u in taken])
+    available = link_score([zone[u] for u in idle])
+    rest = link_score([zone[u] for u in idle if u not in taken])
+    return 10 * allocated - (available - allocated - rest)
+
+
+@dataclass(frozen=True, slots=True)
+class SgpuRules(BasicRules):
+    """sGPU ``Fit``: the common skeleton with HAMi's sGPU checks: the request's type is the common word, both UUID
+    lists apply, a core request above 100 is not capped (HAMi refuses it: ``CardInsufficientCore``), a card in use
+    takes only its QoS policy (:meth:`in_use_ok`), and whole cards come from one MetaLink zone
+    (:meth:`select_for`)."""
+
+    clamp_cores: bool = False
+
+    def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
+        return req.type == self.name
+
+    def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
+        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+
+    def in_use_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> Reason | None:
+        """Called for a card already in use: ``CardQosPolicyMismatch`` unless :func:`qos_ok`."""
+        if qos_ok(qos_of(dev), constraints.selectors(self.name).qos_policy, req.cores_pct):
+            return None
+        return Reason.CARD_QOS_POLICY_MISMATCH
+
+    @property
+    def selects_sets(self) -> bool:
+        return True
+
+    def select_for(
+        self, candidates: Sequence[DeviceInfo], req: ContainerRequest, inventory: NodeInventory
+    ) -> Sequence[DeviceInfo] | None:
+        """Every passing card is a candidate: a whole-card request (100 cores) takes them by MetaLink zone
+        (:func:`prioritize_exclusive`), any other the first ``nums`` in preference order."""
+        del inventory
+        if len(candidates) < req.nums:
+            return None
+        if req.cores_pct == 100:
+            return prioritize_exclusive(candidates, req.nums)
+        return candidates[: req.nums]
+
+    def pod_score(
+        self,
+        snap: NodeSnapshot,
+        devices: Sequence[Sequence[ContainerDevice]],
+        policy: NodePolicy,
+        constraints: PodConstraints,
+    ) -> float:
+        """HAMi's sGPU ``ScoreNode`` for a pod that asked for ``metax-tech.com/sgpu-topology-aware``: ±10000 ×
+        :func:`score_exclusive` (+ under binpack, − under spread); 0 for any other pod."""
+        if not topology_aware(devices, constraints.selectors(self.name).topology_aware):
+            return 0.0
+        weight = TOPOLOGY_WEIGHT if policy is NodePolicy.BINPACK else -TOPOLOGY_WEIGHT
+        return float(weight * score_exclusive(devices, snap.inventory, snap.usage))
+
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """0 unless the pod asked for the topology score; then 10000 × the most :func:`score_exclusive` can reach
+        on the node: ``10 × pairs + pairs`` with ``pairs`` the link score of all its cards in one zone."""
+        del requests, policy
+        if not constraints.selectors(self.name).topology_aware:
+            return 0.0
+        n = sum(1 for d in snap.inventory.devices if d.vendor == NAME)
+        pairs = DIRECT_LINK_SCORE * n * (n - 1) // 2
+        return float(TOPOLOGY_WEIGHT * (10 * pairs + pairs))
+
+
+SGPU_RULES: DeviceRules = SgpuRules(NAME)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The vendor
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MetaxSgpuVendor:
+    """MetaX sGPUs (see the module docstring). The names come from the ``metax:`` section."""
+
+    count_name: str = "metax-tech.com/sgpu"
+    memory_name: str = "metax-tech.com/vmemory"
+    core_name: str = "metax-tech.com/vcore"
+
+    @property
+    def name(self) -> str:
+        return NAME
+
+    @property
+    def resources(self) -> ResourceNames:
+        return ResourceNames(
+            count=self.count_name, memory=self.memory_name, cores=self.core_name, memory_unit_mib=MEMORY_FACTOR
+        )
+
+    @property
+    def rules(self) -> DeviceRules:
+        return SGPU_RULES
+
+    @property
+    def to_allocate_key(self) -> str | None:
+        return TO_ALLOCATE_KEY
+
+    @property
+    def allocated_key(self) -> str:
+        return ALLOCATED_KEY
+
+    @property
+    def register_key(self) -> str | None:
+        return REGISTER_KEY
+
+    @property
+    def handshake_key(self) -> str | None:
+        return None
+
+    @property
+    def node_lock(self) -> NodeLockKind:
+        return NodeLockKind.HAMI
+
+    # ---- requests ----------------------------------------------------------------------------------------------
+
+    def manages(self, container: Mapping[str, Any]) -> bool:
+        return names_any(container, self.resources.all)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        return sgpu_request(container, what, self.count_name, self.core_name, self.memory_name)
+
+    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
+        """HAMi's ``MutateAdmission`` for the container: no edit; ours when the count is in the limits (validated
+        here). The QoS default is :meth:`mutate_pod`'s."""
+        limits, _ = container_lists(container, where)
+        if self.count_name not in limits:
+            return False
+        self.container_request(container, where)
+        return True
+
+    def mutate_pod(self, pod: dict[str, Any], where: str) -> None:
+        """HAMi's ``MutateAdmission`` pod edit: a pod with an sGPU container and no
+        ``metax-tech.com/sgpu-qos-policy`` gets ``best-effort``. (A bad policy or an app class is refused through
+        :meth:`selectors`, which the webhook and ``/filter`` both read.)"""
+        spec = pod.get("spec") or {}
+        asks = any(
+            isinstance(ctr, Mapping)
+            and isinstance(ctr.get("resources"), Mapping)
+            and isinstance(ctr["resources"].get("limits"), Mapping)
+            and self.count_name in ctr["resources"]["limits"]
+            for key in ("initContainers", "containers")
+            for ctr in spec.get(key) or ()
+        )
+        if not asks:
+            return
+        meta = pod.setdefault("metadata", {})
+        annotations = meta.get("annotations")
+        if not isinstance(annotations, dict):
+            annotations = meta["annotations"] = {}
+        annotations.setdefault(QOS_POLICY_KEY, BEST_EFFORT)
+
+    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
+        return qos_selectors(annotations)
+
+    # ---- registration ------------------------------------------------------------------------------------------
+
+    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
+        """Registration from ``metax-tech.com/node-gpu-devices``: absent → not registered; undecodable → invalid;
+        no card → not registered (HAMi's ``CheckHealth``: the node is healthy while it lists a card). Cordoned
+        cards from ``hami.io/device-cordon``."""
+        del now_local, reported_before
+        value = node.annotations.get(REGISTER_KEY)
+        if value is None:
+            return NotRegistered(Unregistered.ABSENT)
+        try:
+            devices = decode_devices_register(value)
+        except DecodeError as e:
+            return Invalid(DecodeFailure.REGISTER, REGISTER_KEY, value, e)
+        if not devices:
+            return NotRegistered(Unregistered.NO_DEVICES)
+        ids = {d.id for d in devices}
+        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
+        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
+
+    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+        """What the MetaX device plugin writes on its Node: the JSON register value and the count of slots."""
+        if not devices:
+            return {}, {}, {}
+        return {REGISTER_KEY: registration_value(devices)}, {self.count_name: str(sum(d.count for d in devices))}, {}
+
+    # ---- pod annotations ---------------------------------------------------------------------------------------
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices, ALLOCATED_KEY)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value, ALLOCATED_KEY)
+
+    def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
+        """HAMi's ``PatchAnnotations`` for sGPUs besides the device lists: the plugin's own JSON list
+        (``metax-tech.com/gpu-devices-allocated``, ``compute`` and ``vRam`` left out when 0, as Go's
+        ``omitempty``) and ``metax-tech.com/predicate-time`` (the bind's time in nanoseconds, whole seconds)."""
+        if not any(devices):
+            return {}
+        return {
+            METAX_ALLOCATED_KEY: metax_allocated_value(devices),
+            PREDICATE_TIME_KEY: str(now_unix * 1_000_000_000),
+        }
+
+
+def metax_allocated_value(devices: PodDevices) -> str:
+    """``metax-tech.com/gpu-devices-allocated``: one list per container of ``{"uuid", "compute", "vRam"}``."""
+    out: list[list[dict[str, Any]]] = []
+    for ctr in devices:
+        entries: list[dict[str, Any]] = []
+        for d in ctr:
+            entry: dict[str, Any] = {"uuid": d.uuid}
+            if d.used_cores:
+                entry["compute"] = d.used_cores
+            if d.used_mem_mib:
+                entry["vRam"] = d.used_mem_mib
+            entries.append(entry)
+        out.append(entries)
+    return json.dumps(out, separators=(",", ":"))
