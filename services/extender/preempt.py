@@ -167,14 +167,17 @@ class Preemptor:
             if not await self._store.reservations.begin_preemption(str(meta.get("uid")), self._owner, COOLDOWN_S):
                 self.attempts.labels("elsewhere").inc()
                 return  # another replica is on it
-            all_pods = await self._api.list_pods()
             status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
             assert isinstance(status, Mapping)
             nominated = status.get("nominatedNodeName")
-            if isinstance(nominated, str) and nominated and terminating_on(all_pods, nominated):
+            if (
+                isinstance(nominated, str)
+                and nominated
+                and terminating_on(await self._api.list_pods(node_name=nominated), nominated)
+            ):
                 self.attempts.labels("victims_terminating").inc()
                 return  # an earlier preemption for it is still under way (kube-scheduler waits the same way)
-            found = await self._plan(pod, request, constraints, names, priority, all_pods=all_pods)
+            found = await self._plan(pod, request, constraints, names, priority)
             if found.best is None:
                 self.attempts.labels("no_victims").inc()
                 logger.info(
@@ -206,7 +209,6 @@ class Preemptor:
         priority: int,
         *,
         required: Mapping[str, Sequence[str]] | None = None,
-        all_pods: Sequence[Mapping[str, Any]] | None = None,
     ) -> Preemption:
         snaps: dict[str, NodeSnapshot] = {}
         for n in names:
@@ -224,7 +226,6 @@ class Preemptor:
             config=self._deps.nvidia,
             rules=self._vendors.rules,
             required=required,
-            all_pods=all_pods,
         )
 
     async def _hold(self, pod: Mapping[str, Any], constraints: PodConstraints, best: VictimSet, bind_hint: str) -> bool:
