@@ -243,7 +243,7 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
 
 def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any]) -> None:
     summary = result["summary"]
-    assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor"}
+    assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor", "preempted", "preemption", "gangs"}
     assert set(summary["gpu"]) == GPU_KEYS
     by_vendor = summary["by_vendor"]
     assert list(by_vendor) == VENDOR_ORDER
@@ -263,7 +263,16 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert (by_vendor["Vastai"]["devices_used"], by_vendor["Vastai"]["memory_allocated_mib"]) == (2, 0)
     assert by_vendor["Mthreads"]["memory_allocated_mib"] == 8 * 512 + 2 * 49152
     for pod in result["pods"]:
-        assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
+        assert list(pod) == [
+            "namespace",
+            "name",
+            "node",
+            "annotations",
+            "reasons",
+            "priority",
+            "pod_group",
+            "preempted_by",
+        ]
 
 
 def _without_times(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
