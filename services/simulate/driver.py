@@ -99,6 +99,8 @@ logger = logging.getLogger(__name__)
 KubeObject = dict[str, Any]
 
 POD_GROUP_API = "scheduling.k8s.io/v1alpha2"
+_WAITING_TASKS = ("simulate:backoff", "simulate:requeue", "simulate:flush")
+"""Tasks of pods waiting to be retried: a stopped run leaves them out."""
 _PREEMPTED_BY = re.compile(r"^Preempted by pod (\S+) ")
 """The extender's ``Preempted`` Event on a victim names the pod it was preempted for."""
 
@@ -562,7 +564,7 @@ class Driver:
                     if isinstance(outcome, _Unschedulable) and self._may_preempt(q):
                         await kubelet_sync()  # the extender preempts for it off the request path
                     continue
-                live = [t for t in tasks if not (stopping and t.get_name().startswith("simulate:backoff"))]
+                live = [t for t in tasks if not (stopping and t.get_name().startswith(_WAITING_TASKS))]
                 if not live and not stopping:
                     await kubelet_sync()  # anything still being deleted is terminated before the run ends
                     live = list(tasks)
