@@ -51,8 +51,17 @@ def test_the_bundled_examples_load_and_the_repository_copies_are_identical() -> 
     assert 8 <= len(cluster.nodes) <= 30
     assert 40 <= len(workload.pods) <= 100
     assert cluster.pods and cluster.quotas
-    for name in ("cluster.yaml", "workload.yaml", "device-config.yaml"):
+    for name in (
+        "cluster.yaml",
+        "workload.yaml",
+        "device-config.yaml",
+        "priority-cluster.yaml",
+        "priority-workload.yaml",
+    ):
         assert (EXAMPLES_DIR / name).read_bytes() == (REPO / "examples" / name).read_bytes(), name
+    priority = load_workload(EXAMPLES_DIR / "priority-workload.yaml")
+    assert len(priority.priority_classes) == 4 and len(priority.pod_groups) == 2
+    assert len(load_cluster(EXAMPLES_DIR / "priority-cluster.yaml").nodes) == 3
 
 
 def test_multi_document_yaml_a_list_and_json_all_load(tmp_path: Path) -> None:
