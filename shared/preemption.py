@@ -6,6 +6,10 @@ A resident is a pod the API shows on the node, not ended and not already termina
 store on that node: only those free devices when evicted. Its priority is ``spec.priority`` (what the Priority
 admission plugin wrote; 0 when absent, as kube-scheduler reads it), its start ``status.startTime`` or else its
 creation. PodDisruptionBudgets are read from ``policy/v1`` and spent pod by pod in eviction order.
+
+The API is read only where eviction can help: a candidate node whose records in the store, all of them evicted,
+would still not make room for the pod (or that holds no record) is judged from the store alone; only the other
+nodes' pods are listed, one ``spec.nodeName`` field-selected list per node (:func:`plan_preemption`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from vgpu_scheduler.shared.domain.model import DEFAULT_NVIDIA_CONFIG, NvidiaConfig, PodConstraints, PodRequest
 from vgpu_scheduler.shared.domain.preempt import (
+    NO_LOWER_PRIORITY,
     Budget,
     NoVictims,
     Resident,
@@ -184,24 +189,44 @@ async def plan_preemption(
     all_pods: Sequence[Mapping[str, Any]] | None = None,
 ) -> Preemption:
     """Victim sets on every node of ``snapshots`` and the one kube-scheduler's rules pick. ``required``: per
-    node, victims already chosen (kube-scheduler's, ``/preempt``); then only those nodes are looked at."""
-    pods = all_pods if all_pods is not None else await api.list_pods()
-    by_node = pods_by_node(pods)
-    budgets = await read_budgets(api)
+    node, victims already chosen (kube-scheduler's, ``/preempt``); then only those nodes are looked at.
+
+    ``all_pods``: the cluster's pods, when the caller has them. Otherwise the API is read per node, and only for
+    the nodes where evicting every pod holding a record there would make room (module docstring): a node where
+    even that does not help is answered from the store, without a request."""
+    by_node = pods_by_node(all_pods) if all_pods is not None else None
+    budgets: list[Budget] | None = None
     out = Preemption(best=None)
     for node, snap in snapshots.items():
         if required is not None and node not in required:
             continue
+        forced = (required or {}).get(node, ())
+        if by_node is not None:
+            node_pods = by_node.get(node, [])
+        else:
+            hopeless = (
+                None
+                if forced
+                else await _hopeless(
+                    store, request, constraints, snap, priority=priority, policies=policies, config=config, rules=rules
+                )
+            )
+            if hopeless is not None:
+                out.reasons[node] = hopeless
+                continue
+            node_pods = pods_by_node(await api.list_pods(node_name=node)).get(node, [])
+        if budgets is None:
+            budgets = await read_budgets(api)
         found = select_victims(
             request,
             constraints,
             snap,
-            await residents(store, by_node.get(node, []), node, budgets),
+            await residents(store, node_pods, node, budgets),
             priority=priority,
             policies=policies,
             config=config,
             rules=rules,
-            required=(required or {}).get(node, ()),
+            required=forced,
         )
         if isinstance(found, NoVictims):
             out.reasons[node] = found.reason
@@ -209,3 +234,37 @@ async def plan_preemption(
             out.sets[node] = found
     out.best = pick_node(out.sets.values())
     return out
+
+
+async def _hopeless(
+    store: Store,
+    request: PodRequest,
+    constraints: PodConstraints,
+    snap: NodeSnapshot,
+    *,
+    priority: int,
+    policies: Policies,
+    config: NvidiaConfig,
+    rules: RuleSet,
+) -> str | None:
+    """Why no victim set on ``snap``'s node can exist, judged from the store alone (None: read its pods). Every
+    pod holding a record there is taken as evictable: if the pod fits without any of them, or does not fit even
+    with all of them gone, no subset of lower priority can make a victim set."""
+    records = await store.reservations.list_by_node(snap.name)
+    if not records:
+        return NO_LOWER_PRIORITY
+    optimistic = [
+        Resident(
+            uid=r.allocation.pod_uid,
+            namespace=r.allocation.namespace,
+            name=r.allocation.name,
+            priority=priority - 1,
+            start_time=0.0,
+            charges=r.allocation.charges,
+        )
+        for r in records
+    ]
+    found = select_victims(
+        request, constraints, snap, optimistic, priority=priority, policies=policies, config=config, rules=rules
+    )
+    return found.reason if isinstance(found, NoVictims) else None

@@ -35,7 +35,7 @@ from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
-from vgpu_scheduler.shared.codec.gang import pod_group_name
+from vgpu_scheduler.shared.codec.gang import coscheduling_group, pod_group_name
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
 from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
@@ -97,6 +97,15 @@ class _Pod:
     """The pod as kube-scheduler sent it (for preemption, off the request path)."""
     group: str | None = None
     """The native PodGroup it belongs to (``spec.schedulingGroup.podGroupName``; docs/gangs.md)."""
+    label_group: str | None = None
+    """Else its coscheduling group (label ``scheduling.x-k8s.io/pod-group``)."""
+
+    @property
+    def gang(self) -> tuple[str, bool] | None:
+        """(group, whether it is a coscheduling group), or None."""
+        if self.group is not None:
+            return self.group, False
+        return (self.label_group, True) if self.label_group is not None else None
 
     @property
     def key(self) -> str:
@@ -237,7 +246,18 @@ class FilterHandler:
         rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
         hint = bind_hint_for(args.pod, self._allocated_keys)
-        return _Pod(namespace, name, uid, request, constraints, ref, hint, args.pod, pod_group_name(args.pod))
+        return _Pod(
+            namespace,
+            name,
+            uid,
+            request,
+            constraints,
+            ref,
+            hint,
+            args.pod,
+            pod_group_name(args.pod),
+            coscheduling_group(args.pod),
+        )
 
     def _invalid_request(self, args: ExtenderArgs, error: ResourceRequestError) -> ExtenderFilterResult:
         """A pod whose GPU request cannot be honoured as written: every candidate refused with what to write.
@@ -302,8 +322,9 @@ class FilterHandler:
             raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
-        if pod.group is not None and self._gangs is not None:
-            why = await self._gangs.blocked(pod.namespace, pod.group)
+        gang = pod.gang
+        if gang is not None and self._gangs is not None:
+            why = await self._gangs.blocked(pod.namespace, gang[0], label=gang[1])
             if why is not None:  # the group cannot be placed whole now: reserve nothing for it (docs/gangs.md)
                 self._metrics.filter_outcome(FilterOutcome.UNSCHEDULABLE)
                 return ExtenderFilterResult.failure(dict.fromkeys(names, why))
@@ -538,7 +559,13 @@ class FilterHandler:
         )
         return ExtenderFilterResult.failure(dict.fromkeys(names, text))
 
+    def _gang_fitted(self, pod: _Pod) -> None:
+        gang = pod.gang
+        if gang is not None and self._gangs is not None:
+            self._gangs.fitted(pod.namespace, gang[0], pod.name, label=gang[1])
+
     def _kept(self, pod: _Pod, node: str) -> ExtenderFilterResult:
+        self._gang_fitted(pod)
         self._metrics.filter_outcome(FilterOutcome.KEPT)
         logger.info("pod already holds devices: node kept", extra={"pod": pod.key, "pod_uid": pod.uid, "node": node})
         return ExtenderFilterResult.fit(node)
@@ -579,6 +606,7 @@ class FilterHandler:
         await self._cache.refresh([conflict.node])
 
     def _scheduled(self, pod: _Pod, decision: Decision, reserved: Reserved, retries: int) -> ExtenderFilterResult:
+        self._gang_fitted(pod)
         self._metrics.filter_outcome(FilterOutcome.SCHEDULED)
         # The decision's log line and event are for people, not for kube-scheduler: they are made in the loop's next
         # turn, after the answer went out (the handler writes it in this one).
@@ -615,9 +643,14 @@ class FilterHandler:
                 logger.debug("node refused pod", extra={"pod": pod.key, "node": node, "reason": text})
         if outcome is FilterOutcome.UNSCHEDULABLE and self._preemptor is not None and pod.obj is not None:
             self._preemptor.consider(pod.obj, pod.request, pod.constraints, names, pod.bind_hint)
-        if outcome is FilterOutcome.UNSCHEDULABLE and self._gangs is not None and pod.group is not None:
+        gang = pod.gang
+        if outcome is FilterOutcome.UNSCHEDULABLE and self._gangs is not None and gang is not None:
             self._gangs.failed(
-                pod.namespace, pod.group, pod.name, ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items()))
+                pod.namespace,
+                gang[0],
+                pod.name,
+                ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())),
+                label=gang[1],
             )
         once_key = (pod.uid or pod.key, outcome.value, ",".join(sorted(kinds)))
         if not self._deps.event_sink.suppressed(once_key):  # kube-scheduler retries: build the events once

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +62,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 COOLDOWN_S = 10.0
-"""A pod is considered for our own preemption at most once in this time per replica (kube-scheduler retries it)."""
+"""A pod is considered for our own preemption at most once in this time per replica (kube-scheduler retries it),
+measured on the event loop's clock (the simulator's simulated one)."""
 MAX_RUNNING = 4
 """Preemptions worked out at once per replica; more unschedulable pods wait for the next retry."""
 JSON = "application/json"
@@ -114,6 +114,12 @@ class Preemptor:
         """Cancel the preemptions still being worked out (the replica is stopping)."""
         await cancel_until_done(list(self._tasks))
 
+    async def idle(self) -> None:
+        """Wait until no preemption is being worked out here (the simulator's kube-scheduler, which shares this
+        process, waits for them so that a run does not depend on timing)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
     # ---- /filter's side ----------------------------------------------------------------------------------------
 
     async def waiting(self, pod_uid: str, node: str) -> int:
@@ -136,7 +142,7 @@ class Preemptor:
             return
         if pod_group_name(pod) is not None:
             return  # a gang member: evicting for one member cannot tell whether the gang can be whole (docs)
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         if now - self._recent.get(uid, -COOLDOWN_S) < COOLDOWN_S:
             return
         self._recent[uid] = now
@@ -163,39 +169,65 @@ class Preemptor:
     ) -> None:
         meta = _meta(pod)
         key = f"{meta.get('namespace')}/{meta.get('name')}"
+        uid = str(meta.get("uid"))
         try:
-            if not await self._store.reservations.begin_preemption(str(meta.get("uid")), self._owner, COOLDOWN_S):
+            if not await self._store.reservations.begin_preemption(uid, self._owner, COOLDOWN_S):
                 self.attempts.labels("elsewhere").inc()
                 return  # another replica is on it
-            all_pods = await self._api.list_pods()
-            status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
-            assert isinstance(status, Mapping)
-            nominated = status.get("nominatedNodeName")
-            if isinstance(nominated, str) and nominated and terminating_on(all_pods, nominated):
-                self.attempts.labels("victims_terminating").inc()
-                return  # an earlier preemption for it is still under way (kube-scheduler waits the same way)
-            found = await self._plan(pod, request, constraints, names, priority, all_pods=all_pods)
-            if found.best is None:
-                self.attempts.labels("no_victims").inc()
-                logger.info(
-                    "preemption found no victim set",
-                    extra={"pod": key, "priority": priority, "reasons": dict(sorted(found.reasons.items())[:20])},
-                )
-                return
-            if not await self._hold(pod, constraints, found.best, bind_hint):
-                self.attempts.labels("hold_refused").inc()
-                return
-            await self._evict(pod, found.best, by="extender")
-            await self._api.patch_pod_status(
-                str(meta.get("namespace")), str(meta.get("name")), {"nominatedNodeName": found.best.node}
+            outcome = await self._attempt(
+                pod, request=request, constraints=constraints, names=names, bind_hint=bind_hint, priority=priority
             )
-            self.attempts.labels("preempted").inc()
+            if outcome != "preempted":
+                # nobody evicted: the right goes back, so that the pod's next try (this replica's cooldown
+                # permitting) is not refused because of an attempt that changed nothing
+                await self._store.reservations.end_preemption(uid, self._owner)
         except VgpuError as e:
             self.attempts.labels("error").inc()
             logger.warning("preemption failed", extra={"pod": key, "error": str(e)})
         except Exception:
             self.attempts.labels("error").inc()
             logger.exception("preemption failed", extra={"pod": key})
+
+    async def _attempt(
+        self,
+        pod: Mapping[str, Any],
+        *,
+        request: PodRequest,
+        constraints: PodConstraints,
+        names: list[str],
+        bind_hint: str,
+        priority: int,
+    ) -> str:
+        """One preemption attempt; its outcome (the ``vgpu_preemption_attempts_total`` label)."""
+        meta = _meta(pod)
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+        assert isinstance(status, Mapping)
+        nominated = status.get("nominatedNodeName")
+        if (
+            isinstance(nominated, str)
+            and nominated
+            and terminating_on(await self._api.list_pods(node_name=nominated), nominated)
+        ):
+            return self._outcome("victims_terminating")  # an earlier preemption for it is under way
+        found = await self._plan(pod, request, constraints, names, priority)
+        if found.best is None:
+            logger.info(
+                "preemption found no victim set",
+                extra={"pod": key, "priority": priority, "reasons": dict(sorted(found.reasons.items())[:20])},
+            )
+            return self._outcome("no_victims")
+        if not await self._hold(pod, constraints, found.best, bind_hint):
+            return self._outcome("hold_refused")
+        await self._evict(pod, found.best, by="extender")
+        await self._api.patch_pod_status(
+            str(meta.get("namespace")), str(meta.get("name")), {"nominatedNodeName": found.best.node}
+        )
+        return self._outcome("preempted")
+
+    def _outcome(self, outcome: str) -> str:
+        self.attempts.labels(outcome).inc()
+        return outcome
 
     async def _plan(
         self,
@@ -206,7 +238,6 @@ class Preemptor:
         priority: int,
         *,
         required: Mapping[str, Sequence[str]] | None = None,
-        all_pods: Sequence[Mapping[str, Any]] | None = None,
     ) -> Preemption:
         snaps: dict[str, NodeSnapshot] = {}
         for n in names:
@@ -224,7 +255,6 @@ class Preemptor:
             config=self._deps.nvidia,
             rules=self._vendors.rules,
             required=required,
-            all_pods=all_pods,
         )
 
     async def _hold(self, pod: Mapping[str, Any], constraints: PodConstraints, best: VictimSet, bind_hint: str) -> bool:

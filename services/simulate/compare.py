@@ -10,14 +10,14 @@ import asyncio
 import dataclasses
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.services.simulate.driver import schedule_all
 from vgpu_scheduler.services.simulate.harness import EmbeddedCluster, HarnessTiming, with_store_prefix
 from vgpu_scheduler.services.simulate.manifests import Cluster, Workload
-from vgpu_scheduler.services.simulate.report import PodResult, device_states, policy_label, summarize
+from vgpu_scheduler.services.simulate.report import PodResult, Preemption, device_states, policy_label, summarize
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.config import SimulateSettings
 from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
@@ -108,10 +108,19 @@ async def run_scenario(
     if scratch:
         settings = with_store_prefix(settings, f"{settings.common.key_prefix}-simulate-{uuid.uuid4().hex[:8]}")
     async with EmbeddedCluster(settings, cluster, timing=timing, purge_store=scratch) as ec:
-        driver = ec.driver()
+        driver = ec.driver(workload)
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = ec.emulator.list("nodes"), ec.emulator.list("pods")
-    return outcome_of(settings, workload, results, nodes, pods, contention=driver.contention.to_json())
+    return outcome_of(
+        settings,
+        workload,
+        results,
+        nodes,
+        pods,
+        contention=driver.contention.to_json(),
+        preemptions=driver.preemptions,
+        gangs=driver.gangs,
+    )
 
 
 def outcome_of(
@@ -122,6 +131,8 @@ def outcome_of(
     pods: Sequence[dict[str, Any]],
     *,
     contention: dict[str, Any] | None = None,
+    preemptions: Sequence[Preemption] = (),
+    gangs: Mapping[tuple[str, str], int] | None = None,
 ) -> Outcome:
     """The outcome of a run: its results, the summary of the cluster's final ``nodes`` and ``pods``, and what the
     driver's kube-scheduler met on the way (``contention``, added to the summary)."""
@@ -130,7 +141,14 @@ def outcome_of(
     states = device_states(
         nodes, pods, common.nvidia, enabled_vendors(common.nvidia, common.device_sections, common.enable_flags)
     )
-    summary = summarize(results, states, node_policy=ext.node_policy.value, gpu_policy=str(ext.gpu_policy))
+    summary = summarize(
+        results,
+        states,
+        node_policy=ext.node_policy.value,
+        gpu_policy=str(ext.gpu_policy),
+        preemptions=preemptions,
+        gangs=gangs,
+    )
     if contention is not None:
         summary["contention"] = contention
     return Outcome(tuple(results), summary, complete=len(results) == len(workload.pods))

@@ -24,7 +24,15 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    :class:`DriverError`. A pod kube-scheduler placed alone on a node whose HAMi plugin serves a resource it asks
    for (a vendor not enabled) is rejected by the kubelet. This node side is :mod:`.nodeside`;
 5. optional hooks let an embedded run wait for the informer to observe the settle before the next pod, and for the
-   extender's snapshot to catch up before each filter, so placements do not depend on timing.
+   extender's snapshot to catch up before each filter, so placements do not depend on timing;
+6. **priority and preemption** (docs/simulate.md): the API server's Priority admission (:mod:`.priority`) runs before
+   the webhook. A pod no node fits waits in kube-scheduler's unschedulable pool and is tried again (after its
+   backoff) when a pod is deleted. When one of positive priority is refused, the driver lets the extender finish
+   its own preemption (``idle``) and plays the kubelet of every pod being deleted: its grace period, then
+   ``Failed``, then the final delete; the preemptor is retried then and binds to the devices held for it;
+7. **gangs**: the members of a v1.36 PodGroup with ``gang.minCount`` wait until ``minCount`` of them exist; then one
+   group pass filters each in turn, and binds the members that passed only when at least ``minCount`` did;
+   otherwise it forgets them all (the extender, told nothing, releases their reservations itself).
 
 Everything travels over HTTP with the exact JSON bodies the real components send (:mod:`.kubehttp`); admission is
 :mod:`.admission`, the scheduler's timing and contention counters :mod:`.timing`.
@@ -35,8 +43,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vgpu_scheduler.services.simulate.admission import Admit, Admitted, local_admission, webhook_admission
@@ -51,13 +60,16 @@ from vgpu_scheduler.services.simulate.nodefit import (
 from vgpu_scheduler.services.simulate.nodeside import NodeSide
 from vgpu_scheduler.services.simulate.podvalidation import is_extended, pod_invalid
 from vgpu_scheduler.services.simulate.pools import ALL_VENDORS
-from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
+from vgpu_scheduler.services.simulate.priority import Forbidden, PriorityAdmission
+from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult, Preemption
 from vgpu_scheduler.services.simulate.timing import LOCK_WAIT_THRESHOLD_S, Contention, SchedulerTiming, error_kind
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.gang import gang_min_count, pod_group_name
 from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.preemption import may_preempt, pod_priority
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
@@ -85,6 +97,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 KubeObject = dict[str, Any]
+
+POD_GROUP_API = "scheduling.k8s.io/v1alpha2"
+_WAITING_TASKS = ("simulate:backoff", "simulate:requeue", "simulate:flush")
+"""Tasks of pods waiting to be retried: a stopped run leaves them out."""
+_PREEMPTED_BY = re.compile(r"^Preempted by pod (\S+) ")
+"""The extender's ``Preempted`` Event on a victim names the pod it was preempted for."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -159,6 +177,18 @@ class _Queued:
     retried: bool = False
     last_error: dict[str, str] = field(default_factory=dict)
     result: PodResult | None = None
+    last_try: float = 0.0
+    """When its last scheduling attempt was (the driver's clock), for the backoff left when it is requeued."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Unschedulable:
+    """No node this time: the pod waits in kube-scheduler's unschedulable pool for a cluster event."""
+
+    result: PodResult
+    by_extender: bool = True
+    """Refused by the extender (kube-scheduler records no rejecting plugin, so any event requeues it), else by
+    kube-scheduler's own NodeResourcesFit or NodeAffinity (requeued when a pod is deleted)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +237,28 @@ class Driver:
         clock: str = "real",
         vendors: Vendors | None = None,
         known_vendors: Vendors | None = None,
+        priority: PriorityAdmission | None = None,
+        pod_groups: Sequence[Mapping[str, Any]] = (),
+        idle: Callable[[], Awaitable[None]] | None = None,
+        after_terminate: Hook | None = None,
     ) -> None:
         self.kube = kube
+        self.priority = priority or PriorityAdmission()
+        """The API server's Priority admission over the workload's PriorityClasses."""
+        self.pod_groups = [dict(g) for g in pod_groups]
+        """PodGroups to create before the first pod (the workload's)."""
+        self.gangs: dict[tuple[str, str], int] = {}
+        for g in self.pod_groups:
+            n = gang_min_count(g) if g.get("apiVersion") == POD_GROUP_API else None
+            if n is not None:
+                self.gangs[(str(g["metadata"].get("namespace") or "default"), str(g["metadata"]["name"]))] = n
+        """minCount of each native gang (kube-scheduler v1.36 schedules them in group passes)."""
+        self.idle = idle
+        """Waits until the extender has no preemption or gang check under way (embedded runs)."""
+        self.after_terminate = after_terminate
+        """Runs after the kubelet deleted a pod for good (embedded runs: until the informer released it)."""
+        self.preemptions: list[Preemption] = []
+        """Every pod evicted by a preemption, in order."""
         self.vendors = vendors
         """The enabled vendors (None: NVIDIA only, with ``cfg``): "is this pod ours", each device plugin's check."""
         self.extenders = extenders
@@ -264,7 +314,19 @@ class Driver:
             gpu = True
         ns, name = str(meta.get("namespace") or "default"), str(meta["name"])
         other = tuple(n for n in sorted(pod_request(pod).scalar) if is_extended(n) and n not in self.managed)
-        return PodResult(ns, name, node, dict(annotations), dict(reasons), node_policy, gpu_policy, gpu, other)
+        return PodResult(
+            ns,
+            name,
+            node,
+            dict(annotations),
+            dict(reasons),
+            node_policy,
+            gpu_policy,
+            gpu,
+            other,
+            priority=pod_priority(pod),
+            pod_group=pod_group_name(pod),
+        )
 
     async def run(
         self,
@@ -284,11 +346,22 @@ class Driver:
         tasks: set[asyncio.Task[None]] = set()
         failures: list[BaseException] = []
         finished = 0
+        unschedulable: list[tuple[_Queued, bool]] = []
+        """Pods no node fitted, in kube-scheduler's unschedulable pool (and whether the extender refused them)."""
+        by_key: dict[str, _Queued] = {}
+        terminating: set[str] = set()
+        gang_waiting: dict[tuple[str, str], list[_Queued]] = {}
+        gang_bound: collections.Counter[tuple[str, str]] = collections.Counter()
+        activity = 0
+        """Binds settled and pods terminated so far: a flush that changed none of it ends the run."""
+        flushed_at = -1
+        quiet_at: float | None = None
 
         def finish(q: _Queued, result: PodResult) -> None:
             nonlocal finished
+            if q.result is None:
+                finished += 1
             q.result = result
-            finished += 1
             if progress is not None:
                 progress(finished, len(pods), result)
             wake.set()
@@ -327,19 +400,139 @@ class Driver:
             )
             spawn(requeue_after(q, delay), f"simulate:backoff:{_key(q.created or q.original)}")
 
+        def park(q: _Queued, result: PodResult, *, by_extender: bool = True) -> None:
+            """Unschedulable: reported pending unless a cluster event brings it back."""
+            finish(q, result)
+            unschedulable.append((q, by_extender))
+
+        def flush_unschedulable() -> None:
+            """kube-scheduler's ``podMaxInUnschedulablePodsDuration``: a pod unschedulable that long is tried again
+            whatever happened."""
+            for q, _by_extender in unschedulable:
+                if q.attempts < self.timing.max_attempts:
+                    left = max(0.0, q.last_try + self.timing.unschedulable_flush_s - loop.time())
+                    spawn(requeue_after(q, left), f"simulate:flush:{_key(q.created or q.original)}")
+            unschedulable[:] = []
+
+        def requeue_unschedulable(*, deleted: bool) -> None:
+            """A pod was bound or deleted (kube-scheduler's AssignedPodAdd / AssignedPodDelete): the unschedulable
+            pods that event concerns go back into the queue once their backoff is over. A pod the extender refused
+            has no rejecting plugin, so kube-scheduler requeues it on any event; one NodeResourcesFit or
+            NodeAffinity refused, on a deletion. A bind only takes room, so after a bind the driver retries only
+            the pods that may preempt (the bound pod may be the victim they lacked): for the others the retry
+            could only fail the same way."""
+            keep: list[tuple[_Queued, bool]] = []
+            for q, by_extender in unschedulable:
+                if not (deleted or (by_extender and self._may_preempt(q))):
+                    keep.append((q, by_extender))
+                    continue
+                if q.attempts >= self.timing.max_attempts:
+                    continue
+                left = max(0.0, q.last_try + self.timing.backoff_s(q.attempts) - loop.time())
+                spawn(requeue_after(q, left), f"simulate:requeue:{_key(q.created or q.original)}")
+            unschedulable[:] = keep
+
         async def binding_cycle(q: _Queued, node: str) -> None:
             assert q.created is not None
             error = await self._bind(q.created, node)
             if error is None:
                 finish(q, await self._settled(q, node))
+                nonlocal activity
+                activity += 1
+                requeue_unschedulable(deleted=False)
             else:
                 ledger.forget(q.created)
                 back_off(q, {node: f"bind failed: {error}"})
 
         async def settle_only(q: _Queued, node: str) -> None:
+            nonlocal activity
             finish(q, await self._settled(q, node))
+            activity += 1
+            requeue_unschedulable(deleted=False)
+
+        async def terminate(pod: KubeObject) -> None:
+            """The kubelet of a pod being deleted; then kube-scheduler hears of the deletion."""
+            nonlocal activity
+            meta = pod["metadata"]
+            last = await self.node_side.terminate(meta["namespace"], meta["name"])
+            activity += 1
+            if last is not None:
+                ledger.forget(last)
+                if self.after_terminate is not None:
+                    await self.after_terminate(last)
+                await self._record_eviction(last, by_key.get(_key(last)), finish, loop.time() - start)
+            requeue_unschedulable(deleted=True)
+
+        async def kubelet_sync() -> None:
+            """Let the extender finish what it does in the background, then start the kubelet's termination of
+            every pod being deleted."""
+            if self.idle is not None:
+                await self.idle()
+            for pod in await self.kube.list_pods():
+                key = _key(pod)
+                meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+                if meta.get("deletionTimestamp") and spec.get("nodeName") and key not in terminating:
+                    terminating.add(key)
+                    spawn(terminate(pod), f"simulate:terminate:{key}")
+
+        def handle(q: _Queued, outcome: PodResult | _Unschedulable | _Assume | _Bound | _Retry) -> None:
+            if isinstance(outcome, PodResult):
+                finish(q, outcome)
+            elif isinstance(outcome, _Unschedulable):
+                park(q, outcome.result, by_extender=outcome.by_extender)
+            elif isinstance(outcome, _Assume):
+                assert q.created is not None
+                ledger.assume(q.created, outcome.node)  # kube-scheduler's assume, before the bind
+                self._in_flight += 1
+                self.contention.max_binds_in_flight = max(self.contention.max_binds_in_flight, self._in_flight)
+                spawn(binding_cycle(q, outcome.node), f"simulate:bind:{_key(q.created or q.original)}")
+            elif isinstance(outcome, _Bound):
+                assert q.created is not None
+                ledger.assume(q.created, outcome.node)
+                spawn(settle_only(q, outcome.node), f"simulate:settle:{_key(q.created or q.original)}")
+            else:
+                back_off(q, outcome.reasons)
+
+        async def group_pass(group: tuple[str, str], members: list[_Queued], need: int) -> None:
+            """kube-scheduler v1.36's gang pass: each member filtered in turn and assumed; the members that passed
+            are bound only when at least ``need`` did, otherwise all are forgotten."""
+            passed: list[tuple[_Queued, _Assume]] = []
+            failed: list[tuple[_Queued, PodResult | _Unschedulable | _Assume | _Bound | _Retry]] = []
+            for m in members:
+                outcome = await self._scheduling_cycle(m)
+                if isinstance(outcome, _Assume):
+                    assert m.created is not None
+                    ledger.assume(m.created, outcome.node)
+                    passed.append((m, outcome))
+                else:
+                    failed.append((m, outcome))
+            if len(passed) >= need:
+                gang_bound[group] += len(passed)
+                for m, assumed in passed:
+                    ledger.forget(m.created or {})
+                    handle(m, assumed)
+                for m, outcome in failed:
+                    handle(m, outcome)
+                return
+            for m, _assumed in passed:
+                ledger.forget(m.created or {})
+            if self.idle is not None:
+                await self.idle()  # the extender, told nothing, releases what the pass reserved (docs/gangs.md)
+            why = (
+                f"pod group {group[1]}: {len(passed)} of {len(members)} member(s) found a node, "
+                f"{need} needed (minCount {self.gangs[group]}): none bound"
+            )
+            for m, _assumed in passed:
+                park(m, self._result(m, None, {}, {ADMISSION: why}))
+            for m, outcome in failed:
+                if isinstance(outcome, _Unschedulable):
+                    park(m, outcome.result, by_extender=outcome.by_extender)
+                else:
+                    handle(m, outcome)
 
         ledger = await self.ledger()
+        for g in self.pod_groups:
+            await self.kube.create_namespaced(g, "podgroups")
         try:
             while True:
                 if failures:
@@ -351,23 +544,41 @@ class Driver:
                 elif not stopping and arrivals:
                     q = arrivals.popleft()
                 if q is not None:
+                    if q.created is None:
+                        refused = await self._admit_and_create(q)
+                        if refused is not None:
+                            finish(q, refused)
+                            continue
+                        by_key[_key(q.created or q.original)] = q
+                    group = self._gang_of(q)
+                    if group is not None and gang_bound[group] < self.gangs[group]:
+                        waiting = gang_waiting.setdefault(group, [])
+                        waiting.append(q)
+                        need = self.gangs[group] - gang_bound[group]
+                        if len(waiting) >= need:
+                            gang_waiting[group] = []
+                            await group_pass(group, waiting, need)
+                        continue
                     outcome = await self._scheduling_cycle(q)
-                    if isinstance(outcome, PodResult):
-                        finish(q, outcome)
-                    elif isinstance(outcome, _Assume):
-                        assert q.created is not None
-                        ledger.assume(q.created, outcome.node)  # kube-scheduler's assume, before the bind
-                        self._in_flight += 1
-                        self.contention.max_binds_in_flight = max(self.contention.max_binds_in_flight, self._in_flight)
-                        spawn(binding_cycle(q, outcome.node), f"simulate:bind:{_key(q.created or q.original)}")
-                    elif isinstance(outcome, _Bound):
-                        assert q.created is not None
-                        ledger.assume(q.created, outcome.node)
-                        spawn(settle_only(q, outcome.node), f"simulate:settle:{_key(q.created or q.original)}")
-                    else:
-                        back_off(q, outcome.reasons)
+                    handle(q, outcome)
+                    if isinstance(outcome, _Unschedulable) and self._may_preempt(q):
+                        await kubelet_sync()  # the extender preempts for it off the request path
                     continue
-                live = [t for t in tasks if not (stopping and t.get_name().startswith("simulate:backoff"))]
+                live = [t for t in tasks if not (stopping and t.get_name().startswith(_WAITING_TASKS))]
+                if not live and not stopping:
+                    await kubelet_sync()  # anything still being deleted is terminated before the run ends
+                    live = list(tasks)
+                    preemptors = [q for q, by_extender in unschedulable if by_extender and self._may_preempt(q)]
+                    if not live and preemptors and activity != flushed_at and self.contention.clock == "simulated":
+                        # quiet, but pods that may preempt wait: kube-scheduler's periodic flush tries the
+                        # unschedulable pods again. For a pod that does not preempt nothing changed, so the retry
+                        # would fail the same way: without a preemptor waiting the run ends here (and five
+                        # simulated minutes of the services' timers are not worth computing). A flush after which
+                        # nothing was bound or deleted would only repeat itself, so it ends the run too; on real
+                        # time the flush's five minutes are not waited for.
+                        flushed_at, quiet_at = activity, loop.time()
+                        flush_unschedulable()
+                        live = list(tasks)
                 if not live:
                     break
                 wake.clear()
@@ -376,36 +587,105 @@ class Driver:
             for task in list(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.contention.duration_s = loop.time() - start
+            # a last flush that changed nothing is not part of the run's duration
+            end = quiet_at if quiet_at is not None and activity == flushed_at else loop.time()
+            self.contention.duration_s = end - start
         if failures:
             raise failures[0]
+        for group, waiting in gang_waiting.items():
+            for m in waiting:
+                if m.result is None:
+                    have = len(waiting) + gang_bound[group]
+                    why = f"pod group {group[1]}: waiting for minCount {self.gangs[group]} members, {have} exist"
+                    finish(m, self._result(m, None, {}, {ADMISSION: why}))
         return [q.result for q in queue if q.result is not None]
 
-    async def _scheduling_cycle(self, q: _Queued) -> PodResult | _Assume | _Bound | _Retry:
-        """One scheduling cycle: a final result, the node chosen (the binding cycle follows), a pod found bound
-        already (after a bind that timed out on our side), or a failure to retry after a backoff."""
-        if q.created is None:
-            admitted = await self.admit(q.original)
-            if admitted.pod is None:
-                return self._result(q, None, {}, {ADMISSION: admitted.message})
-            invalid = pod_invalid(admitted.pod)  # the API server validates the mutated pod before storing it
-            if invalid is not None:
-                return self._result(q, None, {}, {ADMISSION: invalid})
-            q.created = await self.kube.create_pod(admitted.pod)
-        else:
+    def _gang_of(self, q: _Queued) -> tuple[str, str] | None:
+        """The native gang the pod belongs to (None: scheduled alone)."""
+        pod = q.created or q.original
+        name = pod_group_name(pod)
+        if name is None:
+            return None
+        key = (str(pod["metadata"].get("namespace") or "default"), name)
+        return key if key in self.gangs else None
+
+    def _may_preempt(self, q: _Queued) -> bool:
+        pod = q.created or q.original
+        return pod_priority(pod) > 0 and may_preempt(pod) and self._gang_of(q) is None
+
+    async def _record_eviction(
+        self,
+        last: KubeObject,
+        q: _Queued | None,
+        finish: Callable[[_Queued, PodResult], None],
+        at_s: float,
+    ) -> None:
+        """A pod the kubelet terminated after its deletion: who preempted it (the ``Preempted`` Event the extender
+        recorded on it), in :attr:`preemptions`, and a workload pod's result."""
+        meta = last["metadata"]
+        node = str((last.get("spec") or {}).get("nodeName") or "")
+        events = await self.kube.list_events(
+            str(meta["namespace"]), field_selector=f"involvedObject.name={meta['name']},reason=Preempted"
+        )
+        by = None
+        for e in events:
+            found = _PREEMPTED_BY.match(str(e.get("message") or ""))
+            if found:
+                by = found.group(1)
+        self.preemptions.append(
+            Preemption(
+                pod=_key(last),
+                node=node,
+                by=by,
+                priority=pod_priority(last),
+                at_s=round(at_s, 3),
+                workload=q is not None,
+            )
+        )
+        if q is not None and q.result is not None and q.result.placed:
+            reason = f"preempted by {by}" if by else "deleted"
+            result = self._result(
+                q, None, q.result.annotations, {node: f"{reason} (terminated after its grace period)"}
+            )
+            finish(q, replace(result, evicted=True, preempted_by=by))
+
+    async def _admit_and_create(self, q: _Queued) -> PodResult | None:
+        """The API server's side of a new pod: Priority admission, the webhook's mutation, validation, then the
+        pod is created (``q.created``). The refusal as the pod's result, or None."""
+        prioritized = self.priority.admit(q.original)
+        if isinstance(prioritized, Forbidden):
+            return self._result(q, None, {}, {ADMISSION: prioritized.message})
+        admitted = await self.admit(prioritized)
+        if admitted.pod is None:
+            return self._result(q, None, {}, {ADMISSION: admitted.message})
+        invalid = pod_invalid(admitted.pod)  # the API server validates the mutated pod before storing it
+        if invalid is not None:
+            return self._result(q, None, {}, {ADMISSION: invalid})
+        q.created = await self.kube.create_pod(admitted.pod)
+        return None
+
+    async def _scheduling_cycle(self, q: _Queued) -> PodResult | _Unschedulable | _Assume | _Bound | _Retry:
+        """One scheduling cycle of a created pod: a final result, unschedulable for now, the node chosen (the
+        binding cycle follows), a pod found bound already (after a bind that timed out on our side), or a
+        failure to retry after a backoff."""
+        assert q.created is not None
+        if q.attempts:
             meta = q.created["metadata"]
             current = await self.kube.get_pod(meta["namespace"], meta["name"])
             node = (current.get("spec") or {}).get("nodeName")
             if node:  # a bind that timed out on our side went through after all: the pod is bound
                 return _Bound(str(node))
+            q.created = current
         q.attempts += 1
+        q.last_try = asyncio.get_running_loop().time()
         created = q.created
         # kube-scheduler's own filters first; the extender sees only the nodes they leave
         names, refused = kube_filters(created, await self.nodes())
         candidates, misfits = (await self.ledger()).filter(created, names, self.managed)
         refused.update((node, REASON_SEPARATOR.join(reasons)) for node, reasons in misfits.items())
         if not candidates:
-            return self._result(q, None, {}, refused or {ADMISSION: "no candidate node"})
+            result = self._result(q, None, {}, refused or {ADMISSION: "no candidate node"})
+            return _Unschedulable(result, by_extender=False)
         if self.before_filter is not None:
             await self.before_filter(created)
         try:
@@ -421,7 +701,7 @@ class Driver:
         if not chosen:
             failed = answer.get("FailedNodes") or {}
             refused.update((str(k), str(v)) for k, v in failed.items())
-            return self._result(q, None, {}, refused or {ADMISSION: "no candidate node"})
+            return _Unschedulable(self._result(q, None, {}, refused or {ADMISSION: "no candidate node"}))
         return _Assume(str(chosen[0]))
 
     async def _bind(self, pod: KubeObject, node: str) -> str | None:

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -31,12 +32,13 @@ from prometheus_client import CollectorRegistry
 
 from vgpu_scheduler.services.allinone.service import AllInOneDeps, AllInOneService
 from vgpu_scheduler.services.extender.service import ExtenderService
-from vgpu_scheduler.services.extender.snapshot import CacheSettings
+from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCache
 from vgpu_scheduler.services.simulate.admission import local_admission
 from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
 from vgpu_scheduler.services.simulate.driver import Defaults, Driver
 from vgpu_scheduler.services.simulate.kubehttp import Extenders, KubeHttp
-from vgpu_scheduler.services.simulate.manifests import Cluster
+from vgpu_scheduler.services.simulate.manifests import Cluster, Workload
+from vgpu_scheduler.services.simulate.priority import PriorityAdmission
 from vgpu_scheduler.services.simulate.timing import SchedulerTiming
 from vgpu_scheduler.shared.config import AllInOneSettings, BindAddress, SimulateSettings
 from vgpu_scheduler.shared.domain.model import QuotaState
@@ -110,7 +112,7 @@ class EmbeddedCluster:
         self.purge_store = purge_store
         self.cluster = cluster
         self.timing = timing or HarnessTiming()
-        self.emulator = Emulator()
+        self.emulator = Emulator(graceful_pod_deletion=True)  # a preemption's victims terminate as on a cluster
         self.stop = asyncio.Event()
         self._stack = contextlib.AsyncExitStack()
         self._task: asyncio.Task[None] | None = None
@@ -225,8 +227,9 @@ class EmbeddedCluster:
         assert server is not None
         return server.url
 
-    def driver(self) -> Driver:
-        """A driver against these services (local admission with the store's quota, waits for determinism)."""
+    def driver(self, workload: Workload | None = None) -> Driver:
+        """A driver against these services (local admission with the store's quota, waits for determinism), with
+        the ``workload``'s PriorityClasses and PodGroups."""
         assert self.session is not None and self.store is not None
         ext = self.settings.extender
         store = self.store
@@ -252,7 +255,29 @@ class EmbeddedCluster:
             timing=self.timing.scheduler,
             clock="simulated" if simulated else "real",
             vendors=vendors,
+            priority=PriorityAdmission(workload.priority_classes if workload is not None else ()),
+            pod_groups=workload.pod_groups if workload is not None else (),
+            idle=self.extender_idle,
+            after_terminate=self.released,
         )
+
+    async def extender_idle(self) -> None:
+        """Wait until the extender works out no preemption and checks no gang in the background."""
+        await self.extender.preemptor.idle()
+        await self.extender.gangs.idle()
+
+    async def released(self, pod: KubeObject) -> None:
+        """Wait until the informer released what a terminated pod held (it saw the pod end)."""
+        assert self.store is not None
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        cache = self.extender.cache
+        try:
+            async with asyncio.timeout(self.timing.settle_timeout_s):
+                while (node := await self.store.reservations.node_of(uid)) is not None:
+                    # the release bumps the node's generation, which the extender's cache follows
+                    await cache.wait_until(_moved_on(cache, node), timeout_s=None)
+        except TimeoutError:
+            raise HarnessError(f"timed out waiting for the informer to release the terminated pod {uid}") from None
 
     async def snapshot_caught_up(self, pod: KubeObject | None = None) -> None:
         """Wait until the extender's snapshot holds every registered node at the store's current generation."""
@@ -268,3 +293,9 @@ class EmbeddedCluster:
             await cache.wait_until(caught_up, timeout_s=self.timing.settle_timeout_s)
         except TimeoutError:
             raise HarnessError("timed out waiting for the extender's snapshot to catch up with the store") from None
+
+
+def _moved_on(cache: SnapshotCache, node: str) -> Callable[[], bool]:
+    """A predicate: the extender's snapshot of ``node`` has a newer generation than now."""
+    seen = cache.generation(node) or 0
+    return lambda: (cache.generation(node) or 0) > seen

@@ -8,6 +8,7 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+from urllib.parse import quote
 
 import aiohttp
 
@@ -39,16 +40,18 @@ class KubeHttp:
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self._session = session
-        self._base = base_url.rstrip("/") + "/api/v1"
+        self._root = base_url.rstrip("/")
+        self._base = self._root + "/api/v1"
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
-    async def _call(self, method: str, path: str, body: Any = None, *, content_type: str = "application/json") -> Any:
+    async def _call(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json", root: bool = False
+    ) -> Any:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if data is not None else {}
+        url = (self._root if root else self._base) + path
         try:
-            async with self._session.request(
-                method, self._base + path, data=data, headers=headers, timeout=self._timeout
-            ) as resp:
+            async with self._session.request(method, url, data=data, headers=headers, timeout=self._timeout) as resp:
                 text = await resp.read()
                 if resp.status >= 300:
                     raise DriverError(
@@ -88,6 +91,30 @@ class KubeHttp:
 
     async def patch_node(self, name: str, patch: Mapping[str, Any]) -> None:
         await self._call("PATCH", f"/nodes/{name}", patch, content_type=MERGE_PATCH)
+
+    async def delete_pod(self, namespace: str, name: str, *, grace_period_s: int, uid: str | None = None) -> None:
+        """DELETE a pod with DeleteOptions ``gracePeriodSeconds`` (0: at once, as the kubelet's final delete) and a
+        uid precondition; a pod already gone is not an error."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_period_s}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            await self._call("DELETE", f"/namespaces/{namespace}/pods/{name}", body)
+        except DriverError as e:
+            if e.status != 404:
+                raise
+
+    async def list_events(self, namespace: str, *, field_selector: str) -> list[KubeObject]:
+        body = await self._call("GET", f"/namespaces/{namespace}/events?fieldSelector={quote(field_selector)}")
+        return list(body.get("items") or [])
+
+    async def create_namespaced(self, obj: Mapping[str, Any], plural: str) -> KubeObject:
+        """Create an object of another API group (``obj['apiVersion']``: ``<group>/<version>``), e.g. a PodGroup."""
+        ns = obj["metadata"].get("namespace") or "default"
+        created: KubeObject = await self._call(
+            "POST", f"/apis/{obj['apiVersion']}/namespaces/{ns}/{plural}", dict(obj), root=True
+        )
+        return created
 
 
 class Extenders:

@@ -44,6 +44,7 @@ from vgpu_scheduler.services.simulate.harness import HarnessError, HarnessTiming
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
 from vgpu_scheduler.services.simulate.plot import check_directory, load_pyplot, write_plots
+from vgpu_scheduler.services.simulate.priority import PriorityAdmission
 from vgpu_scheduler.services.simulate.report import PodResult, policy_label, render_pods, render_summary
 from vgpu_scheduler.services.simulate.timing import SchedulerTiming
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
@@ -432,10 +433,21 @@ async def drive_deployed(
             defaults=Defaults(ext.node_policy, ext.gpu_policy),
             timing=timing,
             vendors=vendors,
+            priority=PriorityAdmission(workload.priority_classes),
+            pod_groups=workload.pod_groups,
         )
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = await kube.list_nodes(), await kube.list_pods()
-    return outcome_of(settings, workload, results, nodes, pods, contention=driver.contention.to_json())
+    return outcome_of(
+        settings,
+        workload,
+        results,
+        nodes,
+        pods,
+        contention=driver.contention.to_json(),
+        preemptions=driver.preemptions,
+        gangs=driver.gangs,
+    )
 
 
 async def _no_quota(namespace: str) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -51,7 +51,22 @@ KubeObject = dict[str, Any]
 NVIDIA = "NVIDIA"
 
 CLUSTER_KINDS = frozenset({"Node", NODE_POOL, "Pod", "ResourceQuota", "Namespace"})
-WORKLOAD_KINDS = frozenset({"Pod"})
+WORKLOAD_KINDS = frozenset({"Pod", "PriorityClass", "PodGroup"})
+
+PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
+POD_GROUP_API = "scheduling.k8s.io/v1alpha2"
+"""Kubernetes v1.36's PodGroup (gang scheduling: ``spec.schedulingPolicy.gang.minCount``)."""
+COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
+"""scheduler-plugins' PodGroup (coscheduling: ``spec.minMember``), named by the label
+``scheduling.x-k8s.io/pod-group``."""
+API_VERSIONS: dict[str, tuple[str, ...]] = {
+    "PriorityClass": (PRIORITY_CLASS_API,),
+    "PodGroup": (POD_GROUP_API, COSCHEDULING_API),
+}
+"""The apiVersions accepted for the kinds outside the core group (every other kind is ``v1``)."""
+NAMESPACED = frozenset({"Pod", "ResourceQuota", "PodGroup"})
+HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
 
 
 class ManifestError(ConfigError):
@@ -76,6 +91,10 @@ class Located:
     @property
     def namespace(self) -> str:
         return str(self.obj["metadata"].get("namespace") or "default")
+
+    @property
+    def api_version(self) -> str:
+        return str(self.obj.get("apiVersion") or "v1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +130,13 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """The pods to schedule, in order."""
+    """The pods to schedule, in order; the PriorityClasses their ``priorityClassName`` names (the API server's
+    Priority admission resolves them, :mod:`.priority`); the PodGroups of their gangs (created before the pods)."""
 
     pods: tuple[KubeObject, ...]
     source: str = ""
+    priority_classes: tuple[KubeObject, ...] = ()
+    pod_groups: tuple[KubeObject, ...] = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -207,8 +229,9 @@ def _check_object(where: str, doc: Any, kinds: frozenset[str]) -> KubeObject:
         expected = ", ".join(sorted(kinds))
         raise _fail(where, "kind", f"{kind!r} is not accepted here (expected {expected})")
     api_version = doc.get("apiVersion", "v1")
-    if api_version != "v1":
-        raise _fail(where, "apiVersion", f"expected v1 for a {kind}, got {api_version!r}")
+    accepted = API_VERSIONS.get(kind, ("v1",))
+    if api_version not in accepted:
+        raise _fail(where, "apiVersion", f"expected {' or '.join(accepted)} for a {kind}, got {api_version!r}")
     meta = _mapping(doc, "metadata", where, "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
@@ -219,7 +242,7 @@ def _check_object(where: str, doc: Any, kinds: frozenset[str]) -> KubeObject:
     _string_map(meta, "labels", where, "metadata.labels")
     _string_map(meta, "annotations", where, "metadata.annotations")
     obj = copy.deepcopy(doc)
-    obj["apiVersion"] = "v1"
+    obj["apiVersion"] = api_version
     return obj
 
 
@@ -336,11 +359,12 @@ def _located(path: Path, kinds: frozenset[str]) -> list[Located]:
 def _check_unique(items: Sequence[Located]) -> None:
     seen: dict[tuple[str, str, str], str] = {}
     for loc in items:
-        namespaced = loc.kind in ("Pod", "ResourceQuota")
-        key = (loc.kind, loc.namespace if namespaced else "", loc.name)
+        namespaced = loc.kind in NAMESPACED
+        kind = loc.kind if loc.api_version == "v1" else f"{loc.kind} {loc.api_version}"
+        key = (kind, loc.namespace if namespaced else "", loc.name)
         if key in seen:
             shown = f"{key[1]}/{key[2]}" if namespaced else key[2]
-            raise _fail(loc.where, "metadata.name", f"{loc.kind} {shown} is already defined at {seen[key]}")
+            raise _fail(loc.where, "metadata.name", f"{kind} {shown} is already defined at {seen[key]}")
         seen[key] = loc.where
 
 
@@ -429,17 +453,107 @@ def load_cluster(
     )
 
 
+def _is_int(v: Any) -> TypeGuard[int]:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_priority_class(loc: Located) -> None:
+    """A PriorityClass as the API server's validation and Priority admission accept it."""
+    obj = loc.obj
+    value = obj.get("value")
+    if not _is_int(value):
+        raise _fail(loc.where, "value", f"Required value: an integer priority, got {_type(value)}")
+    if value > HIGHEST_USER_DEFINABLE_PRIORITY:
+        raise _fail(
+            loc.where, "value", f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"
+        )
+    if loc.name.startswith("system-"):
+        raise _fail(
+            loc.where, "metadata.name", "priority class names with 'system-' prefix are reserved for system use"
+        )
+    if not isinstance(obj.get("globalDefault", False), bool):
+        raise _fail(loc.where, "globalDefault", f"expected a boolean, got {_type(obj.get('globalDefault'))}")
+    policy = obj.get("preemptionPolicy")
+    if policy is not None and policy not in PREEMPTION_POLICIES:
+        raise _fail(loc.where, "preemptionPolicy", f"expected {' or '.join(PREEMPTION_POLICIES)}, got {policy!r}")
+
+
+def _check_pod_group(loc: Located) -> None:
+    """A native PodGroup (``spec.schedulingPolicy``: ``gang.minCount`` or ``basic``) or a coscheduling one
+    (``spec.minMember``)."""
+    spec = _mapping(loc.obj, "spec", loc.where, "spec")
+    if loc.api_version == COSCHEDULING_API:
+        n = spec.get("minMember")
+        if not _is_int(n) or n < 1:
+            raise _fail(loc.where, "spec.minMember", f"expected an integer of at least 1, got {n!r}")
+        return
+    policy = _mapping(spec, "schedulingPolicy", loc.where, "spec.schedulingPolicy")
+    if ("gang" in policy) == ("basic" in policy):
+        raise _fail(loc.where, "spec.schedulingPolicy", "exactly one of gang or basic is required")
+    if "gang" in policy:
+        gang = _mapping(policy, "gang", loc.where, "spec.schedulingPolicy.gang")
+        n = gang.get("minCount")
+        if not _is_int(n) or n < 1:
+            raise _fail(
+                loc.where, "spec.schedulingPolicy.gang.minCount", f"expected an integer of at least 1, got {n!r}"
+            )
+
+
+def _check_scheduling_fields(loc: Located, groups: set[tuple[str, str]]) -> None:
+    """A workload pod's priority fields (resolved at admission, :mod:`.priority`) and the PodGroup it names."""
+    spec = loc.obj.get("spec") or {}
+    if "priority" in spec and not _is_int(spec["priority"]):
+        raise _fail(loc.where, "spec.priority", f"expected an integer, got {_type(spec['priority'])}")
+    for key in ("priorityClassName", "preemptionPolicy"):
+        if key in spec and not isinstance(spec[key], str):
+            raise _fail(loc.where, f"spec.{key}", f"expected a string, got {_type(spec[key])}")
+    group = spec.get("schedulingGroup")
+    if group is None:
+        return
+    if not isinstance(group, dict) or not isinstance(group.get("podGroupName"), str) or not group["podGroupName"]:
+        raise _fail(loc.where, "spec.schedulingGroup.podGroupName", "expected the name of a PodGroup")
+    if (loc.namespace, group["podGroupName"]) not in groups:
+        raise _fail(
+            loc.where,
+            "spec.schedulingGroup.podGroupName",
+            f"no PodGroup {loc.namespace}/{group['podGroupName']} ({POD_GROUP_API}) in this file",
+        )
+
+
 def load_workload(path: str | Path) -> Workload:
-    """Read and check a workload file: Pods only, not yet placed, scheduled in file order."""
+    """Read and check a workload file: Pods, not yet placed, scheduled in file order; the PriorityClasses and
+    PodGroups they name."""
     p = Path(path)
     items = _located(p, WORKLOAD_KINDS)
     _check_unique(items)
-    for loc in items:
+    classes = [loc for loc in items if loc.kind == "PriorityClass"]
+    groups = [loc for loc in items if loc.kind == "PodGroup"]
+    for loc in classes:
+        _check_priority_class(loc)
+    defaults = [loc for loc in classes if loc.obj.get("globalDefault")]
+    if len(defaults) > 1:
+        raise _fail(
+            defaults[1].where,
+            "globalDefault",
+            f"PriorityClass {defaults[0].name} is already marked as default. Only one default can exist",
+        )
+    for loc in groups:
+        _check_pod_group(loc)
+        loc.obj["metadata"].setdefault("namespace", "default")
+    native = {(loc.namespace, loc.name) for loc in groups if loc.api_version == POD_GROUP_API}
+    pods = [loc for loc in items if loc.kind == "Pod"]
+    for loc in pods:
         _check_pod(loc, running=False)
+        _check_scheduling_fields(loc, native)
         loc.obj["metadata"].setdefault("namespace", "default")
         for key in ("uid", "resourceVersion", "creationTimestamp"):
             loc.obj["metadata"].pop(key, None)
         loc.obj.pop("status", None)
-    if not items:
+    if not pods:
         raise ManifestError(f"{p}: no Pod in the workload file")
-    return Workload(pods=tuple(loc.obj for loc in items), source=str(p))
+    return Workload(
+        pods=tuple(loc.obj for loc in pods),
+        source=str(p),
+        priority_classes=tuple(loc.obj for loc in classes),
+        pod_groups=tuple(loc.obj for loc in groups),
+    )

@@ -7,7 +7,8 @@ The decisions are the pure functions of :mod:`.devplugin`; this is their I/O aga
 
 from __future__ import annotations
 
-from datetime import datetime
+import asyncio
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from vgpu_scheduler.services.simulate.devplugin import (
@@ -78,8 +79,33 @@ class NodeSide:
             await self._release_node_lock(node, ns, name)
             if self.vendors is not None and NodeLockKind.CAMBRICON in lock_kinds_of(pod, self.vendors):
                 await self._release_time_lock(node, NodeLockKind.CAMBRICON.value)
-        await self.kube.patch_pod(ns, name, {"status": {"phase": "Running"}}, status=True)
+        # startTime to the microsecond: preemption evicts the most recently started first, and a run's order of
+        # events (the simulated clock's) is also the wall clock's, so equal seconds must not tie
+        started = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        await self.kube.patch_pod(ns, name, {"status": {"phase": "Running", "startTime": started}}, status=True)
         return await self.kube.get_pod(ns, name), None
+
+    async def terminate(self, ns: str, name: str) -> KubeObject | None:
+        """The kubelet and a pod being deleted (``deletionTimestamp`` set, e.g. a preemption's victim): its containers
+        stop at the end of its grace period (taken whole, on the driver's clock), the pod ends ``Failed`` (the
+        informer releases its devices then), and the kubelet deletes it for good (``gracePeriodSeconds: 0``, uid
+        precondition). Returns the pod's last state (None when it was already gone)."""
+        try:
+            pod = await self.kube.get_pod(ns, name)
+        except DriverError as e:
+            if e.status == 404:
+                return None
+            raise
+        await asyncio.sleep(int(pod["metadata"].get("deletionGracePeriodSeconds") or 0))
+        try:
+            await self.kube.patch_pod(ns, name, {"status": {"phase": "Failed"}}, status=True)
+            last = await self.kube.get_pod(ns, name)
+        except DriverError as e:
+            if e.status == 404:
+                return None
+            raise
+        await self.kube.delete_pod(ns, name, grace_period_s=0, uid=str(pod["metadata"].get("uid") or ""))
+        return last
 
     async def _check_plugin_serves(self, pod: KubeObject, node: str) -> None:
         """Raise DriverError unless HAMi's plugin on ``node`` would find ``pod`` (through the node lock) and

@@ -69,19 +69,54 @@ class PodResult:
     other: tuple[str, ...] = ()
     """Extended resources the pod asks for that no enabled vendor manages: kube-scheduler alone placed it, fitting
     them against the node's allocatable."""
+    priority: int = 0
+    """``spec.priority`` as the Priority admission resolved it."""
+    pod_group: str | None = None
+    """The PodGroup it names (``spec.schedulingGroup.podGroupName``), if any."""
+    evicted: bool = False
+    """It was placed, then deleted by a preemption (``reasons`` names its node); it holds nothing at the end."""
+    preempted_by: str | None = None
+    """``namespace/name`` of the pod it was preempted for, when the extender's ``Preempted`` Event says."""
 
     @property
     def placed(self) -> bool:
         return self.node is not None
 
     def to_json(self) -> dict[str, Any]:
-        """The interface shape: exactly ``namespace``, ``name``, ``node``, ``annotations``, ``reasons``."""
+        """The interface shape: ``namespace``, ``name``, ``node``, ``annotations``, ``reasons``; added:
+        ``priority``, ``pod_group``, ``preempted_by``."""
         return {
             "namespace": self.namespace,
             "name": self.name,
             "node": self.node,
             "annotations": dict(sorted(self.annotations.items())),
             "reasons": dict(sorted(self.reasons.items())),
+            "priority": self.priority,
+            "pod_group": self.pod_group,
+            "preempted_by": self.preempted_by,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """One pod evicted by a preemption: who, where, for whom, and when (seconds after the run began)."""
+
+    pod: str
+    node: str
+    by: str | None
+    priority: int
+    at_s: float
+    workload: bool
+    """A pod of the workload (else one of the cluster file's running pods)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "node": self.node,
+            "by": self.by,
+            "priority": self.priority,
+            "at_s": self.at_s,
+            "workload": self.workload,
         }
 
 
@@ -260,9 +295,13 @@ def summarize(
     *,
     node_policy: str,
     gpu_policy: str,
+    preemptions: Sequence[Preemption] = (),
+    gangs: Mapping[tuple[str, str], int] | None = None,
 ) -> dict[str, Any]:
-    """The ``summary`` object of the JSON output (see the module docstring for the definitions)."""
+    """The ``summary`` object of the JSON output (see the module docstring for the definitions). ``preemptions``:
+    every pod a preemption evicted; ``gangs``: each native gang's ``minCount``."""
     placed = [r for r in results if r.placed]
+    evicted = [r for r in results if r.evicted]
     by_policy: dict[str, dict[str, int]] = {}
     for r in results:
         row = by_policy.setdefault(policy_label(r.node_policy, r.gpu_policy), {"pods": 0, "placed": 0, "pending": 0})
@@ -272,12 +311,13 @@ def summarize(
     vendor_names = list(dict.fromkeys(s.vendor for s in sorted(states.values(), key=_vendor_order)))
     reasons: Counter[str] = Counter()
     for r in results:
-        if not r.placed:
+        if not r.placed and not r.evicted:
             reasons.update(reason_types(r.reasons))
     return {
         "pods": len(results),
         "placed": len(placed),
-        "pending": len(results) - len(placed),
+        "pending": len(results) - len(placed) - len(evicted),
+        "preempted": len(evicted),
         "policies": {"node": node_policy, "gpu": gpu_policy},
         "by_policy": {k: by_policy[k] for k in sorted(by_policy)},
         "gpu": _device_figures(usable),
@@ -287,7 +327,38 @@ def summarize(
         "nodes_in_use": len({s.node for s in states.values() if s.used > 0}),
         "pending_reasons": dict(sorted(reasons.items())),
         "over_capacity": audit(states),
+        "preemption": _preemption_json(results, preemptions),
+        "gangs": _gangs_json(results, gangs or {}),
     }
+
+
+def _preemption_json(results: Sequence[PodResult], preemptions: Sequence[Preemption]) -> dict[str, Any]:
+    """``evictions`` in order; ``preemptors``: each pod that evicted others, its priority, node and victims."""
+    by_key = {f"{r.namespace}/{r.name}": r for r in results}
+    preemptors: dict[str, dict[str, Any]] = {}
+    for e in preemptions:
+        if e.by is None:
+            continue
+        r = by_key.get(e.by)
+        row = preemptors.setdefault(
+            e.by,
+            {"priority": r.priority if r else None, "node": r.node if r else None, "victims": []},
+        )
+        row["victims"] = sorted([*row["victims"], e.pod])
+    return {"evictions": [e.to_json() for e in preemptions], "preemptors": preemptors}
+
+
+def _gangs_json(results: Sequence[PodResult], gangs: Mapping[tuple[str, str], int]) -> dict[str, Any]:
+    """Per native gang (``namespace/name``): ``min_count``, ``members`` in the workload, ``bound`` at the end."""
+    out: dict[str, Any] = {}
+    for (ns, name), min_count in sorted(gangs.items()):
+        members = [r for r in results if r.namespace == ns and r.pod_group == name]
+        out[f"{ns}/{name}"] = {
+            "min_count": min_count,
+            "members": len(members),
+            "bound": sum(1 for r in members if r.placed),
+        }
+    return out
 
 
 def _vendor_order(state: DeviceState) -> tuple[bool, str]:
@@ -387,6 +458,9 @@ def render_pods(results: Sequence[PodResult]) -> str:
         tail = _why(r.reasons)
         if r.placed:
             tail = _devices_text(r.annotations) if r.gpu else _no_device_text(r.other)
+        elif r.evicted:
+            [(node, text)] = list(r.reasons.items())[:1] or [("-", "evicted")]
+            tail = f"{node}: {text}; it held {_devices_text(r.annotations)}"
         lines.append(f"{r.namespace + '/' + r.name:<{width}}  {r.node or '-':<{node_width}}  {tail}")
     return "\n".join(lines)
 
@@ -459,12 +533,29 @@ def _vendor_lines(summary: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _preemption_lines(preemption: Mapping[str, Any]) -> list[str]:
+    """``preemption:`` and one line per preemptor (its victims), then evictions no preemptor was found for."""
+    evictions = preemption.get("evictions") or []
+    if not evictions:
+        return []
+    lines = [f"preemption: {len(evictions)} pod(s) evicted"]
+    for pod, p in (preemption.get("preemptors") or {}).items():
+        lines.append(
+            f"  {pod} (priority {p['priority']}) -> {p['node'] or 'not bound'}: evicted {', '.join(p['victims'])}"
+        )
+    unknown = [e["pod"] for e in evictions if not e.get("by")]
+    if unknown:
+        lines.append(f"  deleted, no preemptor recorded: {', '.join(unknown)}")
+    return lines
+
+
 def render_summary(summary: Mapping[str, Any]) -> str:
     """The summary block under the pod table."""
     gpu, frag = summary["gpu"], summary["fragmentation"]
     lines = [
         f"policies: node {summary['policies']['node']}, gpu {summary['policies']['gpu']}",
-        f"placed {summary['placed']}/{summary['pods']}, pending {summary['pending']}",
+        f"placed {summary['placed']}/{summary['pods']}, pending {summary['pending']}"
+        + (f", preempted {summary['preempted']}" if summary.get("preempted") else ""),
         "by pod policy (node/gpu): "
         + ", ".join(f"{k} {v['placed']}/{v['pods']} placed" for k, v in summary["by_policy"].items()),
         f"GPU memory {gpu['memory_allocated_mib']}/{gpu['memory_mib']} MiB ({_pct(gpu['memory_utilisation'])}), "
@@ -476,6 +567,10 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         f"nodes touched {summary['nodes_touched']}, nodes in use {summary['nodes_in_use']}",
     ]
     lines += pending_lines(summary["pending_reasons"])
+    lines += _preemption_lines(summary.get("preemption") or {})
+    for group, g in (summary.get("gangs") or {}).items():
+        whole = "whole" if g["bound"] >= g["min_count"] else ("none bound" if not g["bound"] else "PARTLY BOUND")
+        lines.append(f"gang {group}: {g['bound']}/{g['members']} members bound, minCount {g['min_count']} ({whole})")
     contention = summary.get("contention")
     if contention:
         clock = "simulated" if contention["clock"] == "simulated" else "wall-clock"

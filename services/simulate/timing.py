@@ -19,6 +19,10 @@ class SchedulerTiming:
     """The extender's ``httpTimeout`` (the Helm chart's ``kubeScheduler.extenderHTTPTimeout``)."""
     allocate_latency_s: float = 0.2
     """From the Binding to the device plugin's Allocate (kubelet's pod admission), as HAMi's plugin sees it."""
+    unschedulable_flush_s: float = 300.0
+    """``podMaxInUnschedulablePodsDuration``: a pod unschedulable this long is tried again without any event (the
+    driver does it on the simulated clock once the run is otherwise quiet and a pod that may preempt waits, as long
+    as the previous flush changed something)."""
     max_attempts: int = 20
     """A simulation must end: a pod still failing to bind after this many scheduling attempts is reported pending
     (kube-scheduler would go on retrying it every ``max_backoff_s``)."""

@@ -1,6 +1,7 @@
 """Gang membership as the API writes it (docs/gangs.md): Kubernetes v1.36's ``scheduling.k8s.io/v1alpha2``
 PodGroup named by a pod's ``spec.schedulingGroup.podGroupName``, its ``spec.schedulingPolicy.gang.minCount``, and
-scheduler-plugins' coscheduling label ``scheduling.x-k8s.io/pod-group``. Pure: objects in, facts out."""
+scheduler-plugins' coscheduling label ``scheduling.x-k8s.io/pod-group`` with its ``scheduling.x-k8s.io/v1alpha1``
+PodGroup's ``spec.minMember``. Pure: objects in, facts out."""
 
 from __future__ import annotations
 
@@ -37,19 +38,29 @@ def gang_min_count(group: Mapping[str, Any]) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
-def live_members(pods: Sequence[Mapping[str, Any]], group: str) -> list[Mapping[str, Any]]:
-    """The pods of ``pods`` naming PodGroup ``group`` that have not ended and are not being deleted."""
+def coscheduling_min_member(group: Mapping[str, Any]) -> int | None:
+    """A scheduler-plugins PodGroup's (``scheduling.x-k8s.io/v1alpha1``) ``spec.minMember``; None when absent,
+    malformed or below 1."""
+    n = _mapping(group, "spec").get("minMember")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def live_members(pods: Sequence[Mapping[str, Any]], group: str, *, label: bool = False) -> list[Mapping[str, Any]]:
+    """The pods of ``pods`` naming PodGroup ``group`` (``label``: by the coscheduling label instead of
+    ``spec.schedulingGroup``) that have not ended and are not being deleted."""
+    name_of = coscheduling_group if label else pod_group_name
     return [
         p
         for p in pods
-        if pod_group_name(p) == group
+        if name_of(p) == group
         and _mapping(p, "status").get("phase") not in TERMINAL_PHASES
         and not _mapping(p, "metadata").get("deletionTimestamp")
     ]
 
 
-def cannot_be_whole(live: int, min_count: int) -> bool:
-    """One live member fits on no node: can the group still reach ``min_count`` this time? Not when the others
-    alone are fewer (``live - 1 < min_count``); then kube-scheduler's pass fails, and whatever its members hold
-    would only block other pods."""
-    return live - 1 < min_count
+def cannot_be_whole(live: int, min_count: int, failing: int = 1) -> bool:
+    """``failing`` live members (the one just refused among them) fit on no node in this pass: can the group
+    still reach ``min_count``? Not when the others alone are fewer (``live - failing < min_count``); then
+    kube-scheduler's pass fails, and whatever its members hold would only block other pods. With ``min_count``
+    below the group's size, a pass survives up to ``live - min_count`` members that fit nowhere."""
+    return live - max(failing, 1) < min_count

@@ -1,4 +1,6 @@
-"""The resource types the emulator serves: core/v1 nodes, pods, resourcequotas, events, namespaces."""
+"""The resource types the emulator serves: core/v1 nodes, pods, resourcequotas, events, namespaces; and, for gang
+scheduling, ``scheduling.k8s.io/v1alpha2`` PodGroups (Kubernetes v1.36) and scheduler-plugins'
+``scheduling.x-k8s.io/v1alpha1`` PodGroups (coscheduling)."""
 
 from __future__ import annotations
 
@@ -24,10 +26,17 @@ class ResourceType:
     field_labels: frozenset[str]
     has_status: bool
     create_status: CreateStatus
+    group_version: str = "v1"
+    """``v1`` for the core group, else ``<group>/<version>`` (served under ``/apis/<group>/<version>``)."""
 
     @property
     def list_kind(self) -> str:
         return self.kind + "List"
+
+    @property
+    def key(self) -> str:
+        """The store's table of this type: the plural, qualified by the group outside the core group."""
+        return self.plural if self.group_version == "v1" else f"{self.plural}.{self.group_version}"
 
 
 _META = frozenset({"metadata.name", "metadata.namespace"})
@@ -80,15 +89,23 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
 )
 
 
-def by_plural() -> dict[str, ResourceType]:
-    """The resource types keyed by URL plural."""
-    return {r.plural: r for r in RESOURCE_TYPES}
+GROUP_RESOURCE_TYPES: tuple[ResourceType, ...] = (
+    ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.k8s.io/v1alpha2"),
+    ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.x-k8s.io/v1alpha1"),
+)
+"""The resource types of other API groups (read by the extender's gang handling, docs/gangs.md)."""
 
 
-def resolve(name: str) -> ResourceType:
-    """A resource type from its plural (``pods``) or kind (``Pod``), case-insensitive."""
+def by_plural(group_version: str = "v1") -> dict[str, ResourceType]:
+    """The resource types of one API group version (the core group by default) keyed by URL plural."""
+    return {r.plural: r for r in (*RESOURCE_TYPES, *GROUP_RESOURCE_TYPES) if r.group_version == group_version}
+
+
+def resolve(name: str, api_version: str | None = None) -> ResourceType:
+    """A resource type from its plural (``pods``) or kind (``Pod``), case-insensitive; ``api_version`` picks the
+    group (by default the core group first, then the others in order)."""
     low = name.lower()
-    for r in RESOURCE_TYPES:
-        if low in (r.plural, r.kind.lower()):
+    for r in (*RESOURCE_TYPES, *GROUP_RESOURCE_TYPES):
+        if low in (r.plural, r.kind.lower()) and api_version in (None, r.group_version):
             return r
-    raise KeyError(f"the emulator does not serve {name!r}")
+    raise KeyError(f"the emulator does not serve {name!r}" + (f" in {api_version}" if api_version else ""))

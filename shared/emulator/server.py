@@ -2,7 +2,8 @@
 kubernetes-asyncio runs unmodified against it. Also the in-process helpers tests and the simulator use.
 
 Served: ``nodes``, ``pods`` (+ ``/status``, ``/binding``), ``resourcequotas`` (+ ``/status``), ``events``,
-``namespaces``; list (label/field selectors), watch (newline-delimited JSON events, ``timeoutSeconds``,
+``namespaces``, and ``podgroups`` of ``scheduling.k8s.io/v1alpha2`` and ``scheduling.x-k8s.io/v1alpha1`` under
+``/apis/<group>/<version>``; list (label/field selectors), watch (newline-delimited JSON events, ``timeoutSeconds``,
 ``allowWatchBookmarks``, 410 ``Expired`` past the history window), get, create, update, patch (merge,
 strategic-as-merge, JSON patch), delete. Nothing else.
 """
@@ -99,7 +100,9 @@ class Emulator:
 
     ``history_limit`` is how many events watches can resume across (older versions get 410); ``bookmark_interval_s``
     how often idle watches that allow bookmarks get one (None: only on ``send_bookmarks()``);
-    ``expired_as_http_status`` answers a too-old watch with HTTP 410 instead of an ERROR event in a 200 stream.
+    ``expired_as_http_status`` answers a too-old watch with HTTP 410 instead of an ERROR event in a 200 stream;
+    ``graceful_pod_deletion`` deletes a pod bound to a node as kube-apiserver does (it stays, with
+    ``deletionTimestamp``, until deleted again with ``gracePeriodSeconds: 0``, as a kubelet does).
     """
 
     def __init__(
@@ -110,9 +113,15 @@ class Emulator:
         default_watch_timeout_s: float = 1800.0,
         expired_as_http_status: bool = False,
         now: Callable[[], float] = time.time,
+        graceful_pod_deletion: bool = False,
     ) -> None:
         self._waiters: list[asyncio.Future[None]] = []
-        self._store = Store(history_limit=history_limit, now=now, on_change=self._changed)
+        self._store = Store(
+            history_limit=history_limit,
+            now=now,
+            on_change=self._changed,
+            graceful_pod_deletion=graceful_pod_deletion,
+        )
         self._types = by_plural()
         self._bookmark_interval_s = bookmark_interval_s
         self._default_watch_timeout_s = default_watch_timeout_s
@@ -130,6 +139,7 @@ class Emulator:
         app = web.Application(client_max_size=16 * 2**20)
         app.router.add_route("*", "/api/v1/{path:.*}", self._handle)
         app.router.add_route("*", "/api/v1", self._not_found)
+        app.router.add_route("*", "/apis/{group}/{version}/{path:.*}", self._handle)
         return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
@@ -181,11 +191,13 @@ class Emulator:
         return self._store.rv
 
     def put(self, obj: Obj) -> Obj:
-        """Create or replace an object whole (status included), by its ``kind``. Returns a copy of what is stored."""
+        """Create or replace an object whole (status included), by its ``kind`` (and ``apiVersion`` outside the
+        core group). Returns a copy of what is stored."""
         kind = obj.get("kind")
         if not isinstance(kind, str):
             raise ValueError("put: the object has no kind")
-        return clone(self._store.put(resolve(kind), obj))
+        api_version = obj.get("apiVersion")
+        return clone(self._store.put(resolve(kind, api_version if api_version not in (None, "v1") else None), obj))
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         """A copy of one object (``kind`` as ``Pod`` or ``pods``; namespace None for cluster-scoped), or None."""
@@ -293,18 +305,16 @@ class Emulator:
         self._faults = [f for f in self._faults if f.remaining > 0]
         return found
 
-    def _target(self, path: str) -> _Target:
+    def _target(self, path: str, types: dict[str, ResourceType]) -> _Target:
         segs = [s for s in path.split("/") if s]
         missing = ApiError(404, "the server could not find the requested resource")
         if not segs:
             raise missing
-        namespaced = (
-            len(segs) >= 3 and segs[0] == "namespaces" and segs[2] in self._types and self._types[segs[2]].namespaced
-        )
+        namespaced = len(segs) >= 3 and segs[0] == "namespaces" and segs[2] in types and types[segs[2]].namespaced
         if namespaced:
-            rtype, ns, rest = self._types[segs[2]], segs[1], segs[3:]
+            rtype, ns, rest = types[segs[2]], segs[1], segs[3:]
         else:
-            found = self._types.get(segs[0])
+            found = types.get(segs[0])
             if found is None:
                 raise missing
             rtype, ns, rest = found, None, segs[1:]
@@ -340,7 +350,9 @@ class Emulator:
                 headers = {"Retry-After": str(fault.retry_after_s)} if fault.retry_after_s is not None else None
                 return self._error(ApiError(fault.status, fault.message, reason_for(fault.status)), headers)
         try:
-            return await self._dispatch(request, self._target(request.match_info["path"]))
+            group = request.match_info.get("group")
+            types = self._types if group is None else by_plural(f"{group}/{request.match_info['version']}")
+            return await self._dispatch(request, self._target(request.match_info["path"], types))
         except ApiError as err:
             return self._error(err)
 
@@ -412,7 +424,7 @@ class Emulator:
         items, rv = self._store.select(t.rtype, t.namespace, labels, fields)
         body = {
             "kind": t.rtype.list_kind,
-            "apiVersion": "v1",
+            "apiVersion": t.rtype.group_version,
             "metadata": {"resourceVersion": str(rv)},
             "items": [_for_list(o) for o in items],
         }

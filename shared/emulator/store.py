@@ -115,14 +115,25 @@ class Watcher:
             self.queue.put_nowait(_frame(DELETED, dumps(_with_rv(entry.old, entry.rv))))
 
     def bookmark_frame(self, rv: int) -> bytes:
-        obj = {"kind": self.rtype.kind, "apiVersion": "v1", "metadata": {"resourceVersion": str(rv)}}
+        meta = {"resourceVersion": str(rv)}
+        obj = {"kind": self.rtype.kind, "apiVersion": self.rtype.group_version, "metadata": meta}
         return _frame("BOOKMARK", dumps(obj))
 
 
 class Store:
     """Objects, resourceVersions, history and watches of one emulated API server."""
 
-    def __init__(self, *, history_limit: int, now: Callable[[], float], on_change: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        *,
+        history_limit: int,
+        now: Callable[[], float],
+        on_change: Callable[[], None],
+        graceful_pod_deletion: bool = False,
+    ) -> None:
+        self.graceful_pod_deletion = graceful_pod_deletion
+        """Delete a pod bound to a node as kube-apiserver does: with a grace period, the pod stays (with
+        ``deletionTimestamp``) until a kubelet deletes it again with ``gracePeriodSeconds: 0``."""
         self.rv = 1
         self.compacted_rv = 1  # every event with rv > compacted_rv is in the history
         self.history_limit = history_limit
@@ -135,19 +146,19 @@ class Store:
     # ---- reads -------------------------------------------------------------------------------------------------
 
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
-        obj = self._objects.get(rtype.plural, {}).get((namespace, name))
+        obj = self._objects.get(rtype.key, {}).get((namespace, name))
         if obj is None:
             raise not_found(rtype.plural, name)
         return obj
 
     def find(self, rtype: ResourceType, namespace: str, name: str) -> Obj | None:
-        return self._objects.get(rtype.plural, {}).get((namespace, name))
+        return self._objects.get(rtype.key, {}).get((namespace, name))
 
     def select(
         self, rtype: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldSelector
     ) -> tuple[list[Obj], int]:
         """The matching objects in key order (namespace, name), and the store's resourceVersion."""
-        table = self._objects.get(rtype.plural, {})
+        table = self._objects.get(rtype.key, {})
         out: list[Obj] = []
         for key in sorted(table):
             obj = table[key]
@@ -162,7 +173,7 @@ class Store:
     def _commit(self, rtype: ResourceType, event: str, key: Key, obj: Obj, old: Obj | None) -> Obj:
         self.rv += 1
         obj = _with_rv(obj, self.rv)
-        table = self._objects.setdefault(rtype.plural, {})
+        table = self._objects.setdefault(rtype.key, {})
         if event == DELETED:
             table.pop(key, None)
         else:
@@ -181,10 +192,11 @@ class Store:
     def _check_type(self, rtype: ResourceType, body: Any) -> Obj:
         if not isinstance(body, dict):
             raise bad_request(f"the body of a {rtype.kind} must be a JSON object")
-        if body.get("kind", rtype.kind) != rtype.kind or body.get("apiVersion", "v1") != "v1":
+        gv = rtype.group_version
+        if body.get("kind", rtype.kind) != rtype.kind or body.get("apiVersion", gv) != gv:
             raise bad_request(
                 f"the API version in the data ({body.get('apiVersion')}) and kind ({body.get('kind')}) do not "
-                f"match the resource v1/{rtype.kind}"
+                f"match the resource {gv}/{rtype.kind}"
             )
         meta = body.get("metadata", {})
         if not isinstance(meta, dict):
@@ -212,12 +224,12 @@ class Store:
             ns = ""
             meta.pop("namespace", None)
         key = (ns, name)
-        if key in self._objects.get(rtype.plural, {}):
+        if key in self._objects.get(rtype.key, {}):
             raise already_exists(rtype.plural, name)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = rfc3339(self._now())
         meta.pop("resourceVersion", None)
-        obj: Obj = {"apiVersion": "v1", "kind": rtype.kind, "metadata": meta}
+        obj: Obj = {"apiVersion": rtype.group_version, "kind": rtype.kind, "metadata": meta}
         obj.update({k: v for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")})
         if rtype.create_status is CreateStatus.RESET:
             obj.pop("status", None)
@@ -241,7 +253,7 @@ class Store:
             meta.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", rfc3339(self._now()))
-        obj = {"apiVersion": "v1", "kind": rtype.kind, **obj}
+        obj = {"apiVersion": rtype.group_version, "kind": rtype.kind, **obj}
         return self._commit(rtype, MODIFIED if old is not None else ADDED, key, obj, old)
 
     def _finish_update(self, rtype: ResourceType, current: Obj, candidate: Any, subresource: str | None) -> Obj:
@@ -278,7 +290,7 @@ class Store:
             new["metadata"] = {k: v for k, v in new["metadata"].items() if v is not None}
             new["status"] = candidate.get("status", {})
         else:
-            new = {"apiVersion": "v1", "kind": rtype.kind, "metadata": meta}
+            new = {"apiVersion": rtype.group_version, "kind": rtype.kind, "metadata": meta}
             new.update({k: v for k, v in candidate.items() if k not in ("apiVersion", "kind", "metadata")})
             if rtype.has_status:
                 if "status" in current:
@@ -305,7 +317,8 @@ class Store:
         return self._finish_update(rtype, current, patched, subresource)
 
     def delete(self, rtype: ResourceType, namespace: str, name: str, options: Any = None) -> Obj:
-        """DELETE now (no graceful deletion); DeleteOptions ``preconditions`` on uid/resourceVersion are honoured."""
+        """DELETE now; DeleteOptions ``preconditions`` on uid/resourceVersion are honoured. With
+        ``graceful_pod_deletion``, a pod bound to a node and not ended is only marked (:meth:`_grace_of`)."""
         current = self.get(rtype, namespace, name)
         pre = options.get("preconditions") if isinstance(options, dict) else None
         if isinstance(pre, dict):
@@ -323,7 +336,31 @@ class Store:
                     f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
                     f"ResourceVersion in object meta: {meta['resourceVersion']}",
                 )
+        grace = self._grace_of(rtype, current, options)
+        if grace > 0:
+            meta = current["metadata"]
+            if meta.get("deletionTimestamp") and int(meta.get("deletionGracePeriodSeconds") or 0) <= grace:
+                return current  # already terminating, as soon or sooner
+            marked = clone(current)
+            marked["metadata"]["deletionTimestamp"] = rfc3339(self._now() + grace)
+            marked["metadata"]["deletionGracePeriodSeconds"] = grace
+            return self._commit(rtype, MODIFIED, (namespace, name), marked, current)
         return self._commit(rtype, DELETED, (namespace, name), current, current)
+
+    def _grace_of(self, rtype: ResourceType, current: Obj, options: Any) -> int:
+        """The grace period of a delete, as the pod registry's ``CheckGracefulDelete`` computes it: 0 for anything
+        but a pod bound to a node and not ended; else ``gracePeriodSeconds`` of the DeleteOptions, or the pod's
+        ``spec.terminationGracePeriodSeconds`` (default 30)."""
+        if not self.graceful_pod_deletion or rtype.kind != "Pod":
+            return 0
+        spec, status = current.get("spec") or {}, current.get("status") or {}
+        if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+            return 0
+        given = options.get("gracePeriodSeconds") if isinstance(options, dict) else None
+        if isinstance(given, int) and not isinstance(given, bool):
+            return max(given, 0)
+        default = spec.get("terminationGracePeriodSeconds", 30)
+        return default if isinstance(default, int) and not isinstance(default, bool) and default >= 0 else 30
 
     def bind(self, pods: ResourceType, namespace: str, name: str, body: Any) -> Obj:
         """``POST pods/{name}/binding``: set spec.nodeName once and merge the Binding's annotations and labels into

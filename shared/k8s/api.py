@@ -410,3 +410,16 @@ class Api:
         except NotFoundError:
             return None
         return self._object(what, body)
+
+    async def get_coscheduling_pod_group(
+        self, namespace: str, name: str, *, timeout_s: float | None = None
+    ) -> KubeObject | None:
+        """A scheduler-plugins ``scheduling.x-k8s.io/v1alpha1`` PodGroup (named by the coscheduling label); None
+        when it does not exist or the API does not serve that CRD."""
+        what = f"get coscheduling podgroup {namespace}/{name}"
+        path = f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{_seg(namespace)}/podgroups/{_seg(name)}"
+        try:
+            body = await self._client.call_raw(what, "GET", path, timeout_s=timeout_s)
+        except NotFoundError:
+            return None
+        return self._object(what, body)

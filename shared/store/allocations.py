@@ -251,12 +251,37 @@ class Reservations:
             )
         return bool(taken)
 
+    async def end_preemption(self, pod_uid: str, owner: str) -> None:
+        """Give back the right taken by :meth:`begin_preemption` (an attempt that evicted nobody), if still ours."""
+        key = self._ctx.keys.preempting(pod_uid)
+        async with self._ctx.translated("end preemption"):
+            if text(await self._ctx.client.get(key) or b"") == owner:
+                await self._ctx.client.delete(key)
+
     async def mark_gang_failed(self, namespace: str, group: str, text: str, ttl_s: float) -> None:
         """Remember for ``ttl_s`` that PodGroup ``group`` cannot be placed whole, and why (docs/gangs.md)."""
         async with self._ctx.translated("mark gang failed"):
             await self._ctx.client.set(
                 self._ctx.keys.gang_failed(namespace, group), text, px=max(1, round(ttl_s * 1000))
             )
+
+    async def note_gang_failure(self, namespace: str, group: str, member: str, window_s: float) -> set[str]:
+        """Remember that ``member`` of PodGroup ``group`` fitted on no node now; return the members that did within
+        the last ``window_s`` (this one included) and have not fitted since (:meth:`clear_gang_failure`)."""
+        key = self._ctx.keys.gang_failing(namespace, group)
+        async with self._ctx.translated("note gang failure"):
+            secs, micros = await self._ctx.client.time()
+            now_ms = secs * 1000 + micros // 1000
+            await self._ctx.client.hset(key, member, str(now_ms))
+            await self._ctx.client.pexpire(key, max(1, round(window_s * 2000)))
+            raw = await self._ctx.client.hgetall(key)
+        cutoff = now_ms - round(window_s * 1000)
+        return {text(m) for m, t in raw.items() if int(text(t)) >= cutoff}
+
+    async def clear_gang_failure(self, namespace: str, group: str, member: str) -> None:
+        """``member`` of PodGroup ``group`` found a node: it no longer counts among the group's failures."""
+        async with self._ctx.translated("clear gang failure"):
+            await self._ctx.client.hdel(self._ctx.keys.gang_failing(namespace, group), member)
 
     async def gang_failed(self, namespace: str, group: str) -> str | None:
         """Why PodGroup ``group`` cannot be placed whole, while that is remembered (None: it may be)."""

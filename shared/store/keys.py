@@ -133,6 +133,11 @@ class Keys:
         """STRING with a TTL: a PodGroup member fitted nowhere and the group cannot be placed whole (docs/gangs.md)."""
         return f"{self.prefix}:gang:{_check('namespace', namespace)}/{_check('pod group', group)}"
 
+    def gang_failing(self, namespace: str, group: str) -> str:
+        """HASH member → server time (ms) it last fitted on no node, with a TTL: how many of a PodGroup's members
+        fail in one pass (docs/gangs.md)."""
+        return f"{self.prefix}:gang-failing:{_check('namespace', namespace)}/{_check('pod group', group)}"
+
     def everything(self) -> str:
         """A SCAN ``MATCH`` pattern for every key under this prefix (glob characters of the prefix escaped)."""
         escaped = "".join("\\" + c if c in "*?[]\\" else c for c in self.prefix)

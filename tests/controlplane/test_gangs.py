@@ -206,3 +206,67 @@ async def test_a_gang_that_cannot_fit_whole_binds_nothing_and_holds_nothing(
         assert await nothing_reserved()
         report.check()  # the 8 members rightly pending (they do not fit together), the others bound
         assert report.bound == 2
+
+
+async def test_a_gang_below_its_size_binds_the_members_that_fit_and_the_rest_wait(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """minCount 6 of 8 members, 7 cards free: kube-scheduler binds the 7 that fit; the eighth waits, holding
+    nothing."""
+    async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-6of8-fits", nodes=2) as run:
+        await _create(run, [whole_card("fill0")])
+        await eventually(lambda: "fill0" in run.watch.bound, 60, "the filler bound")
+        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 6))
+        uids: dict[str, str] = {}
+        for pod in [whole_card(f"m{i}", "train") for i in range(8)]:
+            created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
+            uids[created["metadata"]["name"]] = created["metadata"]["uid"]
+        await eventually(
+            lambda: len([n for n in run.watch.bound if n.startswith("m")]) == 7, 120, "seven members bound"
+        )
+        waiting = next(n for n in uids if n not in run.watch.bound)
+
+        async def holds_nothing() -> bool:
+            return await run.store.reservations.node_of(uids[waiting]) is None
+
+        await eventually(holds_nothing, 30, "the waiting member holds no reservation")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        _, report = await _final(run)
+        report.check()
+        assert report.bound == 8
+        assert run.system.log_count("gang cannot be placed whole") == 0
+        assert _bind_failures(run) == 0
+
+
+async def test_a_gang_below_its_size_with_too_many_members_fitting_nowhere_holds_nothing(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """minCount 6 of 8 members, 5 cards free: three members fit nowhere in each pass, so the pass fails; the
+    extender, counting the pass's failures together, releases what the five others reserved."""
+    async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-6of8-not", nodes=2) as run:
+        await _create(run, [whole_card(f"fill{i}") for i in range(3)])
+        await eventually(lambda: len(run.watch.bound) == 3, 60, "the fillers bound")
+        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 6))
+        uids: list[str] = []
+        for pod in [whole_card(f"m{i}", "train") for i in range(8)]:
+            created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
+            uids.append(created["metadata"]["uid"])
+        await eventually(
+            lambda: run.system.log_count("gang cannot be placed whole") > 0, 60, "the extender gave the group up"
+        )
+
+        async def nothing_reserved() -> bool:
+            return all([await run.store.reservations.node_of(u) is None for u in uids])
+
+        await eventually(nothing_reserved, 30, "no member holds a reservation")
+        await _create(run, [whole_card("plain")])
+        await eventually(lambda: "plain" in run.watch.bound, 60, "the plain pod bound")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        pods, report = await _final(run)
+        members = [p for p in pods if p["metadata"]["name"].startswith("m")]
+        assert not any((p.get("spec") or {}).get("nodeName") for p in members)
+        assert await nothing_reserved()
+        report.check()
+        assert report.bound == 4

@@ -105,3 +105,81 @@ async def test_a_kept_node_renews_the_reservation(store: Store, api: Api, emulat
 async def _later(store: Store, ms: int) -> bool:
     t = await store.client.time()
     return int(t[0]) * 1000 + int(t[1]) // 1000 > ms
+
+
+async def test_a_gang_below_its_size_is_released_once_too_many_members_fit_nowhere(
+    store: Store, api: Api, emulator: Emulator
+) -> None:
+    """minCount 3 of 5 members on two cards: two members fit, and the pass survives two that fit nowhere (5 - 2 =
+    3), not three. Counting one failing member at a time, the group was never released."""
+    await seed(store, [node(NODE, 2)])
+    with_pod_group(api, 3)
+    pods = [emulator.put(member(f"m{i}")) for i in range(5)]
+    async with running_extender(store, api) as r:
+        for p in pods[:2]:
+            assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["NodeNames"] == [NODE]
+        for n, p in enumerate(pods[2:4], start=1):
+            assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["FailedNodes"]
+
+            def checked(n: int = n) -> bool:
+                return r.metric("vgpu_gang_checks_total", verdict="can_be_whole") == n
+
+            await eventually(checked, 10, "checked")
+        assert await store.reservations.get("uid-m0") is not None and await store.reservations.get("uid-m1") is not None
+        assert (await r.filter({"Pod": pods[4], "NodeNames": [NODE]}))["FailedNodes"]
+        await eventually(lambda: r.metric("vgpu_gang_reservations_released_total") == 2, 10, "the gang released")
+        assert await store.reservations.get("uid-m0") is None and await store.reservations.get("uid-m1") is None
+        why = await store.reservations.gang_failed("default", "train")
+        assert why is not None and "5 live member(s), 3 fitting nowhere, minCount 3" in why
+
+
+async def test_a_member_that_fits_again_no_longer_counts_as_failing(store: Store, api: Api, emulator: Emulator) -> None:
+    await seed(store, [node(NODE, 2)])
+    with_pod_group(api, 2)
+    pods = [emulator.put(member(f"m{i}")) for i in range(3)]
+    async with running_extender(store, api) as r:
+        assert (await r.filter({"Pod": pods[0], "NodeNames": [NODE]}))["NodeNames"] == [NODE]
+        assert (await r.filter({"Pod": pods[1], "NodeNames": [NODE]}))["NodeNames"] == [NODE]
+        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedNodes"]
+        await eventually(lambda: r.metric("vgpu_gang_checks_total", verdict="can_be_whole") == 1, 10, "checked")
+        # m2's failure is noted; once m2 finds a node (m1 gone), it is forgotten
+        await store.reservations.release("uid-m1", NODE)
+        await r.service.cache.refresh([NODE])
+        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["NodeNames"] == [NODE]
+        await eventually(lambda: _no_failures(store), 10, "m2's failure cleared")
+
+
+async def _no_failures(store: Store) -> bool:
+    return not await store.client.hgetall(store.keys.gang_failing("default", "train"))
+
+
+def labelled(name: str, group: str = "ring", mem: int = 16384) -> dict[str, Any]:
+    pod = member(name, group=None, mem=mem)
+    pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": group}
+    return pod
+
+
+async def test_a_coscheduling_group_is_sized_by_its_pod_groups_min_member(
+    store: Store, api: Api, emulator: Emulator
+) -> None:
+    """scheduler-plugins' PodGroup (scheduling.x-k8s.io/v1alpha1, spec.minMember) named by the label: all three
+    needed, the third fits nowhere, the two reservations are released and the group refused for a while."""
+    await seed(store, [node(NODE, 2)])
+    emulator.put(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "ring", "namespace": "default"},
+            "spec": {"minMember": 3},
+        }
+    )
+    pods = [emulator.put(labelled(f"c{i}")) for i in range(3)]
+    async with running_extender(store, api) as r:
+        for p in pods[:2]:
+            assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["NodeNames"] == [NODE]
+        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedNodes"]
+        await eventually(lambda: r.metric("vgpu_gang_reservations_released_total") == 2, 10, "the group released")
+        again = await r.filter({"Pod": pods[0], "NodeNames": [NODE]})
+        assert "pod group ring cannot be placed whole" in again["FailedNodes"][NODE], again
+        # the native group of the same name is another group
+        assert await store.reservations.gang_failed("default", "ring") is None

@@ -170,3 +170,47 @@ async def test_a_gang_member_is_not_preempted_for_on_its_own(store: Store, api: 
         assert len([p for p in emulator.list("Pod") if p["metadata"]["name"].startswith("low")]) == 1
         assert await store.reservations.get("uid-member") is None
         assert await store.reservations.get("uid-high") is not None
+
+
+async def test_preemption_reads_only_the_pods_of_the_nodes_where_eviction_can_help(
+    store: Store, api: Api, emulator: Emulator
+) -> None:
+    """Review follow-up: no list of the whole cluster's pods. Of five candidate nodes, one holds low-priority pods
+    whose eviction makes room; two hold no record (nothing to evict, their one GPU unhealthy); two have GPUs too
+    small for the pod even empty. Only the first node's pods are read, field-selected on ``spec.nodeName``
+    (before: one list of every pod in the cluster, 27 here)."""
+    small = [node(f"small-{i}", 2, mem=8192) for i in range(2)]
+    empty = [node(f"empty-{i}", 1, health=False) for i in range(2)]  # no record, no room
+    await seed(store, [node(NODE, 2), *small, *empty])
+    for i in range(2):
+        await running_low(emulator, store, f"low-{i}", i)
+    for inv in small:  # pods on the small nodes too, so the store has records there
+        for i in range(2):
+            pod = emulator.put(pod_obj(f"{inv.node}-p{i}", priority=0, mem=8192, node_name=inv.node))
+            devices = ((ContainerDevice(uuid=f"GPU-{inv.node}-{i}", used_mem_mib=8192, used_cores=0),),)
+            await store.reservations.record(
+                Allocation(
+                    pod_uid=pod["metadata"]["uid"],
+                    namespace="default",
+                    name=f"{inv.node}-p{i}",
+                    node=inv.node,
+                    devices=devices,
+                    charges=collapse(devices, 0),
+                )
+            )
+    for i in range(20):  # unrelated pods elsewhere, which a whole-cluster list would carry
+        emulator.put(pod_obj(f"cpu-{i}", priority=0, node_name="empty-0"))
+    high = emulator.put(pod_obj("high", priority=1000))
+    names = [NODE, *(n.node for n in small), *(n.node for n in empty)]
+    async with running_extender(store, api) as r:
+        emulator.requests.clear()
+        await r.filter({"Pod": high, "NodeNames": names})
+        await emulator.wait_for(
+            lambda: (emulator.get("Pod", "default", "high") or {}).get("status", {}).get("nominatedNodeName") == NODE
+        )
+        await eventually(
+            lambda: r.metric("vgpu_preemption_attempts_total", outcome="preempted") == 1, 10, "the preemption done"
+        )
+    pod_lists = [q for q in emulator.requests if q.method == "GET" and q.path == "/api/v1/pods"]
+    assert [q.query.get("fieldSelector") for q in pod_lists] == [f"spec.nodeName={NODE}"], pod_lists
+    assert len([p for p in emulator.list("Pod") if p["metadata"]["name"].startswith("low")]) == 1

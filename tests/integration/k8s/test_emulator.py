@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.k8s.conftest import make_node, make_pod
 from vgpu_scheduler.shared.emulator import Emulator, WriteRecord, WriteVerb
+from vgpu_scheduler.shared.k8s import Api
 
 MERGE = {"Content-Type": "application/merge-patch+json"}
 
@@ -312,3 +313,61 @@ def test_helpers_refuse_what_they_cannot_place(emulator: Emulator) -> None:
     with pytest.raises(KeyError, match="does not exist"):
         emulator.patch("pods", "ns", "ghost", {})
     assert emulator.delete("nodes", None, "ghost") is None
+
+
+async def test_pod_groups_are_served_under_their_api_group(
+    emulator: Emulator, http: aiohttp.ClientSession, api: Api
+) -> None:
+    """Kubernetes v1.36's PodGroups and scheduler-plugins' are two resources of the same plural in two groups."""
+    native = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": "ns"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}},
+    }
+    code, created = await call(
+        http, "POST", f"{emulator.url}/apis/scheduling.k8s.io/v1alpha2/namespaces/ns/podgroups", native
+    )
+    assert code == 201 and created["apiVersion"] == "scheduling.k8s.io/v1alpha2", created
+    emulator.put(
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "train", "namespace": "ns"},
+            "spec": {"minMember": 3},
+        }
+    )
+    code, got = await call(
+        http, "GET", f"{emulator.url}/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns/podgroups/train"
+    )
+    assert code == 200 and got["spec"] == {"minMember": 3}
+    group = await api.get_pod_group("ns", "train")
+    assert group is not None and group["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
+    assert await api.get_pod_group("ns", "other") is None
+    code, _ = await call(http, "GET", f"{emulator.url}/apis/scheduling.k8s.io/v1alpha2/namespaces/ns/widgets")
+    assert code == 404
+
+
+async def test_graceful_pod_deletion_keeps_a_bound_pod_until_the_kubelet_deletes_it(
+    http: aiohttp.ClientSession,
+) -> None:
+    async with Emulator(bookmark_interval_s=None, graceful_pod_deletion=True) as em:
+        bound = make_pod("bound", "ns")
+        bound["spec"].update(nodeName="n1", terminationGracePeriodSeconds=20)
+        em.put(bound)
+        em.put(make_pod("pending", "ns"))
+        url = f"{em.url}/api/v1/namespaces/ns/pods"
+        code, body = await call(http, "DELETE", f"{url}/bound", {"kind": "DeleteOptions", "apiVersion": "v1"})
+        assert code == 200 and body["metadata"]["deletionGracePeriodSeconds"] == 20
+        marked = em.get("Pod", "ns", "bound")
+        assert marked is not None and marked["metadata"]["deletionTimestamp"]
+        # a longer grace changes nothing; a shorter one shortens it
+        await call(http, "DELETE", f"{url}/bound", {"gracePeriodSeconds": 60})
+        assert em.get("Pod", "ns", "bound")["metadata"]["deletionGracePeriodSeconds"] == 20  # type: ignore[index]
+        await call(http, "DELETE", f"{url}/bound", {"gracePeriodSeconds": 5})
+        assert em.get("Pod", "ns", "bound")["metadata"]["deletionGracePeriodSeconds"] == 5  # type: ignore[index]
+        # the kubelet's final delete, and a pod on no node, go at once
+        code, _ = await call(http, "DELETE", f"{url}/bound", {"gracePeriodSeconds": 0})
+        assert code == 200 and em.get("Pod", "ns", "bound") is None
+        await call(http, "DELETE", f"{url}/pending", {})
+        assert em.get("Pod", "ns", "pending") is None

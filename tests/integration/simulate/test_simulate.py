@@ -18,10 +18,10 @@ from vgpu_scheduler.services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVIC
 from vgpu_scheduler.services.simulate.manifests import load_cluster, load_workload
 from vgpu_scheduler.shared.codec.register import decode_register
 
-POD_KEYS = ["namespace", "name", "node", "annotations", "reasons"]
+POD_KEYS = ["namespace", "name", "node", "annotations", "reasons", "priority", "pod_group", "preempted_by"]
 SUMMARY_KEYS = {
     "pods", "placed", "pending", "policies", "by_policy", "gpu", "fragmentation", "nodes_touched", "nodes_in_use",
-    "pending_reasons", "over_capacity", "contention", "by_vendor",
+    "pending_reasons", "over_capacity", "contention", "by_vendor", "preempted", "preemption", "gangs",
 }  # fmt: skip
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 

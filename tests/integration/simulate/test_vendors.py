@@ -262,7 +262,7 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
 
 def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any]) -> None:
     summary = result["summary"]
-    assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor"}
+    assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor", "preempted", "preemption", "gangs"}
     assert set(summary["gpu"]) == GPU_KEYS
     by_vendor = summary["by_vendor"]
     assert list(by_vendor) == VENDOR_ORDER
@@ -284,7 +284,16 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
     assert (by_vendor["kunlun"]["devices_used"], by_vendor["kunlun"]["memory_allocated_mib"]) == (3, 3 * 98304)
     assert (by_vendor["XPU"]["devices_used"], by_vendor["XPU"]["memory_allocated_mib"]) == (3, 24576 + 2 * 98304)
     for pod in result["pods"]:
-        assert list(pod) == ["namespace", "name", "node", "annotations", "reasons"]
+        assert list(pod) == [
+            "namespace",
+            "name",
+            "node",
+            "annotations",
+            "reasons",
+            "priority",
+            "pod_group",
+            "preempted_by",
+        ]
 
 
 def test_neuron_cores_and_device_runs(result: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 from vgpu_scheduler.shared.codec.gang import (
     cannot_be_whole,
     coscheduling_group,
+    coscheduling_min_member,
     gang_min_count,
     live_members,
     pod_group_name,
@@ -47,3 +48,25 @@ def test_one_failing_member_breaks_the_gang_only_when_the_rest_are_too_few() -> 
     assert cannot_be_whole(8, 8)
     assert not cannot_be_whole(8, 7)
     assert cannot_be_whole(1, 1)
+
+
+def test_several_failing_members_break_a_gang_whose_min_count_is_below_its_size() -> None:
+    # 8 members, minCount 6: a pass survives two members that fit nowhere, not three
+    assert not cannot_be_whole(8, 6, failing=1)
+    assert not cannot_be_whole(8, 6, failing=2)
+    assert cannot_be_whole(8, 6, failing=3)
+    assert cannot_be_whole(8, 8, failing=0)  # the member just refused counts, even when not noted yet
+
+
+def test_coscheduling_min_member() -> None:
+    assert coscheduling_min_member({"spec": {"minMember": 3}}) == 3
+    assert coscheduling_min_member({"spec": {"minMember": 0}}) is None
+    assert coscheduling_min_member({"spec": {"minMember": "3"}}) is None
+    assert coscheduling_min_member({}) is None
+
+
+def test_live_members_by_the_coscheduling_label() -> None:
+    labelled = {"metadata": {"name": "a", "labels": {"scheduling.x-k8s.io/pod-group": "g"}}, "status": {}}
+    native = {"metadata": {"name": "b"}, "spec": {"schedulingGroup": {"podGroupName": "g"}}, "status": {}}
+    assert live_members([labelled, native], "g", label=True) == [labelled]
+    assert live_members([labelled, native], "g") == [native]

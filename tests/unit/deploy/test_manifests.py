@@ -98,6 +98,7 @@ EXPECTED_RULES: dict[str, dict[tuple[str, str], set[str]]] = {
         ("", "pods/status"): {"patch"},  # a victim's DisruptionTarget, the preemptor's nominatedNodeName
         ("policy", "poddisruptionbudgets"): {"list"},
         ("scheduling.k8s.io", "podgroups"): {"get"},  # a gang's minCount
+        ("scheduling.x-k8s.io", "podgroups"): {"get"},  # a coscheduling group's minMember
         ("", "nodes"): {"get", "patch"},
         ("", "events"): {"create"},
     },

@@ -51,8 +51,17 @@ def test_the_bundled_examples_load_and_the_repository_copies_are_identical() -> 
     assert 8 <= len(cluster.nodes) <= 30
     assert 40 <= len(workload.pods) <= 100
     assert cluster.pods and cluster.quotas
-    for name in ("cluster.yaml", "workload.yaml", "device-config.yaml"):
+    for name in (
+        "cluster.yaml",
+        "workload.yaml",
+        "device-config.yaml",
+        "priority-cluster.yaml",
+        "priority-workload.yaml",
+    ):
         assert (EXAMPLES_DIR / name).read_bytes() == (REPO / "examples" / name).read_bytes(), name
+    priority = load_workload(EXAMPLES_DIR / "priority-workload.yaml")
+    assert len(priority.priority_classes) == 4 and len(priority.pod_groups) == 2
+    assert len(load_cluster(EXAMPLES_DIR / "priority-cluster.yaml").nodes) == 3
 
 
 def test_multi_document_yaml_a_list_and_json_all_load(tmp_path: Path) -> None:
@@ -200,7 +209,9 @@ def test_bad_cluster_files_give_one_line_naming_file_document_and_field(
 
 
 BAD_WORKLOAD = [
-    pytest.param(NODE, "document 1: kind: 'Node' is not accepted here (expected Pod)", id="node"),
+    pytest.param(
+        NODE, "document 1: kind: 'Node' is not accepted here (expected Pod, PodGroup, PriorityClass)", id="node"
+    ),
     pytest.param("kind: Pod\nmetadata: {name: p}\nspec: {}\n", "document 1: spec.containers: a pod needs", id="empty"),
     pytest.param(POD.replace("- name: main", "- image: x"), "spec.containers[0].name: missing", id="no-ctr-name"),
     pytest.param(
@@ -235,3 +246,86 @@ def test_workload_pods_lose_server_fields(tmp_path: Path) -> None:
     (pod,) = load_workload(write(tmp_path, text + "status: {phase: Running}\n")).pods
     assert "uid" not in pod["metadata"] and "resourceVersion" not in pod["metadata"] and "status" not in pod
     assert pod["metadata"]["namespace"] == "default"
+
+
+PRIORITY_CLASS = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: high}
+value: 1000
+"""
+POD_GROUP = """
+apiVersion: scheduling.k8s.io/v1alpha2
+kind: PodGroup
+metadata: {name: train, namespace: ns}
+spec: {schedulingPolicy: {gang: {minCount: 2}}}
+"""
+MEMBER = POD.replace("spec:", "spec:\n  schedulingGroup: {podGroupName: train}\n  priorityClassName: high")
+
+
+def test_a_workload_carries_priority_classes_and_pod_groups(tmp_path: Path) -> None:
+    text = "\n---\n".join([PRIORITY_CLASS, POD_GROUP, MEMBER])
+    workload = load_workload(write(tmp_path, text))
+    assert [c["metadata"]["name"] for c in workload.priority_classes] == ["high"]
+    assert [(g["apiVersion"], g["metadata"]["name"]) for g in workload.pod_groups] == [
+        ("scheduling.k8s.io/v1alpha2", "train")
+    ]
+    assert [p["metadata"]["name"] for p in workload.pods] == ["p1"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            PRIORITY_CLASS.replace("1000", "1000000001") + "\n---\n" + POD,
+            "document 1: value: maximum allowed value of a user defined priority is 1000000000",
+            id="too-high",
+        ),
+        pytest.param(
+            PRIORITY_CLASS.replace("value: 1000", "value: high") + "\n---\n" + POD,
+            "document 1: value: Required value: an integer priority, got a string",
+            id="not-an-integer",
+        ),
+        pytest.param(
+            PRIORITY_CLASS.replace("high", "system-x") + "\n---\n" + POD,
+            "document 1: metadata.name: priority class names with 'system-' prefix are reserved",
+            id="reserved",
+        ),
+        pytest.param(
+            "\n---\n".join(
+                [
+                    PRIORITY_CLASS + "globalDefault: true",
+                    PRIORITY_CLASS.replace("high", "low") + "globalDefault: true",
+                    POD,
+                ]
+            ),
+            "document 2: globalDefault: PriorityClass high is already marked as default",
+            id="two-defaults",
+        ),
+        pytest.param(
+            POD_GROUP.replace("{gang: {minCount: 2}}", "{gang: {}}") + "\n---\n" + POD,
+            "document 1: spec.schedulingPolicy.gang.minCount: expected an integer of at least 1, got None",
+            id="no-min-count",
+        ),
+        pytest.param(
+            POD_GROUP.replace("v1alpha2", "v1") + "\n---\n" + POD,
+            "document 1: apiVersion: expected scheduling.k8s.io/v1alpha2 or scheduling.x-k8s.io/v1alpha1",
+            id="pod-group-version",
+        ),
+        pytest.param(
+            MEMBER.replace("priorityClassName: high", "priority: high"),
+            "document 1: spec.priority: expected an integer, got a string",
+            id="priority-not-an-integer",
+        ),
+        pytest.param(
+            MEMBER,
+            "document 1: spec.schedulingGroup.podGroupName: no PodGroup ns/train (scheduling.k8s.io/v1alpha2)",
+            id="no-such-group",
+        ),
+    ],
+)
+def test_bad_priority_classes_and_pod_groups_give_one_line(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ManifestError) as info:
+        load_workload(write(tmp_path, text))
+    assert "\n" not in str(info.value)
+    assert message in str(info.value), str(info.value)
