@@ -34,6 +34,7 @@ from vgpu_scheduler.shared.codec.podannotations import (
     BindPodAnnotations,
     ExtraPodAnnotations,
     decode_allocation,
+    is_valid_label_value,
     split_by_vendor,
 )
 from vgpu_scheduler.shared.codec.poddevices import align_to_containers
@@ -310,6 +311,13 @@ def _audit_pod(
     if annos.get(keys.VGPU_NODE) != node:
         report.correctness.append(f"{_key(pod)} bound to {node} but hami.io/vgpu-node is {annos.get(keys.VGPU_NODE)}")
         return
+    labels = pod["metadata"].get("labels") or {}
+    if is_valid_label_value(node) and labels.get(keys.VGPU_NODE_LABEL) != node:
+        # HAMi's node monitor lists a node's pods by this label: the Binding carries it (copied from v1.35), the
+        # informer adds it on older API servers
+        report.correctness.append(
+            f"{_key(pod)} on {node}: label hami.io/vgpu-node is {labels.get(keys.VGPU_NODE_LABEL)}"
+        )
     asked = _asked(pod, vendors)
     for vendor in asked:
         report.by_vendor[vendor.name] = report.by_vendor.get(vendor.name, 0) + 1
