@@ -61,6 +61,7 @@ from vgpu_scheduler.services.extender.vendorlock import (
     TimedNodeLocker,
     lock_kinds,
 )
+from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, needs_inventory
 from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.coord import NodeLock
@@ -118,6 +119,7 @@ class Binder:
         vendors: Vendors | None = None,
         timed_lock: TimedLockRules = DSMLU_LOCK,
         on_lock_wait: Callable[[float, bool], None] | None = None,
+        wakeups: NodeWakeups | None = None,
     ) -> None:
         self._store = store
         self._api = api
@@ -139,6 +141,7 @@ class Binder:
             clock=clock,
             call_timeout_s=call_timeout_s,
             rng=rng,
+            wakeups=wakeups,
         )
         self.timed_locker = TimedNodeLocker(api, timed_lock, clock=clock, call_timeout_s=call_timeout_s)
         """Cambricon's ``cambricon.com/dsmlu.lock``, for pods given devices of a vendor with that lock kind."""

@@ -12,6 +12,7 @@ from vgpu_scheduler.services.extender.bind import Binder, lock_wait_budget
 from vgpu_scheduler.services.extender.bindresult import BindOutcome
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
+from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.config.settings import ExtenderSettings
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol.extender import (
@@ -38,6 +39,7 @@ class BindHandler:
         *,
         lock_wait_s: float | None = None,
         on_lock_wait: Callable[[float, bool], None] | None = None,
+        wakeups: NodeWakeups | None = None,
     ) -> None:
         if lock_wait_s is None:
             lock_wait_s = lock_wait_budget(settings.bind_timeout_s)
@@ -55,6 +57,7 @@ class BindHandler:
             rng=deps.rng,
             vendors=deps.vendor_set,
             on_lock_wait=on_lock_wait,
+            wakeups=wakeups,
         )
         self._metrics = metrics
 

@@ -22,9 +22,11 @@ hami-wire §4 and differences 4-5. Taking the lock for pod ``<ns>/<name>`` on a 
    another live pod still binding or allocating           busy: release the Redis lock, back off
    =====================================================  ===========================================
 
-Binds of one process waiting for the same node line up in arrival order; the first polls the lock with jittered
-exponential backoff until ``wait_s`` has passed (PodGroup members: every ``retry_every_s``, as HAMi's
-``--node-lock-retry-timeout``), then :class:`LockTimeoutError`. A release after a failed bind that does not land
+Binds of one process waiting for the same node line up in arrival order; the first tries the lock again when the
+node changes on the store's change feed (a release changes it: :mod:`.wakeups`), and in any case after a jittered
+exponential backoff, until ``wait_s`` has passed (PodGroup members: every ``retry_every_s``, as HAMi's
+``--node-lock-retry-timeout``), then :class:`LockTimeoutError`. Without wake-ups the backoff is the only retry.
+A release after a failed bind that does not land
 (API or Redis trouble) is retried in the background until it does, so a failed bind never leaves its lock behind
 for the whole ``--node-lock-timeout``.
 """
@@ -40,6 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from vgpu_scheduler.services.extender.wakeups import NodeWakeups, wait_armed
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.nodelock import encode_node_lock, parse_node_lock
 from vgpu_scheduler.shared.coord import LockHeld, LockInfo, NodeLock, lock_owner, parse_lock_owner
@@ -54,6 +57,8 @@ _MAX_PATCH_CONFLICTS: Final = 5
 """resourceVersion conflicts on the node (kubelet, device plugin writing too) before a try counts as busy."""
 _BACKOFF_INITIAL_S: Final = 0.02
 _BACKOFF_MAX_S: Final = 0.1
+_BACKOFF_MAX_WOKEN_S: Final = 0.5
+"""The backoff's ceiling when a release wakes the bind anyway: the poll is then only the fallback."""
 _RELEASE_RETRY_INITIAL_S: Final = 0.2
 _RELEASE_RETRY_MAX_S: Final = 5.0
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
@@ -141,9 +146,11 @@ class NodeLocker:
         clock: Callable[[], float],
         call_timeout_s: float = 4.0,
         rng: random.Random | None = None,
+        wakeups: NodeWakeups | None = None,
     ) -> None:
         self._api = api
         self._locks = locks
+        self._wakeups = wakeups
         self._timeout_s = timeout_s
         self._clock = clock
         self._call_timeout_s = call_timeout_s
@@ -194,7 +201,9 @@ class NodeLocker:
         start, deadline = window
         loop = asyncio.get_running_loop()
         delay = _BACKOFF_INITIAL_S
+        ceiling = _BACKOFF_MAX_S if self._wakeups is None else _BACKOFF_MAX_WOKEN_S
         while True:
+            changed = self._wakeups.arm(node) if self._wakeups is not None else None
             try:
                 held = await self._try_acquire(node, namespace, name, loop.time() - start)
             except LockBusyError as busy:
@@ -206,8 +215,11 @@ class NodeLocker:
                     pause = retry_every_s
                 else:
                     pause = delay / 2 + self._rng.uniform(0, delay / 2)  # equal jitter
-                    delay = min(delay * 2, _BACKOFF_MAX_S)
-                await asyncio.sleep(min(pause, deadline - now))
+                    delay = min(delay * 2, ceiling)
+                if changed is None:
+                    await asyncio.sleep(min(pause, deadline - now))
+                else:  # the node's next change (a release among them) ends the wait early
+                    await wait_armed(changed, min(pause, deadline - now))
             else:
                 self._queued_holder[node] = held.owner
                 return held

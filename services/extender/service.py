@@ -27,6 +27,7 @@ from vgpu_scheduler.services.extender.metrics import AllocationCollector, Extend
 from vgpu_scheduler.services.extender.preempt import Preemptor
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.services.extender.tls import build_ssl_context
+from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.services.extender.webhook import WebhookHandler
 from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.errors import ConfigError, TransientError
@@ -56,12 +57,15 @@ class ExtenderService:
         self.drain_timeout_s = drain_timeout_s
         self.metrics = ExtenderMetrics(deps.registry)
         self.metrics.policy_info.labels(settings.node_policy.value, str(settings.gpu_policy)).set(1)
+        self.wakeups = NodeWakeups()
+        """Binds waiting for a node's lock, woken by the node's changes on the feed the cache follows."""
         self.cache = SnapshotCache(
             deps.store,
             deps.cache_settings,
             on_reload=lambda reason: self.metrics.snapshot_reloads.labels(reason).inc(),
             on_node_reads=self.metrics.snapshot_node_reads.inc,
             binds_per_node=settings.max_binds_per_node,
+            wakeups=self.wakeups,
         )
         self.metrics.snapshot_nodes.set_function(lambda: float(len(self.cache)))
         self._quota_view = QuotaView({})
@@ -92,6 +96,7 @@ class ExtenderService:
             self.metrics,
             lock_wait_s=wait_s,
             on_lock_wait=lambda waited, timed_out: self.bind_limit.observe(waited, timed_out=timed_out),
+            wakeups=self.wakeups,
         )
         self.bind: Handler = self._binds
         self.webhook: Handler = WebhookHandler(settings, deps, self.metrics)

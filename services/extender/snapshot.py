@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.domain.model import NodePolicy
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, rank_key
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
@@ -131,7 +132,10 @@ class SnapshotCache:
         on_reload: Callable[[str], None] | None = None,
         on_node_reads: Callable[[int], None] | None = None,
         binds_per_node: int = 1,
+        wakeups: NodeWakeups | None = None,
     ) -> None:
+        self.wakeups = wakeups
+        """Told of every node the change feed names (binds waiting for a node's lock: :mod:`.wakeups`)."""
         self._store = store
         self._binds_per_node = max(1, binds_per_node)
         self._settings = settings or CacheSettings()
@@ -347,6 +351,8 @@ class SnapshotCache:
 
     async def _follow(self, batch: ChangeBatch) -> None:
         if batch.gap:
+            if self.wakeups is not None:
+                self.wakeups.notify_all()
             self.stats.gaps += 1
             logger.warning("change feed gap: reloading every node", extra={"after": self._last_id})
             self._reload_reason = "gap"
@@ -354,6 +360,8 @@ class SnapshotCache:
         self.stats.events += len(batch.events)
         stale: dict[str, None] = {}
         for event in batch.events:
+            if self.wakeups is not None:
+                self.wakeups.notify(event.node)
             cached = self._nodes.get(event.node)
             known = cached.generation if cached is not None else self._gone.get(event.node, 0)
             if event.generation > known:
