@@ -57,6 +57,9 @@ class AllInOneDeps:
     """The extender's node-lock retry jitter (None: unseeded; ``simulate`` seeds it for reproducible runs)."""
     vendors: Vendors | None = None
     """The enabled device vendors (None: those the device config enables, as the separate services do)."""
+    lock_wakeups: bool = True
+    """Binds waiting for a busy node lock are woken by the node's change (False: ``simulate``, whose seeded backoff
+    on its own clock must decide alone, so that runs are reproducible)."""
 
 
 class ServiceFailed(RuntimeError):
@@ -123,7 +126,9 @@ class AllInOneService:
         )
         if deps.cache_settings is not None:
             extender_deps = dataclasses.replace(extender_deps, cache_settings=deps.cache_settings)
-        self.extender = ExtenderService(settings.extender, extender_deps, drain_timeout_s=drain_timeout_s)
+        self.extender = ExtenderService(
+            settings.extender, extender_deps, drain_timeout_s=drain_timeout_s, lock_wakeups=deps.lock_wakeups
+        )
         self.ready = asyncio.Event()
 
     async def readiness(self) -> tuple[bool, str]:

@@ -51,13 +51,16 @@ class ExtenderService:
         *,
         drain_timeout_s: float = 10.0,
         ssl_context: ssl.SSLContext | None = None,
+        lock_wakeups: bool = True,
     ) -> None:
+        """``lock_wakeups``: binds waiting for a busy node lock are woken by the node's change on the feed (False:
+        they retry on their backoff only, as ``simulate`` wants: the feed arrives in real time, its clock is not)."""
         self.settings = settings
         self.deps = deps
         self.drain_timeout_s = drain_timeout_s
         self.metrics = ExtenderMetrics(deps.registry)
         self.metrics.policy_info.labels(settings.node_policy.value, str(settings.gpu_policy)).set(1)
-        self.wakeups = NodeWakeups()
+        self.wakeups = NodeWakeups() if lock_wakeups else None
         """Binds waiting for a node's lock, woken by the node's changes on the feed the cache follows."""
         self.cache = SnapshotCache(
             deps.store,

@@ -167,6 +167,7 @@ class EmbeddedCluster:
             instance_id=common.instance_id,
             cache_settings=CacheSettings(status_interval_s=0.05),
             rng=random.Random(self.timing.seed),
+            lock_wakeups=False,  # the feed arrives in real time; the seeded backoff on the simulated clock decides
         )
         self.services = AllInOneService(settings, deps, staged=True, drain_timeout_s=2.0)
         self._task = asyncio.create_task(self.services.run(self.stop), name="simulate:services")
