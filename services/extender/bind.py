@@ -51,7 +51,7 @@ from typing import Any, Final
 from vgpu_scheduler.services.extender.bindhint import is_pod_group_member, parse_bind_hint
 from vgpu_scheduler.services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
 from vgpu_scheduler.services.extender.bindresult import BindFailed, BindOutcome, BindResult
-from vgpu_scheduler.services.extender.bindwrites import POD_PATCH_ATTEMPTS, carries, foreign_allocation
+from vgpu_scheduler.services.extender.bindwrites import BINDING_ATTEMPTS, carries, foreign_allocation
 from vgpu_scheduler.services.extender.events import EventSink, pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.services.extender.vendorlock import (
@@ -406,7 +406,7 @@ class Binder:
         decision's allocation is on the pod."""
         ns, name = args.pod_namespace, args.pod_name
         labels = allocation_labels(args.node)
-        for _ in range(POD_PATCH_ATTEMPTS):
+        for _ in range(BINDING_ATTEMPTS):
             if not await self._store.reservations.check_claim(args.pod_uid, args.node, token, self.claim_ttl_s):
                 raise self._lost(args)
             foreign = "" if pod is None else foreign_allocation(pod, annos, self._allocated_keys)

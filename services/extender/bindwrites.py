@@ -14,7 +14,7 @@ from typing import Any, Final
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.k8s.objects import meta
 
-POD_PATCH_ATTEMPTS: Final = 3
+BINDING_ATTEMPTS: Final = 3
 """Attempts of one guarded Binding (a stale resourceVersion re-reads the pod and tries again at its version)."""
 
 _OWN_KEYS: Final = (keys.VGPU_NODE, keys.VGPU_TIME, keys.BIND_TIME)

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from vgpu_scheduler.services.informer.pods import TERMINAL_PHASES
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import is_valid_label_value
 from vgpu_scheduler.shared.errors import NotFoundError, VgpuError
@@ -41,7 +42,7 @@ def missing_label(pod: Mapping[str, Any]) -> str | None:
     if meta.get("deletionTimestamp") is not None:
         return None
     status = pod.get("status")
-    if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+    if isinstance(status, Mapping) and status.get("phase") in TERMINAL_PHASES:
         return None
     labels = meta.get("labels")
     if isinstance(labels, Mapping) and labels.get(keys.VGPU_NODE_LABEL) == node:
