@@ -57,30 +57,42 @@ class ChangeFeed:
             if limit is not None:
                 block_s = min(block_s, max(limit - _BLOCK_MARGIN_S, 0.0))
             block_ms = max(int(block_s * 1000), 1)
-        async with self._ctx.translated("read feed"):
-            reply: Any = await self._ctx.client.xread({key: after_id}, count=count, block=block_ms)
-        # RESP2: [[stream, [(id, {field: value}), ...]]] or an empty reply after the block timeout
-        entries: list[tuple[Any, dict[bytes, bytes]]] = list(reply[0][1]) if reply else []
-        events = tuple(e for e in (_event(eid, f) for eid, f in entries) if e is not None)
-        last_id = text(entries[-1][0]) if entries else after_id
-        gap = False
-        if after_id != START_ID:
-            gap = await self._lost(key, after_id, text(entries[0][0]) if entries else None)
-        return ChangeBatch(events=events, last_id=last_id, gap=gap)
-
-    async def _lost(self, key: str, after_id: str, first_read: str | None) -> bool:
-        """True when entries after ``after_id`` may be gone: ``after_id`` itself is no longer in the stream and
-        nothing older than what we read is retained (or the stream is gone)."""
-        async with self._ctx.pipeline("check feed gap") as pipe:
+        if after_id == START_ID:
+            async with self._ctx.translated("read feed"):
+                reply: Any = await self._ctx.client.xread({key: after_id}, count=count, block=block_ms)
+            return _batch(_entries(reply), after_id, gap=False)
+        # The gap check rides in the same round trip: Redis runs the two XRANGEs right after the XREAD returns
+        # (blocked or not), which is when a separate call would have run them, one round trip later.
+        async with self._ctx.pipeline("read feed") as pipe:
+            pipe.xread({key: after_id}, count=count, block=block_ms)
             pipe.xrange(key, min=after_id, max=after_id, count=1)
             pipe.xrange(key, count=1)
-            same, first = await pipe.execute()
-        if same:
-            return False
-        if not first:
-            # empty stream: flushed (or trimmed to nothing) since after_id was read
-            return True
-        oldest = text(first[0][0])
-        if first_read is not None and oldest != first_read:
-            return False
-        return _id_key(oldest) > _id_key(after_id)
+            reply, same, first = await pipe.execute()
+        entries = _entries(reply)
+        return _batch(entries, after_id, gap=_lost(after_id, text(entries[0][0]) if entries else None, same, first))
+
+
+def _entries(reply: Any) -> list[tuple[Any, dict[bytes, bytes]]]:
+    # RESP2: [[stream, [(id, {field: value}), ...]]] or an empty reply after the block timeout
+    return list(reply[0][1]) if reply else []
+
+
+def _batch(entries: list[tuple[Any, dict[bytes, bytes]]], after_id: str, *, gap: bool) -> ChangeBatch:
+    events = tuple(e for e in (_event(eid, f) for eid, f in entries) if e is not None)
+    last_id = text(entries[-1][0]) if entries else after_id
+    return ChangeBatch(events=events, last_id=last_id, gap=gap)
+
+
+def _lost(after_id: str, first_read: str | None, same: Any, first: Any) -> bool:
+    """True when entries after ``after_id`` may be gone: ``after_id`` itself is no longer in the stream (``same``,
+    its XRANGE) and nothing older than what we read is retained (``first``, the stream's oldest entry), or the
+    stream is gone."""
+    if same:
+        return False
+    if not first:
+        # empty stream: flushed (or trimmed to nothing) since after_id was read
+        return True
+    oldest = text(first[0][0])
+    if first_read is not None and oldest != first_read:
+        return False
+    return _id_key(oldest) > _id_key(after_id)

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import NoScriptError
+
 from vgpu_scheduler.shared.codec.envelope import decode_inventory
 from vgpu_scheduler.shared.domain.model import DeviceUsage, MigPlacement, NodeInventory
 from vgpu_scheduler.shared.errors import DecodeError
@@ -133,12 +135,24 @@ class SnapshotRepo:
         if not nodes:
             return {}
         k = self._ctx.keys
-        async with self._ctx.pipeline("load snapshots") as pipe:
-            for n in nodes:
-                await self._ctx.scripts.node_snapshot(
-                    keys=[k.inventory(n), k.usage(n), k.generation(n), k.pod_charges(n), k.node_lock(n)], client=pipe
-                )
-            replies = await pipe.execute()
+        script = self._ctx.scripts.node_snapshot
+        # EVALSHA by hand: a Script object in a pipeline makes redis-py check SCRIPT EXISTS first, one more round
+        # trip on every load. A Redis that lost its script cache (restarted, SCRIPT FLUSH) answers NOSCRIPT: load
+        # the script and read again.
+        for attempt in range(2):
+            async with self._ctx.pipeline("load snapshots") as pipe:
+                for n in nodes:
+                    pipe.evalsha(
+                        script.sha, 5, k.inventory(n), k.usage(n), k.generation(n), k.pod_charges(n), k.node_lock(n)
+                    )
+                try:
+                    replies = await pipe.execute()
+                except NoScriptError:
+                    if attempt:
+                        raise
+                    await self._ctx.client.script_load(script.script)
+                    continue
+            break
         out: dict[str, NodeState] = {}
         for n, (blob, flat, gen, busy) in zip(nodes, replies, strict=True):
             try:

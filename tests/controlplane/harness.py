@@ -17,8 +17,10 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import ssl
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
@@ -670,7 +672,29 @@ async def _start(name: str, log: Path, args: Sequence[str]) -> Service:
             stderr=err,
             env=env,
         )
+    _profile(name, proc.pid)
     return Service(name, proc, log)
+
+
+PROFILE_ENV = "VGPU_PROFILE_DIR"
+
+
+def _profile(name: str, pid: int) -> None:
+    """With ``VGPU_PROFILE_DIR`` set (and py-spy beside the interpreter or on the PATH), attach a sampling profiler
+    to the service: ``<dir>/<name>-<pid>.txt`` in py-spy's raw (collapsed stack) format, written when the service
+    stops. For benchmarks; the tests never set it."""
+    out = os.environ.get(PROFILE_ENV)
+    if not out:
+        return
+    spy = shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if spy is None:
+        raise RuntimeError(f"{PROFILE_ENV} is set but py-spy is not installed (pip install py-spy)")
+    Path(out).mkdir(parents=True, exist_ok=True)
+    subprocess.Popen(  # ends by itself when the service exits
+        [spy, "record", "--gil", "-f", "raw", "-r", "50", "-p", str(pid), "-o", f"{out}/{name}-{pid}.txt"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 async def _listening(service: Service, count: int, timeout_s: float = 60.0) -> list[str]:

@@ -94,3 +94,20 @@ async def test_a_mixed_vendor_inventory_round_trips_and_a_vendor_change_is_a_cha
     # the same device under another vendor is another inventory
     relabelled = dataclasses.replace(inv, devices=(nv, dataclasses.replace(other, vendor="MLU")))
     assert (await store.inventory.put(relabelled)).changed
+
+
+async def test_snapshots_load_in_one_round_trip_and_survive_a_lost_script_cache(store: Store, backend: str) -> None:
+    """The pipelined node reads send EVALSHA themselves: no SCRIPT EXISTS round trip before them, and a Redis that
+    lost its scripts (restart, SCRIPT FLUSH) gets the script loaded and is read again."""
+    inv = node("n1", gpu("GPU-a"))
+    await store.inventory.put(inv)
+    await store.snapshots.load(["n1"])
+    if backend == "redis":
+        await store.client.config_resetstat()
+        await store.snapshots.load(["n1", "n2"])
+        stats = await store.client.info("commandstats")
+        assert not [k for k in stats if k.startswith("cmdstat_script")]
+        assert stats["cmdstat_evalsha"]["calls"] == 2
+    await store.client.script_flush()
+    state = await store.snapshots.load(["n1", "n2"])
+    assert state["n1"].inventory == inv and state["n2"].inventory is None
