@@ -166,8 +166,27 @@ def plain_values(values: Iterable[Any]) -> bool:
     return True
 
 
+_GO_ESCAPES_UTF8: Final = tuple((raw.encode(), escaped.encode()) for raw, escaped in _GO_ESCAPES)
+
+
 def dumps(value: Any) -> bytes:
-    """Encode compactly like Go's ``json.Marshal`` (HTML-safe escapes, raw UTF-8, no NaN)."""
+    """Encode compactly like Go's ``json.Marshal`` (HTML-safe escapes, raw UTF-8, no NaN).
+
+    orjson writes the same compact form several times faster (a 1,000-node ``/filter`` answer is ~14 KiB); what it
+    refuses (a lone surrogate, an integer beyond 64 bits, a type it does not know) takes the standard library's
+    path. orjson would write a NaN or an infinity as ``null`` where Go refuses them: no value we encode holds one
+    (decoded bodies are finite, :func:`loads`), and the slow path keeps refusing them for anything it encodes."""
+    try:
+        out = orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError is a TypeError
+        return _dumps_slow(value)
+    for raw, escaped in _GO_ESCAPES_UTF8:
+        if raw in out:
+            out = out.replace(raw, escaped)
+    return out
+
+
+def _dumps_slow(value: Any) -> bytes:
     text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     for raw, escaped in _GO_ESCAPES:
         text = text.replace(raw, escaped)
