@@ -67,7 +67,7 @@ from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
-from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject, StaleVersionError
+from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject, StaleVersionError, UidMismatchError
 from vgpu_scheduler.shared.k8s.objects import meta, resource_version_of, uid_of
 from vgpu_scheduler.shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
 from vgpu_scheduler.shared.protocol.extender import (
@@ -473,11 +473,11 @@ class Binder:
             raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
         except StaleVersionError:
             raise
+        except UidMismatchError as e:
+            raise BindFailed(
+                BindOutcome.POD_GONE, f"pod {ns}/{name} was re-created (asked uid {args.pod_uid}): {e}"
+            ) from e
         except ConflictError as e:
-            if "Precondition failed: UID" in str(e):
-                raise BindFailed(
-                    BindOutcome.POD_GONE, f"pod {ns}/{name} was re-created (asked uid {args.pod_uid}): {e}"
-                ) from e
             raise BindFailed(BindOutcome.POD_GONE, f"binding pod {ns}/{name} refused: {e}") from e
         except TransientError as e:
             # the Binding may have been made: look before undoing anything

@@ -6,7 +6,13 @@ Objects are the API server's JSON dicts (``KubeObject``), never kubernetes-async
 
 from vgpu_scheduler.shared.k8s.api import Api, metadata_patch
 from vgpu_scheduler.shared.k8s.client import KubeClient, KubeSettings, TokenBucket, load_configuration, open_client
-from vgpu_scheduler.shared.k8s.errors import AlreadyBoundError, ExpiredError, KubeRequestError, StaleVersionError
+from vgpu_scheduler.shared.k8s.errors import (
+    AlreadyBoundError,
+    ExpiredError,
+    KubeRequestError,
+    StaleVersionError,
+    UidMismatchError,
+)
 from vgpu_scheduler.shared.k8s.informer import (
     EventKind,
     Handler,
@@ -39,6 +45,7 @@ __all__ = [
     "Resource",
     "StaleVersionError",
     "TokenBucket",
+    "UidMismatchError",
     "WatchEvent",
     "kube_settings_from",
     "load_configuration",

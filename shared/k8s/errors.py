@@ -2,7 +2,8 @@
 
 404                      → NotFoundError
 409                      → ConflictError (AlreadyBoundError for a pod already bound to a node, StaleVersionError
-                           for a write whose resourceVersion precondition failed)
+                           for a write whose resourceVersion precondition failed, UidMismatchError for one whose UID
+                           precondition failed: the object was deleted and re-created under its name)
 410 Gone/Expired         → ExpiredError (a TransientError with delay 0: re-list, never retry the version)
 429, 5xx, network, time  → TransientError (delay from Retry-After when given)
 other 4xx                → KubeRequestError (a PermanentError carrying code and reason)
@@ -21,6 +22,8 @@ _ASSIGNED_RE = re.compile(r'is already assigned to node "([^"]*)"')
 _STALE_MARKERS = ("Precondition failed: ResourceVersion", "the object has been modified")
 """How the API server words a failed resourceVersion precondition: a Binding's (``storage.Preconditions``) and a
 patch's or update's (optimistic concurrency)."""
+_UID_MARKER = "Precondition failed: UID"
+"""How the API server words a failed UID precondition (``storage.Preconditions``)."""
 
 
 class AlreadyBoundError(ConflictError):
@@ -33,6 +36,10 @@ class AlreadyBoundError(ConflictError):
 
 class StaleVersionError(ConflictError):
     """409: the write named a resourceVersion the object no longer has (it changed since it was read)."""
+
+
+class UidMismatchError(ConflictError):
+    """409: the write named a UID the object does not have: the object of that name is another one (re-created)."""
 
 
 class ExpiredError(TransientError):
@@ -87,6 +94,8 @@ def error_for(
             return AlreadyBoundError(text, m.group(1))
         if any(marker in message for marker in _STALE_MARKERS):
             return StaleVersionError(text)
+        if _UID_MARKER in message:
+            return UidMismatchError(text)
         return ConflictError(text)
     if code == 410:
         return ExpiredError(text)

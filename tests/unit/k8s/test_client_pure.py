@@ -16,7 +16,7 @@ from vgpu_scheduler.shared.k8s import (
     TokenBucket,
 )
 from vgpu_scheduler.shared.k8s.api import event_body, metadata_patch
-from vgpu_scheduler.shared.k8s.errors import StaleVersionError, error_for
+from vgpu_scheduler.shared.k8s.errors import StaleVersionError, UidMismatchError, error_for
 from vgpu_scheduler.shared.k8s.informer import InformerSettings, backoff_delay_s
 
 
@@ -104,6 +104,14 @@ ERROR_CASES = [
         'Operation cannot be fulfilled on pods/binding "x": Precondition failed: ResourceVersion in precondition: 7, '
         "ResourceVersion in object meta: 9",
         StaleVersionError,
+    ),
+    (
+        "uid-mismatch",
+        409,
+        "Conflict",
+        'Operation cannot be fulfilled on pods/binding "x": Precondition failed: UID in precondition: a, '
+        "UID in object meta: b",
+        UidMismatchError,
     ),
     ("already-bound", 409, "Conflict", 'pod x is already assigned to node "n1"', AlreadyBoundError),
     ("expired", 410, "Expired", "too old resource version: 1 (5)", ExpiredError),
