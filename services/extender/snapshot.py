@@ -28,7 +28,7 @@ from vgpu_scheduler.shared.domain.model import NodePolicy
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, rank_key
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import TransientError
-from vgpu_scheduler.shared.store import ChangeBatch, NodeState, Store, StoreStatus, SyncMarker
+from vgpu_scheduler.shared.store import ChangeBatch, ChangeKind, NodeState, Store, StoreStatus, SyncMarker
 
 logger = logging.getLogger(__name__)
 
@@ -360,7 +360,9 @@ class SnapshotCache:
         self.stats.events += len(batch.events)
         stale: dict[str, None] = {}
         for event in batch.events:
-            if self.wakeups is not None:
+            # A bind waiting for the node's lock is woken by its release (or the node going or changing shape),
+            # not by every reservation and acquisition there: those would only make it try and fail again.
+            if self.wakeups is not None and (event.lock_released or event.kind is not ChangeKind.USAGE):
                 self.wakeups.notify(event.node)
             cached = self._nodes.get(event.node)
             known = cached.generation if cached is not None else self._gone.get(event.node, 0)

@@ -27,6 +27,7 @@ def _event(eid: Any, fields: dict[bytes, bytes]) -> ChangeEvent | None:
             node=fields[b"node"].decode(),
             generation=int(fields[b"gen"]),
             kind=ChangeKind(fields[b"kind"].decode()),
+            lock_released=fields.get(b"lock") == b"released",
         )
     except (KeyError, ValueError, UnicodeDecodeError):
         return None

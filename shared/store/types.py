@@ -241,12 +241,14 @@ class ChangeKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
-    """One entry of the change stream: ``node`` reached ``generation`` through a change of ``kind``."""
+    """One entry of the change stream: ``node`` reached ``generation`` through a change of ``kind``;
+    ``lock_released`` when the change was the release of the node's bind lock."""
 
     id: str
     node: str
     generation: int
     kind: ChangeKind
+    lock_released: bool = False
 
 
 @dataclass(frozen=True, slots=True)

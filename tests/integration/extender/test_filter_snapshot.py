@@ -12,9 +12,10 @@ import pytest
 
 from tests.integration.extender.filter_harness import FAST_CACHE, node, seed
 from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCache
+from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceUsage, NodePolicy
 from vgpu_scheduler.shared.domain.plan import Decision, rank_key
-from vgpu_scheduler.shared.store import Reserved, Store, SyncMarker
+from vgpu_scheduler.shared.store import LockAcquired, Reserved, Store, SyncMarker
 
 WAIT_S = 10.0
 
@@ -234,3 +235,35 @@ async def test_not_ready_until_the_snapshot_holds_the_registrars_nodes(store: St
         assert sorted(cache.snapshots()) == ["a", "b"]
         assert cache.stats.full_loads == 2
         assert await cache.verify() is None
+
+
+async def test_only_a_lock_release_wakes_the_binds_waiting_for_the_node(store: Store, other_store: Store) -> None:
+    """Reservations and lock acquisitions on a node reach the follower as changes too, but a bind waiting for the
+    node's lock would only try and fail again: the follower wakes it for the release alone (or the node's
+    deletion)."""
+    await seed(store, [node("a", 2), node("b", 2)])
+    wakeups = NodeWakeups()
+    cache = SnapshotCache(store, FAST_CACHE, wakeups=wakeups)
+    task = asyncio.create_task(cache.run(), name="snapshot-follower")
+    try:
+        async with asyncio.timeout(WAIT_S):
+            await cache.loaded.wait()
+        armed = wakeups.arm("a")
+        reserved = await other_store.reservations.reserve(one_gpu("p1", "a"))
+        assert isinstance(reserved, Reserved)
+        await cache.wait_until(lambda: cache.generation("a") == reserved.generation, WAIT_S)
+        held = await other_store.locks.acquire("a", "default/p1", 30.0)
+        assert isinstance(held, LockAcquired)
+        await cache.wait_until(lambda: cache.generation("a") == reserved.generation + 1, WAIT_S)
+        assert not armed.is_set()  # a reservation and an acquisition: no wake-up
+        assert await other_store.locks.release("a", "default/p1", held.token)
+        async with asyncio.timeout(WAIT_S):
+            await armed.wait()
+        deleted = wakeups.arm("b")
+        await other_store.inventory.delete("b")
+        async with asyncio.timeout(WAIT_S):
+            await deleted.wait()
+    finally:
+        cache.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
