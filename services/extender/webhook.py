@@ -108,7 +108,7 @@ class Admitter:
         if outcome.allowed and outcome.message != MSG_OTHER_SCHEDULER and self._quota is not None:
             namespace = request.namespace or namespace_of(pod)
             quota = await self._quota_for(pod, outcome, namespace)
-            if quota is not None:
+            if quota is not None and quota.limited:  # no limit: every demand fits, the first decision stands
                 outcome = self._decide(pod, quota)
         return _classify(outcome), outcome
 

@@ -14,9 +14,9 @@ import pytest
 from tests.integration.extender.bindkit import pod_obj
 from tests.integration.extender.filter_harness import Replica, running_extender, seed, wire_doc
 from vgpu_scheduler.services.extender.webhook import Admitter, WebhookOutcome
-from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits
+from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
 from vgpu_scheduler.shared.k8s import Api
-from vgpu_scheduler.shared.protocol.admission import parse_admission_review
+from vgpu_scheduler.shared.protocol.admission import AdmissionOutcome, parse_admission_review
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.store import Store, connect
 
@@ -179,6 +179,29 @@ async def test_cores_added_by_the_exclusive_default_count_against_the_quota(stor
     )
     kind, outcome = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod(), namespace="team-a"))))
     assert kind is WebhookOutcome.DENIED and outcome.message == "exceeding resource quota"
+
+
+async def test_a_namespace_without_limits_is_decided_once(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Usage without a limit never refuses: the pod is not mutated a second time to check it (a namespace with
+    a limit is, as the test above shows)."""
+    await store.quota.charge("team-b", "running-pod", 6000, 50)
+    admitter = Admitter(
+        nvidia=NvidiaConfig(),
+        scheduler_name="vgpu-scheduler",
+        force_overwrite_default_scheduler=True,
+        quota=store.quota,
+    )
+    decisions: list[object] = []
+    decide = admitter._decide
+
+    def counted(pod: dict[str, Any], quota: QuotaState | None) -> AdmissionOutcome:
+        decisions.append(quota)
+        return decide(pod, quota)
+
+    monkeypatch.setattr(admitter, "_decide", counted)
+    kind, outcome = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod(), namespace="team-b"))))
+    assert kind is WebhookOutcome.MUTATED and outcome.allowed
+    assert decisions == [None]
 
 
 async def test_without_redis_the_quota_pre_check_is_skipped() -> None:
