@@ -21,7 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +231,38 @@ def _wait_http_ok(url: str, ctx: ssl.SSLContext | None, proc: subprocess.Popen[b
     raise ControlPlaneError(f"{what} not ready within {_READY_TIMEOUT_S}s ({last}):\n{_log_tail(log)}")
 
 
+_PORT_ATTEMPTS = 3
+
+
+def _port_taken(proc: subprocess.Popen[bytes], log: Path) -> bool:
+    """The process exited because a port picked free was taken meanwhile (another suite on the same machine)."""
+    return proc.poll() is not None and "address already in use" in _log_tail(log, 50)
+
+
+def _start_listening(
+    ports: int,
+    launch: Callable[[list[int]], tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]],
+    log: Path,
+    what: str,
+) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """Start a process on ``ports`` free loopback ports (``launch`` returns it with its health URL and TLS context)
+    and wait until it answers. A free port is only free when it is picked: when another process took it before
+    ours bound it, ours exits with "address already in use" and is started again on other ports."""
+    for attempt in range(_PORT_ATTEMPTS):
+        picked = [free_port() for _ in range(ports)]
+        proc, url, ctx = launch(picked)
+        try:
+            _wait_http_ok(url, ctx, proc, log, what)
+        except ControlPlaneError:
+            if attempt + 1 < _PORT_ATTEMPTS and _port_taken(proc, log):
+                _stop(proc)
+                continue
+            _stop(proc)
+            raise
+        return proc, picked
+    raise AssertionError("unreachable")
+
+
 def _loopback_env() -> dict[str, str]:
     """The environment for control-plane processes: no proxy for loopback (webhook calls, extender calls)."""
     env = dict(os.environ)
@@ -286,32 +318,37 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
         token = secrets.token_hex(16)
         (certs / "tokens.csv").write_text(f"{token},admin,admin-uid,system:masters\n")
 
-        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_log = root / "etcd.log"
-        with etcd_log.open("wb") as out:
-            etcd = subprocess.Popen(
-                [
-                    _binary(assets, "etcd"),
-                    "--data-dir",
-                    str(root / "etcd"),
-                    "--listen-client-urls",
-                    f"http://127.0.0.1:{etcd_port}",
-                    "--advertise-client-urls",
-                    f"http://127.0.0.1:{etcd_port}",
-                    "--listen-peer-urls",
-                    f"http://127.0.0.1:{peer_port}",
-                    "--initial-advertise-peer-urls",
-                    f"http://127.0.0.1:{peer_port}",
-                    "--initial-cluster",
-                    f"default=http://127.0.0.1:{peer_port}",
-                    "--unsafe-no-fsync",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_loopback_env(),
-            )
+
+        def launch_etcd(ports: list[int]) -> tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]:
+            client, peer = ports
+            shutil.rmtree(root / "etcd", ignore_errors=True)
+            with etcd_log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [
+                        _binary(assets, "etcd"),
+                        "--data-dir",
+                        str(root / "etcd"),
+                        "--listen-client-urls",
+                        f"http://127.0.0.1:{client}",
+                        "--advertise-client-urls",
+                        f"http://127.0.0.1:{client}",
+                        "--listen-peer-urls",
+                        f"http://127.0.0.1:{peer}",
+                        "--initial-advertise-peer-urls",
+                        f"http://127.0.0.1:{peer}",
+                        "--initial-cluster",
+                        f"default=http://127.0.0.1:{peer}",
+                        "--unsafe-no-fsync",
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=_loopback_env(),
+                )
+            return proc, f"http://127.0.0.1:{client}/health", None
+
+        etcd, (etcd_port, _) = _start_listening(2, launch_etcd, etcd_log, "etcd")
         procs.append(etcd)
-        _wait_http_ok(f"http://127.0.0.1:{etcd_port}/health", None, etcd, etcd_log, "etcd")
 
         api_log = root / "kube-apiserver.log"
         audit_log = root / "audit.log" if audit else None
@@ -320,40 +357,45 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
         gang_flags = [f"--feature-gates={GANG_FEATURE_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true"]
         if not gangs:
             gang_flags = []
-        with api_log.open("wb") as out:
-            apiserver = subprocess.Popen(
-                [
-                    _binary(assets, "kube-apiserver"),
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={api_port}",
-                    f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                    "--service-cluster-ip-range=10.0.0.0/24",
-                    "--endpoint-reconciler-type=none",
-                    f"--client-ca-file={ca[0]}",
-                    f"--tls-cert-file={serving[0]}",
-                    f"--tls-private-key-file={serving[1]}",
-                    f"--token-auth-file={certs / 'tokens.csv'}",
-                    "--service-account-issuer=https://kubernetes.default.svc",
-                    f"--service-account-key-file={certs / 'sa.key'}",
-                    f"--service-account-signing-key-file={certs / 'sa.key'}",
-                    "--authorization-mode=RBAC",
-                    "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
-                    "--profiling=false",
-                    "--max-requests-inflight=2000",
-                    "--max-mutating-requests-inflight=1000",
-                    *audit_flags,
-                    # v1.36 gang scheduling's API (PodGroup, a pod's spec.schedulingGroup) for the gang scenarios;
-                    # kube-scheduler turns the gang plugin on only where a scenario asks (start_scheduler)
-                    *gang_flags,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_loopback_env(),
-            )
+        ctx = ssl.create_default_context(cafile=str(ca[0]))
+
+        def launch_apiserver(ports: list[int]) -> tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]:
+            (port,) = ports
+            with api_log.open("wb") as out:
+                proc = subprocess.Popen(
+                    [
+                        _binary(assets, "kube-apiserver"),
+                        "--bind-address=127.0.0.1",
+                        f"--secure-port={port}",
+                        f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                        "--service-cluster-ip-range=10.0.0.0/24",
+                        "--endpoint-reconciler-type=none",
+                        f"--client-ca-file={ca[0]}",
+                        f"--tls-cert-file={serving[0]}",
+                        f"--tls-private-key-file={serving[1]}",
+                        f"--token-auth-file={certs / 'tokens.csv'}",
+                        "--service-account-issuer=https://kubernetes.default.svc",
+                        f"--service-account-key-file={certs / 'sa.key'}",
+                        f"--service-account-signing-key-file={certs / 'sa.key'}",
+                        "--authorization-mode=RBAC",
+                        "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                        "--profiling=false",
+                        "--max-requests-inflight=2000",
+                        "--max-mutating-requests-inflight=1000",
+                        *audit_flags,
+                        # v1.36 gang scheduling's API (PodGroup, a pod's spec.schedulingGroup) for the gang scenarios;
+                        # kube-scheduler turns the gang plugin on only where a scenario asks (start_scheduler)
+                        *gang_flags,
+                    ],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=_loopback_env(),
+                )
+            return proc, f"https://127.0.0.1:{port}/readyz", ctx
+
+        apiserver, (api_port,) = _start_listening(1, launch_apiserver, api_log, "kube-apiserver")
         procs.append(apiserver)
         url = f"https://127.0.0.1:{api_port}"
-        ctx = ssl.create_default_context(cafile=str(ca[0]))
-        _wait_http_ok(f"{url}/readyz", ctx, apiserver, api_log, "kube-apiserver")
 
         kubeconfig = root / "admin.kubeconfig"
         kubeconfig.write_text(
@@ -439,29 +481,33 @@ def start_scheduler(
     tmp.mkdir(parents=True, exist_ok=True)
     config_file = tmp / "kube-scheduler-config.yaml"
     config_file.write_text(yaml.safe_dump(scheduler_config(api, config)))
-    port = free_port()
     log = tmp / "kube-scheduler.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [
-                _binary(assets, "kube-scheduler"),
-                f"--config={config_file}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--authentication-kubeconfig={api.kubeconfig}",
-                f"--authorization-kubeconfig={api.kubeconfig}",
-                "--v=2",
-                *([f"--feature-gates={feature_gates}"] if feature_gates else []),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=_loopback_env(),
-        )
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed on the fly
+
+    def launch(ports: list[int]) -> tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]:
+        (port,) = ports
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    _binary(assets, "kube-scheduler"),
+                    f"--config={config_file}",
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={port}",
+                    f"--authentication-kubeconfig={api.kubeconfig}",
+                    f"--authorization-kubeconfig={api.kubeconfig}",
+                    "--v=2",
+                    *([f"--feature-gates={feature_gates}"] if feature_gates else []),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=_loopback_env(),
+            )
+        return proc, f"https://127.0.0.1:{port}/healthz", insecure
+
+    proc, (port,) = _start_listening(1, launch, log, "kube-scheduler")
     try:
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed on the fly
-        _wait_http_ok(f"https://127.0.0.1:{port}/healthz", insecure, proc, log, "kube-scheduler")
         yield Scheduler(proc=proc, log=log, port=port, config_file=config_file)
     finally:
         _stop(proc)
