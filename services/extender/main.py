@@ -70,7 +70,7 @@ async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> Non
                 vendors=enabled_vendors(common.nvidia, common.device_sections, common.enable_flags),
                 event_sink=EventSink(api_poster(api), normal_per_s=settings.success_event_rate),
             )
-            service = ExtenderService(settings, deps, drain_timeout_s=DRAIN_TIMEOUT_S)
+            service = ExtenderService(settings, deps, drain_timeout_s=DRAIN_TIMEOUT_S, freeze_gc_when_ready=True)
             ops = create_ops_app(
                 readiness=service.readiness, registry=registry, before_scrape=service.refresh_quota_metrics
             )

@@ -164,6 +164,7 @@ async def running_extender(
     wait_ready: bool = True,
     drain_timeout_s: float = 5.0,
     vendors: Vendors | None = None,
+    freeze_gc_when_ready: bool = False,
 ) -> AsyncIterator[Replica]:
     """Run one replica until the block ends (then stop it and wait for its drain)."""
     recorded: list[tuple[Mapping[str, Any], PodEvent]] = []
@@ -181,7 +182,12 @@ async def running_extender(
         cache_settings=cache_settings,
         vendors=vendors,
     )
-    service = ExtenderService(extender_settings or settings(), deps, drain_timeout_s=drain_timeout_s)
+    service = ExtenderService(
+        extender_settings or settings(),
+        deps,
+        drain_timeout_s=drain_timeout_s,
+        freeze_gc_when_ready=freeze_gc_when_ready,
+    )
     stop = asyncio.Event()
     task = asyncio.create_task(service.run(stop), name="test-extender")
     try:

@@ -4,16 +4,18 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 from pathlib import Path
 
 import aiohttp
 
-from tests.integration.extender.filter_harness import seed, wire
+from tests.integration.extender.filter_harness import running_extender, seed, wire
 from tests.process import listening_addresses, service_process
 from tests.waiting import eventually
 from vgpu_scheduler.shared.emulator import Emulator
+from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.store import Store
 
 
@@ -74,3 +76,18 @@ async def test_process_places_a_pod_and_drains_on_sigterm(
         )
         assert decisions[0]["devices"] == [["GPU-gpu-node-1-0"]]
         assert any(r.get("msg") == "extender draining" for r in records)
+
+
+async def test_the_extenders_own_process_freezes_what_start_up_made(store: Store, api: Api) -> None:
+    """``vgpu-scheduler extender`` asks for it (``freeze_gc_when_ready``): once ready, what start-up made is out of
+    the cyclic collector's sight. Tests and ``simulate`` run replicas in a shared process and leave it alone."""
+
+    await seed(store)
+    gc.unfreeze()
+    try:
+        async with running_extender(store, api):
+            assert gc.get_freeze_count() == 0
+        async with running_extender(store, api, freeze_gc_when_ready=True):
+            assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
