@@ -53,12 +53,14 @@ from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
-    DeviceUsage,
     NodeInventory,
+    NodePolicy,
+    PodConstraints,
     PodDevices,
     Reason,
     Selectors,
 )
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
@@ -242,14 +244,23 @@ def _count_bubble(indexes: Sequence[int]) -> int:
     """HAMi's ``countbubble``: how fragmented a set of busy XPUs leaves the wings (a full or empty wing: 0 or 1,
     one XPU: 2, else 1, summed over both wings; 1 for none)."""
 
+    left = sum(1 for i in indexes if i < WING)
+    return _bubble(left, len(indexes) - left)
+
+
+def _bubble(left: int, right: int) -> int:
+    """:func:`_count_bubble` of ``left`` XPUs in the left wing and ``right`` in the right one."""
+
     def value(n: int) -> int:
         return 0 if n == WING else 2 if n == 1 else 1
 
-    left = sum(1 for i in indexes if i < WING)
-    right = len(indexes) - left
     if left == 0 and right == 0:
         return 1
     return value(left) + value(right)
+
+
+_STEP_SCORES: Final[Mapping[int, float]] = {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}
+_OTHER_STEP_SCORE: Final = 1000.0
 
 
 def score_fragmentation(previous: Sequence[int], current: Sequence[int]) -> float:
@@ -257,14 +268,14 @@ def score_fragmentation(previous: Sequence[int], current: Sequence[int]) -> floa
     before it (``previous``): 3000 when they fragment the board one step less, 2000 the same, 1000 one step
     more, 0 two steps more (1000 otherwise)."""
     step = _count_bubble(current) - _count_bubble(previous)
-    return {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}.get(step, 1000.0)
+    return _STEP_SCORES.get(step, _OTHER_STEP_SCORE)
 
 
 def score_node(previous: Sequence[tuple[str, int, int]], pod: Sequence[Sequence[tuple[str, int]]]) -> float:
     """HAMi's whole-XPU ``ScoreNode``: ``previous`` = the node's devices as ``(type, index, used)``, ``pod`` = the
     pod's devices per container as ``(type, index)``; 0 when any of them is not a Kunlunxin XPU (the type
     contains ``kunlun``), else :func:`score_fragmentation` of the busy indexes and the pod's. The plan adds it to
-    the node's score through :meth:`KunlunRules.pod_node_score`."""
+    the node's score through :meth:`KunlunRules.pod_score`."""
     prev: list[int] = []
     cur: list[int] = []
     for kind, index, used in previous:
@@ -342,19 +353,73 @@ class BoardRules(UuidOnlyRules):
         return picked if chosen and len(picked) == nums else None
 
 
+def score_range(snap: NodeSnapshot, requests: Sequence[ContainerRequest]) -> tuple[float, float]:
+    """The least and the most :func:`score_node` can give a pod of ``requests`` (its whole-XPU entries) on
+    ``snap``, whatever XPUs it gets there: 0 and 0 on a node with another family's device; else the
+    :func:`score_fragmentation` of every way to place between the largest container's count and the pod's total
+    count of XPUs on the node's idle XPUs (so many in the left wing, the rest in the right), against its busy ones.
+    Cheap (one pass over the node's devices), and sound whatever the selectors, cordons or health leave free; 0
+    and 0 when no placement is possible (the pod does not fit there)."""
+    devices = snap.inventory.devices
+    wants = [r.nums for r in requests if r.type == NAME and not r.empty]
+    if not wants or any(NAME not in d.type for d in devices):
+        return 0.0, 0.0
+    busy: set[int] = set()
+    idle: set[int] = set()
+    board: list[int] = []
+    for d, u in zip(devices, snap.usages, strict=True):
+        if u.used > 0:
+            busy.add(d.index)
+        elif d.vendor == NAME:
+            idle.add(d.index)
+        if d.vendor == NAME:
+            board.append(d.index)
+    left = sum(1 for i in idle if i < WING)
+    right = len(idle) - left
+    # distinct indexes: a container of n XPUs covers n of them (HAMi's board), fewer only on a malformed one
+    fewest = max(wants) if len(set(board)) == len(board) else 1
+    before = _count_bubble(sorted(busy))
+    terms = [
+        _STEP_SCORES.get(_bubble(lw, count - lw) - before, _OTHER_STEP_SCORE)
+        for count in range(fewest, min(sum(wants), left + right) + 1)
+        for lw in range(max(0, count - right), min(left, count) + 1)
+    ]
+    return (min(terms), max(terms)) if terms else (0.0, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class KunlunRules(BoardRules):
     """Whole-XPU ``Fit``: an XPU passes only when idle (HAMi's ``FitXPU``) and is taken whole. The node's score
-    gets HAMi's ``ScoreNode`` term for the XPUs the pod gets there (:meth:`pod_node_score`)."""
+    gets HAMi's ``ScoreNode`` term for the XPUs the pod gets there (:meth:`pod_score`), bounded per node by
+    :meth:`pod_score_bound`, so the plan fits only the nodes that could still win."""
 
-    def pod_node_score(self, inventory: NodeInventory, usages: Sequence[DeviceUsage], devices: PodDevices) -> float:
-        """:func:`score_node` of the node's devices before the pod and the pod's XPUs (0 when it got none)."""
+    def pod_score(
+        self,
+        snap: NodeSnapshot,
+        devices: Sequence[Sequence[ContainerDevice]],
+        policy: NodePolicy,
+        constraints: PodConstraints,
+    ) -> float:
+        """:func:`score_node` of the node's devices before the pod and the pod's XPUs (0 when it got none), added
+        under either node policy (HAMi's spread takes the lowest sum, so there the node that fragments most)."""
+        del policy, constraints
+        inventory = snap.inventory
         index = {d.id: d.index for d in inventory.devices}
         mine = [[(d.type, index[d.uuid]) for d in ctr if d.type == self.name and d.uuid in index] for ctr in devices]
         if not any(mine):
             return 0.0
-        previous = [(d.type, d.index, u.used) for d, u in zip(inventory.devices, usages, strict=True)]
+        previous = [(d.type, d.index, u.used) for d, u in zip(inventory.devices, snap.usages, strict=True)]
         return score_node(previous, mine)
+
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """The most :meth:`pod_score` can move the node ahead (:func:`score_range`): binpack, which ranks the
+        highest total first, the largest term; spread, the lowest first, minus the least term (at most 0: the
+        term only ever moves a node back there)."""
+        del constraints
+        low, high = score_range(snap, requests)
+        return high if policy is NodePolicy.BINPACK else -low
 
 
 @dataclass(frozen=True, slots=True)
