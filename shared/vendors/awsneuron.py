@@ -9,8 +9,9 @@ What a Neuron pod and node look like on the wire (docs/vendors/awsneuron.md):
 * registration from **node capacity** (AWS's own Neuron device plugin advertises both resources):
   ``capacity[neuron]`` devices ``<node>-AWSNeuron-<i>``, each with ``capacity[neuroncore] / capacity[neuron]``
   slots; the node's ``node.kubernetes.io/instance-type`` label (kept as the devices' ``mode``) decides how several
-  devices are chosen. As in HAMi v2.10, at most two cores of a device are addressable: a device's cores are the
-  bit mask ``0b11`` (``0b1`` for a one-core device), also on a four-core Inferentia1;
+  devices are chosen. At most two cores of a device are addressable: a device's cores are the bit mask ``0b11``
+  (``0b1`` for a one-core device), also on a four-core Inferentia1, as HAMi #2809 made it just after v2.10.0
+  (v2.10.0 registers ``0b1111`` there and over-commits the device: docs/vendors/awsneuron.md, Inferentia1);
 * a container's cores are a **contiguous** run of free bits of one device's mask, recorded as that mask in the
   pod's device entry (``<id>,AWSNeuron,0,<mask>:``) under ``hami.io/aws-neuron-devices-allocated`` (HAMi writes no
   to-allocate key for it). Several devices are a contiguous run by index: on an ``inf`` instance any run (a ring),
@@ -88,7 +89,7 @@ ALLOCATED_FLAG_KEY: Final = "NEURON_ALLOCATED"
 PREDICATE_NODE_KEY: Final = "aws.amazon.com/predicate-node"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 MAX_CORES_PER_DEVICE: Final = 2
-"""The NeuronCores of one device HAMi v2.10 addresses (its core mask has two bits, also on Inferentia1)."""
+"""The NeuronCores of one device we address (its core mask has two bits, also on Inferentia1, as after HAMi #2809)."""
 MAX_DEVICES: Final = 2**31 - 1
 MAX_CORES: Final = MAX_DEVICES * MAX_CORES_PER_DEVICE
 RING_GROUPS: Final = ("inf", "Inf")
