@@ -30,12 +30,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
@@ -46,7 +44,6 @@ from vgpu_scheduler.shared.codec.resources import (
     names_any,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
@@ -62,18 +59,14 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
-from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, count_in_limits, count_registration, observe_count
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
 from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    Invalid,
     NodeView,
-    NotRegistered,
     Observation,
-    Registered,
-    Unregistered,
 )
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, count_only_request, decode_json, observe_with_handshake
 
@@ -139,14 +132,16 @@ _KEYS: Mapping[str, str] = {
 }
 
 
+_REQUIRED: Mapping[str, str] = {
+    "resourceVCountName": "it is how a container asks for vXPUs",
+    "resourceVMemoryName": "it is how a vXPU's memory is asked",
+}
+
+
 def parse_config(section: object) -> KunlunConfig:
     """Validate the ``kunlun:`` section; absent keys keep HAMi's defaults. The vXPU names must not be empty either
     (they are how a container asks for vXPUs), and the three names must differ. ConfigError names the key path."""
-    config = KunlunConfig(**names_section(section, SECTION, _KEYS, unit="XPUs"))
-    if not config.resource_vcount_name.strip():
-        raise ConfigError(f"{SECTION}.resourceVCountName: must not be empty (it is how a container asks for vXPUs)")
-    if not config.resource_vmemory_name.strip():
-        raise ConfigError(f"{SECTION}.resourceVMemoryName: must not be empty (it is how a vXPU's memory is asked)")
+    config = KunlunConfig(**names_section(section, SECTION, _KEYS, unit="XPUs", required=_REQUIRED))
     names = [config.resource_count_name, config.resource_vcount_name, config.resource_vmemory_name]
     if len({n for n in names if n}) != len([n for n in names if n]):
         raise ConfigError(f"{SECTION}: the resource names must differ, got {', '.join(names)}")
@@ -492,45 +487,18 @@ def trim_memory(mib: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class KunlunVendor:
+class KunlunVendor(CapacityVendor):
     """Whole Kunlunxin XPUs (see the module docstring)."""
+
+    WORD: ClassVar[str] = NAME
+    RULES: ClassVar[DeviceRules] = KUNLUN_RULES
+    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
 
     config: KunlunConfig = dataclasses.field(default_factory=KunlunConfig)
 
     @property
-    def name(self) -> str:
-        return NAME
-
-    @property
     def resources(self) -> ResourceNames:
         return ResourceNames(count=self.config.resource_count_name)
-
-    @property
-    def rules(self) -> DeviceRules:
-        return KUNLUN_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return None
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; 100 % of each XPU's
@@ -539,11 +507,7 @@ class KunlunVendor:
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.config.resource_count_name not in limits:
-            return False
-        self.container_request(container, where)
-        return True
+        return count_in_limits(container, where, self.config.resource_count_name, self.container_request)
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         """Both UUID pairs (HAMi v2.10 checks ``hami.io/use-xpu-uuid`` and ``baidu.com/use-gpuuuid`` alike)."""
@@ -554,39 +518,24 @@ class KunlunVendor:
         → invalid; 0 → not registered (HAMi's "device not found"); else that many XPUs, healthy (HAMi's
         ``CheckHealth`` always says so). Cordoned XPUs from ``hami.io/device-cordon``."""
         del now_local, reported_before
-        name = self.config.resource_count_name
-        capacity = node.capacity or node.allocatable
-        if name not in capacity:
-            return NotRegistered(Unregistered.ABSENT)
-        source = f"status.capacity[{name}]"
-        try:
-            q = parse_quantity(capacity[name], source)
-            if q.denominator != 1 or q < 0 or q > 2**31 - 1:
-                raise DecodeError(source, "expected a whole number from 0 to 2^31-1", str(capacity[name]))
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, source, str(capacity[name]), e)
-        if q == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        devices = devices_from_capacity(node.name, q.numerator)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
+        return observe_count(
+            node,
+            vendor=NAME,
+            count_name=self.config.resource_count_name,
+            top=2**31 - 1,
+            expected="expected a whole number from 0 to 2^31-1",
+            devices=devices_from_capacity,
+        )
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the Kunlunxin device plugin advertises for ``devices``: their number as the count resource. Only
         XPUs as HAMi registers them (98304 MiB, 100 cores, 100 slots) survive the round trip."""
-        shape = (XPU_MEMORY_MIB, XPU_CORES, XPU_SLOTS)
-        if any((d.devmem_mib, d.devcore, d.count) != shape for d in devices):
-            raise ValueError("Kunlunxin XPUs register by count only: each has 98304 MiB, 100 cores and 100 slots")
-        if not devices:
-            return {}, {}, {}
-        return {}, {self.config.resource_count_name: str(len(devices))}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
+        return count_registration(
+            devices,
+            self.config.resource_count_name,
+            shape=(XPU_MEMORY_MIB, XPU_CORES, XPU_SLOTS),
+            refusal="Kunlunxin XPUs register by count only: each has 98304 MiB, 100 cores and 100 slots",
+        )
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
         """``BAIDU_COM_DEVICE_IDX``: each container's XPU indexes joined by ``,``, the containers joined by ``;``
