@@ -11,11 +11,10 @@ devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only wh
 nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and returns the same
 answer (property-tested).
 
-The exceptions: a vendor whose node score depends on the devices the pod gets there. With the optional rules hook
-``pod_score(snapshot, devices, node_policy, constraints)`` (HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX)
-its pods are fitted on the nodes that could still win and ranked by the node's score plus that term
-(``_plan_scored``); with ``pod_node_score(inventory, usages, devices)`` (Kunlunxin's board fragmentation) every
-node is evaluated (``_plan_exhaustive``).
+The exception: a vendor whose node score depends on the devices the pod gets there. With the optional rules hook
+``pod_score(snapshot, devices, node_policy, constraints)`` (HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX,
+of Kunlunxin's whole XPUs) its pods are fitted on the nodes that could still win, bounded by the rules'
+``pod_score_bound``, and ranked by the node's score plus that term (``_plan_scored``).
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from heapq import heapify, heappop
 from itertools import compress
 from operator import attrgetter
 
@@ -35,7 +35,6 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceCharge,
     DeviceUsage,
     MigAllocation,
-    NodeInventory,
     NodePolicy,
     NvidiaConfig,
     PodConstraints,
@@ -352,10 +351,8 @@ def plan(
     if not pod.any:
         return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
     if _pod_scored(ctx):
-        bound = _pod_score_bound(ctx, nodes)
-        if bound > 0:  # 0: the terms are all 0 here, the usual walk decides
-            return _plan_scored(ctx, nodes, bound)
-    if exhaustive or _pod_scorers(ctx):
+        return _plan_scored(ctx, nodes)
+    if exhaustive:
         return _plan_exhaustive(ctx, nodes)
 
     rejections: dict[int, NodeRejection] = {}
@@ -451,15 +448,8 @@ def plan_ranked(
     if not pod.any:
         first = next(iter(ranked), None)
         return None if first is None else _empty_decision(first, pod)
-    if _pod_scored(ctx):
-        snaps = list(ranked)
-        bound = _pod_score_bound(ctx, snaps)
-        if bound > 0:
-            scored = _plan_scored(ctx, snaps, bound)
-            return scored if isinstance(scored, Decision) else None
-        ranked = snaps
-    if _pod_scorers(ctx):  # the node's score depends on the devices the pod gets: every node is evaluated
-        scored = _plan_exhaustive(ctx, list(ranked))
+    if _pod_scored(ctx):  # the node's score depends on the devices the pod gets: the bounded walk
+        scored = _plan_scored(ctx, list(ranked))
         return scored if isinstance(scored, Decision) else None
     viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
     for position, snap in enumerate(ranked):
@@ -508,72 +498,27 @@ def plan_tiers(
     return Failure(reasons=reasons, rejections=_Rejections(verdicts))
 
 
-PodNodeScore = Callable[[NodeInventory, Sequence[DeviceUsage], PodDevices], float]
-"""A vendor rule's optional ``pod_node_score(inventory, usages, devices)``: HAMi's ``ScoreNode`` term that depends on
-the devices the pod gets on the node (Kunlunxin's board fragmentation), added to the node's score."""
-
-
-def _pod_scorers(ctx: PodContext) -> tuple[PodNodeScore, ...]:
-    """The ``pod_node_score`` hooks of the vendors the pod asks for (none for most pods: then a node's score is
-    its usage before the pod, and the fast path applies)."""
-    found: list[PodNodeScore] = []
-    for req in ctx.requests:
-        rules = None if req.empty else ctx.rules.get(req.type)
-        hook = getattr(rules, "pod_node_score", None) if rules is not None else None
-        if hook is not None and hook not in found:
-            found.append(hook)
-    return tuple(found)
-
-
 def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
-    """Evaluate every node, then take the best that fits by the node policy (the reference for the fast path).
-
-    With a vendor's ``pod_node_score`` (:func:`_pod_scorers`) a node's score is its usage score plus that term for
-    the devices the pod gets there (HAMi's ``OverrideScore``), and the decision carries that score; equal scores go
-    to the first name. ``passed_over`` counts the nodes the usage score ranks first that do not fit. Such a pod
-    evaluates the nodes its summary or the order-free checks prove hopeless only when no other node fits (both
-    tests are sound, so the answer is the same)."""
+    """Evaluate every node, then take the best that fits by the node policy (the reference for the fast path)."""
     binpack = ctx.policy.node is NodePolicy.BINPACK
-    scorers = _pod_scorers(ctx)
-    viable = PodNeeds.of(ctx.requests, ctx.policy.mutex).predicate() if scorers else None
     rejections: dict[int, NodeRejection] = {}
-    later: list[int] = []
-    best: tuple[float, NodeSnapshot, NodeFit] | None = None
-    for rounds in (range(len(nodes)), later):
-        for idx in list(rounds):
-            snap = nodes[idx]
-            if viable is not None and rounds is not later and not (viable(snap.summary) and may_fit(ctx, snap)):
-                later.append(idx)
-                continue
-            result = evaluate_node(ctx, snap)
-            if isinstance(result, NodeRejection):
-                rejections[idx] = result
-                continue
-            score = snap.summary.score + sum(h(snap.inventory, snap.usages, result.devices) for h in scorers)
-            if best is None or _better_score((score, snap.name), (best[0], best[1].name), binpack):
-                best = (score, snap, result)
-        if best is not None:
-            break
+    best: tuple[NodeSnapshot, NodeFit] | None = None
+    for idx, snap in enumerate(nodes):
+        result = evaluate_node(ctx, snap)
+        if isinstance(result, NodeRejection):
+            rejections[idx] = result
+        elif best is None or _better(snap, best[0], binpack):
+            best = (snap, result)
     if best is None:
         return _failure(nodes, rejections)
-    score, winner, fit = best
-    if not scorers:
-        return _decision(winner, fit, sum(1 for snap in nodes if _better(snap, winner, binpack)))
-    hopeless = rejections.keys() | set(later)  # nodes that do not fit
-    passed = sum(1 for i, snap in enumerate(nodes) if i in hopeless and _better(snap, winner, binpack))
-    return replace(_decision(winner, fit, passed), score=score)
-
-
-def _better_score(a: tuple[float, str], b: tuple[float, str], binpack: bool) -> bool:
-    if a[0] != b[0]:
-        return a[0] > b[0] if binpack else a[0] < b[0]
-    return a[1] < b[1]
+    winner, fit = best
+    return _decision(winner, fit, sum(1 for snap in nodes if _better(snap, winner, binpack)))
 
 
 def _pod_scored(ctx: PodContext) -> bool:
     """Whether a vendor of the pod's requests adds a node score that depends on the devices the pod gets there
-    (the optional rules hook ``pod_score``, HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX): the node order is then
-    known only after every node is fitted."""
+    (the optional rules hook ``pod_score``, HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX, of Kunlunxin's
+    whole XPUs): the node order is then known only after the nodes that could win are fitted."""
     return any(getattr(ctx.rules.get(r.type), "pod_score", None) is not None for r in ctx.requests if not r.empty)
 
 
@@ -589,59 +534,91 @@ def _pod_score(ctx: PodContext, snap: NodeSnapshot, fit: NodeFit) -> float:
     return total
 
 
-def _pod_score_bound(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> float:
-    """The most a pod's ``pod_score`` terms can move a node's score, over ``nodes``: the sum over its vendors of
-    each one's ``pod_score_bound``; infinite when a vendor with ``pod_score`` gives no bound."""
-    total = 0.0
+def _pod_score_bounds(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> list[float]:
+    """For every node, the most the pod's ``pod_score`` terms can move it ahead under the node policy: the sum
+    over its vendors of each one's ``pod_score_bound`` there (binpack ranks the highest total first, so a term
+    moves a node ahead by its value; spread the lowest, so by its negation). A bound may be negative (the term
+    surely moves the node back); infinite when a vendor with ``pod_score`` gives no bound."""
+    hooks = []
     for name in sorted({r.type for r in ctx.requests if not r.empty}):
         rules = ctx.rules.get(name)
         if getattr(rules, "pod_score", None) is None:
             continue
         bound = getattr(rules, "pod_score_bound", None)
         if bound is None:
-            return float("inf")
-        total += max((bound(snap, ctx.requests, ctx.policy.node, ctx.constraints) for snap in nodes), default=0.0)
-    return total
+            return [float("inf")] * len(nodes)
+        hooks.append(bound)
+    policy, requests, constraints = ctx.policy.node, ctx.requests, ctx.constraints
+    if len(hooks) == 1:  # the usual case: one such vendor
+        (hook,) = hooks
+        return [hook(snap, requests, policy, constraints) for snap in nodes]
+    return [sum(h(snap, requests, policy, constraints) for h in hooks) for snap in nodes]
 
 
-def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot], bound: float) -> Decision | Failure:
+def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
     """Take the best node that fits by its score plus the vendors' ``pod_score`` (HAMi adds ``ScoreNode`` to the
     node's score before the node policy orders them: binpack the highest, spread the lowest; equal totals by name).
+    The decision's score is that total (HAMi's ``OverrideScore``).
 
-    The nodes are fitted in the order of their own score, best first; once a node's score, moved by the most the
-    terms can move it (``bound``, from :func:`_pod_score_bound`), cannot reach the best total found, neither can any
-    node after it, and the walk stops (a node that could at best tie is skipped when its name comes after the
-    best's)."""
-    sign = -1.0 if ctx.policy.node is NodePolicy.BINPACK else 1.0  # rank keys: smaller is better
-
-    def key(total: float) -> float:
-        return sign * total
-
-    order = sorted(range(len(nodes)), key=lambda i: (key(_SCORE(nodes[i])), nodes[i].name))
-    fitted: list[tuple[tuple[float, str], int, NodeFit]] = []
+    Each node's best possible rank is its own score moved ahead by the most its terms can move it (its bound, from
+    :func:`_pod_score_bounds`). The nodes are fitted in the order of that best possible rank (then name); once a
+    node's cannot beat the best total found, neither can any node after it, and the walk stops. Nodes whose
+    summary or the order-free checks prove hopeless are passed over (the usual walk's tests) and evaluated only
+    when no other node fits, to give every node its reason. With bounds of 0 (terms that are all 0 here) this is
+    the usual walk: it stops at the first node that fits, after the nodes of the same score named before it."""
+    binpack = ctx.policy.node is NodePolicy.BINPACK
+    sign = -1.0 if binpack else 1.0  # rank keys: smaller is better
+    bounds = _pod_score_bounds(ctx, nodes)
+    scores = list(map(_SCORE, nodes))
+    reach = [sign * score - b for score, b in zip(scores, bounds, strict=True)]
+    # the walk takes the nodes in order of their best rank, popped from a heap: it costs the nodes walked, not a sort
+    heap = [(r, snap.name, i) for i, (r, snap) in enumerate(zip(reach, nodes, strict=True))]
+    heapify(heap)
+    order = (heappop(heap)[2] for _ in range(len(heap)))
+    viable = PodNeeds.of(ctx.requests, ctx.policy.mutex).predicate()
     rejections: dict[int, NodeRejection] = {}
-    best: tuple[float, str] | None = None
-    for idx in order:
-        snap = nodes[idx]
-        if best is not None:
-            reach = key(snap.summary.score) - bound  # the best rank this node could get
-            if reach > best[0]:
-                break
-            if reach == best[0] and snap.name > best[1]:
+    later: list[int] = []
+    fitted: set[int] = set()
+    best: tuple[tuple[float, str], int, NodeFit] | None = None
+    for rounds in (order, later):
+        for idx in rounds if rounds is order else list(rounds):
+            snap = nodes[idx]
+            if best is not None and (reach[idx], snap.name) > best[0]:
+                break  # this node at its best cannot beat the best found, nor can the nodes after it
+            if rounds is order and not (viable(snap.summary) and may_fit(ctx, snap)):
+                later.append(idx)
                 continue
-        result = evaluate_node(ctx, snap)
-        if isinstance(result, NodeRejection):
-            rejections[idx] = result
-            continue
-        rank = (key(snap.summary.score + _pod_score(ctx, snap, result)), snap.name)
-        fitted.append((rank, idx, result))
-        if best is None or rank < best:
-            best = rank
-    if not fitted:
+            result = evaluate_node(ctx, snap)
+            if isinstance(result, NodeRejection):
+                rejections[idx] = result
+                continue
+            fitted.add(idx)
+            rank = (sign * (snap.summary.score + _pod_score(ctx, snap, result)), snap.name)
+            if best is None or rank < best[0]:
+                best = (rank, idx, result)
+        if best is not None:
+            break
+    if best is None:
         return _failure(nodes, rejections)
-    winner = min(fitted, key=lambda item: item[0])
-    at = order.index(winner[1])
-    return _decision(nodes[winner[1]], winner[2], sum(1 for i in order[:at] if i in rejections))  # preferred, not fit
+    (key, _), idx, fit = best
+    winner = nodes[idx]
+    # the nodes their own score prefers that do not fit: those walked and refused, and those the walk stopped
+    # before that the summary or the order-free checks prove hopeless
+    hopeless = rejections.keys() | set(later)
+    ws, wn = scores[idx], winner.name
+    preferred = [i for i, s in enumerate(scores) if (s > ws if binpack else s < ws) or (s == ws and nodes[i].name < wn)]
+    passed = sum(
+        1
+        for i in preferred
+        if i in hopeless or (i not in fitted and not (viable(nodes[i].summary) and may_fit(ctx, nodes[i])))
+    )
+    return replace(_decision(winner, fit, passed), score=sign * key)
+
+
+def _better_score(a: tuple[float, str], b: tuple[float, str], binpack: bool) -> bool:
+    if a[0] != b[0]:
+        return a[0] > b[0] if binpack else a[0] < b[0]
+    return a[1] < b[1]
 
 
 def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:

@@ -50,8 +50,10 @@ class DeviceRules(Protocol):
     ``device_fits(dev, req, used, used_mem_mib)`` (the vendor's own test of a device, after the common checks; a
     device that fails it is passed over without a reason, as HAMi's Kunlunxin ``fitFn``) and ``set_miss_reason``
     (a :class:`Reason`: when :meth:`select` finds no set, the node's one reason unless some device gave one of its
-    own, as HAMi's Kunlunxin ``NumaNotFit``), ``pod_node_score(inventory, usages, devices)`` (a node-score term
-    that depends on the devices the pod gets: ``plan`` then evaluates every candidate node) and ``uniform_share``
+    own, as HAMi's Kunlunxin ``NumaNotFit``), ``pod_score(snapshot, devices, node_policy, constraints)`` with
+    ``pod_score_bound(snapshot, requests, node_policy, constraints)`` (a node-score term that depends on the devices
+    the pod gets, and at least the most it can move a node ahead under the node policy: ``plan`` then fits only
+    the nodes that could still win, see :mod:`shared.domain.plan`) and ``uniform_share``
     (True: a device is shared only by tasks of one size; the charges say so and the atomic reserve re-checks it)."""
 
     @property

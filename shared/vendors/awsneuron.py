@@ -9,8 +9,9 @@ What a Neuron pod and node look like on the wire (docs/vendors/awsneuron.md):
 * registration from **node capacity** (AWS's own Neuron device plugin advertises both resources):
   ``capacity[neuron]`` devices ``<node>-AWSNeuron-<i>``, each with ``capacity[neuroncore] / capacity[neuron]``
   slots; the node's ``node.kubernetes.io/instance-type`` label (kept as the devices' ``mode``) decides how several
-  devices are chosen. As in HAMi v2.10, at most two cores of a device are addressable: a device's cores are the
-  bit mask ``0b11`` (``0b1`` for a one-core device), also on a four-core Inferentia1;
+  devices are chosen. At most two cores of a device are addressable: a device's cores are the bit mask ``0b11``
+  (``0b1`` for a one-core device), also on a four-core Inferentia1, as HAMi #2809 made it just after v2.10.0
+  (v2.10.0 registers ``0b1111`` there and over-commits the device: docs/vendors/awsneuron.md, Inferentia1);
 * a container's cores are a **contiguous** run of free bits of one device's mask, recorded as that mask in the
   pod's device entry (``<id>,AWSNeuron,0,<mask>:``) under ``hami.io/aws-neuron-devices-allocated`` (HAMi writes no
   to-allocate key for it). Several devices are a contiguous run by index: on an ``inf`` instance any run (a ring),
@@ -32,24 +33,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
-    names_any,
     pod_containers,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.diagnosis import NearestMiss
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
-    ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
@@ -59,8 +55,9 @@ from vgpu_scheduler.shared.domain.model import (
     Selectors,
 )
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
-from vgpu_scheduler.shared.errors import ConfigError, DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, cordoned_ids, whole_capacity
 from vgpu_scheduler.shared.vendors.common import names_section
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -88,7 +85,7 @@ ALLOCATED_FLAG_KEY: Final = "NEURON_ALLOCATED"
 PREDICATE_NODE_KEY: Final = "aws.amazon.com/predicate-node"
 INSTANCE_TYPE_LABEL: Final = "node.kubernetes.io/instance-type"
 MAX_CORES_PER_DEVICE: Final = 2
-"""The NeuronCores of one device HAMi v2.10 addresses (its core mask has two bits, also on Inferentia1)."""
+"""The NeuronCores of one device we address (its core mask has two bits, also on Inferentia1, as after HAMi #2809)."""
 MAX_DEVICES: Final = 2**31 - 1
 MAX_CORES: Final = MAX_DEVICES * MAX_CORES_PER_DEVICE
 RING_GROUPS: Final = ("inf", "Inf")
@@ -112,10 +109,8 @@ _KEYS: Mapping[str, str] = {"resourceCountName": "resource_count_name", "resourc
 def parse_config(section: object) -> AWSNeuronConfig:
     """Validate the ``awsneuron:`` section; absent keys keep HAMi's defaults. The core name registers the devices'
     cores (node capacity), so it must not be empty either. ConfigError names the key path."""
-    config = AWSNeuronConfig(**names_section(section, SECTION, _KEYS, unit="Neuron devices"))
-    if not config.resource_core_name.strip():
-        raise ConfigError(f"{SECTION}.resourceCoreName: must not be empty (the devices' cores register through it)")
-    return config
+    required = {"resourceCoreName": "the devices' cores register through it"}
+    return AWSNeuronConfig(**names_section(section, SECTION, _KEYS, unit="Neuron devices", required=required))
 
 
 def build(section: object) -> tuple[AWSNeuronVendor, ...]:
@@ -295,13 +290,7 @@ def devices_from_capacity(node: str, count: int, cores_total: int, instance_type
 
 
 def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
-    if name not in capacity:
-        return None
-    source = f"status.capacity[{name}]"
-    q = parse_quantity(capacity[name], source)
-    if q.denominator != 1 or q < 0 or q > MAX_DEVICES * 2**32:
-        raise DecodeError(source, "expected a whole number of devices or cores", str(capacity[name]))
-    return q.numerator
+    return whole_capacity(capacity, name, MAX_DEVICES * 2**32, "expected a whole number of devices or cores")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -347,14 +336,14 @@ def split_cores(cores: int, core_name: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
-class AWSNeuronVendor:
+class AWSNeuronVendor(CapacityVendor):
     """AWS Neuron (see the module docstring)."""
 
-    config: AWSNeuronConfig = dataclasses.field(default_factory=AWSNeuronConfig)
+    WORD: ClassVar[str] = NAME
+    RULES: ClassVar[DeviceRules] = AWSNEURON_RULES
+    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
 
-    @property
-    def name(self) -> str:
-        return NAME
+    config: AWSNeuronConfig = dataclasses.field(default_factory=AWSNeuronConfig)
 
     @property
     def resources(self) -> ResourceNames:
@@ -363,34 +352,7 @@ class AWSNeuronVendor:
         c = self.config
         return ResourceNames(count=c.resource_count_name, extra=(c.resource_core_name,))
 
-    @property
-    def rules(self) -> DeviceRules:
-        return AWSNEURON_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return None
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
     # ---- requests ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``: the count (limits, else requests) takes that many whole devices
@@ -471,9 +433,9 @@ class AWSNeuronVendor:
             return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_core_name}]", e.part or "", e)
         if not live:
             return NotRegistered(Unregistered.NO_ALLOCATABLE)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
+        return Registered(
+            NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned_ids(node, devices))
+        )
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What AWS's Neuron device plugin advertises for ``devices`` (all of one geometry): the device count and
@@ -494,12 +456,6 @@ class AWSNeuronVendor:
         return {}, capacity, ({INSTANCE_TYPE_LABEL: instance_type} if instance_type else {})
 
     # ---- pod device lists and the AWS annotations --------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
 
     def node_pod_annotations(self, node: str, devices: PodDevices) -> Mapping[str, str]:
         """``aws.amazon.com/predicate-node``: the node the pod is bound to (when it got Neuron devices)."""

@@ -70,17 +70,25 @@ def reader_config(count: str, memory: str, cores: str, memory_factor: int = 1) -
 
 
 def names_section(
-    section: object, name: str, keys: Mapping[str, str], *, ints: Mapping[str, int] | None = None, unit: str
+    section: object,
+    name: str,
+    keys: Mapping[str, str],
+    *,
+    ints: Mapping[str, int] | None = None,
+    unit: str,
+    required: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A vendor's device-config section of resource names, validated: ``keys`` maps each YAML key to its config
     field; ``ints`` names the fields that are whole numbers (value: the largest allowed), every other field is a
-    string, and ``resourceCountName`` must not be blank (it is how a container asks for ``unit``). Unknown keys
-    are errors. ``None`` gives ``{}`` (the defaults). ConfigError names the key path."""
+    string, and ``resourceCountName`` must not be blank (it is how a container asks for ``unit``), nor any key of
+    ``required`` (key → why, said in the error). Unknown keys are errors. ``None`` gives ``{}`` (the defaults).
+    ConfigError names the key path."""
     if section is None:
         return {}
     if not isinstance(section, Mapping):
         raise ConfigError(f"{name}: expected a mapping, got {type(section).__name__}")
     numbers = ints or {}
+    needed = {"resourceCountName": f"it is how a container asks for {unit}", **(required or {})}
     values: dict[str, Any] = {}
     for key, value in section.items():
         field = keys.get(key) if isinstance(key, str) else None
@@ -95,7 +103,7 @@ def names_section(
             continue
         if not isinstance(value, str):
             raise ConfigError(f"{path}: expected a string, got {value!r}")
-        if key == "resourceCountName" and trim_space(value) == "":
-            raise ConfigError(f"{path}: must not be empty (it is how a container asks for {unit})")
+        if key in needed and trim_space(value) == "":
+            raise ConfigError(f"{path}: must not be empty ({needed[key]})")
         values[field] = value
     return values

@@ -34,12 +34,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import INT32_MAX, fail
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
@@ -50,7 +48,6 @@ from vgpu_scheduler.shared.codec.resources import (
     pod_containers,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
@@ -66,6 +63,13 @@ from vgpu_scheduler.shared.domain.model import (
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import (
+    CapacityVendor,
+    cordoned_ids,
+    count_in_limits,
+    count_registration,
+    observe_count,
+)
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -76,7 +80,7 @@ from vgpu_scheduler.shared.vendors.registration import (
     Registered,
     Unregistered,
 )
-from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, uuid_selectors
+from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, count_only_request, uuid_selectors
 
 SECTION: Final = "enflame"
 ENABLE_FLAG: Final[str | None] = None
@@ -154,21 +158,6 @@ def build(section: object) -> tuple[GcuVendor, VgcuVendor]:
     return GcuVendor(config), VgcuVendor(config)
 
 
-def _capacity_int(capacity: Mapping[str, Any], name: str) -> int | None:
-    if name not in capacity:
-        return None
-    source = f"status.capacity[{name}]"
-    q = parse_quantity(capacity[name], source)
-    if q.denominator != 1 or q < 0 or q > INT32_MAX:
-        raise DecodeError(source, f"expected a whole number from 0 to {INT32_MAX}", str(capacity[name]))
-    return q.numerator
-
-
-def _cordoned(node: NodeView, devices: Sequence[DeviceInfo]) -> frozenset[str]:
-    ids = {d.id for d in devices}
-    return frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-
-
 # ------------------------------------------------------------------------------------------------------------
 # GCU: whole cards
 # ------------------------------------------------------------------------------------------------------------
@@ -179,66 +168,29 @@ GCU_RULES: DeviceRules = UuidOnlyRules(GCU)
 
 
 @dataclass(frozen=True, slots=True)
-class GcuVendor:
+class GcuVendor(CapacityVendor):
     """Whole Enflame GCU cards (see the module docstring)."""
 
-    config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
+    WORD: ClassVar[str] = GCU
+    RULES: ClassVar[DeviceRules] = GCU_RULES
+    ALLOCATED_KEY: ClassVar[str] = GCU_ALLOCATED_KEY
+    TO_ALLOCATE_KEY: ClassVar[str | None] = GCU_TO_ALLOCATE_KEY
 
-    @property
-    def name(self) -> str:
-        return GCU
+    config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
 
     @property
     def resources(self) -> ResourceNames:
         return ResourceNames(count=self.config.resource_name_gcu)
 
-    @property
-    def rules(self) -> DeviceRules:
-        return GCU_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return GCU_TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return GCU_ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; each card taken whole
         (100 "memory", 100 %, 100 cores). A bad quantity is a ResourceRequestError."""
         name = self.config.resource_name_gcu
-        limits, requests = container_lists(container, what)
-        r = RequestReader(reader_config(name, "", ""), container_label(container, what))
-        n = r.read(limits, requests, name, QuantityKind.COUNT)
-        if r.problems:
-            raise ResourceRequestError(r.problems)
-        if not n:
-            return EMPTY_REQUEST
-        return ContainerRequest(nums=n, mem_mib=GCU_SHARE, mem_pct=GCU_SHARE, cores_pct=GCU_SHARE, type=GCU)
+        return count_only_request(container, what, name, GCU, mem_mib=GCU_SHARE, cores_pct=GCU_SHARE)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.config.resource_name_gcu not in limits:
-            return False
-        self.container_request(container, where)
-        return True
+        return count_in_limits(container, where, self.config.resource_name_gcu, self.container_request)
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         del annotations
@@ -248,27 +200,18 @@ class GcuVendor:
         """Registration from ``status.capacity[enflame.com/gcu]``: absent → not registered; not a whole number →
         invalid; 0 → not registered (HAMi's ``CheckHealth``: unhealthy without cards)."""
         del now_local, reported_before
-        name = self.config.resource_name_gcu
-        try:
-            count = _capacity_int(node.capacity or node.allocatable, name)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, e.what, e.part or "", e)
-        if count is None:
-            return NotRegistered(Unregistered.ABSENT)
-        if count == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        devices = gcu_devices(node.name, count)
-        return Registered(NodeInventory(node.name, GCU, devices, cordoned=_cordoned(node, devices)))
+        return observe_count(
+            node,
+            vendor=GCU,
+            count_name=self.config.resource_name_gcu,
+            top=INT32_MAX,
+            expected=f"expected a whole number from 0 to {INT32_MAX}",
+            devices=gcu_devices,
+        )
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the GCU device plugin advertises: one count per card."""
-        return {}, {self.config.resource_name_gcu: str(len(devices))} if devices else {}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, GCU_ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, GCU_ALLOCATED_KEY)
+        return count_registration(devices, self.config.resource_name_gcu)
 
 
 def gcu_devices(node: str, count: int) -> tuple[DeviceInfo, ...]:
@@ -615,7 +558,7 @@ class VgcuVendor:
             return Invalid(DecodeFailure.REGISTER, DRS_CAPACITY_KEY, value, e)
         if not devices:
             return NotRegistered(Unregistered.NO_DEVICES)
-        return Registered(NodeInventory(node.name, VGCU, devices, cordoned=_cordoned(node, devices)))
+        return Registered(NodeInventory(node.name, VGCU, devices, cordoned=cordoned_ids(node, devices)))
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What Enflame's DRS plugin writes for ``devices``: the capacity annotation (a card without a menu gets

@@ -30,12 +30,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
@@ -46,32 +44,29 @@ from vgpu_scheduler.shared.codec.resources import (
     names_any,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
-    DeviceUsage,
     NodeInventory,
+    NodePolicy,
+    PodConstraints,
     PodDevices,
     Reason,
     Selectors,
 )
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
-from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, count_in_limits, count_registration, observe_count
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
 from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    Invalid,
     NodeView,
-    NotRegistered,
     Observation,
-    Registered,
-    Unregistered,
 )
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, count_only_request, decode_json, observe_with_handshake
 
@@ -137,14 +132,16 @@ _KEYS: Mapping[str, str] = {
 }
 
 
+_REQUIRED: Mapping[str, str] = {
+    "resourceVCountName": "it is how a container asks for vXPUs",
+    "resourceVMemoryName": "it is how a vXPU's memory is asked",
+}
+
+
 def parse_config(section: object) -> KunlunConfig:
     """Validate the ``kunlun:`` section; absent keys keep HAMi's defaults. The vXPU names must not be empty either
     (they are how a container asks for vXPUs), and the three names must differ. ConfigError names the key path."""
-    config = KunlunConfig(**names_section(section, SECTION, _KEYS, unit="XPUs"))
-    if not config.resource_vcount_name.strip():
-        raise ConfigError(f"{SECTION}.resourceVCountName: must not be empty (it is how a container asks for vXPUs)")
-    if not config.resource_vmemory_name.strip():
-        raise ConfigError(f"{SECTION}.resourceVMemoryName: must not be empty (it is how a vXPU's memory is asked)")
+    config = KunlunConfig(**names_section(section, SECTION, _KEYS, unit="XPUs", required=_REQUIRED))
     names = [config.resource_count_name, config.resource_vcount_name, config.resource_vmemory_name]
     if len({n for n in names if n}) != len([n for n in names if n]):
         raise ConfigError(f"{SECTION}: the resource names must differ, got {', '.join(names)}")
@@ -242,14 +239,23 @@ def _count_bubble(indexes: Sequence[int]) -> int:
     """HAMi's ``countbubble``: how fragmented a set of busy XPUs leaves the wings (a full or empty wing: 0 or 1,
     one XPU: 2, else 1, summed over both wings; 1 for none)."""
 
+    left = sum(1 for i in indexes if i < WING)
+    return _bubble(left, len(indexes) - left)
+
+
+def _bubble(left: int, right: int) -> int:
+    """:func:`_count_bubble` of ``left`` XPUs in the left wing and ``right`` in the right one."""
+
     def value(n: int) -> int:
         return 0 if n == WING else 2 if n == 1 else 1
 
-    left = sum(1 for i in indexes if i < WING)
-    right = len(indexes) - left
     if left == 0 and right == 0:
         return 1
     return value(left) + value(right)
+
+
+_STEP_SCORES: Final[Mapping[int, float]] = {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}
+_OTHER_STEP_SCORE: Final = 1000.0
 
 
 def score_fragmentation(previous: Sequence[int], current: Sequence[int]) -> float:
@@ -257,14 +263,14 @@ def score_fragmentation(previous: Sequence[int], current: Sequence[int]) -> floa
     before it (``previous``): 3000 when they fragment the board one step less, 2000 the same, 1000 one step
     more, 0 two steps more (1000 otherwise)."""
     step = _count_bubble(current) - _count_bubble(previous)
-    return {-1: 3000.0, 0: 2000.0, 1: 1000.0, 2: 0.0}.get(step, 1000.0)
+    return _STEP_SCORES.get(step, _OTHER_STEP_SCORE)
 
 
 def score_node(previous: Sequence[tuple[str, int, int]], pod: Sequence[Sequence[tuple[str, int]]]) -> float:
     """HAMi's whole-XPU ``ScoreNode``: ``previous`` = the node's devices as ``(type, index, used)``, ``pod`` = the
     pod's devices per container as ``(type, index)``; 0 when any of them is not a Kunlunxin XPU (the type
     contains ``kunlun``), else :func:`score_fragmentation` of the busy indexes and the pod's. The plan adds it to
-    the node's score through :meth:`KunlunRules.pod_node_score`."""
+    the node's score through :meth:`KunlunRules.pod_score`."""
     prev: list[int] = []
     cur: list[int] = []
     for kind, index, used in previous:
@@ -342,19 +348,73 @@ class BoardRules(UuidOnlyRules):
         return picked if chosen and len(picked) == nums else None
 
 
+def score_range(snap: NodeSnapshot, requests: Sequence[ContainerRequest]) -> tuple[float, float]:
+    """The least and the most :func:`score_node` can give a pod of ``requests`` (its whole-XPU entries) on
+    ``snap``, whatever XPUs it gets there: 0 and 0 on a node with another family's device; else the
+    :func:`score_fragmentation` of every way to place between the largest container's count and the pod's total
+    count of XPUs on the node's idle XPUs (so many in the left wing, the rest in the right), against its busy ones.
+    Cheap (one pass over the node's devices), and sound whatever the selectors, cordons or health leave free; 0
+    and 0 when no placement is possible (the pod does not fit there)."""
+    devices = snap.inventory.devices
+    wants = [r.nums for r in requests if r.type == NAME and not r.empty]
+    if not wants or any(NAME not in d.type for d in devices):
+        return 0.0, 0.0
+    busy: set[int] = set()
+    idle: set[int] = set()
+    board: list[int] = []
+    for d, u in zip(devices, snap.usages, strict=True):
+        if u.used > 0:
+            busy.add(d.index)
+        elif d.vendor == NAME:
+            idle.add(d.index)
+        if d.vendor == NAME:
+            board.append(d.index)
+    left = sum(1 for i in idle if i < WING)
+    right = len(idle) - left
+    # distinct indexes: a container of n XPUs covers n of them (HAMi's board), fewer only on a malformed one
+    fewest = max(wants) if len(set(board)) == len(board) else 1
+    before = _count_bubble(sorted(busy))
+    terms = [
+        _STEP_SCORES.get(_bubble(lw, count - lw) - before, _OTHER_STEP_SCORE)
+        for count in range(fewest, min(sum(wants), left + right) + 1)
+        for lw in range(max(0, count - right), min(left, count) + 1)
+    ]
+    return (min(terms), max(terms)) if terms else (0.0, 0.0)
+
+
 @dataclass(frozen=True, slots=True)
 class KunlunRules(BoardRules):
     """Whole-XPU ``Fit``: an XPU passes only when idle (HAMi's ``FitXPU``) and is taken whole. The node's score
-    gets HAMi's ``ScoreNode`` term for the XPUs the pod gets there (:meth:`pod_node_score`)."""
+    gets HAMi's ``ScoreNode`` term for the XPUs the pod gets there (:meth:`pod_score`), bounded per node by
+    :meth:`pod_score_bound`, so the plan fits only the nodes that could still win."""
 
-    def pod_node_score(self, inventory: NodeInventory, usages: Sequence[DeviceUsage], devices: PodDevices) -> float:
-        """:func:`score_node` of the node's devices before the pod and the pod's XPUs (0 when it got none)."""
+    def pod_score(
+        self,
+        snap: NodeSnapshot,
+        devices: Sequence[Sequence[ContainerDevice]],
+        policy: NodePolicy,
+        constraints: PodConstraints,
+    ) -> float:
+        """:func:`score_node` of the node's devices before the pod and the pod's XPUs (0 when it got none), added
+        under either node policy (HAMi's spread takes the lowest sum, so there the node that fragments most)."""
+        del policy, constraints
+        inventory = snap.inventory
         index = {d.id: d.index for d in inventory.devices}
         mine = [[(d.type, index[d.uuid]) for d in ctr if d.type == self.name and d.uuid in index] for ctr in devices]
         if not any(mine):
             return 0.0
-        previous = [(d.type, d.index, u.used) for d, u in zip(inventory.devices, usages, strict=True)]
+        previous = [(d.type, d.index, u.used) for d, u in zip(inventory.devices, snap.usages, strict=True)]
         return score_node(previous, mine)
+
+    def pod_score_bound(
+        self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
+    ) -> float:
+        """The most :meth:`pod_score` can move the node ahead (:func:`score_range`): binpack, which ranks the
+        highest total first, the largest term; spread, the lowest first, minus the least term (at most 0: the
+        term only ever moves a node back there)."""
+        del constraints
+        low, high = score_range(snap, requests)
+        return high if policy is NodePolicy.BINPACK else -low
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,45 +487,18 @@ def trim_memory(mib: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class KunlunVendor:
+class KunlunVendor(CapacityVendor):
     """Whole Kunlunxin XPUs (see the module docstring)."""
+
+    WORD: ClassVar[str] = NAME
+    RULES: ClassVar[DeviceRules] = KUNLUN_RULES
+    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
 
     config: KunlunConfig = dataclasses.field(default_factory=KunlunConfig)
 
     @property
-    def name(self) -> str:
-        return NAME
-
-    @property
     def resources(self) -> ResourceNames:
         return ResourceNames(count=self.config.resource_count_name)
-
-    @property
-    def rules(self) -> DeviceRules:
-        return KUNLUN_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return None
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; 100 % of each XPU's
@@ -474,11 +507,7 @@ class KunlunVendor:
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.config.resource_count_name not in limits:
-            return False
-        self.container_request(container, where)
-        return True
+        return count_in_limits(container, where, self.config.resource_count_name, self.container_request)
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         """Both UUID pairs (HAMi v2.10 checks ``hami.io/use-xpu-uuid`` and ``baidu.com/use-gpuuuid`` alike)."""
@@ -489,39 +518,24 @@ class KunlunVendor:
         → invalid; 0 → not registered (HAMi's "device not found"); else that many XPUs, healthy (HAMi's
         ``CheckHealth`` always says so). Cordoned XPUs from ``hami.io/device-cordon``."""
         del now_local, reported_before
-        name = self.config.resource_count_name
-        capacity = node.capacity or node.allocatable
-        if name not in capacity:
-            return NotRegistered(Unregistered.ABSENT)
-        source = f"status.capacity[{name}]"
-        try:
-            q = parse_quantity(capacity[name], source)
-            if q.denominator != 1 or q < 0 or q > 2**31 - 1:
-                raise DecodeError(source, "expected a whole number from 0 to 2^31-1", str(capacity[name]))
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, source, str(capacity[name]), e)
-        if q == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        devices = devices_from_capacity(node.name, q.numerator)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
+        return observe_count(
+            node,
+            vendor=NAME,
+            count_name=self.config.resource_count_name,
+            top=2**31 - 1,
+            expected="expected a whole number from 0 to 2^31-1",
+            devices=devices_from_capacity,
+        )
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the Kunlunxin device plugin advertises for ``devices``: their number as the count resource. Only
         XPUs as HAMi registers them (98304 MiB, 100 cores, 100 slots) survive the round trip."""
-        shape = (XPU_MEMORY_MIB, XPU_CORES, XPU_SLOTS)
-        if any((d.devmem_mib, d.devcore, d.count) != shape for d in devices):
-            raise ValueError("Kunlunxin XPUs register by count only: each has 98304 MiB, 100 cores and 100 slots")
-        if not devices:
-            return {}, {}, {}
-        return {}, {self.config.resource_count_name: str(len(devices))}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
+        return count_registration(
+            devices,
+            self.config.resource_count_name,
+            shape=(XPU_MEMORY_MIB, XPU_CORES, XPU_SLOTS),
+            refusal="Kunlunxin XPUs register by count only: each has 98304 MiB, 100 cores and 100 slots",
+        )
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
         """``BAIDU_COM_DEVICE_IDX``: each container's XPU indexes joined by ``,``, the containers joined by ``;``

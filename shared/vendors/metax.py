@@ -29,46 +29,27 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import (
-    QuantityKind,
-    RequestReader,
-    ResourceRequestError,
-    container_label,
-    container_lists,
-    names_any,
-    raw_value,
-)
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
-    NodeInventory,
     NodePolicy,
     PodConstraints,
     Selectors,
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
-from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, count_in_limits, count_registration, observe_count
+from vgpu_scheduler.shared.vendors.common import names_section
 from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
 from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
     NodeView,
-    NotRegistered,
     Observation,
-    Registered,
-    Unregistered,
 )
+from vgpu_scheduler.shared.vendors.simple import count_only_request
 
 SECTION: Final = "metax"
 ENABLE_FLAG: Final[str | None] = None
@@ -243,68 +224,30 @@ def devices_from_capacity(node: str, count: int) -> tuple[DeviceInfo, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class MetaxVendor:
+class MetaxVendor(CapacityVendor):
     """MetaX whole GPUs (see the module docstring)."""
 
-    config: MetaxConfig = dataclasses.field(default_factory=MetaxConfig)
+    WORD: ClassVar[str] = NAME
+    RULES: ClassVar[DeviceRules] = METAX_RULES
+    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
+    TO_ALLOCATE_KEY: ClassVar[str | None] = TO_ALLOCATE_KEY
 
-    @property
-    def name(self) -> str:
-        return NAME
+    config: MetaxConfig = dataclasses.field(default_factory=MetaxConfig)
 
     @property
     def resources(self) -> ResourceNames:
         return ResourceNames(count=self.config.resource_count_name)
 
-    @property
-    def rules(self) -> DeviceRules:
-        return METAX_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
     # ---- requests ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; each GPU whole (100 %
         of its memory, 100 cores). A bad quantity is a ResourceRequestError."""
-        count_name = self.config.resource_count_name
-        limits, requests = container_lists(container, what)
-        r = RequestReader(reader_config(count_name, "", ""), container_label(container, what))
-        n = r.read(limits, requests, count_name, QuantityKind.COUNT)
-        if r.problems:
-            raise ResourceRequestError(r.problems)
-        if not raw_value(limits, requests, count_name)[0] or not n:
-            return EMPTY_REQUEST
-        return ContainerRequest(nums=n, mem_mib=0, mem_pct=100, cores_pct=GPU_CORES, type=NAME)
+        return count_only_request(container, what, self.config.resource_count_name, NAME, cores_pct=GPU_CORES)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.config.resource_count_name not in limits:
-            return False
-        self.container_request(container, where)
-        return True
+        return count_in_limits(container, where, self.config.resource_count_name, self.container_request)
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         """No UUID selector applies to MetaX GPUs (HAMi's ``checkUUID`` is always true)."""
@@ -316,41 +259,25 @@ class MetaxVendor:
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
         """Registration from ``status.capacity[metax-tech.com/gpu]``: absent → not registered; not a whole number →
         invalid; 0 → not registered (HAMi's "device not found"); else that many GPUs, healthy (HAMi's
-        ``CheckHealth``: the capacity is above 0). Cordoned GPUs from ``hami.io/device-cordon``."""
+        ``CheckHealth``: the capacity is above 0). Cordoned GPUs from ``hami.io/device-cordon``; the topology
+        tables from the node's annotations."""
         del now_local, reported_before
-        name = self.config.resource_count_name
-        capacity = node.capacity or node.allocatable
-        if name not in capacity:
-            return NotRegistered(Unregistered.ABSENT)
-        source = f"status.capacity[{name}]"
-        try:
-            q = parse_quantity(capacity[name], source)
-            if q.denominator != 1 or q < 0 or q > 2**63 - 1:
-                raise DecodeError(source, "expected a whole number from 0 to 2^63-1", str(capacity[name]))
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, source, str(capacity[name]), e)
-        if q == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        devices = devices_from_capacity(node.name, q.numerator)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-        tables = topology_tables(node.annotations)
-        inventory = NodeInventory(node=node.name, vendor=NAME, devices=devices, pair_scores=tables, cordoned=cordoned)
-        return Registered(inventory)
+        return observe_count(
+            node,
+            vendor=NAME,
+            count_name=self.config.resource_count_name,
+            top=2**63 - 1,
+            expected="expected a whole number from 0 to 2^63-1",
+            devices=devices_from_capacity,
+            pair_scores=topology_tables(node.annotations),
+        )
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the MetaX device plugin advertises for ``devices``: their number as the count resource. Only GPUs
         as HAMi registers them (65536 MiB, 100 cores, one slot) survive the round trip, so others are refused."""
-        if any((d.devmem_mib, d.devcore, d.count) != (GPU_MEMORY_MIB, GPU_CORES, GPU_SLOTS) for d in devices):
-            raise ValueError("MetaX GPUs register by count only: each has 65536 MiB, 100 cores and one slot")
-        if not devices:
-            return {}, {}, {}
-        return {}, {self.config.resource_count_name: str(len(devices))}, {}
-
-    # ---- pod device lists --------------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
+        return count_registration(
+            devices,
+            self.config.resource_count_name,
+            shape=(GPU_MEMORY_MIB, GPU_CORES, GPU_SLOTS),
+            refusal="MetaX GPUs register by count only: each has 65536 MiB, 100 cores and one slot",
+        )

@@ -25,10 +25,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
@@ -36,10 +34,8 @@ from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
-    names_any,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
@@ -51,8 +47,9 @@ from vgpu_scheduler.shared.domain.model import (
     Selectors,
 )
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.errors import ConfigError, DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, cordoned_ids, whole_capacity
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -107,12 +104,8 @@ _KEYS: Mapping[str, str] = {
 def parse_config(section: object) -> MthreadsConfig:
     """Validate the ``mthreads:`` section; absent keys keep HAMi's defaults. The memory and core names register
     the GPUs (node capacity), so they must not be empty. ConfigError names the key path."""
-    values = names_section(section, SECTION, _KEYS, unit="GPUs")
-    config = MthreadsConfig(**values)
-    for key, field in (("resourceMemoryName", "resource_memory_name"), ("resourceCoreName", "resource_core_name")):
-        if not getattr(config, field).strip():
-            raise ConfigError(f"{SECTION}.{key}: must not be empty (the GPUs register through it)")
-    return config
+    required = dict.fromkeys(("resourceMemoryName", "resourceCoreName"), "the GPUs register through it")
+    return MthreadsConfig(**names_section(section, SECTION, _KEYS, unit="GPUs", required=required))
 
 
 def build(section: object) -> tuple[MthreadsVendor, ...]:
@@ -163,13 +156,7 @@ def gpu_index(uuid: str) -> int | None:
 
 
 def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
-    if name not in capacity:
-        return None
-    source = f"status.capacity[{name}]"
-    q = parse_quantity(capacity[name], source)
-    if q.denominator != 1 or q < 0 or q > 2**63 - 1:
-        raise DecodeError(source, "expected a whole number from 0 to 2^63-1", str(capacity[name]))
-    return q.numerator
+    return whole_capacity(capacity, name, 2**63 - 1, "expected a whole number from 0 to 2^63-1")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -178,14 +165,14 @@ def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class MthreadsVendor:
+class MthreadsVendor(CapacityVendor):
     """Moore Threads (see the module docstring)."""
 
-    config: MthreadsConfig = dataclasses.field(default_factory=MthreadsConfig)
+    WORD: ClassVar[str] = NAME
+    RULES: ClassVar[DeviceRules] = MTHREADS_RULES
+    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
 
-    @property
-    def name(self) -> str:
-        return NAME
+    config: MthreadsConfig = dataclasses.field(default_factory=MthreadsConfig)
 
     @property
     def resources(self) -> ResourceNames:
@@ -197,34 +184,7 @@ class MthreadsVendor:
             memory_unit_mib=MEMORY_UNIT_MIB,
         )
 
-    @property
-    def rules(self) -> DeviceRules:
-        return MTHREADS_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return None
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
     # ---- requests ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def _read(self, container: Mapping[str, Any], what: str) -> tuple[int, int | None, int | None, RequestReader]:
         c = self.config
@@ -340,9 +300,9 @@ class MthreadsVendor:
             return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_memory_name}]", e.part or "", e)
         if not live:
             return NotRegistered(Unregistered.NO_ALLOCATABLE)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
+        return Registered(
+            NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned_ids(node, devices))
+        )
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the Moore Threads device plugin advertises for ``devices`` (all of one size): 16 cores per GPU and
@@ -365,12 +325,6 @@ class MthreadsVendor:
         )
 
     # ---- pod device lists --------------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
         """HAMi's ``PatchAnnotations`` extras: ``mthreads.com/gpu-index`` (the last container with GPUs: their

@@ -162,10 +162,12 @@ class SlotOnlyRules(UuidOnlyRules):
         return Take(0, 0)
 
 
-def count_only_request(container: Mapping[str, Any], what: str, count_name: str, vendor: str) -> ContainerRequest:
+def count_only_request(
+    container: Mapping[str, Any], what: str, count_name: str, vendor: str, *, mem_mib: int = 0, cores_pct: int = 0
+) -> ContainerRequest:
     """HAMi's ``GenerateResourceRequests`` of a family with a count resource only: ``n`` devices, memory as a
-    percentage (100, the whole device), no cores. The count is read from the limits, else the requests; a bad
-    quantity is a ResourceRequestError."""
+    percentage (100, the whole device; ``mem_mib`` beside it where the family sets one), ``cores_pct`` cores (none
+    by default). The count is read from the limits, else the requests; a bad quantity is a ResourceRequestError."""
     limits, requests = container_lists(container, what)
     r = RequestReader(reader_config(count_name, "", ""), container_label(container, what))
     n = r.read(limits, requests, count_name, QuantityKind.COUNT)
@@ -173,7 +175,7 @@ def count_only_request(container: Mapping[str, Any], what: str, count_name: str,
         raise ResourceRequestError(r.problems)
     if not raw_value(limits, requests, count_name)[0] or not n:
         return EMPTY_REQUEST
-    return ContainerRequest(nums=n, mem_mib=0, mem_pct=100, cores_pct=0, type=vendor)
+    return ContainerRequest(nums=n, mem_mib=mem_mib, mem_pct=100, cores_pct=cores_pct, type=vendor)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """AWS Neuron vendor: HAMi's ``pkg/device/awsneuron`` tests restated. The index holds no copy at v2.10.0
 (4707fb02); read at the nearest stored versions: ``device_test.go`` 0b9cf5d9 (the #2674 request validation, with
 ``splitCoreRequest``) and f23d1f5d (its ``Test_checkUUID``), ``device_wholecore_test.go`` 7300c199 (the whole-device
-rule with v2.10's two-core cap), ``device_geometry_test.go`` 4535110d (newer than v2.10: geometry per node, cores
+rule with the two-core cap of HAMi #2809, just after v2.10.0, which we follow on Inferentia1; see
+docs/vendors/awsneuron.md), ``device_geometry_test.go`` 4535110d (newer than v2.10: geometry per node, cores
 still capped at two; restated because per-node geometry is what we do, see docs/vendors/awsneuron.md) and
 ``device_cordon_test.go`` ad358d3a. Cases of those files that test the later four-core Inferentia1 layout (the
 0b9cf5d9 ``device_wholecore_test.go``, the ``coresPerAWSNeuron: 4`` rows of ``Test_splitCoreRequest``) are not
-restated: v2.10 addresses two cores per device. Every HAMi case names its test in a comment; ours are marked."""
+restated: we address two cores per device. Every HAMi case names its test in a comment; ours are marked."""
 
 from __future__ import annotations
 

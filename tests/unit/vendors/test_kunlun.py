@@ -651,9 +651,10 @@ def test_score_node_decides_between_nodes(busy_path: bool) -> None:
     pod = PodRequest(containers=(whole(),), init_count=0)
     # a: busy {0}, the pod takes XPU 1: countbubble 3 → 3, +2000; b: busy {0,1,2}, the pod takes XPU 3: countbubble
     # of the busy 2 → of the pod's one XPU 3, +1000
-    score = X.rules.pod_node_score  # type: ignore[attr-defined]
-    assert score(nodes[0].inventory, nodes[0].usages, ((ContainerDevice("a-kunlun-1", MAX, 100, "kunlun"),),)) == 2000
-    assert score(nodes[1].inventory, nodes[1].usages, ((ContainerDevice("b-kunlun-3", MAX, 100, "kunlun"),),)) == 1000
+    score = X.rules.pod_score  # type: ignore[attr-defined]
+    bp = NodePolicy.BINPACK
+    assert score(nodes[0], ((ContainerDevice("a-kunlun-1", MAX, 100, "kunlun"),),), bp, NO_SELECTORS) == 2000
+    assert score(nodes[1], ((ContainerDevice("b-kunlun-3", MAX, 100, "kunlun"),),), bp, NO_SELECTORS) == 1000
     busy = frozenset({"zz"}) if busy_path else frozenset()  # a bind in flight elsewhere: plan goes through tiers
     binpack = plan(pod, NO_SELECTORS, nodes, policies=Policies(), rules=VENDORS.rules, busy=busy)
     # b is busier (the usage score alone would take it under binpack); a's term is larger
@@ -668,14 +669,15 @@ def test_score_node_decides_between_nodes(busy_path: bool) -> None:
             ranked = plan_ranked(pod, NO_SELECTORS, iter(order), policies=policies, rules=VENDORS.rules)
             assert ranked is not None and ranked.node == want
     # a vXPU pod has no node term (HAMi's vXPU ScoreNode is 0)
-    assert not hasattr(V.rules, "pod_node_score")
+    assert not hasattr(V.rules, "pod_score")
 
 
 def test_score_node_is_zero_on_a_node_with_other_families() -> None:
-    inv = NodeInventory("n", "kunlun,XPU", (xpu(0), xpu(1, vendor="XPU")))
-    usages = (DeviceUsage(), DeviceUsage())
+    snap = NodeSnapshot(NodeInventory("n", "kunlun,XPU", (xpu(0), xpu(1, vendor="XPU"))), {})
     pod_devs = ((ContainerDevice("xpu-0", MAX, 100, "kunlun"),),)
-    assert X.rules.pod_node_score(inv, usages, pod_devs) == 0.0  # type: ignore[attr-defined]
+    for policy in NodePolicy:
+        assert X.rules.pod_score(snap, pod_devs, policy, NO_SELECTORS) == 0.0  # type: ignore[attr-defined]
+        assert X.rules.pod_score_bound(snap, (whole(),), policy, NO_SELECTORS) == 0.0  # type: ignore[attr-defined]
 
 
 def test_scored_plan_skips_hopeless_nodes_yet_gives_them_reasons() -> None:

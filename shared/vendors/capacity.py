@@ -1,0 +1,163 @@
+"""Pieces the families registered from node capacity share (Kunlunxin's whole XPUs, MetaX GPUs, Enflame GCUs, AWS
+Neuron, Moore Threads): their device plugin advertises extended resources in ``status.capacity`` and HAMi's
+``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
+lock. :class:`CapacityVendor` is the part of the ``Vendor`` protocol such a family has in common (the
+counterpart of :class:`shared.vendors.simple.SlotOnlyVendor` for slot-only families); :func:`whole_capacity`,
+:func:`observe_count`, :func:`count_registration` and :func:`count_in_limits` are the registration and
+admission steps several of them repeat. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec.resources import container_lists, names_any
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.domain.vendor import DeviceRules
+from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.registration import (
+    DecodeFailure,
+    Invalid,
+    NodeView,
+    NotRegistered,
+    Observation,
+    Registered,
+    Unregistered,
+)
+
+
+class CapacityVendor:
+    """What every capacity-registered vendor answers alike: its name, rules and pod annotation keys from the
+    class constants below, no register or handshake annotation, no node lock, ``manages`` by its resource names,
+    and its pod device list under :attr:`ALLOCATED_KEY`. A family subclasses it (as a frozen dataclass holding its
+    config) and adds ``resources``, the request, admission and registration methods."""
+
+    __slots__ = ()
+
+    WORD: ClassVar[str]
+    """HAMi's common word: the ``type`` of the family's requests and pod device entries."""
+    RULES: ClassVar[DeviceRules]
+    ALLOCATED_KEY: ClassVar[str]
+    TO_ALLOCATE_KEY: ClassVar[str | None] = None
+    """None where HAMi writes no to-allocate list for the family."""
+
+    @property
+    def name(self) -> str:
+        return self.WORD
+
+    @property
+    def resources(self) -> ResourceNames:
+        raise NotImplementedError
+
+    @property
+    def rules(self) -> DeviceRules:
+        return self.RULES
+
+    @property
+    def to_allocate_key(self) -> str | None:
+        return self.TO_ALLOCATE_KEY
+
+    @property
+    def allocated_key(self) -> str:
+        return self.ALLOCATED_KEY
+
+    @property
+    def register_key(self) -> str | None:
+        return None
+
+    @property
+    def handshake_key(self) -> str | None:
+        return None
+
+    @property
+    def node_lock(self) -> NodeLockKind:
+        return NodeLockKind.NONE
+
+    def manages(self, container: Mapping[str, Any]) -> bool:
+        return names_any(container, self.resources.all)
+
+    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
+        return encode_pod_devices(devices, self.ALLOCATED_KEY)
+
+    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
+        return decode_pod_devices(value, self.ALLOCATED_KEY)
+
+
+def whole_capacity(capacity: Mapping[str, Any], name: str, top: int, expected: str) -> int | None:
+    """``capacity[name]`` as a whole number from 0 to ``top``; None when the node has no such resource. Anything
+    else is a DecodeError naming ``status.capacity[name]``, with ``expected`` as its detail when the quantity
+    reads but is no such number."""
+    if name not in capacity:
+        return None
+    source = f"status.capacity[{name}]"
+    q = parse_quantity(capacity[name], source)
+    if q.denominator != 1 or q < 0 or q > top:
+        raise DecodeError(source, expected, str(capacity[name]))
+    return q.numerator
+
+
+def cordoned_ids(node: NodeView, devices: Sequence[DeviceInfo]) -> frozenset[str]:
+    """The ids of ``devices`` that the node's ``hami.io/device-cordon`` lists."""
+    ids = {d.id for d in devices}
+    return frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
+
+
+def observe_count(
+    node: NodeView,
+    *,
+    vendor: str,
+    count_name: str,
+    top: int,
+    expected: str,
+    devices: Callable[[str, int], tuple[DeviceInfo, ...]],
+    pair_scores: Mapping[str, Mapping[str, int]] | None = None,
+) -> Observation:
+    """Registration from one count resource (HAMi's ``GetNodeDevices`` of Kunlunxin's whole XPUs, MetaX GPUs,
+    Enflame GCUs): ``capacity[count_name]`` (else the allocatable) absent → not registered; not a whole number up
+    to ``top`` → invalid; 0 → not registered (HAMi's "device not found"); else ``devices(node, count)``, healthy
+    (no handshake), the cordoned ones from ``hami.io/device-cordon``, with ``pair_scores`` when given."""
+    capacity = node.capacity or node.allocatable
+    try:
+        count = whole_capacity(capacity, count_name, top, expected)
+    except DecodeError as e:
+        return Invalid(DecodeFailure.REGISTER, f"status.capacity[{count_name}]", str(capacity[count_name]), e)
+    if count is None:
+        return NotRegistered(Unregistered.ABSENT)
+    if count == 0:
+        return NotRegistered(Unregistered.NO_DEVICES)
+    found = devices(node.name, count)
+    cordoned = cordoned_ids(node, found)
+    if pair_scores is None:
+        return Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned))
+    inventory = NodeInventory(node=node.name, vendor=vendor, devices=found, pair_scores=pair_scores, cordoned=cordoned)
+    return Registered(inventory)
+
+
+def count_registration(
+    devices: Sequence[DeviceInfo], count_name: str, *, shape: tuple[int, int, int] | None = None, refusal: str = ""
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """What a count-only device plugin advertises for ``devices``: their number as ``count_name`` (nothing for
+    none). With ``shape`` (memory MiB, cores, slots), a device of another shape cannot survive the round trip:
+    ValueError(``refusal``)."""
+    if shape is not None and any((d.devmem_mib, d.devcore, d.count) != shape for d in devices):
+        raise ValueError(refusal)
+    if not devices:
+        return {}, {}, {}
+    return {}, {count_name: str(len(devices))}, {}
+
+
+def count_in_limits(
+    container: dict[str, Any], where: str, count_name: str, request: Callable[[dict[str, Any], str], ContainerRequest]
+) -> bool:
+    """HAMi's ``MutateAdmission`` of a count-only family: no edit; the container is the family's when the count is
+    in its limits, and its request is validated then (``request`` raises ResourceRequestError)."""
+    limits, _ = container_lists(container, where)
+    if count_name not in limits:
+        return False
+    request(container, where)
+    return True
