@@ -227,8 +227,9 @@ class AllocationCollector(Collector):
 
     The device families (several series per device: most of a scrape) are yielded as
     :class:`~vgpu_scheduler.shared.metrics.TextGaugeFamily`, their text rendered per node and kept with the node's
-    snapshot: a scrape re-renders only the nodes whose snapshot object changed since the last one (snapshots are
-    immutable and replaced on every change), and reuses the whole text when none did. A removed node's lines go
+    snapshot: a scrape re-renders only the nodes whose snapshot changed since the last one (snapshots are immutable
+    and replaced on every change; one of equal devices and usage, as a reload installs, keeps its lines), and
+    reuses the whole text when none did. A removed node's lines go
     with it. Their ``samples`` (built only if something reads them) are computed from the same view the slow way.
     Scrapes may run in worker threads at once: each reads the cache and replaces it in one assignment (two at once
     may both render a node; neither sees lines of another view).
