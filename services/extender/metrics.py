@@ -9,16 +9,18 @@ series carries ``zone="vGPU"`` (hami-wire §10.4). Memory is in bytes (MiB × 10
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from vgpu_scheduler.shared.domain.model import QuotaState
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.metrics import HAMI_ZONE
+from vgpu_scheduler.shared.metrics import HAMI_ZONE, SampleLines, TextGaugeFamily, escape_label_value, gauge_header
 
 MIB = 1 << 20
 
@@ -208,11 +210,29 @@ _QUOTA_USED_LABELS = ["namespace", "quota_name", "limit", "zone"]
 _QUOTA_LIMIT_LABELS = ["namespace", "quota_name", "zone"]
 
 
+def _same_devices(a: NodeSnapshot, b: NodeSnapshot) -> bool:
+    """Whether two snapshots of one node give the same device series (their devices and usage are equal)."""
+    return a.inventory.devices == b.inventory.devices and a.usages == b.usages
+
+
+def _samples_of(families: Callable[[], Sequence[Metric]], i: int) -> list[Sample]:
+    return families()[i].samples
+
+
 class AllocationCollector(Collector):
     """HAMi's allocation gauges, computed at scrape time from one view of the snapshot cache.
 
     ``nodes`` returns the current snapshots (name → NodeSnapshot); ``quotas`` the last quota view (may be
     empty); ``resource_names`` gives the quota ``quota_name`` labels (memory resource, core resource).
+
+    The device families (several series per device: most of a scrape) are yielded as
+    :class:`~vgpu_scheduler.shared.metrics.TextGaugeFamily`, their text rendered per node and kept with the node's
+    snapshot: a scrape re-renders only the nodes whose snapshot changed since the last one (snapshots are immutable
+    and replaced on every change; one of equal devices and usage, as a reload installs, keeps its lines), and
+    reuses the whole text when none did. A removed node's lines go
+    with it. Their ``samples`` (built only if something reads them) are computed from the same view the slow way.
+    Scrapes may run in worker threads at once: each reads the cache and replaces it in one assignment (two at once
+    may both render a node; neither sees lines of another view).
     """
 
     def __init__(
@@ -227,15 +247,111 @@ class AllocationCollector(Collector):
         self._quotas = quotas
         self._mem_name, self._core_name = resource_names
         self._legacy = legacy
+        families = self._families()[:-2]
+        legacy_families = self._legacy_families()[:-1] if legacy else ()
+        self._device_families = (*families, *legacy_families)
+        """The families rendered per node: the current device families, then (``legacy``) HAMi's old ones."""
+        self._formats = tuple(SampleLines(f.name, f._labelnames) for f in self._device_families)
+        self._headers = tuple(gauge_header(f.name, f.documentation) for f in self._device_families)
+        self._state: tuple[dict[str, tuple[NodeSnapshot, tuple[str, ...]]], tuple[bytes, ...] | None] = ({}, None)
+        """Per node, the snapshot last rendered and its lines of each device family; and each device family's
+        whole text for those nodes (None before the first scrape)."""
 
     def describe(self) -> Iterable[Metric]:
         return [*self._families(), *(self._legacy_families() if self._legacy else ())]
 
     def collect(self) -> Iterable[Metric]:
-        families = self._families()
-        device_families, (quota_used, quota_limit) = families[:-2], families[-2:]
-        legacy = self._legacy_families() if self._legacy else ()
-        for name, snap in sorted(self._nodes().items()):
+        nodes = dict(self._nodes())  # one view for the text and for the samples, should they be asked for
+        texts = self._device_texts(nodes)
+        by_samples = functools.cache(lambda: self._sample_families(nodes))
+        quota_used, quota_limit = self._families()[-2:]
+        legacy_quota = self._legacy_families()[-1] if self._legacy else None
+        for ns, state in sorted(self._quotas().by_namespace.items()):
+            for quota_name, limit, used in (
+                (self._mem_name, state.limits.mem_mib, state.used_mem_mib),
+                (self._core_name, state.limits.cores_pct, state.used_cores_pct),
+            ):
+                if limit is None:
+                    continue
+                quota_used.add_metric([ns, quota_name, str(limit), HAMI_ZONE], float(used))
+                quota_limit.add_metric([ns, quota_name, HAMI_ZONE], float(limit))
+                if legacy_quota is not None:
+                    legacy_quota.add_metric([ns, quota_name, str(limit), HAMI_ZONE], float(used))
+        n_current = len(self._families()) - 2
+        text_families = [
+            TextGaugeFamily(f.name, f.documentation, text, functools.partial(_samples_of, by_samples, i))
+            for i, (f, text) in enumerate(zip(self._device_families, texts, strict=True))
+        ]
+        yield from text_families[:n_current]
+        yield quota_used
+        yield quota_limit
+        if legacy_quota is not None:
+            yield from text_families[n_current:]
+            yield legacy_quota
+
+    def _device_texts(self, nodes: Mapping[str, NodeSnapshot]) -> tuple[bytes, ...]:
+        """Each device family's text for ``nodes``, re-rendering only the nodes whose snapshot changed."""
+        previous, texts = self._state
+        rendered: dict[str, tuple[NodeSnapshot, tuple[str, ...]]] = {}
+        changed = texts is None or len(nodes) != len(previous)
+        for name, snap in nodes.items():
+            entry = previous.get(name)
+            if entry is None or (entry[0] is not snap and not _same_devices(entry[0], snap)):
+                entry = (snap, self._node_lines(name, snap))
+                changed = True
+            elif entry[0] is not snap:
+                entry = (snap, entry[1])  # a new snapshot of the same devices and usage (a reload): same lines
+            rendered[name] = entry
+        if changed or texts is None:
+            chunks = [rendered[name][1] for name in sorted(rendered)]
+            texts = tuple((header + "".join([c[i] for c in chunks])).encode() for i, header in enumerate(self._headers))
+        self._state = (rendered, texts)  # one assignment: a concurrent scrape sees the old pair or the new one
+        return texts
+
+    def _node_lines(self, name: str, snap: NodeSnapshot) -> tuple[str, ...]:
+        """One node's sample lines of each device family (in ``_device_families`` order), devices in inventory
+        order: the same labels and values as :meth:`_sample_families`."""
+        lines: list[list[str]] = [[] for _ in self._formats]
+        current, legacy = self._formats[:7], self._formats[7:]
+        node, zone = escape_label_value(name), HAMI_ZONE
+        for dev, u in zip(snap.inventory.devices, snap.usages, strict=True):
+            uuid, kind, vendor = map(escape_label_value, (dev.id, dev.type, dev.vendor))
+            idx, used_cores, used_bytes = str(dev.index), str(u.used_cores), float(u.used_mem_mib * MIB)
+            mem_ratio = u.used_mem_mib / dev.devmem_mib if dev.devmem_mib > 0 else 0.0
+            base = (node, uuid, idx, kind, vendor, zone)
+            rows = (
+                (base, float(dev.devmem_mib * MIB)),
+                (base, float(dev.devcore)),
+                ((node, uuid, idx, used_cores, kind, vendor, zone), used_bytes),
+                (base, float(u.used)),
+                (base, float(u.used_cores)),
+                ((node, uuid, idx, used_cores, str(dev.devmem_mib), kind, vendor, zone), used_bytes),
+                (base, mem_ratio),
+            )
+            for out, fmt, (labels, value) in zip(lines[:7], current, rows, strict=True):
+                out.append(fmt.escaped_line(labels, value))
+            if legacy:
+                # HAMi's old names have no vendor label, and their ratio no device type either.
+                old = (node, uuid, idx, kind, zone)
+                legacy_rows = (
+                    (old, float(dev.devmem_mib * MIB)),
+                    (old, float(dev.devcore)),
+                    ((node, uuid, idx, used_cores, kind, zone), used_bytes),
+                    (old, float(u.used)),
+                    (old, float(u.used_cores)),
+                    ((node, uuid, idx, used_cores, str(dev.devmem_mib), kind, zone), used_bytes),
+                    ((node, uuid, idx, zone), mem_ratio),
+                )
+                for out, fmt, (labels, value) in zip(lines[7:], legacy, legacy_rows, strict=True):
+                    out.append(fmt.escaped_line(labels, value))
+        return tuple("".join(out) for out in lines)
+
+    def _sample_families(self, nodes: Mapping[str, NodeSnapshot]) -> tuple[GaugeMetricFamily, ...]:
+        """The device families of ``nodes`` as prometheus_client sample objects, in ``_device_families`` order
+        (what ``samples`` of the text families gives; slow: one object per series)."""
+        families = self._families()[:-2]
+        legacy = self._legacy_families()[:-1] if self._legacy else ()
+        for name, snap in sorted(nodes.items()):
             for dev, u in zip(snap.inventory.devices, snap.usages, strict=True):
                 idx, used_cores, used_bytes = str(dev.index), str(u.used_cores), float(u.used_mem_mib * MIB)
                 base = [name, dev.id, idx, dev.type, HAMI_ZONE]
@@ -251,25 +367,13 @@ class AllocationCollector(Collector):
                     ([name, dev.id, idx, used_cores, str(dev.devmem_mib), dev.type, HAMI_ZONE], used_bytes),
                     (base, mem_ratio),
                 ]
-                for family, (labels, value) in zip(device_families, rows, strict=True):
+                for family, (labels, value) in zip(families, rows, strict=True):
                     family.add_metric([*labels[:-1], dev.vendor, labels[-1]], value)
                 if legacy:
                     rows[-1] = ([name, dev.id, idx, HAMI_ZONE], mem_ratio)  # HAMi's old ratio had no device type
-                    for family, (labels, value) in zip(legacy[:-1], rows, strict=True):
+                    for family, (labels, value) in zip(legacy, rows, strict=True):
                         family.add_metric(labels, value)
-        for ns, state in sorted(self._quotas().by_namespace.items()):
-            for quota_name, limit, used in (
-                (self._mem_name, state.limits.mem_mib, state.used_mem_mib),
-                (self._core_name, state.limits.cores_pct, state.used_cores_pct),
-            ):
-                if limit is None:
-                    continue
-                quota_used.add_metric([ns, quota_name, str(limit), HAMI_ZONE], float(used))
-                quota_limit.add_metric([ns, quota_name, HAMI_ZONE], float(limit))
-                if legacy:
-                    legacy[-1].add_metric([ns, quota_name, str(limit), HAMI_ZONE], float(used))
-        yield from families
-        yield from legacy
+        return (*families, *legacy)
 
     @staticmethod
     def _legacy_families() -> tuple[GaugeMetricFamily, ...]:

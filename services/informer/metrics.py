@@ -9,17 +9,19 @@ read from the node watch). No I/O at scrape time; a standby exports none of them
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from vgpu_scheduler.shared.codec.register import decode_register
 from vgpu_scheduler.shared.domain.model import Allocation
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.metrics import HAMI_ZONE
+from vgpu_scheduler.shared.metrics import HAMI_ZONE, SampleLines, TextGaugeFamily, escape_label_value, gauge_header
 
 MIB = 1 << 20
 
@@ -257,16 +259,44 @@ def mig_series(allocations: Iterable[Allocation], device_indices: Mapping[str, M
     return out
 
 
+_PodEntry = tuple[Allocation, tuple[str, ...]]
+"""An allocation last rendered and its lines of each per-container family."""
+
+
+def _same_series(a: Allocation, b: Allocation) -> bool:
+    """Whether two allocations of one pod give the same per-container series."""
+    return (a.namespace, a.node, a.name, a.devices) == (b.namespace, b.node, b.name, b.devices)
+
+
+def _samples_of(families: Callable[[], Sequence[Metric]], i: int) -> list[Sample]:
+    return families()[i].samples
+
+
 class PodAllocationCollector(Collector):
     """``hami_vgpu_memory_allocated_bytes`` (MiB × 1048576) and ``hami_vgpu_core_allocated_ratio`` (the container's
     cores %, as HAMi exports ``Usedcores``: 30 for 30 %), per container and device; ``hami_node_gpu_mig_instance_info``
     (value 1) per created MIG instance. With ``legacy``, also ``vGPUMemoryAllocated``, ``vGPUCoreAllocated`` and
     ``nodeGPUMigInstance`` (``migname`` = ``<profile>-<gpuInstanceID>``). ``view`` returns None while standing by:
-    then every family is exported empty."""
+    then every family is exported empty.
+
+    The per-container families (one series per container and device: most of a scrape) are yielded as
+    :class:`~vgpu_scheduler.shared.metrics.TextGaugeFamily`, their lines rendered per pod and kept with the pod's
+    allocation: a scrape re-renders only the pods whose allocation changed, and reuses the whole text while none
+    did. Two recorded pods of one namespace, node and name (a pod deleted and created again) share their series,
+    which are summed: those are rendered together on every scrape.
+    """
 
     def __init__(self, view: Callable[[], AllocationView | None], *, legacy: bool = False) -> None:
         self._view = view
         self._legacy = legacy
+        families = self._families()
+        self._text_families = (families[0], families[1], *(families[3:5] if legacy else ()))
+        """The families rendered per pod: memory and cores, then (``legacy``) HAMi's old names of the two."""
+        self._formats = tuple(SampleLines(f.name, f._labelnames) for f in self._text_families)
+        self._headers = tuple(gauge_header(f.name, f.documentation) for f in self._text_families)
+        self._state: tuple[dict[str, _PodEntry], tuple[bytes, ...] | None] = ({}, None)
+        """Per pod uid, the allocation last rendered and its lines; and each text family's whole text for those
+        pods (None before the first scrape). Replaced in one assignment: scrapes may run in threads at once."""
 
     def describe(self) -> Iterable[Metric]:
         return self._families()
@@ -274,9 +304,78 @@ class PodAllocationCollector(Collector):
     def collect(self) -> Iterable[Metric]:
         families = self._families()
         view = self._view()
-        if view is not None:
-            self._fill(families, view)
-        yield from families
+        if view is None:
+            self._state = ({}, None)  # standing by: nothing to keep
+            yield from families
+            return
+        allocations = dict(view.allocations)  # one view for the text and the samples: the term may change it later
+        texts = self._vgpu_texts(allocations)
+        by_samples = functools.cache(lambda: self._filled(allocations, view))
+        mig_families = (families[2], families[5]) if self._legacy else (families[2],)
+        self._fill_mig(mig_families, tuple(allocations.values()), view)
+        positions = (0, 1, 3, 4) if self._legacy else (0, 1)
+        text_families = {
+            k: TextGaugeFamily(f.name, f.documentation, text, functools.partial(_samples_of, by_samples, k))
+            for k, f, text in zip(positions, self._text_families, texts, strict=True)
+        }
+        for k, family in enumerate(families):
+            yield text_families.get(k, family)
+
+    def _vgpu_texts(self, allocations: Mapping[str, Allocation]) -> tuple[bytes, ...]:
+        """Each per-container family's text for ``allocations``, re-rendering only the pods that changed."""
+        previous, texts = self._state
+        rendered: dict[str, _PodEntry] = {}
+        changed = texts is None or len(allocations) != len(previous)
+        for uid, a in allocations.items():
+            entry = previous.get(uid)
+            if entry is None or (entry[0] is not a and not _same_series(entry[0], a)):
+                entry = (a, self._lines(vgpu_series([a])))
+                changed = True
+            elif entry[0] is not a:
+                entry = (a, entry[1])
+            rendered[uid] = entry
+        if changed or texts is None:
+            order = sorted(((a.namespace, a.node, a.name), uid) for uid, a in allocations.items())
+            chunks: list[tuple[str, ...]] = []
+            k = 0
+            while k < len(order):
+                group, end = order[k][0], k + 1
+                while end < len(order) and order[end][0] == group:
+                    end += 1
+                if end == k + 1:
+                    chunks.append(rendered[order[k][1]][1])
+                else:  # one namespace/node/name recorded twice: the series sum (vgpu_series)
+                    chunks.append(self._lines(vgpu_series(allocations[uid] for _, uid in order[k:end])))
+                k = end
+            texts = tuple((header + "".join([c[i] for c in chunks])).encode() for i, header in enumerate(self._headers))
+        self._state = (rendered, texts)
+        return texts
+
+    def _lines(self, series: Mapping[_VgpuKey, tuple[int, int]]) -> tuple[str, ...]:
+        """The lines of ``series`` (one pod's, or a group's) of each text family, in label order."""
+        lines: list[list[str]] = [[] for _ in self._formats]
+        for key, (mem_mib, cores_pct) in sorted(series.items()):
+            labels = [*map(escape_label_value, key), HAMI_ZONE]
+            values = (float(mem_mib * MIB), float(cores_pct))
+            for k, (out, fmt) in enumerate(zip(lines, self._formats, strict=True)):
+                out.append(fmt.escaped_line(labels, values[k % 2]))
+        return tuple("".join(out) for out in lines)
+
+    def _filled(self, allocations: Mapping[str, Allocation], view: AllocationView) -> tuple[GaugeMetricFamily, ...]:
+        """Every family as prometheus_client sample objects (what ``samples`` of the text families gives; slow)."""
+        families = self._families()
+        self._fill(families, AllocationView(allocations, view.device_indices))
+        return families
+
+    def _fill_mig(
+        self, families: tuple[GaugeMetricFamily, ...], allocations: tuple[Allocation, ...], view: AllocationView
+    ) -> None:
+        mig, legacy = families[0], families[1:]
+        for m in sorted(mig_series(allocations, view.device_indices)):
+            mig.add_metric([*m, HAMI_ZONE], 1.0)
+            if legacy:
+                node, uuid, index, _, profile, gi = m[:6]
+                legacy[0].add_metric([node, uuid, index, f"{profile}-{gi}", HAMI_ZONE], 1.0)
 
     def _fill(self, families: tuple[GaugeMetricFamily, ...], view: AllocationView) -> None:
         mem, core, mig = families[:3]

@@ -12,6 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.extender.filter_harness import (
@@ -24,6 +25,7 @@ from tests.integration.extender.filter_harness import (
     wire,
     wire_doc,
 )
+from tests.waiting import eventually
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.domain.model import QuotaLimits
 from vgpu_scheduler.shared.k8s import Api
@@ -292,6 +294,38 @@ async def test_metrics_expose_the_allocation_gauges_and_the_filter_counters(stor
                  "vgpu_bind_outcomes", "vgpu_node_lock_wait_seconds", "vgpu_webhook_outcomes",
                  "vgpu_extender_snapshot_reloads"):  # fmt: skip
         assert name in families, name
+
+
+async def test_metrics_scrapes_follow_the_snapshot_and_drop_a_removed_node(store: Store, api: Api) -> None:
+    """Over HTTP: the device gauges render the node a /filter just changed, and lose a node removed from the store;
+    each scrape's hami_* lines are what prometheus_client renders from the same registry."""
+    await seed(store)
+    async with running_extender(store, api) as ext:
+        registry = ext.service.deps.registry
+
+        def hami(text: str) -> list[str]:
+            return [line for line in text.splitlines() if line.startswith("hami_")]
+
+        shared = (
+            'hami_gpu_shared_count{device_index="3",device_type="NVIDIA-Tesla T4",device_uuid="GPU-gpu-node-2-3",'
+            'node="gpu-node-2",vendor="NVIDIA",zone="vGPU"}'
+        )
+        status, before = await ext.get("/metrics")
+        assert status == 200
+        assert f"{shared} 0.0" in hami(before)
+        assert hami(before) == hami(generate_latest(registry).decode())
+
+        await ext.filter(wire("005-filter.json"))
+        _, after = await ext.get("/metrics")
+        assert f"{shared} 1.0" in hami(after)
+        assert hami(after) == hami(generate_latest(registry).decode())
+
+        await store.inventory.delete("gpu-node-1")
+        await eventually(lambda: ext.service.cache.get("gpu-node-1") is None, what="gpu-node-1 leaves the snapshot")
+        _, gone = await ext.get("/metrics")
+        assert not any('node="gpu-node-1"' in line for line in hami(gone))
+        assert f"{shared} 1.0" in hami(gone)
+        assert hami(gone) == hami(generate_latest(registry).decode())
 
 
 # ---- graceful drain ------------------------------------------------------------------------------------------------
