@@ -20,7 +20,7 @@ from vgpu_scheduler.shared.codec.resources import pod_containers, pod_requests_m
 from vgpu_scheduler.shared.domain.model import NVIDIA, Allocation, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.k8s.objects import annotations_of, meta
-from vgpu_scheduler.shared.store import Fence, Store
+from vgpu_scheduler.shared.store import Fence, PodQuotaCharge, Store
 from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
@@ -59,6 +59,7 @@ class Accountant:
         self._cfg = cfg
         self._vendors = vendors
         self._others = tuple(v for v in vendors if v.name != NVIDIA)
+        self._vendor_names = frozenset(vendors.names)  # computed per call otherwise
         self._reporter = reporter
         self._metrics = metrics
         self._recorded: dict[str, Allocation] = {}
@@ -187,16 +188,9 @@ class Accountant:
         )
 
     async def record(self, alloc: Allocation) -> None:
-        """Record the pod's allocation (confirmed) and its quota charge."""
-        result = await self._store.reservations.record(alloc, self._fence)
-        await self._store.quota.record(
-            alloc.namespace,
-            alloc.pod_uid,
-            alloc.quota_mem_mib,
-            alloc.quota_cores_pct,
-            self._fence,
-            others=alloc.quota_others_of(self._vendors.names),
-        )
+        """Record the pod's allocation (confirmed) and its quota charge, in one Redis round trip."""
+        charge = PodQuotaCharge(alloc.quota_mem_mib, alloc.quota_cores_pct, alloc.quota_others_of(self._vendor_names))
+        result, _ = await self._store.record_observed(alloc, charge, self._fence)
         if alloc.pod_uid not in self._recorded:
             logger.info(
                 "allocation recorded",

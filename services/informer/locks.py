@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -34,7 +35,7 @@ from vgpu_scheduler.services.informer.metrics import InformerMetrics, LockCause,
 from vgpu_scheduler.services.informer.pods import PodFacts, pod_facts
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.nodelock import parse_node_lock
-from vgpu_scheduler.shared.coord import parse_lock_owner
+from vgpu_scheduler.shared.coord import lock_owner, parse_lock_owner
 from vgpu_scheduler.shared.domain.model import BindPhase
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError
 from vgpu_scheduler.shared.k8s import Api, KubeObject
@@ -300,7 +301,18 @@ class NodeLockReleaser:
     async def check(self, node: str) -> None:
         """Evaluate ``node``'s lock holders and release those whose lock is over."""
         node_obj = self._node(node)
-        redis = await self._store.locks.inspect(node)
+        settled = self._settled_release(node, node_obj)
+        if settled is not None:
+            # the usual end of a bind (the device plugin settled the pod and removed the annotation): release and
+            # read in one round trip; a lock that turns out to be another's, or newer, is decided as usual below
+            owner, latest_ms = settled
+            released, redis = await self._store.locks.release_settled(node, lock_owner(*owner), latest_ms)
+            if released:
+                assert redis is not None
+                self._released_settled(node, owner, redis)
+                return
+        else:
+            redis = await self._store.locks.inspect(node)
         if node_obj is None:
             if redis is not None and not await self._exists(node):
                 held = _Held(parse_lock_owner(redis.owner), None, redis, 0.0)
@@ -317,6 +329,46 @@ class NodeLockReleaser:
             decision = await self._decide(node, held, now)
             if decision is not None:
                 await self._release(node, held, decision[0])
+
+    def _settled_release(self, node: str, node_obj: KubeObject | None) -> tuple[Owner, int | None] | None:
+        """When ``node`` has no lock annotation any more and the pod its last one named is known: that pod, and
+        the latest acquisition time (server ms, None = any) for which :meth:`_decide` releases a Redis lock that
+        pod holds without an annotation (terminated, settled by a bind not older than the lock, or the annotation
+        removed after the lock was taken). None when :meth:`check` must read the lock first (an annotation
+        stands, the holder is unknown or not cached, or only a timeout could release it)."""
+        if node_obj is None or annotations_of(node_obj).get(keys.NODE_LOCK) is not None:
+            return None
+        seen = self._seen.get(node)
+        if seen is None:
+            return None
+        pod = self._pod(*seen.owner)
+        if pod is None:
+            return None  # deleted, or not cached: check() asks the API
+        facts = pod_facts(pod)
+        if facts.terminated or (facts.settled and facts.bind_time_s is None):
+            return seen.owner, None
+        # the bounds of _decide's `fresh` and annotation-removed tests, in server milliseconds
+        latest_s = seen.at_s + _CLOCK_SLACK_S
+        if facts.settled and facts.bind_time_s is not None:
+            latest_s = max(latest_s, facts.bind_time_s + _CLOCK_SLACK_S)
+        return seen.owner, math.floor(latest_s * 1000)
+
+    def _released_settled(self, node: str, owner: Owner, redis: LockInfo) -> None:
+        """Book a release :meth:`check` made through :meth:`_settled_release`, with the cause :meth:`_decide`
+        gives the lock that was released, and as :meth:`_release` books it."""
+        pod = self._pod(*owner)
+        facts = pod_facts(pod) if pod is not None else None
+        since_s = redis.acquired_ms / 1000
+        if facts is None or facts.terminated:
+            cause = LockCause.POD_DELETED if facts is None else LockCause.POD_TERMINATED
+        elif facts.settled and (facts.bind_time_s is None or facts.bind_time_s >= since_s - _CLOCK_SLACK_S):
+            cause = LockCause.BIND_SUCCESS if facts.bind_phase is BindPhase.SUCCESS else LockCause.BIND_FAILED
+        else:
+            cause = LockCause.ANNOTATION_REMOVED
+        for key in [k for k in self._settled_at if k[0] == node]:
+            self._forget_grace(node, key[1])  # no holder is left on the node
+        held = _Held(owner, None, redis, since_s)
+        self._book_release(node, held, cause)
 
     async def _exists(self, node: str) -> bool:
         try:
@@ -337,6 +389,9 @@ class NodeLockReleaser:
             await self._remove_annotation(node, held.annotation)
         if held.redis is not None:
             await self._store.locks.release(node, held.redis.owner, token=held.redis.token)
+        self._book_release(node, held, cause)
+
+    def _book_release(self, node: str, held: _Held, cause: LockCause) -> None:
         seen = self._seen.get(node)
         if seen is not None and seen.owner == held.owner:
             self._seen.pop(node, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 
 from vgpu_scheduler.services.informer.service import InformerDeps, InformerService
@@ -55,4 +56,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the informer process; returns the exit code (0 after a clean SIGTERM)."""
     settings = settings_from_args(Service.INFORMER, args, os.environ)
     configure_from_settings(settings.common)
+    # Everything imported so far (about 90,000 objects, kubernetes_asyncio's models above all) lives as long as
+    # the process: out of the collector's sight, a full collection (rare, and the one at exit) walks only what the
+    # watches keep, in microseconds instead of about 60 ms (docs/performance.md)
+    gc.freeze()
     return run_service(lambda stop: serve_informer(settings, stop), loop_factory=fast_loop_factory())

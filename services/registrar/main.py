@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 
 from vgpu_scheduler.services.registrar.service import RegistrarDeps, RegistrarService
@@ -28,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
     """Run the registrar until SIGTERM/SIGINT. Exit code 0 clean, 1 failure, 2 configuration error."""
     settings = settings_from_args(Service.REGISTRAR, args, os.environ)
     configure_from_settings(settings.common)
+    # Everything imported so far (about 90,000 objects, kubernetes_asyncio's models above all) lives as long as
+    # the process: out of the collector's sight, a full collection (rare, and the one at exit) walks only what the
+    # watches keep, in microseconds instead of about 60 ms (docs/performance.md)
+    gc.freeze()
 
     async def main(stop: asyncio.Event) -> None:
         common = settings.common

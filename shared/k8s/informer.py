@@ -330,25 +330,35 @@ class Informer:
             raise _ApiFailure(e) from e
         self._api_answered()
         self.stats.watches += 1
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s + s.read_grace_s
+        # One timer per watch, not a timeout per line (about 5 µs each, and every line of every pod counts): a
+        # server that overruns its own timeoutSeconds has the stream closed under the pending read, which then
+        # fails or ends; a handler running at that moment is not interrupted (the next read finds it closed).
+        overran = False
+
+        def overrun() -> None:
+            nonlocal overran
+            overran = True
+            resp.close()
+
+        timer = asyncio.get_running_loop().call_later(timeout_s + s.read_grace_s, overrun)
         try:
             while True:
                 try:
-                    async with asyncio.timeout_at(deadline):
-                        line = await resp.content.readline()
+                    line = await resp.content.readline()
                 except TimeoutError:
-                    return  # the server overran its own timeoutSeconds: watch again
+                    return  # nothing read for timeoutSeconds + the grace (aiohttp's sock_read): watch again
                 except (aiohttp.ClientError, ValueError) as e:  # ValueError: a line beyond the read buffer
+                    if overran:
+                        return  # the server overran its own timeoutSeconds: watch again
                     raise _ApiFailure(TransientError(f"{self._what('watch')}: {type(e).__name__}: {e}")) from e
-                if not line:
-                    return  # timeoutSeconds reached: the server ended the stream
+                if not line or overran:
+                    return  # timeoutSeconds reached: the server ended the stream (or overran it)
                 await self._on_line(line)
         finally:
+            timer.cancel()
             resp.close()
 
     async def _on_line(self, line: bytes) -> None:
-        what = self._what("watch")
         try:
             event = _loads(line)
             etype = event["type"]
@@ -357,10 +367,10 @@ class Informer:
                 raise TypeError("object is not a JSON object")
         except (ValueError, KeyError, TypeError) as e:
             # a torn or garbled line: the connection is not trustworthy, resume from the last version
-            raise _ApiFailure(TransientError(f"{what}: malformed watch event: {e!r}")) from e
+            raise _ApiFailure(TransientError(f"{self._what('watch')}: malformed watch event: {e!r}")) from e
         if etype == "ERROR":
             code = obj.get("code")
-            raise _ApiFailure(error_for(what, code if isinstance(code, int) else 500, obj))
+            raise _ApiFailure(error_for(self._what("watch"), code if isinstance(code, int) else 500, obj))
         rv = resource_version_of(obj)
         if etype == "BOOKMARK":
             if rv:

@@ -44,6 +44,20 @@ class StoreContext:
 
 
 @dataclass(frozen=True, slots=True)
+class ScriptCall:
+    """One script call, built but not sent: for a caller that sends several in one pipeline (one round trip)."""
+
+    script: AsyncScript
+    keys: list[str | bytes]
+    args: list[Any]
+
+    def queue(self, pipe: Pipeline) -> None:
+        """Add the call to ``pipe`` as an ``EVALSHA`` (the pipeline does not load scripts: a NOSCRIPT reply is the
+        caller's to handle, by running the calls again one by one)."""
+        pipe.evalsha(self.script.sha, len(self.keys), *self.keys, *self.args)
+
+
+@dataclass(frozen=True, slots=True)
 class Durability:
     """``WAIT replicas timeout_ms`` after a write that an acknowledged decision stands on (a reservation answered
     by ``/filter``, a bind's claim before the pod patch): the write is then on the primary and ``replicas``

@@ -18,6 +18,7 @@ from vgpu_scheduler.shared.domain.model import Allocation, DeviceCharge, QuotaSt
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, VgpuError
 from vgpu_scheduler.shared.store._base import (
     ReplicationShortfall,
+    ScriptCall,
     StoreContext,
     StoreEpochChanged,
     as_int,
@@ -133,6 +134,35 @@ class Reservations:
         # KEYS[10] is read by a fresh reserve only (the pod's namespace quota); the pod index stands in otherwise
         return [*first, self._ctx.keys.quota(alloc.namespace) if fresh else first[7], meta, hints]
 
+    def _apply_args(
+        self,
+        mode: str,
+        alloc: Allocation,
+        fence: Fence | None,
+        mutex: bool = False,
+        epoch: str | None = None,
+        *,
+        fresh: bool = False,
+        hint: str = "",
+        victims: Sequence[str] = (),
+    ) -> list[Any]:
+        """ARGV of the apply script (its KEYS: :meth:`_apply_keys` and the fence's)."""
+        _, token = fence_args(self._ctx.keys, fence)
+        return [
+            token,
+            mode,
+            alloc.pod_uid,
+            charges_json(alloc.charges),
+            encode_allocation(alloc),
+            alloc.node,
+            self._ctx.stream_maxlen,
+            "1" if mutex else "0",
+            "1" if fresh else "0",
+            epoch or "",
+            hint,
+            json.dumps(list(victims), separators=(",", ":")) if victims else "",
+        ]
+
     async def _run_apply(
         self,
         mode: str,
@@ -145,23 +175,8 @@ class Reservations:
         hint: str = "",
         victims: Sequence[str] = (),
     ) -> list[Any]:
-        cjs = charges_json(alloc.charges)
-        blob = encode_allocation(alloc)
-        extra_keys, token = fence_args(self._ctx.keys, fence)
-        args: list[str | bytes | int] = [
-            token,
-            mode,
-            alloc.pod_uid,
-            cjs,
-            blob,
-            alloc.node,
-            self._ctx.stream_maxlen,
-            "1" if mutex else "0",
-            "1" if fresh else "0",
-            epoch or "",
-            hint,
-            json.dumps(list(victims), separators=(",", ":")) if victims else "",
-        ]
+        args = self._apply_args(mode, alloc, fence, mutex, epoch, fresh=fresh, hint=hint, victims=victims)
+        extra_keys, _ = fence_args(self._ctx.keys, fence)
         for _ in range(_MAX_MOVES):
             script_keys = self._apply_keys(alloc, fresh) + extra_keys
             if mode == "reserve":  # the decision /filter answers: on the replicas too before it is acknowledged
@@ -338,7 +353,27 @@ class Reservations:
 
     async def record(self, alloc: Allocation, fence: Fence | None = None) -> RecordResult:
         """Store an allocation observed in the API (confirmed), with no capacity check: the API is the truth."""
-        reply = await self._run_apply("record", alloc, fence)
+        return self._record_result(await self._run_apply("record", alloc, fence))
+
+    def record_call(self, alloc: Allocation, fence: Fence | None = None) -> ScriptCall:
+        """:meth:`record` as one script call to send in a pipeline; its reply goes to :meth:`recorded`."""
+        extra_keys, _ = fence_args(self._ctx.keys, fence)
+        return ScriptCall(
+            self._ctx.scripts.apply_allocation,
+            [*self._apply_keys(alloc, False), *extra_keys],
+            self._apply_args("record", alloc, fence),
+        )
+
+    async def recorded(self, reply: Any, alloc: Allocation, fence: Fence | None = None) -> RecordResult:
+        """The outcome of a :meth:`record_call` from its reply. Raises StaleFenceError when it was fenced out; a
+        pod still indexed on another node (the call recorded nothing) is moved as :meth:`record` moves it."""
+        check_fenced(reply, fence)
+        if reply[0] == b"elsewhere":
+            return await self.record(alloc, fence)
+        return self._record_result(reply)
+
+    @staticmethod
+    def _record_result(reply: list[Any]) -> RecordResult:
         return RecordResult(
             generation=as_int(reply[1]), usage_changed=as_int(reply[2]) == 1, record_changed=as_int(reply[3]) == 1
         )

@@ -113,6 +113,24 @@ class NodeLockStore:
             )
         return as_int(reply) == 1
 
+    async def release_settled(
+        self, node: str, owner: str, latest_acquired_ms: int | None
+    ) -> tuple[bool, LockInfo | None]:
+        """Release the lock if ``owner`` holds it and took it no later than ``latest_acquired_ms`` (server clock;
+        None = whenever), in one round trip. Returns whether it was released and the lock as it was (what
+        :meth:`inspect` would have answered just before: None if free), so a caller whose guess was wrong decides
+        on it without reading it again."""
+        if not owner:
+            raise ValueError("releasing a node lock needs the owner")
+        k = self._ctx.keys
+        bound = "" if latest_acquired_ms is None else str(int(latest_acquired_ms))
+        async with self._ctx.translated("release node lock"):
+            released, value, now = await self._ctx.scripts.lock_release_settled(
+                keys=[k.node_lock(node), k.generation(node), k.changes()],
+                args=[owner, bound, self._ctx.stream_maxlen, node],
+            )
+        return as_int(released) == 1, _parse_lock(node, value, now)
+
     async def inspect(self, node: str) -> LockInfo | None:
         """The node's lock, with the server time so ``expired`` is judged on one clock; None if free."""
         async with self._ctx.translated("inspect node lock"):

@@ -12,11 +12,12 @@ devices, and refunds if the device step fails (docs/store.md, Consistency).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from vgpu_scheduler.shared.codec.envelope import decode_quota_limits, encode_quota_limits
 from vgpu_scheduler.shared.domain.model import NVIDIA, QuotaLimits, QuotaState, QuotaUse, QuotaUses, is_quota_word
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.store._base import StoreContext, as_bytes, as_int, check_fenced, fence_args, text
+from vgpu_scheduler.shared.store._base import ScriptCall, StoreContext, as_bytes, as_int, check_fenced, fence_args, text
 from vgpu_scheduler.shared.store.types import (
     Fence,
     PodQuotaCharge,
@@ -176,16 +177,22 @@ class QuotaRepo:
         result = await self._charge(namespace, pod_uid, charge, force=True, fence=fence)
         return isinstance(result, QuotaCharged) and result.changed
 
-    async def _charge(
-        self,
-        namespace: str,
-        pod_uid: str,
-        charge: PodQuotaCharge,
-        *,
-        force: bool,
-        fence: Fence | None,
-        factor: int = 1,
-    ) -> QuotaChargeResult:
+    def record_call(
+        self, namespace: str, pod_uid: str, charge: PodQuotaCharge, fence: Fence | None = None
+    ) -> ScriptCall:
+        """:meth:`record` as one script call to send in a pipeline; its reply goes to :meth:`recorded`."""
+        keys, args = self._charge_call(namespace, pod_uid, charge, force=True, fence=fence)
+        return ScriptCall(self._ctx.scripts.quota_charge, list(keys), args)
+
+    @staticmethod
+    def recorded(reply: Any, fence: Fence | None = None) -> bool:
+        """Whether a :meth:`record_call` changed the stored charge. Raises StaleFenceError when it was fenced out."""
+        result = QuotaRepo._charge_result(reply, fence)
+        return isinstance(result, QuotaCharged) and result.changed
+
+    def _charge_call(
+        self, namespace: str, pod_uid: str, charge: PodQuotaCharge, *, force: bool, fence: Fence | None, factor: int = 1
+    ) -> tuple[list[str], list[str | int]]:
         if charge.mem_mib < 0 or charge.cores_pct < 0:
             raise ValueError(f"quota charge must not be negative: mem={charge.mem_mib} cores={charge.cores_pct}")
         keys, token = self._keys(namespace, fence)
@@ -200,8 +207,10 @@ class QuotaRepo:
         ]
         for word, use in _check_others(charge.others):
             args += [word, use.mem_mib, use.cores_pct]
-        async with self._ctx.translated("charge quota"):
-            reply = await self._ctx.scripts.quota_charge(keys=keys, args=args)
+        return keys, args
+
+    @staticmethod
+    def _charge_result(reply: Any, fence: Fence | None) -> QuotaChargeResult:
         check_fenced(reply, fence)
         if reply[0] == b"exceeded":
             return QuotaExceeded(
@@ -212,6 +221,21 @@ class QuotaRepo:
                 vendor=text(reply[5]) or NVIDIA,
             )
         return QuotaCharged(changed=as_int(reply[1]) == 1)
+
+    async def _charge(
+        self,
+        namespace: str,
+        pod_uid: str,
+        charge: PodQuotaCharge,
+        *,
+        force: bool,
+        fence: Fence | None,
+        factor: int = 1,
+    ) -> QuotaChargeResult:
+        keys, args = self._charge_call(namespace, pod_uid, charge, force=force, fence=fence, factor=factor)
+        async with self._ctx.translated("charge quota"):
+            reply = await self._ctx.scripts.quota_charge(keys=keys, args=args)
+        return self._charge_result(reply, fence)
 
     async def refund(self, namespace: str, pod_uid: str, fence: Fence | None = None) -> PodQuotaCharge | None:
         """Remove the pod's charge; returns what it was, or None if it had none."""

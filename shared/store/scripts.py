@@ -52,6 +52,7 @@ class Scripts:
     lock_acquire: AsyncScript
     lock_release: AsyncScript
     lock_inspect: AsyncScript
+    lock_release_settled: AsyncScript
     quota_set_limits: AsyncScript
     quota_charge: AsyncScript
     quota_refund: AsyncScript

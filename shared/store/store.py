@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
+from vgpu_scheduler.shared.domain.model import Allocation
 from vgpu_scheduler.shared.store._base import Durability, StoreContext, translated
 from vgpu_scheduler.shared.store.allocations import Reservations
 from vgpu_scheduler.shared.store.connection import aclose_client, is_embedded, is_sentinel, primary_check
@@ -16,6 +18,7 @@ from vgpu_scheduler.shared.store.locks import LeaseStore, NodeLockStore
 from vgpu_scheduler.shared.store.meta import MetaRepo
 from vgpu_scheduler.shared.store.quota import QuotaRepo
 from vgpu_scheduler.shared.store.scripts import Scripts
+from vgpu_scheduler.shared.store.types import Fence, PodQuotaCharge, RecordResult
 from vgpu_scheduler.shared.store.usage import SnapshotRepo, UsageRepo
 
 DEFAULT_WAIT_TIMEOUT_S = 0.25
@@ -85,6 +88,35 @@ class Store:
             leases=LeaseStore(ctx),
             locks=NodeLockStore(ctx),
         )
+
+    async def record_observed(
+        self, alloc: Allocation, charge: PodQuotaCharge, fence: Fence | None = None
+    ) -> tuple[RecordResult, bool]:
+        """``reservations.record(alloc)`` and ``quota.record`` of ``charge`` for the same pod, in one round trip
+        (a pipeline; the two are independent and each is idempotent). Returns the record's outcome and whether the
+        stored quota charge changed. A Redis that does not know a script yet (first use, a restart) answers NOSCRIPT:
+        both calls are then made again one by one, which loads them."""
+        calls = (
+            self.reservations.record_call(alloc, fence),
+            self.quota.record_call(alloc.namespace, alloc.pod_uid, charge, fence),
+        )
+        what = "record allocation and quota"
+        async with translated(what), self.client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                call.queue(pipe)
+            record_reply, quota_reply = await pipe.execute(raise_on_error=False)
+        if isinstance(record_reply, NoScriptError) or isinstance(quota_reply, NoScriptError):
+            result = await self.reservations.record(alloc, fence)
+            changed = await self.quota.record(
+                alloc.namespace, alloc.pod_uid, charge.mem_mib, charge.cores_pct, fence, others=charge.others
+            )
+            return result, changed
+        for reply in (record_reply, quota_reply):
+            if isinstance(reply, BaseException):
+                async with translated(what):
+                    raise reply
+        changed = self.quota.recorded(quota_reply, fence)
+        return await self.reservations.recorded(record_reply, alloc, fence), changed
 
     async def purge(self, *, batch: int = 500) -> int:
         """Delete every key under this store's prefix; returns how many. For scratch keyspaces (``simulate`` on a

@@ -119,24 +119,28 @@ async def test_a_settled_holder_s_annotation_the_plugin_leaves_is_removed_after_
         assert not svc.term.locks._settled_at and not svc.term.locks._grace_timers
 
 
-async def test_a_bind_s_lock_costs_one_redis_read_when_the_plugin_settles_and_removes_it(harness: Harness) -> None:
+async def test_a_bind_s_lock_costs_one_redis_call_when_the_plugin_settles_and_removes_it(harness: Harness) -> None:
     """The path of every pod: /bind takes the lock and marks the pod allocating, the plugin settles the pod and
-    removes the annotation. Taking the lock and settling release nothing, so they read nothing: only the removal
-    reads the node's Redis lock, and releases it."""
+    removes the annotation. Taking the lock and settling release nothing, so they call nothing: only the removal
+    calls Redis, once, to release the lock (no read of it first)."""
     tuning = dataclasses.replace(TUNING, plugin_release_grace_s=60.0, lock_sweep_s=3600.0)  # no sweep meanwhile
     async with harness.run(tuning=tuning) as svc:
         harness.emulator.put(node_obj("n1"))
         harness.emulator.put(pod("p1"))  # created, not placed yet
         await eventually(lambda: svc.term.pods.get("p1", "default") is not None and svc.term.nodes.get("n1"))
         locks = svc.term.locks._store.locks
-        reads: list[str] = []
-        inspect = locks.inspect
+        calls: list[tuple[str, str]] = []
+        originals = {name: getattr(locks, name) for name in ("inspect", "release", "release_settled")}
 
-        async def counted(node: str) -> Any:
-            reads.append(node)
-            return await inspect(node)
+        def counted(name: str) -> Any:
+            async def call(node: str, *args: Any, **kwargs: Any) -> Any:
+                calls.append((name, node))
+                return await originals[name](node, *args, **kwargs)
 
-        locks.inspect = counted  # type: ignore[method-assign]
+            return call
+
+        for name in originals:
+            setattr(locks, name, counted(name))
         try:
             now = harness.clock()
             await harness.store.locks.acquire("n1", lock_owner("default", "p1"), ttl_s=TIMEOUT_S)
@@ -153,15 +157,63 @@ async def test_a_bind_s_lock_costs_one_redis_read_when_the_plugin_settles_and_re
             await eventually(
                 lambda: _cached_annotation(svc.term.pods.get("p1", "default"), keys.BIND_PHASE) == "success"
             )
-            assert reads == []  # neither the lock's arrival nor the settling needed Redis
+            assert calls == []  # neither the lock's arrival nor the settling needed Redis
             assert not svc.term.locks._pending
             harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
             await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="bind_success") == 1)
         finally:
-            locks.inspect = inspect  # type: ignore[method-assign]
-        assert reads == ["n1"]
+            for name in originals:
+                delattr(locks, name)
+        assert calls == [("release_settled", "n1")]
         assert await redis_free(harness.store)
         assert not svc.term.locks._settled_at and not svc.term.locks._grace_timers
+        assert "n1" not in svc.term.locks._seen
+
+
+@pytest.mark.parametrize("phase", ["success", "failed"])
+async def test_a_newer_lock_of_the_same_pod_survives_the_removal_of_an_older_annotation(
+    harness: Harness, phase: str
+) -> None:
+    """The annotation the plugin removed, and the pod's settled phase, belong to an earlier bind attempt (100 s
+    ago); the pod's Redis lock was taken again just now (a retried bind whose annotation is not written
+    yet). Releasing it in the same call as reading it must keep it, as reading it first and then deciding does."""
+    tuning = dataclasses.replace(TUNING, plugin_release_grace_s=60.0)  # the plugin, not the informer, removes it
+    async with harness.run(tuning=tuning) as svc:
+        then = harness.clock() - 100  # older than the new lock, younger than the timeout
+        harness.emulator.put(node_obj("n1"))
+        value = encode_node_lock(datetime.fromtimestamp(then, UTC), "default", "p1")
+        harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: value}}})
+        harness.emulator.put(pod("p1", node="n1", app=[[("GPU-1", 1000, 10)]], bind_phase=phase, bind_time=int(then)))
+        await eventually(lambda: svc.term.locks._seen.get("n1") is not None and svc.term.pods.get("p1", "default"))
+        await harness.store.locks.acquire("n1", lock_owner("default", "p1"), ttl_s=TIMEOUT_S)
+        harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+        await eventually(lambda: _cached_annotation(svc.term.nodes.get("n1"), keys.NODE_LOCK) is None)
+        await svc.term.locks.check("n1")
+        assert not await redis_free(harness.store)
+        assert metric(svc, "vgpu_informer_locks_released_total", cause=f"bind_{phase}") == 0
+        assert metric(svc, "vgpu_informer_locks_released_total", cause="annotation_removed") == 0
+        harness.clock.advance(TIMEOUT_S + 1)  # it still ends by the timeout
+        await eventually(lambda: redis_free(harness.store), what="timed out")
+        await eventually(lambda: metric(svc, "vgpu_informer_locks_released_total", cause="timeout") == 1)
+
+
+async def test_another_pod_s_lock_survives_the_removal_of_the_annotation(harness: Harness) -> None:
+    """The plugin removed p1's annotation, but the Redis lock is p2's (taken since, its annotation not written
+    yet): nothing is released, and p1's settling changes nothing either."""
+    async with harness.run() as svc:
+        await lock_like_the_extender(harness, "p1")
+        await eventually(lambda: _cached_annotation(svc.term.nodes.get("n1"), keys.NODE_LOCK) is not None)
+        await harness.store.locks.force_release("n1")
+        harness.emulator.put(pod("p2", app=[[("GPU-1", 1, 1)]]))
+        await harness.store.locks.acquire("n1", lock_owner("default", "p2"), ttl_s=TIMEOUT_S)
+        harness.emulator.patch("pods", "default", "p1", {"metadata": {"annotations": {keys.BIND_PHASE: "success"}}})
+        harness.emulator.patch("nodes", None, "n1", {"metadata": {"annotations": {keys.NODE_LOCK: None}}})
+        await eventually(lambda: _cached_annotation(svc.term.nodes.get("n1"), keys.NODE_LOCK) is None)
+        await eventually(lambda: _cached_annotation(svc.term.pods.get("p1", "default"), keys.BIND_PHASE) == "success")
+        await svc.term.locks.check("n1")
+        held = await harness.store.locks.inspect("n1")
+        assert held is not None and held.owner == lock_owner("default", "p2")
+        assert metric(svc, "vgpu_informer_locks_released_total", cause="bind_success") == 0
 
 
 async def test_redis_lock_released_when_the_device_plugin_removes_the_annotation(harness: Harness) -> None:

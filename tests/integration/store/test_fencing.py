@@ -22,6 +22,7 @@ WRITES: dict[str, Write] = {
     "recount": lambda s, f: s.usage.recount("n1", fence=f),
     "quota-limits": lambda s, f: s.quota.set_limits("ns", QuotaLimits(mem_mib=1), fence=f),
     "quota-record": lambda s, f: s.quota.record("ns", "p1", 1, 1, fence=f),
+    "record-observed": lambda s, f: s.record_observed(alloc("p1", "n1", (("GPU-a", 10, 1),)), PodQuotaCharge(2, 2), f),
     "quota-refund": lambda s, f: s.quota.refund("ns", "p1", fence=f),
     "quota-reset": lambda s, f: s.quota.reset_usage("ns", {"p9": PodQuotaCharge(1, 1)}, fence=f),
     "mark-synced": lambda s, f: s.meta.mark_synced(SyncMarker.INVENTORY, "any", fence=f),

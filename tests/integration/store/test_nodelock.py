@@ -138,3 +138,26 @@ async def test_many_contenders_one_winner(locks: NodeLock) -> None:
     winners = [r for r in results if isinstance(r, LockAcquired)]
     assert len(winners) == 1
     assert all(isinstance(r, LockHeld) and r.info.token == winners[0].token for r in results if r is not winners[0])
+
+
+async def test_release_settled_checks_owner_and_acquisition_time(store: Store) -> None:
+    """One round trip that releases the lock if the named pod took it no later than a given time, and otherwise
+    answers the lock as ``inspect`` would have."""
+    owner = lock_owner("default", "pod-a")
+    assert await store.locks.release_settled("n1", owner, None) == (False, None)  # free
+    taken = await store.locks.acquire("n1", owner, ttl_s=300)
+    assert isinstance(taken, LockAcquired)
+    acquired_ms = taken.info.acquired_ms
+
+    for other, bound in ((lock_owner("default", "pod-b"), None), (owner, acquired_ms - 1)):
+        released, seen = await store.locks.release_settled("n1", other, bound)
+        assert not released
+        assert seen is not None and seen.owner == owner and seen.token == taken.info.token
+        assert seen.acquired_ms == acquired_ms and seen.now_ms >= acquired_ms
+        assert await store.locks.inspect("n1") is not None
+
+    released, seen = await store.locks.release_settled("n1", owner, acquired_ms)
+    assert released and seen is not None and seen.token == taken.info.token
+    assert await store.locks.inspect("n1") is None
+    await store.locks.acquire("n1", owner, ttl_s=300)
+    assert (await store.locks.release_settled("n1", owner, None))[0]
