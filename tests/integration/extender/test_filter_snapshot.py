@@ -259,6 +259,14 @@ async def test_only_a_lock_release_wakes_the_binds_waiting_for_the_node(store: S
         assert await other_store.locks.release("a", "default/p1", held.token)
         async with asyncio.timeout(WAIT_S):
             await armed.wait()
+        # the informer's release of a settled bind's lock wakes them too
+        again = await other_store.locks.acquire("a", "default/p2", 30.0)
+        assert isinstance(again, LockAcquired)
+        settled = wakeups.arm("a")
+        released, _ = await other_store.locks.release_settled("a", "default/p2", None)
+        assert released
+        async with asyncio.timeout(WAIT_S):
+            await settled.wait()
         deleted = wakeups.arm("b")
         await other_store.inventory.delete("b")
         async with asyncio.timeout(WAIT_S):
