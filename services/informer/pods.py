@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
 from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, BindPhase
+from vgpu_scheduler.shared.domain.model import Allocation, BindPhase, DeviceCharge, PodDevices
 from vgpu_scheduler.shared.errors import DecodeError
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -96,6 +96,25 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
+def _tagged(
+    charges: tuple[DeviceCharge, ...],
+    devices: PodDevices,
+    annotations: Mapping[str, Any],
+    vendors: Sequence[AllocatedReader],
+) -> tuple[DeviceCharge, ...]:
+    """The charges with the usage tags of the vendors that tag them (the optional vendor hook
+    ``charge_tags(annotations, charge)``: MetaX sGPUs' app class and QoS policy), as the extender's reservation
+    has them."""
+    hooks = {getattr(v, "name", ""): getattr(v, "charge_tags", None) for v in vendors}
+    tagging = {name: hook for name, hook in hooks.items() if hook is not None}
+    if not tagging:
+        return charges
+    kinds = {d.uuid: d.type for ctr in devices for d in ctr}
+    return tuple(
+        replace(c, tags=tagging[kinds[c.uuid]](annotations, c)) if kinds.get(c.uuid) in tagging else c for c in charges
+    )
+
+
 def pod_allocation(
     pod: Mapping[str, Any],
     device_totals: Mapping[str, int] | None = None,
@@ -123,6 +142,7 @@ def pod_allocation(
     charges = collapse(devices, len(init), mig, device_totals=dict(device_totals) if device_totals else None)
     if not charges:
         return None
+    charges = _tagged(charges, devices, _mapping(_mapping(pod.get("metadata")).get("annotations")), vendors)
     return Allocation(
         pod_uid=facts.uid,
         namespace=facts.namespace,

@@ -37,6 +37,9 @@ class Take:
     mem_mib: int
     cores: int
     reason: Reason | None = None
+    cores_checked: bool = True
+    """False: the device's cores do not limit the request (MetaX sGPU online pods: HAMi's Fit skips the core
+    checks and records 0 cores)."""
 
 
 class DeviceRules(Protocol):
@@ -51,8 +54,13 @@ class DeviceRules(Protocol):
     device that fails it is passed over without a reason, as HAMi's Kunlunxin ``fitFn``) and ``set_miss_reason``
     (a :class:`Reason`: when :meth:`select` finds no set, the node's one reason unless some device gave one of its
     own, as HAMi's Kunlunxin ``NumaNotFit``), ``pod_node_score(inventory, usages, devices)`` (a node-score term
-    that depends on the devices the pod gets: ``plan`` then evaluates every candidate node) and ``uniform_share``
-    (True: a device is shared only by tasks of one size; the charges say so and the atomic reserve re-checks it)."""
+    that depends on the devices the pod gets: ``plan`` then evaluates every candidate node), ``uniform_share``
+    (True: a device is shared only by tasks of one size; the charges say so and the atomic reserve re-checks it),
+    ``in_use_ok(dev, usage, own, req, constraints) -> Reason | None`` (a rule on a device already in use, given its
+    usage before the pod and the slots the pod's earlier containers took on it) and
+    ``charge_terms(charge, dev, usage, constraints) -> DeviceCharge`` (the charge with the tags it adds to the
+    device's usage and the sharing rule the atomic reserve re-checks: ``DeviceCharge.tags``, ``refuse_tags``,
+    ``need_tags``, ``cores_unchecked``)."""
 
     @property
     def name(self) -> str:
