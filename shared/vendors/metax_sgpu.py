@@ -33,6 +33,7 @@ atomic reserve re-checks both rules (:meth:`SgpuRules.charge_terms`). A pod with
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -571,21 +572,16 @@ class SgpuRules(BasicRules):
     def pod_score_bound(
         self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
     ) -> float:
-        """For an online pod 10000 × the most :func:`score_online` can take away on the node (the penalties of
-        the node's worst cards, as many as the pod asks for: the best node found may lose that much, another node
-        nothing); else 0 unless the pod asked for the topology score; then 10000 × the most
-        :func:`score_exclusive` can reach on the node: ``10 × pairs + pairs`` with ``pairs`` the link score of all
-        its cards in one zone."""
-        del policy
+        """How much the term can improve a node's rank over its own score. For an online pod nothing:
+        :func:`score_online` is never positive, so the term lowers a node under binpack and raises it under spread,
+        worse either way; the smallest positive bound says so (0 would tell ``plan`` that the terms are all 0 and
+        skip them), and the walk stops at the first node whose own score cannot reach the best total found. Else 0
+        unless the pod asked for the topology score; then 10000 × the most :func:`score_exclusive` can reach on the
+        node: ``10 × pairs + pairs`` with ``pairs`` the link score of all its cards in one zone."""
+        del requests, policy
         sel = constraints.selectors(self.name)
         if sel.app_class == ONLINE:
-            cards = sum(r.nums for r in requests if r.type == NAME)
-            penalties = sorted(
-                (-score_online(((ContainerDevice(d.id, 0, 0, NAME),),), snap.usage) for d in snap.inventory.devices
-                 if d.vendor == NAME),
-                reverse=True,
-            )  # fmt: skip
-            return float(TOPOLOGY_WEIGHT * sum(penalties[:cards]))
+            return math.ulp(0.0)
         if not sel.topology_aware:
             return 0.0
         n = sum(1 for d in snap.inventory.devices if d.vendor == NAME)

@@ -9,6 +9,7 @@ restated as the rule they serve: which policy a card in use takes."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from dataclasses import replace
 from datetime import datetime
@@ -677,6 +678,40 @@ def test_online_score_ranks_the_nodes() -> None:
     # an unclassed pod fits neither (both cards run classed pods); an offline one goes by the usage score alone
     assert isinstance(plan(pod, decode_vendor_constraints({}, VENDORS), nodes, policies=Policies(),
                            rules=VENDORS.rules), Failure)  # fmt: skip
+
+    # an idle card wins over both, though its node is the least used (its term is 0)
+    c_devs, c_use = _classed(("c-1", 0, 0))
+    idle = [*nodes, NodeSnapshot(NodeInventory("node-c", SG, tuple(c_devs)), c_use)]
+    got = plan(pod, online, idle, policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-c"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_online_pod_takes_the_best_total_of_all_nodes(seed: int) -> None:
+    # the walk stops early (the online term never improves a node's rank); it must still find the node with the
+    # best total that evaluating every node on its own finds (HAMi scores every node)
+    rnd = random.Random(seed)
+    nodes = []
+    for k in range(rnd.randint(2, 7)):
+        spec = [(f"n{k}-{c}", rnd.choice((0, 0, 1, 2)), rnd.choice((0, 1, 2))) for c in range(rnd.randint(1, 3))]
+        devs, use = _classed(*spec)
+        nodes.append(NodeSnapshot(NodeInventory(f"node-{k}", SG, tuple(devs)), use))
+    pod = PodRequest(containers=(req(1, 8, cores=10),), init_count=0)
+    online = decode_vendor_constraints({APP: "online"}, VENDORS)
+    for policies in (Policies(), Policies(node=NodePolicy.SPREAD)):
+        totals = []
+        for snap in nodes:
+            alone = plan(pod, online, [snap], policies=policies, rules=VENDORS.rules)
+            if isinstance(alone, Decision):
+                term = metax_sgpu.SGPU_RULES.pod_score(snap, alone.devices, policies.node, online)  # type: ignore[attr-defined]
+                totals.append((alone.score + term, snap.name))
+        got = plan(pod, online, nodes, policies=policies, rules=VENDORS.rules)
+        if not totals:
+            assert isinstance(got, Failure)
+            continue
+        binpack = policies.node is NodePolicy.BINPACK
+        best = min(totals, key=lambda t: (-t[0] if binpack else t[0], t[1]))
+        assert isinstance(got, Decision) and got.node == best[1], (seed, policies, totals)
 
 
 # ---- TestAddJitteryQos, TestJitteryQosCacheSync, TestGet (qos.go): a card's policy from its holders ---------------
