@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -96,23 +96,21 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
-def _tagged(
+def _recorded(
     charges: tuple[DeviceCharge, ...],
     devices: PodDevices,
     annotations: Mapping[str, Any],
     vendors: Sequence[AllocatedReader],
 ) -> tuple[DeviceCharge, ...]:
-    """The charges with the usage tags of the vendors that tag them (the optional vendor hook
-    ``charge_tags(annotations, charge)``: MetaX sGPUs' app class and QoS policy), as the extender's reservation
-    has them."""
-    hooks = {getattr(v, "name", ""): getattr(v, "charge_tags", None) for v in vendors}
-    tagging = {name: hook for name, hook in hooks.items() if hook is not None}
-    if not tagging:
+    """The charges as the vendors that complete them record them (the optional vendor hook
+    ``recorded_charge(annotations, charge)``: MetaX sGPUs' usage tags and sharing rule, read from the pod's app
+    class and QoS policy), equal to the extender's reservation."""
+    hooks = {getattr(v, "name", ""): getattr(v, "recorded_charge", None) for v in vendors}
+    completing = {name: hook for name, hook in hooks.items() if hook is not None}
+    if not completing:
         return charges
     kinds = {d.uuid: d.type for ctr in devices for d in ctr}
-    return tuple(
-        replace(c, tags=tagging[kinds[c.uuid]](annotations, c)) if kinds.get(c.uuid) in tagging else c for c in charges
-    )
+    return tuple(completing[kinds[c.uuid]](annotations, c) if kinds.get(c.uuid) in completing else c for c in charges)
 
 
 def pod_allocation(
@@ -142,7 +140,7 @@ def pod_allocation(
     charges = collapse(devices, len(init), mig, device_totals=dict(device_totals) if device_totals else None)
     if not charges:
         return None
-    charges = _tagged(charges, devices, _mapping(_mapping(pod.get("metadata")).get("annotations")), vendors)
+    charges = _recorded(charges, devices, _mapping(_mapping(pod.get("metadata")).get("annotations")), vendors)
     return Allocation(
         pod_uid=facts.uid,
         namespace=facts.namespace,

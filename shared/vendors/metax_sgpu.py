@@ -383,6 +383,32 @@ def holder_tags(app_class: str, qos: str, whole: bool) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def sharing_terms(charge: DeviceCharge, app_class: str, qos: str) -> DeviceCharge:
+    """An sGPU pod's charge with its :func:`holder_tags` and the rule the atomic reserve re-checks on a card in use:
+    the app classes of :func:`app_class_ok` and, for a pod that is not online and does not take the card whole, no
+    pod of another QoS policy; an online pod's charge is not held to the cores. The extender reserves it, and the
+    informer records the same from the pod's annotations, so the two are equal byte for byte. (The registration
+    fallback of :func:`device_qos_ok` is Fit's alone: a card in use whose pods name no policy runs only online
+    pods, which the class rule already keeps other pods off.)"""
+    refuse: tuple[str, ...]
+    need: tuple[str, ...] = ()
+    if app_class == ONLINE:
+        refuse, need = (), (ONLINE_TAG, OFFLINE_TAG)
+    elif app_class == OFFLINE:
+        refuse, need = (ONLINE_TAG,), (OFFLINE_TAG,)
+    else:
+        refuse = (ONLINE_TAG, OFFLINE_TAG)
+    if app_class != ONLINE and not charge.exclusive:
+        refuse += tuple(QOS_TAG + p for p in QOS_POLICIES if p != qos)
+    return replace(
+        charge,
+        tags=holder_tags(app_class, qos, charge.exclusive),
+        refuse_tags=refuse,
+        need_tags=need,
+        cores_unchecked=app_class == ONLINE,
+    )
+
+
 def class_counts(usage: DeviceUsage) -> tuple[int, int]:
     """The online and offline pods on a card (slots held, as HAMi counts a card's ``PodInfos``)."""
     return usage.tag_count(ONLINE_TAG), usage.tag_count(OFFLINE_TAG)
@@ -506,31 +532,10 @@ class SgpuRules(BasicRules):
     def charge_terms(
         self, charge: DeviceCharge, dev: DeviceInfo, usage: DeviceUsage, constraints: PodConstraints
     ) -> DeviceCharge:
-        """The charge with the pod's :func:`holder_tags` and the rule the atomic reserve re-checks on a card in
-        use: the app classes of :func:`app_class_ok` and, for a pod that is not online and does not take the card
-        whole, no pod of another QoS policy. (The registration fallback of :func:`device_qos_ok` is Fit's alone:
-        a card in use whose pods name no policy runs only online pods, which the class rule already keeps other
-        pods off.)"""
+        """:func:`sharing_terms` for the pod's app class and QoS policy."""
         del dev, usage
         sel = constraints.selectors(self.name)
-        app = sel.app_class
-        refuse: tuple[str, ...]
-        need: tuple[str, ...] = ()
-        if app == ONLINE:
-            refuse, need = (), (ONLINE_TAG, OFFLINE_TAG)
-        elif app == OFFLINE:
-            refuse, need = (ONLINE_TAG,), (OFFLINE_TAG,)
-        else:
-            refuse = (ONLINE_TAG, OFFLINE_TAG)
-        if app != ONLINE and not charge.exclusive:
-            refuse += tuple(QOS_TAG + p for p in QOS_POLICIES if p != sel.qos_policy)
-        return replace(
-            charge,
-            tags=holder_tags(app, sel.qos_policy, charge.exclusive),
-            refuse_tags=refuse,
-            need_tags=need,
-            cores_unchecked=app == ONLINE,
-        )
+        return sharing_terms(charge, sel.app_class, sel.qos_policy)
 
     @property
     def selects_sets(self) -> bool:
@@ -696,14 +701,14 @@ class MetaxSgpuVendor:
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         return qos_selectors(annotations)
 
-    def charge_tags(self, annotations: Mapping[str, Any], charge: DeviceCharge) -> tuple[str, ...]:
-        """The usage tags of a placed pod's charge on a card (:func:`holder_tags`), read from its annotations as
-        the informer sees them; never raises (an unknown app class reads as none)."""
+    def recorded_charge(self, annotations: Mapping[str, Any], charge: DeviceCharge) -> DeviceCharge:
+        """A placed pod's charge on a card as the informer records it: :func:`sharing_terms` read from the pod's
+        annotations (what the reservation had). Never raises: an app class other than ``online``/``offline`` reads
+        as none, an online pod's policy is not read."""
         app = annotations.get(APP_CLASS_KEY)
+        app_class = app if app in (ONLINE, OFFLINE) else ""
         qos = annotations.get(QOS_POLICY_KEY)
-        return holder_tags(
-            app if app in (ONLINE, OFFLINE) else "", qos if isinstance(qos, str) else "", charge.exclusive
-        )
+        return sharing_terms(charge, app_class, qos if isinstance(qos, str) and app_class != ONLINE else "")
 
     # ---- registration ------------------------------------------------------------------------------------------
 

@@ -100,7 +100,8 @@ async def test_tags_follow_the_pod_through_record_and_release(store: Store) -> N
     usage = (await store.usage.node_usage("n1"))["SG-a"]
     assert usage.tags == (("app=offline", 1), ("app=online", 1), ("qos=burst-share", 1))
 
-    # the informer records the online pod from its annotations: the same tags, so the usage does not move
+    # the informer records the online pod from its annotations: the reservation's charge byte for byte, so recording
+    # it only confirms the reservation
     pod = {
         "metadata": {
             "uid": "on",
@@ -115,9 +116,9 @@ async def test_tags_follow_the_pod_through_record_and_release(store: Store) -> N
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"metax-tech.com/sgpu": "1"}}}]},
     }
     recorded = pod_allocation(pod, {"SG-a": 100}, VENDORS.all)
-    assert recorded is not None and recorded.charges[0].tags == ("app=online",)
-    await store.reservations.record(recorded)
-    assert (await store.usage.node_usage("n1"))["SG-a"] == usage
+    assert recorded is not None and recorded.charges == online.charges  # tags, sharing rule and all
+    confirmed = await store.reservations.record(recorded)
+    assert not confirmed.usage_changed and (await store.usage.node_usage("n1"))["SG-a"] == usage
 
     # releasing the online pod takes its tag away; the card takes offline pods again
     assert await store.reservations.release("on", "n1") is not None
