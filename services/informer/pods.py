@@ -19,7 +19,7 @@ from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
 from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, BindPhase
+from vgpu_scheduler.shared.domain.model import Allocation, BindPhase, DeviceCharge, PodDevices
 from vgpu_scheduler.shared.errors import DecodeError
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -96,6 +96,23 @@ def pod_facts(pod: Mapping[str, Any]) -> PodFacts:
     )
 
 
+def _recorded(
+    charges: tuple[DeviceCharge, ...],
+    devices: PodDevices,
+    annotations: Mapping[str, Any],
+    vendors: Sequence[AllocatedReader],
+) -> tuple[DeviceCharge, ...]:
+    """The charges as the vendors that complete them record them (the optional vendor hook
+    ``recorded_charge(annotations, charge)``: MetaX sGPUs' usage tags and sharing rule, read from the pod's app
+    class and QoS policy), equal to the extender's reservation."""
+    hooks = {getattr(v, "name", ""): getattr(v, "recorded_charge", None) for v in vendors}
+    completing = {name: hook for name, hook in hooks.items() if hook is not None}
+    if not completing:
+        return charges
+    kinds = {d.uuid: d.type for ctr in devices for d in ctr}
+    return tuple(completing[kinds[c.uuid]](annotations, c) if kinds.get(c.uuid) in completing else c for c in charges)
+
+
 def pod_allocation(
     pod: Mapping[str, Any],
     device_totals: Mapping[str, int] | None = None,
@@ -123,6 +140,7 @@ def pod_allocation(
     charges = collapse(devices, len(init), mig, device_totals=dict(device_totals) if device_totals else None)
     if not charges:
         return None
+    charges = _recorded(charges, devices, _mapping(_mapping(pod.get("metadata")).get("annotations")), vendors)
     return Allocation(
         pod_uid=facts.uid,
         namespace=facts.namespace,

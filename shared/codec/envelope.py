@@ -166,6 +166,16 @@ def _list(d: Mapping[str, Any], name: str, what: str) -> list[Any]:
     return _typed(d, name, what, list, "a list")
 
 
+def _strs(d: Mapping[str, Any], name: str, what: str) -> tuple[str, ...]:
+    """An optional list of strings (absent: empty)."""
+    if name not in d:
+        return ()
+    items = _list(d, name, what)
+    if not all(isinstance(x, str) for x in items):
+        raise DecodeError(what, f"field {name!r} must be a list of strings", repr(items))
+    return tuple(items)
+
+
 def _pair(v: Any, name: str, what: str) -> tuple[int, int]:
     if not isinstance(v, list) or len(v) != 2 or not all(_is_int(x) for x in v):
         raise DecodeError(what, f"{name} must be a pair of integers", repr(v))
@@ -325,6 +335,10 @@ def _allocation_fields(a: Allocation) -> Fields:
                 "mig_placements": _placements_out(c.mig_placements),
                 "legacy_mig": [list(x) for x in c.legacy_mig],
                 **({"uniform": True} if c.uniform else {}),
+                **({"tags": list(c.tags)} if c.tags else {}),
+                **({"refuse_tags": list(c.refuse_tags)} if c.refuse_tags else {}),
+                **({"need_tags": list(c.need_tags)} if c.need_tags else {}),
+                **({"cores_unchecked": True} if c.cores_unchecked else {}),
             }
             for c in a.charges
         ],
@@ -376,6 +390,10 @@ def _allocation_from(d: Fields) -> Allocation:
             mig_placements=_placements_in(_list(c, "mig_placements", what), what),
             legacy_mig=tuple(_pair(x, "legacy_mig", what) for x in _list(c, "legacy_mig", what)),
             uniform=_bool(c, "uniform", what) if "uniform" in c else False,
+            tags=_strs(c, "tags", what),
+            refuse_tags=_strs(c, "refuse_tags", what),
+            need_tags=_strs(c, "need_tags", what),
+            cores_unchecked=_bool(c, "cores_unchecked", what) if "cores_unchecked" in c else False,
         )
         for c in _list(d, "charges", what)
     )

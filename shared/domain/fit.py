@@ -16,6 +16,7 @@ Where we differ from HAMi, on purpose:
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -226,6 +227,17 @@ class _NodeEval:
         if uniform:  # a vendor whose devices are shared only by tasks of one size: the reserve re-checks it
             kinds = {d.uuid: d.type for c in devices for d in c}
             charges = tuple(replace(c, uniform=True) if kinds.get(c.uuid) in uniform else c for c in charges)
+        hooks = {r.type: getattr(ctx.rules.get(r.type), "charge_terms", None) for r in ctx.requests}
+        terms = {name: hook for name, hook in hooks.items() if hook is not None}
+        if terms:  # a vendor whose sharing rule depends on the tasks a device holds: tags and the reserve's rule
+            kinds = {d.uuid: d.type for c in devices for d in c}
+            by_id = {d.id: (d, u) for d, u in zip(self.devices, self.snap.usages, strict=True)}
+            charges = tuple(
+                terms[kinds[c.uuid]](c, *by_id[c.uuid], ctx.constraints)
+                if kinds.get(c.uuid) in terms and c.uuid in by_id
+                else c
+                for c in charges
+            )
         return NodeFit(devices=devices, mig=mig, charges=charges)
 
     # ----------------------------------------------------------------------------------------------------
@@ -262,12 +274,16 @@ class _NodeEval:
             quota = None  # this vendor has no limit in the namespace
         quota_unit = ctx.config.memory_factor if nvidia else 1  # other vendors' limits are in MiB already
         type_ok, uuid_ok, take = rules.type_ok, rules.uuid_ok, rules.take
+        take_for = getattr(rules, "take_for", None)  # optional: a take that reads the pod's annotations
+        if take_for is not None:
+            take = functools.partial(take_for, constraints=constraints)
         take_on = getattr(rules, "take_on", None)  # optional: a take that sees the cores in use (Neuron's masks)
         pod_ok = getattr(rules, "pod_device_ok", None)  # optional: a vendor's rule on the pod's earlier devices
         earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
         group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
         fits = getattr(rules, "device_fits", None)  # optional: the vendor's own test of a device, a silent miss
         in_use_ok = getattr(rules, "in_use_ok", None)  # optional: a vendor's rule on a device already in use
+        snap_usages = self.snap.usages
         busy_groups = {group_of(devices[q]) for q in typed if used[q] > 0} - {None} if group_of is not None else set()
         counts: defaultdict[Reason, int] = defaultdict(int)  # a Counter costs ~10x more to make, per node
         partial: list[_Pick] = []
@@ -310,7 +326,12 @@ class _NodeEval:
             if mutex and (d_used > 0 or (busy_groups and group_of is not None and group_of(dev) in busy_groups)):
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
                 continue
-            if in_use_ok is not None and d_used > 0 and (refusal := in_use_ok(dev, req, constraints)) is not None:
+            if (
+                in_use_ok is not None
+                and d_used > 0
+                and (refusal := in_use_ok(dev, snap_usages[p], d_used - snap_usages[p].used, req, constraints))
+                is not None
+            ):
                 counts[refusal] += 1
                 continue
             if fits is not None and not fits(dev, req, d_used, d_mem):
@@ -329,15 +350,16 @@ class _NodeEval:
             if dev.devmem_mib - d_mem < memreq:
                 counts[Reason.CARD_INSUFFICIENT_MEMORY] += 1
                 continue
-            if dev.devcore - d_cores < coresreq:
-                counts[Reason.CARD_INSUFFICIENT_CORE] += 1
-                continue
-            if dev.devcore == 100 and coresreq == 100 and d_used > 0:
-                counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
-                continue
-            if dev.devcore != 0 and d_cores == dev.devcore and coresreq == 0:
-                counts[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
-                continue
+            if took.cores_checked:
+                if dev.devcore - d_cores < coresreq:
+                    counts[Reason.CARD_INSUFFICIENT_CORE] += 1
+                    continue
+                if dev.devcore == 100 and coresreq == 100 and d_used > 0:
+                    counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+                    continue
+                if dev.devcore != 0 and d_cores == dev.devcore and coresreq == 0:
+                    counts[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
+                    continue
             if pod_ok is not None and not pod_ok(dev, earlier):
                 counts[Reason.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
                 continue
@@ -451,14 +473,15 @@ class _NodeEval:
     def _select_set(self, candidates: list[_Pick], req: ContainerRequest, rules: DeviceRules) -> list[_Pick] | None:
         """A vendor that chooses multi-device requests as a set (e.g. Ascend's card rules) picks among all
         candidates, given in preference order; a vendor whose choice depends on the request (MetaX sGPU: whole
-        cards by MetaLink zone) has the optional ``select_for(candidates, req, inventory)`` instead."""
+        cards by MetaLink zone, online pods by the pods on the cards) has the optional
+        ``select_for(candidates, req, snapshot, constraints)`` instead."""
         nums = req.nums
         if len(candidates) < nums:
             return None
         devs = [self.devices[pk.pos] for pk in candidates]
         select_for = getattr(rules, "select_for", None)
         if select_for is not None:
-            chosen = select_for(devs, req, self.snap.inventory)
+            chosen = select_for(devs, req, self.snap, self.ctx.constraints)
         else:
             chosen = rules.select(devs, nums, self.snap.inventory)
         if chosen is None or len(chosen) != nums:

@@ -96,6 +96,8 @@ class Reason(enum.Enum):
     MODE_NOT_FIT = "ModeNotFit"
     CARD_QOS_POLICY_MISMATCH = "CardQosPolicyMismatch"
     """MetaX sGPU: the card in use runs another QoS policy (HAMi's ``pkg/device/metax``)."""
+    CARD_APP_CLASS_MISMATCH = "CardAppClassMismatch"
+    """MetaX sGPU: the card in use runs pods of an app class the pod may not share it with."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,6 +301,27 @@ class DeviceUsage:
     mig_in_use: tuple[MigPlacement, ...] = ()
     legacy_geometry: int | None = None
     legacy_slots: frozenset[int] = frozenset()
+    tags: tuple[tuple[str, int], ...] = ()
+    """How many slots of the device are held by tasks carrying each tag (``DeviceCharge.tags``), sorted by tag;
+    tags with no holder are left out (MetaX sGPUs: the app class and QoS policy of the pods on a card)."""
+
+    def tag_count(self, tag: str) -> int:
+        """The slots held by tasks tagged ``tag`` (0 when none)."""
+        for name, n in self.tags:
+            if name == tag:
+                return n
+        return 0
+
+
+def with_tags(tags: tuple[tuple[str, int], ...], charge: DeviceCharge, sign: int) -> tuple[tuple[str, int], ...]:
+    """A device's usage tags with ``charge``'s added (``sign`` 1) or taken away (-1), each weighted by its slots
+    (``max(slots, 1)``, as the usage counts them); tags left with no holder are dropped."""
+    if not charge.tags:
+        return tags
+    counts = dict(tags)
+    for tag in charge.tags:
+        counts[tag] = counts.get(tag, 0) + sign * max(charge.slots, 1)
+    return tuple(sorted((t, n) for t, n in counts.items() if n > 0))
 
 
 ZERO_USAGE = DeviceUsage()
@@ -323,6 +346,17 @@ class DeviceCharge:
     uniform: bool = False
     """The device is shared only by tasks of one size: it must be idle or hold only tasks of this charge's memory
     per slot (Kunlunxin vXPUs: an XPU splits into equal parts; the atomic reserve re-checks it)."""
+    tags: tuple[str, ...] = ()
+    """Labels this charge's slots add to the device's usage (``DeviceUsage.tags``): what kind of task holds it
+    (MetaX sGPUs: ``app=online``, ``qos=best-effort``, …), for vendors whose sharing rule depends on it."""
+    refuse_tags: tuple[str, ...] = ()
+    """The atomic reserve's sharing rule: a device in use must hold no task with one of these tags."""
+    need_tags: tuple[str, ...] = ()
+    """The atomic reserve's sharing rule: a device in use must hold some task with one of these tags (empty: no
+    such condition)."""
+    cores_unchecked: bool = False
+    """The charge is not held to the device's cores: a 0-core charge may join a device whose cores are all taken
+    (MetaX sGPU online pods, whose Fit skips the core checks)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,6 +551,8 @@ class Selectors:
     """MetaX sGPU's ``metax-tech.com/sgpu-qos-policy`` of the pod (``""`` when absent); other vendors leave it."""
     topology_aware: bool = False
     """MetaX sGPU's ``metax-tech.com/sgpu-topology-aware`` (a Go boolean; anything else is false)."""
+    app_class: str = ""
+    """MetaX sGPU's ``metax-tech.com/sgpu-app-class`` (``online``, ``offline``; ``""`` when absent)."""
 
 
 NO_SELECTORS = Selectors()

@@ -41,6 +41,7 @@ from vgpu_scheduler.shared.domain.model import (
     PodDevices,
     PodRequest,
     QuotaState,
+    with_tags,
 )
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
 from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
@@ -649,5 +650,6 @@ def apply_decision(snapshot: NodeSnapshot, decision: Decision) -> NodeSnapshot:
             mig_in_use=u.mig_in_use + charge.mig_placements,
             legacy_geometry=geometry,
             legacy_slots=frozenset(slots),
+            tags=with_tags(u.tags, charge, 1),
         )
     return NodeSnapshot(snapshot.inventory, usage)

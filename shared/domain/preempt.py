@@ -29,6 +29,7 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
+    with_tags,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
@@ -116,6 +117,7 @@ def release_charges(snapshot: NodeSnapshot, charges: Iterable[DeviceCharge]) -> 
             mig_in_use=tuple(placements),
             legacy_geometry=u.legacy_geometry if slots else None,
             legacy_slots=frozenset(slots),
+            tags=with_tags(u.tags, charge, -1),
         )
     return NodeSnapshot(snapshot.inventory, usage)
 

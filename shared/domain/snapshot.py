@@ -139,6 +139,7 @@ def node_shape(inventory: NodeInventory, usages: tuple[DeviceUsage, ...]) -> str
                 u.mig_in_use,
                 u.legacy_geometry,
                 tuple(sorted(u.legacy_slots)),
+                u.tags,
             )
             for i, (d, u) in enumerate(zip(inventory.devices, usages, strict=True))
         )

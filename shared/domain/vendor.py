@@ -37,6 +37,9 @@ class Take:
     mem_mib: int
     cores: int
     reason: Reason | None = None
+    cores_checked: bool = True
+    """False: the device's cores do not limit the request (MetaX sGPU online pods: HAMi's Fit skips the core
+    checks and records 0 cores)."""
 
 
 class DeviceRules(Protocol):
@@ -53,8 +56,13 @@ class DeviceRules(Protocol):
     own, as HAMi's Kunlunxin ``NumaNotFit``), ``pod_score(snapshot, devices, node_policy, constraints)`` with
     ``pod_score_bound(snapshot, requests, node_policy, constraints)`` (a node-score term that depends on the devices
     the pod gets, and at least the most it can move a node ahead under the node policy: ``plan`` then fits only
-    the nodes that could still win, see :mod:`shared.domain.plan`) and ``uniform_share``
-    (True: a device is shared only by tasks of one size; the charges say so and the atomic reserve re-checks it)."""
+    the nodes that could still win, see :mod:`shared.domain.plan`), ``uniform_share``
+    (True: a device is shared only by tasks of one size; the charges say so and the atomic reserve re-checks it),
+    ``in_use_ok(dev, usage, own, req, constraints) -> Reason | None`` (a rule on a device already in use, given its
+    usage before the pod and the slots the pod's earlier containers took on it) and
+    ``charge_terms(charge, dev, usage, constraints) -> DeviceCharge`` (the charge with the tags it adds to the
+    device's usage and the sharing rule the atomic reserve re-checks: ``DeviceCharge.tags``, ``refuse_tags``,
+    ``need_tags``, ``cores_unchecked``)."""
 
     @property
     def name(self) -> str:

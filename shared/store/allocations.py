@@ -67,6 +67,9 @@ def charges_json(charges: Sequence[DeviceCharge]) -> str:
         for g, s in c.legacy_mig:
             if g < 0 or s < 0:
                 raise DecodeError("allocation charges", "legacy MIG geometry and slot must be >= 0", c.uuid)
+        for tag in (*c.tags, *c.refuse_tags, *c.need_tags):
+            if "|" in tag:
+                raise DecodeError("allocation charges", "a tag must not contain '|'", f"{c.uuid}: {tag!r}")
         out.append(
             {
                 "u": c.uuid,
@@ -77,6 +80,10 @@ def charges_json(charges: Sequence[DeviceCharge]) -> str:
                 "p": [[p.start, p.size] for p in c.mig_placements],
                 "l": [[g, s] for g, s in c.legacy_mig],
                 **({"s": 1} if c.uniform else {}),
+                **({"t": list(c.tags)} if c.tags else {}),
+                **({"r": list(c.refuse_tags)} if c.refuse_tags else {}),
+                **({"q": list(c.need_tags)} if c.need_tags else {}),
+                **({"z": 1} if c.cores_unchecked else {}),
             }
         )
     return json.dumps(out, separators=(",", ":"))

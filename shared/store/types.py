@@ -116,6 +116,9 @@ class ConflictDimension(enum.Enum):
     LEGACY_MIG = "legacy_mig"
     SHARE_SIZE = "share_size"
     """A device shared only by tasks of one size (``DeviceCharge.uniform``) holds tasks of another size."""
+    SHARING = "sharing"
+    """A device in use holds tasks the charge may not share it with, or none it needs (``DeviceCharge.refuse_tags``,
+    ``need_tags``: MetaX sGPU app classes and QoS policies)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ class _Acc:
     cores: int = 0
     placements: list[MigPlacement] = field(default_factory=list)
     legacy: dict[int, set[int]] = field(default_factory=dict)
+    tags: dict[str, int] = field(default_factory=dict)
 
 
 def parse_usage(fields: Mapping[bytes, bytes]) -> dict[str, DeviceUsage]:
@@ -52,6 +53,10 @@ def parse_usage(fields: Mapping[bytes, bytes]) -> dict[str, DeviceUsage]:
                 uuid, geo_s, slot_s = f[2:].rsplit("|", 2)
                 if int(raw_v) > 0:
                     acc.setdefault(uuid, _Acc()).legacy.setdefault(int(geo_s), set()).add(int(slot_s))
+            elif f.startswith("g|"):
+                uuid, tag = f[2:].rsplit("|", 1)
+                if int(raw_v) > 0:
+                    acc.setdefault(uuid, _Acc()).tags[tag] = int(raw_v)
             else:
                 raise DecodeError("usage hash", "unknown field", f)
     except (ValueError, UnicodeDecodeError) as e:
@@ -66,6 +71,7 @@ def parse_usage(fields: Mapping[bytes, bytes]) -> dict[str, DeviceUsage]:
             mig_in_use=tuple(sorted(a.placements, key=lambda p: (p.start, p.size))),
             legacy_geometry=geometry,
             legacy_slots=frozenset(a.legacy[geometry]) if geometry is not None else frozenset(),
+            tags=tuple(sorted(a.tags.items())),
         )
     return out
 

@@ -15,21 +15,27 @@ What an sGPU pod and node look like on the wire (docs/vendors/metax.md):
   ``metax-tech.com/predicate-time``; the shared node lock ``hami.io/mutex.lock``; UUID selectors
   ``metax-tech.com/use-gpuuuid`` / ``nouse-gpuuuid``;
 * the pod annotation ``metax-tech.com/sgpu-qos-policy`` (``best-effort``, ``fixed-share`` or ``burst-share``; the
-  webhook writes ``best-effort`` when it is absent): a card already in use takes only pods of its current policy,
-  unless the pod takes it whole (100 cores);
+  webhook writes ``best-effort`` when it is absent, unless the pod is online): a card already in use takes only
+  pods of its current policy, unless the pod takes it whole (100 cores);
+* the pod annotation ``metax-tech.com/sgpu-app-class`` (``online`` / ``offline``): classed and unclassed pods do not
+  share a card, offline pods stay off cards that run online ones (:func:`app_class_ok`); online pods take no cores
+  and prefer cards with fewer online pods (:func:`prioritize_online`, :func:`score_online`);
 * whole-card requests (100 cores) for several cards take them from one MetaLink zone when they can.
 
-A pod with ``metax-tech.com/sgpu-topology-aware: true`` that takes cards whole gets HAMi's MetaLink node score
-(:func:`score_exclusive`, through the rules' ``pod_score`` hook). Not scheduled here (refused with a message, see
-docs/vendors/metax.md): the app classes (``metax-tech.com/sgpu-app-class``), which need the annotations of every pod
-on a card, and with them the online term of the node score.
+The app class and QoS policy of the pods on a card come from the card's usage tags (:func:`holder_tags`: every
+sGPU charge adds its pod's, the informer records the same from the pod's annotations), so every replica sees them;
+a card's QoS policy is its pods' (:func:`device_qos_ok`, in place of HAMi's in-memory jittery-QoS cache), and the
+atomic reserve re-checks both rules (:meth:`SgpuRules.charge_terms`). A pod with
+``metax-tech.com/sgpu-topology-aware: true`` that takes cards whole gets HAMi's MetaLink node score
+(:func:`score_exclusive`), an online pod the online score, through the rules' ``pod_score`` hook.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from fractions import Fraction
 from typing import Any, Final
@@ -50,6 +56,7 @@ from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
+    DeviceCharge,
     DeviceInfo,
     DeviceUsage,
     NodeInventory,
@@ -60,7 +67,7 @@ from vgpu_scheduler.shared.domain.model import (
     Selectors,
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
@@ -113,9 +120,19 @@ _IDLE: Final = DeviceUsage()
 MSG_QOS: Final = f"must be set one of [{BEST_EFFORT}, {FIXED_SHARE}, {BURST_SHARE}]"
 """HAMi's message (after the key, which the error names first)."""
 MSG_APP_CLASS: Final = f"must be set one of [{ONLINE}, {OFFLINE}]"
-MSG_APP_CLASS_UNSUPPORTED: Final = (
-    "is not scheduled by this release (an online or offline sGPU pod needs the app class of every pod on a card)"
-)
+
+ONLINE_TAG: Final = f"app={ONLINE}"
+"""The usage tag of a slot held by an online pod (``DeviceUsage.tags``)."""
+OFFLINE_TAG: Final = f"app={OFFLINE}"
+QOS_TAG: Final = "qos="
+"""The usage tag of a slot held by a pod that is not online: ``qos=<the policy it leaves the card in>`` (the pod's
+own, or ``qos=`` for a whole card: HAMi's jittery-QoS cache entry for the card)."""
+ONLINE_SCORE: Final = -20
+"""HAMi's ``scoreOnlineDevices``: per online pod on a card the pod takes…"""
+OFFLINE_SCORE: Final = -2
+"""…per offline pod on a card that also runs online ones…"""
+ONLY_OFFLINE_SCORE: Final = -100
+"""…and per offline pod on a card that runs only offline ones."""
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -189,20 +206,28 @@ def sgpu_request(
 
 
 def qos_selectors(annotations: Mapping[str, str]) -> Selectors:
-    """The pod's UUID lists and QoS policy for sGPUs. A QoS policy other than HAMi's three, an app class other than
-    ``online``/``offline`` (HAMi's messages), and any app class at all (not scheduled here) are DecodeErrors."""
+    """The pod's UUID lists, app class and QoS policy for sGPUs. An app class other than ``online``/``offline``
+    and, for a pod that is not online, a QoS policy other than HAMi's three are DecodeErrors (HAMi's messages). An
+    online pod's QoS policy is not read (HAMi admits and schedules it whatever it says)."""
     sel = uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
     app = annotations.get(APP_CLASS_KEY)
-    if app is not None:
-        fail(APP_CLASS_KEY, MSG_APP_CLASS if app not in (ONLINE, OFFLINE) else MSG_APP_CLASS_UNSUPPORTED, str(app))
+    if app is not None and app not in (ONLINE, OFFLINE):
+        fail(APP_CLASS_KEY, MSG_APP_CLASS, str(app))
+    app_class = app or ""
     topology = annotations.get(TOPOLOGY_AWARE_KEY)
     aware = isinstance(topology, str) and topology in _GO_TRUE
-    qos = annotations.get(QOS_POLICY_KEY)
+    qos = annotations.get(QOS_POLICY_KEY) if app_class != ONLINE else None
     if qos is not None and qos not in QOS_POLICIES:
         fail(QOS_POLICY_KEY, MSG_QOS, str(qos))
-    if qos is None and not aware:
+    if qos is None and not aware and not app_class:
         return sel
-    return Selectors(use_uuids=sel.use_uuids, nouse_uuids=sel.nouse_uuids, qos_policy=qos or "", topology_aware=aware)
+    return Selectors(
+        use_uuids=sel.use_uuids,
+        nouse_uuids=sel.nouse_uuids,
+        qos_policy=qos or "",
+        topology_aware=aware,
+        app_class=app_class,
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -313,6 +338,112 @@ def qos_ok(dev_qos: str, req_qos: str, cores_pct: int) -> bool:
     return cores_pct == 100 or dev_qos in ("", req_qos)
 
 
+def held_policies(usage: DeviceUsage) -> frozenset[str]:
+    """The QoS policies the pods on a card leave it in (their ``qos=`` tags; ``""`` for a whole card)."""
+    return frozenset(t[len(QOS_TAG) :] for t, n in usage.tags if n > 0 and t.startswith(QOS_TAG))
+
+
+def device_qos_ok(dev: DeviceInfo, usage: DeviceUsage, own: int, req_qos: str, cores_pct: int) -> bool:
+    """HAMi's ``checkDeviceQos`` for a card in use, with its jittery-QoS cache read from the card's holders.
+
+    HAMi takes the card's policy from its cache when it holds the card (the policy the last pod placed on it left
+    the card in, kept until the device plugin reports it) and else from the registration; here the card's
+    policies are those of the pods it holds (:func:`held_policies`), every replica reading the same, and the
+    registration only when no pod on it says (only online pods, or pods recorded without tags). ``own`` counts
+    the slots the pod's earlier containers took on the card: they set its policy to the pod's (HAMi's
+    ``AddResourceUsage``)."""
+    if cores_pct == 100:
+        return True
+    held = held_policies(usage)
+    if held:
+        return held <= {"", req_qos}
+    if own > 0:
+        return True
+    return qos_of(dev) in ("", req_qos)
+
+
+def app_class_ok(req_class: str, online: int, offline: int) -> bool:
+    """HAMi's ``checkAppClass`` for a card in use running ``online`` online and ``offline`` offline pods (the
+    rest unclassed): online and offline pods only join cards that run classed pods, unclassed pods only cards that
+    run none, and an offline pod no card that runs an online one."""
+    classed = online > 0 or offline > 0
+    if classed != (req_class in (ONLINE, OFFLINE)):
+        return False
+    return not (online > 0 and req_class == OFFLINE)
+
+
+def holder_tags(app_class: str, qos: str, whole: bool) -> tuple[str, ...]:
+    """The usage tags of an sGPU pod's slots: its app class, and unless it is online the policy it leaves the card
+    in (its own; ``""`` when it takes the card whole), what HAMi's ``addJitteryQos`` caches."""
+    tags: list[str] = []
+    if app_class in (ONLINE, OFFLINE):
+        tags.append(f"app={app_class}")
+    if app_class != ONLINE:
+        tags.append(QOS_TAG + ("" if whole else qos.replace("|", "_")))
+    return tuple(tags)
+
+
+def sharing_terms(charge: DeviceCharge, app_class: str, qos: str) -> DeviceCharge:
+    """An sGPU pod's charge with its :func:`holder_tags` and the rule the atomic reserve re-checks on a card in use:
+    the app classes of :func:`app_class_ok` and, for a pod that is not online and does not take the card whole, no
+    pod of another QoS policy; an online pod's charge is not held to the cores. The extender reserves it, and the
+    informer records the same from the pod's annotations, so the two are equal byte for byte. (The registration
+    fallback of :func:`device_qos_ok` is Fit's alone: a card in use whose pods name no policy runs only online
+    pods, which the class rule already keeps other pods off.)"""
+    refuse: tuple[str, ...]
+    need: tuple[str, ...] = ()
+    if app_class == ONLINE:
+        refuse, need = (), (ONLINE_TAG, OFFLINE_TAG)
+    elif app_class == OFFLINE:
+        refuse, need = (ONLINE_TAG,), (OFFLINE_TAG,)
+    else:
+        refuse = (ONLINE_TAG, OFFLINE_TAG)
+    if app_class != ONLINE and not charge.exclusive:
+        refuse += tuple(QOS_TAG + p for p in QOS_POLICIES if p != qos)
+    return replace(
+        charge,
+        tags=holder_tags(app_class, qos, charge.exclusive),
+        refuse_tags=refuse,
+        need_tags=need,
+        cores_unchecked=app_class == ONLINE,
+    )
+
+
+def class_counts(usage: DeviceUsage) -> tuple[int, int]:
+    """The online and offline pods on a card (slots held, as HAMi counts a card's ``PodInfos``)."""
+    return usage.tag_count(ONLINE_TAG), usage.tag_count(OFFLINE_TAG)
+
+
+def prioritize_online(
+    candidates: Sequence[DeviceInfo], usages: Mapping[str, DeviceUsage], nums: int
+) -> list[DeviceInfo]:
+    """HAMi's ``prioritizeOnlineDevices``: cards with fewer online pods first (then fewer offline ones), cards that
+    run only offline pods last (fewer first). Equal cards keep their preference order (HAMi's sort is unstable)."""
+    if len(candidates) <= nums:
+        return list(candidates)
+
+    def key(dev: DeviceInfo) -> tuple[int, int, int]:
+        online, offline = class_counts(usages.get(dev.id, _IDLE))
+        if online == 0 and offline > 0:
+            return (1, offline, 0)
+        return (0, online, offline)
+
+    return sorted(candidates, key=key)[:nums]
+
+
+def score_online(devices: Sequence[Sequence[ContainerDevice]], usages: Mapping[str, DeviceUsage]) -> int:
+    """HAMi's ``scoreOnlineDevices``: over the cards the pod takes (each once), −100 per offline pod on a card that
+    runs only offline ones, else −20 per online pod and −2 per offline pod."""
+    total = 0
+    for uuid in dict.fromkeys(d.uuid for ctr in devices for d in ctr):
+        online, offline = class_counts(usages.get(uuid, _IDLE))
+        if offline > 0 and online == 0:
+            total += ONLY_OFFLINE_SCORE * offline
+        else:
+            total += ONLINE_SCORE * online + OFFLINE_SCORE * offline
+    return total
+
+
 def prioritize_exclusive(candidates: Sequence[DeviceInfo], nums: int) -> list[DeviceInfo]:
     """HAMi's ``prioritizeExclusiveDevices``: cards grouped by MetaLink zone (zone ≤ 0: no link); the smallest
     zone holding ``nums`` cards gives them all; else cards across zones (smallest zone first), then unlinked ones.
@@ -376,25 +507,52 @@ class SgpuRules(BasicRules):
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
         return uuid_selectors_ok(dev, constraints.selectors(self.name))
 
-    def in_use_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> Reason | None:
-        """Called for a card already in use: ``CardQosPolicyMismatch`` unless :func:`qos_ok`."""
-        if qos_ok(qos_of(dev), constraints.selectors(self.name).qos_policy, req.cores_pct):
+    def take_for(self, dev: DeviceInfo, req: ContainerRequest, used_mem_mib: int, constraints: PodConstraints) -> Take:
+        """An online pod takes its memory and no cores, and the cards' cores do not limit it (HAMi's Fit skips the
+        core checks for it and records 0 cores); any other pod takes what it asks."""
+        took = self.take(dev, req, used_mem_mib)
+        if constraints.selectors(self.name).app_class == ONLINE:
+            return Take(took.mem_mib, 0, took.reason, cores_checked=False)
+        return took
+
+    def in_use_ok(
+        self, dev: DeviceInfo, usage: DeviceUsage, own: int, req: ContainerRequest, constraints: PodConstraints
+    ) -> Reason | None:
+        """Called for a card already in use (``usage`` before the pod, ``own`` slots its earlier containers took):
+        ``CardAppClassMismatch`` unless :func:`app_class_ok` (the pod's own slots count as unclassed, as HAMi
+        counts only other pods), then, for a pod that is not online, ``CardQosPolicyMismatch`` unless
+        :func:`device_qos_ok`."""
+        sel = constraints.selectors(self.name)
+        if not app_class_ok(sel.app_class, *class_counts(usage)):
+            return Reason.CARD_APP_CLASS_MISMATCH
+        if sel.app_class == ONLINE or device_qos_ok(dev, usage, own, sel.qos_policy, req.cores_pct):
             return None
         return Reason.CARD_QOS_POLICY_MISMATCH
+
+    def charge_terms(
+        self, charge: DeviceCharge, dev: DeviceInfo, usage: DeviceUsage, constraints: PodConstraints
+    ) -> DeviceCharge:
+        """:func:`sharing_terms` for the pod's app class and QoS policy."""
+        del dev, usage
+        sel = constraints.selectors(self.name)
+        return sharing_terms(charge, sel.app_class, sel.qos_policy)
 
     @property
     def selects_sets(self) -> bool:
         return True
 
     def select_for(
-        self, candidates: Sequence[DeviceInfo], req: ContainerRequest, inventory: NodeInventory
+        self, candidates: Sequence[DeviceInfo], req: ContainerRequest, snap: NodeSnapshot, constraints: PodConstraints
     ) -> Sequence[DeviceInfo] | None:
-        """Every passing card is a candidate: a whole-card request (100 cores) takes them by MetaLink zone
-        (:func:`prioritize_exclusive`), any other the first ``nums`` in preference order."""
-        del inventory
+        """Every passing card is a candidate. With more than ``nums``: an online pod takes them by
+        :func:`prioritize_online`, an offline pod the first in preference order, any other whole-card request (100
+        cores) takes them by MetaLink zone (:func:`prioritize_exclusive`), any other the first in preference order."""
         if len(candidates) < req.nums:
             return None
-        if req.cores_pct == 100:
+        app = constraints.selectors(self.name).app_class
+        if app == ONLINE:
+            return prioritize_online(candidates, snap.usage, req.nums)
+        if req.cores_pct == 100 and not app:
             return prioritize_exclusive(candidates, req.nums)
         return candidates[: req.nums]
 
@@ -405,20 +563,31 @@ class SgpuRules(BasicRules):
         policy: NodePolicy,
         constraints: PodConstraints,
     ) -> float:
-        """HAMi's sGPU ``ScoreNode`` for a pod that asked for ``metax-tech.com/sgpu-topology-aware``: ±10000 ×
-        :func:`score_exclusive` (+ under binpack, − under spread); 0 for any other pod."""
-        if not topology_aware(devices, constraints.selectors(self.name).topology_aware):
-            return 0.0
+        """HAMi's sGPU ``ScoreNode`` (+10000 × the term under binpack, −10000 × under spread): for an online pod
+        :func:`score_online`, else for a pod that asked for ``metax-tech.com/sgpu-topology-aware``
+        :func:`score_exclusive`; 0 for any other pod."""
+        sel = constraints.selectors(self.name)
         weight = TOPOLOGY_WEIGHT if policy is NodePolicy.BINPACK else -TOPOLOGY_WEIGHT
+        if sel.app_class == ONLINE and any(devices):
+            return float(weight * score_online(devices, snap.usage))
+        if not topology_aware(devices, sel.topology_aware):
+            return 0.0
         return float(weight * score_exclusive(devices, snap.inventory, snap.usage))
 
     def pod_score_bound(
         self, snap: NodeSnapshot, requests: Sequence[ContainerRequest], policy: NodePolicy, constraints: PodConstraints
     ) -> float:
-        """0 unless the pod asked for the topology score; then 10000 × the most :func:`score_exclusive` can reach
-        on the node: ``10 × pairs + pairs`` with ``pairs`` the link score of all its cards in one zone."""
+        """How much the term can improve a node's rank over its own score. For an online pod nothing:
+        :func:`score_online` is never positive, so the term lowers a node under binpack and raises it under spread,
+        worse either way; the smallest positive bound says so (0 would tell ``plan`` that the terms are all 0 and
+        skip them), and the walk stops at the first node whose own score cannot reach the best total found. Else 0
+        unless the pod asked for the topology score; then 10000 × the most :func:`score_exclusive` can reach on the
+        node: ``10 × pairs + pairs`` with ``pairs`` the link score of all its cards in one zone."""
         del requests, policy
-        if not constraints.selectors(self.name).topology_aware:
+        sel = constraints.selectors(self.name)
+        if sel.app_class == ONLINE:
+            return math.ulp(0.0)
+        if not sel.topology_aware:
             return 0.0
         n = sum(1 for d in snap.inventory.devices if d.vendor == NAME)
         pairs = DIRECT_LINK_SCORE * n * (n - 1) // 2
@@ -494,27 +663,52 @@ class MetaxSgpuVendor:
 
     def mutate_pod(self, pod: dict[str, Any], where: str) -> None:
         """HAMi's ``MutateAdmission`` pod edit: a pod with an sGPU container and no
-        ``metax-tech.com/sgpu-qos-policy`` gets ``best-effort``. (A bad policy or an app class is refused through
-        :meth:`selectors`, which the webhook and ``/filter`` both read.)"""
+        ``metax-tech.com/sgpu-qos-policy`` gets ``best-effort``, unless it is online. A pod with an app class must
+        ask for exactly one card in each sGPU container (HAMi: "app-class pod must request single device"): a
+        :class:`ResourceRequestError` naming the container otherwise. (A bad policy or app class is refused
+        through :meth:`selectors`, which the webhook and ``/filter`` both read.)"""
+        del where
         spec = pod.get("spec") or {}
-        asks = any(
-            isinstance(ctr, Mapping)
+        asking = [
+            (key, i, ctr)
+            for key in ("initContainers", "containers")
+            for i, ctr in enumerate(spec.get(key) or ())
+            if isinstance(ctr, Mapping)
             and isinstance(ctr.get("resources"), Mapping)
             and isinstance(ctr["resources"].get("limits"), Mapping)
             and self.count_name in ctr["resources"]["limits"]
-            for key in ("initContainers", "containers")
-            for ctr in spec.get(key) or ()
-        )
-        if not asks:
+        ]
+        if not asking:
             return
         meta = pod.setdefault("metadata", {})
         annotations = meta.get("annotations")
         if not isinstance(annotations, dict):
             annotations = meta["annotations"] = {}
-        annotations.setdefault(QOS_POLICY_KEY, BEST_EFFORT)
+        app = annotations.get(APP_CLASS_KEY)
+        if app in (ONLINE, OFFLINE):
+            problems = [
+                f"{container_label(ctr, f'spec.{key}[{i}]')}: {self.count_name} "
+                f"{ctr['resources']['limits'][self.count_name]!r} is not one card, and a pod with {APP_CLASS_KEY}: "
+                f"{app} must ask for exactly one; write 1"
+                for key, i, ctr in asking
+                if self.container_request(ctr, f"spec.{key}[{i}]").nums != 1
+            ]
+            if problems:
+                raise ResourceRequestError(problems)
+        if app != ONLINE:
+            annotations.setdefault(QOS_POLICY_KEY, BEST_EFFORT)
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         return qos_selectors(annotations)
+
+    def recorded_charge(self, annotations: Mapping[str, Any], charge: DeviceCharge) -> DeviceCharge:
+        """A placed pod's charge on a card as the informer records it: :func:`sharing_terms` read from the pod's
+        annotations (what the reservation had). Never raises: an app class other than ``online``/``offline`` reads
+        as none, an online pod's policy is not read."""
+        app = annotations.get(APP_CLASS_KEY)
+        app_class = app if app in (ONLINE, OFFLINE) else ""
+        qos = annotations.get(QOS_POLICY_KEY)
+        return sharing_terms(charge, app_class, qos if isinstance(qos, str) and app_class != ONLINE else "")
 
     # ---- registration ------------------------------------------------------------------------------------------
 

@@ -118,6 +118,9 @@ DRS = {"enflame.com/drs-gcu": "3"}  # the 3g.20gb profile
 DRS_SPEC = {"enflame.com/gcu-memory": "6", "enflame.com/gcu-core": "10"}  # the smallest holding both: 1g.6gb
 SGPU = {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "50", "metax-tech.com/vmemory": "8"}  # 8 GiB
 SGPU_WHOLE = {"metax-tech.com/sgpu": "1"}  # 100 cores: a card of its own
+SGPU_SMALL = {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "30", "metax-tech.com/vmemory": "4"}
+OFFLINE = {"metax-tech.com/sgpu-app-class": "offline"}  # shares only cards of classed pods, none of online ones
+ONLINE = {"metax-tech.com/sgpu-app-class": "online"}  # shares only cards of classed pods; no cores, no QoS
 NO_NODE = {"huawei.com/Ascend310P": "1"}  # enabled, but no node has one
 NEURON_CORE = {"aws.amazon.com/neuroncore": "1"}
 NEURON_DEVICES = {"aws.amazon.com/neuron": "2"}
@@ -155,7 +158,7 @@ def small_fleet() -> list[list[VendorPart]]:
             VendorPart("AMD"),
             VendorPart("Vastai", devices=2, mem_mib=16384, slots=4),
             VendorPart("Enflame", devices=1, mem_mib=40960, slots=6),  # menu 1g.6gb, 3g.20gb, 6g.40gb
-            VendorPart("Metax-SGPU", devices=2, mem_mib=32768, slots=4),
+            VendorPart("Metax-SGPU", devices=4, mem_mib=32768, slots=4),
         ],
         [VendorPart("Ascend910B3", devices=2, mem_mib=65536, slots=4, cores=20, mode="hami-core")],
     ]
@@ -175,6 +178,8 @@ def small_pods() -> list[dict[str, Any]]:
     pods += [vendor_pod("metax0", [METAX]), vendor_pod("metax-two", [METAX, METAX])]  # whole GPUs, one a container
     pods += [vendor_pod("gcu0", [GCU]), vendor_pod("drs0", [DRS]), vendor_pod("drs-two", [DRS_SPEC, DRS_SPEC])]
     pods += [vendor_pod("sgpu0", [SGPU]), vendor_pod("sgpu-whole", [SGPU_WHOLE])]  # MetaX sGPUs
+    pods += [vendor_pod("sgpu-offline", [SGPU_SMALL], annotations=OFFLINE)]  # sGPU app classes
+    pods += [vendor_pod("sgpu-online", [SGPU_SMALL], annotations=ONLINE)]
     pods += [vendor_pod(f"nv-dcu{i}", [{**NVIDIA, **DCU}]) for i in range(2)]  # two vendors, one container
     pods += [vendor_pod("nv-amd", [{**NVIDIA, **AMD}]), vendor_pod("dcu-mlu", [DCU, MLU])]
     pods += [vendor_pod("no-node", [NO_NODE])]
@@ -240,7 +245,7 @@ async def test_mixed_vendor_cluster(
         "AWSNeuron": 3,
         "kunlun": 2,
         "XPU": 2,
-        "Metax-SGPU": 2,
+        "Metax-SGPU": 4,
     }
     # the webhook sent every pod to vgpu-scheduler
     assert {p["spec"]["schedulerName"] for p in outcome.pods} == {"vgpu-scheduler"}
@@ -285,6 +290,16 @@ async def test_mixed_vendor_cluster(
     assert sg["metax-tech.com/predicate-time"].endswith("000000000"), sg
     whole = _pod(outcome, "sgpu-whole")["metadata"]["annotations"]["hami.io/metax-sgpu-devices-allocated"]
     assert whole.endswith(",Metax-SGPU,32768,100:;") and not whole.startswith(card + ","), whole  # the other card
+    # app classes: neither classed pod shares the card of an unclassed one; the online pod takes no cores and gets
+    # no QoS policy, the offline one gets best-effort from the webhook
+    off = _pod(outcome, "sgpu-offline")["metadata"]["annotations"]
+    on = _pod(outcome, "sgpu-online")["metadata"]["annotations"]
+    off_card, _, off_mem, off_cores = off["hami.io/metax-sgpu-devices-allocated"].rstrip(":;").split(",")
+    on_card, _, on_mem, on_cores = on["hami.io/metax-sgpu-devices-allocated"].rstrip(":;").split(",")
+    assert (off_mem, off_cores, off["metax-tech.com/sgpu-qos-policy"]) == ("4096", "30", "best-effort"), off
+    assert (on_mem, on_cores) == ("4096", "0") and "metax-tech.com/sgpu-qos-policy" not in on, on
+    assert json.loads(on["metax-tech.com/gpu-devices-allocated"]) == [[{"uuid": on_card, "vRam": 4096}]], on
+    assert not {off_card, on_card} & {card, whole.split(",")[0]}, (off_card, on_card, card, whole)
     gcu = _pod(outcome, "gcu0")["metadata"]["annotations"]
     assert gcu["hami.io/enflame-gcu-devices-allocated"].endswith(",GCU,100,100:;"), gcu  # a whole card
     drs = _pod(outcome, "drs0")["metadata"]["annotations"]
@@ -341,8 +356,9 @@ def large_pods(rounds: int) -> list[dict[str, Any]]:
     for r in range(rounds):
         for pod in small_pods():
             name = pod["metadata"]["name"]
-            if name in ("no-node", "npu-core-no-mode") or name.startswith("npu-soft"):
-                continue  # the hami-core pods: the small scenario places them; spread here fills their nodes
+            if name in ("no-node", "npu-core-no-mode") or name.startswith(("npu-soft", "sgpu-o")):
+                continue  # the hami-core and app-class pods: the small scenario places them; spread here fills their
+                # nodes (spread leaves no sGPU card idle or classed for them)
             if r >= 4 and name.startswith("kl"):
                 continue  # 4 rounds of whole XPUs: 16 of the fleet's 40, so a board's topology always has a pair
             if r >= 5 and name.startswith(("metax", "drs")):

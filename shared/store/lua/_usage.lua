@@ -1,11 +1,12 @@
 -- Usage counters of one node (HASH): 'u|<uuid>' = 'slots,mem,cores,exclusive holders',
--- 'p|<uuid>|<start>|<size>' = holders of a MIG placement, 'l|<uuid>|<geometry>|<slot>' = holders of a legacy slot.
--- Charges are JSON arrays of {u, n, m, c, x, p=[[start,size]...], l=[[geometry,slot]...]}.
+-- 'p|<uuid>|<start>|<size>' = holders of a MIG placement, 'l|<uuid>|<geometry>|<slot>' = holders of a legacy slot,
+-- 'g|<uuid>|<tag>' = slots held by tasks carrying a tag (a charge's t, weighted by its n).
+-- Charges are JSON arrays of {u, n, m, c, x, p=[[start,size]...], l=[[geometry,slot]...], [t=[tag...]]}.
 
 local function dev(u, id)
   local d = u[id]
   if d == nil then
-    d = {n = 0, m = 0, c = 0, x = 0, p = {}, l = {}, touched = false, pt = {}, lt = {}}
+    d = {n = 0, m = 0, c = 0, x = 0, p = {}, l = {}, g = {}, touched = false, pt = {}, lt = {}, gt = {}}
     u[id] = d
   end
   return d
@@ -27,6 +28,9 @@ local function load_usage(key)
     elseif kind == 'l|' then
       local id, k = string.match(f, '^l|(.*)|(%d+|%d+)$')
       dev(u, id).l[k] = tonumber(v)
+    elseif kind == 'g|' then
+      local id, k = string.match(f, '^g|(.*)|([^|]*)$')
+      dev(u, id).g[k] = tonumber(v)
     end
   end
   return u
@@ -34,12 +38,12 @@ end
 
 -- load_usage for the devices of two charge lists only (what a reservation checks and writes back): their 'u|'
 -- fields by HMGET instead of the whole hash, unless a charge carries MIG placements or legacy slots, whose
--- fields only a scan finds (then load_usage).
+-- fields only a scan finds (then load_usage), or tags or a sharing rule (whose 'g|' fields too).
 local function load_devices(key, a, b)
   local ids = {}
   for _, list in ipairs({a, b}) do
     for _, ch in ipairs(list) do
-      if #ch.p > 0 or #ch.l > 0 then
+      if #ch.p > 0 or #ch.l > 0 or ch.t or ch.r or ch.q then
         return load_usage(key)
       end
       ids[#ids + 1] = ch.u
@@ -83,6 +87,10 @@ local function apply(u, charges, sign)
       d.l[k] = (d.l[k] or 0) + sign
       d.lt[k] = true
     end
+    for _, t in ipairs(ch.t or {}) do
+      d.g[t] = (d.g[t] or 0) + sign * ch.n
+      d.gt[t] = true
+    end
   end
 end
 
@@ -101,6 +109,11 @@ local function usage_fields(u)
     for k, v in pairs(d.l) do
       if v ~= 0 then
         want['l|' .. id .. '|' .. k] = fmt(v)
+      end
+    end
+    for k, v in pairs(d.g) do
+      if v ~= 0 then
+        want['g|' .. id .. '|' .. k] = fmt(v)
       end
     end
   end
@@ -130,6 +143,14 @@ local function store_usage(key, u)
           redis.call('HDEL', key, 'l|' .. id .. '|' .. k)
         else
           redis.call('HSET', key, 'l|' .. id .. '|' .. k, fmt(v))
+        end
+      end
+      for k in pairs(d.gt) do
+        local v = d.g[k] or 0
+        if v == 0 then
+          redis.call('HDEL', key, 'g|' .. id .. '|' .. k)
+        else
+          redis.call('HSET', key, 'g|' .. id .. '|' .. k, fmt(v))
         end
       end
     end

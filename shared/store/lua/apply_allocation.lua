@@ -152,12 +152,31 @@ if reserve then
       if ch.x ~= 0 and d.n > 0 then
         return conflict('exclusive', ch.u, 1, 0, 'a whole-card request needs an idle device')
       end
-      if ch.c == 0 and cc ~= 0 and d.c >= cc then
+      if ch.c == 0 and cc ~= 0 and d.c >= cc and ch.z ~= 1 then
         return conflict('compute_exhausted', ch.u, 0, 0, 'every core is allocated; a 0-core task may not join')
       end
       if ch.s == 1 and d.n > 0 and math.floor(d.m / d.n) ~= math.floor(ch.m / math.max(ch.n, 1)) then
         return conflict('share_size', ch.u, math.floor(ch.m / math.max(ch.n, 1)), math.floor(d.m / d.n),
           'the device is shared only by tasks of one size, and holds tasks of another')
+      end
+    end
+    -- a vendor's sharing rule on the tasks a device in use holds (MetaX sGPU app classes and QoS policies)
+    if d.n > 0 then
+      for _, t in ipairs(ch.r or {}) do
+        if (d.g[t] or 0) > 0 then
+          return conflict('sharing', ch.u, 0, d.g[t], 'the device holds tasks tagged ' .. t .. ', which this one may not join')
+        end
+      end
+      if ch.q and #ch.q > 0 then
+        local found = false
+        for _, t in ipairs(ch.q) do
+          if (d.g[t] or 0) > 0 then
+            found = true
+          end
+        end
+        if not found then
+          return conflict('sharing', ch.u, 1, 0, 'the device holds no task tagged ' .. table.concat(ch.q, ' or '))
+        end
       end
     end
     local mine = {}

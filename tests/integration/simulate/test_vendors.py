@@ -346,3 +346,49 @@ def test_kunlunxin_board_topology_and_vxpu_sizes(result: dict[str, Any]) -> None
     to_allocate = pods["vx-1"]["annotations"]["hami.io/xpu-devices-to-allocate"]
     assert to_allocate == pods["vx-1"]["annotations"]["hami.io/xpu-devices-allocated"]
     assert "hami.io/kunlun-devices-to-allocate" not in pods["kl-1"]["annotations"]  # HAMi writes none
+
+
+# MetaX sGPU app classes: (name, limits, annotations) in scheduling order on one node of two cards
+APP_CLASS_PODS: list[tuple[str, dict[str, str], dict[str, str]]] = [
+    ("plain", {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "30", "metax-tech.com/vmemory": "4"}, {}),
+    ("off-1", {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "30", "metax-tech.com/vmemory": "4"},
+     {"metax-tech.com/sgpu-app-class": "offline"}),
+    ("on-1", {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "60", "metax-tech.com/vmemory": "4"},
+     {"metax-tech.com/sgpu-app-class": "online"}),
+    ("off-2", {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "10", "metax-tech.com/vmemory": "4"},
+     {"metax-tech.com/sgpu-app-class": "offline"}),
+    ("plain-burst", {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "10", "metax-tech.com/vmemory": "4"},
+     {"metax-tech.com/sgpu-qos-policy": "burst-share"}),
+    ("plain-2", {"metax-tech.com/sgpu": "1", "metax-tech.com/vcore": "10", "metax-tech.com/vmemory": "4"}, {}),
+    ("on-two", {"metax-tech.com/sgpu": "2"}, {"metax-tech.com/sgpu-app-class": "online"}),
+]  # fmt: skip
+
+
+def test_metax_sgpu_app_classes_share_cards_by_the_rule(tmp_path: Path) -> None:
+    cluster, workload = tmp_path / "cluster.yaml", tmp_path / "workload.yaml"
+    pool = [{"vendor": "Metax-SGPU", "count": 2, "memory": 32768, "split": 8}]
+    cluster.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "NodePool", "metadata": {"name": "sg"},
+                                       "spec": {"devices": pool}}), encoding="utf-8")  # fmt: skip
+    workload.write_text(yaml.safe_dump_all(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "annotations": annos},
+         "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": limits}}]}}
+        for name, limits, annos in APP_CLASS_PODS
+    ), encoding="utf-8")  # fmt: skip
+    out = run_cli_json("simulate", "--cluster", str(cluster), "--workload", str(workload))
+    pods = {p["name"]: p for p in out["pods"]}
+
+    def card(name: str) -> tuple[str, int, int]:
+        uuid, _, mem, cores = pods[name]["annotations"]["hami.io/metax-sgpu-devices-allocated"].rstrip(":;").split(",")
+        return uuid, int(mem), int(cores)
+
+    plain, off1, on1, plain2 = card("plain"), card("off-1"), card("on-1"), card("plain-2")
+    # the offline pod stays off the card of the unclassed one; the online pod joins the offline one, with 0 cores
+    assert off1[0] != plain[0] and on1[0] == off1[0] and on1[1:] == (4096, 0)
+    # the second unclassed (best-effort) pod joins the first; the burst-share one may not, nor the card of classes
+    assert plain2[0] == plain[0]
+    assert pods["plain-burst"]["node"] is None
+    assert pods["plain-burst"]["reasons"] == {"sg-01": "1/2 CardAppClassMismatch, 1/2 CardQosPolicyMismatch"}
+    # an offline pod stays off both: one runs an online pod, the other an unclassed one
+    assert pods["off-2"]["node"] is None and pods["off-2"]["reasons"] == {"sg-01": "2/2 CardAppClassMismatch"}
+    # an app-class pod asks for one card (HAMi's webhook refuses two)
+    assert pods["on-two"]["node"] is None and "must ask for exactly one" in pods["on-two"]["reasons"]["*"]

@@ -1,13 +1,15 @@
 """MetaX sGPU vendor: HAMi's ``pkg/device/metax`` sGPU tests restated. The index holds no copy at v2.10.0
 (4707fb02): ``sdevice_test.go`` was read at 0fb30836, ``sdevice.go`` at 12ca202d, ``protocol.go`` at 264ba8ab,
-``qos.go`` at f278854e and ``config.go`` at 5f611c76 (the nearest stored versions; our ``metax:`` section follows
-``config.go``, which has no topology-aware key). Every HAMi case names its test in a comment; the cases of
-``TestAddJitteryQos``, ``TestCheckAppClass``, ``TestPrioritizeOnlineDevices`` and ``TestScoreOnlineDevices`` are not
-restated: the QoS cache and the app classes are not implemented (docs/vendors/metax.md says why)."""
+``qos.go`` at f278854e, ``qos_test.go`` at ccef1d27 and ``config.go`` at 5f611c76 (the nearest stored versions; our
+``metax:`` section follows ``config.go``, which has no topology-aware key). Every HAMi case names its test in a
+comment. HAMi's jittery-QoS cache lives in the scheduler's memory; here a card's policy comes from the tags of the
+pods it holds (docs/vendors/metax.md), so ``TestAddJitteryQos``, ``TestJitteryQosCacheSync`` and ``TestGet`` are
+restated as the rule they serve: which policy a card in use takes."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 from dataclasses import replace
 from datetime import datetime
@@ -19,13 +21,16 @@ from vgpu_scheduler.services.informer.quotas import read_quota
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
+    DeviceCharge,
     DeviceInfo,
     DeviceUsage,
     NodeInventory,
+    NodePolicy,
     NvidiaConfig,
     PodRequest,
 )
@@ -167,13 +172,22 @@ def test_mutate_admission_app_class() -> None:
     # "app class task verify error": HAMi's message
     allowed, message, _ = admit(_pod([{**ctr({COUNT: "1"}), "image": "x"}], {APP: "oNLine"}))
     assert not allowed and "metax-tech.com/sgpu-app-class: must be set one of [online, offline]" in message
-    # "app class task must allocate single device", "offline task with qos", "online task with qos": HAMi admits a
-    # valid class (and checks the count, then the QoS of an offline pod); app classes are not scheduled here, so a
-    # valid class is refused with a message saying so, whatever the count or QoS
-    for annos in ({APP: "online"}, {APP: "offline", QOS_POLICY_KEY: "best-effortx"}):
-        for count in ("1", "2"):
-            allowed, message, _ = admit(_pod([{**ctr({COUNT: count}), "image": "x"}], annos))
-            assert not allowed and "is not scheduled by this release" in message, message
+    # "app class task must allocate single device" (HAMi: "app-class pod must request single device")
+    for app in ("online", "offline"):
+        allowed, message, _ = admit(_pod([{**ctr({COUNT: "2"}), "image": "x"}], {APP: app}))
+        assert not allowed and "must ask for exactly one; write 1" in message and "'2'" in message, message
+    # "offline task with qos": an offline pod's policy is checked
+    allowed, message, _ = admit(_pod([{**ctr({COUNT: "1"}), "image": "x"}], {APP: "offline", QOS_POLICY_KEY: "x"}))
+    assert not allowed and "must be set one of [best-effort, fixed-share, burst-share]" in message
+    # "online task with qos": an online pod's policy is not read, nor defaulted
+    annos = {APP: "online", QOS_POLICY_KEY: "best-effortx"}
+    allowed, _, patched = admit(_pod([{**ctr({COUNT: "1"}), "image": "x"}], annos))
+    assert allowed and patched["metadata"]["annotations"] == annos and patched["spec"]["schedulerName"] == "vgpu"
+    allowed, _, patched = admit(_pod([{**ctr({COUNT: "1"}), "image": "x"}], {APP: "online"}))
+    assert allowed and patched["metadata"]["annotations"] == {APP: "online"}
+    # an offline pod without a policy gets best-effort, as any pod that is not online
+    allowed, _, patched = admit(_pod([{**ctr({COUNT: "1"}), "image": "x"}], {APP: "offline"}))
+    assert allowed and patched["metadata"]["annotations"] == {APP: "offline", QOS_POLICY_KEY: BEST_EFFORT}
 
 
 # ---- TestGenerateResourceRequests ------------------------------------------------------------------------------------
@@ -477,3 +491,284 @@ def test_topology_score_ranks_the_nodes() -> None:
     plain = decode_vendor_constraints({}, VENDORS)
     got = plan(pod, plain, nodes, policies=Policies(), rules=VENDORS.rules)
     assert isinstance(got, Decision) and got.node == "node-a"
+
+
+# ---- app classes: TestCheckAppClass, the Fit cases with PodInfos ---------------------------------------------------
+
+ONLINE_TAG, OFFLINE_TAG = "app=online", "app=offline"
+
+
+def held(used: int = 1, *tags: tuple[str, int], mem: int = 64, cores: int = 10) -> DeviceUsage:
+    """A card's usage: ``used`` slots, holders tagged as given (online / offline / qos=…)."""
+    return DeviceUsage(used, mem, cores, tags=tuple(sorted(tags)))
+
+
+@pytest.mark.parametrize(
+    ("req_class", "online", "offline", "expected"),
+    [
+        ("online", 0, 0, False),  # "online task unfit normal device" (a card in use by an unclassed pod)
+        ("", 1, 0, False),  # "normal task unfit online device"
+        ("", 0, 1, False),  # "normal task unfit offline device"
+        ("", 0, 0, True),  # "normal task fit normal device"
+        ("online", 1, 1, True),  # "online task fit online/offline device"
+        ("offline", 1, 1, False),  # "offline task unfit online device"
+        ("offline", 0, 2, True),
+        ("online", 0, 1, True),
+    ],
+)
+def test_check_app_class(req_class: str, online: int, offline: int, expected: bool) -> None:
+    # TestCheckAppClass ("idle device fit" is the Fit below: the rule is asked only about cards in use)
+    assert metax_sgpu.app_class_ok(req_class, online, offline) is expected
+
+
+def test_fit_app_class() -> None:
+    # TestCheckAppClass "idle device fit": an idle card takes any class
+    assert uuids(fit([card("dev-0")], req(1, 64, cores=50), annotations={APP: "online"})) == ["dev-0"]
+    # TestMetaxSDevices_Fit "fit fail: online task, app class unfit": a card in use by an unclassed pod (the app
+    # class is checked before the memory, which would not fit either)
+    plain = {"dev-0": held(1, ("qos=", 1))}
+    assert reason(fit([card("dev-0")], req(1, 512, cores=50), usage=plain, annotations={APP: "online"})) == (
+        "1/1 CardAppClassMismatch"
+    )
+    # "fit fail: normal task, app class unfit": a card running an online pod
+    online = {"dev-0": held(1, (ONLINE_TAG, 1))}
+    assert reason(fit([card("dev-0")], req(1, 512, cores=50), usage=online)) == "1/1 CardAppClassMismatch"
+    # an offline pod stays off a card that runs an online one, joins one that runs offline ones
+    offline = {"dev-0": held(1, (OFFLINE_TAG, 1), ("qos=best-effort", 1))}
+    asked = {APP: "offline", QOS_POLICY_KEY: BEST_EFFORT}
+    assert reason(fit([card("dev-0")], req(1, 32, cores=10), usage=online, annotations=asked)) == (
+        "1/1 CardAppClassMismatch"
+    )
+    assert uuids(fit([card("dev-0")], req(1, 32, cores=10), usage=offline, annotations=asked)) == ["dev-0"]
+    # ... and the QoS rule still holds among offline pods
+    burst = {APP: "offline", QOS_POLICY_KEY: BURST_SHARE}
+    assert reason(fit([card("dev-0")], req(1, 32, cores=10), usage=offline, annotations=burst)) == (
+        "1/1 CardQosPolicyMismatch"
+    )
+
+
+def test_online_pod_skips_the_core_checks_and_takes_no_cores() -> None:
+    # HAMi's Fit: an online pod is not held to the cores (coreReq 0 in its device entry, no core check, no whole-card
+    # check): it joins a card whose cores an offline pod took whole, with any QoS policy
+    full = {"dev-0": held(1, (OFFLINE_TAG, 1), ("qos=", 1), mem=32, cores=100)}
+    got = fit([card("dev-0")], req(1, 64, cores=100), usage=full, annotations={APP: "online"})
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 64, 0, SG),),)
+    (charge,) = got.charges
+    assert charge.cores_unchecked and charge.tags == (ONLINE_TAG,)
+    assert (charge.refuse_tags, charge.need_tags) == ((), (ONLINE_TAG, OFFLINE_TAG))
+    # memory still counts
+    assert reason(fit([card("dev-0")], req(1, 100, cores=0), usage=full, annotations={APP: "online"})) == (
+        "1/1 CardInsufficientMemory"
+    )
+    # a pod that is not online is held to them
+    assert reason(fit([card("dev-0")], req(1, 64, cores=0), usage=full, annotations={APP: "offline"})) == (
+        "1/1 CardComputeUnitsExhausted"
+    )
+
+
+def test_charge_terms_carry_the_sharing_rule() -> None:
+    # what the atomic reserve re-checks (tests/integration/store/test_metax_sharing.py races it on redis)
+    got = fit([card("dev-0")], req(1, 64, cores=50), annotations={QOS_POLICY_KEY: FIXED_SHARE})
+    assert isinstance(got, Decision)
+    (charge,) = got.charges
+    assert charge.tags == ("qos=fixed-share",) and not charge.cores_unchecked
+    assert charge.refuse_tags == (ONLINE_TAG, OFFLINE_TAG, "qos=best-effort", "qos=burst-share")
+    assert charge.need_tags == ()
+    got = fit([card("dev-0")], req(1, 0, 100, cores=100), annotations={APP: "offline", QOS_POLICY_KEY: BURST_SHARE})
+    assert isinstance(got, Decision)
+    (charge,) = got.charges
+    # a whole card leaves the card's policy free ("qos="): HAMi's addJitteryQos caches "" for it
+    assert charge.tags == (OFFLINE_TAG, "qos=") and charge.exclusive
+    assert (charge.refuse_tags, charge.need_tags) == ((ONLINE_TAG,), (OFFLINE_TAG,))
+
+
+def test_the_informer_records_what_the_reservation_had() -> None:
+    # the informer's record of a placed pod carries the tags and rule the reservation had, byte for byte, so
+    # confirming it changes nothing
+    for annos, whole, expected in [
+        ({APP: "online", QOS_POLICY_KEY: "x"}, False, (ONLINE_TAG,)),
+        ({APP: "offline", QOS_POLICY_KEY: BEST_EFFORT}, False, (OFFLINE_TAG, "qos=best-effort")),
+        ({QOS_POLICY_KEY: BURST_SHARE}, True, ("qos=",)),
+        ({}, False, ("qos=",)),
+        ({APP: "bogus", QOS_POLICY_KEY: FIXED_SHARE}, False, ("qos=fixed-share",)),
+    ]:
+        charge = DeviceCharge("dev-0", 1, 64, 100 if whole else 50, exclusive=whole)
+        recorded = metax_sgpu.MetaxSgpuVendor().recorded_charge(annos, charge)
+        assert recorded.tags == expected, annos
+        if annos.get(APP) != "bogus":  # the webhook and /filter refuse a bad class: no reservation to compare
+            got = fit([card("dev-0")], req(1, 64, 100 if whole else MEM_PCT_UNSET, cores=100 if whole else 50),
+                      annotations=annos if annos.get(QOS_POLICY_KEY) != "x" else {APP: "online"})  # fmt: skip
+            assert isinstance(got, Decision)
+            (reserved,) = got.charges
+            assert metax_sgpu.MetaxSgpuVendor().recorded_charge(annos, replace(reserved, tags=(), refuse_tags=(),
+                   need_tags=(), cores_unchecked=False)) == reserved, annos  # fmt: skip
+
+
+def test_a_pods_second_container_on_its_own_card() -> None:
+    # HAMi counts only other pods on a card (PodInfos), and its AddResourceUsage sets the card's QoS to the pod's:
+    # a second container of an unclassed pod shares the card its first took, though the card is registered with
+    # another policy; a second container of an online pod does not (the card is in use and runs no classed pod)
+    one_card = [card("dev-0", qos=BURST_SHARE)]
+    two = (req(1, 32, cores=10), req(1, 32, cores=10))
+    got = fit(one_card, *two, annotations={QOS_POLICY_KEY: BEST_EFFORT})
+    assert uuids(got, 0) == ["dev-0"] and uuids(got, 1) == ["dev-0"]
+    assert reason(fit(one_card, *two, annotations={APP: "online"})) == "1/1 CardAppClassMismatch"
+    got = fit([*one_card, card("dev-1", index=1)], *two, annotations={APP: "online"})
+    assert uuids(got, 0) == ["dev-0"] and uuids(got, 1) == ["dev-1"]
+
+
+# ---- TestPrioritizeOnlineDevices, TestScoreOnlineDevices -----------------------------------------------------------
+
+
+def _classed(*spec: tuple[str, int, int]) -> tuple[list[DeviceInfo], dict[str, DeviceUsage]]:
+    """(uuid, online pods, offline pods) per card."""
+    devices = [card(u, index=i) for i, (u, _, _) in enumerate(spec)]
+    usage = {
+        u: held(on + off, *((t, n) for t, n in ((ONLINE_TAG, on), (OFFLINE_TAG, off)) if n))
+        for u, on, off in spec
+        if on + off
+    }
+    return devices, usage
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # "prioritize idle device"
+        ([("GPU-1", 0, 0), ("GPU-2", 1, 0), ("GPU-3", 2, 0), ("GPU-4", 1, 1), ("GPU-5", 2, 1), ("GPU-6", 0, 1),
+          ("GPU-7", 0, 2)], "GPU-1"),
+        # "prioritize onlyOnline device"
+        ([("GPU-1", 1, 0), ("GPU-2", 2, 0), ("GPU-3", 3, 1), ("GPU-4", 0, 2)], "GPU-1"),
+        # "prioritize online&offline device"
+        ([("GPU-1", 3, 0), ("GPU-2", 1, 1), ("GPU-3", 2, 1), ("GPU-4", 0, 1), ("GPU-5", 0, 2)], "GPU-2"),
+        # "prioritize onlyOffline device"
+        ([("GPU-1", 0, 1), ("GPU-2", 0, 2)], "GPU-1"),
+    ],
+)  # fmt: skip
+def test_prioritize_online_devices(spec: list[tuple[str, int, int]], expected: str) -> None:
+    devices, usage = _classed(*spec)
+    assert [d.id for d in metax_sgpu.prioritize_online(devices, usage, 1)] == [expected]
+    # the same order from the end of the list (HAMi sorts; the input order does not matter)
+    assert [d.id for d in metax_sgpu.prioritize_online(devices[::-1], usage, 1)] == [expected]
+    # through the Fit: an online pod takes that card of the node
+    assert uuids(fit(devices, req(1, 8, cores=10), usage=usage, annotations={APP: "online"})) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("online", "offline", "expected"),
+    [
+        (0, 0, 0),  # "test idle device"
+        (2, 0, -40),  # "test only online device"
+        (0, 2, -200),  # "test only offline device"
+        (2, 2, -44),  # "test online/offline device"
+    ],
+)
+def test_score_online_devices(online: int, offline: int, expected: int) -> None:
+    _, usage = _classed(("GPU-123", online, offline))
+    assert metax_sgpu.score_online(_got(("GPU-123", 0)), usage) == expected
+    # a card a pod lists twice counts once (HAMi scores the node's cards the pod took)
+    assert metax_sgpu.score_online(_got(("GPU-123", 0), ("GPU-123", 0)), usage) == expected
+
+
+def test_online_score_ranks_the_nodes() -> None:
+    # TestScoreNodePolicyIndependence "online allocation": an online pod's node score is the online term × 10000
+    # (× −10000 under spread, which then takes the lowest): both prefer the node whose card runs fewer online pods
+    a_devs, a_use = _classed(("a-1", 2, 0))
+    b_devs, b_use = _classed(("b-1", 1, 0))
+    nodes = [
+        NodeSnapshot(NodeInventory("node-a", SG, tuple(a_devs)), a_use),
+        NodeSnapshot(NodeInventory("node-b", SG, tuple(b_devs)), b_use),
+    ]
+    pod = PodRequest(containers=(req(1, 8, cores=10),), init_count=0)
+    online = decode_vendor_constraints({APP: "online"}, VENDORS)
+    for policies in (Policies(), Policies(node=NodePolicy.SPREAD)):
+        got = plan(pod, online, nodes, policies=policies, rules=VENDORS.rules)
+        assert isinstance(got, Decision) and got.node == "node-b", policies
+    # an unclassed pod fits neither (both cards run classed pods); an offline one goes by the usage score alone
+    assert isinstance(plan(pod, decode_vendor_constraints({}, VENDORS), nodes, policies=Policies(),
+                           rules=VENDORS.rules), Failure)  # fmt: skip
+
+    # an idle card wins over both, though its node is the least used (its term is 0)
+    c_devs, c_use = _classed(("c-1", 0, 0))
+    idle = [*nodes, NodeSnapshot(NodeInventory("node-c", SG, tuple(c_devs)), c_use)]
+    got = plan(pod, online, idle, policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(got, Decision) and got.node == "node-c"
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_online_pod_takes_the_best_total_of_all_nodes(seed: int) -> None:
+    # the walk stops early (the online term never improves a node's rank); it must still find the node with the
+    # best total that evaluating every node on its own finds (HAMi scores every node)
+    rnd = random.Random(seed)
+    nodes = []
+    for k in range(rnd.randint(2, 7)):
+        spec = [(f"n{k}-{c}", rnd.choice((0, 0, 1, 2)), rnd.choice((0, 1, 2))) for c in range(rnd.randint(1, 3))]
+        devs, use = _classed(*spec)
+        nodes.append(NodeSnapshot(NodeInventory(f"node-{k}", SG, tuple(devs)), use))
+    pod = PodRequest(containers=(req(1, 8, cores=10),), init_count=0)
+    online = decode_vendor_constraints({APP: "online"}, VENDORS)
+    for policies in (Policies(), Policies(node=NodePolicy.SPREAD)):
+        totals = []
+        for snap in nodes:
+            alone = plan(pod, online, [snap], policies=policies, rules=VENDORS.rules)
+            if isinstance(alone, Decision):
+                term = metax_sgpu.SGPU_RULES.pod_score(snap, alone.devices, policies.node, online)  # type: ignore[attr-defined]
+                totals.append((alone.score + term, snap.name))
+        got = plan(pod, online, nodes, policies=policies, rules=VENDORS.rules)
+        if not totals:
+            assert isinstance(got, Failure)
+            continue
+        binpack = policies.node is NodePolicy.BINPACK
+        best = min(totals, key=lambda t: (-t[0] if binpack else t[0], t[1]))
+        assert isinstance(got, Decision) and got.node == best[1], (seed, policies, totals)
+
+
+# ---- TestAddJitteryQos, TestJitteryQosCacheSync, TestGet (qos.go): a card's policy from its holders ---------------
+
+
+def test_add_jittery_qos() -> None:
+    # TestAddJitteryQos "request BestEffort": a best-effort pod takes GPU-123 (registered best-effort) and GPU-456
+    # (registered burst-share) with 50 cores each, and GPU-789 (registered best-effort) whole. HAMi caches the
+    # cards whose policy changes: GPU-456 → best-effort, GPU-789 → "". Here each card holds the pod's tag, and the
+    # card's policy is the tag's: the same three policies, read by every replica.
+    devices = [card("GPU-123", qos=BEST_EFFORT), card("GPU-456", index=1, qos=BURST_SHARE),
+               card("GPU-789", index=2, qos=BEST_EFFORT)]  # fmt: skip
+    pod = ((ContainerDevice("GPU-123", 64, 50, SG), ContainerDevice("GPU-456", 64, 50, SG)),
+           (ContainerDevice("GPU-789", 128, 100, SG),))  # fmt: skip
+    charges = {
+        c.uuid: metax_sgpu.MetaxSgpuVendor().recorded_charge({QOS_POLICY_KEY: BEST_EFFORT}, c).tags
+        for c in collapse(pod, 0)
+    }
+    after = {u: DeviceUsage(1, tags=((t[0], 1),)) for u, t in charges.items()}
+    policy = {u: metax_sgpu.held_policies(after[u]) for u in after}
+    jittery = {d.id: next(iter(policy[d.id])) for d in devices if policy[d.id] != {metax_sgpu.qos_of(d)}}
+    assert jittery == {"GPU-456": BEST_EFFORT, "GPU-789": ""}
+    # what the cache is for: GPU-456 now takes best-effort pods and refuses burst-share ones, though its
+    # registration still says burst-share; GPU-789 (a whole card: "") takes any policy
+    gpu456, gpu789 = devices[1], devices[2]
+    assert metax_sgpu.device_qos_ok(gpu456, after["GPU-456"], 0, BEST_EFFORT, 50)
+    assert not metax_sgpu.device_qos_ok(gpu456, after["GPU-456"], 0, BURST_SHARE, 50)
+    assert metax_sgpu.device_qos_ok(gpu789, after["GPU-789"], 0, FIXED_SHARE, 50)
+
+
+def test_jittery_qos_cache_sync_and_get() -> None:
+    # TestJitteryQosCacheSync "no sync": the plugin still reports best-effort for GPU-123 while HAMi's cache says
+    # fixed-share: the card counts as fixed-share
+    gpu = card("GPU-123", qos=BEST_EFFORT)
+    fixed = DeviceUsage(1, tags=(("qos=fixed-share", 1),))
+    assert not metax_sgpu.device_qos_ok(gpu, fixed, 0, BEST_EFFORT, 50)
+    assert metax_sgpu.device_qos_ok(gpu, fixed, 0, FIXED_SHARE, 50)
+    # "sync sccuess": the plugin reports the cached policy, HAMi drops the entry; the registration and the holders
+    # agree, and the card takes that policy either way
+    same = DeviceUsage(1, tags=(("qos=best-effort", 1),))
+    assert metax_sgpu.device_qos_ok(gpu, same, 0, BEST_EFFORT, 50)
+    assert not metax_sgpu.device_qos_ok(gpu, same, 0, BURST_SHARE, 50)
+    # TestGet "test get": the policy a card is held in
+    assert metax_sgpu.held_policies(DeviceUsage(2, tags=(("qos=burst-share", 2),))) == {BURST_SHARE}
+    # the registration decides only when no holder names a policy (pods recorded before tags existed)
+    untagged = DeviceUsage(1)
+    assert metax_sgpu.device_qos_ok(gpu, untagged, 0, BEST_EFFORT, 50)
+    assert not metax_sgpu.device_qos_ok(gpu, untagged, 0, FIXED_SHARE, 50)
+    # difference: HAMi keeps an entry until the plugin reports it, also after the pod ended; here a card whose pods
+    # ended is idle and takes any policy (the Fit asks about cards in use only)
+    assert uuids(fit([gpu], req(1, 64, cores=50), annotations={QOS_POLICY_KEY: FIXED_SHARE})) == ["GPU-123"]
