@@ -2,8 +2,8 @@
 
 Run: ``.venv/bin/python -m benchmarks.bench_neuron [--nodes 1000] [--calls 300]``. Prints figures only. Half the
 nodes are ``inf2.48xlarge`` (a ring: any run of devices), half ``trn1.32xlarge`` (runs of 1, 4, 8 or 16 aligned);
-about a third of each node's devices hold one or two cores. Each timed call is one ``plan()`` (fast path) of a
-one-container pod: one core, two cores, four whole devices, or eight.
+about a third of each node's devices hold one or two cores (with their ``core=<bit>`` usage tags). Each timed call
+is one ``plan()`` (fast path) of a one-container pod: one core, two cores, four whole devices, or eight.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ def build_cluster(n_nodes: int, seed: int = 11) -> list[NodeSnapshot]:
         usage = {}
         for d in devices:
             roll = rnd.random()
-            if roll < 0.2:
-                usage[d.id] = DeviceUsage(used=1, used_cores=rnd.choice((0b01, 0b10)))
-            elif roll < 0.33:
-                usage[d.id] = DeviceUsage(used=1, used_cores=0b11)
+            mask = rnd.choice((0b01, 0b10)) if roll < 0.2 else 0b11 if roll < 0.33 else 0
+            if mask:  # with the core tags its holder's charge adds (docs/vendors/awsneuron.md)
+                tags = tuple((t, 1) for t in awsneuron.core_tags(mask))
+                usage[d.id] = DeviceUsage(used=1, used_cores=mask, tags=tags)
         nodes.append(NodeSnapshot(NodeInventory(node=name, vendor=awsneuron.NAME, devices=devices), usage))
     return nodes
 

@@ -277,7 +277,7 @@ class _NodeEval:
         take_for = getattr(rules, "take_for", None)  # optional: a take that reads the pod's annotations
         if take_for is not None:
             take = functools.partial(take_for, constraints=constraints)
-        take_on = getattr(rules, "take_on", None)  # optional: a take that sees the cores in use (Neuron's masks)
+        take_on = getattr(rules, "take_on", None)  # optional: a take that sees the cores in use and the usage (Neuron)
         pod_ok = getattr(rules, "pod_device_ok", None)  # optional: a vendor's rule on the pod's earlier devices
         earlier = [d for c in self.pod_devs for d in c if d.type == req.type] if pod_ok is not None else []
         group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
@@ -336,7 +336,7 @@ class _NodeEval:
                 continue
             if fits is not None and not fits(dev, req, d_used, d_mem):
                 continue
-            took = take(dev, req, d_mem) if take_on is None else take_on(dev, req, d_mem, d_cores)
+            took = take(dev, req, d_mem) if take_on is None else take_on(dev, req, d_mem, d_cores, snap_usages[p])
             if took.reason is not None:
                 counts[took.reason] += 1
                 continue
@@ -543,7 +543,9 @@ def may_fit(ctx: PodContext, snap: NodeSnapshot) -> bool:
             if fits is not None and not fits(dev, req, used, u.used_mem_mib):
                 continue
             took = (
-                take(dev, req, u.used_mem_mib) if take_on is None else take_on(dev, req, u.used_mem_mib, u.used_cores)
+                take(dev, req, u.used_mem_mib)
+                if take_on is None
+                else take_on(dev, req, u.used_mem_mib, u.used_cores, u)
             )
             cores = took.cores
             if (

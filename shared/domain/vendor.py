@@ -48,8 +48,9 @@ class DeviceRules(Protocol):
     Optional hooks the core looks up when present: ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
     devices, refused as ``CardNotFoundCustomFilterRule``), ``mutex_group(dev)`` (devices busy as a group under
     ``mutex``), ``node_mode_reason(devices, req, constraints) -> Reason | None`` (the node's mode refuses the
-    request as a whole, counted once out of the family's devices: Ascend's ``ModeNotFit``), ``take_on``,
-    ``set_failure`` and ``keeps_selected_order`` (AWS Neuron: see :mod:`shared.vendors.awsneuron`),
+    request as a whole, counted once out of the family's devices: Ascend's ``ModeNotFit``),
+    ``take_on(dev, req, used_mem_mib, used_cores, usage)`` (a take that sees the cores in use and the device's usage
+    before the pod), ``set_failure`` and ``keeps_selected_order`` (AWS Neuron: see :mod:`shared.vendors.awsneuron`),
     ``device_fits(dev, req, used, used_mem_mib)`` (the vendor's own test of a device, after the common checks; a
     device that fails it is passed over without a reason, as HAMi's Kunlunxin ``fitFn``) and ``set_miss_reason``
     (a :class:`Reason`: when :meth:`select` finds no set, the node's one reason unless some device gave one of its

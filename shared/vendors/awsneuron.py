@@ -46,10 +46,13 @@ from vgpu_scheduler.shared.codec.resources import (
 from vgpu_scheduler.shared.domain.diagnosis import NearestMiss
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
+    ZERO_USAGE,
     ContainerRequest,
+    DeviceCharge,
     DeviceInfo,
     DeviceUsage,
     NodeInventory,
+    PodConstraints,
     PodDevices,
     Reason,
     Selectors,
@@ -93,6 +96,8 @@ RING_GROUPS: Final = ("inf", "Inf")
 TRAINIUM_SIZES: Final = (1, 4, 8, 16)
 """How many devices a Trainium (non-``inf``) node gives one container, each run aligned on its size."""
 _ID_INFIX: Final = "-" + NAME + "-"
+CORE_TAG: Final = "core="
+"""The usage tag of a NeuronCore a charge holds: ``core=<bit>`` (``DeviceUsage.tags``), one per bit of its mask."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +151,39 @@ def free_run(available: int, used: int, cores: int) -> int | None:
         if available & mask == mask and not used & mask:
             return mask
     return None
+
+
+def core_tags(mask: int) -> tuple[str, ...]:
+    """The usage tags of the cores in ``mask``: ``core=<bit>`` for each bit, lowest first."""
+    return tuple(f"{CORE_TAG}{b}" for b in range(max(mask, 0).bit_length()) if mask >> b & 1)
+
+
+def tagged_cores(usage: DeviceUsage) -> int:
+    """The cores the device's tagged holders hold (the union of their ``core=<bit>`` tags), as a mask. Exact, where
+    the sum of the masks is not when two of them overlap; pods recorded without tags are not in it."""
+    mask = 0
+    for tag, n in usage.tags:
+        if n > 0 and tag.startswith(CORE_TAG):
+            bit = tag[len(CORE_TAG) :]
+            if bit.isascii() and bit.isdigit() and int(bit) < MAX_CORES_PER_DEVICE:
+                mask |= 1 << int(bit)
+    return mask
+
+
+def cores_in_use(used_cores: int, usage: DeviceUsage) -> int:
+    """The cores of a device Fit treats as taken: the tagged cores (:func:`tagged_cores`) and, for holders recorded
+    without tags, the sum of the masks read as a mask (the derivation before tags, exact while the masks are
+    disjoint). ``used_cores`` is that sum, with the pod's own earlier containers."""
+    return used_cores | tagged_cores(usage)
+
+
+def core_terms(charge: DeviceCharge) -> DeviceCharge:
+    """A Neuron charge with its cores as usage tags and the same tags as the atomic reserve's sharing rule: a device
+    in use that already holds a task on one of these cores refuses it (``ConflictDimension.SHARING``), so two
+    decisions that took the same core on stale snapshots never both reserve. The extender reserves it and the
+    informer records the same from the pod's device list, so the two are equal byte for byte."""
+    tags = core_tags(charge.cores_pct)
+    return dataclasses.replace(charge, tags=tags, refuse_tags=tags)
 
 
 def device_index(uuid: str) -> int | None:
@@ -209,15 +247,24 @@ class AWSNeuronRules(UuidOnlyRules):
     def take(self, dev: DeviceInfo, req: ContainerRequest, used_mem_mib: int) -> Take:
         return self.take_on(dev, req, used_mem_mib, 0)
 
-    def take_on(self, dev: DeviceInfo, req: ContainerRequest, used_mem_mib: int, used_cores: int) -> Take:
-        """The core mask ``req`` takes on ``dev`` given the cores already in use there (``used_cores``: the sum of
-        disjoint masks, i.e. their union)."""
+    def take_on(
+        self,
+        dev: DeviceInfo,
+        req: ContainerRequest,
+        used_mem_mib: int,
+        used_cores: int,
+        usage: DeviceUsage = ZERO_USAGE,
+    ) -> Take:
+        """The core mask ``req`` takes on ``dev`` given the cores already in use there: ``used_cores`` (the sum of
+        the holders' masks, with the pod's own earlier containers) and the device's ``usage`` before the pod, whose
+        core tags say exactly which cores its tagged holders hold (:func:`cores_in_use`)."""
         del used_mem_mib
+        in_use = cores_in_use(used_cores, usage)
         if req.nums > 1:
-            if used_cores & dev.devcore:
+            if in_use & dev.devcore:
                 return Take(0, 0, Reason.CARD_INSUFFICIENT_CORE)
             return Take(0, dev.devcore)
-        mask = free_run(dev.devcore, used_cores, req.cores_pct)
+        mask = free_run(dev.devcore, in_use, req.cores_pct)
         if mask is None:
             return Take(0, 0, Reason.CARD_INSUFFICIENT_CORE)
         return Take(0, mask)
@@ -230,12 +277,19 @@ class AWSNeuronRules(UuidOnlyRules):
         ordered = sorted((d for d in inventory.devices if d.vendor == self.name), key=lambda d: d.index)
         return contiguous_run(ordered, frozenset(d.id for d in candidates), nums)
 
+    def charge_terms(
+        self, charge: DeviceCharge, dev: DeviceInfo, usage: DeviceUsage, constraints: PodConstraints
+    ) -> DeviceCharge:
+        """:func:`core_terms`: the charge's cores as tags, and the reserve's rule that no holder has one of them."""
+        del dev, usage, constraints
+        return core_terms(charge)
+
     def nearest_miss(
         self, reason: Reason, node: str, candidates: Sequence[tuple[DeviceInfo, DeviceUsage]], req: ContainerRequest
     ) -> NearestMiss | None:
         """``explain``'s words for the refusals the generic ones would get wrong (cores are masks, several devices
         a run): NeuronCores short on one device, no idle device, or no run of idle devices. None: the generic."""
-        idle = [d for d, u in candidates if not u.used_cores & d.devcore]
+        idle = [d for d, u in candidates if not cores_in_use(u.used_cores, u) & d.devcore]
         if reason is Reason.NUMA_NOT_FIT or (reason is Reason.CARD_INSUFFICIENT_CORE and req.nums > 1):
             rule = (
                 "an Inferentia ring: any run"
@@ -250,7 +304,7 @@ class AWSNeuronRules(UuidOnlyRules):
         if reason is Reason.CARD_INSUFFICIENT_CORE:
             if not candidates:
                 return None
-            free = {d.id: bits(d.devcore & ~u.used_cores) for d, u in candidates}
+            free = {d.id: bits(d.devcore & ~cores_in_use(u.used_cores, u)) for d, u in candidates}
             best = max(free, key=lambda k: free[k])
             text = (
                 f"needs {req.cores_pct} NeuronCore{'s' if req.cores_pct != 1 else ''} in a row on one Neuron device; "
@@ -397,6 +451,12 @@ class AWSNeuronVendor(CapacityVendor):
             return self.container_request(container, "container").nums
         except ResourceRequestError:
             return 0
+
+    def recorded_charge(self, annotations: Mapping[str, Any], charge: DeviceCharge) -> DeviceCharge:
+        """A placed pod's charge on a device as the informer records it: :func:`core_terms`, as the reservation had
+        it (the cores come from the pod's device list, so the annotations add nothing)."""
+        del annotations
+        return core_terms(charge)
 
     # ---- registration ------------------------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ plugin's failure count and the project processes' exit codes.
 Two kinds of finding, raised as two exception types so a scenario can expect one and never hide the other:
 
 * :class:`CorrectnessError` — a device over capacity (slots, memory, cores, recomputed from the pods'
-  allocation annotations of every vendor), a bound pod without a decodable allocation on its node, a vendor's
+  allocation annotations of every vendor), an AWS Neuron core held twice (the core masks of the pods on one
+  device, and of one pod's app containers, overlap), a bound pod without a decodable allocation on its node, a vendor's
   keys missing or not in HAMi's format (the allocated list of every vendor the pod asks for, re-encoding to the
   same text, serving each container its count, naming only that vendor's devices registered on the node; the
   to-allocate list emptied by the plugin), devices of a vendor the pod did not ask for, a pending pod left with
@@ -54,7 +55,7 @@ from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError
-from vgpu_scheduler.shared.vendors import cambricon
+from vgpu_scheduler.shared.vendors import awsneuron, cambricon
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
 from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS, observe_node
 from vgpu_scheduler.shared.vendors.registration import NodeView
@@ -155,6 +156,51 @@ def usage_by_node(
     }
 
 
+def neuron_core_overlaps(pods: Iterable[Mapping[str, Any]], vendors: Vendors, report: AuditReport) -> None:
+    """AWS Neuron devices record core **masks**: the over-capacity check sums them, which lets two pods on core 0
+    (mask 1 + 1 = 2 of 3) through. A correctness finding for every core held by two pods at once (an init
+    container's cores count for its pod: it runs beside the other pods), or by two app containers of one pod."""
+    holders: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in _TERMINAL:
+            continue
+        try:
+            decoded = decode_allocation(pod, vendors.all)
+            init, _ = pod_containers(pod)
+        except DecodeError:
+            continue  # usage_by_node reports it
+        if decoded is None:
+            continue
+        node = pod["metadata"]["annotations"][keys.VGPU_NODE]
+        held: dict[str, int] = {}
+        for ci, container in enumerate(decoded[0]):
+            for d in container:
+                if d.type != awsneuron.NAME:
+                    continue
+                if ci >= len(init) and d.used_cores & _app_cores(decoded[0], len(init), ci, d.uuid):
+                    report.correctness.append(f"{_key(pod)}: two containers hold the same core of {node}/{d.uuid}")
+                held[d.uuid] = held.get(d.uuid, 0) | d.used_cores
+        for uuid, mask in held.items():
+            holders.setdefault((node, uuid), []).append((_key(pod), mask))
+    for (node, uuid), masks in sorted(holders.items()):
+        for i, (a, ma) in enumerate(masks):
+            for b, mb in masks[i + 1 :]:
+                if ma & mb:
+                    report.correctness.append(
+                        f"{node}/{uuid} (AWSNeuron): core mask {ma & mb:#b} held by both {a} and {b}"
+                    )
+
+
+def _app_cores(devices: PodDevices, init_count: int, before: int, uuid: str) -> int:
+    """The cores the app containers before container ``before`` hold on ``uuid``."""
+    mask = 0
+    for container in devices[init_count:before]:
+        for d in container:
+            if d.uuid == uuid:
+                mask |= d.used_cores
+    return mask
+
+
 def audit(
     pods: Sequence[Mapping[str, Any]],
     nodes: Sequence[Mapping[str, Any]],
@@ -201,6 +247,8 @@ def audit(
                     f"{node_name}/{uuid} ({dev.vendor}) over capacity: slots {u.used}/{dev.count}, "
                     f"memory {u.used_mem_mib}/{dev.devmem_mib} MiB, cores {u.used_cores}/{dev.devcore}%"
                 )
+
+    neuron_core_overlaps(pods, vendors, report)
 
     snapshots = [NodeSnapshot(inv, usage.get(name, {})) for name, inv in sorted(inventories.items())]
     limits: dict[str, list[Any]] = {}

@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 
+from tests.controlplane.audit import AuditReport, neuron_core_overlaps
 from tests.controlplane.control import ApiServer, Cleanup
 from tests.controlplane.harness import Settings, VendorPart, vendor_pod
 from tests.controlplane.scenario import Outcome, Scenario, run_scenario
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -400,3 +403,47 @@ async def test_mixed_vendor_cluster_two_replicas_spread(
     whole = ("npu-whole: unschedulable", "metax-two: unschedulable", "sgpu-whole: unschedulable")
     assert all(any(w in n for w in whole) for n in outcome.report.notes), outcome.report.notes
     assert outcome.report.bound >= len(pods) - 10
+
+
+def _neuron_pod(name: str, entries: str, containers: int = 1, phase: str = "Running") -> dict[str, Any]:
+    """A bound pod holding ``entries`` (the allocated list) on node n1, one-core containers."""
+    return {
+        "metadata": {
+            "namespace": "default",
+            "name": name,
+            "uid": name,
+            "annotations": {"hami.io/vgpu-node": "n1", "hami.io/aws-neuron-devices-allocated": entries},
+        },
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {"name": f"c{i}", "resources": {"limits": {"aws.amazon.com/neuroncore": "1"}}}
+                for i in range(containers)
+            ],
+        },
+        "status": {"phase": phase},
+    }
+
+
+def test_the_audit_finds_a_neuron_core_held_twice() -> None:
+    # no control plane: the audit's own check. Two pods on core 0 of one device sum to a mask of 2 of 3, which the
+    # over-capacity check lets through; the core-overlap check does not
+    vendors = enabled_vendors(NvidiaConfig())
+    dev0, dev1 = "n1-AWSNeuron-0", "n1-AWSNeuron-1"
+
+    def findings(*pods: Mapping[str, Any]) -> list[str]:
+        report = AuditReport()
+        neuron_core_overlaps(pods, vendors, report)
+        return report.correctness
+
+    one, two = _neuron_pod("a", f"{dev0},AWSNeuron,0,1:;"), _neuron_pod("b", f"{dev0},AWSNeuron,0,1:;")
+    assert findings(one, two) == [f"n1/{dev0} (AWSNeuron): core mask 0b1 held by both default/a and default/b"]
+    assert findings(one, _neuron_pod("b", f"{dev0},AWSNeuron,0,2:;")) == []  # the other core
+    assert findings(one, _neuron_pod("b", f"{dev1},AWSNeuron,0,1:;")) == []  # another device
+    assert findings(one, _neuron_pod("b", f"{dev0},AWSNeuron,0,1:;", phase="Succeeded")) == []  # ended
+    whole = _neuron_pod("w", f"{dev0},AWSNeuron,0,3:;")
+    assert len(findings(whole, _neuron_pod("b", f"{dev0},AWSNeuron,0,2:;"))) == 1
+    # one pod's two app containers on one core
+    doubled = _neuron_pod("d", f"{dev0},AWSNeuron,0,1:;{dev0},AWSNeuron,0,1:;", containers=2)
+    assert findings(doubled) == [f"default/d: two containers hold the same core of n1/{dev0}"]
+    assert findings(_neuron_pod("e", f"{dev0},AWSNeuron,0,1:;{dev0},AWSNeuron,0,2:;", containers=2)) == []

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, QuotaView
+from vgpu_scheduler.services.informer.pods import pod_allocation
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
@@ -26,6 +27,7 @@ from vgpu_scheduler.shared.domain.diagnosis import nearest_miss
 from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
+    DeviceCharge,
     DeviceInfo,
     DeviceUsage,
     NodeInventory,
@@ -326,6 +328,62 @@ def test_core_masks_are_contiguous_free_runs() -> None:
     assert awsneuron.free_run(0b11, 0b10, 1) == 0b01
     assert awsneuron.free_run(0b11, 0b01, 2) is None
     assert awsneuron.free_run(0b1111, 0b0010, 2) == 0b1100
+
+
+def test_core_tags_and_the_cores_in_use() -> None:
+    # ours: a charge's cores as usage tags (what the atomic reserve re-checks), and Fit reading them
+    tags = [awsneuron.core_tags(m) for m in (0, 0b01, 0b10, 0b11)]
+    assert tags == [(), ("core=0",), ("core=1",), ("core=0", "core=1")]
+    tagged = DeviceUsage(1, 0, 0b01, tags=(("core=0", 1),))
+    assert awsneuron.tagged_cores(tagged) == 0b01 and awsneuron.cores_in_use(0b01, tagged) == 0b01
+    # two pods recorded on core 0 of an Inferentia1 device (4 slots; an over-commit from before the tags): their
+    # masks sum to 2, which read as a mask says core 1 is taken and core 0 free; the tags say core 0 is taken; Fit
+    # takes both as taken, so no third pod joins core 0 and the device is full
+    doubled = DeviceUsage(2, 0, 0b01 + 0b01, tags=(("core=0", 2),))
+    assert awsneuron.cores_in_use(doubled.used_cores, doubled) == 0b11
+    inf1 = dev("dev-0", count=4)
+    assert reason(fit([inf1], req(1, 1), usage={"dev-0": doubled})) == "1/1 CardInsufficientCore"
+    assert taken(fit([inf1, dev("dev-1", 1, count=4)], req(1, 1), usage={"dev-0": doubled})) == [("dev-1", 0b01)]
+    assert miss([inf1], req(1, 1), {"dev-0": doubled})[1].endswith("the most free on n1 is 0 on dev-0")
+    # pods recorded without tags (before this change): the sum of the masks, as before
+    untagged = DeviceUsage(1, 0, 0b10)
+    assert awsneuron.tagged_cores(untagged) == 0
+    assert taken(fit([dev("dev-0")], req(1, 1), usage={"dev-0": untagged})) == [("dev-0", 0b01)]
+    assert taken(fit([dev("dev-0")], req(1, 1), usage={"dev-0": tagged})) == [("dev-0", 0b10)]
+    # a device whose tagged holder holds a core is not idle for a whole-device run either
+    ring = [dev(f"d{i}", i, count=4, node_type="inf1.xlarge") for i in range(3)]
+    held = {"d0": DeviceUsage(2, 0, 0b01 + 0b01, tags=(("core=0", 2),))}
+    assert taken(fit(ring, req(2, 2), usage=held)) == [("d1", 0b11), ("d2", 0b11)]
+
+
+def test_charges_carry_their_cores_as_tags_and_the_informer_records_them() -> None:
+    # ours: the reservation's charge and the informer's record of the same pod are equal, tags and rule and all
+    core0 = DeviceUsage(1, 0, 0b01, tags=(("core=0", 1),))
+    got = fit([dev("dev-0"), dev("dev-1", 1)], req(1, 1), usage={"dev-0": core0})
+    assert isinstance(got, Decision)
+    (charge,) = got.charges
+    assert (charge.uuid, charge.cores_pct, charge.tags, charge.refuse_tags) == ("dev-0", 0b10, ("core=1",), ("core=1",))
+    # two containers of one pod on one device (a core each), and a whole-device run
+    inv = NodeInventory(node="n1", vendor=NAME, devices=(dev("n1-AWSNeuron-0", node_type="inf2.xlarge"),))
+    pod = PodRequest(containers=(req(1, 1), req(1, 1)), init_count=0)
+    two = plan(pod, PodConstraints(), [NodeSnapshot(inv, {})], policies=Policies(), rules=VENDORS.rules)
+    assert isinstance(two, Decision)
+    (shared,) = two.charges
+    assert (shared.slots, shared.cores_pct, shared.tags) == (2, 0b11, ("core=0", "core=1"))
+    assert shared.refuse_tags == shared.tags
+    containers = [ctr({CORE: "1"}, name="a"), ctr({CORE: "1"}, name="b")]
+    placed = {
+        "metadata": {
+            "uid": "u1",
+            "namespace": "default",
+            "name": "p",
+            "annotations": {"hami.io/vgpu-node": "n1", awsneuron.ALLOCATED_KEY: V.encode_devices(two.devices)},
+        },
+        "spec": {"containers": containers},
+    }
+    recorded = pod_allocation(placed, {"n1-AWSNeuron-0": 0b11}, VENDORS.all)
+    assert recorded is not None and recorded.charges == two.charges
+    assert V.recorded_charge({}, DeviceCharge("d", 1, 0, 0b10)).tags == ("core=1",)
 
 
 # ---- Test_checkType, Test_checkUUID --------------------------------------------------------------------------------
