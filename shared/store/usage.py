@@ -17,7 +17,7 @@ from redis.exceptions import NoScriptError
 from vgpu_scheduler.shared.codec.envelope import decode_inventory
 from vgpu_scheduler.shared.domain.model import DeviceUsage, MigPlacement, NodeInventory
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.store._base import StoreContext, as_int, check_fenced, fence_args, flat_pairs
+from vgpu_scheduler.shared.store._base import ScriptCall, StoreContext, as_int, check_fenced, fence_args, flat_pairs
 from vgpu_scheduler.shared.store.types import Fence, NodeState, UsageAudit
 
 
@@ -142,15 +142,17 @@ class SnapshotRepo:
             return {}
         k = self._ctx.keys
         script = self._ctx.scripts.node_snapshot
-        # EVALSHA by hand: a Script object in a pipeline makes redis-py check SCRIPT EXISTS first, one more round
-        # trip on every load. A Redis that lost its script cache (restarted, SCRIPT FLUSH) answers NOSCRIPT: load
-        # the script and read again.
+        calls = [
+            ScriptCall(script, [k.inventory(n), k.usage(n), k.generation(n), k.pod_charges(n), k.node_lock(n)], [])
+            for n in nodes
+        ]
+        # Queued as EVALSHA (ScriptCall): a Script object in a pipeline makes redis-py check SCRIPT EXISTS first, one
+        # more round trip on every load. A Redis that lost its script cache (restarted, SCRIPT FLUSH) answers
+        # NOSCRIPT: load the script and read again.
         for attempt in range(2):
             async with self._ctx.pipeline("load snapshots") as pipe:
-                for n in nodes:
-                    pipe.evalsha(
-                        script.sha, 5, k.inventory(n), k.usage(n), k.generation(n), k.pod_charges(n), k.node_lock(n)
-                    )
+                for call in calls:
+                    call.queue(pipe)
                 try:
                     replies = await pipe.execute()
                 except NoScriptError:
