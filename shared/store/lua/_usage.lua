@@ -120,6 +120,18 @@ local function usage_fields(u)
   return want
 end
 
+local function store_counts(key, prefix, id, touched, values)
+  -- one '<prefix>|<id>|<k>' counter per touched k: written, or removed at 0
+  for k in pairs(touched) do
+    local v = values[k] or 0
+    if v == 0 then
+      redis.call('HDEL', key, prefix .. '|' .. id .. '|' .. k)
+    else
+      redis.call('HSET', key, prefix .. '|' .. id .. '|' .. k, fmt(v))
+    end
+  end
+end
+
 local function store_usage(key, u)
   -- write back only the devices and placements apply() touched
   for id, d in pairs(u) do
@@ -129,30 +141,9 @@ local function store_usage(key, u)
       else
         redis.call('HSET', key, 'u|' .. id, fmt(d.n) .. ',' .. fmt(d.m) .. ',' .. fmt(d.c) .. ',' .. fmt(d.x))
       end
-      for k in pairs(d.pt) do
-        local v = d.p[k] or 0
-        if v == 0 then
-          redis.call('HDEL', key, 'p|' .. id .. '|' .. k)
-        else
-          redis.call('HSET', key, 'p|' .. id .. '|' .. k, fmt(v))
-        end
-      end
-      for k in pairs(d.lt) do
-        local v = d.l[k] or 0
-        if v == 0 then
-          redis.call('HDEL', key, 'l|' .. id .. '|' .. k)
-        else
-          redis.call('HSET', key, 'l|' .. id .. '|' .. k, fmt(v))
-        end
-      end
-      for k in pairs(d.gt) do
-        local v = d.g[k] or 0
-        if v == 0 then
-          redis.call('HDEL', key, 'g|' .. id .. '|' .. k)
-        else
-          redis.call('HSET', key, 'g|' .. id .. '|' .. k, fmt(v))
-        end
-      end
+      store_counts(key, 'p', id, d.pt, d.p)  -- MIG placements
+      store_counts(key, 'l', id, d.lt, d.l)  -- legacy MIG slots
+      store_counts(key, 'g', id, d.gt, d.g)  -- usage tags
     end
   end
 end
