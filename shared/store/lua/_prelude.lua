@@ -45,3 +45,12 @@ local function parse_record(rec)
   -- '<state>|<reserved_at_ms>|<charges json>'
   return string.match(rec, '^(%a+)|(%d+)|(.*)$')
 end
+
+-- Delete a node's bind lock, bump the node's generation and publish the change marked 'lock' 'released': the one
+-- change that wakes the binds waiting for that lock (readers that do not know the field ignore it). Every script
+-- that releases a node lock goes through here.
+local function release_node_lock(lock_key, generation_key, stream_key, maxlen, node)
+  redis.call('DEL', lock_key)
+  local gen = redis.call('INCR', generation_key)
+  redis.call('XADD', stream_key, 'MAXLEN', '~', maxlen, '*', 'node', node, 'gen', gen, 'kind', 'usage', 'lock', 'released')
+end

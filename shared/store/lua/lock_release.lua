@@ -9,9 +9,7 @@ if not v then
 end
 local tok, _, _, owner = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
 if (ARGV[1] == '' or owner == ARGV[1]) and (ARGV[2] == '' or tok == ARGV[2]) then
-  redis.call('DEL', KEYS[1])
-  local gen = redis.call('INCR', KEYS[2])
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[4], 'gen', gen, 'kind', 'usage', 'lock', 'released')
+  release_node_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[4])
   return 1
 end
 return 0

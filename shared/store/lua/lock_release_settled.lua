@@ -12,9 +12,7 @@ if not v then
 end
 local _, _, acq, owner = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
 if owner == ARGV[1] and (ARGV[2] == '' or tonumber(acq) <= tonumber(ARGV[2])) then
-  redis.call('DEL', KEYS[1])
-  local gen = redis.call('INCR', KEYS[2])
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[4], 'gen', gen, 'kind', 'usage', 'lock', 'released')
+  release_node_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[3], ARGV[4])
   return {1, v, now}
 end
 return {0, v, now}
