@@ -13,9 +13,8 @@ import argparse
 import os
 import random
 import statistics
-import time
-from collections.abc import Callable
 
+from benchmarks.bench_pod_score import _pct, _time
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -55,20 +54,6 @@ def build_cluster(n_nodes: int, seed: int = 7) -> list[NodeSnapshot]:
         usage = {devices[c].id: u for c, u in BUSY.items()} if rnd.random() < 0.5 else {}
         nodes.append(NodeSnapshot(NodeInventory(node=f"node-{k:05d}", vendor=SG, devices=devices), usage))
     return nodes
-
-
-def _time(fn: Callable[[], object], calls: int) -> list[float]:
-    out: list[float] = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
-
-
-def _pct(xs: list[float], q: float) -> float:
-    ordered = sorted(xs)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
 def run(n_nodes: int, calls: int) -> None:
