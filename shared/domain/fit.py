@@ -19,8 +19,8 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
 
 from vgpu_scheduler.shared.domain import mig, topology
 from vgpu_scheduler.shared.domain.accounting import collapse
@@ -139,6 +139,19 @@ class PodContext:
     quota: QuotaState | None
     rules: RuleSet = NVIDIA_ONLY
     """Every vendor's ``Fit`` hooks, by common word (``shared.domain.vendor``)."""
+    uniform_types: frozenset[str] = field(init=False)
+    """The pod's vendors whose devices are shared only by tasks of one size (``uniform_share``)."""
+    charge_terms: Mapping[str, Any] = field(init=False)
+    """The pod's vendors' optional ``charge_terms`` hooks (tags and the reserve's sharing rule), by common word."""
+
+    def __post_init__(self) -> None:
+        # found once per pod, not once per node fitted
+        rules = [(r.type, self.rules.get(r.type)) for r in self.requests]
+        object.__setattr__(
+            self, "uniform_types", frozenset(t for t, rule in rules if getattr(rule, "uniform_share", False))
+        )
+        hooks = {t: getattr(rule, "charge_terms", None) for t, rule in rules}
+        object.__setattr__(self, "charge_terms", {t: h for t, h in hooks.items() if h is not None})
 
     @property
     def quota_active(self) -> bool:
@@ -223,12 +236,11 @@ class _NodeEval:
         used_ids = {d.uuid for c in devices for d in c}
         totals = {d.id: d.devcore for d in self.devices if d.id in used_ids}
         charges = collapse(devices, init_count, mig, device_totals=totals)
-        uniform = {r.type for r in ctx.requests if getattr(ctx.rules.get(r.type), "uniform_share", False)}
+        uniform = ctx.uniform_types
         if uniform:  # a vendor whose devices are shared only by tasks of one size: the reserve re-checks it
             kinds = {d.uuid: d.type for c in devices for d in c}
             charges = tuple(replace(c, uniform=True) if kinds.get(c.uuid) in uniform else c for c in charges)
-        hooks = {r.type: getattr(ctx.rules.get(r.type), "charge_terms", None) for r in ctx.requests}
-        terms = {name: hook for name, hook in hooks.items() if hook is not None}
+        terms = ctx.charge_terms
         if terms:  # a vendor whose sharing rule depends on the tasks a device holds: tags and the reserve's rule
             kinds = {d.uuid: d.type for c in devices for d in c}
             by_id = {d.id: (d, u) for d, u in zip(self.devices, self.snap.usages, strict=True)}
