@@ -65,6 +65,19 @@ class _Seen:
     at_s: float
 
 
+def _pod_cause(facts: PodFacts | None, since_s: float) -> LockCause | None:
+    """What ends a lock taken at ``since_s`` (seconds) by a pod with ``facts`` (None: the pod is gone), when the
+    pod alone decides: gone, terminated, or settled by a bind not older than the lock. None: the pod still holds
+    it as far as the pod tells."""
+    if facts is None:
+        return LockCause.POD_DELETED
+    if facts.terminated:
+        return LockCause.POD_TERMINATED
+    if facts.settled and (facts.bind_time_s is None or facts.bind_time_s >= since_s - _CLOCK_SLACK_S):
+        return LockCause.BIND_SUCCESS if facts.bind_phase is BindPhase.SUCCESS else LockCause.BIND_FAILED
+    return None
+
+
 class NodeLockReleaser:
     """Decides and performs node-lock releases. ``pod``/``node`` read the informers' caches (None if unknown);
     ``node_names`` lists every known node; ``still_leader`` re-checks the lease before a pod is marked failed."""
@@ -250,16 +263,14 @@ class NodeLockReleaser:
         if held.owner is None:
             return (LockCause.TIMEOUT, None) if timed_out else None
         pod = await self._get_pod(held.owner)
-        if pod is None:
-            return LockCause.POD_DELETED, None
-        facts = pod_facts(pod)
-        if facts.terminated:
-            return LockCause.POD_TERMINATED, facts
-        fresh = facts.bind_time_s is None or facts.bind_time_s >= held.since_s - _CLOCK_SLACK_S
-        if facts.settled and fresh:
-            if held.annotation is not None and not timed_out and self._plugin_may_still_release(node, held.owner, now):
+        facts = pod_facts(pod) if pod is not None else None
+        cause = _pod_cause(facts, held.since_s)
+        if cause is not None:
+            settled = cause in (LockCause.BIND_SUCCESS, LockCause.BIND_FAILED)
+            annotated = held.annotation is not None and not timed_out
+            if settled and annotated and self._plugin_may_still_release(node, held.owner, now):
                 return None
-            return (LockCause.BIND_SUCCESS if facts.bind_phase is BindPhase.SUCCESS else LockCause.BIND_FAILED), facts
+            return cause, facts
         if held.annotation is None and held.redis is not None:
             seen = self._seen.get(node)
             if (
@@ -357,14 +368,9 @@ class NodeLockReleaser:
         """Book a release :meth:`check` made through :meth:`_settled_release`, with the cause :meth:`_decide`
         gives the lock that was released, and as :meth:`_release` books it."""
         pod = self._pod(*owner)
-        facts = pod_facts(pod) if pod is not None else None
         since_s = redis.acquired_ms / 1000
-        if facts is None or facts.terminated:
-            cause = LockCause.POD_DELETED if facts is None else LockCause.POD_TERMINATED
-        elif facts.settled and (facts.bind_time_s is None or facts.bind_time_s >= since_s - _CLOCK_SLACK_S):
-            cause = LockCause.BIND_SUCCESS if facts.bind_phase is BindPhase.SUCCESS else LockCause.BIND_FAILED
-        else:
-            cause = LockCause.ANNOTATION_REMOVED
+        # the script released it, so one of _decide's causes held: the pod's own, else the annotation's removal
+        cause = _pod_cause(pod_facts(pod) if pod is not None else None, since_s) or LockCause.ANNOTATION_REMOVED
         for key in [k for k in self._settled_at if k[0] == node]:
             self._forget_grace(node, key[1])  # no holder is left on the node
         held = _Held(owner, None, redis, since_s)
