@@ -441,11 +441,9 @@ def vendors_pod_request(pod: Mapping[str, Any], vendors: Vendors) -> PodRequest:
     problems: list[str] = []
     multi = False
     for ci, (what, c) in enumerate(located):
-        container_lists(c, what)  # a container of the wrong shape is a DecodeError, whatever the vendors
         asked: list[ContainerRequest] = []
-        for vendor in vendors:
-            if not vendor.manages(c):  # it has nothing to say about c (tests/unit/vendors/test_manages.py)
-                continue
+        # a container of the wrong shape is a DecodeError, whatever the vendors; the others have nothing to say
+        for vendor in vendors.managing(c, what):
             try:
                 req = vendor.container_request(c, what)
             except ResourceRequestError as e:
@@ -465,8 +463,4 @@ def vendors_manage_pod(pod: Mapping[str, Any], vendors: Vendors) -> bool:
     """Whether any (init) container names a resource of any enabled vendor (whatever the value): what makes a
     pod "ours" for the extender and the webhook."""
     located, _ = _located(pod)
-    for what, c in located:
-        container_lists(c, what)
-        if any(v.manages(c) for v in vendors):
-            return True
-    return False
+    return any(vendors.managing(c, what) for what, c in located)

@@ -112,7 +112,8 @@ class Vendor(Protocol):
 
     def manages(self, container: Mapping[str, Any]) -> bool:
         """Whether the container names one of this vendor's resources in its limits or requests (whatever the
-        value): what makes a pod "ours" for the webhook and the extender."""
+        value): what makes a pod "ours" for the webhook and the extender. Always exactly "names one of
+        ``resources.all``": :meth:`Vendors.managing` answers it from those names."""
         ...
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:

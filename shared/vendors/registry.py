@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_scheduler.shared.codec.resources import container_lists
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, RuleSet
 from vgpu_scheduler.shared.vendors.base import Vendor
 
@@ -22,6 +23,7 @@ class Vendors:
     all: tuple[Vendor, ...]
     _by_name: Mapping[str, Vendor] = field(init=False, repr=False, compare=False)
     _rules: RuleSet = field(init=False, repr=False, compare=False)
+    _names: tuple[tuple[Vendor, frozenset[str]], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         by_name: dict[str, Vendor] = {}
@@ -32,6 +34,7 @@ class Vendors:
         rules: dict[str, DeviceRules] = {n: v.rules for n, v in by_name.items()}
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_rules", RuleSet(rules))
+        object.__setattr__(self, "_names", tuple((v, v.resources.all) for v in self.all))
 
     def __iter__(self) -> Iterator[Vendor]:
         return iter(self.all)
@@ -51,6 +54,15 @@ class Vendors:
         """What the scheduling core needs (``plan(rules=…)``)."""
         return self._rules
 
-    def managing(self, container: Mapping[str, Any]) -> tuple[Vendor, ...]:
-        """The vendors whose resources the container names."""
-        return tuple(v for v in self.all if v.manages(container))
+    def managing(self, container: Mapping[str, Any], what: str = "container") -> tuple[Vendor, ...]:
+        """The vendors whose resources the container names (``Vendor.manages``), in order.
+
+        Every vendor's ``manages`` is "the container names one of ``resources.all``" (the protocol says so and
+        tests/unit/vendors/test_manages.py checks it for every family), so the names are read once per vendor
+        set and each container costs one set test per vendor, not a ``resources`` built per vendor and call.
+        A container of the wrong shape is a DecodeError naming ``what``."""
+        limits, requests = container_lists(container, what)
+        if not limits and not requests:
+            return ()
+        named = limits.keys() | requests.keys()
+        return tuple(v for v, names in self._names if not names.isdisjoint(named))

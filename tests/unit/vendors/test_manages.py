@@ -9,6 +9,7 @@ invalid quantities."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given
@@ -17,6 +18,8 @@ from hypothesis import strategies as st
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
 from vgpu_scheduler.shared.domain.model import ContainerRequest
 from vgpu_scheduler.shared.vendors.catalog import all_vendors
+from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _DOMAINS = (
     "nvidia.com",
@@ -130,3 +133,20 @@ def test_the_pod_request_is_the_same_as_asking_every_vendor(containers: list[tup
     else:
         assert fast_error is None
         assert [None if e.empty else e for e in fast.containers] == entries
+
+
+@given(_RESOURCES, _RESOURCES)
+def test_the_vendor_set_finds_exactly_the_vendors_that_manage_a_container(
+    limits: dict[str, str], requests: dict[str, str]
+) -> None:
+    # Vendors.managing reads each vendor's resource names once; it must agree with every vendor's own manages
+    container = _container(limits, requests)
+    assert VENDORS.managing(container) == tuple(v for v in VENDORS if v.manages(container))
+
+
+def test_a_vendor_with_a_configured_resource_name_is_found_by_that_name() -> None:
+    # a renamed resource (device config) is the vendor's, and the default name no longer is
+    nvidia = next(v for v in VENDORS if isinstance(v, NvidiaVendor))
+    renamed = Vendors((replace(nvidia, config=replace(nvidia.config, resource_count_name="example.com/gpu")),))
+    assert [v.name for v in renamed.managing(_container({"example.com/gpu": "1"}, {}))] == [nvidia.name]
+    assert renamed.managing(_container({"nvidia.com/gpu": "1"}, {})) == ()
