@@ -24,6 +24,7 @@ from aiohttp import web
 
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
+from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
 from vgpu_scheduler.shared.config.settings import ExtenderSettings
 from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError
@@ -108,7 +109,7 @@ class Admitter:
         if outcome.allowed and outcome.message != MSG_OTHER_SCHEDULER and self._quota is not None:
             namespace = request.namespace or namespace_of(pod)
             quota = await self._quota_for(pod, outcome, namespace)
-            if quota is not None and quota.limited:  # no limit: every demand fits, the first decision stands
+            if quota is not None:  # limits the pod adds to (no limit: every demand fits, the first decision stands)
                 outcome = self._decide(pod, quota)
         return _classify(outcome), outcome
 
@@ -123,8 +124,27 @@ class Admitter:
         )
 
     async def _quota_for(self, pod: dict[str, Any], outcome: AdmissionOutcome, namespace: str) -> QuotaState | None:
-        """The namespace's quota state when the (mutated) pod would add usage; None to skip the pre-check."""
+        """The namespace's quota limits when the (mutated) pod would add usage there; None to skip the pre-check.
+
+        The limits are read first (one round trip) and the pod's demand worked out only when there are any: most
+        namespaces have none, and the demand needs the mutated pod (a copy with the patch applied). A pod that names
+        no managed resource and is not mutated cannot add usage and reads nothing."""
         if not namespace or self._quota is None:
+            return None
+        try:
+            if not outcome.patch_ops and not self._names_managed_resource(pod):
+                return None
+        except DecodeError:
+            return None  # mutate_pod reports malformed pods itself
+        try:
+            async with asyncio.timeout(self._quota_timeout_s):
+                quota = await self._quota.get(namespace)
+        except (VgpuError, TimeoutError) as e:
+            logger.warning(
+                "webhook: quota pre-check skipped, store unavailable", extra={"namespace": namespace, "error": str(e)}
+            )
+            return None
+        if not quota.limited:
             return None
         try:
             mutated = apply_patch(pod, outcome.patch_ops) if outcome.patch_ops else pod
@@ -132,15 +152,13 @@ class Admitter:
             if quota_demand(mutated, self._nvidia).zero and not vendor_quota_demands(mutated, others):
                 return None
         except DecodeError:
-            return None  # mutate_pod reports malformed pods itself
-        try:
-            async with asyncio.timeout(self._quota_timeout_s):
-                return await self._quota.get(namespace)
-        except (VgpuError, TimeoutError) as e:
-            logger.warning(
-                "webhook: quota pre-check skipped, store unavailable", extra={"namespace": namespace, "error": str(e)}
-            )
             return None
+        return quota
+
+    def _names_managed_resource(self, pod: dict[str, Any]) -> bool:
+        if self._vendors is not None:
+            return vendors_manage_pod(pod, self._vendors)
+        return pod_requests_managed_resource(pod, self._nvidia)
 
 
 def _classify(outcome: AdmissionOutcome) -> WebhookOutcome:

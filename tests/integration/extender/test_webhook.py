@@ -13,6 +13,7 @@ import pytest
 
 from tests.integration.extender.bindkit import pod_obj
 from tests.integration.extender.filter_harness import Replica, running_extender, seed, wire_doc
+from vgpu_scheduler.services.extender import webhook as webhook_module
 from vgpu_scheduler.services.extender.webhook import Admitter, WebhookOutcome
 from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
 from vgpu_scheduler.shared.k8s import Api
@@ -199,9 +200,35 @@ async def test_a_namespace_without_limits_is_decided_once(store: Store, monkeypa
         return decide(pod, quota)
 
     monkeypatch.setattr(admitter, "_decide", counted)
+    patched: list[object] = []
+    monkeypatch.setattr(webhook_module, "apply_patch", lambda pod, ops: patched.append(ops) or pod)
     kind, outcome = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod(), namespace="team-b"))))
     assert kind is WebhookOutcome.MUTATED and outcome.allowed
     assert decisions == [None]
+    assert patched == []  # nor copied to work out a demand no limit can refuse
+
+
+async def test_a_pod_without_a_managed_resource_reads_no_quota(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    await store.quota.set_limits("team-a", QuotaLimits(mem_mib=8000, cores_pct=None))
+    admitter = Admitter(
+        nvidia=NvidiaConfig(),
+        scheduler_name="vgpu-scheduler",
+        force_overwrite_default_scheduler=True,
+        quota=store.quota,
+    )
+    reads: list[str] = []
+    get = store.quota.get
+
+    async def counted(namespace: str) -> QuotaState:
+        reads.append(namespace)
+        return await get(namespace)
+
+    monkeypatch.setattr(store.quota, "get", counted)
+    plain = {"metadata": {"name": "web"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    kind, _ = await admitter.admit(parse_admission_review(json.dumps(review(plain, namespace="team-a"))))
+    assert kind is WebhookOutcome.ALLOWED and reads == []
+    kind, _ = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod(), namespace="team-a"))))
+    assert kind is WebhookOutcome.MUTATED and reads == ["team-a"]
 
 
 async def test_without_redis_the_quota_pre_check_is_skipped() -> None:
