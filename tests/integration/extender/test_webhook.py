@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -201,7 +201,12 @@ async def test_a_namespace_without_limits_is_decided_once(store: Store, monkeypa
 
     monkeypatch.setattr(admitter, "_decide", counted)
     patched: list[object] = []
-    monkeypatch.setattr(webhook_module, "apply_patch", lambda pod, ops: patched.append(ops) or pod)
+
+    def counted_patch(pod: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
+        patched.append(ops)
+        return apply_patch(pod, ops)
+
+    monkeypatch.setattr(webhook_module, "apply_patch", counted_patch)
     kind, outcome = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod(), namespace="team-b"))))
     assert kind is WebhookOutcome.MUTATED and outcome.allowed
     assert decisions == [None]
