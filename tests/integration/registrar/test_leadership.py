@@ -79,14 +79,25 @@ async def test_inventory_lost_under_a_live_lease_is_rebuilt(emulator: Emulator, 
         for name in ("a", "b"):
             await store.inventory.delete(name)
         r.service.request_resync()
+        # the pass is counted when it starts (it has found the flush) and rebuilds the nodes after that
         await eventually(lambda: r.metric("vgpu_registrar_full_passes_total", trigger="flush") == 1, what="flush")
-        assert await registered(store) == ["a", "b"]
+        await eventually(lambda: _registered_is(store, ["a", "b"]), what="inventories rebuilt")
         assert r.service.terms == 1
-        # and a new epoch (meta flushed) is noticed the same way
+        # and a new epoch (meta flushed) is noticed the same way; the pass marks the store synced when it ends
         await store.client.delete(store.keys.meta())
         r.service.request_resync()
         await eventually(lambda: r.metric("vgpu_registrar_full_passes_total", trigger="flush") == 2, what="epoch")
-        assert (await store.meta.status()).is_synced(SyncMarker.INVENTORY)
+        await eventually(lambda: _inventory_synced(store), what="inventory marked synced")
+        assert await registered(store) == ["a", "b"]
+        assert r.service.terms == 1
+
+
+async def _registered_is(store: Store, names: list[str]) -> bool:
+    return await registered(store) == names
+
+
+async def _inventory_synced(store: Store) -> bool:
+    return (await store.meta.status()).is_synced(SyncMarker.INVENTORY)
 
 
 async def test_stale_fence_write_is_refused_and_ends_the_term(
