@@ -69,6 +69,8 @@ class CacheStats:
     full_loads: int = 0
     node_reads: int = 0
     events: int = 0
+    applied: int = 0
+    """Changes of a node's binds in flight applied from the feed entry, without reading the node."""
     gaps: int = 0
     epoch_changes: int = 0
     redis_errors: int = 0
@@ -359,17 +361,30 @@ class SnapshotCache:
             return
         self.stats.events += len(batch.events)
         stale: dict[str, None] = {}
+        moved = False
         for event in batch.events:
             # A bind waiting for the node's lock is woken by its release (or the node going or changing shape),
             # not by every reservation and acquisition there: those would only make it try and fail again.
             if self.wakeups is not None and (event.lock_released or event.kind is not ChangeKind.USAGE):
                 self.wakeups.notify(event.node)
+            if event.node in stale:
+                continue  # the read below brings its latest state
             cached = self._nodes.get(event.node)
             known = cached.generation if cached is not None else self._gone.get(event.node, 0)
-            if event.generation > known:
+            if event.generation <= known:
+                continue
+            if cached is not None and event.binds_in_flight is not None and event.generation == known + 1:
+                # only its binds in flight moved since the generation we hold: no read
+                self._nodes[event.node] = CachedNode(event.generation, cached.snapshot, next(self._seq))
+                self._set_inflight(event.node, event.binds_in_flight)
+                self.stats.applied += 1
+                moved = True
+            else:
                 stale[event.node] = None
         if stale:
             await self._read_nodes(list(stale))
+        elif moved:
+            self._notify()
         self._last_id = batch.last_id
 
     async def _check_status(self) -> None:

@@ -28,9 +28,18 @@ def _event(eid: Any, fields: dict[bytes, bytes]) -> ChangeEvent | None:
             generation=int(fields[b"gen"]),
             kind=ChangeKind(fields[b"kind"].decode()),
             lock_released=fields.get(b"lock") == b"released",
+            binds_in_flight=_count(fields.get(b"inflight")),
         )
     except (KeyError, ValueError, UnicodeDecodeError):
         return None
+
+
+def _count(value: bytes | None) -> int | None:
+    """The entry's ``inflight`` count; None when absent (an older writer, or a change of usage or inventory) or
+    unreadable: the reader then reads the node, as for any other change."""
+    if value is None or not value.isdigit():
+        return None
+    return int(value)
 
 
 class ChangeFeed:

@@ -83,7 +83,7 @@ class NodeLockStore:
         hard = 0 if hard_ttl_s is None else _ms(hard_ttl_s)
         async with self._ctx.translated("acquire node lock"):
             reply = await self._ctx.scripts.lock_acquire(
-                keys=[k.node_lock(node), k.node_lock_epoch(node), k.generation(node), k.changes()],
+                keys=[k.node_lock(node), k.node_lock_epoch(node), k.generation(node), k.changes(), k.pod_charges(node)],
                 args=[owner, _ms(ttl_s), hard, self._ctx.stream_maxlen, node],
             )
         if reply[0] == b"acquired":
@@ -108,7 +108,7 @@ class NodeLockStore:
         k = self._ctx.keys
         async with self._ctx.translated("release node lock"):
             reply = await self._ctx.scripts.lock_release(
-                keys=[k.node_lock(node), k.generation(node), k.changes()],
+                keys=[k.node_lock(node), k.generation(node), k.changes(), k.pod_charges(node)],
                 args=[owner, "" if token is None else token, self._ctx.stream_maxlen, node],
             )
         return as_int(reply) == 1
@@ -126,7 +126,7 @@ class NodeLockStore:
         bound = "" if latest_acquired_ms is None else str(int(latest_acquired_ms))
         async with self._ctx.translated("release node lock"):
             released, value, now = await self._ctx.scripts.lock_release_settled(
-                keys=[k.node_lock(node), k.generation(node), k.changes()],
+                keys=[k.node_lock(node), k.generation(node), k.changes(), k.pod_charges(node)],
                 args=[owner, bound, self._ctx.stream_maxlen, node],
             )
         return as_int(released) == 1, _parse_lock(node, value, now)

@@ -245,13 +245,16 @@ class ChangeKind(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """One entry of the change stream: ``node`` reached ``generation`` through a change of ``kind``;
-    ``lock_released`` when the change was the release of the node's bind lock."""
+    ``lock_released`` when the change was the release of the node's bind lock. ``binds_in_flight`` is set when the
+    change moved only the node's binds in flight (a lock taken or released, a reservation confirmed), to that new
+    count: the node's inventory and usage are those of ``generation - 1``."""
 
     id: str
     node: str
     generation: int
     kind: ChangeKind
     lock_released: bool = False
+    binds_in_flight: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -46,11 +46,37 @@ local function parse_record(rec)
   return string.match(rec, '^(%a+)|(%d+)|(.*)$')
 end
 
+-- How many binds are in flight on a node: the pods holding a reservation there not yet confirmed by their
+-- annotations (reserved, claimed by a bind, or bound but not yet seen), at least 1 while its bind lock is held.
+-- The one definition: node_snapshot.lua reads it, and the changes that move only this count publish it.
+local function binds_in_flight(charges_key, lock_key)
+  local inflight = 0
+  for _, rec in ipairs(redis.call('HVALS', charges_key)) do
+    if string.sub(rec, 1, 10) ~= 'confirmed|' then
+      inflight = inflight + 1
+    end
+  end
+  if inflight == 0 then
+    inflight = redis.call('EXISTS', lock_key)
+  end
+  return inflight
+end
+
+-- Bump a node's generation and publish a change that moved only its binds in flight (a lock taken or released, a
+-- reservation confirmed): its inventory and usage are as at the generation before. The entry carries the new
+-- count ('inflight'), so a reader holding that generation applies it without reading the node again (readers that
+-- do not know the field read the node). ... are further field-value pairs ('lock', 'released').
+local function publish_inflight(generation_key, stream_key, maxlen, node, inflight, ...)
+  local gen = redis.call('INCR', generation_key)
+  redis.call('XADD', stream_key, 'MAXLEN', '~', maxlen, '*', 'node', node, 'gen', gen, 'kind', 'usage',
+    'inflight', fmt(inflight), ...)
+  return gen
+end
+
 -- Delete a node's bind lock, bump the node's generation and publish the change marked 'lock' 'released': the one
 -- change that wakes the binds waiting for that lock (readers that do not know the field ignore it). Every script
 -- that releases a node lock goes through here.
-local function release_node_lock(lock_key, generation_key, stream_key, maxlen, node)
+local function release_node_lock(lock_key, generation_key, stream_key, maxlen, node, charges_key)
   redis.call('DEL', lock_key)
-  local gen = redis.call('INCR', generation_key)
-  redis.call('XADD', stream_key, 'MAXLEN', '~', maxlen, '*', 'node', node, 'gen', gen, 'kind', 'usage', 'lock', 'released')
+  publish_inflight(generation_key, stream_key, maxlen, node, binds_in_flight(charges_key, lock_key), 'lock', 'released')
 end

@@ -1,6 +1,6 @@
 -- Mark a pod's reservation confirmed (its annotations were observed). Usage is unchanged. When that ends the
 -- node's bind in flight (no lock held, no other reservation unconfirmed: see node_snapshot.lua), the node's
--- generation moves and the change feed says so, for the extenders' snapshots.
+-- generation moves and the change feed says so (no bind in flight any more), for the extenders' snapshots.
 -- KEYS: 1 pod charges, 2 generation, 3 change stream, 4 node lock, [5 lease]
 -- ARGV: 1 fence token, 2 pod uid, 3 stream maxlen, 4 node
 -- Returns {'fenced'} | {'absent'} | {'ok', changed 0/1}
@@ -22,7 +22,6 @@ if redis.call('EXISTS', KEYS[4]) == 0 then
       return {'ok', 1}
     end
   end
-  local gen = redis.call('INCR', KEYS[2])
-  redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[3], '*', 'node', ARGV[4], 'gen', gen, 'kind', 'usage')
+  publish_inflight(KEYS[2], KEYS[3], ARGV[3], ARGV[4], 0)
 end
 return {'ok', 1}

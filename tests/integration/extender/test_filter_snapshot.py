@@ -15,7 +15,7 @@ from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCac
 from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceUsage, NodePolicy
 from vgpu_scheduler.shared.domain.plan import Decision, rank_key
-from vgpu_scheduler.shared.store import LockAcquired, Reserved, Store, SyncMarker
+from vgpu_scheduler.shared.store import ChangeBatch, LockAcquired, Reserved, Store, SyncMarker
 
 WAIT_S = 10.0
 
@@ -275,3 +275,55 @@ async def test_only_a_lock_release_wakes_the_binds_waiting_for_the_node(store: S
         cache.close()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_changes_of_binds_in_flight_alone_are_applied_without_reading_the_node(
+    store: Store, other_store: Store
+) -> None:
+    """A lock taken or released, or the confirmation that ends a node's binds in flight, carries the new count in
+    its feed entry: a follower holding the generation before applies it without a read, and ends where a fresh
+    load of the node would. A change it cannot apply that way (it missed the generation before) reads the node."""
+    await seed(store, [node("a", 2), node("b", 2)])
+    async with following(store, CacheSettings(feed_block_s=0.05, feed_min_interval_s=0.0)) as cache:
+        reserved = await other_store.reservations.reserve(one_gpu("p1", "a"))
+        assert isinstance(reserved, Reserved)
+        await cache.wait_until(lambda: cache.generation("a") == reserved.generation, WAIT_S)
+        snap, reads = cache.get("a"), cache.stats.node_reads
+        assert "a" in cache.busy  # the reservation is a bind in flight (the node was read for it)
+
+        async def applied(step: object, generation: int, busy: bool) -> None:
+            await cache.wait_until(lambda: cache.generation("a") == generation, WAIT_S)
+            assert ("a" in cache.busy) is busy
+            assert cache.get("a") is snap and cache.stats.node_reads == reads  # no read, same usage
+            fresh = (await store.snapshots.load(["a"]))["a"]
+            assert fresh.generation == generation and fresh.bind_in_flight is busy, step
+
+        held = await other_store.locks.acquire("a", "default/p1", 30.0)
+        assert isinstance(held, LockAcquired)
+        await applied("lock", reserved.generation + 1, True)
+        assert await other_store.reservations.confirm("p1")  # under the lock: nothing visible changes
+        assert await other_store.locks.release("a", "default/p1", held.token)
+        await applied("release", reserved.generation + 2, False)
+        assert cache.stats.applied == 2
+
+
+async def test_a_change_of_binds_in_flight_after_a_missed_generation_reads_the_node(store: Store) -> None:
+    """The entry's count is applied only on top of the generation just before it: a follower that missed one (here
+    the reservation, read as one batch with the lock) reads the node, which gives the count and the usage."""
+    await seed(store, [node("b", 2)])
+    cache = SnapshotCache(store, FAST_CACHE)  # not running: its steps are taken by hand (internal hooks, on purpose)
+    await cache._full_load("test")
+    before = cache.generation("b")
+    assert before is not None
+    head = await store.feed.latest_id()
+    await store.reservations.reserve(one_gpu("p2", "b"))
+    await store.locks.acquire("b", "default/p2", 30.0)
+    batch = await store.feed.read(head)
+    lock_only = ChangeBatch(events=batch.events[1:], last_id=batch.last_id, gap=False)
+    assert [e.binds_in_flight for e in lock_only.events] == [1]
+    reads = cache.stats.node_reads
+    await cache._follow(lock_only)
+    assert cache.generation("b") == before + 2 and "b" in cache.busy
+    assert cache.stats.applied == 0 and cache.stats.node_reads == reads + 1
+    snap = cache.get("b")
+    assert snap is not None and snap.device_usage("GPU-b-0").used == 1

@@ -1,7 +1,10 @@
 """A node's "bind in flight" flag: its bind lock is held, or a reservation there is not yet confirmed. Lock changes
-move the node's generation and reach the change feed, so every extender replica re-reads the node."""
+move the node's generation and reach the change feed with the node's new count of binds in flight, so every
+extender replica learns it without reading the node again."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable
 
 from tests.integration.store.conftest import alloc, gpu, node
 from vgpu_scheduler.shared.store import START_ID, ChangeKind, Store
@@ -75,3 +78,46 @@ async def test_binds_in_flight_are_counted(store: Store) -> None:
     assert (await store.snapshots.load(["n1"]))["n1"].binds_in_flight == 1
     await store.locks.release("n1", "default/p2")
     assert (await store.snapshots.load(["n1"]))["n1"].binds_in_flight == 0
+
+
+async def _after_each(store: Store, name: str, steps: list[tuple[str, Awaitable[object]]]) -> None:
+    """Run each step; the feed entries it wrote must carry, when they say the change moved only the binds in
+    flight, exactly the count a read of the node gives right after, and follow the generation held before."""
+    head = await store.feed.latest_id()
+    held = (await store.snapshots.load([name]))[name]
+    for what, step in steps:
+        await step
+        state = (await store.snapshots.load([name]))[name]
+        batch = await store.feed.read(head)
+        head = batch.last_id
+        assert len(batch.events) <= 1, what
+        for event in batch.events:
+            if event.binds_in_flight is not None:
+                assert event.generation == held.generation + 1 == state.generation, what
+                assert event.binds_in_flight == state.binds_in_flight, what
+                assert (state.usage, state.inventory) == (held.usage, held.inventory), what
+        held = state
+
+
+async def test_changes_of_binds_in_flight_alone_carry_the_new_count(store: Store) -> None:
+    await store.inventory.put(node("n1", gpu("GPU-a")))
+    head = await store.feed.latest_id()
+    await _after_each(
+        store,
+        "n1",
+        [
+            ("reserve p1", store.reservations.reserve(alloc("p1", "n1", (("GPU-a", 1000, 10),)))),
+            ("reserve p2", store.reservations.reserve(alloc("p2", "n1", (("GPU-a", 1000, 10),)))),
+            ("lock p1", store.locks.acquire("n1", "default/p1", ttl_s=60)),
+            ("confirm p1 under the lock", store.reservations.confirm("p1")),
+            ("release p1", store.locks.release("n1", "default/p1")),
+            ("confirm p2", store.reservations.confirm("p2")),
+            ("lock p3, nothing reserved", store.locks.acquire("n1", "default/p3", ttl_s=60)),
+            ("release p3 once settled", store.locks.release_settled("n1", "default/p3", None)),
+        ],
+    )
+    events = (await store.feed.read(head)).events
+    # the reservations changed usage: no count, the node is read; every lock change and the last confirmation
+    # (which ended the binds in flight) carry theirs
+    assert [e.binds_in_flight for e in events] == [None, None, 2, 1, 0, 1, 0]
+    assert [e.lock_released for e in events] == [False, False, False, True, False, False, True]
