@@ -165,14 +165,18 @@ def _mutate(
 
     privileged = next((c for _, c in _all(init_containers, containers) if _is_privileged(c)), None)
     has_resource = False
+    involved: set[str] = set()  # the other vendors managing some container: only they have edits to make
     for where, container in _all(init_containers, containers):
         found = _mutate_container(container, spec, cfg, where)
-        for vendor in others:
-            found = vendor.mutate_container(container, where) or found
+        if others:
+            for vendor in vendors.managing(container, where) if vendors is not None else ():
+                if vendor.name != NVIDIA:
+                    involved.add(vendor.name)
+                    found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
     try:
         for vendor in others:  # pod-level edits of a vendor's MutateAdmission (Moore Threads' request-gpu-num)
-            if implements(vendor, PodMutation):  # type: ignore[type-abstract]
+            if vendor.name in involved and implements(vendor, PodMutation):  # type: ignore[type-abstract]
                 vendor.mutate_pod(pod, "pod")
     except ResourceRequestError as e:  # a pod-level rule (Ascend: an AI-core percent needs the hami-core mode)
         return AdmissionOutcome.deny(str(e))
@@ -204,7 +208,7 @@ def _warnings(
     if vendors is None:
         found = (capped_cores_warning(c, cfg.resource_core_name, where) for where, c in _all(init, app))
         return [w for w in found if w]
-    return admission_warnings(vendors, _all(init, app))
+    return admission_warnings(vendors, _all(init, app), managing=vendors.managing)
 
 
 def _annotation_refusal(pod: dict[str, Any], cfg: NvidiaConfig, vendors: Vendors | None) -> str | None:

@@ -26,7 +26,7 @@ Everything here is pure (no I/O): the services do the reads and writes.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -156,11 +156,18 @@ class AdmissionWarnings(Protocol):
     def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]: ...
 
 
-def admission_warnings(vendors: Iterable[object], containers: Iterable[tuple[str, Mapping[str, Any]]]) -> list[str]:
-    """Every vendor's :class:`AdmissionWarnings` for every ``(where, container)``, in that order, without repeats."""
+def admission_warnings(
+    vendors: Iterable[object],
+    containers: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    managing: Callable[[Mapping[str, Any], str], Iterable[object]] | None = None,
+) -> list[str]:
+    """Every vendor's :class:`AdmissionWarnings` for every ``(where, container)``, in that order, without repeats.
+    ``managing`` (``Vendors.managing``) narrows each container to the vendors that manage it: a vendor has no
+    warning for a container it does not manage."""
     found: dict[str, None] = {}
     for where, container in containers:
-        for vendor in vendors:
+        for vendor in managing(container, where) if managing is not None else vendors:
             if implements(vendor, AdmissionWarnings):  # type: ignore[type-abstract]
                 found.update(dict.fromkeys(vendor.admission_warnings(container, where)))
     return list(found)

@@ -9,6 +9,8 @@ invalid quantities."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from copy import deepcopy
 from dataclasses import replace
 from typing import Any
 
@@ -16,7 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
-from vgpu_scheduler.shared.domain.model import ContainerRequest
+from vgpu_scheduler.shared.domain.hooks import implements
+from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig
+from vgpu_scheduler.shared.protocol.admission import AdmissionOutcome
+from vgpu_scheduler.shared.protocol.webhook import PodMutation, mutate_pod
+from vgpu_scheduler.shared.vendors.base import AdmissionWarnings, Vendor
 from vgpu_scheduler.shared.vendors.catalog import all_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
@@ -150,3 +156,54 @@ def test_a_vendor_with_a_configured_resource_name_is_found_by_that_name() -> Non
     renamed = Vendors((replace(nvidia, config=replace(nvidia.config, resource_count_name="example.com/gpu")),))
     assert [v.name for v in renamed.managing(_container({"example.com/gpu": "1"}, {}))] == [nvidia.name]
     assert renamed.managing(_container({"nvidia.com/gpu": "1"}, {})) == ()
+
+
+@given(st.lists(st.tuples(_RESOURCES, _RESOURCES), min_size=1, max_size=3))
+def test_a_vendor_that_manages_no_container_leaves_the_pod_alone_at_admission(
+    containers: list[tuple[Any, Any]],
+) -> None:
+    # the webhook asks only the vendors that manage a container (Vendors.managing): the others must have nothing
+    # to edit or say about it, nor about a pod none of whose containers they manage
+    listed: list[dict[str, Any]] = [_container(lim, req) for lim, req in containers]
+    pod: dict[str, Any] = {"metadata": {"name": "p"}, "spec": {"containers": listed}}
+    for vendor in VENDORS:
+        if vendor.name == NVIDIA:
+            continue  # its admission edits are the webhook's own (shared.protocol.webhook), for every container
+        name = vendor.name
+        for i, c in enumerate(listed):
+            if vendor.manages(c):
+                continue
+            edited = deepcopy(c)
+            assert vendor.mutate_container(edited, f"container {i}") is False, name
+            assert edited == c, name
+            if implements(vendor, AdmissionWarnings):  # type: ignore[type-abstract]
+                assert vendor.admission_warnings(c, f"container {i}") == (), name
+        if not any(vendor.manages(c) for c in listed) and implements(vendor, PodMutation):  # type: ignore[type-abstract]
+            edited_pod = deepcopy(pod)
+            vendor.mutate_pod(edited_pod, "pod")
+            assert edited_pod == pod, name
+
+
+class _EveryVendorAsked(Vendors):
+    """The reference: every vendor asked about every container, as the webhook did before the shortcut."""
+
+    def managing(self, container: Mapping[str, Any], what: str = "container") -> tuple[Vendor, ...]:
+        del container, what
+        return self.all
+
+
+@given(st.lists(st.tuples(_RESOURCES, _RESOURCES), min_size=1, max_size=3))
+def test_the_webhook_decides_as_if_every_vendor_were_asked(containers: list[tuple[Any, Any]]) -> None:
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [_container(lim, req) for lim, req in containers]}}
+    cfg = NvidiaConfig()
+
+    def decide(vendors: Vendors) -> AdmissionOutcome:
+        return mutate_pod(
+            deepcopy(pod),
+            cfg=cfg,
+            scheduler_name="vgpu-scheduler",
+            force_overwrite_default_scheduler=True,
+            vendors=vendors,
+        )
+
+    assert decide(VENDORS) == decide(_EveryVendorAsked(VENDORS.all))
