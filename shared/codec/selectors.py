@@ -197,7 +197,29 @@ def decode_pod_constraints(annotations: Mapping[str, str]) -> PodConstraints:
 def decode_vendor_constraints(annotations: Mapping[str, str], vendors: Vendors) -> PodConstraints:
     """:func:`decode_pod_constraints` plus every other enabled vendor's selectors (``Vendor.selectors``) in
     ``vendor_selectors``, by common word; vendors whose annotations select nothing are left out. A malformed
-    selector of any vendor is a DecodeError naming its key."""
+    selector of any vendor is a DecodeError naming its key.
+
+    Pods of one workload carry the same annotations, and each pod is decoded by the webhook and by ``/filter``:
+    the result is kept per set of annotations (``Vendors.constraints_memo``, the latest few hundred), so each
+    vendor's selectors are read once per workload, not twice per pod. Refusals are not kept."""
+    try:
+        key = frozenset(annotations.items())
+    except TypeError:  # a value that cannot be hashed (not a string): decoded, and refused, below
+        return _decode_vendor_constraints(annotations, vendors)
+    memo = vendors.constraints_memo
+    found = memo.get(key)
+    if found is None:
+        found = _decode_vendor_constraints(annotations, vendors)
+        if len(memo) >= _MEMO_SIZE:
+            del memo[next(iter(memo))]  # the oldest
+        memo[key] = found
+    return found
+
+
+_MEMO_SIZE = 512
+
+
+def _decode_vendor_constraints(annotations: Mapping[str, str], vendors: Vendors) -> PodConstraints:
     constraints = decode_pod_constraints(annotations)
     found: dict[str, Selectors] = {}
     for vendor in vendors:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpu_scheduler.shared.codec.resources import container_lists
+from vgpu_scheduler.shared.domain.model import PodConstraints
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, RuleSet
 from vgpu_scheduler.shared.vendors.base import Vendor
 
@@ -24,6 +25,11 @@ class Vendors:
     _by_name: Mapping[str, Vendor] = field(init=False, repr=False, compare=False)
     _rules: RuleSet = field(init=False, repr=False, compare=False)
     _names: tuple[tuple[Vendor, frozenset[str]], ...] = field(init=False, repr=False, compare=False)
+    constraints_memo: dict[frozenset[tuple[str, str]], PodConstraints] = field(
+        init=False, repr=False, compare=False, default_factory=dict
+    )
+    """Decoded scheduling annotations by annotation set (``codec.selectors.decode_vendor_constraints``): a pure
+    function's results, for these vendors."""
 
     def __post_init__(self) -> None:
         by_name: dict[str, Vendor] = {}
