@@ -36,6 +36,7 @@ async def _reserved(h: Harness) -> dict[str, Any]:
 @pytest.mark.parametrize("wake", ["node", "all"])
 async def test_a_release_wakes_the_waiting_bind(h: Harness, monkeypatch: pytest.MonkeyPatch, wake: str) -> None:
     monkeypatch.setattr(bindlock, "_BACKOFF_INITIAL_S", 3600.0)
+    monkeypatch.setattr(bindlock, "_BACKOFF_INITIAL_WOKEN_S", 3600.0)
     monkeypatch.setattr(bindlock, "_BACKOFF_MAX_WOKEN_S", 3600.0)
     pod = await _reserved(h)
     held = await h.store.locks.acquire(NODE, "default/holder", 300.0)
