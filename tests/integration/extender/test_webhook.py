@@ -14,12 +14,12 @@ import pytest
 from tests.integration.extender.bindkit import pod_obj
 from tests.integration.extender.filter_harness import Replica, running_extender, seed, wire_doc
 from vgpu_scheduler.services.extender import webhook as webhook_module
-from vgpu_scheduler.services.extender.webhook import Admitter, WebhookOutcome
+from vgpu_scheduler.services.extender.webhook import QUOTA_READ_TIMEOUT_S, Admitter, WebhookOutcome
 from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.protocol.admission import AdmissionOutcome, parse_admission_review
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
-from vgpu_scheduler.shared.store import Store, connect
+from vgpu_scheduler.shared.store import QuotaRepo, Store, connect
 
 pytestmark = pytest.mark.usefixtures("redis_url")
 
@@ -170,14 +170,20 @@ async def test_the_quota_pre_check_denies_a_pod_over_the_namespace_limit(replica
     assert response["allowed"] is False and response["status"]["message"] == "exceeding resource quota"
 
 
-async def test_cores_added_by_the_exclusive_default_count_against_the_quota(store: Store) -> None:
-    await store.quota.set_limits("team-a", QuotaLimits(mem_mib=None, cores_pct=50))
-    admitter = Admitter(
+def _admitter(quota: QuotaRepo, *, quota_timeout_s: float = QUOTA_READ_TIMEOUT_S) -> Admitter:
+    """The webhook's decision with the quota pre-check, NVIDIA only, as the extender builds it."""
+    return Admitter(
         nvidia=NvidiaConfig(),
         scheduler_name="vgpu-scheduler",
         force_overwrite_default_scheduler=True,
-        quota=store.quota,
+        quota=quota,
+        quota_timeout_s=quota_timeout_s,
     )
+
+
+async def test_cores_added_by_the_exclusive_default_count_against_the_quota(store: Store) -> None:
+    await store.quota.set_limits("team-a", QuotaLimits(mem_mib=None, cores_pct=50))
+    admitter = _admitter(store.quota)
     kind, outcome = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod(), namespace="team-a"))))
     assert kind is WebhookOutcome.DENIED and outcome.message == "exceeding resource quota"
 
@@ -186,12 +192,7 @@ async def test_a_namespace_without_limits_is_decided_once(store: Store, monkeypa
     """Usage without a limit never refuses: the pod is not mutated a second time to check it (a namespace with
     a limit is, as the test above shows)."""
     await store.quota.charge("team-b", "running-pod", 6000, 50)
-    admitter = Admitter(
-        nvidia=NvidiaConfig(),
-        scheduler_name="vgpu-scheduler",
-        force_overwrite_default_scheduler=True,
-        quota=store.quota,
-    )
+    admitter = _admitter(store.quota)
     decisions: list[object] = []
     decide = admitter._decide
 
@@ -215,12 +216,7 @@ async def test_a_namespace_without_limits_is_decided_once(store: Store, monkeypa
 
 async def test_a_pod_without_a_managed_resource_reads_no_quota(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     await store.quota.set_limits("team-a", QuotaLimits(mem_mib=8000, cores_pct=None))
-    admitter = Admitter(
-        nvidia=NvidiaConfig(),
-        scheduler_name="vgpu-scheduler",
-        force_overwrite_default_scheduler=True,
-        quota=store.quota,
-    )
+    admitter = _admitter(store.quota)
     reads: list[str] = []
     get = store.quota.get
 
@@ -241,13 +237,7 @@ async def test_without_redis_the_quota_pre_check_is_skipped() -> None:
 
     dead = Store.create(connect(f"redis://127.0.0.1:{_free_port()}/0"), prefix="x")
     try:
-        admitter = Admitter(
-            nvidia=NvidiaConfig(),
-            scheduler_name="vgpu-scheduler",
-            force_overwrite_default_scheduler=True,
-            quota=dead.quota,
-            quota_timeout_s=0.5,
-        )
+        admitter = _admitter(dead.quota, quota_timeout_s=0.5)
         kind, outcome = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod()))))
     finally:
         await dead.aclose()
