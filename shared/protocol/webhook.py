@@ -168,11 +168,10 @@ def _mutate(
     involved: set[str] = set()  # the other vendors managing some container: only they have edits to make
     for where, container in _all(init_containers, containers):
         found = _mutate_container(container, spec, cfg, where)
-        if others:
-            for vendor in vendors.managing(container, where) if vendors is not None else ():
-                if vendor.name != NVIDIA:
-                    involved.add(vendor.name)
-                    found = vendor.mutate_container(container, where) or found
+        for vendor in vendors.managing(container, where) if vendors is not None else ():
+            if vendor.name != NVIDIA:
+                involved.add(vendor.name)
+                found = vendor.mutate_container(container, where) or found
         has_resource = has_resource or found
     try:
         for vendor in others:  # pod-level edits of a vendor's MutateAdmission (Moore Threads' request-gpu-num)
@@ -208,7 +207,7 @@ def _warnings(
     if vendors is None:
         found = (capped_cores_warning(c, cfg.resource_core_name, where) for where, c in _all(init, app))
         return [w for w in found if w]
-    return admission_warnings(vendors, _all(init, app), managing=vendors.managing)
+    return admission_warnings(vendors.managing, _all(init, app))
 
 
 def _annotation_refusal(pod: dict[str, Any], cfg: NvidiaConfig, vendors: Vendors | None) -> str | None:

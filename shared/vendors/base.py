@@ -157,17 +157,15 @@ class AdmissionWarnings(Protocol):
 
 
 def admission_warnings(
-    vendors: Iterable[object],
+    managing: Callable[[Mapping[str, Any], str], Iterable[object]],
     containers: Iterable[tuple[str, Mapping[str, Any]]],
-    *,
-    managing: Callable[[Mapping[str, Any], str], Iterable[object]] | None = None,
 ) -> list[str]:
-    """Every vendor's :class:`AdmissionWarnings` for every ``(where, container)``, in that order, without repeats.
-    ``managing`` (``Vendors.managing``) narrows each container to the vendors that manage it: a vendor has no
-    warning for a container it does not manage."""
+    """The :class:`AdmissionWarnings` of the vendors that manage each ``(where, container)`` (``managing``:
+    ``Vendors.managing``; a vendor has no warning for a container it does not manage), in that order, without
+    repeats."""
     found: dict[str, None] = {}
     for where, container in containers:
-        for vendor in managing(container, where) if managing is not None else vendors:
+        for vendor in managing(container, where):
             if implements(vendor, AdmissionWarnings):  # type: ignore[type-abstract]
                 found.update(dict.fromkeys(vendor.admission_warnings(container, where)))
     return list(found)
