@@ -128,11 +128,13 @@ class Admitter:
 
         The limits are read first (one round trip) and the pod's demand worked out only when there are any: most
         namespaces have none, and the demand needs the mutated pod (a copy with the patch applied). A pod that names
-        no managed resource and is not mutated cannot add usage and reads nothing."""
+        no managed resource reads nothing: the webhook adds one only beside another (a default count beside a
+        memory or core request, a core default beside a count), so it cannot add usage, mutated or not (HAMi's
+        ``overwrite-env`` edits every other pod)."""
         if not namespace or self._quota is None:
             return None
         try:
-            if not outcome.patch_ops and not self._names_managed_resource(pod):
+            if not self._names_managed_resource(pod):
                 return None
         except DecodeError:
             return None  # mutate_pod reports malformed pods itself

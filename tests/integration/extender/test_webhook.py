@@ -170,10 +170,12 @@ async def test_the_quota_pre_check_denies_a_pod_over_the_namespace_limit(replica
     assert response["allowed"] is False and response["status"]["message"] == "exceeding resource quota"
 
 
-def _admitter(quota: QuotaRepo, *, quota_timeout_s: float = QUOTA_READ_TIMEOUT_S) -> Admitter:
+def _admitter(
+    quota: QuotaRepo, *, nvidia: NvidiaConfig | None = None, quota_timeout_s: float = QUOTA_READ_TIMEOUT_S
+) -> Admitter:
     """The webhook's decision with the quota pre-check, NVIDIA only, as the extender builds it."""
     return Admitter(
-        nvidia=NvidiaConfig(),
+        nvidia=nvidia if nvidia is not None else NvidiaConfig(),
         scheduler_name="vgpu-scheduler",
         force_overwrite_default_scheduler=True,
         quota=quota,
@@ -229,6 +231,10 @@ async def test_a_pod_without_a_managed_resource_reads_no_quota(store: Store, mon
     kind, _ = await admitter.admit(parse_admission_review(json.dumps(review(plain, namespace="team-a"))))
     assert kind is WebhookOutcome.ALLOWED and reads == []
     kind, _ = await admitter.admit(parse_admission_review(json.dumps(review(gpu_pod(), namespace="team-a"))))
+    assert kind is WebhookOutcome.MUTATED and reads == ["team-a"]
+    # HAMi's overwrite-env edits every pod without a GPU: mutated, it still cannot add usage, and reads nothing
+    env = _admitter(store.quota, nvidia=NvidiaConfig(overwrite_env=True))
+    kind, _ = await env.admit(parse_admission_review(json.dumps(review(plain, namespace="team-a"))))
     assert kind is WebhookOutcome.MUTATED and reads == ["team-a"]
 
 
