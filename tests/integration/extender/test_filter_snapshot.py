@@ -282,7 +282,7 @@ async def test_changes_of_binds_in_flight_alone_are_applied_without_reading_the_
 ) -> None:
     """A lock taken or released, or the confirmation that ends a node's binds in flight, carries the new count in
     its feed entry: a follower holding the generation before applies it without a read, and ends where a fresh
-    load of the node would. A change it cannot apply that way (it missed the generation before) reads the node."""
+    load of the node would (the test below: one that missed a generation reads the node)."""
     await seed(store, [node("a", 2), node("b", 2)])
     async with following(store, CacheSettings(feed_block_s=0.05, feed_min_interval_s=0.0)) as cache:
         reserved = await other_store.reservations.reserve(one_gpu("p1", "a"))
