@@ -4,7 +4,8 @@
 Each reader the project's gates rely on must see the same, whole tree under the import names: Python's own
 import system (``pkgutil``), import-linter's graph (grimp) and mypy's module discovery. A module a reader misses is
 checked less without a word (mypy does not type-check it, the import contracts do not cover it); a build mapping
-such as setuptools' ``package-dir`` leaves the last two readers nothing but ``vgpu_scheduler/__init__.py``.
+such as setuptools' ``package-dir`` leaves all three nothing but ``vgpu_scheduler/__init__.py`` (imports still work,
+through its import hook).
 """
 
 from __future__ import annotations
