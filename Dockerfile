@@ -6,7 +6,8 @@ FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/vgpu-scheduler
 WORKDIR /src
-# Only what `pip install .` needs: the project metadata, the package and its two subpackages (linked in).
+# Only what `pip install .` needs: the project metadata, the package and its two subpackages (linked in; the
+# installed package is a real tree, docs/layout.md).
 COPY pyproject.toml README.md ./
 COPY vgpu_scheduler ./vgpu_scheduler
 COPY shared ./shared

@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
+# ruff does not follow vgpu_scheduler/'s two links (docs/layout.md): the folders they point at are named here
 LINT_PATHS=(vgpu_scheduler shared services tests benchmarks scripts)
 started=$(date +%s)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import os
 import re
 import tomllib
 from typing import Any
@@ -60,6 +61,24 @@ def test_dockerfile_copies_existing_paths_that_reach_the_build_context() -> None
     for src in sources:
         assert (REPO / src).exists(), f"COPY {src}: no such path"
         assert not ignored(src, patterns), f"COPY {src}: excluded by .dockerignore"
+
+
+def test_dockerfile_copies_the_package_with_the_folders_its_links_point_at() -> None:
+    """vgpu_scheduler/ is its __init__.py and two relative links (docs/layout.md): copied without the folders they
+    point at, side by side as in the repository, the links dangle and `pip install .` builds a package without its
+    subpackages, and the build does not fail."""
+    copies = {}
+    for instruction, rest in dockerfile_instructions():
+        if instruction == "COPY" and not rest.startswith("--from"):
+            *srcs, dest = rest.split()
+            for src in srcs:
+                copies[src] = os.path.normpath(dest if len(srcs) == 1 else os.path.join(dest, src))
+    assert copies.get("vgpu_scheduler") == "vgpu_scheduler"
+    links = [path for path in (REPO / "vgpu_scheduler").iterdir() if path.is_symlink()]
+    assert links, "vgpu_scheduler/ has no links"
+    for link in links:
+        target = os.path.normpath(os.path.join("vgpu_scheduler", os.readlink(link)))
+        assert copies.get(target) == target, f"{link.name} -> {target}: not copied beside the package"
 
 
 def test_dockerfile_installs_the_package_and_starts_the_console_script() -> None:

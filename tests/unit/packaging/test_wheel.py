@@ -2,13 +2,14 @@
 
 A distribution that shipped top-level packages named ``shared`` or ``services`` would clash with any other one using
 those common names. The repository keeps its folders at the root (``shared/``, ``services/``) and links them into
-``vgpu_scheduler/``; this test builds the wheel from a copy of the tree (so the build leaves nothing in the
-checkout) and reads what it would install.
+``vgpu_scheduler/`` (docs/layout.md); the wheel holds them as a real tree, links resolved. This test builds the
+wheel from a copy of the tree (so the build leaves nothing in the checkout) and reads what it would install.
 """
 
 from __future__ import annotations
 
 import shutil
+import stat
 import subprocess
 import sys
 import zipfile
@@ -66,3 +67,11 @@ def test_console_scripts_point_into_the_package(wheel: zipfile.ZipFile) -> None:
     entry_points = wheel.read(f"{DIST_INFO}/entry_points.txt").decode()
     assert "vgpu-scheduler = vgpu_scheduler.services.cli:main" in entry_points
     assert "kubectl-vgpu = vgpu_scheduler.services.inspect.command:kubectl_main" in entry_points
+
+
+def test_the_wheel_is_a_real_tree_without_links(wheel: zipfile.ZipFile) -> None:
+    """What pip installs is plain folders and files, readable by any tool; the repository's links end at the build."""
+    links = [info.filename for info in wheel.infolist() if stat.S_ISLNK(info.external_attr >> 16)]
+    assert links == []
+    assert "vgpu_scheduler/shared/__init__.py" in wheel.namelist()
+    assert "vgpu_scheduler/services/__init__.py" in wheel.namelist()
