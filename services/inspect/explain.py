@@ -21,8 +21,8 @@ from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_pod_request
 from vgpu_scheduler.shared.config import InspectSettings
+from vgpu_scheduler.shared.domain.context import normalize_request
 from vgpu_scheduler.shared.domain.diagnosis import nearest_miss, quota_left
-from vgpu_scheduler.shared.domain.fit import normalize_request
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NvidiaConfig,

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from vgpu_scheduler.shared.domain.fit import PodContext, evaluate_node, normalize_request
+from vgpu_scheduler.shared.domain.context import PodContext, pod_context
+from vgpu_scheduler.shared.domain.fit import evaluate_node
 from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
@@ -33,7 +34,7 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
-from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
+from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
 
@@ -416,22 +417,12 @@ def nearest_miss(
 ) -> NearestMiss:
     """One sentence saying how close ``pod`` came on ``snapshot``'s node, given the ``rejection`` that ``plan``
     returned for that node with the same arguments (see the module docstring)."""
-    policy = effective_policy(policies, constraints)
-    requests = tuple(normalize_request(r, config, rules) for r in pod.containers)
+    ctx = pod_context(pod, constraints, policies, quota, config, rules)
+    requests = ctx.requests
     ci = rejection.container_index
     ei = rejection.entry_index if rejection.entry_index is not None else ci
     if ci is None or ei is None or not 0 <= ei < len(requests) or requests[ei].empty:
         return NearestMiss(rejection.text, f"{rejection.text} on {snapshot.name}")
-    ctx = PodContext(
-        pod=pod,
-        requests=requests,
-        constraints=constraints,
-        policy=policy,
-        key=device_sort_key(policy),
-        config=config,
-        quota=quota,
-        rules=rules,
-    )
     seen = _seen_by(ctx, snapshot, ci)
     vendor = rules.get(requests[ei].type)
     if vendor is None:
@@ -443,7 +434,7 @@ def nearest_miss(
         cordoned=seen.inventory.cordoned,
         req=requests[ei],
         constraints=constraints,
-        mutex=policy.mutex,
+        mutex=ctx.policy.mutex,
         rules=vendor,
     )
     if rejection.plain is Reason.NODE_INSUFFICIENT_DEVICE:

@@ -7,7 +7,7 @@ Fast path. A node's score depends only on its usage before the pod (hami-wire §
 be ordered first (binpack: busiest first, spread: idlest first, ties by name) and fitted in that order until
 one fits: that node is the one the full evaluation would choose. The preferred node is tried before anything
 is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``PodNeeds``), nodes with too few
-devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only when nothing fits are the skipped
+devices passing Fit's order-free checks in O(devices) (``prefilter.may_fit``). Only when nothing fits are the skipped
 nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and returns the same
 answer (property-tested).
 
@@ -26,7 +26,8 @@ from heapq import heapify, heappop
 from itertools import compress
 from operator import attrgetter
 
-from vgpu_scheduler.shared.domain.fit import NodeFit, PodContext, evaluate_node, may_fit, normalize_request
+from vgpu_scheduler.shared.domain.context import PodContext, pod_context
+from vgpu_scheduler.shared.domain.fit import NodeFit, evaluate_node
 from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
@@ -43,8 +44,9 @@ from vgpu_scheduler.shared.domain.model import (
     QuotaState,
     with_tags,
 )
+from vgpu_scheduler.shared.domain.prefilter import may_fit
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
-from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
+from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot, NodeSummary
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
 
@@ -146,28 +148,6 @@ class PodNeeds:
     def hopeless(self, summary: NodeSummary) -> bool:
         """True when the summary proves the pod cannot fit on the node."""
         return not self.predicate()(summary)
-
-
-def _context(  # noqa: PLR0917
-    pod: PodRequest,
-    constraints: PodConstraints,
-    policies: Policies,
-    quota: QuotaState | None,
-    config: NvidiaConfig,
-    rules: RuleSet = NVIDIA_ONLY,
-) -> PodContext:
-    """What ``plan`` and ``plan_ranked`` evaluate nodes with: the effective policy and the normalized requests."""
-    policy = effective_policy(policies, constraints)
-    return PodContext(
-        pod=pod,
-        requests=tuple(normalize_request(r, config, rules) for r in pod.containers),
-        constraints=constraints,
-        policy=policy,
-        key=device_sort_key(policy),
-        config=config,
-        quota=quota,
-        rules=rules,
-    )
 
 
 def _preferred(nodes: Sequence[NodeSnapshot], scores: list[float], binpack: bool) -> int:
@@ -343,7 +323,7 @@ def plan(
             none_fit=none_fit,
             rules=rules,
         )
-    ctx = _context(pod, constraints, policies, quota, config, rules)
+    ctx = pod_context(pod, constraints, policies, quota, config, rules)
     policy = ctx.policy
     if not nodes:
         return Failure(reasons={}, rejections={})
@@ -444,7 +424,7 @@ def plan_ranked(
     effective node policy, each node once): the decision ``plan`` takes, found by walking only as far as the first
     node that fits; None when none fits (``plan`` then says why, node by node). ``ranked`` is consumed lazily, so a
     caller that keeps its nodes sorted pays for the nodes walked, not for all of them."""
-    ctx = _context(pod, constraints, policies, quota, config, rules)
+    ctx = pod_context(pod, constraints, policies, quota, config, rules)
     policy = ctx.policy
     if not pod.any:
         first = next(iter(ranked), None)
