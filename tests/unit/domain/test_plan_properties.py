@@ -39,8 +39,8 @@ from vgpu_scheduler.shared.domain.model import (
     QuotaState,
     ScoringWeights,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan, plan_ranked, rank_key
-from vgpu_scheduler.shared.domain.prefilter import may_fit
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, apply_decision, plan, plan_ranked, rank_key
+from vgpu_scheduler.shared.domain.prefilter import PodNeeds, may_fit
 from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
