@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 import msgpack  # type: ignore[import-untyped]
 
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
-    Allocation,
     ContainerDevice,
     DeviceCharge,
     DeviceInfo,
@@ -29,11 +29,8 @@ from vgpu_scheduler.shared.domain.model import (
     MigPlacement,
     MigProfile,
     NodeInventory,
-    QuotaLimits,
-    VendorLimits,
-    is_quota_word,
-    quota_limits,
 )
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, VendorLimits, is_quota_word, quota_limits
 from vgpu_scheduler.shared.errors import DecodeError, SchemaVersionError
 
 Fields = dict[str, Any]

@@ -17,8 +17,8 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
-    QuotaState,
 )
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.scoring import DeviceKey, EffectivePolicy, Policies, device_sort_key, effective_policy
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
 

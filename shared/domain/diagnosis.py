@@ -29,10 +29,10 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
-    QuotaState,
     Reason,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot

@@ -41,9 +41,9 @@ from vgpu_scheduler.shared.domain.model import (
     MigPlacement,
     MigProfile,
     PodDevices,
-    QuotaState,
     Reason,
 )
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
 from vgpu_scheduler.shared.domain.scoring import device_scorer
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot

@@ -38,10 +38,10 @@ from vgpu_scheduler.shared.domain.model import (
     PodConstraints,
     PodDevices,
     PodRequest,
-    QuotaState,
     with_tags,
 )
 from vgpu_scheduler.shared.domain.prefilter import PodNeeds, may_fit
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.ranking import (
     better,
     keep_all,

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
-from vgpu_scheduler.shared.domain.model import Allocation, DeviceCharge, QuotaState
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import DeviceCharge
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, VgpuError
 from vgpu_scheduler.shared.store._base import (
     ReplicationShortfall,

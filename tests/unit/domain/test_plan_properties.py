@@ -35,12 +35,11 @@ from vgpu_scheduler.shared.domain.model import (
     NodePolicy,
     PodConstraints,
     PodRequest,
-    QuotaLimits,
-    QuotaState,
     ScoringWeights,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, apply_decision, plan, plan_ranked, rank_key
 from vgpu_scheduler.shared.domain.prefilter import PodNeeds, may_fit
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
