@@ -11,6 +11,7 @@ import contextlib
 import functools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
@@ -29,6 +30,7 @@ from vgpu_scheduler.shared.store._base import (
     text,
 )
 from vgpu_scheduler.shared.store.allocation_reads import AllocationReads
+from vgpu_scheduler.shared.store.keys import Keys
 from vgpu_scheduler.shared.store.types import (
     Claimed,
     ClaimRefused,
@@ -47,6 +49,21 @@ _MAX_MOVES = 3
 """How often a reservation may find the pod indexed on another node before giving up (a concurrent mover)."""
 _NODE_KEYS_CACHED = 16_384
 """Nodes whose reserve-script keys are kept encoded (least recently used ones dropped beyond)."""
+
+
+def _record_keys(k: Keys, node: str) -> tuple[str, ...]:
+    """The keys a pod's record on ``node`` lives in and is announced by, in the order the apply script (after the
+    node's capacity) and the release script take them."""
+    return (
+        k.usage(node),
+        k.pod_charges(node),
+        k.allocations(node),
+        k.generation(node),
+        k.changes(),
+        k.allocation_nodes(),
+        k.pod_index(),
+        k.claims(node),
+    )
 
 
 def charges_json(charges: Sequence[DeviceCharge]) -> str:
@@ -88,6 +105,20 @@ def charges_json(charges: Sequence[DeviceCharge]) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
+@dataclass(frozen=True, slots=True)
+class _Apply:
+    """The apply script's options beyond the mode, the allocation and the fence (see :meth:`Reservations.reserve`)."""
+
+    mutex: bool = False
+    epoch: str | None = None
+    fresh: bool = False
+    hint: str = ""
+    victims: tuple[str, ...] = ()
+
+
+_PLAIN = _Apply()
+
+
 class Reservations(AllocationReads):
     """Per-pod device charges on nodes (``AllocationRepo``): the atomic writes; the reads are
     :class:`AllocationReads`'."""
@@ -100,19 +131,7 @@ class Reservations(AllocationReads):
         """KEYS 1-9, 11 and 12 of the reserve script for ``node``, built and encoded once per node (every ``/filter``
         reserves on one; bytes go to Redis as they are)."""
         k = self._ctx.keys
-        keys = (
-            k.capacity(node),
-            k.usage(node),
-            k.pod_charges(node),
-            k.allocations(node),
-            k.generation(node),
-            k.changes(),
-            k.allocation_nodes(),
-            k.pod_index(),
-            k.claims(node),
-            k.meta(),
-            k.bind_hints(node),
-        )
+        keys = (k.capacity(node), *_record_keys(k, node), k.meta(), k.bind_hints(node))
         return tuple(key.encode() for key in keys)
 
     def _apply_keys(self, alloc: Allocation, fresh: bool) -> list[str | bytes]:
@@ -120,18 +139,7 @@ class Reservations(AllocationReads):
         # KEYS[10] is read by a fresh reserve only (the pod's namespace quota); the pod index stands in otherwise
         return [*first, self._ctx.keys.quota(alloc.namespace) if fresh else first[7], meta, hints]
 
-    def _apply_args(
-        self,
-        mode: str,
-        alloc: Allocation,
-        fence: Fence | None,
-        mutex: bool = False,
-        epoch: str | None = None,
-        *,
-        fresh: bool = False,
-        hint: str = "",
-        victims: Sequence[str] = (),
-    ) -> list[Any]:
+    def _apply_args(self, mode: str, alloc: Allocation, fence: Fence | None, opts: _Apply = _PLAIN) -> list[Any]:
         """ARGV of the apply script (its KEYS: :meth:`_apply_keys` and the fence's)."""
         _, token = fence_args(self._ctx.keys, fence)
         return [
@@ -142,29 +150,18 @@ class Reservations(AllocationReads):
             encode_allocation(alloc),
             alloc.node,
             self._ctx.stream_maxlen,
-            "1" if mutex else "0",
-            "1" if fresh else "0",
-            epoch or "",
-            hint,
-            json.dumps(list(victims), separators=(",", ":")) if victims else "",
+            "1" if opts.mutex else "0",
+            "1" if opts.fresh else "0",
+            opts.epoch or "",
+            opts.hint,
+            json.dumps(list(opts.victims), separators=(",", ":")) if opts.victims else "",
         ]
 
-    async def _run_apply(
-        self,
-        mode: str,
-        alloc: Allocation,
-        fence: Fence | None,
-        mutex: bool = False,
-        epoch: str | None = None,
-        *,
-        fresh: bool = False,
-        hint: str = "",
-        victims: Sequence[str] = (),
-    ) -> list[Any]:
-        args = self._apply_args(mode, alloc, fence, mutex, epoch, fresh=fresh, hint=hint, victims=victims)
+    async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None, opts: _Apply = _PLAIN) -> list[Any]:
+        args = self._apply_args(mode, alloc, fence, opts)
         extra_keys, _ = fence_args(self._ctx.keys, fence)
         for _ in range(_MAX_MOVES):
-            script_keys = self._apply_keys(alloc, fresh) + extra_keys
+            script_keys = self._apply_keys(alloc, opts.fresh) + extra_keys
             if mode == "reserve":  # the decision /filter answers: on the replicas too before it is acknowledged
                 reply = await self._durable_reserve(alloc, script_keys, args)
             else:
@@ -173,7 +170,7 @@ class Reservations(AllocationReads):
             check_fenced(reply, fence)
             if reply[0] == b"epoch":
                 raise StoreEpochChanged(
-                    f"pod {alloc.pod_uid}: the store epoch is no longer {epoch} (Redis flushed or a new primary): "
+                    f"pod {alloc.pod_uid}: the store epoch is no longer {opts.epoch} (Redis flushed or a new primary): "
                     "nothing reserved until the store is rebuilt",
                     self._ctx.retry_delay_s,
                 )
@@ -232,7 +229,10 @@ class Reservations(AllocationReads):
         so nobody else takes the room they leave; :meth:`preemption_waiting` tells how many still hold it.
         """
         return self._reserve_result(
-            alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint, victims=victims)
+            alloc,
+            await self._run_apply(
+                "reserve", alloc, fence, _Apply(mutex=mutex, epoch=epoch, hint=hint, victims=tuple(victims))
+            ),
         )
 
     async def renew(self, pod_uid: str, node: str) -> bool:
@@ -313,7 +313,7 @@ class Reservations(AllocationReads):
         """:meth:`reserve`, only if the pod index holds nothing for the pod and its namespace has no quota
         envelope, checked in the same atomic step: what ``/filter`` would otherwise read first (in a round trip of
         its own). Otherwise nothing is reserved and the answer is :class:`Unsettled` (with the indexed node)."""
-        reply = await self._run_apply("reserve", alloc, None, mutex, epoch, fresh=True, hint=hint)
+        reply = await self._run_apply("reserve", alloc, None, _Apply(mutex=mutex, epoch=epoch, fresh=True, hint=hint))
         if reply[0] == b"unsettled":
             return Unsettled(pod_uid=alloc.pod_uid, node=text(reply[1]) or None)
         return self._reserve_result(alloc, reply)
@@ -472,17 +472,7 @@ class Reservations(AllocationReads):
         envelope of what was released, undecoded (None: nothing there; :class:`Owned`: the condition refused)."""
         k = self._ctx.keys
         extra_keys, token = fence_args(k, fence)
-        keys = [
-            k.usage(node),
-            k.pod_charges(node),
-            k.allocations(node),
-            k.generation(node),
-            k.changes(),
-            k.allocation_nodes(),
-            k.pod_index(),
-            k.claims(node),
-            k.bind_hints(node),
-        ]
+        keys = [*_record_keys(k, node), k.bind_hints(node)]
         async with self._ctx.translated("release allocation"):
             reply = await self._ctx.scripts.release_allocation(
                 keys=keys + extra_keys, args=[token, pod_uid, node, self._ctx.stream_maxlen, condition]
