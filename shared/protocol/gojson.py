@@ -147,6 +147,15 @@ FAST_DEPTH: Final = 64
 """How deep :func:`plain_values` accepts nesting: well within what :func:`loads` takes (its parser recurses)."""
 
 
+def loads_object(body: bytes | str, what: str) -> tuple[Document, dict[str, Any]]:
+    """:func:`loads` of a body that must be a JSON object: the document and that object."""
+    doc = loads(body, what)
+    top = doc.value
+    if not isinstance(top, dict):
+        raise DecodeError(what, f"expected a JSON object, got {type_name(top)}")
+    return doc, top
+
+
 def plain_values(values: Iterable[Any]) -> bool:
     """Whether :func:`fast_loads` decoded ``values`` as :func:`loads` would have: no float (orjson returns one for an
     integer literal past uint64), every integer within int64 and nothing nested deeper than :data:`FAST_DEPTH`."""
