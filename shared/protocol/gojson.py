@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import orjson
 
+from vgpu_scheduler.shared.codec._go import json_kind
 from vgpu_scheduler.shared.errors import DecodeError
 
 INT64_MIN: Final = -(1 << 63)
@@ -203,21 +204,8 @@ def _dumps_slow(value: Any) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def type_name(value: Any) -> str:
-    """The JSON type name of a decoded value, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+type_name = json_kind
+"""The JSON type name of a decoded value, for error messages."""
 
 
 def optional_object(parent: Mapping[str, Any], key: str, what: str, where: str) -> dict[str, Any] | None:
