@@ -34,7 +34,8 @@ from typing import Any
 import aiohttp
 
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory
 from vgpu_scheduler.shared.store import Store, SyncMarker, connect
 
 GPUS = 8

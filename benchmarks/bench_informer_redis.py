@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from benchmarks.bench_store import _alloc, _inventory, _redis_server
-from vgpu_scheduler.shared.domain.model import Allocation
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.runtime import fast_loop_factory
 from vgpu_scheduler.shared.store import PodQuotaCharge, Store, connect
 

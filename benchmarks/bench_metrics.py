@@ -36,7 +36,9 @@ from benchmarks.bench_plan import build_cluster
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, FilterOutcome, QuotaView
 from vgpu_scheduler.services.informer.metrics import AllocationView, InformerMetrics, PodAllocationCollector
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceUsage, QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceUsage
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info, render_text
 

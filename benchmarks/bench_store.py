@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterator
 
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory
 from vgpu_scheduler.shared.store import Reserved, Store, connect
 
 GPUS = 8

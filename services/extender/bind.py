@@ -65,7 +65,8 @@ from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, needs_inventory
 from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.coord import NodeLock
-from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
 from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject, StaleVersionError, UidMismatchError
 from vgpu_scheduler.shared.k8s.objects import meta, resource_version_of, uid_of

@@ -38,8 +38,10 @@ from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.gang import coscheduling_group, pod_group_name
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
 from vgpu_scheduler.shared.config import ExtenderSettings
-from vgpu_scheduler.shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import PodConstraints, PodRequest, Reason
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, PermanentError, TransientError, VgpuError

@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from vgpu_scheduler.shared.domain.model import QuotaState
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.metrics import HAMI_ZONE, SampleLines, TextGaugeFamily, escape_label_value, gauge_header
 

@@ -39,8 +39,10 @@ from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.config import ExtenderSettings
-from vgpu_scheduler.shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import PodConstraints, PodRequest
 from vgpu_scheduler.shared.domain.preempt import VictimSet
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError

@@ -26,7 +26,8 @@ from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
 from vgpu_scheduler.shared.config.settings import ExtenderSettings
-from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig, QuotaState
+from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError
 from vgpu_scheduler.shared.k8s.objects import meta, namespace_of
 from vgpu_scheduler.shared.protocol.admission import (

@@ -17,7 +17,8 @@ from vgpu_scheduler.services.informer.pods import PodFacts, PodStatus, pod_alloc
 from vgpu_scheduler.services.informer.reporting import ProblemReporter
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.resources import pod_containers, pod_requests_managed_resource
-from vgpu_scheduler.shared.domain.model import NVIDIA, Allocation, NvidiaConfig
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.k8s.objects import annotations_of, meta
 from vgpu_scheduler.shared.store import Fence, PodQuotaCharge, Store

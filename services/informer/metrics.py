@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from vgpu_scheduler.shared.codec.register import decode_register
-from vgpu_scheduler.shared.domain.model import Allocation
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.metrics import HAMI_ZONE, SampleLines, TextGaugeFamily, escape_label_value, gauge_header
 

@@ -19,7 +19,8 @@ from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
 from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, BindPhase, DeviceCharge, PodDevices
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import BindPhase, DeviceCharge, PodDevices
 from vgpu_scheduler.shared.errors import DecodeError
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -18,7 +18,8 @@ from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.quantity import parse_quantity, whole_int64
-from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig, QuotaLimits, VendorLimits, quota_limits
+from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, VendorLimits, quota_limits
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import Vendor
 

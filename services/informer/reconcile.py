@@ -36,7 +36,9 @@ from vgpu_scheduler.services.informer.metrics import InformerMetrics, Malformed,
 from vgpu_scheduler.services.informer.pods import PodStatus, pod_facts
 from vgpu_scheduler.services.informer.quotas import limited_namespaces, namespace_limits
 from vgpu_scheduler.services.informer.reporting import ProblemReporter
-from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig, QuotaLimits
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.errors import DecodeError, PermanentError
 from vgpu_scheduler.shared.store import (
     AllocationRecord,

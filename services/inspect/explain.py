@@ -21,17 +21,11 @@ from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_pod_request
 from vgpu_scheduler.shared.config import InspectSettings
+from vgpu_scheduler.shared.domain.context import normalize_request
 from vgpu_scheduler.shared.domain.diagnosis import nearest_miss, quota_left
-from vgpu_scheduler.shared.domain.fit import normalize_request
-from vgpu_scheduler.shared.domain.model import (
-    MEM_PCT_UNSET,
-    NvidiaConfig,
-    PodConstraints,
-    PodDevices,
-    PodRequest,
-    QuotaState,
-)
+from vgpu_scheduler.shared.domain.model import MEM_PCT_UNSET, NvidiaConfig, PodConstraints, PodDevices, PodRequest
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import RuleSet

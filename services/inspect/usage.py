@@ -2,7 +2,7 @@
 
 Reads the store only (Redis): every registered node's inventory and usage counters, every allocation record (which
 pod holds what on which device, reserved or confirmed), the node locks held, and the quota namespaces. The summary's
-stranded memory is :func:`shared.domain.diagnosis.fragmentation`, the definition ``simulate`` reports.
+stranded memory is :func:`shared.domain.fragmentation.fragmentation`, the definition ``simulate`` reports.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from vgpu_scheduler.services.inspect.connect import one_line, store_warning
 from vgpu_scheduler.services.inspect.devices import DeviceRow, device_rows, pct, ratio, shares_by_device, short_uuid
-from vgpu_scheduler.shared.domain.diagnosis import fragmentation
+from vgpu_scheduler.shared.domain.fragmentation import fragmentation
 from vgpu_scheduler.shared.store import LockInfo, Store, UndecodableRecord
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders
-from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaState
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol.admission import decode_patch
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch

@@ -41,7 +41,7 @@ from vgpu_scheduler.services.simulate.manifests import Cluster, Workload
 from vgpu_scheduler.services.simulate.priority import PriorityAdmission
 from vgpu_scheduler.services.simulate.timing import SchedulerTiming
 from vgpu_scheduler.shared.config import AllInOneSettings, BindAddress, SimulateSettings
-from vgpu_scheduler.shared.domain.model import QuotaState
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import KubeClient, KubeSettings, open_client
 from vgpu_scheduler.shared.store import Store, connect

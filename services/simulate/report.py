@@ -14,7 +14,7 @@ Definitions (docs/simulate.md):
   pod that holds devices at the end (the cluster's running pods included);
 * **fragmentation** = the free memory on usable devices that already hold at least one allocation ("stranded":
   usable only by pods that share a card, never by a whole-card request), over all free memory on usable devices
-  (``shared.domain.diagnosis.fragmentation``, which ``vgpu-scheduler usage`` uses too);
+  (``shared.domain.fragmentation.fragmentation``, which ``vgpu-scheduler usage`` uses too);
 * **nodes touched** = distinct nodes that received at least one workload pod.
 """
 
@@ -36,7 +36,7 @@ from vgpu_scheduler.shared.codec.reasons import parse_reason
 from vgpu_scheduler.shared.codec.register import decode_register
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.diagnosis import fragmentation
+from vgpu_scheduler.shared.domain.fragmentation import fragmentation
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import Vendor

@@ -142,7 +142,7 @@ def struct_fields(obj: Any, fields: Collection[str], what: str, pointers: Collec
     Returns only the fields that ended up set.
     """
     if not isinstance(obj, dict):
-        fail(what, f"expected a JSON object, got {_json_kind(obj)}")
+        fail(what, f"expected a JSON object, got {json_kind(obj)}")
     exact = set(fields)
     folded = {_fold_key(f): f for f in fields}
     out: dict[str, Any] = {}
@@ -158,24 +158,28 @@ def struct_fields(obj: Any, fields: Collection[str], what: str, pointers: Collec
     return out
 
 
-def _json_kind(v: Any) -> str:
+def json_kind(v: Any) -> str:
+    """The JSON type name of a decoded value (``null``, ``boolean``, ``number``, ``string``, ``array``,
+    ``object``), for error messages."""
     if v is None:
         return "null"
     if isinstance(v, bool):
         return "boolean"
-    if isinstance(v, int | JsonFraction):
+    if isinstance(v, int | float | JsonFraction):
         return "number"
     if isinstance(v, str):
         return "string"
     if isinstance(v, list):
         return "array"
-    return "object"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
 
 
 def json_int(v: Any, lo: int, hi: int, what: str) -> int:
     """A JSON number decoded into a Go integer field of range ``lo..hi``."""
     if isinstance(v, bool) or not isinstance(v, int | JsonFraction):
-        fail(what, f"expected an integer, got {_json_kind(v)}")
+        fail(what, f"expected an integer, got {json_kind(v)}")
     if isinstance(v, JsonFraction):
         fail(what, f"not an integer: {v.text}", v.text)
     if not lo <= v <= hi:
@@ -185,26 +189,26 @@ def json_int(v: Any, lo: int, hi: int, what: str) -> int:
 
 def json_str(v: Any, what: str) -> str:
     if not isinstance(v, str):
-        fail(what, f"expected a string, got {_json_kind(v)}")
+        fail(what, f"expected a string, got {json_kind(v)}")
     return _go_string(v)
 
 
 def json_bool(v: Any, what: str) -> bool:
     if not isinstance(v, bool):
-        fail(what, f"expected a boolean, got {_json_kind(v)}")
+        fail(what, f"expected a boolean, got {json_kind(v)}")
     return v
 
 
 def json_list(v: Any, what: str) -> list[Any]:
     if not isinstance(v, list):
-        fail(what, f"expected a JSON array, got {_json_kind(v)}")
+        fail(what, f"expected a JSON array, got {json_kind(v)}")
     return v
 
 
 def json_map_pairs(v: Any, what: str) -> list[tuple[str, Any]]:
     """The key/value pairs of a JSON object decoded into a Go map (in order; a later duplicate wins)."""
     if not isinstance(v, dict):
-        fail(what, f"expected a JSON object, got {_json_kind(v)}")
+        fail(what, f"expected a JSON object, got {json_kind(v)}")
     return [(_go_string(k), val) for k, val in _pairs(v)]
 
 

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX, fail
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.domain.fit import default_memory
+from vgpu_scheduler.shared.domain.context import default_memory
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,

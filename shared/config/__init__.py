@@ -25,6 +25,7 @@ from vgpu_scheduler.shared.config.options import (
     normalize_argv,
     options_for,
 )
+from vgpu_scheduler.shared.config.resolve import read_config_file
 from vgpu_scheduler.shared.config.settings import (
     AllInOneSettings,
     CommonSettings,
@@ -36,7 +37,6 @@ from vgpu_scheduler.shared.config.settings import (
     Settings,
     SimulateSettings,
     default_instance_id,
-    read_config_file,
     settings_for,
     settings_from_args,
 )

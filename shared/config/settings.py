@@ -1,10 +1,10 @@
-"""Settings resolution (flag > env > config file > default) and the frozen per-service settings objects."""
+"""The frozen per-service settings objects, and how each is built from the resolved option values
+(``settings_from_args``, ``settings_for``); the resolution itself (flag > env > config file > default) is
+``resolve``."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import enum
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -14,173 +14,16 @@ from typing import Literal, NoReturn, overload
 
 from vgpu_scheduler.shared.config.options import (
     ENABLE_FLAG_OPTIONS,
-    OPTIONS,
     OPTIONS_BY_NAME,
-    Kind,
-    Option,
     Service,
     add_options,
-    find_option,
     normalize_argv,
 )
+from vgpu_scheduler.shared.config.resolve import Resolved, resolve
 from vgpu_scheduler.shared.config.values import BindAddress, LogFormat, LogLevel, is_loopback_host, redis_url_password
-from vgpu_scheduler.shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config, read_yaml_file
+from vgpu_scheduler.shared.devconfig import LegacyOverrides, apply_legacy_overrides, load_device_config
 from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
 from vgpu_scheduler.shared.errors import ConfigError
-
-# --------------------------------------------------------------------------------------------
-# Resolution: flag > env > file > default.
-# --------------------------------------------------------------------------------------------
-
-
-class _Source(enum.Enum):
-    FLAG = "flag"
-    ENV = "env"
-    FILE = "file"
-    DEFAULT = "default"
-
-
-@dataclass(frozen=True, slots=True)
-class _Raw:
-    text: str | None
-    source: _Source
-    label: str
-
-
-def _yaml_scalar_text(option: Option, value: object, label: str) -> str:
-    """Render a config-file value as the text its flag would carry; refuse types that do not fit the option."""
-    if option.kind is Kind.BOOL and isinstance(value, bool):
-        return "true" if value else "false"
-    if option.kind in (Kind.INT, Kind.NUMBER) and isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    if option.kind is Kind.DURATION and isinstance(value, int) and not isinstance(value, bool) and value == 0:
-        return "0"
-    if option.name == "node-label-selector" and isinstance(value, Mapping):
-        return ",".join(f"{k}={v}" for k, v in value.items())
-    if isinstance(value, str):
-        return value
-    raise ConfigError(f"{label}: expected {_YAML_EXPECTED[option.kind]}, got {value!r}")
-
-
-_YAML_EXPECTED: Mapping[Kind, str] = {
-    Kind.STRING: "a string",
-    Kind.INT: "an integer",
-    Kind.NUMBER: "a number",
-    Kind.BOOL: "a boolean (true or false)",
-    Kind.DURATION: "a Go duration string such as 30s, 5m or 1h2m",
-}
-
-
-def read_config_file(path: str) -> dict[str, object]:
-    """Load a ``--config`` YAML file: a mapping of option names (``-`` or ``_``) to values, keyed canonically."""
-    label = f"config file {path}"
-    data = read_yaml_file(path, label)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{label}: expected a mapping of option names to values, got {type(data).__name__}")
-    out: dict[str, object] = {}
-    for key, value in data.items():
-        option = find_option(str(key))
-        if option is None or option.name == "config":
-            names = [o.name for o in OPTIONS if o.name != "config"]
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"{label}: unknown option {key!r}{hint}")
-        if option.name in out:
-            raise ConfigError(f"{label}: option {option.name!r} is given twice")
-        out[option.name] = value
-    return out
-
-
-class _Resolved:
-    """The parsed value of every option for one service, with typed accessors."""
-
-    def __init__(self, values: Mapping[str, object]) -> None:
-        self._values = values
-
-    def get(self, name: str) -> object:
-        return self._values[name]
-
-    def text(self, name: str) -> str:
-        value = self._values[name]
-        assert isinstance(value, str), name
-        return value
-
-    def opt_text(self, name: str) -> str | None:
-        value = self._values[name]
-        assert value is None or isinstance(value, str), name
-        return value
-
-    def integer(self, name: str) -> int:
-        value = self._values[name]
-        assert isinstance(value, int), name
-        return value
-
-    def opt_integer(self, name: str) -> int | None:
-        value = self._values[name]
-        assert value is None or isinstance(value, int), name
-        return value
-
-    def number(self, name: str) -> float:
-        value = self._values[name]
-        assert isinstance(value, float), name
-        return value
-
-    def flag(self, name: str) -> bool:
-        value = self._values[name]
-        assert isinstance(value, bool), name
-        return value
-
-    def opt_flag(self, name: str) -> bool | None:
-        value = self._values[name]
-        assert value is None or isinstance(value, bool), name
-        return value
-
-
-def _resolve(service: Service, args: argparse.Namespace, env: Mapping[str, str]) -> tuple[_Resolved, str | None]:
-    """Pick each option's text by precedence and parse it; return the values and the config file used."""
-    config_option = OPTIONS_BY_NAME["config"]
-    config_path: str | None = getattr(args, config_option.dest, None) or env.get(config_option.env_var) or None
-    file_values = read_config_file(config_path) if config_path else {}
-    values: dict[str, object] = {}
-    for option in OPTIONS:
-        if option.name == "config":
-            values["config"] = config_path
-            continue
-        raw = _raw_value(option, service, args=args, env=env, file_values=file_values, config_path=config_path)
-        if raw.text is None:
-            values[option.name] = None
-            continue
-        try:
-            values[option.name] = option.parse(raw.text)
-        except ValueError as e:
-            raise ConfigError(f"{raw.label}: {e}, got {raw.text!r}") from None
-    return _Resolved(values), config_path
-
-
-def _raw_value(
-    option: Option,
-    service: Service,
-    *,
-    args: argparse.Namespace,
-    env: Mapping[str, str],
-    file_values: Mapping[str, object],
-    config_path: str | None,
-) -> _Raw:
-    if service in option.services:
-        flag_text = getattr(args, option.dest, None)
-        if flag_text is not None:
-            label = option.flag if option.short is None else f"{option.short}/{option.flag}"
-            return _Raw(str(flag_text), _Source.FLAG, label)
-        env_text = env.get(option.env_var)
-        if env_text:  # an empty variable counts as unset, as Kubernetes manifests often render them
-            return _Raw(env_text, _Source.ENV, option.env_var)
-        if option.name in file_values:
-            label = f"config file {config_path}: {option.name}"
-            return _Raw(_yaml_scalar_text(option, file_values[option.name], label), _Source.FILE, label)
-    return _Raw(option.default, _Source.DEFAULT, f"default of {option.flag}")
-
 
 # --------------------------------------------------------------------------------------------
 # Settings.
@@ -338,7 +181,7 @@ def default_instance_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _common(service: Service, r: _Resolved) -> CommonSettings:
+def _common(service: Service, r: Resolved) -> CommonSettings:
     redis_url = r.opt_text("redis-url")
     if redis_url is None and service in _REDIS_REQUIRED:
         raise ConfigError(
@@ -404,13 +247,13 @@ def _common(service: Service, r: _Resolved) -> CommonSettings:
     )
 
 
-def _registrar(common: CommonSettings, r: _Resolved) -> RegistrarSettings:
+def _registrar(common: CommonSettings, r: Resolved) -> RegistrarSettings:
     selector = r.get("node-label-selector")
     assert isinstance(selector, tuple)
     return RegistrarSettings(common=common, node_label_selector=selector, lease_ttl_s=r.number("lease-ttl"))
 
 
-def _informer(common: CommonSettings, r: _Resolved) -> InformerSettings:
+def _informer(common: CommonSettings, r: Resolved) -> InformerSettings:
     return InformerSettings(
         common=common,
         lease_ttl_s=r.number("lease-ttl"),
@@ -421,7 +264,7 @@ def _informer(common: CommonSettings, r: _Resolved) -> InformerSettings:
     )
 
 
-def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
+def _extender(common: CommonSettings, r: Resolved) -> ExtenderSettings:
     cert_file, key_file = r.opt_text("cert_file") or None, r.opt_text("key_file") or None
     if (cert_file is None) != (key_file is None):
         raise ConfigError("--cert_file and --key_file go together: give both or neither")
@@ -467,7 +310,7 @@ def _extender(common: CommonSettings, r: _Resolved) -> ExtenderSettings:
     )
 
 
-def _inspect(common: CommonSettings, r: _Resolved) -> InspectSettings:
+def _inspect(common: CommonSettings, r: Resolved) -> InspectSettings:
     if common.service is Service.USAGE:
         return InspectSettings(common=common)
     node_policy, gpu_policy = r.get("node-scheduler-policy"), r.get("gpu-scheduler-policy")
@@ -519,7 +362,7 @@ def settings_from_args(service: Service | str, args: argparse.Namespace, env: Ma
     Raises :class:`ConfigError` (one line) on any bad value. Reads the config and device config files.
     """
     svc = _as_service(service)
-    r, _ = _resolve(svc, args, env)
+    r, _ = resolve(svc, args, env)
     common = _common(svc, r)
     if svc is Service.REGISTRAR:
         return _registrar(common, r)

@@ -1,23 +1,20 @@
-"""The operator's view of the core's answers: a refusal's nearest miss in plain words, quota headroom, and how
-much free GPU memory is stranded on shared cards. Pure: it reads what ``plan``/``evaluate_node`` read and what
-they returned, and never decides anything ``Fit`` did not.
+"""The operator's view of the core's refusals: a refusal's nearest miss in plain words, and quota headroom. Pure:
+it reads what ``plan``/``evaluate_node`` read and what they returned, and never decides anything ``Fit`` did not.
 
 ``nearest_miss`` turns a :class:`~shared.domain.reasons.NodeRejection` (which container failed, how many devices
 failed each check) into one sentence naming the figure that was missed and the device that came closest, e.g.
 ``needs 20,000 MiB on one GPU; the most free on gpu-a100-3 is 16,384 MiB on GPU-…2``. The figures are taken
 from the node as the failing container saw it (the node before the pod, plus the pod's earlier app containers,
 placed by ``evaluate_node`` itself), so they agree with the reason counts.
-
-``fragmentation`` is the one definition of stranded memory, shared by ``simulate``'s report and ``usage``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
-from vgpu_scheduler.shared.domain.fit import PodContext, evaluate_node, normalize_request
+from vgpu_scheduler.shared.domain.context import PodContext, pod_context
+from vgpu_scheduler.shared.domain.fit import evaluate_node
 from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
@@ -28,67 +25,14 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
-    QuotaState,
     Reason,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
-from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
+from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, RuleSet
-
-# --------------------------------------------------------------------------------------------
-# Fragmentation
-# --------------------------------------------------------------------------------------------
-
-
-class DeviceLoad(Protocol):
-    """What fragmentation needs of one device: whether it can take pods, how many it holds, its free memory."""
-
-    @property
-    def usable(self) -> bool: ...
-    @property
-    def used(self) -> int: ...
-    @property
-    def free_mem_mib(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class Fragmentation:
-    """Free GPU memory on usable devices, the part of it stranded on devices that already hold a pod (usable only
-    by pods that share a card, never by a whole-card request), and the usable devices holding nothing."""
-
-    free_memory_mib: int
-    stranded_memory_mib: int
-    idle_devices: int
-
-    @property
-    def ratio(self) -> float:
-        """Stranded over free memory (0 when nothing is free), rounded to 4 places."""
-        return round(self.stranded_memory_mib / self.free_memory_mib, 4) if self.free_memory_mib else 0.0
-
-    def to_json(self) -> dict[str, int | float]:
-        return {
-            "free_memory_mib": self.free_memory_mib,
-            "stranded_memory_mib": self.stranded_memory_mib,
-            "ratio": self.ratio,
-            "idle_devices": self.idle_devices,
-        }
-
-
-def fragmentation(devices: Iterable[DeviceLoad]) -> Fragmentation:
-    """Fragmentation over ``devices`` (unusable ones are left out: healthy, not cordoned, on a live node)."""
-    free = stranded = idle = 0
-    for d in devices:
-        if not d.usable:
-            continue
-        free += d.free_mem_mib
-        if d.used > 0:
-            stranded += d.free_mem_mib
-        else:
-            idle += 1
-    return Fragmentation(free_memory_mib=free, stranded_memory_mib=stranded, idle_devices=idle)
-
 
 # --------------------------------------------------------------------------------------------
 # Quota headroom
@@ -416,22 +360,12 @@ def nearest_miss(
 ) -> NearestMiss:
     """One sentence saying how close ``pod`` came on ``snapshot``'s node, given the ``rejection`` that ``plan``
     returned for that node with the same arguments (see the module docstring)."""
-    policy = effective_policy(policies, constraints)
-    requests = tuple(normalize_request(r, config, rules) for r in pod.containers)
+    ctx = pod_context(pod, constraints, policies, quota, config, rules)
+    requests = ctx.requests
     ci = rejection.container_index
     ei = rejection.entry_index if rejection.entry_index is not None else ci
     if ci is None or ei is None or not 0 <= ei < len(requests) or requests[ei].empty:
         return NearestMiss(rejection.text, f"{rejection.text} on {snapshot.name}")
-    ctx = PodContext(
-        pod=pod,
-        requests=requests,
-        constraints=constraints,
-        policy=policy,
-        key=device_sort_key(policy),
-        config=config,
-        quota=quota,
-        rules=rules,
-    )
     seen = _seen_by(ctx, snapshot, ci)
     vendor = rules.get(requests[ei].type)
     if vendor is None:
@@ -443,7 +377,7 @@ def nearest_miss(
         cordoned=seen.inventory.cordoned,
         req=requests[ei],
         constraints=constraints,
-        mutex=policy.mutex,
+        mutex=ctx.policy.mutex,
         rules=vendor,
     )
     if rejection.plain is Reason.NODE_INSUFFICIENT_DEVICE:

@@ -12,6 +12,9 @@ Where we differ from HAMi, on purpose:
 * a container that takes several MIG instances of one GPU sees its own earlier instances in that GPU's usage,
   and MIG placements are distinct across the whole pod, so a decision never over-commits a device;
 * the quota check collapses the pod's hypothetical device list over init/app containers (§8).
+
+What every node's evaluation of one pod shares (the normalized requests, the policies) is ``context.PodContext``;
+the quick order-free test that lets ``plan`` pass over a node is ``prefilter.may_fit``.
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from vgpu_scheduler.shared.domain import mig, topology
 from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.context import PodContext
 from vgpu_scheduler.shared.domain.hooks import implements
 from vgpu_scheduler.shared.domain.mig import LegacyMigChoice
 from vgpu_scheduler.shared.domain.model import (
-    MEM_PCT_UNSET,
     NVIDIA,
     ContainerDevice,
     ContainerRequest,
@@ -37,53 +40,16 @@ from vgpu_scheduler.shared.domain.model import (
     MigAllocation,
     MigPlacement,
     MigProfile,
-    NvidiaConfig,
-    PodConstraints,
     PodDevices,
-    PodRequest,
-    QuotaState,
     Reason,
 )
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
-from vgpu_scheduler.shared.domain.scoring import DeviceKey, EffectivePolicy, device_scorer
+from vgpu_scheduler.shared.domain.scoring import device_scorer
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, NVIDIA_RULES, DeviceRules, EntryType, RuleSet
+from vgpu_scheduler.shared.domain.vendor import DeviceRules, EntryType
 
 _MIG = DeviceMode.MIG.value
-
-
-def default_memory(mem_mib: int, mem_pct: int, config: NvidiaConfig) -> tuple[int, int]:
-    """HAMi's memory default (§1.2): no memory and no percentage means ``defaultMemory`` MiB, or 100 % of the card
-    when that default is 0. Returns ``(mem_mib, mem_pct)``; the request parser and :func:`normalize_request` share it.
-    """
-    if mem_mib == 0 and mem_pct == MEM_PCT_UNSET:
-        if config.default_memory != 0:
-            return config.default_memory, mem_pct
-        return mem_mib, 100
-    return mem_mib, mem_pct
-
-
-def normalize_request(req: ContainerRequest, config: NvidiaConfig, rules: RuleSet = NVIDIA_ONLY) -> ContainerRequest:
-    """Complete a request the way HAMi's request parsing and ``Fit`` step 8 would (§1.2, §6.4).
-
-    NVIDIA: the memory default (:func:`default_memory`) fills in what is missing; cores above 100 are clamped to
-    100. Other vendors: their own ``normalize``. A request that already went through the parser is unchanged.
-    """
-    if req.type != NVIDIA and not req.empty:
-        vendor = rules.get(req.type)
-        return vendor.normalize(req) if vendor is not None else req
-    mem_mib, mem_pct = default_memory(req.mem_mib, req.mem_pct, config)
-    cores = min(req.cores_pct, 100)
-    if (mem_mib, mem_pct, cores) == (req.mem_mib, req.mem_pct, req.cores_pct):
-        return req
-    return ContainerRequest(nums=req.nums, mem_mib=mem_mib, mem_pct=mem_pct, cores_pct=cores, type=req.type)
-
-
-type_ok = NVIDIA_RULES.type_ok
-"""§6.4 step 3: use/nouse GPU types (upper-cased substring) and ``nvidia.com/vgpu-mode`` (mode substring)."""
-
-uuid_ok = NVIDIA_RULES.uuid_ok
-"""§6.4 step 5: ``use-gpuuuid`` when given (the device must be listed), otherwise ``nouse-gpuuuid``."""
 
 
 class _Pick(NamedTuple):
@@ -123,39 +89,6 @@ class NodeFit:
 
 _Demand = tuple[str, int, int]
 """A quota check's vendor (common word), memory MiB and cores %."""
-
-
-@dataclass(frozen=True, slots=True)
-class PodContext:
-    """What every node evaluation of one ``plan`` call shares: the pod, its policies and the namespace quota."""
-
-    pod: PodRequest
-    requests: tuple[ContainerRequest, ...]
-    """The pod's requests after ``normalize_request``."""
-    constraints: PodConstraints
-    policy: EffectivePolicy
-    key: DeviceKey
-    config: NvidiaConfig
-    quota: QuotaState | None
-    rules: RuleSet = NVIDIA_ONLY
-    """Every vendor's ``Fit`` hooks, by common word (``shared.domain.vendor``)."""
-    uniform_types: frozenset[str] = field(init=False)
-    """The pod's vendors whose devices are shared only by tasks of one size (``uniform_share``)."""
-    charge_terms: Mapping[str, Any] = field(init=False)
-    """The pod's vendors' optional ``charge_terms`` hooks (tags and the reserve's sharing rule), by common word."""
-
-    def __post_init__(self) -> None:
-        # found once per pod, not once per node fitted
-        rules = [(r.type, self.rules.get(r.type)) for r in self.requests]
-        object.__setattr__(
-            self, "uniform_types", frozenset(t for t, rule in rules if getattr(rule, "uniform_share", False))
-        )
-        hooks = {t: getattr(rule, "charge_terms", None) for t, rule in rules}
-        object.__setattr__(self, "charge_terms", {t: h for t, h in hooks.items() if h is not None})
-
-    @property
-    def quota_active(self) -> bool:
-        return self.quota is not None and self.quota.limited
 
 
 class _NodeEval:
@@ -525,55 +458,3 @@ class _NodeEval:
 def evaluate_node(ctx: PodContext, snap: NodeSnapshot) -> NodeFit | NodeRejection:
     """Fit every container of the pod on one node (init one at a time, app cumulatively), or say why not."""
     return _NodeEval(ctx, snap).run()
-
-
-def may_fit(ctx: PodContext, snap: NodeSnapshot) -> bool:
-    """A quick necessary condition, device by device: can each container find enough devices that pass every
-    check of ``Fit`` that does not depend on order, NUMA runs, quota or MIG placement, on the node before the pod?
-
-    False proves the pod does not fit (later app containers only see more usage). MIG nodes always pass.
-    """
-    devices, usages = snap.inventory.devices, snap.usages
-    if snap.summary.has_mig:
-        return True
-    cordoned = snap.inventory.cordoned
-    constraints, mutex = ctx.constraints, ctx.policy.mutex
-    for req in ctx.requests:
-        if req.empty:
-            continue
-        rules = ctx.rules.get(req.type)
-        if rules is None:
-            return False
-        candidate, type_ok, uuid_ok, take = rules.candidate, rules.type_ok, rules.uuid_ok, rules.take
-        take_on = getattr(rules, "take_on", None)
-        fits = getattr(rules, "device_fits", None)
-        found = 0
-        for dev, u in zip(devices, usages, strict=True):
-            used = u.used
-            if not candidate(dev, req) or not dev.health or used >= dev.count or (mutex and used > 0):
-                continue
-            if fits is not None and not fits(dev, req, used, u.used_mem_mib):
-                continue
-            took = (
-                take(dev, req, u.used_mem_mib)
-                if take_on is None
-                else take_on(dev, req, u.used_mem_mib, u.used_cores, u)
-            )
-            cores = took.cores
-            if (
-                took.reason is not None
-                or dev.devmem_mib - u.used_mem_mib < took.mem_mib
-                or dev.devcore - u.used_cores < cores
-                or (cores == 100 and used > 0 and dev.devcore == 100)
-                or (cores == 0 and dev.devcore != 0 and u.used_cores == dev.devcore)
-                or dev.id in cordoned
-                or not type_ok(dev, req, constraints)
-                or not uuid_ok(dev, constraints)
-            ):
-                continue
-            found += 1
-            if found >= req.nums:
-                break
-        if found < req.nums:
-            return False
-    return True

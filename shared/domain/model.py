@@ -2,14 +2,14 @@
 
 Pure data, no I/O. Units are in the names (``mem_mib``, ``cores_pct``); capacities are integers.
 Everything here mirrors a concept of HAMi's protocol (see ``docs/hami-wire.md``); the
-section that defines each one is named in its docstring.
+section that defines each one is named in its docstring. A stored placement is ``allocation.Allocation``; the
+namespace quota's types are in ``quota``.
 """
 
 from __future__ import annotations
 
 import enum
-import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 NVIDIA = "NVIDIA"
@@ -357,165 +357,6 @@ class DeviceCharge:
     cores_unchecked: bool = False
     """The charge is not held to the device's cores: a 0-core charge may join a device whose cores are all taken
     (MetaX sGPU online pods, whose Fit skips the core checks)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """A pod's placement on one node: the device list it was given and its collapsed per-device charges."""
-
-    pod_uid: str
-    namespace: str
-    name: str
-    node: str
-    devices: PodDevices
-    charges: tuple[DeviceCharge, ...]
-    mig: tuple[MigAllocation, ...] = ()
-
-    def _quota_sums(self) -> dict[str, tuple[int, int]]:
-        """Memory and cores the pod's charges hold on each vendor's devices (device type = the vendor's common
-        word), in one pass. Types that could not be a common word are left out (no quota can name them)."""
-        type_of = {d.uuid: d.type for ctr in self.devices for d in ctr}
-        sums: dict[str, tuple[int, int]] = {}
-        for c in self.charges:
-            word = type_of.get(c.uuid)
-            if word is None or not is_quota_word(word):
-                continue
-            m, k = sums.get(word, (0, 0))
-            sums[word] = (m + c.mem_mib, k + c.cores_pct)
-        return sums
-
-    @property
-    def quota_mem_mib(self) -> int:
-        """What the namespace quota's NVIDIA fields (``nvidia.com/gpumem``) count: the NVIDIA devices' memory."""
-        return self._quota_sums().get(NVIDIA, (0, 0))[0]
-
-    @property
-    def quota_cores_pct(self) -> int:
-        """What ``nvidia.com/gpucores`` counts: the NVIDIA devices' cores."""
-        return self._quota_sums().get(NVIDIA, (0, 0))[1]
-
-    @property
-    def quota_others(self) -> QuotaUses:
-        """The pod's quota charge per other vendor, sorted by common word; a vendor whose charge is zero in both
-        dimensions is left out."""
-        sums = self._quota_sums()
-        return tuple((w, QuotaUse(m, k)) for w, (m, k) in sorted(sums.items()) if w != NVIDIA and (m or k))
-
-    def quota_others_of(self, vendors: Collection[str]) -> QuotaUses:
-        """:attr:`quota_others` restricted to ``vendors`` (the enabled common words): a device type no enabled
-        vendor has is charged nowhere."""
-        return tuple((w, u) for w, u in self.quota_others if w in vendors)
-
-
-# --------------------------------------------------------------------------------------------
-# Quotas
-# --------------------------------------------------------------------------------------------
-
-
-_QUOTA_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-
-
-def is_quota_word(word: str) -> bool:
-    """Whether ``word`` can key a vendor's quota (a vendor's common word: letters, digits, ``._-``)."""
-    return _QUOTA_WORD.fullmatch(word) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class VendorLimits:
-    """One vendor's limits: ``limits.<memory resource>`` × the vendor's memory unit (MiB, scaled once when the
-    ResourceQuota is read) and ``limits.<core resource>`` (%); ``None`` means no limit, ``0`` blocks."""
-
-    mem_mib: int | None = None
-    cores_pct: int | None = None
-
-    @property
-    def limited(self) -> bool:
-        return self.mem_mib is not None or self.cores_pct is not None
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaUse:
-    """Memory (MiB) and cores (%) charged to one vendor's quota."""
-
-    mem_mib: int = 0
-    cores_pct: int = 0
-
-
-QuotaUses = tuple[tuple[str, QuotaUse], ...]
-"""Per-vendor charges or usage other than NVIDIA's, sorted by common word."""
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaLimits:
-    """One namespace's honoured hard limits (hami-wire §8); ``None`` means no limit, ``0`` blocks.
-
-    ``mem_mib`` / ``cores_pct`` are NVIDIA's: the ResourceQuota's raw ``limits.nvidia.com/gpumem`` /
-    ``limits.nvidia.com/gpucores``; every check scales the memory limit by ``memoryFactor`` at check time, like the
-    requests are scaled. ``others`` holds every other vendor's limits by common word (sorted; only vendors with a
-    limit), memory already in MiB (the informer scales by that vendor's memory unit when it reads the quota).
-    """
-
-    mem_mib: int | None = None
-    cores_pct: int | None = None
-    others: tuple[tuple[str, VendorLimits], ...] = ()
-
-    @property
-    def limited(self) -> bool:
-        return self.mem_mib is not None or self.cores_pct is not None or any(v.limited for _, v in self.others)
-
-    def of(self, vendor: str) -> VendorLimits:
-        """The limits of one vendor (NVIDIA's from the NVIDIA fields: raw, not scaled)."""
-        if vendor == NVIDIA:
-            return VendorLimits(self.mem_mib, self.cores_pct)
-        return dict(self.others).get(vendor, VendorLimits())
-
-
-def quota_limits(nvidia: VendorLimits, others: Mapping[str, VendorLimits]) -> QuotaLimits:
-    """A ``QuotaLimits`` in canonical form (others sorted, vendors without a limit dropped)."""
-    kept = tuple((w, v) for w, v in sorted(others.items()) if v.limited and w != NVIDIA)
-    return QuotaLimits(mem_mib=nvidia.mem_mib, cores_pct=nvidia.cores_pct, others=kept)
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaState:
-    """A namespace's limits and its current usage (memory MiB and cores % summed over its allocations).
-
-    ``used_mem_mib`` / ``used_cores_pct`` are NVIDIA's; ``used_others`` every other vendor's by common word.
-    """
-
-    limits: QuotaLimits = QuotaLimits()
-    used_mem_mib: int = 0
-    used_cores_pct: int = 0
-    used_others: QuotaUses = ()
-
-    @property
-    def limited(self) -> bool:
-        """Whether the namespace has any limit to check (any vendor's)."""
-        return self.limits.limited
-
-    def for_vendor(self, vendor: str) -> QuotaState:
-        """One vendor's limits and usage in the NVIDIA fields: what :meth:`admits` checks for that vendor."""
-        if vendor == NVIDIA:
-            if not self.limits.others and not self.used_others:
-                return self
-            return QuotaState(
-                QuotaLimits(self.limits.mem_mib, self.limits.cores_pct), self.used_mem_mib, self.used_cores_pct
-            )
-        lim = self.limits.of(vendor)
-        use = dict(self.used_others).get(vendor, QuotaUse())
-        return QuotaState(QuotaLimits(lim.mem_mib, lim.cores_pct), use.mem_mib, use.cores_pct)
-
-    def admits(self, mem_mib: int, cores_pct: int, memory_factor: int) -> bool:
-        """``used + demand <= limit`` for NVIDIA's memory and cores (hami-wire §8): ``None`` is no limit, ``0``
-        blocks. Another vendor's check is ``for_vendor(word).admits(…, 1)`` (its limit is in MiB already).
-
-        The memory limit is scaled by ``memoryFactor`` (at least 1), like the requests are. The webhook's
-        pre-check and Fit's per-device check both ask this.
-        """
-        mem_limit, cores_limit = self.limits.mem_mib, self.limits.cores_pct
-        if mem_limit is not None and self.used_mem_mib + mem_mib > mem_limit * max(memory_factor, 1):
-            return False
-        return cores_limit is None or self.used_cores_pct + cores_pct <= cores_limit
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,10 +6,10 @@ returns a ``Decision`` or a ``Failure``. It never reserves anything; the caller 
 Fast path. A node's score depends only on its usage before the pod (hami-wire §6.2), so the candidates can
 be ordered first (binpack: busiest first, spread: idlest first, ties by name) and fitted in that order until
 one fits: that node is the one the full evaluation would choose. The preferred node is tried before anything
-is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``PodNeeds``), nodes with too few
-devices passing Fit's order-free checks in O(devices) (``fit.may_fit``). Only when nothing fits are the skipped
-nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and returns the same
-answer (property-tested).
+is sorted. Nodes whose summary proves the pod cannot fit are skipped in O(1) (``prefilter.PodNeeds``), nodes
+with too few devices passing Fit's order-free checks in O(devices) (``prefilter.may_fit``). Only when nothing
+fits are the skipped nodes evaluated, to give every node its reason. ``exhaustive=True`` evaluates every node and
+returns the same answer (property-tested). The order itself (``ranking``) is the node policy's.
 
 The exception: a vendor whose node score depends on the devices the pod gets there. With the optional rules hook
 ``pod_score(snapshot, devices, node_policy, constraints)`` (HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX,
@@ -23,14 +23,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from heapq import heapify, heappop
-from itertools import compress
 from operator import attrgetter
 
-from vgpu_scheduler.shared.domain.fit import NodeFit, PodContext, evaluate_node, may_fit, normalize_request
+from vgpu_scheduler.shared.domain.context import PodContext, pod_context
+from vgpu_scheduler.shared.domain.fit import NodeFit, evaluate_node
 from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
-    MEM_PCT_UNSET,
-    NVIDIA,
     ContainerRequest,
     DeviceCharge,
     DeviceUsage,
@@ -40,13 +38,26 @@ from vgpu_scheduler.shared.domain.model import (
     PodConstraints,
     PodDevices,
     PodRequest,
-    QuotaState,
     with_tags,
 )
+from vgpu_scheduler.shared.domain.prefilter import PodNeeds, may_fit
+from vgpu_scheduler.shared.domain.quota import QuotaState
+from vgpu_scheduler.shared.domain.ranking import (
+    better,
+    keep_all,
+    passed_over_in_order,
+    pod_score,
+    pod_score_bounds,
+    pod_scored,
+    preferred,
+    walk,
+)
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
-from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot, NodeSummary
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
+
+_SCORE = attrgetter("score")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,151 +83,6 @@ class Failure:
     rejections: Mapping[str, NodeRejection] = field(default_factory=dict)
 
 
-_NO_NEED = -(1 << 62)
-
-
-_SUMMARY = attrgetter("summary")
-_SCORE = attrgetter("score")
-
-
-def _keep_all(summary: NodeSummary) -> bool:
-    del summary
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class PodNeeds:
-    """What a node's ``NodeSummary`` must reach for the pod to possibly fit there.
-
-    Each figure is a necessary condition of NVIDIA ``Fit`` on the node before the pod: every device a container
-    takes must be usable and have the room on its own, so some usable device must have the largest memory,
-    percentage and cores any container asks for, and at least as many usable (idle for ``mutex`` and whole-card
-    requests, not core-full for 0-core requests) devices as a container wants. Later app containers see more
-    usage, never less, so checking each container against the node before the pod is sound. MIG nodes are
-    always viable (one GPU may give a container several instances).
-    """
-
-    devices: int
-    mem_mib: int = _NO_NEED
-    mem_pct: int = _NO_NEED
-    cores: int = _NO_NEED
-    exclusive: int = _NO_NEED
-    zero_core: int = _NO_NEED
-    idle: int = _NO_NEED
-
-    @classmethod
-    def of(cls, requests: Sequence[ContainerRequest], mutex: bool) -> PodNeeds:
-        """The needs of a pod's (normalized) requests; ``mutex`` when the GPU policy contains ``mutex``."""
-        every = [r for r in requests if not r.empty]
-        devices = max((r.nums for r in every), default=0)
-        # memory and cores as NVIDIA's Fit reads them; other vendors take what their rules say (a vNPU template…)
-        wanted = [r for r in every if r.type == NVIDIA]
-        return cls(
-            devices=devices,
-            mem_mib=max((r.mem_mib for r in wanted if r.mem_mib > 0), default=_NO_NEED),
-            mem_pct=max((r.mem_pct for r in wanted if r.mem_mib <= 0 and r.mem_pct != MEM_PCT_UNSET), default=_NO_NEED),
-            cores=max((r.cores_pct for r in wanted), default=_NO_NEED),
-            exclusive=max((r.nums for r in wanted if r.cores_pct == 100), default=_NO_NEED),
-            zero_core=max((r.nums for r in wanted if r.cores_pct == 0), default=_NO_NEED),
-            idle=devices if mutex else _NO_NEED,
-        )
-
-    def predicate(self) -> Callable[[NodeSummary], bool]:
-        """``viable(summary)``: whether a node's summary reaches every need (the node is worth evaluating).
-
-        It runs for every node the fast path walks past: one expression of plain comparisons.
-        """
-        d, m, p, c = self.devices, self.mem_mib, self.mem_pct, self.cores
-        ex, z, idle = self.exclusive, self.zero_core, self.idle
-
-        def viable(x: NodeSummary) -> bool:
-            # the counts that only some pods need (whole cards, mutex) first: they reject the most nodes
-            return x.has_mig or (
-                x.exclusive_ok_count >= ex
-                and x.idle_count >= idle
-                and x.usable_count >= d
-                and x.max_free_mem_mib >= m
-                and x.max_free_cores >= c
-                and x.max_fit_pct >= p
-                and x.zero_core_ok_count >= z
-            )
-
-        return viable
-
-    def hopeless(self, summary: NodeSummary) -> bool:
-        """True when the summary proves the pod cannot fit on the node."""
-        return not self.predicate()(summary)
-
-
-def _context(  # noqa: PLR0917
-    pod: PodRequest,
-    constraints: PodConstraints,
-    policies: Policies,
-    quota: QuotaState | None,
-    config: NvidiaConfig,
-    rules: RuleSet = NVIDIA_ONLY,
-) -> PodContext:
-    """What ``plan`` and ``plan_ranked`` evaluate nodes with: the effective policy and the normalized requests."""
-    policy = effective_policy(policies, constraints)
-    return PodContext(
-        pod=pod,
-        requests=tuple(normalize_request(r, config, rules) for r in pod.containers),
-        constraints=constraints,
-        policy=policy,
-        key=device_sort_key(policy),
-        config=config,
-        quota=quota,
-        rules=rules,
-    )
-
-
-def _preferred(nodes: Sequence[NodeSnapshot], scores: list[float], binpack: bool) -> int:
-    """Position of the node the policy prefers most: highest (binpack) or lowest (spread) score, then first name."""
-    best = max(scores) if binpack else min(scores)
-    if scores.count(best) == 1:
-        return scores.index(best)
-    ties = [i for i, x in enumerate(scores) if x == best]
-    names = [nodes[i].name for i in ties]
-    return ties[names.index(min(names))]
-
-
-def _walk(
-    nodes: Sequence[NodeSnapshot], scores: list[float], order: list[int], keep: Callable[[NodeSummary], bool]
-) -> Iterator[int]:
-    """The positions in ``order`` (sorted by score) whose summary ``keep`` accepts, equal scores by node name.
-
-    Lazy, and a node that ``keep`` rejects costs one call (the iteration itself runs in C). A run of equal
-    scores is sorted by name only when it holds a node that is kept.
-    """
-    n = len(order)
-    kept = compress(range(n), map(keep, map(_SUMMARY, map(nodes.__getitem__, order))))
-    done = 0  # positions of `order` below this were yielded as part of a run
-    for k in kept:
-        if k < done:
-            continue
-        s = scores[order[k]]
-        j = k + 1
-        while j < n and scores[order[j]] == s:
-            j += 1
-        if j == k + 1:
-            yield order[k]
-        else:
-            run = order[k:j]
-            yield from _by_name(nodes, list(compress(run, map(keep, map(_SUMMARY, map(nodes.__getitem__, run))))))
-        done = j
-
-
-def _by_name(nodes: Sequence[NodeSnapshot], run: list[int]) -> Iterator[int]:
-    """A run of equal-score positions by node name, lazily: the first name costs one pass, the rest a sort."""
-    if len(run) < 2:
-        yield from run
-        return
-    first = min(run, key=lambda g: nodes[g].name)
-    yield first
-    run.remove(first)
-    yield from sorted(run, key=lambda g: nodes[g].name)
-
-
 def _decision(snap: NodeSnapshot, fit: NodeFit, passed_over: int = 0) -> Decision:
     return Decision(
         node=snap.name,
@@ -226,20 +92,6 @@ def _decision(snap: NodeSnapshot, fit: NodeFit, passed_over: int = 0) -> Decisio
         score=snap.summary.score,
         passed_over=passed_over,
     )
-
-
-def _passed_over_in_order(nodes: Sequence[NodeSnapshot], scores: list[float], order: list[int], idx: int) -> int:
-    """How many nodes the walk ranks before ``idx``: higher-preference scores, then equal scores with smaller
-    names. ``list.index`` runs in C, so this costs little next to the walk that found ``idx``."""
-    pos = order.index(idx)
-    s = scores[idx]
-    start, end = pos, pos + 1
-    while start > 0 and scores[order[start - 1]] == s:
-        start -= 1
-    while end < len(order) and scores[order[end]] == s:
-        end += 1
-    name = nodes[idx].name
-    return start + sum(1 for j in range(start, end) if nodes[order[j]].name < name)
 
 
 def _sets(ctx: PodContext, req: ContainerRequest) -> bool:
@@ -343,15 +195,15 @@ def plan(
             none_fit=none_fit,
             rules=rules,
         )
-    ctx = _context(pod, constraints, policies, quota, config, rules)
+    ctx = pod_context(pod, constraints, policies, quota, config, rules)
     policy = ctx.policy
     if not nodes:
         return Failure(reasons={}, rejections={})
     binpack = policy.node is NodePolicy.BINPACK
     scores = list(map(_SCORE, nodes))
     if not pod.any:
-        return _empty_decision(nodes[_preferred(nodes, scores, binpack)], pod)
-    if _pod_scored(ctx):
+        return _empty_decision(nodes[preferred(nodes, scores, binpack)], pod)
+    if pod_scored(ctx):
         return _plan_scored(ctx, nodes)
     if exhaustive:
         return _plan_exhaustive(ctx, nodes)
@@ -360,7 +212,7 @@ def plan(
     if not none_fit:
         viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
         # 1. the preferred node overall: most pods fit there, for one pass over the scores
-        first = _preferred(nodes, scores, binpack)
+        first = preferred(nodes, scores, binpack)
         if viable(nodes[first].summary) and may_fit(ctx, nodes[first]):
             result = evaluate_node(ctx, nodes[first])
             if isinstance(result, NodeFit):
@@ -369,12 +221,12 @@ def plan(
         # 2. the others in order of preference, skipping in O(1) those whose summary proves they cannot fit, and
         # in O(devices) those with too few devices that pass Fit's order-free checks
         order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
-        for idx in _walk(nodes, scores, order, viable):
+        for idx in walk(nodes, scores, order, viable):
             if idx in rejections or idx == first or not may_fit(ctx, nodes[idx]):
                 continue
             result = evaluate_node(ctx, nodes[idx])
             if isinstance(result, NodeFit):
-                return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
+                return _decision(nodes[idx], result, passed_over_in_order(nodes, scores, order, idx))
             rejections[idx] = result
     # 3. nothing fits: give the skipped nodes their reasons too. Nodes of one shape (devices and usage alike but
     # for names and UUIDs) get one evaluation when UUIDs cannot matter (no UUID selector, no topology policy).
@@ -412,12 +264,12 @@ def _first_fit_in_order(
     """The walk of step 3 in order of preference, for when a node skipped by its summary fits after all (the
     summaries are sound, so this is a safety net): the first node that fits is the right answer."""
     order = sorted(range(len(nodes)), key=scores.__getitem__, reverse=binpack)
-    for idx in _walk(nodes, scores, order, _keep_all):
+    for idx in walk(nodes, scores, order, keep_all):
         if idx in rejections:
             continue
         result = evaluate_node(ctx, nodes[idx])
         if isinstance(result, NodeFit):
-            return _decision(nodes[idx], result, _passed_over_in_order(nodes, scores, order, idx))
+            return _decision(nodes[idx], result, passed_over_in_order(nodes, scores, order, idx))
         rejections[idx] = result
     return _failure(nodes, rejections)
 
@@ -444,12 +296,12 @@ def plan_ranked(
     effective node policy, each node once): the decision ``plan`` takes, found by walking only as far as the first
     node that fits; None when none fits (``plan`` then says why, node by node). ``ranked`` is consumed lazily, so a
     caller that keeps its nodes sorted pays for the nodes walked, not for all of them."""
-    ctx = _context(pod, constraints, policies, quota, config, rules)
+    ctx = pod_context(pod, constraints, policies, quota, config, rules)
     policy = ctx.policy
     if not pod.any:
         first = next(iter(ranked), None)
         return None if first is None else _empty_decision(first, pod)
-    if _pod_scored(ctx):  # the node's score depends on the devices the pod gets: the bounded walk
+    if pod_scored(ctx):  # the node's score depends on the devices the pod gets: the bounded walk
         scored = _plan_scored(ctx, list(ranked))
         return scored if isinstance(scored, Decision) else None
     viable = PodNeeds.of(ctx.requests, policy.mutex).predicate()
@@ -508,52 +360,12 @@ def _plan_exhaustive(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision
         result = evaluate_node(ctx, snap)
         if isinstance(result, NodeRejection):
             rejections[idx] = result
-        elif best is None or _better(snap, best[0], binpack):
+        elif best is None or better(snap, best[0], binpack):
             best = (snap, result)
     if best is None:
         return _failure(nodes, rejections)
     winner, fit = best
-    return _decision(winner, fit, sum(1 for snap in nodes if _better(snap, winner, binpack)))
-
-
-def _pod_scored(ctx: PodContext) -> bool:
-    """Whether a vendor of the pod's requests adds a node score that depends on the devices the pod gets there
-    (the optional rules hook ``pod_score``, HAMi's ``ScoreNode`` of Vastai's die mode, of MetaX, of Kunlunxin's
-    whole XPUs): the node order is then known only after the nodes that could win are fitted."""
-    return any(getattr(ctx.rules.get(r.type), "pod_score", None) is not None for r in ctx.requests if not r.empty)
-
-
-def _pod_score(ctx: PodContext, snap: NodeSnapshot, fit: NodeFit) -> float:
-    """The vendors' ``pod_score`` terms for the devices ``fit`` gives the pod on ``snap`` (each vendor sees its own
-    devices, one entry per container)."""
-    total = 0.0
-    for name in sorted({d.type for ctr in fit.devices for d in ctr}):
-        hook = getattr(ctx.rules.get(name), "pod_score", None)
-        if hook is not None:
-            mine = tuple(tuple(d for d in ctr if d.type == name) for ctr in fit.devices)
-            total += hook(snap, mine, ctx.policy.node, ctx.constraints)
-    return total
-
-
-def _pod_score_bounds(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> list[float]:
-    """For every node, the most the pod's ``pod_score`` terms can move it ahead under the node policy: the sum
-    over its vendors of each one's ``pod_score_bound`` there (binpack ranks the highest total first, so a term
-    moves a node ahead by its value; spread the lowest, so by its negation). A bound may be negative (the term
-    surely moves the node back); infinite when a vendor with ``pod_score`` gives no bound."""
-    hooks = []
-    for name in sorted({r.type for r in ctx.requests if not r.empty}):
-        rules = ctx.rules.get(name)
-        if getattr(rules, "pod_score", None) is None:
-            continue
-        bound = getattr(rules, "pod_score_bound", None)
-        if bound is None:
-            return [float("inf")] * len(nodes)
-        hooks.append(bound)
-    policy, requests, constraints = ctx.policy.node, ctx.requests, ctx.constraints
-    if len(hooks) == 1:  # the usual case: one such vendor
-        (hook,) = hooks
-        return [hook(snap, requests, policy, constraints) for snap in nodes]
-    return [sum(h(snap, requests, policy, constraints) for h in hooks) for snap in nodes]
+    return _decision(winner, fit, sum(1 for snap in nodes if better(snap, winner, binpack)))
 
 
 def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | Failure:
@@ -562,14 +374,14 @@ def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | F
     The decision's score is that total (HAMi's ``OverrideScore``).
 
     Each node's best possible rank is its own score moved ahead by the most its terms can move it (its bound, from
-    :func:`_pod_score_bounds`). The nodes are fitted in the order of that best possible rank (then name); once a
+    :func:`pod_score_bounds`). The nodes are fitted in the order of that best possible rank (then name); once a
     node's cannot beat the best total found, neither can any node after it, and the walk stops. Nodes whose
     summary or the order-free checks prove hopeless are passed over (the usual walk's tests) and evaluated only
     when no other node fits, to give every node its reason. With bounds of 0 (terms that are all 0 here) this is
     the usual walk: it stops at the first node that fits, after the nodes of the same score named before it."""
     binpack = ctx.policy.node is NodePolicy.BINPACK
     sign = -1.0 if binpack else 1.0  # rank keys: smaller is better
-    bounds = _pod_score_bounds(ctx, nodes)
+    bounds = pod_score_bounds(ctx, nodes)
     scores = list(map(_SCORE, nodes))
     reach = [sign * score - b for score, b in zip(scores, bounds, strict=True)]
     # the walk takes the nodes in order of their best rank, popped from a heap: it costs the nodes walked, not a sort
@@ -594,7 +406,7 @@ def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | F
                 rejections[idx] = result
                 continue
             fitted.add(idx)
-            rank = (sign * (snap.summary.score + _pod_score(ctx, snap, result)), snap.name)
+            rank = (sign * (snap.summary.score + pod_score(ctx, snap, result)), snap.name)
             if best is None or rank < best[0]:
                 best = (rank, idx, result)
         if best is not None:
@@ -614,16 +426,6 @@ def _plan_scored(ctx: PodContext, nodes: Sequence[NodeSnapshot]) -> Decision | F
         if i in hopeless or (i not in fitted and not (viable(nodes[i].summary) and may_fit(ctx, nodes[i])))
     )
     return replace(_decision(winner, fit, passed), score=sign * key)
-
-
-def _better_score(a: tuple[float, str], b: tuple[float, str], binpack: bool) -> bool:
-    if a[0] != b[0]:
-        return a[0] > b[0] if binpack else a[0] < b[0]
-    return a[1] < b[1]
-
-
-def _better(a: NodeSnapshot, b: NodeSnapshot, binpack: bool) -> bool:
-    return _better_score((a.summary.score, a.name), (b.summary.score, b.name), binpack)
 
 
 def apply_decision(snapshot: NodeSnapshot, decision: Decision) -> NodeSnapshot:

@@ -69,12 +69,18 @@ def _parent(doc: Any, tokens: list[str]) -> Any:
     return cur
 
 
-def _get(doc: Any, path: str) -> Any:
+def _locate(doc: Any, path: str) -> tuple[Any, str] | None:
+    """The container holding ``path``'s target and the target's token in it; None when ``path`` is the whole
+    document."""
     tokens = _pointer(path)
-    if not tokens:
+    return None if not tokens else (_parent(doc, tokens), tokens[-1])
+
+
+def _get(doc: Any, path: str) -> Any:
+    where = _locate(doc, path)
+    if where is None:
         return doc
-    parent = _parent(doc, tokens)
-    last = tokens[-1]
+    parent, last = where
     if isinstance(parent, dict) and last in parent:
         return parent[last]
     if isinstance(parent, list):
@@ -95,11 +101,10 @@ def _missing(doc: Any, path: str) -> bool:
 
 
 def _add(doc: Any, path: str, value: Any) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
+    where = _locate(doc, path)
+    if where is None:
         return value
-    parent = _parent(doc, tokens)
-    last = tokens[-1]
+    parent, last = where
     if isinstance(parent, dict):
         parent[last] = value
     elif isinstance(parent, list):
@@ -110,11 +115,10 @@ def _add(doc: Any, path: str, value: Any) -> Any:
 
 
 def _remove(doc: Any, path: str) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
+    where = _locate(doc, path)
+    if where is None:
         raise ApiError(422, "the json patch cannot remove the whole document")
-    parent = _parent(doc, tokens)
-    last = tokens[-1]
+    parent, last = where
     if isinstance(parent, dict) and last in parent:
         del parent[last]
     elif isinstance(parent, list):

@@ -213,16 +213,8 @@ class Api:
         timeout_s: float | None = None,
     ) -> KubeObject:
         """Merge-patch a pod's annotations/labels; returns the pod as stored. 409 → ConflictError."""
-        what = f"patch pod {namespace}/{name}"
-        body = await self._client.call_raw(
-            what,
-            "PATCH",
-            _pod_path(namespace, name),
-            _dumps(metadata_patch(annotations, labels, resource_version)),
-            content_type=MERGE_PATCH,
-            timeout_s=timeout_s,
-        )
-        return self._object(what, body)
+        patch = metadata_patch(annotations, labels, resource_version)
+        return await self._merge_patch(f"patch pod {namespace}/{name}", _pod_path(namespace, name), patch, timeout_s)
 
     async def patch_node_metadata(
         self,
@@ -235,14 +227,13 @@ class Api:
     ) -> KubeObject:
         """Merge-patch a node's annotations/labels (the node lock uses ``resource_version``); returns the node as
         stored. 409 → ConflictError."""
-        what = f"patch node {name}"
+        patch = metadata_patch(annotations, labels, resource_version)
+        return await self._merge_patch(f"patch node {name}", _node_path(name), patch, timeout_s)
+
+    async def _merge_patch(self, what: str, path: str, patch: Mapping[str, Any], timeout_s: float | None) -> KubeObject:
+        """Merge-patch the object at ``path``; returns it as stored."""
         body = await self._client.call_raw(
-            what,
-            "PATCH",
-            _node_path(name),
-            _dumps(metadata_patch(annotations, labels, resource_version)),
-            content_type=MERGE_PATCH,
-            timeout_s=timeout_s,
+            what, "PATCH", path, _dumps(patch), content_type=MERGE_PATCH, timeout_s=timeout_s
         )
         return self._object(what, body)
 

@@ -239,6 +239,13 @@ class Budget(enum.Enum):
     EVENTS = "events"
 
 
+def _transport_error(what: str, deadline_s: float, e: BaseException) -> TransientError:
+    """A call that got no answer (its deadline passed, or the connection failed) as a retryable error."""
+    if isinstance(e, TimeoutError):
+        return TransientError(f"{what}: no answer within {deadline_s:g}s")
+    return TransientError(f"{what}: {type(e).__name__}: {e}")
+
+
 class KubeClient:
     """One API connection: the kubernetes-asyncio ``ApiClient`` and ``CoreV1Api`` (``core``), a token bucket and
     a default deadline. Build it with ``open_client``; ``Api`` and ``Informer`` use it."""
@@ -249,6 +256,11 @@ class KubeClient:
         self.settings = settings
         self.limiter = TokenBucket(settings.qps, settings.burst)
         self.event_limiter = TokenBucket(settings.qps, settings.burst)
+
+    async def _admit(self, timeout_s: float | None, budget: Budget) -> float:
+        """Wait for a token of ``budget``; the call's deadline (``timeout_s``, else the client's default)."""
+        await (self.event_limiter if budget is Budget.EVENTS else self.limiter).acquire()
+        return timeout_s if timeout_s is not None else self.settings.timeout_s
 
     async def call_json(
         self,
@@ -262,8 +274,7 @@ class KubeClient:
         """Call one generated API method and return its parsed JSON body. The deadline covers the request and
         reading the body, not the wait for a token of ``budget`` before it: a call queued behind the rate limit
         is slow, not failed. Errors are translated (``shared.k8s.errors``)."""
-        deadline_s = timeout_s if timeout_s is not None else self.settings.timeout_s
-        await (self.event_limiter if budget is Budget.EVENTS else self.limiter).acquire()
+        deadline_s = await self._admit(timeout_s, budget)
         try:
             async with asyncio.timeout(deadline_s):
                 resp = await fn(*args, _preload_content=False, _request_timeout=deadline_s, **kwargs)
@@ -271,10 +282,8 @@ class KubeClient:
                     body = await resp.read()
                 finally:
                     resp.release()
-        except TimeoutError as e:
-            raise TransientError(f"{what}: no answer within {deadline_s:g}s") from e
-        except aiohttp.ClientError as e:
-            raise TransientError(f"{what}: {type(e).__name__}: {e}") from e
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise _transport_error(what, deadline_s, e) from e
         if resp.status >= 400:
             raise error_for(what, resp.status, body, resp.headers)
         try:
@@ -298,8 +307,7 @@ class KubeClient:
         session) but without the generated method's argument processing (about 70 µs of CPU a call, a third of
         the call). Returns the body of a 2xx answer undecoded: a caller that does not need it skips the parse.
         Deadline, budget and errors as :meth:`call_json`."""
-        deadline_s = timeout_s if timeout_s is not None else self.settings.timeout_s
-        await (self.event_limiter if budget is Budget.EVENTS else self.limiter).acquire()
+        deadline_s = await self._admit(timeout_s, budget)
         api_client = self.api_client
         headers: dict[str, str] = {**api_client.default_headers, "Accept": JSON_CONTENT}
         if body is not None:
@@ -319,10 +327,8 @@ class KubeClient:
                     method, f"{api_client.configuration.host}{path}", **kwargs
                 ) as resp:
                     data = await resp.read()
-        except TimeoutError as e:
-            raise TransientError(f"{what}: no answer within {deadline_s:g}s") from e
-        except aiohttp.ClientError as e:
-            raise TransientError(f"{what}: {type(e).__name__}: {e}") from e
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise _transport_error(what, deadline_s, e) from e
         if resp.status >= 400:
             raise error_for(what, resp.status, data, resp.headers)
         return data
@@ -346,10 +352,8 @@ class KubeClient:
                     finally:
                         resp.release()
                     raise error_for(what, resp.status, body, resp.headers)
-        except TimeoutError as e:
-            raise TransientError(f"{what}: no answer within {deadline_s:g}s") from e
-        except aiohttp.ClientError as e:
-            raise TransientError(f"{what}: {type(e).__name__}: {e}") from e
+        except (TimeoutError, aiohttp.ClientError) as e:
+            raise _transport_error(what, deadline_s, e) from e
         return resp
 
 

@@ -12,10 +12,12 @@ import base64
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol import gojson
+
+_E = TypeVar("_E", bound=enum.Enum)
 
 _WHAT: Final = "admission review"
 
@@ -95,16 +97,18 @@ class AdmissionOutcome:
         return cls(allowed=False, message=message, code=code)
 
 
+def _member(enum_cls: type[_E], raw: object, detail: str) -> _E:
+    """The member of ``enum_cls`` whose value is ``raw``, else a DecodeError with ``detail`` and ``raw``."""
+    try:
+        return enum_cls(raw)
+    except ValueError:
+        raise DecodeError(_WHAT, detail, repr(raw)) from None
+
+
 def parse_admission_review(body: bytes | str) -> AdmissionRequest:
     """Decode an AdmissionReview (v1 or v1beta1); raise :class:`DecodeError` naming what is malformed."""
-    top = gojson.loads(body, _WHAT).value
-    if not isinstance(top, dict):
-        raise DecodeError(_WHAT, f"expected a JSON object, got {gojson.type_name(top)}")
-    raw_version = top.get("apiVersion")
-    try:
-        version = AdmissionVersion(raw_version)
-    except ValueError:
-        raise DecodeError(_WHAT, "unsupported apiVersion", repr(raw_version)) from None
+    _, top = gojson.loads_object(body, _WHAT)
+    version = _member(AdmissionVersion, top.get("apiVersion"), "unsupported apiVersion")
     if top.get("kind") != "AdmissionReview":
         raise DecodeError(_WHAT, "kind must be AdmissionReview", repr(top.get("kind")))
     request = top.get("request")
@@ -118,11 +122,9 @@ def parse_admission_review(body: bytes | str) -> AdmissionRequest:
         raise DecodeError(_WHAT, "missing request.uid")
     if not isinstance(uid, str):
         raise DecodeError(_WHAT, f"request.uid must be a string, got {gojson.type_name(uid)}")
-    raw_op = request.get("operation")
-    try:
-        operation = Operation(raw_op)
-    except ValueError:
-        raise DecodeError(_WHAT, "request.operation must be CREATE, UPDATE, DELETE or CONNECT", repr(raw_op)) from None
+    operation = _member(
+        Operation, request.get("operation"), "request.operation must be CREATE, UPDATE, DELETE or CONNECT"
+    )
 
     kind_obj = _optional_object(request, "kind")
     resource_obj = _optional_object(request, "resource")

@@ -138,10 +138,7 @@ def _plain_filter_args(body: bytes | str) -> ExtenderArgs | None:
 
 def _parse_extender_args(body: bytes | str) -> ExtenderArgs:
     """:func:`parse_extender_args` for any body, with Go's rules throughout (:func:`gojson.loads`)."""
-    doc = gojson.loads(body, _ARGS)
-    top = doc.value
-    if not isinstance(top, dict):
-        raise DecodeError(_ARGS, f"expected a JSON object, got {gojson.type_name(top)}")
+    doc, top = gojson.loads_object(body, _ARGS)
 
     pod = doc.fold_get(top, "Pod")
     if pod is gojson.MISSING or pod is None:
@@ -181,10 +178,7 @@ def _parse_extender_args(body: bytes | str) -> ExtenderArgs:
 
 def parse_binding_args(body: bytes | str) -> ExtenderBindingArgs:
     """Decode an ``ExtenderBindingArgs`` body. All four fields must be non-empty strings."""
-    doc = gojson.loads(body, _BINDING_ARGS)
-    top = doc.value
-    if not isinstance(top, dict):
-        raise DecodeError(_BINDING_ARGS, f"expected a JSON object, got {gojson.type_name(top)}")
+    doc, top = gojson.loads_object(body, _BINDING_ARGS)
     values: list[str] = []
     for field in ("PodName", "PodNamespace", "PodUID", "Node"):
         value = doc.fold_get(top, field)
@@ -259,17 +253,8 @@ def binding_result(error: str = "") -> bytes:
 
 def _meta_str(obj: Mapping[str, Any], key: str) -> str:
     """``metadata.<key>`` of an API object, ``""`` when absent; a non-string is a DecodeError."""
-    meta = obj.get("metadata")
-    if meta is None:
-        return ""
-    if not isinstance(meta, dict):
-        raise DecodeError(_ARGS, f"Pod.metadata must be an object, got {gojson.type_name(meta)}")
-    value = meta.get(key)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise DecodeError(_ARGS, f"Pod.metadata.{key} must be a string, got {gojson.type_name(value)}")
-    return value
+    meta = gojson.optional_object(obj, "metadata", _ARGS, "Pod.metadata")
+    return "" if meta is None else gojson.optional_string(meta, key, _ARGS, f"Pod.metadata.{key}")
 
 
 def _sorted_map(m: Mapping[str, str] | None) -> dict[str, str] | None:

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import orjson
 
+from vgpu_scheduler.shared.codec._go import json_kind
 from vgpu_scheduler.shared.errors import DecodeError
 
 INT64_MIN: Final = -(1 << 63)
@@ -147,6 +148,15 @@ FAST_DEPTH: Final = 64
 """How deep :func:`plain_values` accepts nesting: well within what :func:`loads` takes (its parser recurses)."""
 
 
+def loads_object(body: bytes | str, what: str) -> tuple[Document, dict[str, Any]]:
+    """:func:`loads` of a body that must be a JSON object: the document and that object."""
+    doc = loads(body, what)
+    top = doc.value
+    if not isinstance(top, dict):
+        raise DecodeError(what, f"expected a JSON object, got {type_name(top)}")
+    return doc, top
+
+
 def plain_values(values: Iterable[Any]) -> bool:
     """Whether :func:`fast_loads` decoded ``values`` as :func:`loads` would have: no float (orjson returns one for an
     integer literal past uint64), every integer within int64 and nothing nested deeper than :data:`FAST_DEPTH`."""
@@ -194,21 +204,8 @@ def _dumps_slow(value: Any) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
-def type_name(value: Any) -> str:
-    """The JSON type name of a decoded value, for error messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+type_name = json_kind
+"""The JSON type name of a decoded value, for error messages."""
 
 
 def optional_object(parent: Mapping[str, Any], key: str, what: str, where: str) -> dict[str, Any] | None:

@@ -25,23 +25,21 @@ def _shown(value: str) -> str:
     return repr(value if len(value) <= _SHOWN else value[:_SHOWN] + "…")
 
 
+def _check(value: str, what: str, field: str, *, pattern: re.Pattern[str], most: int, shape: str) -> str:
+    """``value`` if ``pattern`` matches it whole and it has at most ``most`` characters; else a DecodeError saying
+    ``field`` must be a ``shape``."""
+    if len(value) > most or not pattern.match(value):
+        raise DecodeError(what, f"{field} must be a {shape}, got {_shown(value)} ({len(value)} characters)")
+    return value
+
+
 def check_dns_label(value: str, what: str, field: str) -> str:
     """``value`` if it is a valid namespace name, else :class:`DecodeError` naming ``field``."""
-    if len(value) > DNS_LABEL_MAX or not _DNS_LABEL_RE.match(value):
-        raise DecodeError(
-            what,
-            f"{field} must be a DNS label (at most {DNS_LABEL_MAX} lowercase letters, digits or '-'), "
-            f"got {_shown(value)} ({len(value)} characters)",
-        )
-    return value
+    shape = f"DNS label (at most {DNS_LABEL_MAX} lowercase letters, digits or '-')"
+    return _check(value, what, field, pattern=_DNS_LABEL_RE, most=DNS_LABEL_MAX, shape=shape)
 
 
 def check_dns_subdomain(value: str, what: str, field: str) -> str:
     """``value`` if it is a valid pod or node name, else :class:`DecodeError` naming ``field``."""
-    if len(value) > DNS_SUBDOMAIN_MAX or not _DNS_SUBDOMAIN_RE.match(value):
-        raise DecodeError(
-            what,
-            f"{field} must be a DNS subdomain (at most {DNS_SUBDOMAIN_MAX} lowercase letters, digits, '-' or '.'), "
-            f"got {_shown(value)} ({len(value)} characters)",
-        )
-    return value
+    shape = f"DNS subdomain (at most {DNS_SUBDOMAIN_MAX} lowercase letters, digits, '-' or '.')"
+    return _check(value, what, field, pattern=_DNS_SUBDOMAIN_RE, most=DNS_SUBDOMAIN_MAX, shape=shape)

@@ -45,10 +45,7 @@ def _uid_of(doc: gojson.Document, pod: Any, where: str) -> str:
 
 def parse_preemption_args(body: bytes | str) -> PreemptionArgs:
     """Decode ``ExtenderPreemptionArgs`` (Go's rules: any key case). A malformed body raises :class:`DecodeError`."""
-    doc = gojson.loads(body, _ARGS)
-    top = doc.value
-    if not isinstance(top, dict):
-        raise DecodeError(_ARGS, f"expected a JSON object, got {gojson.type_name(top)}")
+    doc, top = gojson.loads_object(body, _ARGS)
     pod = doc.fold_get(top, "Pod")
     if not isinstance(pod, dict):
         raise DecodeError(_ARGS, "Pod is missing or not an object")

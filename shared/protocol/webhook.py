@@ -45,7 +45,8 @@ from vgpu_scheduler.shared.codec.resources import (
     vendors_pod_request,
 )
 from vgpu_scheduler.shared.domain.hooks import implements
-from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig, QuotaState
+from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol import gojson
 from vgpu_scheduler.shared.protocol.admission import HTTP_BAD_REQUEST, AdmissionOutcome

@@ -11,10 +11,12 @@ import contextlib
 import functools
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
-from vgpu_scheduler.shared.domain.model import Allocation, DeviceCharge, QuotaState
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import DeviceCharge
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, VgpuError
 from vgpu_scheduler.shared.store._base import (
     ReplicationShortfall,
@@ -27,9 +29,9 @@ from vgpu_scheduler.shared.store._base import (
     run_script,
     text,
 )
-from vgpu_scheduler.shared.store.quota import QUOTA_FIELDS, quota_state
+from vgpu_scheduler.shared.store.allocation_reads import AllocationReads
+from vgpu_scheduler.shared.store.keys import Keys
 from vgpu_scheduler.shared.store.types import (
-    AllocationRecord,
     Claimed,
     ClaimRefused,
     ConflictDimension,
@@ -40,7 +42,6 @@ from vgpu_scheduler.shared.store.types import (
     ReserveConflict,
     Reserved,
     ReserveResult,
-    UndecodableRecord,
     Unsettled,
 )
 
@@ -48,6 +49,21 @@ _MAX_MOVES = 3
 """How often a reservation may find the pod indexed on another node before giving up (a concurrent mover)."""
 _NODE_KEYS_CACHED = 16_384
 """Nodes whose reserve-script keys are kept encoded (least recently used ones dropped beyond)."""
+
+
+def _record_keys(k: Keys, node: str) -> tuple[str, ...]:
+    """The keys a pod's record on ``node`` lives in and is announced by, in the order the apply script (after the
+    node's capacity) and the release script take them."""
+    return (
+        k.usage(node),
+        k.pod_charges(node),
+        k.allocations(node),
+        k.generation(node),
+        k.changes(),
+        k.allocation_nodes(),
+        k.pod_index(),
+        k.claims(node),
+    )
 
 
 def charges_json(charges: Sequence[DeviceCharge]) -> str:
@@ -89,51 +105,33 @@ def charges_json(charges: Sequence[DeviceCharge]) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-def _parse_record(raw: bytes, blob: bytes | None, uid: str, node: str) -> AllocationRecord | None:
-    """One stored record (None: its envelope is already gone, a release racing the read). A bad value raises
-    the decoder's error class (:class:`SchemaVersionError` for a newer envelope) naming the pod and the node."""
-    if blob is None:
-        return None
-    try:
-        try:
-            state_s, at_s, _ = raw.split(b"|", 2)
-            state = ReservationState(state_s.decode())
-            reserved_at_ms = int(at_s)
-        except ValueError as e:
-            raise DecodeError("stored reservation", "expected <state>|<reserved_at_ms>|<charges>", repr(raw)) from e
-        allocation = decode_allocation(blob)
-    except DecodeError as e:
-        raise type(e)(f"stored allocation of pod {uid} on node {node}", str(e)) from e
-    return AllocationRecord(allocation=allocation, state=state, reserved_at_ms=reserved_at_ms)
+@dataclass(frozen=True, slots=True)
+class _Apply:
+    """The apply script's options beyond the mode, the allocation and the fence (see :meth:`Reservations.reserve`)."""
+
+    mutex: bool = False
+    epoch: str | None = None
+    fresh: bool = False
+    hint: str = ""
+    victims: tuple[str, ...] = ()
 
 
-_CONFIRMED = ReservationState.CONFIRMED.value.encode() + b"|"
+_PLAIN = _Apply()
 
 
-class Reservations:
-    """Per-pod device charges on nodes (``AllocationRepo``)."""
+class Reservations(AllocationReads):
+    """Per-pod device charges on nodes (``AllocationRepo``): the atomic writes; the reads are
+    :class:`AllocationReads`'."""
 
     def __init__(self, ctx: StoreContext) -> None:
-        self._ctx = ctx
+        super().__init__(ctx)
         self._node_keys = functools.lru_cache(maxsize=_NODE_KEYS_CACHED)(self._apply_node_keys)
 
     def _apply_node_keys(self, node: str) -> tuple[bytes, ...]:
         """KEYS 1-9, 11 and 12 of the reserve script for ``node``, built and encoded once per node (every ``/filter``
         reserves on one; bytes go to Redis as they are)."""
         k = self._ctx.keys
-        keys = (
-            k.capacity(node),
-            k.usage(node),
-            k.pod_charges(node),
-            k.allocations(node),
-            k.generation(node),
-            k.changes(),
-            k.allocation_nodes(),
-            k.pod_index(),
-            k.claims(node),
-            k.meta(),
-            k.bind_hints(node),
-        )
+        keys = (k.capacity(node), *_record_keys(k, node), k.meta(), k.bind_hints(node))
         return tuple(key.encode() for key in keys)
 
     def _apply_keys(self, alloc: Allocation, fresh: bool) -> list[str | bytes]:
@@ -141,18 +139,7 @@ class Reservations:
         # KEYS[10] is read by a fresh reserve only (the pod's namespace quota); the pod index stands in otherwise
         return [*first, self._ctx.keys.quota(alloc.namespace) if fresh else first[7], meta, hints]
 
-    def _apply_args(
-        self,
-        mode: str,
-        alloc: Allocation,
-        fence: Fence | None,
-        mutex: bool = False,
-        epoch: str | None = None,
-        *,
-        fresh: bool = False,
-        hint: str = "",
-        victims: Sequence[str] = (),
-    ) -> list[Any]:
+    def _apply_args(self, mode: str, alloc: Allocation, fence: Fence | None, opts: _Apply = _PLAIN) -> list[Any]:
         """ARGV of the apply script (its KEYS: :meth:`_apply_keys` and the fence's)."""
         _, token = fence_args(self._ctx.keys, fence)
         return [
@@ -163,29 +150,18 @@ class Reservations:
             encode_allocation(alloc),
             alloc.node,
             self._ctx.stream_maxlen,
-            "1" if mutex else "0",
-            "1" if fresh else "0",
-            epoch or "",
-            hint,
-            json.dumps(list(victims), separators=(",", ":")) if victims else "",
+            "1" if opts.mutex else "0",
+            "1" if opts.fresh else "0",
+            opts.epoch or "",
+            opts.hint,
+            json.dumps(list(opts.victims), separators=(",", ":")) if opts.victims else "",
         ]
 
-    async def _run_apply(
-        self,
-        mode: str,
-        alloc: Allocation,
-        fence: Fence | None,
-        mutex: bool = False,
-        epoch: str | None = None,
-        *,
-        fresh: bool = False,
-        hint: str = "",
-        victims: Sequence[str] = (),
-    ) -> list[Any]:
-        args = self._apply_args(mode, alloc, fence, mutex, epoch, fresh=fresh, hint=hint, victims=victims)
+    async def _run_apply(self, mode: str, alloc: Allocation, fence: Fence | None, opts: _Apply = _PLAIN) -> list[Any]:
+        args = self._apply_args(mode, alloc, fence, opts)
         extra_keys, _ = fence_args(self._ctx.keys, fence)
         for _ in range(_MAX_MOVES):
-            script_keys = self._apply_keys(alloc, fresh) + extra_keys
+            script_keys = self._apply_keys(alloc, opts.fresh) + extra_keys
             if mode == "reserve":  # the decision /filter answers: on the replicas too before it is acknowledged
                 reply = await self._durable_reserve(alloc, script_keys, args)
             else:
@@ -194,7 +170,7 @@ class Reservations:
             check_fenced(reply, fence)
             if reply[0] == b"epoch":
                 raise StoreEpochChanged(
-                    f"pod {alloc.pod_uid}: the store epoch is no longer {epoch} (Redis flushed or a new primary): "
+                    f"pod {alloc.pod_uid}: the store epoch is no longer {opts.epoch} (Redis flushed or a new primary): "
                     "nothing reserved until the store is rebuilt",
                     self._ctx.retry_delay_s,
                 )
@@ -253,7 +229,10 @@ class Reservations:
         so nobody else takes the room they leave; :meth:`preemption_waiting` tells how many still hold it.
         """
         return self._reserve_result(
-            alloc, await self._run_apply("reserve", alloc, fence, mutex, epoch, hint=hint, victims=victims)
+            alloc,
+            await self._run_apply(
+                "reserve", alloc, fence, _Apply(mutex=mutex, epoch=epoch, hint=hint, victims=tuple(victims))
+            ),
         )
 
     async def renew(self, pod_uid: str, node: str) -> bool:
@@ -334,7 +313,7 @@ class Reservations:
         """:meth:`reserve`, only if the pod index holds nothing for the pod and its namespace has no quota
         envelope, checked in the same atomic step: what ``/filter`` would otherwise read first (in a round trip of
         its own). Otherwise nothing is reserved and the answer is :class:`Unsettled` (with the indexed node)."""
-        reply = await self._run_apply("reserve", alloc, None, mutex, epoch, fresh=True, hint=hint)
+        reply = await self._run_apply("reserve", alloc, None, _Apply(mutex=mutex, epoch=epoch, fresh=True, hint=hint))
         if reply[0] == b"unsettled":
             return Unsettled(pod_uid=alloc.pod_uid, node=text(reply[1]) or None)
         return self._reserve_result(alloc, reply)
@@ -493,17 +472,7 @@ class Reservations:
         envelope of what was released, undecoded (None: nothing there; :class:`Owned`: the condition refused)."""
         k = self._ctx.keys
         extra_keys, token = fence_args(k, fence)
-        keys = [
-            k.usage(node),
-            k.pod_charges(node),
-            k.allocations(node),
-            k.generation(node),
-            k.changes(),
-            k.allocation_nodes(),
-            k.pod_index(),
-            k.claims(node),
-            k.bind_hints(node),
-        ]
+        keys = [*_record_keys(k, node), k.bind_hints(node)]
         async with self._ctx.translated("release allocation"):
             reply = await self._ctx.scripts.release_allocation(
                 keys=keys + extra_keys, args=[token, pod_uid, node, self._ctx.stream_maxlen, condition]
@@ -515,132 +484,3 @@ class Reservations:
             return None
         blob: bytes = reply[3]
         return blob
-
-    async def node_of(self, pod_uid: str) -> str | None:
-        """The node the pod index places ``pod_uid`` on, if any."""
-        async with self._ctx.translated("read pod index"):
-            node = await self._ctx.client.hget(self._ctx.keys.pod_index(), pod_uid)
-        return None if node is None else text(node)
-
-    async def node_and_quota(self, pod_uid: str, namespace: str) -> tuple[str | None, QuotaState]:
-        """Where the pod index places ``pod_uid`` and ``namespace``'s quota, in one round trip (what the
-        extender's ``/filter`` reads before planning)."""
-        k = self._ctx.keys
-        async with self._ctx.pipeline("read pod index and quota") as pipe:
-            pipe.hget(k.pod_index(), pod_uid)
-            pipe.hmget(k.quota(namespace), list(QUOTA_FIELDS))
-            node, fields = await pipe.execute()
-        return (None if node is None else text(node)), quota_state(fields)
-
-    async def get(self, pod_uid: str, node: str | None = None) -> AllocationRecord | None:
-        """The pod's stored allocation with its state, or None."""
-        node = node or await self.node_of(pod_uid)
-        if node is None:
-            return None
-        k = self._ctx.keys
-        async with self._ctx.pipeline("get allocation") as pipe:
-            pipe.hget(k.pod_charges(node), pod_uid)
-            pipe.hget(k.allocations(node), pod_uid)
-            raw, blob = await pipe.execute()
-        if raw is None:
-            return None
-        return _parse_record(raw, blob, pod_uid, node)
-
-    async def list_by_node(self, node: str, errors: list[UndecodableRecord] | None = None) -> list[AllocationRecord]:
-        """Every allocation stored on ``node``, ordered by pod UID. ``errors``: see :meth:`list_all`."""
-        return (await self._list_nodes([node], errors)).get(node, [])
-
-    async def list_all(self, errors: list[UndecodableRecord] | None = None) -> dict[str, list[AllocationRecord]]:
-        """Every stored allocation, by node.
-
-        With an ``errors`` list, a record that cannot be decoded (a newer replica's envelope version during a
-        rolling upgrade, a corrupt value) is left out and appended to it, so one bad record never hides the
-        others; without one, the first raises its :class:`DecodeError` (strict: audits and tests).
-        """
-        async with self._ctx.translated("list allocation nodes"):
-            nodes = sorted(text(n) for n in await self._ctx.client.smembers(self._ctx.keys.allocation_nodes()))
-        return await self._list_nodes(nodes, errors)
-
-    async def list_unconfirmed_older_than(
-        self, age_s: float, errors: list[UndecodableRecord] | None = None
-    ) -> list[AllocationRecord]:
-        """Records still unconfirmed (reserved, binding or bound) ``age_s`` seconds after they were made (server
-        clock).
-        ``errors``: see :meth:`list_all`."""
-        async with self._ctx.translated("read server time"):
-            secs, micros = await self._ctx.client.time()
-        cutoff_ms = secs * 1000 + micros // 1000 - int(age_s * 1000)
-        return [
-            r
-            for records in (await self.list_all(errors)).values()
-            for r in records
-            if r.state.unconfirmed and r.reserved_at_ms <= cutoff_ms
-        ]
-
-    async def list_unconfirmed(self, errors: list[UndecodableRecord] | None = None) -> list[AllocationRecord]:
-        """Every record not confirmed yet (reserved, binding or bound), read without decoding the confirmed ones:
-        the states first (one pipelined read of every node's charges), then only those records' allocations.
-        ``errors``: see :meth:`list_all`."""
-        k = self._ctx.keys
-        async with self._ctx.translated("list allocation nodes"):
-            nodes = sorted(text(n) for n in await self._ctx.client.smembers(k.allocation_nodes()))
-        if not nodes:
-            return []
-        async with self._ctx.pipeline("list reservation states") as pipe:
-            for n in nodes:
-                pipe.hgetall(k.pod_charges(n))
-            states: list[dict[bytes, bytes]] = await pipe.execute()
-        wanted = [
-            (n, sorted(uid for uid, raw in charges.items() if not raw.startswith(_CONFIRMED)), charges)
-            for n, charges in zip(nodes, states, strict=True)
-        ]
-        wanted = [w for w in wanted if w[1]]
-        if not wanted:
-            return []
-        async with self._ctx.pipeline("list unconfirmed allocations") as pipe:
-            for n, uids, _ in wanted:
-                pipe.hmget(k.allocations(n), uids)
-            blobs: list[list[bytes | None]] = await pipe.execute()
-        out: list[AllocationRecord] = []
-        for (n, uids, charges), values in zip(wanted, blobs, strict=True):
-            for uid, blob in zip(uids, values, strict=True):
-                try:
-                    rec = _parse_record(charges[uid], blob, text(uid), n)
-                except DecodeError as e:
-                    if errors is None:
-                        raise
-                    errors.append(UndecodableRecord(pod_uid=text(uid), node=n, error=e))
-                    continue
-                if rec is not None and rec.state.unconfirmed:
-                    out.append(rec)
-        return out
-
-    async def _list_nodes(
-        self, nodes: Sequence[str], errors: list[UndecodableRecord] | None
-    ) -> dict[str, list[AllocationRecord]]:
-        if not nodes:
-            return {}
-        k = self._ctx.keys
-        async with self._ctx.pipeline("list allocations") as pipe:
-            for n in nodes:
-                pipe.hgetall(k.pod_charges(n))
-                pipe.hgetall(k.allocations(n))
-            replies = await pipe.execute()
-        out: dict[str, list[AllocationRecord]] = {}
-        for i, n in enumerate(nodes):
-            charges: dict[bytes, bytes] = replies[2 * i]
-            blobs: dict[bytes, bytes] = replies[2 * i + 1]
-            records = []
-            for uid in sorted(charges):
-                try:
-                    rec = _parse_record(charges[uid], blobs.get(uid), text(uid), n)
-                except DecodeError as e:
-                    if errors is None:
-                        raise
-                    errors.append(UndecodableRecord(pod_uid=text(uid), node=n, error=e))
-                    continue
-                if rec is not None:
-                    records.append(rec)
-            if records:
-                out[n] = records
-        return out

@@ -54,14 +54,19 @@ class InventoryRepo:
             blob = await self._ctx.client.get(self._ctx.keys.inventory(node))
         return None if blob is None else decode_inventory(as_bytes(blob))
 
+    async def _get_each(self, what: str, keys: Sequence[str]) -> list[bytes | None]:
+        """The value of each of ``keys`` (None where absent), in one round trip."""
+        async with self._ctx.pipeline(what) as pipe:
+            for key in keys:
+                pipe.get(key)
+            values: list[bytes | None] = await pipe.execute()
+        return values
+
     async def get_many(self, nodes: Sequence[str]) -> dict[str, NodeInventory]:
         """The inventories of ``nodes`` that have one, in one round trip."""
         if not nodes:
             return {}
-        async with self._ctx.pipeline("get inventories") as pipe:
-            for n in nodes:
-                pipe.get(self._ctx.keys.inventory(n))
-            blobs = await pipe.execute()
+        blobs = await self._get_each("get inventories", [self._ctx.keys.inventory(n) for n in nodes])
         return {n: decode_inventory(b) for n, b in zip(nodes, blobs, strict=True) if b is not None}
 
     async def list_nodes(self) -> list[str]:
@@ -75,8 +80,5 @@ class InventoryRepo:
         names = list(nodes)
         if not names:
             return {}
-        async with self._ctx.pipeline("get generations") as pipe:
-            for n in names:
-                pipe.get(self._ctx.keys.generation(n))
-            values = await pipe.execute()
+        values = await self._get_each("get generations", [self._ctx.keys.generation(n) for n in names])
         return {n: 0 if v is None else int(v) for n, v in zip(names, values, strict=True)}

@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.shared.codec.envelope import decode_quota_limits, encode_quota_limits
-from vgpu_scheduler.shared.domain.model import NVIDIA, QuotaLimits, QuotaState, QuotaUse, QuotaUses, is_quota_word
+from vgpu_scheduler.shared.domain.model import NVIDIA
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState, QuotaUse, QuotaUses, is_quota_word
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.store._base import ScriptCall, StoreContext, as_bytes, as_int, check_fenced, fence_args, text
 from vgpu_scheduler.shared.store.types import (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
-from vgpu_scheduler.shared.domain.model import Allocation
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.store._base import Durability, StoreContext, translated
 from vgpu_scheduler.shared.store.allocations import Reservations
 from vgpu_scheduler.shared.store.connection import aclose_client, is_embedded, is_sentinel, primary_check

@@ -6,7 +6,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vgpu_scheduler.shared.domain.model import NVIDIA, Allocation, DeviceUsage, NodeInventory, QuotaUses
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceUsage, NodeInventory
+from vgpu_scheduler.shared.domain.quota import QuotaUses
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, SchemaVersionError
 

@@ -49,9 +49,9 @@ from vgpu_scheduler.shared.domain.model import (
     NodeInventory,
     NvidiaConfig,
     PodDevices,
-    QuotaState,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, plan
+from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError

@@ -17,7 +17,8 @@ from vgpu_scheduler.services.extender.events import EventSink
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory, NvidiaConfig
 from vgpu_scheduler.shared.emulator import Emulator, WriteRecord
 from vgpu_scheduler.shared.k8s import Api, KubeSettings, open_client
 from vgpu_scheduler.shared.protocol.events import PodEvent

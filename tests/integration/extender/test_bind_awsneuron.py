@@ -12,7 +12,8 @@ from tests.integration.extender.bindkit import NOW, Harness, harness, node_obj, 
 from vgpu_scheduler.services.extender.bind import BindOutcome
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, NodeInventory
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, NodeInventory
 from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
 from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor

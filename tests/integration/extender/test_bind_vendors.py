@@ -16,7 +16,8 @@ from vgpu_scheduler.services.extender.vendorlock import DSMLU_LOCK, TimedLockSta
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.nodelock import encode_node_lock, format_rfc3339, parse_node_lock
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, NodeInventory
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, NodeInventory
 from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
 from vgpu_scheduler.shared.store import ReservationState
 from vgpu_scheduler.shared.vendors import hygon

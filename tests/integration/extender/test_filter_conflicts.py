@@ -10,7 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from tests.integration.extender.filter_harness import node, patched, running_extender, seed, wire_doc
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, QuotaLimits
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.store import (
     ConflictDimension,

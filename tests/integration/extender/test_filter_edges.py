@@ -27,7 +27,7 @@ from tests.integration.extender.filter_harness import (
 )
 from tests.waiting import eventually
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.store import Reservations, Store, connect
 

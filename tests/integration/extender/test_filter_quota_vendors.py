@@ -11,7 +11,8 @@ from tests.fakevendor import FakeVendor, fake_devices
 from tests.integration.extender.filter_harness import node, running_extender, seed
 from tests.integration.extender.test_webhook import review
 from vgpu_scheduler.services.extender.webhook import Admitter, WebhookOutcome
-from vgpu_scheduler.shared.domain.model import NodeInventory, NvidiaConfig, QuotaUse, VendorLimits, quota_limits
+from vgpu_scheduler.shared.domain.model import NodeInventory, NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaUse, VendorLimits, quota_limits
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.protocol.admission import parse_admission_review
 from vgpu_scheduler.shared.store import PodQuotaCharge, Store

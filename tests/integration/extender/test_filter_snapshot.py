@@ -13,7 +13,8 @@ import pytest
 from tests.integration.extender.filter_harness import FAST_CACHE, node, seed
 from vgpu_scheduler.services.extender.snapshot import CacheSettings, SnapshotCache
 from vgpu_scheduler.services.extender.wakeups import NodeWakeups
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice, DeviceUsage, NodePolicy
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceUsage, NodePolicy
 from vgpu_scheduler.shared.domain.plan import Decision, rank_key
 from vgpu_scheduler.shared.store import ChangeBatch, LockAcquired, Reserved, Store, SyncMarker
 

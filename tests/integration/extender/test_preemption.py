@@ -11,7 +11,8 @@ from typing import Any
 from tests.integration.extender.filter_harness import node, running_extender, seed
 from tests.waiting import eventually
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.store import Store

@@ -15,7 +15,8 @@ from tests.integration.extender.bindkit import pod_obj
 from tests.integration.extender.filter_harness import Replica, running_extender, seed, wire_doc
 from vgpu_scheduler.services.extender import webhook as webhook_module
 from vgpu_scheduler.services.extender.webhook import QUOTA_READ_TIMEOUT_S, Admitter, WebhookOutcome
-from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.protocol.admission import AdmissionOutcome, parse_admission_review
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch

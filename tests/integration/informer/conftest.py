@@ -24,7 +24,7 @@ from tests.waiting import eventually
 from vgpu_scheduler.services.informer.service import InformerDeps, InformerService, InformerTuning
 from vgpu_scheduler.shared.config import CommonSettings, InformerSettings, Service
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api, KubeClient
 from vgpu_scheduler.shared.k8s import InformerSettings as WatchSettings

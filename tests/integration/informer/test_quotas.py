@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.integration.informer.conftest import Harness, metric
 from tests.unit.informer.builders import pod, quota
 from tests.waiting import eventually
-from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.store import QuotaCharged, QuotaExceeded, Store
 
 MEM = "limits.nvidia.com/gpumem"

@@ -17,13 +17,9 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
-    QuotaState,
-    QuotaUse,
-    QuotaUses,
-    VendorLimits,
-    quota_limits,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.quota import QuotaState, QuotaUse, QuotaUses, VendorLimits, quota_limits
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.store import QuotaCharged, QuotaDimension, QuotaExceeded, Store

@@ -9,7 +9,7 @@ from tests.integration.informer.conftest import Harness, fake_allocation, metric
 from tests.unit.informer.builders import pod, quota
 from tests.waiting import eventually
 from vgpu_scheduler.services.informer.metrics import RepairKind
-from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.store import ReservationState, Reserved, SyncMarker
 
 

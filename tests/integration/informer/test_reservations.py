@@ -9,7 +9,8 @@ from tests.unit.informer.builders import devices, pod
 from tests.waiting import eventually
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, DeviceUsage
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import DeviceUsage
 from vgpu_scheduler.shared.store import Claimed, ReservationState, Reserved, Store
 
 GRACE_S = 120.0

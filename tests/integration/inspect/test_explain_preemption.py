@@ -13,7 +13,8 @@ from tests.integration.extender.filter_harness import node, seed
 from vgpu_scheduler.services.inspect.explain import explain, render_text
 from vgpu_scheduler.shared.config import CommonSettings, InspectSettings, Service
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, ContainerDevice
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api, KubeClient
 from vgpu_scheduler.shared.store import Reserved, Store, connect

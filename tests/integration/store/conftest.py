@@ -7,14 +7,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import (
-    Allocation,
-    ContainerDevice,
-    DeviceInfo,
-    MigAllocation,
-    MigPlacement,
-    NodeInventory,
-)
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, MigAllocation, MigPlacement, NodeInventory
 from vgpu_scheduler.shared.store import Store, connect
 
 

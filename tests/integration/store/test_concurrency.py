@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.integration.store.conftest import alloc, gpu, mig_alloc, node
-from vgpu_scheduler.shared.domain.model import Allocation, DeviceInfo, MigPlacement
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import DeviceInfo, MigPlacement
 from vgpu_scheduler.shared.store import AllocationRecord, ReserveConflict, Reserved, ReserveResult, Store, connect
 
 TASKS = 200

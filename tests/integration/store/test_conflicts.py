@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from tests.integration.store.conftest import alloc, gpu, mig_alloc, node
-from vgpu_scheduler.shared.domain.model import Allocation, NodeInventory
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import NodeInventory
 from vgpu_scheduler.shared.store import ConflictDimension, ReserveConflict, Reserved, Store
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.store.conftest import alloc, gpu, node
-from vgpu_scheduler.shared.domain.model import QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.store import QuotaCharged, QuotaDimension, QuotaExceeded, Store
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.integration.store.conftest import alloc, gpu, node
 from vgpu_scheduler.shared.coord import Lease
-from vgpu_scheduler.shared.domain.model import QuotaLimits
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.store import Fence, PodQuotaCharge, StaleFenceError, Store, SyncMarker
 
 Write = Callable[[Store, Fence], Awaitable[object]]

@@ -12,14 +12,8 @@ import pytest
 
 from vgpu_scheduler.services.informer.pods import pod_allocation
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
-from vgpu_scheduler.shared.domain.model import (
-    Allocation,
-    ContainerRequest,
-    DeviceInfo,
-    NodeInventory,
-    NvidiaConfig,
-    PodRequest,
-)
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory, NvidiaConfig, PodRequest
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu_scheduler.shared.domain.model import QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.store import PodQuotaCharge, QuotaCharged, QuotaDimension, QuotaExceeded, Store
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from vgpu_scheduler.shared.codec.envelope import encode_quota_limits
-from vgpu_scheduler.shared.domain.model import QuotaLimits, QuotaState, QuotaUse, VendorLimits, quota_limits
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState, QuotaUse, VendorLimits, quota_limits
 from vgpu_scheduler.shared.store import PodQuotaCharge, QuotaCharged, QuotaDimension, QuotaExceeded, Store
 
 DCU_MEM = quota_limits(VendorLimits(), {"DCU": VendorLimits(mem_mib=8000)})

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.integration.store.conftest import alloc, gpu, node
-from vgpu_scheduler.shared.domain.model import Allocation
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.store import PodQuotaCharge, RecordResult, ReservationState, Store, connect
 
 

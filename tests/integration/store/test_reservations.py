@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.store.conftest import alloc, gpu, node
-from vgpu_scheduler.shared.domain.model import DeviceUsage, QuotaLimits
+from vgpu_scheduler.shared.domain.model import DeviceUsage
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.store import (
     START_ID,
     ChangeKind,

@@ -10,17 +10,11 @@ from dataclasses import dataclass
 import pytest
 
 from tests.builders import gpu, pod, req, snap, use
-from vgpu_scheduler.shared.domain.diagnosis import NearestMiss, fragmentation, nearest_miss, quota_left
-from vgpu_scheduler.shared.domain.model import (
-    NO_CONSTRAINTS,
-    GpuPolicy,
-    GpuPolicyToken,
-    PodConstraints,
-    PodRequest,
-    QuotaLimits,
-    QuotaState,
-)
+from vgpu_scheduler.shared.domain.diagnosis import NearestMiss, nearest_miss, quota_left
+from vgpu_scheduler.shared.domain.fragmentation import fragmentation
+from vgpu_scheduler.shared.domain.model import NO_CONSTRAINTS, GpuPolicy, GpuPolicyToken, PodConstraints, PodRequest
 from vgpu_scheduler.shared.domain.plan import Failure, plan
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 

@@ -18,11 +18,10 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
-    QuotaLimits,
-    QuotaState,
     Reason,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.domain.reasons import NodeRejection, gen_reason
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot

@@ -15,13 +15,9 @@ from vgpu_scheduler.shared.domain.model import (
     NodeInventory,
     PodConstraints,
     PodRequest,
-    QuotaLimits,
-    QuotaState,
-    QuotaUse,
-    VendorLimits,
-    quota_limits,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState, QuotaUse, VendorLimits, quota_limits
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, RuleSet

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests import builders
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.mig import (
     LegacyMigChoice,
     flatten_geometry,
@@ -20,7 +21,6 @@ from vgpu_scheduler.shared.domain.mig import (
     select_legacy,
 )
 from vgpu_scheduler.shared.domain.model import (
-    Allocation,
     ContainerDevice,
     DeviceInfo,
     DeviceUsage,

@@ -20,7 +20,7 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vgpu_scheduler.shared.domain.fit import PodContext, may_fit, normalize_request
+from vgpu_scheduler.shared.domain.context import PodContext, normalize_request
 from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
     MEM_PCT_UNSET,
@@ -35,11 +35,11 @@ from vgpu_scheduler.shared.domain.model import (
     NodePolicy,
     PodConstraints,
     PodRequest,
-    QuotaLimits,
-    QuotaState,
     ScoringWeights,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, PodNeeds, apply_decision, plan, plan_ranked, rank_key
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, apply_decision, plan, plan_ranked, rank_key
+from vgpu_scheduler.shared.domain.prefilter import PodNeeds, may_fit
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies, device_sort_key, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.builders import gpu, inventory, req, snap, use
 from vgpu_scheduler.shared.domain.model import ZERO_USAGE, ContainerRequest, MigProfile
-from vgpu_scheduler.shared.domain.plan import PodNeeds
+from vgpu_scheduler.shared.domain.prefilter import PodNeeds
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 

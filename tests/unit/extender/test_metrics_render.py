@@ -20,7 +20,8 @@ from prometheus_client.registry import Collector
 from tests.builders import gpu, inventory, use
 from tests.fakevendor import fake_devices, mixed_inventory
 from vgpu_scheduler.services.extender.metrics import MIB, AllocationCollector, ExtenderMetrics, QuotaView
-from vgpu_scheduler.shared.domain.model import NodeInventory, QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.model import NodeInventory
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.metrics import HAMI_ZONE, SampleLines, TextGaugeFamily, render_text
 

@@ -13,7 +13,8 @@ from vgpu_scheduler.services.extender.metrics import AllocationCollector, Extend
 from vgpu_scheduler.services.extender.nodes import inventory_from_node
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.register import encode_register_colon, encode_register_json
-from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError
 

@@ -19,7 +19,8 @@ from vgpu_scheduler.services.informer.metrics import (
 )
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, MigAllocation
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import MigAllocation
 
 REGISTER = encode_register_json([gpu("GPU-x", index=0), gpu("GPU-y", index=5)])
 

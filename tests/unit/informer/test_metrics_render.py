@@ -27,7 +27,8 @@ from vgpu_scheduler.services.informer.metrics import (
     vgpu_series,
 )
 from vgpu_scheduler.shared.domain.accounting import collapse
-from vgpu_scheduler.shared.domain.model import Allocation, MigAllocation
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import MigAllocation
 from vgpu_scheduler.shared.metrics import HAMI_ZONE, TextGaugeFamily, render_text
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from tests.unit.informer.builders import quota
 from vgpu_scheduler.services.informer.quotas import combine, namespace_limits, read_quota
-from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 
 CFG = NvidiaConfig()
 

@@ -12,7 +12,8 @@ from vgpu_scheduler.services.informer.quotas import (
     namespace_limits,
     read_quota,
 )
-from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, VendorLimits, quota_limits
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, VendorLimits, quota_limits
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 CFG = NvidiaConfig()

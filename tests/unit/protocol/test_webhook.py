@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vgpu_scheduler.shared.domain.model import NvidiaConfig, QuotaLimits, QuotaState
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.protocol.admission import (
     AdmissionOutcome,
     decode_patch,

@@ -7,14 +7,8 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.shared.domain.model import (
-    NvidiaConfig,
-    QuotaLimits,
-    QuotaState,
-    QuotaUse,
-    VendorLimits,
-    quota_limits,
-)
+from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState, QuotaUse, VendorLimits, quota_limits
 from vgpu_scheduler.shared.protocol.webhook import QuotaDemand, mutate_pod, vendor_quota_demands
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 

@@ -20,14 +20,8 @@ from vgpu_scheduler.services.simulate.driver import (
     local_admission,
     scheduler_annotations,
 )
-from vgpu_scheduler.shared.domain.model import (
-    GpuPolicy,
-    GpuPolicyToken,
-    NodePolicy,
-    NvidiaConfig,
-    QuotaLimits,
-    QuotaState,
-)
+from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy, NvidiaConfig
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState
 from vgpu_scheduler.shared.errors import ConfigError
 
 B, S, T, N = GpuPolicyToken.BINPACK, GpuPolicyToken.SPREAD, GpuPolicyToken.TOPOLOGY_AWARE, GpuPolicyToken.NUMA

@@ -23,8 +23,8 @@ from vgpu_scheduler.shared.codec.envelope import (
     encode_inventory,
     encode_quota_limits,
 )
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
-    Allocation,
     ContainerDevice,
     DeviceCharge,
     DeviceInfo,
@@ -32,8 +32,8 @@ from vgpu_scheduler.shared.domain.model import (
     MigPlacement,
     MigProfile,
     NodeInventory,
-    QuotaLimits,
 )
+from vgpu_scheduler.shared.domain.quota import QuotaLimits
 from vgpu_scheduler.shared.errors import DecodeError, SchemaVersionError
 
 INVENTORY = NodeInventory(

@@ -7,15 +7,9 @@ import msgpack  # type: ignore[import-untyped]
 import pytest
 
 from vgpu_scheduler.shared.codec.envelope import decode_quota_limits, encode_quota_limits
-from vgpu_scheduler.shared.domain.model import (
-    Allocation,
-    ContainerDevice,
-    DeviceCharge,
-    QuotaLimits,
-    QuotaUse,
-    VendorLimits,
-    quota_limits,
-)
+from vgpu_scheduler.shared.domain.allocation import Allocation
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceCharge
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaUse, VendorLimits, quota_limits
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.store import PodQuotaCharge
 from vgpu_scheduler.shared.store.quota import decode_charge, encode_charge

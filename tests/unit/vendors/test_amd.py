@@ -41,10 +41,10 @@ import pytest
 
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
-    Allocation,
     ContainerDevice,
     ContainerRequest,
     DeviceCharge,

@@ -24,10 +24,10 @@ from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_alloc
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.accounting import collapse
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
-    Allocation,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
@@ -39,12 +39,9 @@ from vgpu_scheduler.shared.domain.model import (
     NvidiaConfig,
     PodConstraints,
     PodRequest,
-    QuotaLimits,
-    QuotaState,
-    QuotaUse,
-    VendorLimits,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked
+from vgpu_scheduler.shared.domain.quota import QuotaLimits, QuotaState, QuotaUse, VendorLimits
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
