@@ -1,0 +1,67 @@
+"""What every vendor's tests build with: a container, a one-node plan through the shared fit, and the readings of
+its result. Written once here so that each family's test file holds only its own cases (and
+``test_contract.py`` the cases every family shares).
+
+The plan goes the way /filter takes it: the pod's annotations decoded by the codec for every vendor of
+``vendors`` (selectors, policies), then :func:`~shared.domain.plan.plan` with ``vendors.rules``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, DeviceUsage, NodeInventory, PodRequest
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.scoring import Policies
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.vendors.registry import Vendors
+
+NODE = "n1"
+"""The node every plan here runs on (the key of ``Failure.reasons``)."""
+
+NOW = datetime(2025, 1, 7, 12, 0, 0)
+"""The registrar's local time in registration and handshake cases."""
+
+
+def ctr(
+    limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None, name: str = "c"
+) -> dict[str, Any]:
+    """A pod spec container named ``name`` with these limits and requests."""
+    return {"name": name, "resources": {"limits": limits or {}, "requests": requests or {}}}
+
+
+class Fit:
+    """``fit(devices, *requests, usage=…, annotations=…)``: one pod (a container per request, no init
+    containers) planned on one node holding ``devices``, with the selectors and policies ``vendors`` decode
+    from ``annotations``."""
+
+    def __init__(self, vendors: Vendors) -> None:
+        self.vendors = vendors
+
+    def __call__(
+        self,
+        devices: list[DeviceInfo],
+        *requests: ContainerRequest,
+        usage: dict[str, DeviceUsage] | None = None,
+        annotations: dict[str, str] | None = None,
+        cordoned: frozenset[str] = frozenset(),
+        policies: Policies | None = None,
+    ) -> Decision | Failure:
+        inv = NodeInventory(node=NODE, vendor=devices[0].vendor, devices=tuple(devices), cordoned=cordoned)
+        constraints = decode_vendor_constraints(annotations or {}, self.vendors)
+        pod = PodRequest(containers=requests, init_count=0)
+        snapshot = NodeSnapshot(inv, usage or {})
+        return plan(pod, constraints, [snapshot], policies=policies or Policies(), rules=self.vendors.rules)
+
+
+def reason(result: Decision | Failure) -> str:
+    """The refusal text of the node (the plan must have failed)."""
+    assert isinstance(result, Failure), result
+    return result.reasons[NODE]
+
+
+def uuids(result: Decision | Failure, container: int = 0) -> list[str]:
+    """The device IDs one container was given (the plan must have succeeded)."""
+    assert isinstance(result, Decision), result
+    return [d.uuid for d in result.devices[container]]
