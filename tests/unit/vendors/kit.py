@@ -48,7 +48,8 @@ class Fit:
         cordoned: frozenset[str] = frozenset(),
         policies: Policies | None = None,
     ) -> Decision | Failure:
-        inv = NodeInventory(node=NODE, vendor=devices[0].vendor, devices=tuple(devices), cordoned=cordoned)
+        vendor = devices[0].vendor if devices else ""
+        inv = NodeInventory(node=NODE, vendor=vendor, devices=tuple(devices), cordoned=cordoned)
         constraints = decode_vendor_constraints(annotations or {}, self.vendors)
         pod = PodRequest(containers=requests, init_count=0)
         snapshot = NodeSnapshot(inv, usage or {})

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.unit.vendors.kit import Fit, reason
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, QuotaView
 from vgpu_scheduler.services.informer.pods import pod_allocation
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations
@@ -57,6 +58,7 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = awsneuron.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 NOW = datetime(2026, 8, 21, 12, 0, 0)
 COUNT = "aws.amazon.com/neuron"
 CORE = "aws.amazon.com/neuroncore"
@@ -78,25 +80,6 @@ def dev(
 
 def req(nums: int = 1, cores: int = 2, kind: str = NAME) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=0, cores_pct=cores, type=kind)
-
-
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=NAME, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
 
 
 def taken(result: Decision | Failure) -> list[tuple[str, int]]:

@@ -6,27 +6,22 @@ test in a comment."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
-    NodeInventory,
     NvidiaConfig,
     PodConstraints,
-    PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
-from vgpu_scheduler.shared.domain.scoring import Policies
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.plan import Decision
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import biren
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
@@ -44,44 +39,16 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = biren.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
-NOW = datetime(2025, 1, 7, 12, 0, 0)
+fit = Fit(VENDORS)
 COUNT = "birentech.com/gpu"
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def card(uuid: str, *, index: int = 0, count: int = 1, mem: int = 0, health: bool = True) -> DeviceInfo:
     return DeviceInfo(uuid, index, count, mem, 100, "Biren", 0, "", health, vendor="Biren")
 
 
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor="Biren", devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
 def req(nums: int = 1, kind: str = "Biren") -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=0, mem_pct=100, cores_pct=0, type=kind)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[0]]
 
 
 def test_keys_and_names() -> None:

@@ -19,11 +19,11 @@ a ``Deleted`` handshake is answered with a fresh ``Requesting_`` (``Test_CheckHe
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -36,10 +36,9 @@ from vgpu_scheduler.shared.domain.model import (
     PodConstraints,
     PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, apply_decision, plan
+from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, RuleSet
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import hygon
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
@@ -55,9 +54,8 @@ from vgpu_scheduler.shared.vendors.registration import (
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = hygon.build(None)[0]
-NOW = datetime(2025, 1, 7, 12, 0, 0)
-RULES = RuleSet({NVIDIA: NVIDIA_RULES, hygon.NAME: hygon.DCU_RULES})
 VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 
 
 def ctr(
@@ -83,33 +81,8 @@ def dcu(
     )
 
 
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=hygon.NAME, devices=tuple(devices), cordoned=cordoned)
-    sel = V.selectors(annotations or {})
-    constraints = PodConstraints(vendor_selectors={hygon.NAME: sel})
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=RULES)
-
-
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=hygon.NAME)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[0]]
 
 
 # ---- identity, config -------------------------------------------------------------------------------------------
@@ -441,7 +414,9 @@ def test_add_resource_usage() -> None:
         NodeInventory(node="n1", vendor=hygon.NAME, devices=(dcu("dev-0", mem=4096),)),
         {"dev-0": DeviceUsage(0, 2000, 15)},
     )
-    got = plan(PodRequest((req(1, 1024, cores=50),), 0), PodConstraints(), [snap], policies=Policies(), rules=RULES)
+    got = plan(
+        PodRequest((req(1, 1024, cores=50),), 0), PodConstraints(), [snap], policies=Policies(), rules=VENDORS.rules
+    )
     assert isinstance(got, Decision)
     assert apply_decision(snap, got).device_usage("dev-0") == DeviceUsage(1, 3024, 65)
 

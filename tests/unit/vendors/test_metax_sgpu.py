@@ -12,11 +12,11 @@ import json
 import random
 import re
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
 from vgpu_scheduler.services.informer.quotas import read_quota
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
@@ -66,14 +66,10 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 V = metax.build(None)[1]
 assert isinstance(V, metax_sgpu.MetaxSgpuVendor)
 VENDORS = Vendors((NvidiaVendor(), *metax.build(None)))
+fit = Fit(VENDORS)
 SG = "Metax-SGPU"
 COUNT, VCORE, VMEM = "metax-tech.com/sgpu", "metax-tech.com/vcore", "metax-tech.com/vmemory"
 APP = "metax-tech.com/sgpu-app-class"
-NOW = datetime(2025, 1, 7, 12, 0, 0)
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def card(
@@ -84,28 +80,6 @@ def card(
 
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, kind: str = SG) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
-
-
-def fit(
-    devices: list[DeviceInfo],
-    *requests: ContainerRequest,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=SG, devices=tuple(devices))
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=tuple(requests), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure, container: int = 0) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[container]]
 
 
 def _pod(containers: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> dict[str, Any]:

@@ -7,27 +7,22 @@ in a comment."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
-    NodeInventory,
     NvidiaConfig,
     PodConstraints,
-    PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
-from vgpu_scheduler.shared.domain.scoring import Policies
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.plan import Decision
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
@@ -47,44 +42,17 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = mthreads.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 COUNT, MEM, CORE = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
 MT = "Mthreads"
-NOW = datetime(2025, 1, 7, 12, 0, 0)
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def gpu(uuid: str, *, index: int = 0, count: int = 100, mem: int = 128, core: int = 100) -> DeviceInfo:
     return DeviceInfo(uuid, index, count, mem, core, MT, 0, "", True, vendor=MT)
 
 
-def fit(
-    devices: list[DeviceInfo],
-    *requests: ContainerRequest,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=MT, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=tuple(requests), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, kind: str = MT) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure, container: int = 0) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[container]]
 
 
 def test_keys_and_names() -> None:
