@@ -7,6 +7,7 @@ The plan goes the way /filter takes it: the pod's annotations decoded by the cod
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +30,18 @@ def ctr(
 ) -> dict[str, Any]:
     """A pod spec container named ``name`` with these limits and requests."""
     return {"name": name, "resources": {"limits": limits or {}, "requests": requests or {}}}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One row of a family's refusal table: a pod asking ``asked`` on a node of ``devices`` in ``usage``, with
+    these pod ``annotations``, is refused with the node reason ``expected``."""
+
+    devices: list[DeviceInfo]
+    asked: ContainerRequest
+    usage: dict[str, DeviceUsage] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    expected: str = ""
 
 
 class Fit:
@@ -54,6 +67,10 @@ class Fit:
         pod = PodRequest(containers=requests, init_count=0)
         snapshot = NodeSnapshot(inv, usage or {})
         return plan(pod, constraints, [snapshot], policies=policies or Policies(), rules=self.vendors.rules)
+
+    def refusal(self, case: Refusal) -> str:
+        """The node reason of the :class:`Refusal` row's pod (it must be refused)."""
+        return reason(self(case.devices, case.asked, usage=case.usage, annotations=case.annotations))
 
 
 def reason(result: Decision | Failure) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
@@ -185,16 +185,16 @@ def test_fit_success_takes_a_slot_with_no_memory_or_cores() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
         # "fit fail: user assign use uuid mismatch"
-        ([card("dev-1")], req(), {}, {biren.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([card("dev-1")], req(), {}, {biren.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: user assign no use uuid match"
-        ([card("dev-0")], req(), {}, {biren.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([card("dev-0")], req(), {}, {biren.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: card overused"
-        ([card("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
+        Refusal([card("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
         # "mutex policy rejects used device"
-        (
+        Refusal(
             [card("dev-0", count=2)],
             req(),
             {"dev-0": DeviceUsage(1)},
@@ -202,23 +202,17 @@ def test_fit_success_takes_a_slot_with_no_memory_or_cores() -> None:
             "1/1 ExclusiveDeviceAllocateConflict",
         ),
         # "fit fail: type mismatch": a request of another family takes no Biren card
-        ([card("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([card("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 card) and "partial allocation … for multiple
         # cards" (3 of 2): HAMi takes what there is and says 1/1 (2/2) AllocatedCardsInsufficientRequest; the
         # core knows first that the node has too few cards
-        ([card("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
-        ([card("dev-0", count=100, mem=1280), card("dev-1", index=1, count=100, mem=1280)], req(3), {}, {},
-         "NodeInsufficientDevice"),
+        Refusal([card("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
+        Refusal([card("dev-0", count=100, mem=1280), card("dev-1", index=1, count=100, mem=1280)], req(3), {}, {},
+                "NodeInsufficientDevice"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_two_cards_one_exhausted() -> None:

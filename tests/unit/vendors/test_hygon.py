@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -276,81 +276,78 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
-        pytest.param([dcu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory", id="memory"),
+        pytest.param(Refusal([dcu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"), id="memory"),
         pytest.param(
-            [dcu("dev-0", mem=1024)],
-            req(1, 512, cores=50),
-            {"dev-0": DeviceUsage(0, 0, 100)},
-            {},
-            "1/1 CardInsufficientCore",
+            Refusal(
+                [dcu("dev-0", mem=1024)],
+                req(1, 512, cores=50),
+                {"dev-0": DeviceUsage(0, 0, 100)},
+                {},
+                "1/1 CardInsufficientCore",
+            ),
             id="core not enough",
         ),
         pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=50),
-            {},
-            {"hygon.com/use-gpuuuid": "dev-1"},
-            "1/1 CardUuidMismatch",
+            Refusal(
+                [dcu("dev-0", mem=1280)],
+                req(1, 512, cores=50),
+                {},
+                {"hygon.com/use-gpuuuid": "dev-1"},
+                "1/1 CardUuidMismatch",
+            ),
             id="use uuid mismatch, one card asked",
         ),
         pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=50),
-            {},
-            {"hygon.com/nouse-gpuuuid": "dev-0"},
-            "1/1 CardUuidMismatch",
+            Refusal(
+                [dcu("dev-0", mem=1280)],
+                req(1, 512, cores=50),
+                {},
+                {"hygon.com/nouse-gpuuuid": "dev-0"},
+                "1/1 CardUuidMismatch",
+            ),
             id="nouse uuid match, one card asked",
         ),
         pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=50),
-            {"dev-0": DeviceUsage(100)},
-            {},
-            "1/1 CardTimeSlicingExhausted",
+            Refusal(
+                [dcu("dev-0", mem=1280)],
+                req(1, 512, cores=50),
+                {"dev-0": DeviceUsage(100)},
+                {},
+                "1/1 CardTimeSlicingExhausted",
+            ),
             id="card overused",
         ),
         pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=100),
-            {"dev-0": DeviceUsage(20)},
-            {},
-            "1/1 ExclusiveDeviceAllocateConflict",
+            Refusal(
+                [dcu("dev-0", mem=1280)],
+                req(1, 512, cores=100),
+                {"dev-0": DeviceUsage(20)},
+                {},
+                "1/1 ExclusiveDeviceAllocateConflict",
+            ),
             id="card exclusively",
         ),
         pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=0),
-            {"dev-0": DeviceUsage(20, 0, 100)},
-            {},
-            "1/1 CardComputeUnitsExhausted",
+            Refusal(
+                [dcu("dev-0", mem=1280)],
+                req(1, 512, cores=0),
+                {"dev-0": DeviceUsage(20, 0, 100)},
+                {},
+                "1/1 CardComputeUnitsExhausted",
+            ),
             id="CardComputeUnitsExhausted",
-        ),
-        pytest.param([dcu("dev-0", health=False)], req(1, 64, cores=50), {}, {}, "1/1 CardNotHealth", id="health"),
-        pytest.param(
-            [dcu("dev-0")],
-            req(1, 64, cores=50),
-            {},
-            {"hygon.com/use-dcutype": "K100"},
-            "1/1 CardTypeMismatch",
-            id="type selector",
         ),
     ],
 )
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
+def test_fit_refusals(case: Refusal) -> None:
     # TestDevices_Fit "fit fail: memory not enough" (128 MiB card, 512 asked), "fit fail: core not enough",
     # "fit fail: card overused" (100 of 100 slots), "fit fail:  card exclusively" (100 cores on a used card),
     # "fit fail:  CardComputeUnitsExhausted" (0 cores on a card whose cores are all taken); the two UUID cases
-    # with one card asked (HAMi's ask two: see test_fit_more_cards_than_the_node_has); health and a type
-    # selector are ours
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+    # with one card asked (HAMi's ask two: see test_fit_more_cards_than_the_node_has); an unhealthy card and a
+    # type selector, ours, are test_contract.py's for DCU
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_type_mismatch() -> None:

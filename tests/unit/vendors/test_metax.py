@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -265,40 +265,34 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
         # "fit fail: memory not enough"
-        ([gpu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
+        Refusal([gpu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
         # "fit fail: core not enough"
-        ([gpu("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
-         "1/1 CardInsufficientCore"),
+        Refusal([gpu("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
+                "1/1 CardInsufficientCore"),
         # "fit fail: type mismatch": another family's request is never shown MetaX GPUs
-        ([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail: card overused"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
-         "1/1 CardTimeSlicingExhausted"),
+        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
+                "1/1 CardTimeSlicingExhausted"),
         # "fit fail:  card exclusively"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
+                "1/1 ExclusiveDeviceAllocateConflict"),
         # "fit fail:  CardComputeUnitsExhausted"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
-         "1/1 CardComputeUnitsExhausted"),
+        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
+                "1/1 CardComputeUnitsExhausted"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 GPU): the core knows first
-        ([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
-         "NodeInsufficientDevice"),
+        Refusal([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
+                "NodeInsufficientDevice"),
         # "mutex policy rejects used device"
-        ([gpu("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([gpu("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)},
+                {"hami.io/gpu-scheduler-policy": "mutex"}, "1/1 ExclusiveDeviceAllocateConflict"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_cores_above_100_and_memory_percentage() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
 from vgpu_scheduler.services.informer.quotas import read_quota
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
@@ -277,52 +277,46 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
         # "fit fail: memory not enough"
-        ([card("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
+        Refusal([card("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
         # "fit fail: core not enough"
-        ([card("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
-         "1/1 CardInsufficientCore"),
+        Refusal([card("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
+                "1/1 CardInsufficientCore"),
         # "fit fail: type mismatch": another family's request is never shown sGPUs
-        ([card("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([card("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail: device unhealthy": HAMi's sGPU reason is CardUnhealthy, ours the common CardNotHealth
-        ([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardNotHealth"),
+        Refusal([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardNotHealth"),
         # "fit fail: card overused"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
-         "1/1 CardTimeSlicingExhausted"),
+        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
+                "1/1 CardTimeSlicingExhausted"),
         # "fit success: but core limit can't exceed 100" (HAMi: a fit failure): 120 is not capped
-        ([card("dev-0", mem=1280)], req(1, 512, cores=120), {}, {}, "1/1 CardInsufficientCore"),
+        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=120), {}, {}, "1/1 CardInsufficientCore"),
         # "fit fail:  card exclusively"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
+                "1/1 ExclusiveDeviceAllocateConflict"),
         # "fit fail: user assign use uuid mismatch" (2 asked, 1 card): the core knows first
-        ([card("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
-         "NodeInsufficientDevice"),
-        ([card("dev-1", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
-         "1/1 CardUuidMismatch"),
+        Refusal([card("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
+                "NodeInsufficientDevice"),
+        Refusal([card("dev-1", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
+                "1/1 CardUuidMismatch"),
         # "fit fail: user assign no use uuid match"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/nouse-gpuuuid": "dev-0"},
-         "1/1 CardUuidMismatch"),
+        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/nouse-gpuuuid": "dev-0"},
+                "1/1 CardUuidMismatch"),
         # "fit fail:  CardComputeUnitsExhausted"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
-         "1/1 CardComputeUnitsExhausted"),
+        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
+                "1/1 CardComputeUnitsExhausted"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 card): the core knows first
-        ([card("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
-         "NodeInsufficientDevice"),
+        Refusal([card("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
+                "NodeInsufficientDevice"),
         # "mutex policy rejects used device"
-        ([card("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([card("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)},
+                {"hami.io/gpu-scheduler-policy": "mutex"}, "1/1 ExclusiveDeviceAllocateConflict"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_memory_percentage_and_usage() -> None:

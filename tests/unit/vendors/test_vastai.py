@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
@@ -172,30 +172,24 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
         # "fit fail: user assign use uuid mismatch" / "no use uuid match"
-        ([dev("dev-1")], req(), {}, {vastai.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
-        ([dev("dev-0")], req(), {}, {vastai.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([dev("dev-1")], req(), {}, {vastai.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([dev("dev-0")], req(), {}, {vastai.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: card overused"
-        ([dev("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
+        Refusal([dev("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
         # "mutex policy rejects used device"
-        ([dev("dev-0", count=2)], req(), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([dev("dev-0", count=2)], req(), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
+                "1/1 ExclusiveDeviceAllocateConflict"),
         # "fit fail: type mismatch": another family's request is never shown Vastai devices
-        ([dev("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([dev("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail:  AllocatedCardsInsufficientRequest": 2 of 1 device; the core knows first
-        ([dev("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
+        Refusal([dev("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_mutex_die_mode() -> None:
