@@ -22,6 +22,7 @@ from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, MigProfile
 from vgpu_scheduler.shared.domain.plan import Decision, Failure
+from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
 from vgpu_scheduler.shared.vendors.catalog import all_vendors
 from vgpu_scheduler.shared.vendors.registration import NodeView, NotRegistered, Unregistered
@@ -45,6 +46,9 @@ class Facts:
     lock: NodeLockKind = NodeLockKind.HAMI
     uuid_keys: tuple[str, str] | None = None
     """The (use, nouse) UUID selector annotations; None: the family has no UUID selector."""
+    use_list_overrides: bool = False
+    """With both UUID lists given, only the use list is read (HAMi's NVIDIA and Ascend ``CheckUUID``); the other
+    families apply both."""
     type_keys: tuple[str, str] | None = None
     """The (use, nouse) type selector annotations, where the family has them."""
     per_count: int = 1
@@ -69,7 +73,7 @@ def _ascend(chip: str, *, per_count: int = 1, capacity_mib: int = 65536) -> Fact
     uuid_keys = (f"hami.io/use-{chip}-uuid", f"hami.io/no-use-{chip}-uuid")
     too_big = None if per_count > 1 else str(capacity_mib)  # a slice is a single-device request
     return Facts(f"huawei.com/{chip}", f"huawei.com/{chip}-memory", f"huawei.com/{chip}-core", keys=keys,
-                 uuid_keys=uuid_keys, per_count=per_count, too_big=too_big)  # fmt: skip
+                 uuid_keys=uuid_keys, use_list_overrides=True, per_count=per_count, too_big=too_big)  # fmt: skip
 
 
 def _iluvatar(chip: str) -> Facts:
@@ -89,7 +93,7 @@ FACTS: dict[str, Facts] = {
     "NVIDIA": Facts("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores",
                     keys=("hami.io/node-nvidia-register", "hami.io/node-handshake", "hami.io/vgpu-devices-to-allocate",
                           "hami.io/vgpu-devices-allocated"),
-                    uuid_keys=("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"),
+                    uuid_keys=("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"), use_list_overrides=True,
                     type_keys=("nvidia.com/use-gputype", "nvidia.com/nouse-gputype"), too_big="32768"),
     "DCU": Facts("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores",
                  keys=_hami("dcu", "hami.io/node-dcu-register", "hami.io/node-handshake-dcu"),
@@ -282,6 +286,12 @@ def test_uuid_selectors(name: str) -> None:
     assert reason(selected(name, {use: "other"})) == reason(selected(name, {nouse: every}))
     assert reason(selected(name, {use: "other"})) == refusal(name, "CardUuidMismatch")
     assert len(uuids(selected(name, {use: every}))) == f.per_count
+    # a card on both lists: refused where both apply, taken where a use list overrides the nouse one
+    both = selected(name, {use: every, nouse: every})
+    if f.use_list_overrides:
+        assert len(uuids(both)) == f.per_count
+    else:
+        assert reason(both) == refusal(name, "CardUuidMismatch")
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if FACTS[n].type_keys])
@@ -307,6 +317,9 @@ def test_selectors_decode(name: str) -> None:
         use, nouse = f.uuid_keys
         got = v.selectors({use: " a, b ", nouse: "c"})
         assert (got.use_uuids, got.nouse_uuids) == (frozenset({"a", "b"}), frozenset({"c"}))
+        assert v.selectors({use: "  ", nouse: " "}) == v.selectors({})  # a blank list is no constraint
+        with pytest.raises(DecodeError, match=re.escape(use)):  # a use list naming nothing would match no card
+            v.selectors({use: " , "})
     if f.type_keys:
         use, nouse = f.type_keys
         got = v.selectors({use: "a100, v100", nouse: "t4"})

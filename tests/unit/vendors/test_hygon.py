@@ -88,22 +88,10 @@ def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0) -
 # ---- identity, config -------------------------------------------------------------------------------------------
 
 
-def test_keys_and_names() -> None:
-    assert hygon.SECTION == "hygon"
-    assert (V.name, V.register_key, V.handshake_key) == (
-        "DCU",
-        "hami.io/node-dcu-register",
-        "hami.io/node-handshake-dcu",
-    )
-    assert (V.to_allocate_key, V.allocated_key) == ("hami.io/dcu-devices-to-allocate", "hami.io/dcu-devices-allocated")
-    assert V.node_lock is NodeLockKind.HAMI
-    r = V.resources
-    assert (r.count, r.memory, r.cores, r.memory_unit_mib) == (
-        "hygon.com/dcunum",
-        "hygon.com/dcumem",
-        "hygon.com/dcucores",
-        1,
-    )
+def test_section_and_defaults() -> None:
+    # the names and keys, UUID and type selectors (both UUID lists apply; a use list of commas is refused):
+    # test_contract.py
+    assert hygon.SECTION == "hygon" and V.resources.memory_unit_mib == 1
     assert hygon.build({}) == hygon.build(None)
 
 
@@ -248,18 +236,6 @@ def test_check_type() -> None:
     # "the different type": a request of type "test" never matches
     assert hygon.DCU_RULES.type_ok(card, ContainerRequest(1, type="test"), constraints) is False
     assert hygon.DCU_RULES.type_ok(card, ContainerRequest(1, type="NVIDIA"), PodConstraints()) is False
-
-
-def test_uuid_lists_both_apply_and_a_use_list_of_commas_is_refused() -> None:
-    # ours (HAMi's CheckUUID is tested in pkg/device, not here): both lists apply; a use list naming nothing is
-    # refused where HAMi would match no card (difference 22)
-    sel = V.selectors({"hygon.com/use-gpuuuid": "a, b", "hygon.com/nouse-gpuuuid": "b"})
-    constraints = PodConstraints(vendor_selectors={"DCU": sel})
-    assert hygon.DCU_RULES.uuid_ok(dcu("a"), constraints)
-    assert not hygon.DCU_RULES.uuid_ok(dcu("b"), constraints)
-    assert not hygon.DCU_RULES.uuid_ok(dcu("c"), constraints)
-    with pytest.raises(DecodeError, match=re.escape("hygon.com/use-gpuuuid")):
-        V.selectors({"hygon.com/use-gpuuuid": " , "})
 
 
 # ---- TestDevices_Fit (through the core) ---------------------------------------------------------------------

@@ -12,7 +12,6 @@ import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
@@ -190,16 +189,6 @@ def test_check_type() -> None:
     # "the same type": found; "the different type": not
     assert V.rules.type_ok(card("d"), req(kind=CHIP), PodConstraints())
     assert not V.rules.type_ok(card("d"), req(kind="test123"), PodConstraints())
-
-
-def test_uuid_lists_both_apply() -> None:
-    annotations = {"hami.io/use-MR-V100-uuid": "a, b", "hami.io/no-use-MR-V100-uuid": "b"}
-    constraints = decode_vendor_constraints(annotations, VENDORS)
-    assert V.rules.uuid_ok(card("a"), constraints)
-    assert not V.rules.uuid_ok(card("b"), constraints)
-    assert not V.rules.uuid_ok(card("c"), constraints)
-    with pytest.raises(DecodeError, match=re.escape("hami.io/use-MR-V100-uuid")):
-        V.selectors({"hami.io/use-MR-V100-uuid": " , "})
 
 
 # ---- Fit (HAMi's Test_Fit, TestFit_MutexRejectsUsedDevice, TestFit_DeviceCordon) ----------------------------------

@@ -41,7 +41,6 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import metax, metax_sgpu
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 from vgpu_scheduler.shared.vendors.metax_sgpu import (
     BEST_EFFORT,
@@ -96,14 +95,7 @@ def admit(pod: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
 
 
 def test_keys_and_names() -> None:
-    assert (V.name, V.register_key, V.handshake_key, V.to_allocate_key, V.allocated_key) == (
-        SG,
-        "metax-tech.com/node-gpu-devices",
-        None,
-        "hami.io/metax-sgpu-devices-to-allocate",
-        "hami.io/metax-sgpu-devices-allocated",
-    )
-    assert V.node_lock is NodeLockKind.HAMI  # MetaxNodeLock = hami.io/mutex.lock
+    # the names, keys and lock (MetaxNodeLock = hami.io/mutex.lock): test_contract.py
     assert V.resources.all == frozenset({COUNT, VCORE, VMEM})
     # a namespace quota's limits.metax-tech.com/vmemory is in GiB, as HAMi's MemoryFactor (1024) reads it
     quota = {"spec": {"hard": {f"limits.{VMEM}": "16", f"limits.{VCORE}": "150"}}}
