@@ -7,9 +7,12 @@ The plan goes the way /filter takes it: the pod's annotations decoded by the cod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+import pytest
 
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, DeviceUsage, NodeInventory, PodRequest
@@ -42,6 +45,26 @@ class Refusal:
     usage: dict[str, DeviceUsage] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     expected: str = ""
+
+
+def hami_share_refusals(card: Callable[..., DeviceInfo], ask: Callable[..., ContainerRequest]) -> list[Any]:
+    """The refusals of HAMi's ``TestDevices_Fit`` that each family sharing a card by memory and cores repeats in
+    its own package (Hygon, MetaX GPU and sGPU, Moore Threads), as :class:`Refusal` rows named by HAMi's case
+    names. ``card(uuid, mem=…)`` is one of the family's cards (128 MiB unless ``mem``), ``ask(nums, mem_mib,
+    cores=…)`` one of its requests."""
+    big = [card("dev-0", mem=1280)]
+    return [
+        pytest.param(Refusal([card("dev-0")], ask(1, 512, cores=50), expected="1/1 CardInsufficientMemory"),
+                     id="fit fail: memory not enough"),
+        pytest.param(Refusal([card("dev-0", mem=1024)], ask(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)},
+                             expected="1/1 CardInsufficientCore"), id="fit fail: core not enough"),
+        pytest.param(Refusal(big, ask(1, 512, cores=50), {"dev-0": DeviceUsage(100)},
+                             expected="1/1 CardTimeSlicingExhausted"), id="fit fail: card overused"),
+        pytest.param(Refusal(big, ask(1, 512, cores=100), {"dev-0": DeviceUsage(20)},
+                             expected="1/1 ExclusiveDeviceAllocateConflict"), id="fit fail: card exclusively"),
+        pytest.param(Refusal(big, ask(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)},
+                             expected="1/1 CardComputeUnitsExhausted"), id="fit fail: CardComputeUnitsExhausted"),
+    ]  # fmt: skip
 
 
 class Fit:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, Refusal, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, hami_share_refusals, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -251,27 +251,16 @@ def test_fit_success() -> None:
     assert got.devices == ((ContainerDevice("dev-0", 64, 50, "DCU"),),)
 
 
-CARD = [dcu("dev-0", mem=1280)]
-"""One 1280 MiB DCU."""
-
-
 @pytest.mark.parametrize(
     "case",
     [
-        pytest.param(Refusal([dcu("dev-0")], req(1, 512, cores=50), expected="1/1 CardInsufficientMemory"),
-                     id="memory"),
-        pytest.param(Refusal([dcu("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)},
-                             expected="1/1 CardInsufficientCore"), id="core not enough"),
-        pytest.param(Refusal(CARD, req(1, 512, cores=50), annotations={"hygon.com/use-gpuuuid": "dev-1"},
-                             expected="1/1 CardUuidMismatch"), id="use uuid mismatch, one card asked"),
-        pytest.param(Refusal(CARD, req(1, 512, cores=50), annotations={"hygon.com/nouse-gpuuuid": "dev-0"},
-                             expected="1/1 CardUuidMismatch"), id="nouse uuid match, one card asked"),
-        pytest.param(Refusal(CARD, req(1, 512, cores=50), {"dev-0": DeviceUsage(100)},
-                             expected="1/1 CardTimeSlicingExhausted"), id="card overused"),
-        pytest.param(Refusal(CARD, req(1, 512, cores=100), {"dev-0": DeviceUsage(20)},
-                             expected="1/1 ExclusiveDeviceAllocateConflict"), id="card exclusively"),
-        pytest.param(Refusal(CARD, req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)},
-                             expected="1/1 CardComputeUnitsExhausted"), id="CardComputeUnitsExhausted"),
+        *hami_share_refusals(dcu, req),
+        pytest.param(Refusal([dcu("dev-0", mem=1280)], req(1, 512, cores=50),
+                             annotations={"hygon.com/use-gpuuuid": "dev-1"}, expected="1/1 CardUuidMismatch"),
+                     id="use uuid mismatch, one card asked"),
+        pytest.param(Refusal([dcu("dev-0", mem=1280)], req(1, 512, cores=50),
+                             annotations={"hygon.com/nouse-gpuuuid": "dev-0"}, expected="1/1 CardUuidMismatch"),
+                     id="nouse uuid match, one card asked"),
     ],
 )  # fmt: skip
 def test_fit_refusals(case: Refusal) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -259,22 +259,9 @@ def test_fit_success() -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        # "fit fail: memory not enough"
-        Refusal([gpu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
-        # "fit fail: core not enough"
-        Refusal([gpu("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
-                "1/1 CardInsufficientCore"),
+        *hami_share_refusals(gpu, req),
         # "fit fail: type mismatch": another family's request is never shown MetaX GPUs
         Refusal([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
-        # "fit fail: card overused"
-        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
-                "1/1 CardTimeSlicingExhausted"),
-        # "fit fail:  card exclusively"
-        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
-                "1/1 ExclusiveDeviceAllocateConflict"),
-        # "fit fail:  CardComputeUnitsExhausted"
-        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
-                "1/1 CardComputeUnitsExhausted"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 GPU): the core knows first
         Refusal([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
                 "NodeInsufficientDevice"),

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.services.informer.quotas import read_quota
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
@@ -271,23 +271,13 @@ def test_fit_success() -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        # "fit fail: memory not enough"
-        Refusal([card("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
-        # "fit fail: core not enough"
-        Refusal([card("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
-                "1/1 CardInsufficientCore"),
+        *hami_share_refusals(card, req),
         # "fit fail: type mismatch": another family's request is never shown sGPUs
         Refusal([card("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail: device unhealthy": HAMi's sGPU reason is CardUnhealthy, ours the common CardNotHealth
         Refusal([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardNotHealth"),
-        # "fit fail: card overused"
-        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
-                "1/1 CardTimeSlicingExhausted"),
         # "fit success: but core limit can't exceed 100" (HAMi: a fit failure): 120 is not capped
         Refusal([card("dev-0", mem=1280)], req(1, 512, cores=120), {}, {}, "1/1 CardInsufficientCore"),
-        # "fit fail:  card exclusively"
-        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
-                "1/1 ExclusiveDeviceAllocateConflict"),
         # "fit fail: user assign use uuid mismatch" (2 asked, 1 card): the core knows first
         Refusal([card("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
                 "NodeInsufficientDevice"),
@@ -296,9 +286,6 @@ def test_fit_success() -> None:
         # "fit fail: user assign no use uuid match"
         Refusal([card("dev-0", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/nouse-gpuuuid": "dev-0"},
                 "1/1 CardUuidMismatch"),
-        # "fit fail:  CardComputeUnitsExhausted"
-        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
-                "1/1 CardComputeUnitsExhausted"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 card): the core knows first
         Refusal([card("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
                 "NodeInsufficientDevice"),
