@@ -15,7 +15,14 @@ from typing import Any
 import pytest
 
 from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
-from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, DeviceUsage, NodeInventory, PodRequest
+from vgpu_scheduler.shared.domain.model import (
+    ContainerDevice,
+    ContainerRequest,
+    DeviceInfo,
+    DeviceUsage,
+    NodeInventory,
+    PodRequest,
+)
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
@@ -65,6 +72,19 @@ def hami_share_refusals(card: Callable[..., DeviceInfo], ask: Callable[..., Cont
         pytest.param(Refusal(big, ask(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)},
                              expected="1/1 CardComputeUnitsExhausted"), id="fit fail: CardComputeUnitsExhausted"),
     ]  # fmt: skip
+
+
+def check_share_usage(fit: Fit, card: Callable[..., DeviceInfo], ask: Callable[..., ContainerRequest]) -> None:
+    """HAMi's "fit success:  memory percentage" and ``AddResourceUsage`` cases, which the same families repeat
+    (arguments as :func:`hami_share_refusals`): 10 % of a 1280 MiB card is 128 MiB; usage adds up (15 + 50 cores,
+    2000 + 1024 MiB) and the next request sees it, to the core and the MiB."""
+    got = fit([card("dev-0", mem=1280)], ask(1, 0, 10, cores=20), usage={"dev-0": DeviceUsage(20, 0, 10)})
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 128, 20, card("x").vendor),),)
+    used = {"dev-0": DeviceUsage(1, 3024, 65)}
+    four = [card("dev-0", mem=4096)]
+    assert isinstance(fit(four, ask(1, 1072, cores=35), usage=used), Decision)
+    assert reason(fit(four, ask(1, 1072, cores=36), usage=used)) == "1/1 CardInsufficientCore"
+    assert reason(fit(four, ask(1, 1073, cores=35), usage=used)) == "1/1 CardInsufficientMemory"
 
 
 class Fit:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, hami_share_refusals, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, check_share_usage, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.services.informer.quotas import read_quota
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
@@ -299,13 +299,8 @@ def test_fit_refusals(case: Refusal) -> None:
 
 
 def test_fit_memory_percentage_and_usage() -> None:
-    # "fit success:  memory percentage": 10 % of 1280 MiB
-    got = fit([card("dev-0", mem=1280)], req(1, 0, 10, cores=20), usage={"dev-0": DeviceUsage(20, 0, 10)})
-    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 128, 20, SG),),)
-    # TestMetaxSDevices_AddResourceUsage: usage adds up (15 + 50 cores, 2000 + 1024 MiB): the next request sees it
-    used = {"dev-0": DeviceUsage(1, 3024, 65)}
-    assert isinstance(fit([card("dev-0", mem=4096)], req(1, 1072, cores=35), usage=used), Decision)
-    assert reason(fit([card("dev-0", mem=4096)], req(1, 1072, cores=36), usage=used)) == "1/1 CardInsufficientCore"
+    # "fit success:  memory percentage", TestMetaxSDevices_AddResourceUsage
+    check_share_usage(fit, card, req)
 
 
 # ---- TestPrioritizeExclusiveDevices ----------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, hami_share_refusals, reason, uuids
+from tests.unit.vendors.kit import NOW, Fit, Refusal, check_share_usage, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -241,15 +241,8 @@ def test_fit_cores_above_100_and_memory_percentage() -> None:
     # "fit success: but core limit can't exceed 100": 120 read as 100
     got = fit([gpu("dev-0", mem=1280)], req(1, 512, cores=120))
     assert isinstance(got, Decision) and got.devices[0][0].used_cores == 100
-    # "fit success:  memory percentage": 10 % of 1280 MiB
-    got = fit([gpu("dev-0", mem=1280)], req(1, 0, 10, cores=20), usage={"dev-0": DeviceUsage(20, 0, 10)})
-    assert isinstance(got, Decision) and got.devices[0][0].used_mem_mib == 128
-    # TestDevices_AddResourceUsage: usage adds up (15 + 50 cores, 2000 + 1024 MiB) — the next request sees it
-    got = fit([gpu("dev-0", mem=4096)], req(1, 1072, cores=35), usage={"dev-0": DeviceUsage(1, 3024, 65)})
-    assert isinstance(got, Decision)
-    assert reason(fit([gpu("dev-0", mem=4096)], req(1, 1072, cores=36), usage={"dev-0": DeviceUsage(1, 3024, 65)})) == (
-        "1/1 CardInsufficientCore"
-    )
+    # "fit success:  memory percentage", TestDevices_AddResourceUsage
+    check_share_usage(fit, gpu, req)
 
 
 def test_fit_cordon() -> None:
