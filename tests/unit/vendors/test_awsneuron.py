@@ -43,7 +43,6 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.awsneuron import NAME, bits, contiguous_run, split_cores
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -105,12 +104,9 @@ def registered(node: NodeView) -> tuple[DeviceInfo, ...]:
     return got.inventory.devices
 
 
-def test_keys_and_names() -> None:
-    # ours: the family's contract, names and wire keys
-    assert (awsneuron.SECTION, awsneuron.ENABLE_FLAG) == ("awsneuron", None) and "awsneuron" in BUILDERS
-    # the names, keys and lock: test_contract.py
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock: test_contract.py
     assert V.resources.all == {COUNT, CORE}
-    assert NAME in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
     renamed = awsneuron.build({"resourceCountName": "x.io/n", "resourceCoreName": "x.io/c"})[0]
     assert renamed.resources.all == {"x.io/n", "x.io/c"}
     with pytest.raises(ConfigError, match=re.escape("awsneuron.resourceMemoryName: unknown key")):

@@ -1,12 +1,12 @@
 """The contract every vendor keeps, run once per vendor the catalog builds (:func:`all_vendors`, HAMi's defaults).
 
-Each vendor is checked through the public :class:`~shared.vendors.base.Vendor` interface against its row of
-:data:`FACTS` (resource names, annotation keys, lock, selector keys: the wire names HAMi uses): requests (a
-count-only request, memory and cores where the family has them, bad quantities refused naming the resource), fit
-and refusal reasons through the shared fit (a card too small, an unhealthy card, type and UUID selectors),
-selectors decoding, the pod device list round trip, and a node with no registration. A family's own behaviour
-(templates, QoS, topology, HAMi's own test tables) stays in its own file; a new family adds a row here and its
-file."""
+Each vendor is checked through the public :class:`~shared.vendors.base.Vendor` interface and the catalog against
+its row of :data:`FACTS` (config section and enable flag, resource names, annotation keys, lock, selector keys: the
+names HAMi uses): requests (a count-only request, memory and cores where the family has them, bad quantities
+refused naming the resource), fit and refusal reasons through the shared fit (a card too small, an unhealthy card,
+type and UUID selectors), selectors decoding, the pod device list round trip, and a node with no registration. A
+family's own behaviour (templates, QoS, topology, HAMi's own test tables) stays in its own file; a new family adds a
+row here and its file."""
 
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, MigProfile
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, MigProfile, NvidiaConfig
 from vgpu_scheduler.shared.domain.plan import Decision, Failure
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
-from vgpu_scheduler.shared.vendors.catalog import all_vendors
+from vgpu_scheduler.shared.vendors.catalog import BUILDERS, FAMILIES, all_vendors, enabled_vendors
 from vgpu_scheduler.shared.vendors.registration import NodeView, NotRegistered, Unregistered
 
 VENDORS = all_vendors()
@@ -41,6 +41,10 @@ class Facts:
     memory: str | None = None
     cores: str | None = None
     _: dataclasses.KW_ONLY
+    section: str | None
+    """The family's key in the device config file (None: NVIDIA, which is no family of the catalog)."""
+    flag: str | None = None
+    """HAMi's flag that enables the family (None: on by default)."""
     keys: tuple[str | None, str | None, str | None, str]
     """(register, handshake, to-allocate, allocated) annotation keys."""
     lock: NodeLockKind = NodeLockKind.HAMI
@@ -72,14 +76,16 @@ def _ascend(chip: str, *, per_count: int = 1, capacity_mib: int = 65536) -> Fact
     keys = _hami(chip, f"hami.io/node-register-{chip}", f"hami.io/node-handshake-{chip}")
     uuid_keys = (f"hami.io/use-{chip}-uuid", f"hami.io/no-use-{chip}-uuid")
     too_big = None if per_count > 1 else str(capacity_mib)  # a slice is a single-device request
-    return Facts(f"huawei.com/{chip}", f"huawei.com/{chip}-memory", f"huawei.com/{chip}-core", keys=keys,
+    return Facts(f"huawei.com/{chip}", f"huawei.com/{chip}-memory", f"huawei.com/{chip}-core", section="vnpus",
+                 flag="enable-ascend", keys=keys,
                  uuid_keys=uuid_keys, use_list_overrides=True, per_count=per_count, too_big=too_big)  # fmt: skip
 
 
 def _iluvatar(chip: str) -> Facts:
     keys = _hami(chip, f"hami.io/node-{chip}-register", f"hami.io/node-handshake-{chip}")
     uuid_keys = (f"hami.io/use-{chip}-uuid", f"hami.io/no-use-{chip}-uuid")
-    return Facts(f"iluvatar.ai/{chip}-vgpu", f"iluvatar.ai/{chip}.vMem", f"iluvatar.ai/{chip}.vCore", keys=keys,
+    return Facts(f"iluvatar.ai/{chip}-vgpu", f"iluvatar.ai/{chip}.vMem", f"iluvatar.ai/{chip}.vCore",
+                 section="iluvatars", flag="enable-iluvatar", keys=keys,
                  uuid_keys=uuid_keys, too_big="128")  # fmt: skip  # units of 256 MiB
 
 
@@ -90,22 +96,23 @@ def _drs_card(uuid: str, index: int, health: bool) -> DeviceInfo:
 
 
 FACTS: dict[str, Facts] = {
-    "NVIDIA": Facts("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores",
+    "NVIDIA": Facts("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", section=None,
                     keys=("hami.io/node-nvidia-register", "hami.io/node-handshake", "hami.io/vgpu-devices-to-allocate",
                           "hami.io/vgpu-devices-allocated"),
                     uuid_keys=("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"), use_list_overrides=True,
                     type_keys=("nvidia.com/use-gputype", "nvidia.com/nouse-gputype"), too_big="32768"),
-    "DCU": Facts("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores",
+    "DCU": Facts("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", section="hygon",
                  keys=_hami("dcu", "hami.io/node-dcu-register", "hami.io/node-handshake-dcu"),
                  uuid_keys=("hygon.com/use-gpuuuid", "hygon.com/nouse-gpuuuid"),
                  type_keys=("hygon.com/use-dcutype", "hygon.com/nouse-dcutype"), too_big="32768"),
     "MLU": Facts("cambricon.com/vmlu", "cambricon.com/mlu.smlu.vmemory", "cambricon.com/mlu.smlu.vcore",
+                 section="cambricon",
                  keys=(None, None, "hami.io/cambricon-mlu-devices-to-allocate",
                        "hami.io/cambricon-mlu-devices-allocated"),
                  lock=NodeLockKind.CAMBRICON, uuid_keys=("cambricon.com/use-gpuuuid", "cambricon.com/nouse-gpuuuid"),
                  type_keys=("cambricon.com/use-mlutype", "cambricon.com/nouse-mlutype"),
                  too_big="128"),  # units of 256 MiB
-    "AMD": Facts("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores",
+    "AMD": Facts("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores", section="amd",
                  keys=_hami("amd", "hami.io/node-amd-register", None),
                  uuid_keys=("amd.com/use-gpu-uuid", "amd.com/nouse-gpu-uuid"),
                  type_keys=("amd.com/use-gputype", "amd.com/nouse-gputype"), too_big="32768"),
@@ -114,32 +121,35 @@ FACTS: dict[str, Facts] = {
     "Ascend310P": _ascend("Ascend310P", capacity_mib=24576),
     "Ascend910C": _ascend("Ascend910C", per_count=2),
     **{chip: _iluvatar(chip) for chip in ("MR-V100", "MR-V50", "BI-V150", "BI-V100")},
-    "Biren": Facts("birentech.com/gpu",
+    "Biren": Facts("birentech.com/gpu", section="biren",
                    keys=_hami("Biren", "hami.io/node-biren-register", "hami.io/node-handshake-biren"),
                    uuid_keys=("birentech.com/use-gpuuuid", "birentech.com/nouse-gpuuuid")),
-    "Vastai": Facts("vastaitech.com/va", keys=_hami("Vastai", "hami.io/node-va-register", "hami.io/node-handshake-va"),
+    "Vastai": Facts("vastaitech.com/va", section="vastai",
+                    keys=_hami("Vastai", "hami.io/node-va-register", "hami.io/node-handshake-va"),
                     uuid_keys=("vastaitech.com/use-gpuuuid", "vastaitech.com/nouse-gpuuuid")),
-    "Mthreads": Facts("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core",
+    "Mthreads": Facts("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core", section="mthreads",
                       keys=(None, None, None, "hami.io/mthreads-vgpu-devices-allocated"), lock=NONE,
                       uuid_keys=("mthreads.ai/use-gpuuuid", "mthreads.ai/nouse-gpuuuid"),
                       too_big="64"),  # units of 512 MiB, one of the sGPU sizes
-    "Metax-GPU": Facts("metax-tech.com/gpu", lock=NONE, keys=(None, None, "hami.io/metax-gpu-devices-to-allocate",
-                                                              "hami.io/metax-gpu-devices-allocated")),
-    "Metax-SGPU": Facts("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore",
+    "Metax-GPU": Facts("metax-tech.com/gpu", section="metax", lock=NONE,
+                       keys=(None, None, "hami.io/metax-gpu-devices-to-allocate",
+                             "hami.io/metax-gpu-devices-allocated")),
+    "Metax-SGPU": Facts("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore", section="metax",
                         keys=("metax-tech.com/node-gpu-devices", None, "hami.io/metax-sgpu-devices-to-allocate",
                               "hami.io/metax-sgpu-devices-allocated"),
                         uuid_keys=("metax-tech.com/use-gpuuuid", "metax-tech.com/nouse-gpuuuid"), too_big="32"),  # GiB
-    "GCU": Facts("enflame.com/gcu", lock=NONE,
+    "GCU": Facts("enflame.com/gcu", section="enflame", lock=NONE,
                  keys=(None, None, "hami.io/enflame-gcu-devices-to-allocate", "hami.io/enflame-gcu-devices-allocated")),
-    "Enflame": Facts("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core",
+    "Enflame": Facts("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core", section="enflame",
                      keys=("enflame.com/gcu-drs-capacity", None, None, "hami.io/enflame-vgpu-devices-allocated"),
                      lock=NONE, uuid_keys=("enflame.com/use-gpuuuid", "enflame.com/nouse-gpuuuid"), card=_drs_card,
                      sized_alone=True),
-    "AWSNeuron": Facts("aws.amazon.com/neuron", keys=(None, None, None, "hami.io/aws-neuron-devices-allocated"),
-                       lock=NONE, uuid_keys=("aws.amazon.com/use-neuron-uuid", "aws.amazon.com/nouse-neuron-uuid")),
-    "kunlun": Facts("kunlunxin.com/xpu", keys=(None, None, None, "hami.io/kunlun-allocated"), lock=NONE,
-                    uuid_keys=("hami.io/use-xpu-uuid", "hami.io/no-use-xpu-uuid")),
-    "XPU": Facts("kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory",
+    "AWSNeuron": Facts("aws.amazon.com/neuron", section="awsneuron",
+                       keys=(None, None, None, "hami.io/aws-neuron-devices-allocated"), lock=NONE,
+                       uuid_keys=("aws.amazon.com/use-neuron-uuid", "aws.amazon.com/nouse-neuron-uuid")),
+    "kunlun": Facts("kunlunxin.com/xpu", section="kunlun", keys=(None, None, None, "hami.io/kunlun-allocated"),
+                    lock=NONE, uuid_keys=("hami.io/use-xpu-uuid", "hami.io/no-use-xpu-uuid")),
+    "XPU": Facts("kunlunxin.com/vxpu", "kunlunxin.com/vxpu-memory", section="kunlun",
                  keys=_hami("xpu", "hami.io/node-register-xpu", "hami.io/node-handshake-xpu"),
                  uuid_keys=("hami.io/use-xpu-uuid", "hami.io/no-use-xpu-uuid"), card_mem=98304),
 }  # fmt: skip
@@ -192,6 +202,20 @@ def test_resource_names_and_annotation_keys(name: str) -> None:
     assert {f.count, f.memory, f.cores} - {None} <= v.resources.all
     assert (v.register_key, v.handshake_key, v.to_allocate_key, v.allocated_key) == f.keys
     assert v.node_lock is f.lock
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_config_section_and_enabling(name: str) -> None:
+    f = FACTS[name]
+    families = [family for family in FAMILIES if name in {v.name for v in family.build(None)}]
+    if f.section is None:
+        assert not families  # NVIDIA: always on, configured by its own options
+    else:
+        (family,) = families
+        assert (f.section, f.flag) == (family.SECTION, family.ENABLE_FLAG) and BUILDERS[f.section] == family.build
+    # on by default (no device config, no flag), or only with its HAMi flag
+    assert (name in enabled_vendors(NvidiaConfig()).names) is (f.flag is None)
+    assert name in enabled_vendors(NvidiaConfig(), None, {f.flag} if f.flag else ()).names
 
 
 # ---- requests ---------------------------------------------------------------------------------------------------

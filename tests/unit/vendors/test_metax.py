@@ -33,7 +33,6 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import metax
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -61,11 +60,9 @@ def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, k
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
 
 
-def test_keys_and_names() -> None:
-    assert (metax.SECTION, metax.ENABLE_FLAG) == ("metax", None) and metax.SECTION in BUILDERS
-    # the names, keys and lock (HAMi's LockNode takes none for MetaX): test_contract.py
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock (HAMi's LockNode takes none for MetaX): test_contract.py
     assert V.resources.all == frozenset({COUNT})
-    assert MX in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
     renamed, renamed_sgpu = metax.build({"resourceCountName": "x.io/gpu", "resourceVCountName": "x.io/sgpu"})
     assert renamed.resources.count == "x.io/gpu" and renamed_sgpu.resources.count == "x.io/sgpu"
     with pytest.raises(ConfigError, match=re.escape("metax.resourceCountName")):

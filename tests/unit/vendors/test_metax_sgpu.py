@@ -41,7 +41,6 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import metax, metax_sgpu
-from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 from vgpu_scheduler.shared.vendors.metax_sgpu import (
     BEST_EFFORT,
     BURST_SHARE,
@@ -101,7 +100,6 @@ def test_keys_and_names() -> None:
     quota = {"spec": {"hard": {f"limits.{VMEM}": "16", f"limits.{VCORE}": "150"}}}
     limits = read_quota(quota, NvidiaConfig(), VENDORS).limits.of(SG)
     assert (limits.mem_mib, limits.cores_pct) == (16 * 1024, 150)
-    assert SG in enabled_vendors(NvidiaConfig()).names  # on by default with the whole GPUs
     _, renamed = metax.build(
         {"resourceVCountName": "x.io/s", "resourceVMemoryName": "x.io/m", "resourceVCoreName": "x.io/c"}
     )

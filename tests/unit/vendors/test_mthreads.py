@@ -27,7 +27,6 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import mthreads
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -54,11 +53,9 @@ def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, k
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
 
 
-def test_keys_and_names() -> None:
-    assert (mthreads.SECTION, mthreads.ENABLE_FLAG) == ("mthreads", None) and mthreads.SECTION in BUILDERS
-    # the names, keys and lock (HAMi's LockNode takes none for Moore Threads): test_contract.py
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock (HAMi's LockNode takes none for Moore Threads): test_contract.py
     assert V.resources.memory_unit_mib == 512
-    assert MT in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
     with pytest.raises(ConfigError, match=re.escape("mthreads.resourceCoreName: must not be empty")):
         mthreads.build({"resourceCoreName": ""})
 

@@ -22,7 +22,6 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceUsage,
     NodeInventory,
     NodePolicy,
-    NvidiaConfig,
     PodConstraints,
     PodRequest,
 )
@@ -32,7 +31,6 @@ from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import vastai
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -59,10 +57,8 @@ def req(nums: int = 1, kind: str = "Vastai") -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=0, mem_pct=100, cores_pct=0, type=kind)
 
 
-def test_keys_and_names() -> None:
-    assert (vastai.SECTION, vastai.ENABLE_FLAG) == ("vastai", None) and vastai.SECTION in BUILDERS
-    # the names, keys and lock: test_contract.py
-    assert "Vastai" in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock: test_contract.py
     with pytest.raises(ConfigError, match=re.escape("vastai.resourceCoreName: unknown key")):
         vastai.build({"resourceCoreName": "x"})
 
