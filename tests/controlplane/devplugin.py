@@ -114,6 +114,18 @@ class HamiDevicePlugin:
         """Allocations waiting or in progress."""
         return len(self._tasks)
 
+    async def settled(self, timeout_s: float) -> None:
+        """Return once every allocation begun has ended. A plugin still busy after ``timeout_s`` (an Allocate that
+        never ends) fails the test: AssertionError naming the allocations still waiting or in progress."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.idle.wait()
+        except TimeoutError:
+            stuck = ", ".join(sorted(t.get_name() for t in self._tasks))
+            raise AssertionError(
+                f"device plugin still busy after {timeout_s}s: {self.busy} allocation(s): {stuck}"
+            ) from None
+
     async def run(self) -> None:
         """Watch pods and allocate the bound ones until cancelled."""
         try:
@@ -133,7 +145,8 @@ class HamiDevicePlugin:
         if not node or uid in self._seen or not asks_devices(pod, self.vendors):
             return
         self._seen.add(uid)
-        task = asyncio.create_task(self._kubelet(node, namespace_of(pod), name_of(pod)), name=f"kubelet:{node}")
+        ns, name = namespace_of(pod), name_of(pod)
+        task = asyncio.create_task(self._kubelet(node, ns, name), name=f"kubelet:{node}:{ns}/{name}")
         self._tasks.add(task)
         self.idle.clear()
         task.add_done_callback(self._done)

@@ -153,8 +153,7 @@ async def test_a_gang_that_fits_only_packed_on_two_nodes_binds_whole(
         await eventually(lambda: all(f"m{i}" in run.watch.bound for i in range(8)), 120, "every member bound")
         last = max(run.watch.bound[f"m{i}"] for i in range(8))
         print(f"\ngang of 8 bound {last - created:.2f}s after its members were created")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        await run.system.plugin.settled(15)
         placed = {run.watch.nodes[f"m{i}"] for i in range(8)}
         _, report = await _final(run)
         report.check()
@@ -191,8 +190,7 @@ async def test_a_gang_that_cannot_fit_whole_binds_nothing_and_holds_nothing(
         # a plain pod takes a free card at once: the waiting gang holds none
         await _create(run, [whole_card("plain")])
         await eventually(lambda: "plain" in run.watch.bound, 60, "the plain pod bound")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        await run.system.plugin.settled(15)
         pods, report = await _final(run)
         members = [p for p in pods if p["metadata"]["name"].startswith("m")]
         assert not any((p.get("spec") or {}).get("nodeName") for p in members)
@@ -230,8 +228,7 @@ async def test_a_gang_below_its_size_binds_the_members_that_fit_and_the_rest_wai
             return await run.store.reservations.node_of(uids[waiting]) is None
 
         await eventually(holds_nothing, 30, "the waiting member holds no reservation")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        await run.system.plugin.settled(15)
         _, report = await _final(run)
         report.check()
         assert report.bound == 8
@@ -262,8 +259,7 @@ async def test_a_gang_below_its_size_with_too_many_members_fitting_nowhere_holds
         await eventually(nothing_reserved, 30, "no member holds a reservation")
         await _create(run, [whole_card("plain")])
         await eventually(lambda: "plain" in run.watch.bound, 60, "the plain pod bound")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(run.system.plugin.idle.wait(), 15)
+        await run.system.plugin.settled(15)
         pods, report = await _final(run)
         members = [p for p in pods if p["metadata"]["name"].startswith("m")]
         assert not any((p.get("spec") or {}).get("nodeName") for p in members)

@@ -142,8 +142,7 @@ async def _preempt(
                     60,
                     "the high-priority pod allocated",
                 )
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(system.plugin.idle.wait(), 10)
+                await system.plugin.settled(10)
             finally:
                 for t in tasks:
                     t.cancel()

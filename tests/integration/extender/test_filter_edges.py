@@ -9,6 +9,7 @@ import shutil
 import ssl
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -331,6 +332,18 @@ async def test_metrics_scrapes_follow_the_snapshot_and_drop_a_removed_node(store
 # ---- graceful drain ------------------------------------------------------------------------------------------------
 
 
+async def refuses_connections(url: str) -> bool:
+    """Whether nothing accepts a TCP connection at ``url``'s host and port any more."""
+    where = urlsplit(url)
+    try:
+        _, writer = await asyncio.open_connection(where.hostname, where.port)
+    except OSError:
+        return True
+    writer.close()
+    await writer.wait_closed()
+    return False
+
+
 async def test_stop_drains_in_flight_filters_before_returning(store: Store, api: Api) -> None:
     await seed(store)
     entered, release = asyncio.Event(), asyncio.Event()
@@ -358,8 +371,10 @@ async def test_stop_drains_in_flight_filters_before_returning(store: Store, api:
         await entered.wait()
         ext.stop.set()  # SIGTERM while the request is inside its commit
         draining = asyncio.create_task(asyncio.wait({ext.task}), name="drain-wait")
-        await asyncio.sleep(0)
-        assert not ext.task.done()  # the drain waits for the request
+        # the drain has begun once the listener is closed; a drain that did not wait for the request would end the
+        # extender (or cancel the request) within the 10 ms polls that see it closed
+        await eventually(lambda: refuses_connections(ext.url), what="the extender stopped accepting")
+        assert not ext.task.done() and not in_flight.done()  # the drain waits for the request
         release.set()
         answer = await in_flight
         await draining

@@ -5,11 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import pytest
-
 from tests.fakevendor import FakeVendor, fake_devices, register_annotation
 from tests.integration.extender.filter_harness import node, node_object, running_extender, seed
-from vgpu_scheduler.shared.codec import envelope
 from vgpu_scheduler.shared.domain.model import NodeInventory
 from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.store import Store
@@ -103,12 +100,6 @@ async def test_bad_values_of_any_vendor_refuse_every_candidate(store: Store, api
     assert "dcu.com/mem" in message and "mlu.com/num" in message
 
 
-def _store_keeps_device_vendor() -> bool:
-    inv = NodeInventory(node="n", vendor="NVIDIA", devices=fake_devices("n", "DCU", 1))
-    return envelope.decode_inventory(envelope.encode_inventory(inv)).devices[0].vendor == "DCU"
-
-
-@pytest.mark.skipif(not _store_keeps_device_vendor(), reason="the Redis inventory does not keep DeviceInfo.vendor yet")
 async def test_node_names_reserve_the_vendor_devices(store: Store, api: Api) -> None:
     devices = (*node("m1", 1).devices, *fake_devices("m1", "DCU", 2))
     await seed(store, [NodeInventory(node="m1", vendor="NVIDIA", devices=devices)])

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 
 from tests.integration.store.conftest import alloc, gpu, node
-from vgpu_scheduler.shared.store import START_ID, ChangeKind, Store, StoreStatus, SyncMarker
+from vgpu_scheduler.shared.store import START_ID, ChangeKind, Store, StoreStatus, SyncMarker, meta
 
 
-async def test_ping(store: Store) -> None:
-    assert await store.meta.ping() >= 0
+async def test_ping_times_a_round_trip_to_redis(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a clock that moves only while Redis answers PING: the time ping() gives is that round trip's, and only a
+    # PING the server answered can give it
+    now = [100.0]
+    monkeypatch.setattr(meta, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    answer = store.client.ping
+
+    async def ping_taking_a_quarter_second(**options: Any) -> Any:
+        pong = await answer(**options)
+        now[0] += 0.25
+        return pong
+
+    monkeypatch.setattr(store.client, "ping", ping_taking_a_quarter_second)
+    assert await store.meta.ping() == 0.25
 
 
 async def test_epoch_is_stable_until_a_flush(store: Store) -> None:

@@ -27,10 +27,14 @@ async def test_a_change_between_arming_and_waiting_is_not_missed() -> None:
 
 async def test_a_waiter_is_woken_while_it_waits_and_notify_all_wakes_everyone() -> None:
     wakeups = NodeWakeups()
-    waiting = asyncio.create_task(wait_armed(wakeups.arm("n"), 3600.0))
-    await asyncio.sleep(0)
+    armed = wakeups.arm("n")
+    waiting = asyncio.create_task(wait_armed(armed, 3600.0))
+    other = asyncio.create_task(wait_armed(wakeups.arm("other"), 3600.0))
+    await asyncio.sleep(0)  # both are waiting
     wakeups.notify("other")
-    assert not waiting.done()
+    assert await other  # the other node's waiter was woken and has run to its end ...
+    # ... while n's event was not set and stays armed: waking n would have set it or taken it off the table
+    assert not armed.is_set() and wakeups.arm("n") is armed and not waiting.done()
     wakeups.notify("n")
     assert await waiting
     x, y = wakeups.arm("x"), wakeups.arm("y")

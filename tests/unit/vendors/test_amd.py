@@ -34,33 +34,26 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
+from vgpu_scheduler.shared.vendors.pods import device_list_annotations
 
+from tests.unit.vendors.kit import NOW, Fit, reason
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
-    NVIDIA,
     ContainerDevice,
     ContainerRequest,
     DeviceCharge,
     DeviceInfo,
     DeviceUsage,
-    NodeInventory,
     PodConstraints,
-    PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
-from vgpu_scheduler.shared.domain.scoring import Policies
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, RuleSet
+from vgpu_scheduler.shared.domain.plan import Decision, Failure
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import amd
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -73,8 +66,8 @@ from vgpu_scheduler.shared.vendors.registration import (
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = amd.build(None)[0]
-NOW = datetime(2025, 1, 7, 12, 0, 0)
-RULES = RuleSet({NVIDIA: NVIDIA_RULES, amd.NAME: amd.AMD_RULES})
+VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 TEST_NAMES = {"resourceMemoryName": "amd.com/gpu-mem", "resourceCoreName": "amd.com/gpu-core-pct"}
 T = amd.build(TEST_NAMES)[0]
 """The resource names HAMi's tests configure."""
@@ -103,25 +96,6 @@ def req(nums: int = 1, mem: int = 0, cores: int = 100) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=MEM_PCT_UNSET, cores_pct=cores, type=amd.NAME)
 
 
-def fit(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=amd.NAME, devices=tuple(devices), cordoned=cordoned)
-    constraints = PodConstraints(vendor_selectors={amd.NAME: V.selectors(annotations or {})})
-    pod = PodRequest(containers=(asked,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=RULES)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
 def entries(result: Decision | Failure) -> list[tuple[str, int, int]]:
     assert isinstance(result, Decision), result
     return [(d.uuid, d.used_mem_mib, d.used_cores) for d in result.devices[0]]
@@ -130,13 +104,9 @@ def entries(result: Decision | Failure) -> list[tuple[str, int, int]]:
 # ---- identity, config -------------------------------------------------------------------------------------------
 
 
-def test_keys_and_names() -> None:
-    assert amd.SECTION == "amd"
-    assert (V.name, V.register_key, V.handshake_key) == ("AMD", "hami.io/node-amd-register", None)
-    assert (V.to_allocate_key, V.allocated_key) == ("hami.io/amd-devices-to-allocate", "hami.io/amd-devices-allocated")
-    assert V.node_lock is NodeLockKind.HAMI
-    r = V.resources
-    assert (r.count, r.memory, r.cores, r.memory_unit_mib) == ("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores", 1)
+def test_section_and_defaults() -> None:
+    # the names and keys: test_contract.py
+    assert amd.SECTION == "amd" and V.resources.memory_unit_mib == 1
     assert amd.build({}) == amd.build(None)
 
 

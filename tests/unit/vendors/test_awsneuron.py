@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.unit.vendors.kit import Fit, reason
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, QuotaView
 from vgpu_scheduler.services.informer.pods import pod_allocation
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations
@@ -42,8 +43,6 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.awsneuron import NAME, bits, contiguous_run, split_cores
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -57,6 +56,7 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = awsneuron.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 NOW = datetime(2026, 8, 21, 12, 0, 0)
 COUNT = "aws.amazon.com/neuron"
 CORE = "aws.amazon.com/neuroncore"
@@ -78,25 +78,6 @@ def dev(
 
 def req(nums: int = 1, cores: int = 2, kind: str = NAME) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=0, cores_pct=cores, type=kind)
-
-
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=NAME, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
 
 
 def taken(result: Decision | Failure) -> list[tuple[str, int]]:
@@ -123,15 +104,9 @@ def registered(node: NodeView) -> tuple[DeviceInfo, ...]:
     return got.inventory.devices
 
 
-def test_keys_and_names() -> None:
-    # ours: the family's contract, names and wire keys
-    assert (awsneuron.SECTION, awsneuron.ENABLE_FLAG) == ("awsneuron", None) and "awsneuron" in BUILDERS
-    assert (V.name, V.register_key, V.handshake_key, V.to_allocate_key) == (NAME, None, None, None)
-    assert V.allocated_key == "hami.io/aws-neuron-devices-allocated"
-    assert V.node_lock is NodeLockKind.NONE
-    assert (V.resources.count, V.resources.memory, V.resources.cores) == (COUNT, None, None)
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock: test_contract.py
     assert V.resources.all == {COUNT, CORE}
-    assert NAME in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
     renamed = awsneuron.build({"resourceCountName": "x.io/n", "resourceCoreName": "x.io/c"})[0]
     assert renamed.resources.all == {"x.io/n", "x.io/c"}
     with pytest.raises(ConfigError, match=re.escape("awsneuron.resourceMemoryName: unknown key")):

@@ -6,31 +6,24 @@ test in a comment."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
-    NodeInventory,
-    NvidiaConfig,
     PodConstraints,
-    PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
-from vgpu_scheduler.shared.domain.scoring import Policies
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.plan import Decision
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import biren
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -44,61 +37,21 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = biren.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
-NOW = datetime(2025, 1, 7, 12, 0, 0)
+fit = Fit(VENDORS)
 COUNT = "birentech.com/gpu"
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def card(uuid: str, *, index: int = 0, count: int = 1, mem: int = 0, health: bool = True) -> DeviceInfo:
     return DeviceInfo(uuid, index, count, mem, 100, "Biren", 0, "", health, vendor="Biren")
 
 
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor="Biren", devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
 def req(nums: int = 1, kind: str = "Biren") -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=0, mem_pct=100, cores_pct=0, type=kind)
 
 
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[0]]
-
-
-def test_keys_and_names() -> None:
-    assert (biren.SECTION, biren.ENABLE_FLAG) == ("biren", None) and biren.SECTION in BUILDERS
-    assert (V.name, V.register_key, V.handshake_key) == (
-        "Biren",
-        "hami.io/node-biren-register",
-        "hami.io/node-handshake-biren",
-    )
-    assert (V.to_allocate_key, V.allocated_key) == (
-        "hami.io/Biren-devices-to-allocate",
-        "hami.io/Biren-devices-allocated",
-    )
-    assert V.node_lock is NodeLockKind.HAMI
-    r = V.resources
-    assert (r.count, r.memory, r.cores, r.all) == (COUNT, None, None, frozenset({COUNT}))
-    assert "Biren" in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock: test_contract.py
+    assert V.resources.all == frozenset({COUNT})
     (v,) = biren.build({"resourceCountName": "biren.com/gpu"})
     assert v.resources.count == "biren.com/gpu"
 
@@ -218,16 +171,16 @@ def test_fit_success_takes_a_slot_with_no_memory_or_cores() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
         # "fit fail: user assign use uuid mismatch"
-        ([card("dev-1")], req(), {}, {biren.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([card("dev-1")], req(), {}, {biren.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: user assign no use uuid match"
-        ([card("dev-0")], req(), {}, {biren.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([card("dev-0")], req(), {}, {biren.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: card overused"
-        ([card("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
+        Refusal([card("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
         # "mutex policy rejects used device"
-        (
+        Refusal(
             [card("dev-0", count=2)],
             req(),
             {"dev-0": DeviceUsage(1)},
@@ -235,23 +188,17 @@ def test_fit_success_takes_a_slot_with_no_memory_or_cores() -> None:
             "1/1 ExclusiveDeviceAllocateConflict",
         ),
         # "fit fail: type mismatch": a request of another family takes no Biren card
-        ([card("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([card("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 card) and "partial allocation … for multiple
         # cards" (3 of 2): HAMi takes what there is and says 1/1 (2/2) AllocatedCardsInsufficientRequest; the
         # core knows first that the node has too few cards
-        ([card("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
-        ([card("dev-0", count=100, mem=1280), card("dev-1", index=1, count=100, mem=1280)], req(3), {}, {},
-         "NodeInsufficientDevice"),
+        Refusal([card("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
+        Refusal([card("dev-0", count=100, mem=1280), card("dev-1", index=1, count=100, mem=1280)], req(3), {}, {},
+                "NodeInsufficientDevice"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_two_cards_one_exhausted() -> None:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, ctr, reason
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, needs_inventory
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -29,17 +28,14 @@ from vgpu_scheduler.shared.domain.model import (
     NodeInventory,
     NvidiaConfig,
     PodConstraints,
-    PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
+from vgpu_scheduler.shared.domain.plan import Decision, Failure
 from vgpu_scheduler.shared.domain.scoring import Policies
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import enflame
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -53,13 +49,9 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 G, V = enflame.build(None)
 VENDORS = Vendors((NvidiaVendor(), G, V))
+fit = Fit(VENDORS)
 GCU, DRS, MEM, CORE = "enflame.com/gcu", "enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core"
-NOW = datetime(2025, 1, 7, 12, 0, 0)
 MENU = '{"devices":[{"index":"0","minor":"0","capacity":6}],"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}'
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def node(
@@ -83,22 +75,6 @@ def gcu_card(uuid: str, index: int = 0) -> DeviceInfo:
     return DeviceInfo(uuid, index, 1, 100, 100, "GCU", 0, "", True, vendor="GCU")
 
 
-def fit(
-    devices: list[DeviceInfo],
-    *requests: ContainerRequest,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-    policies: Policies | None = None,
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=devices[0].vendor, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=tuple(requests), init_count=0)
-    return plan(
-        pod, constraints, [NodeSnapshot(inv, usage or {})], policies=policies or Policies(), rules=VENDORS.rules
-    )
-
-
 def slices(n: int) -> ContainerRequest:
     """HAMi's ``ContainerDeviceRequest{Nums: 1, Type: Enflame, Memreq: n}`` (direct mode)."""
     return ContainerRequest(nums=1, mem_mib=n, mem_pct=enflame.DIRECT, cores_pct=0, type="Enflame")
@@ -112,20 +88,12 @@ def gcu_req(nums: int = 1, kind: str = "GCU") -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=100, mem_pct=100, cores_pct=100, type=kind)
 
 
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
 def picked(result: Decision | Failure) -> ContainerDevice:
     assert isinstance(result, Decision), result
     return result.devices[0][0]
 
 
 def test_keys_and_names() -> None:
-    assert (enflame.SECTION, enflame.ENABLE_FLAG) == ("enflame", None) and enflame.SECTION in BUILDERS
-    names = enabled_vendors(NvidiaConfig()).names
-    assert "GCU" in names and "Enflame" in names  # on by default, no section needed
     # TestInitGCUDevice, TestGCUDevices_CommonWord
     assert (G.name, G.to_allocate_key, G.allocated_key, G.register_key, G.handshake_key) == (
         "GCU",

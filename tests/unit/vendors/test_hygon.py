@@ -19,11 +19,11 @@ a ``Deleted`` handshake is answered with a fresh ``Requesting_`` (``Test_CheckHe
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, Refusal, hami_share_refusals, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -36,10 +36,9 @@ from vgpu_scheduler.shared.domain.model import (
     PodConstraints,
     PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, apply_decision, plan
+from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, RuleSet
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import hygon
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
@@ -55,9 +54,8 @@ from vgpu_scheduler.shared.vendors.registration import (
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = hygon.build(None)[0]
-NOW = datetime(2025, 1, 7, 12, 0, 0)
-RULES = RuleSet({NVIDIA: NVIDIA_RULES, hygon.NAME: hygon.DCU_RULES})
 VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 
 
 def ctr(
@@ -83,54 +81,17 @@ def dcu(
     )
 
 
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=hygon.NAME, devices=tuple(devices), cordoned=cordoned)
-    sel = V.selectors(annotations or {})
-    constraints = PodConstraints(vendor_selectors={hygon.NAME: sel})
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=RULES)
-
-
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=hygon.NAME)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[0]]
 
 
 # ---- identity, config -------------------------------------------------------------------------------------------
 
 
-def test_keys_and_names() -> None:
-    assert hygon.SECTION == "hygon"
-    assert (V.name, V.register_key, V.handshake_key) == (
-        "DCU",
-        "hami.io/node-dcu-register",
-        "hami.io/node-handshake-dcu",
-    )
-    assert (V.to_allocate_key, V.allocated_key) == ("hami.io/dcu-devices-to-allocate", "hami.io/dcu-devices-allocated")
-    assert V.node_lock is NodeLockKind.HAMI
-    r = V.resources
-    assert (r.count, r.memory, r.cores, r.memory_unit_mib) == (
-        "hygon.com/dcunum",
-        "hygon.com/dcumem",
-        "hygon.com/dcucores",
-        1,
-    )
+def test_section_and_defaults() -> None:
+    # the names and keys, UUID and type selectors (both UUID lists apply; a use list of commas is refused):
+    # test_contract.py
+    assert hygon.SECTION == "hygon" and V.resources.memory_unit_mib == 1
     assert hygon.build({}) == hygon.build(None)
 
 
@@ -277,18 +238,6 @@ def test_check_type() -> None:
     assert hygon.DCU_RULES.type_ok(card, ContainerRequest(1, type="NVIDIA"), PodConstraints()) is False
 
 
-def test_uuid_lists_both_apply_and_a_use_list_of_commas_is_refused() -> None:
-    # ours (HAMi's CheckUUID is tested in pkg/device, not here): both lists apply; a use list naming nothing is
-    # refused where HAMi would match no card (difference 22)
-    sel = V.selectors({"hygon.com/use-gpuuuid": "a, b", "hygon.com/nouse-gpuuuid": "b"})
-    constraints = PodConstraints(vendor_selectors={"DCU": sel})
-    assert hygon.DCU_RULES.uuid_ok(dcu("a"), constraints)
-    assert not hygon.DCU_RULES.uuid_ok(dcu("b"), constraints)
-    assert not hygon.DCU_RULES.uuid_ok(dcu("c"), constraints)
-    with pytest.raises(DecodeError, match=re.escape("hygon.com/use-gpuuuid")):
-        V.selectors({"hygon.com/use-gpuuuid": " , "})
-
-
 # ---- TestDevices_Fit (through the core) ---------------------------------------------------------------------
 
 TWO = [dcu("dev-0"), dcu("dev-1", index=1)]
@@ -303,81 +252,24 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
-        pytest.param([dcu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory", id="memory"),
-        pytest.param(
-            [dcu("dev-0", mem=1024)],
-            req(1, 512, cores=50),
-            {"dev-0": DeviceUsage(0, 0, 100)},
-            {},
-            "1/1 CardInsufficientCore",
-            id="core not enough",
-        ),
-        pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=50),
-            {},
-            {"hygon.com/use-gpuuuid": "dev-1"},
-            "1/1 CardUuidMismatch",
-            id="use uuid mismatch, one card asked",
-        ),
-        pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=50),
-            {},
-            {"hygon.com/nouse-gpuuuid": "dev-0"},
-            "1/1 CardUuidMismatch",
-            id="nouse uuid match, one card asked",
-        ),
-        pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=50),
-            {"dev-0": DeviceUsage(100)},
-            {},
-            "1/1 CardTimeSlicingExhausted",
-            id="card overused",
-        ),
-        pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=100),
-            {"dev-0": DeviceUsage(20)},
-            {},
-            "1/1 ExclusiveDeviceAllocateConflict",
-            id="card exclusively",
-        ),
-        pytest.param(
-            [dcu("dev-0", mem=1280)],
-            req(1, 512, cores=0),
-            {"dev-0": DeviceUsage(20, 0, 100)},
-            {},
-            "1/1 CardComputeUnitsExhausted",
-            id="CardComputeUnitsExhausted",
-        ),
-        pytest.param([dcu("dev-0", health=False)], req(1, 64, cores=50), {}, {}, "1/1 CardNotHealth", id="health"),
-        pytest.param(
-            [dcu("dev-0")],
-            req(1, 64, cores=50),
-            {},
-            {"hygon.com/use-dcutype": "K100"},
-            "1/1 CardTypeMismatch",
-            id="type selector",
-        ),
+        *hami_share_refusals(dcu, req),
+        pytest.param(Refusal([dcu("dev-0", mem=1280)], req(1, 512, cores=50),
+                             annotations={"hygon.com/use-gpuuuid": "dev-1"}, expected="1/1 CardUuidMismatch"),
+                     id="use uuid mismatch, one card asked"),
+        pytest.param(Refusal([dcu("dev-0", mem=1280)], req(1, 512, cores=50),
+                             annotations={"hygon.com/nouse-gpuuuid": "dev-0"}, expected="1/1 CardUuidMismatch"),
+                     id="nouse uuid match, one card asked"),
     ],
-)
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
+)  # fmt: skip
+def test_fit_refusals(case: Refusal) -> None:
     # TestDevices_Fit "fit fail: memory not enough" (128 MiB card, 512 asked), "fit fail: core not enough",
     # "fit fail: card overused" (100 of 100 slots), "fit fail:  card exclusively" (100 cores on a used card),
     # "fit fail:  CardComputeUnitsExhausted" (0 cores on a card whose cores are all taken); the two UUID cases
-    # with one card asked (HAMi's ask two: see test_fit_more_cards_than_the_node_has); health and a type
-    # selector are ours
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+    # with one card asked (HAMi's ask two: see test_fit_more_cards_than_the_node_has); an unhealthy card and a
+    # type selector, ours, are test_contract.py's for DCU
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_type_mismatch() -> None:
@@ -441,7 +333,9 @@ def test_add_resource_usage() -> None:
         NodeInventory(node="n1", vendor=hygon.NAME, devices=(dcu("dev-0", mem=4096),)),
         {"dev-0": DeviceUsage(0, 2000, 15)},
     )
-    got = plan(PodRequest((req(1, 1024, cores=50),), 0), PodConstraints(), [snap], policies=Policies(), rules=RULES)
+    got = plan(
+        PodRequest((req(1, 1024, cores=50),), 0), PodConstraints(), [snap], policies=Policies(), rules=VENDORS.rules
+    )
     assert isinstance(got, Decision)
     assert apply_decision(snap, got).device_usage("dev-0") == DeviceUsage(1, 3024, 65)
 

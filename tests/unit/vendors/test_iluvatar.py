@@ -6,13 +6,12 @@ Every HAMi case names its test in a comment."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
@@ -20,14 +19,10 @@ from vgpu_scheduler.shared.domain.model import (
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
-    NodeInventory,
     NvidiaConfig,
     PodConstraints,
-    PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
-from vgpu_scheduler.shared.domain.scoring import Policies
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.plan import Decision
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import iluvatar
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
@@ -46,7 +41,7 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 CHIP = "MR-V100"
 V = iluvatar.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), *iluvatar.build(None)))
-NOW = datetime(2025, 1, 7, 12, 0, 0)
+fit = Fit(VENDORS)
 COUNT, MEM, CORE = "iluvatar.ai/MR-V100-vgpu", "iluvatar.ai/MR-V100.vMem", "iluvatar.ai/MR-V100.vCore"
 REGISTER = "hami.io/node-MR-V100-register"
 HANDSHAKE = "hami.io/node-handshake-MR-V100"
@@ -65,32 +60,8 @@ def card(
     return DeviceInfo(uuid, index, count, mem, core, CHIP, 0, "hami-core", health, vendor=CHIP)
 
 
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=CHIP, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, kind: str = CHIP) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[0]]
 
 
 # ---- identity, config -------------------------------------------------------------------------------------------
@@ -218,16 +189,6 @@ def test_check_type() -> None:
     # "the same type": found; "the different type": not
     assert V.rules.type_ok(card("d"), req(kind=CHIP), PodConstraints())
     assert not V.rules.type_ok(card("d"), req(kind="test123"), PodConstraints())
-
-
-def test_uuid_lists_both_apply() -> None:
-    annotations = {"hami.io/use-MR-V100-uuid": "a, b", "hami.io/no-use-MR-V100-uuid": "b"}
-    constraints = decode_vendor_constraints(annotations, VENDORS)
-    assert V.rules.uuid_ok(card("a"), constraints)
-    assert not V.rules.uuid_ok(card("b"), constraints)
-    assert not V.rules.uuid_ok(card("c"), constraints)
-    with pytest.raises(DecodeError, match=re.escape("hami.io/use-MR-V100-uuid")):
-        V.selectors({"hami.io/use-MR-V100-uuid": " , "})
 
 
 # ---- Fit (HAMi's Test_Fit, TestFit_MutexRejectsUsedDevice, TestFit_DeviceCordon) ----------------------------------

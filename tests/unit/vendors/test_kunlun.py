@@ -15,14 +15,13 @@ plugin registers (slots, healthy): our core keeps checking both (docs/vendors/ku
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, ctr, reason
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
@@ -36,7 +35,6 @@ from vgpu_scheduler.shared.domain.model import (
     GpuPolicyToken,
     NodeInventory,
     NodePolicy,
-    NvidiaConfig,
     PodConstraints,
     PodRequest,
 )
@@ -47,7 +45,7 @@ from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import kunlun
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, FAMILIES, enabled_vendors
+from vgpu_scheduler.shared.vendors.catalog import FAMILIES
 from vgpu_scheduler.shared.vendors.kunlun import (
     _can_meet,
     _count_bubble,
@@ -72,15 +70,11 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 X, V = kunlun.build(None)
 VENDORS = Vendors((NvidiaVendor(), X, V))
-NOW = datetime(2025, 1, 7, 12, 0, 0)
+fit = Fit(VENDORS)
 XPU = "kunlunxin.com/xpu"
 VXPU = "kunlunxin.com/vxpu"
 VMEM = "kunlunxin.com/vxpu-memory"
 MAX = kunlun.XPU_MEMORY_MIB
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def xpu(i: int, *, vendor: str = "kunlun", count: int = 100, mem: int = MAX, health: bool = True) -> DeviceInfo:
@@ -97,29 +91,6 @@ def whole(nums: int = 1) -> ContainerRequest:
 
 def vx(nums: int = 1, mem: int = MAX) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=MEM_PCT_UNSET, cores_pct=mem * 100 // MAX, type="XPU")
-
-
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest | tuple[ContainerRequest, ...],
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-    policies: Policies | None = None,
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=devices[0].vendor, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    requests = request if isinstance(request, tuple) else (request,)
-    pod = PodRequest(containers=requests, init_count=0)
-    return plan(
-        pod, constraints, [NodeSnapshot(inv, usage or {})], policies=policies or Policies(), rules=VENDORS.rules
-    )
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
 
 
 def picked(result: Decision | Failure, container: int = 0) -> list[str]:
@@ -144,7 +115,6 @@ NO_SELECTORS = PodConstraints()
 
 
 def test_keys_names_and_config() -> None:
-    assert (kunlun.SECTION, kunlun.ENABLE_FLAG) == ("kunlun", None) and BUILDERS["kunlun"] is kunlun.build
     assert FAMILIES[-1] is kunlun or kunlun in FAMILIES
     # whole XPUs (device.go): no to-allocate list, no register annotation, no handshake, no lock
     assert (X.name, X.to_allocate_key, X.allocated_key, X.register_key, X.handshake_key) == (
@@ -160,7 +130,6 @@ def test_keys_names_and_config() -> None:
     assert (V.resources.count, V.resources.memory, V.resources.cores) == (VXPU, VMEM, None)
     # Test_KunlunVDevices_LockNode / _ReleaseNodeLock: a pod with vXPUs takes (and releases) hami.io/mutex.lock
     assert V.node_lock is NodeLockKind.HAMI
-    assert {"kunlun", "XPU"} <= set(enabled_vendors(NvidiaConfig()).names)  # on by default, no section needed
     renamed = kunlun.build({"resourceCountName": "a/x", "resourceVCountName": "a/v", "resourceVMemoryName": "a/m"})
     assert renamed[0].resources.count == "a/x" and (renamed[1].resources.count, renamed[1].resources.memory) == (
         "a/v", "a/m"
@@ -608,7 +577,7 @@ def test_uuid_selectors() -> None:
 
 def test_containers_take_distinct_xpus_and_wings() -> None:
     # the second container sees the first one's XPUs busy (HAMi's cumulative app containers)
-    got = fit(board(), (whole(2), whole(2)))
+    got = fit(board(), whole(2), whole(2))
     assert isinstance(got, Decision)
     assert [sorted(d.uuid for d in c) for c in got.devices] == [["xpu-0", "xpu-1"], ["xpu-2", "xpu-3"]]
     # a whole XPU is charged whole: its memory and cores (HAMi's Fit writes Totalmem/Totalcore)

@@ -9,34 +9,30 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, Refusal, check_share_usage, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
-    NodeInventory,
     NodePolicy,
     NvidiaConfig,
     PodConstraints,
     PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, rank_key
+from vgpu_scheduler.shared.domain.plan import Decision, plan, plan_ranked, rank_key
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import metax
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -50,59 +46,23 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = metax.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 COUNT = "metax-tech.com/gpu"
 MX = "Metax-GPU"
-NOW = datetime(2025, 1, 7, 12, 0, 0)
 TABLE = '{"1":0,"2":110,"3":270,"4":540,"5":580,"6":730,"7":930,"8":1240}'
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def gpu(uuid: str, *, index: int = 0, count: int = 100, mem: int = 128, core: int = 100) -> DeviceInfo:
     return DeviceInfo(uuid, index, count, mem, core, MX, 0, "", True, vendor=MX)
 
 
-def fit(
-    devices: list[DeviceInfo],
-    *requests: ContainerRequest,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=MX, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=tuple(requests), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, kind: str = MX) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
 
 
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure, container: int = 0) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[container]]
-
-
-def test_keys_and_names() -> None:
-    assert (metax.SECTION, metax.ENABLE_FLAG) == ("metax", None) and metax.SECTION in BUILDERS
-    assert (V.name, V.register_key, V.handshake_key, V.to_allocate_key, V.allocated_key) == (
-        MX,
-        None,
-        None,
-        "hami.io/metax-gpu-devices-to-allocate",
-        "hami.io/metax-gpu-devices-allocated",
-    )
-    assert V.node_lock is NodeLockKind.NONE  # HAMi's LockNode takes no lock for MetaX
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock (HAMi's LockNode takes none for MetaX): test_contract.py
     assert V.resources.all == frozenset({COUNT})
-    assert MX in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
     renamed, renamed_sgpu = metax.build({"resourceCountName": "x.io/gpu", "resourceVCountName": "x.io/sgpu"})
     assert renamed.resources.count == "x.io/gpu" and renamed_sgpu.resources.count == "x.io/sgpu"
     with pytest.raises(ConfigError, match=re.escape("metax.resourceCountName")):
@@ -294,54 +254,29 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
-        # "fit fail: memory not enough"
-        ([gpu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
-        # "fit fail: core not enough"
-        ([gpu("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
-         "1/1 CardInsufficientCore"),
+        *hami_share_refusals(gpu, req),
         # "fit fail: type mismatch": another family's request is never shown MetaX GPUs
-        ([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
-        # "fit fail: card overused"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
-         "1/1 CardTimeSlicingExhausted"),
-        # "fit fail:  card exclusively"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        # "fit fail:  CardComputeUnitsExhausted"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
-         "1/1 CardComputeUnitsExhausted"),
+        Refusal([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 GPU): the core knows first
-        ([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
-         "NodeInsufficientDevice"),
+        Refusal([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
+                "NodeInsufficientDevice"),
         # "mutex policy rejects used device"
-        ([gpu("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([gpu("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)},
+                {"hami.io/gpu-scheduler-policy": "mutex"}, "1/1 ExclusiveDeviceAllocateConflict"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_cores_above_100_and_memory_percentage() -> None:
     # "fit success: but core limit can't exceed 100": 120 read as 100
     got = fit([gpu("dev-0", mem=1280)], req(1, 512, cores=120))
     assert isinstance(got, Decision) and got.devices[0][0].used_cores == 100
-    # "fit success:  memory percentage": 10 % of 1280 MiB
-    got = fit([gpu("dev-0", mem=1280)], req(1, 0, 10, cores=20), usage={"dev-0": DeviceUsage(20, 0, 10)})
-    assert isinstance(got, Decision) and got.devices[0][0].used_mem_mib == 128
-    # TestMetaxDevices_AddResourceUsage: usage adds up (15 + 50 cores, 2000 + 1024 MiB): the next request sees it
-    used = {"dev-0": DeviceUsage(1, 3024, 65)}
-    assert isinstance(fit([gpu("dev-0", mem=4096)], req(1, 1072, cores=35), usage=used), Decision)
-    assert reason(fit([gpu("dev-0", mem=4096)], req(1, 1072, cores=36), usage=used)) == "1/1 CardInsufficientCore"
-    assert reason(fit([gpu("dev-0", mem=4096)], req(1, 1073, cores=35), usage=used)) == "1/1 CardInsufficientMemory"
+    # "fit success:  memory percentage", TestMetaxDevices_AddResourceUsage
+    check_share_usage(fit, gpu, req)
 
 
 def test_fit_cordon() -> None:

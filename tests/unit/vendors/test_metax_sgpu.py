@@ -12,11 +12,11 @@ import json
 import random
 import re
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, Refusal, check_share_usage, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.services.informer.quotas import read_quota
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
@@ -41,8 +41,6 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import metax, metax_sgpu
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 from vgpu_scheduler.shared.vendors.metax_sgpu import (
     BEST_EFFORT,
     BURST_SHARE,
@@ -66,14 +64,10 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 V = metax.build(None)[1]
 assert isinstance(V, metax_sgpu.MetaxSgpuVendor)
 VENDORS = Vendors((NvidiaVendor(), *metax.build(None)))
+fit = Fit(VENDORS)
 SG = "Metax-SGPU"
 COUNT, VCORE, VMEM = "metax-tech.com/sgpu", "metax-tech.com/vcore", "metax-tech.com/vmemory"
 APP = "metax-tech.com/sgpu-app-class"
-NOW = datetime(2025, 1, 7, 12, 0, 0)
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def card(
@@ -84,28 +78,6 @@ def card(
 
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, kind: str = SG) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
-
-
-def fit(
-    devices: list[DeviceInfo],
-    *requests: ContainerRequest,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=SG, devices=tuple(devices))
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=tuple(requests), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure, container: int = 0) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[container]]
 
 
 def _pod(containers: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -122,20 +94,12 @@ def admit(pod: dict[str, Any]) -> tuple[bool, str, dict[str, Any]]:
 
 
 def test_keys_and_names() -> None:
-    assert (V.name, V.register_key, V.handshake_key, V.to_allocate_key, V.allocated_key) == (
-        SG,
-        "metax-tech.com/node-gpu-devices",
-        None,
-        "hami.io/metax-sgpu-devices-to-allocate",
-        "hami.io/metax-sgpu-devices-allocated",
-    )
-    assert V.node_lock is NodeLockKind.HAMI  # MetaxNodeLock = hami.io/mutex.lock
+    # the names, keys and lock (MetaxNodeLock = hami.io/mutex.lock): test_contract.py
     assert V.resources.all == frozenset({COUNT, VCORE, VMEM})
     # a namespace quota's limits.metax-tech.com/vmemory is in GiB, as HAMi's MemoryFactor (1024) reads it
     quota = {"spec": {"hard": {f"limits.{VMEM}": "16", f"limits.{VCORE}": "150"}}}
     limits = read_quota(quota, NvidiaConfig(), VENDORS).limits.of(SG)
     assert (limits.mem_mib, limits.cores_pct) == (16 * 1024, 150)
-    assert SG in enabled_vendors(NvidiaConfig()).names  # on by default with the whole GPUs
     _, renamed = metax.build(
         {"resourceVCountName": "x.io/s", "resourceVMemoryName": "x.io/m", "resourceVCoreName": "x.io/c"}
     )
@@ -303,62 +267,38 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
-        # "fit fail: memory not enough"
-        ([card("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
-        # "fit fail: core not enough"
-        ([card("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
-         "1/1 CardInsufficientCore"),
+        *hami_share_refusals(card, req),
         # "fit fail: type mismatch": another family's request is never shown sGPUs
-        ([card("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([card("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail: device unhealthy": HAMi's sGPU reason is CardUnhealthy, ours the common CardNotHealth
-        ([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardNotHealth"),
-        # "fit fail: card overused"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
-         "1/1 CardTimeSlicingExhausted"),
+        Refusal([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardNotHealth"),
         # "fit success: but core limit can't exceed 100" (HAMi: a fit failure): 120 is not capped
-        ([card("dev-0", mem=1280)], req(1, 512, cores=120), {}, {}, "1/1 CardInsufficientCore"),
-        # "fit fail:  card exclusively"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=120), {}, {}, "1/1 CardInsufficientCore"),
         # "fit fail: user assign use uuid mismatch" (2 asked, 1 card): the core knows first
-        ([card("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
-         "NodeInsufficientDevice"),
-        ([card("dev-1", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
-         "1/1 CardUuidMismatch"),
+        Refusal([card("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
+                "NodeInsufficientDevice"),
+        Refusal([card("dev-1", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
+                "1/1 CardUuidMismatch"),
         # "fit fail: user assign no use uuid match"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/nouse-gpuuuid": "dev-0"},
-         "1/1 CardUuidMismatch"),
-        # "fit fail:  CardComputeUnitsExhausted"
-        ([card("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
-         "1/1 CardComputeUnitsExhausted"),
+        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=50), {}, {"metax-tech.com/nouse-gpuuuid": "dev-0"},
+                "1/1 CardUuidMismatch"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 card): the core knows first
-        ([card("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
-         "NodeInsufficientDevice"),
+        Refusal([card("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
+                "NodeInsufficientDevice"),
         # "mutex policy rejects used device"
-        ([card("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([card("dev-0")], req(1, 64, cores=50), {"dev-0": DeviceUsage(1)},
+                {"hami.io/gpu-scheduler-policy": "mutex"}, "1/1 ExclusiveDeviceAllocateConflict"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_memory_percentage_and_usage() -> None:
-    # "fit success:  memory percentage": 10 % of 1280 MiB
-    got = fit([card("dev-0", mem=1280)], req(1, 0, 10, cores=20), usage={"dev-0": DeviceUsage(20, 0, 10)})
-    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 128, 20, SG),),)
-    # TestMetaxSDevices_AddResourceUsage: usage adds up (15 + 50 cores, 2000 + 1024 MiB): the next request sees it
-    used = {"dev-0": DeviceUsage(1, 3024, 65)}
-    assert isinstance(fit([card("dev-0", mem=4096)], req(1, 1072, cores=35), usage=used), Decision)
-    assert reason(fit([card("dev-0", mem=4096)], req(1, 1072, cores=36), usage=used)) == "1/1 CardInsufficientCore"
+    # "fit success:  memory percentage", TestMetaxSDevices_AddResourceUsage
+    check_share_usage(fit, card, req)
 
 
 # ---- TestPrioritizeExclusiveDevices ----------------------------------------------------------------------------------

@@ -7,33 +7,26 @@ in a comment."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, Refusal, check_share_usage, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     DeviceUsage,
-    NodeInventory,
     NvidiaConfig,
     PodConstraints,
-    PodRequest,
 )
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
-from vgpu_scheduler.shared.domain.scoring import Policies
-from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.plan import Decision
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import mthreads
-from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -47,59 +40,22 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = mthreads.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
+fit = Fit(VENDORS)
 COUNT, MEM, CORE = "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core"
 MT = "Mthreads"
-NOW = datetime(2025, 1, 7, 12, 0, 0)
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def gpu(uuid: str, *, index: int = 0, count: int = 100, mem: int = 128, core: int = 100) -> DeviceInfo:
     return DeviceInfo(uuid, index, count, mem, core, MT, 0, "", True, vendor=MT)
 
 
-def fit(
-    devices: list[DeviceInfo],
-    *requests: ContainerRequest,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor=MT, devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=tuple(requests), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
 def req(nums: int = 1, mem: int = 0, pct: int = MEM_PCT_UNSET, cores: int = 0, kind: str = MT) -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=mem, mem_pct=pct, cores_pct=cores, type=kind)
 
 
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure, container: int = 0) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[container]]
-
-
-def test_keys_and_names() -> None:
-    assert (mthreads.SECTION, mthreads.ENABLE_FLAG) == ("mthreads", None) and mthreads.SECTION in BUILDERS
-    assert (V.name, V.register_key, V.handshake_key, V.to_allocate_key, V.allocated_key) == (
-        MT,
-        None,
-        None,
-        None,
-        "hami.io/mthreads-vgpu-devices-allocated",
-    )
-    assert V.node_lock is NodeLockKind.NONE  # HAMi's LockNode takes no lock for Moore Threads
-    r = V.resources
-    assert (r.count, r.memory, r.cores, r.memory_unit_mib) == (COUNT, MEM, CORE, 512)
-    assert MT in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock (HAMi's LockNode takes none for Moore Threads): test_contract.py
+    assert V.resources.memory_unit_mib == 512
     with pytest.raises(ConfigError, match=re.escape("mthreads.resourceCoreName: must not be empty")):
         mthreads.build({"resourceCoreName": ""})
 
@@ -256,57 +212,34 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
-        # "fit fail: memory not enough"
-        ([gpu("dev-0")], req(1, 512, cores=50), {}, {}, "1/1 CardInsufficientMemory"),
-        # "fit fail: core not enough"
-        ([gpu("dev-0", mem=1024)], req(1, 512, cores=50), {"dev-0": DeviceUsage(0, 0, 100)}, {},
-         "1/1 CardInsufficientCore"),
+        *hami_share_refusals(gpu, req),
         # "fit fail: type mismatch": another family's request is never shown Moore Threads GPUs
-        ([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail: user assign use uuid mismatch" / "no use uuid match" (2 GPUs asked, 1 on the node: the core
         # knows first that one GPU cannot serve two)
-        ([gpu("dev-1", mem=1280)], req(2, 512, cores=50), {}, {mthreads.USE_UUID: "dev-0"}, "NodeInsufficientDevice"),
-        ([gpu("dev-1", mem=1280)], req(1, 512, cores=50), {}, {mthreads.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {}, {mthreads.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
-        # "fit fail: card overused"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {"dev-0": DeviceUsage(100)}, {},
-         "1/1 CardTimeSlicingExhausted"),
-        # "fit fail:  card exclusively"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=100), {"dev-0": DeviceUsage(20)}, {},
-         "1/1 ExclusiveDeviceAllocateConflict"),
-        # "fit fail:  CardComputeUnitsExhausted"
-        ([gpu("dev-0", mem=1280)], req(1, 512, cores=0), {"dev-0": DeviceUsage(20, 0, 100)}, {},
-         "1/1 CardComputeUnitsExhausted"),
+        Refusal([gpu("dev-1", mem=1280)], req(2, 512, cores=50), {}, {mthreads.USE_UUID: "dev-0"},
+                "NodeInsufficientDevice"),
+        Refusal([gpu("dev-1", mem=1280)], req(1, 512, cores=50), {}, {mthreads.USE_UUID: "dev-0"},
+                "1/1 CardUuidMismatch"),
+        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {}, {mthreads.NOUSE_UUID: "dev-0"},
+                "1/1 CardUuidMismatch"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 GPU): the core knows first
-        ([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
-         "NodeInsufficientDevice"),
+        Refusal([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},
+                "NodeInsufficientDevice"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_cores_above_100_and_memory_percentage() -> None:
     # "fit success: but core limit can't exceed 100": 120 read as 100
     got = fit([gpu("dev-0", mem=1280)], req(1, 512, cores=120))
     assert isinstance(got, Decision) and got.devices[0][0].used_cores == 100
-    # "fit success:  memory percentage": 10 % of 1280 MiB
-    got = fit([gpu("dev-0", mem=1280)], req(1, 0, 10, cores=20), usage={"dev-0": DeviceUsage(20, 0, 10)})
-    assert isinstance(got, Decision) and got.devices[0][0].used_mem_mib == 128
-    # TestDevices_AddResourceUsage: usage adds up (15 + 50 cores, 2000 + 1024 MiB) — the next request sees it
-    got = fit([gpu("dev-0", mem=4096)], req(1, 1072, cores=35), usage={"dev-0": DeviceUsage(1, 3024, 65)})
-    assert isinstance(got, Decision)
-    assert reason(fit([gpu("dev-0", mem=4096)], req(1, 1072, cores=36), usage={"dev-0": DeviceUsage(1, 3024, 65)})) == (
-        "1/1 CardInsufficientCore"
-    )
+    # "fit success:  memory percentage", TestDevices_AddResourceUsage
+    check_share_usage(fit, gpu, req)
 
 
 def test_fit_cordon() -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import random
 import re
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
 from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
     ContainerDevice,
@@ -23,7 +22,6 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceUsage,
     NodeInventory,
     NodePolicy,
-    NvidiaConfig,
     PodConstraints,
     PodRequest,
 )
@@ -33,7 +31,6 @@ from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import vastai
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
@@ -47,12 +44,8 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 V = vastai.build(None)[0]
 VENDORS = Vendors((NvidiaVendor(), V))
-NOW = datetime(2025, 1, 7, 12, 0, 0)
+fit = Fit(VENDORS)
 COUNT = "vastaitech.com/va"
-
-
-def ctr(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}}}
 
 
 def dev(uuid: str, *, index: int = 0, count: int = 1, mem: int = 0, card: str | None = None) -> DeviceInfo:
@@ -60,48 +53,12 @@ def dev(uuid: str, *, index: int = 0, count: int = 1, mem: int = 0, card: str | 
     return DeviceInfo(uuid, index, count, mem, 100, "Vastai", 0, mode, True, vendor="Vastai")
 
 
-def fit(
-    devices: list[DeviceInfo],
-    request: ContainerRequest,
-    *,
-    usage: dict[str, DeviceUsage] | None = None,
-    annotations: dict[str, str] | None = None,
-    cordoned: frozenset[str] = frozenset(),
-) -> Decision | Failure:
-    inv = NodeInventory(node="n1", vendor="Vastai", devices=tuple(devices), cordoned=cordoned)
-    constraints = decode_vendor_constraints(annotations or {}, VENDORS)
-    pod = PodRequest(containers=(request,), init_count=0)
-    return plan(pod, constraints, [NodeSnapshot(inv, usage or {})], policies=Policies(), rules=VENDORS.rules)
-
-
 def req(nums: int = 1, kind: str = "Vastai") -> ContainerRequest:
     return ContainerRequest(nums=nums, mem_mib=0, mem_pct=100, cores_pct=0, type=kind)
 
 
-def reason(result: Decision | Failure) -> str:
-    assert isinstance(result, Failure), result
-    return result.reasons["n1"]
-
-
-def uuids(result: Decision | Failure) -> list[str]:
-    assert isinstance(result, Decision), result
-    return [d.uuid for d in result.devices[0]]
-
-
-def test_keys_and_names() -> None:
-    assert (vastai.SECTION, vastai.ENABLE_FLAG) == ("vastai", None) and vastai.SECTION in BUILDERS
-    assert (V.name, V.register_key, V.handshake_key) == (
-        "Vastai",
-        "hami.io/node-va-register",
-        "hami.io/node-handshake-va",
-    )
-    assert (V.to_allocate_key, V.allocated_key) == (
-        "hami.io/Vastai-devices-to-allocate",
-        "hami.io/Vastai-devices-allocated",
-    )
-    assert V.node_lock is NodeLockKind.HAMI
-    assert (V.resources.count, V.resources.memory, V.resources.cores) == (COUNT, None, None)
-    assert "Vastai" in enabled_vendors(NvidiaConfig()).names  # on by default, no section needed
+def test_config_section() -> None:
+    # the section, enable flag, names, keys and lock: test_contract.py
     with pytest.raises(ConfigError, match=re.escape("vastai.resourceCoreName: unknown key")):
         vastai.build({"resourceCoreName": "x"})
 
@@ -201,30 +158,24 @@ def test_fit_success() -> None:
 
 
 @pytest.mark.parametrize(
-    ("devices", "asked", "usage", "annotations", "expected"),
+    "case",
     [
         # "fit fail: user assign use uuid mismatch" / "no use uuid match"
-        ([dev("dev-1")], req(), {}, {vastai.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
-        ([dev("dev-0")], req(), {}, {vastai.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([dev("dev-1")], req(), {}, {vastai.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([dev("dev-0")], req(), {}, {vastai.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: card overused"
-        ([dev("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
+        Refusal([dev("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
         # "mutex policy rejects used device"
-        ([dev("dev-0", count=2)], req(), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
-         "1/1 ExclusiveDeviceAllocateConflict"),
+        Refusal([dev("dev-0", count=2)], req(), {"dev-0": DeviceUsage(1)}, {"hami.io/gpu-scheduler-policy": "mutex"},
+                "1/1 ExclusiveDeviceAllocateConflict"),
         # "fit fail: type mismatch": another family's request is never shown Vastai devices
-        ([dev("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
+        Refusal([dev("dev-0")], req(kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail:  AllocatedCardsInsufficientRequest": 2 of 1 device; the core knows first
-        ([dev("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
+        Refusal([dev("dev-0")], req(2), {}, {}, "NodeInsufficientDevice"),
     ],
 )  # fmt: skip
-def test_fit_refusals(
-    devices: list[DeviceInfo],
-    asked: ContainerRequest,
-    usage: dict[str, DeviceUsage],
-    annotations: dict[str, str],
-    expected: str,
-) -> None:
-    assert reason(fit(devices, asked, usage=usage, annotations=annotations)) == expected
+def test_fit_refusals(case: Refusal) -> None:
+    assert fit.refusal(case) == case.expected
 
 
 def test_fit_mutex_die_mode() -> None:
