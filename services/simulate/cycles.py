@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vgpu_scheduler.services.simulate.admission import Admit
+from vgpu_scheduler.services.simulate.documents import POD_GROUP_API
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import REASON_SEPARATOR, Ledger, kube_filters, pod_key, pod_request
 from vgpu_scheduler.services.simulate.nodeside import NodeSide
@@ -38,7 +39,6 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
 
-POD_GROUP_API = "scheduling.k8s.io/v1alpha2"
 _PREEMPTED_BY = re.compile(r"^Preempted by pod (\S+) ")
 """The extender's ``Preempted`` Event on a victim names the pod it was preempted for."""
 
