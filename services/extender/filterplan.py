@@ -9,7 +9,7 @@ flight come first. Nothing here reads or writes the store: the commit is :mod:`s
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from vgpu_scheduler.services.extender.filterpod import FilterPod
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
@@ -19,19 +19,15 @@ from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
 from vgpu_scheduler.shared.domain.vendor import RuleSet
 
 
+@dataclass(frozen=True, slots=True)
 class Planner:
     """Plans pods on ``cache`` with the extender's policies, NVIDIA config and the enabled vendors' ``rules``."""
 
-    __slots__ = ("_bind_aware", "_cache", "_nvidia", "_policies", "_rules")
-
-    def __init__(
-        self, cache: SnapshotCache, policies: Policies, nvidia: NvidiaConfig, rules: RuleSet, *, bind_aware: bool
-    ) -> None:
-        self._cache = cache
-        self._policies = policies
-        self._nvidia = nvidia
-        self._rules = rules
-        self._bind_aware = bind_aware
+    cache: SnapshotCache
+    policies: Policies
+    nvidia: NvidiaConfig
+    rules: RuleSet
+    bind_aware: bool
 
     def plan(
         self, pod: FilterPod, names: Sequence[str], quota: QuotaState | None
@@ -42,21 +38,21 @@ class Planner:
         if isinstance(decision, Decision):
             return decision, []
         none_fit = decision  # every candidate was walked: only the reasons remain to be found
-        if self._bind_aware:
-            free, busy, missing = self._cache.lookup_tiers(names)
+        if self.bind_aware:
+            free, busy, missing = self.cache.lookup_tiers(names)
             tiers = (free, busy) if busy else (free,)
         else:
-            snaps, missing = self._cache.lookup(names)
+            snaps, missing = self.cache.lookup(names)
             tiers = (snaps,)
         result = plan_tiers(
             pod.request,
             pod.constraints,
             tiers,
-            policies=self._policies,
+            policies=self.policies,
             quota=quota,
-            config=self._nvidia,
+            config=self.nvidia,
             none_fit=none_fit,
-            rules=self._rules,
+            rules=self.rules,
         )
         return result, missing
 
@@ -68,21 +64,21 @@ class Planner:
         candidates = set(names)
         if len(candidates) != len(names):
             return False
-        policy = effective_policy(self._policies, pod.constraints).node
+        policy = effective_policy(self.policies, pod.constraints).node
 
         def walk(busy: bool | None) -> Decision | None:
-            ranked = self._cache.ranked(policy, candidates, busy)
+            ranked = self.cache.ranked(policy, candidates, busy)
             return plan_ranked(
                 pod.request,
                 pod.constraints,
                 ranked,
-                policies=self._policies,
+                policies=self.policies,
                 quota=quota,
-                config=self._nvidia,
-                rules=self._rules,
+                config=self.nvidia,
+                rules=self.rules,
             )
 
-        if not self._bind_aware or self._cache.busy.isdisjoint(candidates):
+        if not self.bind_aware or self.cache.busy.isdisjoint(candidates):
             return walk(None) or True
         free = walk(False)
         if free is not None:
@@ -90,5 +86,5 @@ class Planner:
         taken = walk(True)
         if taken is None:
             return True
-        passed = sum(1 for _ in self._cache.ranked(policy, candidates, False))  # as plan_tiers counts the free tier
+        passed = sum(1 for _ in self.cache.ranked(policy, candidates, False))  # as plan_tiers counts the free tier
         return replace(taken, passed_over=taken.passed_over + passed)
