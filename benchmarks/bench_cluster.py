@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bench_extender import _redis_server
+from benchmarks.harness import redis_server
 from tests.controlplane.apicalls import AuditTail, calls_by_client
 from tests.controlplane.control import ApiServer, Cleanup, assets_dir, control_plane
 from tests.controlplane.harness import NodeShape, Settings, gpu_pod
@@ -259,7 +259,7 @@ def main() -> None:
         sys.exit("bench_cluster: set KUBEBUILDER_ASSETS=$(scripts/install-control-plane.sh .cache/k8s) (see README)")
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     try:
-        with _redis_server() as redis_url, control_plane(assets, audit=args.audit) as api:
+        with redis_server() as redis_url, control_plane(assets, audit=args.audit) as api:
             asyncio.run(_main(args, api, redis_url, tmp))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,8 @@ and removes the node's lock, as HAMi's plugin does after Allocate), and each ext
 ``vgpu-scheduler extender`` process (JSON logs, one INFO line per decision, discarded). The client is a minimal
 keep-alive HTTP/1.1 client so that its own overhead stays small; latency is measured at the client (round trip)
 and, for the server side, as the mean of ``vgpu_extender_request_duration_seconds``. Prints figures only.
+
+The processes and the HTTP client are :mod:`benchmarks.harness`; this module seeds the cluster and measures.
 """
 
 from __future__ import annotations
@@ -20,12 +22,8 @@ import collections
 import contextlib
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks.harness import Http, extender_process, free_port, informer_process, process, redis_server, rss_mib
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory
@@ -44,110 +43,14 @@ POD_TEMPLATE: dict[str, Any] = json.loads(
 )["Pod"]
 
 
-# ---- processes --------------------------------------------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str, deadline_s: float = 30.0) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"{what} exited early with code {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.1):
-            return
-        time.sleep(0.02)
-    raise SystemExit(f"{what} did not listen on {port} within {deadline_s}s")
-
-
-@contextlib.contextmanager
-def _process(cmd: Sequence[str], port: int, what: str) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_port(port, proc, what)
-        yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@contextlib.contextmanager
-def _redis_server() -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("redis-server not found")
-    port = _free_port()
-    workdir = tempfile.mkdtemp(prefix="bench-redis-")
-    cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir]
-    try:
-        with _process(cmd, port, "redis-server"):
-            yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+# ---- the emulator process with a simulated device plugin --------------------------------------------------------
 
 
 @contextlib.contextmanager
 def _emulator() -> Iterator[str]:
-    port = _free_port()
-    with _process([sys.executable, "-m", "benchmarks.bench_extender", "--serve-emulator", str(port)], port, "emulator"):
+    port = free_port()
+    with process([sys.executable, "-m", "benchmarks.bench_extender", "--serve-emulator", str(port)], port, "emulator"):
         yield f"http://127.0.0.1:{port}"
-
-
-@contextlib.contextmanager
-def _extender(redis_url: str, kube_url: str, *extra: str) -> Iterator[tuple[str, int]]:
-    port, metrics_port = _free_port(), _free_port()
-    cli = str(Path(sys.executable).with_name("vgpu-scheduler"))
-    cmd = [
-        cli,
-        "extender",
-        f"--redis-url={redis_url}",
-        f"--kube-server={kube_url}",
-        f"--http_bind=127.0.0.1:{port}",
-        f"--metrics-bind-address=127.0.0.1:{metrics_port}",
-        "--scheduler-name=vgpu-scheduler",
-        "--kube-qps=0",
-        "--log-format=json",
-        *extra,
-    ]
-    with _process(cmd, port, "extender") as proc:
-        yield f"http://127.0.0.1:{port}", proc.pid
-
-
-@contextlib.contextmanager
-def _informer(redis_url: str, kube_url: str) -> Iterator[str]:
-    """The real informer: it records bound pods and releases node locks once the (simulated) device plugin settles
-    a bind, as in a cluster. Yields its ops URL."""
-    port = _free_port()
-    cli = str(Path(sys.executable).with_name("vgpu-scheduler"))
-    cmd = [
-        cli,
-        "informer",
-        f"--redis-url={redis_url}",
-        f"--kube-server={kube_url}",
-        f"--metrics-bind-address=127.0.0.1:{port}",
-        "--kube-qps=0",
-        "--log-format=json",
-    ]
-    with _process(cmd, port, "informer"):
-        yield f"http://127.0.0.1:{port}"
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-# ---- the emulator process with a simulated device plugin --------------------------------------------------------
 
 
 async def _serve_emulator(port: int) -> None:
@@ -217,9 +120,9 @@ async def _serve_floor(port: int, redis_url: str) -> None:
 
 @contextlib.contextmanager
 def _floor(redis_url: str) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "benchmarks.bench_extender", "--serve-floor", str(port), "--floor-redis", redis_url]
-    with _process(cmd, port, "floor server"):
+    with process(cmd, port, "floor server"):
         yield f"http://127.0.0.1:{port}"
 
 
@@ -240,46 +143,6 @@ async def _floor_latency(url: str, nodes: int, requests: int) -> None:
         f"  floor (aiohttp + the same body + two Redis round trips, no decoding, no planning): "
         f"p50 {_pct(rtts, 0.5):.2f} ms, p99 {_pct(rtts, 0.99):.2f} ms"
     )
-
-
-# ---- a minimal keep-alive HTTP client ----------------------------------------------------------------------------
-
-
-class Http:
-    """One keep-alive HTTP/1.1 connection; POST/GET with a Content-Length body. Low overhead on purpose."""
-
-    def __init__(self, url: str) -> None:
-        host, _, port = url.removeprefix("http://").partition(":")
-        self._host, self._port = host, int(port)
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-
-    async def request(self, method: str, path: str, body: bytes = b"") -> tuple[int, bytes]:
-        if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
-        assert self._reader is not None
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self._host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        ).encode()
-        self._writer.write(head + body)
-        status_line = await self._reader.readline()
-        status = int(status_line.split()[1])
-        length = 0
-        while True:
-            line = await self._reader.readline()
-            if line in (b"\r\n", b""):
-                break
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        return status, await self._reader.readexactly(length)
-
-    async def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            with contextlib.suppress(OSError):
-                await self._writer.wait_closed()
 
 
 # ---- cluster set-up ----------------------------------------------------------------------------------------------
@@ -545,24 +408,24 @@ async def _run(args: argparse.Namespace, redis_url: str, kube_url: str) -> None:
         with _floor(redis_url) as floor_url:
             await _wait_ready(floor_url)
             await _floor_latency(floor_url, nodes, min(args.requests, 1000))
-        with _extender(redis_url, kube_url, *_config_args(args)) as (url, pid):
+        with extender_process(redis_url, kube_url, *_config_args(args)) as (url, pid):
             ready_s = await _wait_ready(url)
-            print(f"  extender ready in {ready_s:.2f} s (snapshot load), RSS {_rss_mib(pid):.0f} MiB")
+            print(f"  extender ready in {ready_s:.2f} s (snapshot load), RSS {rss_mib(pid):.0f} MiB")
             await _latency(url, nodes, args.requests, str(nodes))
-            print(f"  extender RSS after the run: {_rss_mib(pid):.0f} MiB")
+            print(f"  extender RSS after the run: {rss_mib(pid):.0f} MiB")
     if args.latency_only:
         return
     nodes = sizes[0]
     await _seed(redis_url, nodes)
     await _create_nodes(kube_url, _names(nodes))
     informer = contextlib.ExitStack()
-    informer_url = informer.enter_context(_informer(redis_url, kube_url))
+    informer_url = informer.enter_context(informer_process(redis_url, kube_url))
     await _wait_ready(informer_url)
     for replicas in (1, 4):
         with contextlib.ExitStack() as stack:
             procs = [
                 stack.enter_context(
-                    _extender(redis_url, kube_url, "--node-scheduler-policy=spread", *_config_args(args))
+                    extender_process(redis_url, kube_url, "--node-scheduler-policy=spread", *_config_args(args))
                 )
                 for _ in range(replicas)
             ]
@@ -597,7 +460,7 @@ def main() -> None:
     if args.serve_emulator is not None:
         asyncio.run(_serve_emulator(args.serve_emulator))
         return
-    with _redis_server() as redis_url, _emulator() as kube_url:
+    with redis_server() as redis_url, _emulator() as kube_url:
         asyncio.run(_run(args, redis_url, kube_url))
 
 

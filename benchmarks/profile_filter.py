@@ -35,17 +35,8 @@ from typing import Any
 
 import redis as sync_redis
 
-from benchmarks.bench_extender import (
-    GPUS,
-    _filter_body,
-    _floor_calls,
-    _free_port,
-    _names,
-    _pct,
-    _process,
-    _redis_server,
-    _seed,
-)
+from benchmarks.bench_extender import GPUS, _filter_body, _floor_calls, _names, _pct, _seed
+from benchmarks.harness import free_port, process, redis_server
 from vgpu_scheduler.services.extender.events import EventSink
 from vgpu_scheduler.services.extender.service import ExtenderDeps, ExtenderService
 from vgpu_scheduler.shared.config import BindAddress, CommonSettings, ExtenderSettings, Service
@@ -222,7 +213,7 @@ def _replicas(redis_url: str, count: int) -> Iterator[None]:
     primary_port = int(redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
     with contextlib.ExitStack() as stack:
         for _ in range(count):
-            port = _free_port()
+            port = free_port()
             workdir = tempfile.mkdtemp(prefix="bench-replica-")
             stack.callback(shutil.rmtree, workdir, True)
             cmd = [
@@ -241,7 +232,7 @@ def _replicas(redis_url: str, count: int) -> Iterator[None]:
                 "127.0.0.1",
                 str(primary_port),
             ]
-            stack.enter_context(_process(cmd, port, "redis-server replica"))
+            stack.enter_context(process(cmd, port, "redis-server replica"))
         client = sync_redis.Redis.from_url(redis_url)
         try:
             for _ in range(500):
@@ -272,7 +263,7 @@ def main() -> None:
     args = parser.parse_args()
     loop_factory = None if args.asyncio_loop else fast_loop_factory()
     with (
-        _redis_server() as redis_url,
+        redis_server() as redis_url,
         open(os.devnull, "w") as devnull,
         asyncio.Runner(loop_factory=loop_factory) as runner,
     ):

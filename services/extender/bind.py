@@ -32,9 +32,9 @@ nothing is undone (a bound pod must keep its lock) and the answer is an Error. O
 the device plugin (or the informer, when the bind phase settles or the lock times out) releases it. Calls on
 success: node lock patch and Binding (and a GET of the pod first when the reservation has no hint).
 
-This module is the use case (:class:`Binder`); :mod:`.bindresult` holds its outcomes, :mod:`.bindwrites` what it
-writes on the pod and how it takes that back, :mod:`.bindhttp` the HTTP endpoint, :mod:`.bindlock` and
-:mod:`.vendorlock` the node locks.
+This module is the use case (:class:`Binder`); :mod:`.bindresult` holds its outcomes and the checks that end it,
+:mod:`.bindwrites` the Binding it writes and how it recognises its own write, :mod:`.bindhttp` the HTTP
+endpoint, :mod:`.bindlock` and :mod:`.vendorlock` the node locks.
 """
 
 from __future__ import annotations
@@ -46,12 +46,32 @@ import random
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from vgpu_scheduler.services.extender.bindhint import is_pod_group_member, parse_bind_hint
-from vgpu_scheduler.services.extender.bindlock import HeldNodeLock, LockTimeoutError, NodeLocker, holder_is_done
-from vgpu_scheduler.services.extender.bindresult import BindFailed, BindOutcome, BindResult
-from vgpu_scheduler.services.extender.bindwrites import BINDING_ATTEMPTS, carries, foreign_allocation
+from vgpu_scheduler.services.extender.bindlock import (
+    DEFAULT_LOCK_WAIT_S,
+    POD_GROUP_RETRY_S,
+    HeldNodeLock,
+    LockTimeoutError,
+    NodeLocker,
+    holder_is_done,
+)
+from vgpu_scheduler.services.extender.bindresult import (
+    BindFailed,
+    BindOutcome,
+    BindResult,
+    check_pod,
+    claim_lost,
+    claim_refused,
+    requests_devices,
+)
+from vgpu_scheduler.services.extender.bindwrites import (
+    BINDING_ATTEMPTS,
+    BindingUnknown,
+    create_binding,
+    foreign_allocation,
+)
 from vgpu_scheduler.services.extender.events import EventSink, pod_ref
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.services.extender.vendorlock import (
@@ -63,41 +83,23 @@ from vgpu_scheduler.services.extender.vendorlock import (
 )
 from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, needs_inventory
-from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
-from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
-from vgpu_scheduler.shared.k8s import AlreadyBoundError, Api, KubeObject, StaleVersionError, UidMismatchError
-from vgpu_scheduler.shared.k8s.objects import meta, resource_version_of, uid_of
+from vgpu_scheduler.shared.errors import ConflictError, NotFoundError, VgpuError
+from vgpu_scheduler.shared.k8s import Api, KubeObject, StaleVersionError
+from vgpu_scheduler.shared.k8s.objects import resource_version_of
 from vgpu_scheduler.shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
-from vgpu_scheduler.shared.protocol.extender import (
-    ExtenderBindingArgs,
-)
+from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
 from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Store
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
-__all__ = ["DEFAULT_LOCK_WAIT_S", "POD_GROUP_RETRY_S", "BindOutcome", "BindResult", "Binder", "lock_wait_budget"]
+__all__ = ["BindOutcome", "BindResult", "Binder"]
 """``BindOutcome`` and ``BindResult`` live in :mod:`.bindresult`; they stay importable from here."""
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_LOCK_WAIT_S: Final = 3.0
-"""How long a bind waits for a busy node lock with the default ``--bind-timeout`` of 4 s."""
-_BIND_WORK_RESERVE_S: Final = 1.0
-"""Of ``--bind-timeout``, what is kept for the calls after the lock (pod patch, Binding) and the answer."""
-
-
-def lock_wait_budget(bind_timeout_s: float) -> float:
-    """How long a bind may wait for a busy node lock within ``--bind-timeout``: all of it but the time the
-    remaining calls need (a quarter of it when the timeout is short)."""
-    return max(bind_timeout_s - min(_BIND_WORK_RESERVE_S, bind_timeout_s / 4), 0.0)
-
-
-POD_GROUP_RETRY_S: Final = 0.1
-"""PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-wire §4.2)."""
 
 
 class Binder:
@@ -197,7 +199,7 @@ class Binder:
                 await self._finish(args, token)
                 await self._release_if_settled(args, held)
                 return BindResult(BindOutcome.ALREADY_BOUND), pod
-        except _Unknown as e:
+        except BindingUnknown as e:
             # maybe bound: keep lock, reservation and claim (a retry takes it over once it expires)
             raise BindFailed(BindOutcome.ERROR, str(e)) from e
         except BaseException:
@@ -236,11 +238,11 @@ class Binder:
             if wait != normal and not await self._store.reservations.check_claim(
                 uid, node, token, self._claim_ttl(wait)
             ):
-                raise self._lost(args)
+                raise claim_lost(args)
             return _Started(claim, None, hint.resource_version, wait)
         try:
             pod = await self._api.get_pod(args.pod_namespace, args.pod_name, timeout_s=self._call_timeout_s)
-            bound = self._check_pod(pod, args)
+            bound = check_pod(pod, args)
         except BaseException as e:
             await self._drop_claimed(claim.allocation, token)  # it was a plain reservation: what _drop_unowned drops
             if isinstance(e, NotFoundError):
@@ -251,7 +253,7 @@ class Binder:
             return BindResult(BindOutcome.ALREADY_BOUND), pod
         wait = self._wait(is_pod_group_member(pod))
         if wait != normal and not await self._store.reservations.check_claim(uid, node, token, self._claim_ttl(wait)):
-            raise self._lost(args)
+            raise claim_lost(args)
         return _Started(claim, pod, resource_version_of(pod), wait)
 
     async def _read_then_claim(
@@ -265,7 +267,7 @@ class Binder:
             await self._drop_unowned(uid, ns, node)
             raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
         try:
-            if self._check_pod(pod, args):
+            if check_pod(pod, args):
                 return BindResult(BindOutcome.ALREADY_BOUND), pod
         except BindFailed:
             await self._drop_unowned(uid, ns, node)
@@ -273,10 +275,12 @@ class Binder:
         wait = self._wait(is_pod_group_member(pod))
         claim = await self._store.reservations.claim(uid, node, token, self._claim_ttl(wait))
         if isinstance(claim, ClaimRefused):
-            if claim.reason == "absent" and not self._requests_devices(pod):
-                await self._create_binding(args)
+            if claim.reason == "absent" and not requests_devices(pod, self._vendors):
+                await create_binding(
+                    self._api, args, timeout_s=self._call_timeout_s, allocated_keys=self._allocated_keys
+                )
                 return BindResult(BindOutcome.PLAIN), pod
-            raise self._refused(args, claim)
+            raise claim_refused(args, claim)
         return _Started(claim, pod, resource_version_of(pod), wait)
 
     async def _lock(
@@ -336,25 +340,6 @@ class Binder:
         if holder_is_done(pod):
             await self._release_locks(held)
 
-    def _refused(self, args: ExtenderBindingArgs, claim: ClaimRefused) -> BindFailed:
-        ns, name = args.pod_namespace, args.pod_name
-        if claim.reason == "elsewhere":
-            return BindFailed(
-                BindOutcome.WRONG_NODE,
-                f"pod {ns}/{name} has its devices reserved on node {claim.node}, not {args.node}: "
-                "it will be filtered again",
-            )
-        if claim.reason == "busy":
-            return BindFailed(
-                BindOutcome.NOT_OWNER,
-                f"pod {ns}/{name}: another bind of it owns its devices on node {args.node} (for up to "
-                f"{claim.remaining_ms / 1000:.1f}s more); this one writes nothing, the pod will be retried",
-            )
-        return BindFailed(
-            BindOutcome.NO_RESERVATION,
-            f"pod {ns}/{name} (uid {args.pod_uid}) has no device reservation: it will be filtered again",
-        )
-
     async def _finish(self, args: ExtenderBindingArgs, token: str) -> None:
         """The Binding exists: the record becomes ``bound`` and the claim goes (best effort: the informer confirms
         the record from the pod's annotations either way)."""
@@ -364,29 +349,6 @@ class Binder:
             logger.warning(
                 "bind claim not finished", extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)}
             )
-
-    def _requests_devices(self, pod: Mapping[str, Any]) -> bool:
-        """The filter's test: a pod whose containers ask for no device passed through it unreserved."""
-        try:
-            return vendors_pod_request(pod, self._vendors).any
-        except DecodeError:
-            return True  # the filter refused it too; never bind it blind
-
-    def _check_pod(self, pod: Mapping[str, Any], args: ExtenderBindingArgs) -> bool:
-        """Raise BindFailed if the pod cannot be bound to ``args.node``; True if it already is."""
-        ns, name = args.pod_namespace, args.pod_name
-        if uid_of(pod) and uid_of(pod) != args.pod_uid:
-            raise BindFailed(
-                BindOutcome.POD_GONE, f"pod {ns}/{name} was re-created (uid {uid_of(pod)}, asked {args.pod_uid})"
-            )
-        if meta(pod).get("deletionTimestamp") is not None:
-            raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} is being deleted")
-        bound_to = (pod.get("spec") or {}).get("nodeName")
-        if bound_to == args.node:
-            return True
-        if bound_to:
-            raise BindFailed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {bound_to}")
-        return False
 
     async def _bind_annotated(
         self,
@@ -409,19 +371,25 @@ class Binder:
         labels = allocation_labels(args.node)
         for _ in range(BINDING_ATTEMPTS):
             if not await self._store.reservations.check_claim(args.pod_uid, args.node, token, self.claim_ttl_s):
-                raise self._lost(args)
+                raise claim_lost(args)
             foreign = "" if pod is None else foreign_allocation(pod, annos, self._allocated_keys)
             if foreign:
                 raise BindFailed(
                     BindOutcome.NOT_OWNER, f"pod {ns}/{name} already carries another bind's allocation ({foreign})"
                 )
             try:
-                return await self._create_binding(
-                    args, resource_version=resource_version, annotations=annos, labels=labels
+                return await create_binding(
+                    self._api,
+                    args,
+                    timeout_s=self._call_timeout_s,
+                    allocated_keys=self._allocated_keys,
+                    resource_version=resource_version,
+                    annotations=annos,
+                    labels=labels,
                 )
             except StaleVersionError:
                 pod = await self._read_pod(ns, name)
-                if self._check_pod(pod, args):
+                if check_pod(pod, args):
                     return False
                 resource_version = resource_version_of(pod)
         raise ConflictError(f"pod {ns}/{name} kept changing while it was bound")
@@ -431,69 +399,6 @@ class Binder:
             return await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
         except NotFoundError:
             raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
-
-    @staticmethod
-    def _lost(args: ExtenderBindingArgs) -> BindFailed:
-        return BindFailed(
-            BindOutcome.NOT_OWNER,
-            f"pod {args.pod_namespace}/{args.pod_name}: this bind no longer owns its devices on node {args.node} "
-            "(taken over, released or Redis restarted); nothing written, the pod will be retried",
-        )
-
-    async def _create_binding(
-        self,
-        args: ExtenderBindingArgs,
-        *,
-        resource_version: str = "",
-        annotations: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None,
-    ) -> bool:
-        """Bind the pod to ``args.node`` with ``annotations`` and ``labels`` (one write). True when this Binding
-        bound it; False when it was already bound to this node (another bind's write: with ``annotations``, its
-        are the ones on the pod). StaleVersionError propagates for the caller to re-read."""
-        ns, name, node = args.pod_namespace, args.pod_name, args.node
-        try:
-            await self._api.bind_pod(
-                ns,
-                name,
-                node,
-                uid=args.pod_uid,
-                resource_version=resource_version or None,
-                annotations=annotations,
-                labels=labels,
-                timeout_s=self._call_timeout_s,
-            )
-            return True
-        except AlreadyBoundError as e:
-            if e.node == node:
-                return False
-            raise BindFailed(
-                BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to node {e.node or '?'}"
-            ) from e
-        except NotFoundError:
-            raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
-        except StaleVersionError:
-            raise
-        except UidMismatchError as e:
-            raise BindFailed(
-                BindOutcome.POD_GONE, f"pod {ns}/{name} was re-created (asked uid {args.pod_uid}): {e}"
-            ) from e
-        except ConflictError as e:
-            raise BindFailed(BindOutcome.POD_GONE, f"binding pod {ns}/{name} refused: {e}") from e
-        except TransientError as e:
-            # the Binding may have been made: look before undoing anything
-            try:
-                pod = await self._api.get_pod(ns, name, timeout_s=self._call_timeout_s)
-            except NotFoundError:
-                raise BindFailed(BindOutcome.POD_GONE, f"pod {ns}/{name} not found") from None
-            except VgpuError as e2:
-                raise _Unknown(f"binding pod {ns}/{name} to {node}: outcome unknown ({e}; then {e2})") from e2
-            bound_to = (pod.get("spec") or {}).get("nodeName")
-            if bound_to == node:
-                return annotations is None or carries(pod, annotations, self._allocated_keys)
-            if bound_to:
-                raise BindFailed(BindOutcome.BOUND_ELSEWHERE, f"pod {ns}/{name} is already bound to {bound_to}") from e
-            raise
 
     # ---- undo ----------------------------------------------------------------------------------------------
 
@@ -574,10 +479,6 @@ class _Started:
     pod: Mapping[str, Any] | None
     resource_version: str
     wait: tuple[float, float | None]
-
-
-class _Unknown(VgpuError):
-    """The Binding's outcome could not be learned."""
 
 
 @dataclass(frozen=True, slots=True)

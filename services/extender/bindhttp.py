@@ -8,7 +8,8 @@ from typing import Final
 
 from aiohttp import web
 
-from vgpu_scheduler.services.extender.bind import Binder, lock_wait_budget
+from vgpu_scheduler.services.extender.bind import Binder
+from vgpu_scheduler.services.extender.bindlock import lock_wait_budget
 from vgpu_scheduler.services.extender.bindresult import BindOutcome
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics

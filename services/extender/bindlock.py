@@ -29,6 +29,8 @@ exponential backoff, until ``wait_s`` has passed (PodGroup members: every ``retr
 A release after a failed bind that does not land
 (API or Redis trouble) is retried in the background until it does, so a failed bind never leaves its lock behind
 for the whole ``--node-lock-timeout``.
+
+How long a bind may wait for the lock within ``--bind-timeout`` is :func:`lock_wait_budget`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,21 @@ from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.k8s.objects import annotations_of, meta, resource_version_of
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_LOCK_WAIT_S: Final = 3.0
+"""How long a bind waits for a busy node lock with the default ``--bind-timeout`` of 4 s."""
+_BIND_WORK_RESERVE_S: Final = 1.0
+"""Of ``--bind-timeout``, what is kept for the calls after the lock (pod patch, Binding) and the answer."""
+
+
+def lock_wait_budget(bind_timeout_s: float) -> float:
+    """How long a bind may wait for a busy node lock within ``--bind-timeout``: all of it but the time the
+    remaining calls need (a quarter of it when the timeout is short)."""
+    return max(bind_timeout_s - min(_BIND_WORK_RESERVE_S, bind_timeout_s / 4), 0.0)
+
+
+POD_GROUP_RETRY_S: Final = 0.1
+"""PodGroup members retry a busy lock every 100 ms until ``--node-lock-retry-timeout`` (hami-wire §4.2)."""
 
 _MAX_PATCH_CONFLICTS: Final = 5
 """resourceVersion conflicts on the node (kubelet, device plugin writing too) before a try counts as busy."""

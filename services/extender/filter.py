@@ -16,6 +16,9 @@ Plan, then commit (docs/store.md, Consistency, hami-wire §5.1 with differences 
 4. Commit: charge the quota (when the namespace has limits; refused → ``ResourceQuotaNotFit`` everywhere), then
    reserve the devices with the store's capacity-checked script. A conflict refunds the quota, re-reads the
    node and re-plans, a bounded number of times. No API-server call on this path: events go to the sink.
+
+Parsing is :mod:`.filterpod`, planning :mod:`.filterplan`, the commit :mod:`.filtercommit`; this module is the
+endpoint: it answers, retries a conflict, counts the outcomes and writes the decision's log line and events.
 """
 
 from __future__ import annotations
@@ -23,29 +26,27 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from vgpu_scheduler.services.extender.bindhint import bind_hint_for
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.events import pod_ref
+from vgpu_scheduler.services.extender.filtercommit import Committer, Kept, Waiting, owned_error
+from vgpu_scheduler.services.extender.filterplan import Planner
+from vgpu_scheduler.services.extender.filterpod import FilterError, FilterPod, body_too_large_message, decode_pod
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
-from vgpu_scheduler.shared.codec.gang import coscheduling_group, pod_group_name
-from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.config import ExtenderSettings
-from vgpu_scheduler.shared.domain.allocation import Allocation
-from vgpu_scheduler.shared.domain.model import PodConstraints, PodRequest, Reason
-from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
+from vgpu_scheduler.shared.domain.model import Reason
+from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
 from vgpu_scheduler.shared.domain.quota import QuotaState
-from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
+from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.errors import DecodeError, PermanentError, TransientError, VgpuError
-from vgpu_scheduler.shared.protocol.constraints import pod_constraints
+from vgpu_scheduler.shared.errors import DecodeError, PermanentError, TransientError
 from vgpu_scheduler.shared.protocol.events import (
     filter_failure_events,
     filter_success_event,
@@ -54,20 +55,11 @@ from vgpu_scheduler.shared.protocol.events import (
 )
 from vgpu_scheduler.shared.protocol.extender import (
     EMPTY_BODY_MESSAGE,
-    MAX_BODY_BYTES,
     ExtenderArgs,
     ExtenderFilterResult,
     parse_extender_args,
 )
-from vgpu_scheduler.shared.store import (
-    ConflictDimension,
-    Owned,
-    PodQuotaCharge,
-    QuotaExceeded,
-    ReserveConflict,
-    Reserved,
-    Unsettled,
-)
+from vgpu_scheduler.shared.store import ConflictDimension, Owned, QuotaExceeded, ReserveConflict, Reserved, Unsettled
 
 if TYPE_CHECKING:
     from vgpu_scheduler.services.extender.gang import GangKeeper
@@ -79,76 +71,6 @@ DEFAULT_MAX_ATTEMPTS = 5
 _MAX_LOCAL_REPLANS = 50
 """Re-plans because the chosen node changed in this process before the commit (progress elsewhere; bounded)."""
 JSON = "application/json"
-_SEND_TURNS = 2
-"""Event-loop turns a Redis read started as a task needs to be on the wire (redis-py 8; more do no harm)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Pod:
-    """What the filter needs of the pod, decoded once."""
-
-    namespace: str
-    name: str
-    uid: str
-    request: PodRequest
-    constraints: PodConstraints
-    ref: Mapping[str, Any]
-    bind_hint: str = ""
-    """Stored with the reservation for the bind (:mod:`services.extender.bindhint`); empty: the bind reads the pod."""
-    obj: Mapping[str, Any] | None = None
-    """The pod as kube-scheduler sent it (for preemption, off the request path)."""
-    group: str | None = None
-    """The native PodGroup it belongs to (``spec.schedulingGroup.podGroupName``; docs/gangs.md)."""
-    label_group: str | None = None
-    """Else its coscheduling group (label ``scheduling.x-k8s.io/pod-group``)."""
-
-    @property
-    def gang(self) -> tuple[str, bool] | None:
-        """(group, whether it is a coscheduling group), or None."""
-        if self.group is not None:
-            return self.group, False
-        return (self.label_group, True) if self.label_group is not None else None
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Kept:
-    """The pod already holds devices on ``node``, a candidate: answer it again (design: ownership)."""
-
-    node: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Waiting:
-    """The pod's devices on ``node`` are held for it by a preemption whose ``victims`` pods have not left yet."""
-
-    node: str
-    victims: int
-
-
-class FilterError(VgpuError):
-    """A filter call that ends in an ``Error`` answer; ``outcome`` says which kind for the metrics."""
-
-    def __init__(self, message: str, outcome: FilterOutcome) -> None:
-        super().__init__(message)
-        self.outcome = outcome
-
-
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = pod.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    if annotations is None:
-        return {}
-    if not isinstance(annotations, dict):
-        raise DecodeError("extender args", "Pod.metadata.annotations must be an object")
-    return annotations
-
-
-def body_too_large_message(limit: int = MAX_BODY_BYTES) -> str:
-    return f"extender args: request body exceeds {limit} bytes"
 
 
 class FilterHandler:
@@ -180,6 +102,20 @@ class FilterHandler:
         self._max_attempts = max(1, max_attempts)
         self._bind_aware = settings.bind_aware_placement
         self._node_locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        planner = Planner(cache, self._policies, self._nvidia, self._rules, bind_aware=self._bind_aware)
+        committer = Committer(
+            deps.store,
+            cache,
+            planner,
+            nvidia=self._nvidia,
+            vendors=self._vendors,
+            policies=self._policies,
+            preemptor=preemptor,
+        )
+        # bound once: the request path calls them as it called its own methods
+        self._plan = planner.plan
+        self._commit = committer.commit
+        self._first_plan = committer.first_plan
 
     async def handle(self, request: web.Request) -> web.Response:
         """Read the body (HTTP 400 only for a missing body, as HAMi) and answer an ``ExtenderFilterResult``."""
@@ -207,7 +143,7 @@ class FilterHandler:
         """Answer one parsed ``ExtenderArgs``."""
         try:
             try:
-                pod = self._decode_pod(args)
+                pod = decode_pod(args, self._vendors, self._allocated_keys)
             except ResourceRequestError as e:
                 return self._invalid_request(args, e)
             if pod is None:
@@ -235,31 +171,7 @@ class FilterHandler:
             logger.error("filter failed", extra={"error": str(e)})
             return ExtenderFilterResult.from_error(f"extender error: {e}")
 
-    # ---- decoding ----------------------------------------------------------------------------------------------
-
-    def _decode_pod(self, args: ExtenderArgs) -> _Pod | None:
-        """The pod's identity, requests and constraints; None when it requests no managed resource."""
-        request = vendors_pod_request(args.pod, self._vendors)
-        if not request.any:
-            return None
-        namespace, name, uid = args.pod_namespace, args.pod_name, args.pod_uid
-        constraints = pod_constraints(_annotations(args.pod), self._vendors)  # the webhook's decoding too
-        metadata = args.pod.get("metadata")
-        rv = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
-        ref = pod_ref(namespace, name, uid, rv if isinstance(rv, str) else "")
-        hint = bind_hint_for(args.pod, self._allocated_keys)
-        return _Pod(
-            namespace,
-            name,
-            uid,
-            request,
-            constraints,
-            ref,
-            hint,
-            args.pod,
-            pod_group_name(args.pod),
-            coscheduling_group(args.pod),
-        )
+    # ---- a request that cannot be honoured -----------------------------------------------------------------------
 
     def _invalid_request(self, args: ExtenderArgs, error: ResourceRequestError) -> ExtenderFilterResult:
         """A pod whose GPU request cannot be honoured as written: every candidate refused with what to write.
@@ -284,7 +196,7 @@ class FilterHandler:
 
     # ---- full Nodes: simulation, nothing reserved ---------------------------------------------------------------
 
-    def _simulate(self, pod: _Pod, nodes: Sequence[Mapping[str, Any]]) -> ExtenderFilterResult:
+    def _simulate(self, pod: FilterPod, nodes: Sequence[Mapping[str, Any]]) -> ExtenderFilterResult:
         snaps: list[NodeSnapshot] = []
         objects: dict[str, Mapping[str, Any]] = {}
         failed: dict[str, str] = {}
@@ -318,7 +230,7 @@ class FilterHandler:
 
     # ---- NodeNames: plan and commit ----------------------------------------------------------------------------
 
-    async def _schedule(self, pod: _Pod, names: Sequence[str]) -> ExtenderFilterResult:
+    async def _schedule(self, pod: FilterPod, names: Sequence[str]) -> ExtenderFilterResult:
         reason = self._cache.not_ready_reason()
         if reason is not None:
             raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
@@ -341,9 +253,9 @@ class FilterHandler:
             first = (planned[0], self._cache.generation(planned[0].node))
         else:
             quota_state, context_plan, missing = await self._first_plan(pod, names, planned)
-            if isinstance(context_plan, _Kept):
+            if isinstance(context_plan, Kept):
                 return self._kept(pod, context_plan.node)
-            if isinstance(context_plan, _Waiting):
+            if isinstance(context_plan, Waiting):
                 return self._waiting(pod, names, context_plan)
             first = context_plan
         retries = replans = 0
@@ -389,9 +301,9 @@ class FilterHandler:
                     await self._conflict(pod, outcome, charged=quota_state is not None)
             if unsettled:
                 quota_state, context_plan, missing = await self._first_plan(pod, names)
-                if isinstance(context_plan, _Kept):
+                if isinstance(context_plan, Kept):
                     return self._kept(pod, context_plan.node)
-                if isinstance(context_plan, _Waiting):
+                if isinstance(context_plan, Waiting):
                     return self._waiting(pod, names, context_plan)
                 first = context_plan
                 continue
@@ -406,154 +318,7 @@ class FilterHandler:
             retries += 1
             self._metrics.reservation_retries.inc()
 
-    async def _commit(
-        self, pod: _Pod, decision: Decision, quota: QuotaState | None, *, fresh: bool = False
-    ) -> Reserved | ReserveConflict | QuotaExceeded | Owned | Unsettled:
-        """Charge the quota (when the namespace has limits), then reserve the devices (docs/store.md). ``fresh``:
-        the pod's context was not read; reserve only if it holds no record and its namespace no quota."""
-        allocation = _allocation(pod, decision)
-        if quota is not None:
-            owed = quota_charge(allocation, self._vendors.names)
-            charge = await self._store.quota.charge(
-                pod.namespace,
-                pod.uid,
-                owed.mem_mib,
-                owed.cores_pct,
-                mem_limit_factor=max(self._nvidia.memory_factor, 1),
-                others=owed.others,
-            )
-            if isinstance(charge, QuotaExceeded):
-                return charge
-        # mutex (§6.4 step 7) needs idle devices: the store re-checks it atomically, as the charges cannot say so
-        mutex = effective_policy(self._policies, pod.constraints).mutex
-        # planned on the snapshot of one store epoch: a flush or a new Redis primary since refuses (not ready)
-        epoch = self._cache.epoch
-        if fresh:
-            reserved = await self._store.reservations.reserve_fresh(
-                allocation, mutex=mutex, epoch=epoch, hint=pod.bind_hint
-            )
-        else:
-            reserved = await self._store.reservations.reserve(allocation, mutex=mutex, epoch=epoch, hint=pod.bind_hint)
-        if isinstance(reserved, Reserved) and reserved.changed:
-            self._cache.apply_local(decision, reserved.generation)
-            self._cache.mark_busy(decision.node)  # its bind is coming: the next pods may prefer other nodes
-        return reserved
-
-    def _plan(self, pod: _Pod, names: Sequence[str], quota: QuotaState | None) -> tuple[Decision | Failure, list[str]]:
-        """Plan on the snapshot of ``names``: nodes without a bind in flight first (``--bind-aware-placement``).
-        Also returns the candidates missing from the snapshot (only with a failure: a decision needs none)."""
-        decision = self._plan_ranked(pod, names, quota)
-        if isinstance(decision, Decision):
-            return decision, []
-        none_fit = decision  # every candidate was walked: only the reasons remain to be found
-        if self._bind_aware:
-            free, busy, missing = self._cache.lookup_tiers(names)
-            tiers = (free, busy) if busy else (free,)
-        else:
-            snaps, missing = self._cache.lookup(names)
-            tiers = (snaps,)
-        result = plan_tiers(
-            pod.request,
-            pod.constraints,
-            tiers,
-            policies=self._policies,
-            quota=quota,
-            config=self._nvidia,
-            none_fit=none_fit,
-            rules=self._rules,
-        )
-        return result, missing
-
-    def _plan_ranked(self, pod: _Pod, names: Sequence[str], quota: QuotaState | None) -> Decision | bool:
-        """``_plan``'s decision found by walking the cache's nodes in order of preference, as far as the first that
-        fits (no per-request sort, no lookup of every name). Otherwise whether every candidate was walked: True
-        when none fits (``_plan`` then only looks for the reasons), False when ``names`` repeats a name (``plan``
-        counts repeats in ``passed_over``: it plans them itself)."""
-        candidates = set(names)
-        if len(candidates) != len(names):
-            return False
-        policy = effective_policy(self._policies, pod.constraints).node
-
-        def walk(busy: bool | None) -> Decision | None:
-            ranked = self._cache.ranked(policy, candidates, busy)
-            return plan_ranked(
-                pod.request,
-                pod.constraints,
-                ranked,
-                policies=self._policies,
-                quota=quota,
-                config=self._nvidia,
-                rules=self._rules,
-            )
-
-        if not self._bind_aware or self._cache.busy.isdisjoint(candidates):
-            return walk(None) or True
-        free = walk(False)
-        if free is not None:
-            return free
-        taken = walk(True)
-        if taken is None:
-            return True
-        passed = sum(1 for _ in self._cache.ranked(policy, candidates, False))  # as plan_tiers counts the free tier
-        return replace(taken, passed_over=taken.passed_over + passed)
-
-    async def _first_plan(
-        self, pod: _Pod, names: Sequence[str], planned: tuple[Decision | Failure, list[str]] | None = None
-    ) -> tuple[QuotaState | None, tuple[Decision | Failure, int | None] | _Kept | _Waiting | None, list[str]]:
-        """Read where the pod's earlier reservation is and its namespace quota (one round trip), and plan while
-        that read is in flight (unless ``planned`` already holds the plan without quota): most pods have neither,
-        and then that plan stands.
-
-        Returns the quota to plan with (None: the namespace has no limits), the plan with the chosen node's
-        generation if it still holds (else None: plan again) and the candidates missing from the snapshot.
-        """
-        context = asyncio.create_task(
-            self._store.reservations.node_and_quota(pod.uid, pod.namespace), name=f"filter-context:{pod.uid}"
-        )
-        try:
-            if planned is None:
-                # Let the task reach the socket first (redis-py takes a pooled connection, then sends: two loop
-                # turns); without this the read would only be sent once planning is done, and nothing would overlap.
-                for _ in range(_SEND_TURNS):
-                    await asyncio.sleep(0)
-                planned = self._plan(pod, names, None)
-            result, missing = planned
-            planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
-        finally:
-            previous, quota = await context
-        if previous is not None:
-            kept = await self._settle_previous(pod, previous, names)
-            if kept is not None:
-                return None, kept, missing
-            quota = await self._store.quota.get(pod.namespace)
-            return (quota if quota.limited else None), None, missing
-        if quota.limited:
-            return quota, None, missing
-        return None, (result, planned_at), missing
-
-    async def _settle_previous(self, pod: _Pod, node: str, names: Sequence[str]) -> _Kept | _Waiting | None:
-        """The pod already holds a record on ``node`` (docs/extender-bind.md, ownership): keep that decision when
-        ``node`` is a registered candidate; otherwise give a plain reservation back (with its quota charge) and
-        plan again. A record a bind owns is never released here: :class:`FilterError` (``owned_elsewhere``).
-        A preemption hold whose victims have not left yet is kept, and the pod waits (docs/preemption.md)."""
-        if self._preemptor is not None:
-            victims = await self._preemptor.waiting(pod.uid, node)
-            if victims:
-                return _Waiting(node, victims)
-        if node in names and self._cache.get(node) is not None:
-            # answered again: the informer's expiry counts from now, so it cannot take the devices before the bind
-            await self._store.reservations.renew(pod.uid, node)
-            return _Kept(node)
-        released = await self._store.reservations.release_unowned(pod.uid, node)
-        if isinstance(released, Owned):
-            raise self._owned_error(pod, node, released.state.value)
-        if released:
-            await self._store.quota.refund(pod.namespace, pod.uid)
-        await self._cache.refresh([node])
-        logger.debug("previous reservation dropped", extra={"pod": pod.key, "node": node})
-        return None
-
-    def _waiting(self, pod: _Pod, names: Sequence[str], waiting: _Waiting) -> ExtenderFilterResult:
+    def _waiting(self, pod: FilterPod, names: Sequence[str], waiting: Waiting) -> ExtenderFilterResult:
         self._metrics.filter_outcome(FilterOutcome.UNSCHEDULABLE)
         text = f"waiting for {waiting.victims} preempted pod(s) to leave node {waiting.node}"
         logger.info(
@@ -561,32 +326,24 @@ class FilterHandler:
         )
         return ExtenderFilterResult.failure(dict.fromkeys(names, text))
 
-    def _gang_fitted(self, pod: _Pod) -> None:
+    def _gang_fitted(self, pod: FilterPod) -> None:
         gang = pod.gang
         if gang is not None and self._gangs is not None:
             self._gangs.fitted(pod.namespace, gang[0], pod.name, label=gang[1])
 
-    def _kept(self, pod: _Pod, node: str) -> ExtenderFilterResult:
+    def _kept(self, pod: FilterPod, node: str) -> ExtenderFilterResult:
         self._gang_fitted(pod)
         self._metrics.filter_outcome(FilterOutcome.KEPT)
         logger.info("pod already holds devices: node kept", extra={"pod": pod.key, "pod_uid": pod.uid, "node": node})
         return ExtenderFilterResult.fit(node)
 
-    def _owned(self, pod: _Pod, node: str, state: str, names: Sequence[str]) -> ExtenderFilterResult:
+    def _owned(self, pod: FilterPod, node: str, state: str, names: Sequence[str]) -> ExtenderFilterResult:
         """A reserve found the pod's record already owned (a concurrent duplicate of this pod won)."""
         if node in names:
             return self._kept(pod, node)
-        raise self._owned_error(pod, node, state)
+        raise owned_error(pod, node, state)
 
-    @staticmethod
-    def _owned_error(pod: _Pod, node: str, state: str) -> FilterError:
-        return FilterError(
-            f"pod {pod.key} already holds devices on node {node} ({state}), which is not among the candidate "
-            "nodes: they are not moved while a bind owns them",
-            FilterOutcome.OWNED_ELSEWHERE,
-        )
-
-    async def _conflict(self, pod: _Pod, conflict: ReserveConflict, *, charged: bool) -> None:
+    async def _conflict(self, pod: FilterPod, conflict: ReserveConflict, *, charged: bool) -> None:
         self._metrics.reservation_conflicts.inc()
         logger.debug(
             "reservation conflict",
@@ -607,7 +364,7 @@ class FilterHandler:
                 raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
         await self._cache.refresh([conflict.node])
 
-    def _scheduled(self, pod: _Pod, decision: Decision, reserved: Reserved, retries: int) -> ExtenderFilterResult:
+    def _scheduled(self, pod: FilterPod, decision: Decision, reserved: Reserved, retries: int) -> ExtenderFilterResult:
         self._gang_fitted(pod)
         self._metrics.filter_outcome(FilterOutcome.SCHEDULED)
         # The decision's log line and event are for people, not for kube-scheduler: they are made in the loop's next
@@ -615,7 +372,7 @@ class FilterHandler:
         asyncio.get_running_loop().call_soon(self._announce_scheduled, pod, decision, retries)
         return ExtenderFilterResult.fit(decision.node)
 
-    def _announce_scheduled(self, pod: _Pod, decision: Decision, retries: int) -> None:
+    def _announce_scheduled(self, pod: FilterPod, decision: Decision, retries: int) -> None:
         logger.info(
             "pod scheduled",
             extra={
@@ -632,7 +389,7 @@ class FilterHandler:
         self._deps.event_sink.submit(pod.ref, [event], once_key=(pod.uid or pod.key, "scheduled", decision.node))
 
     def _unschedulable(
-        self, pod: _Pod, names: Sequence[str], failed: dict[str, str], outcome: FilterOutcome, retries: int
+        self, pod: FilterPod, names: Sequence[str], failed: dict[str, str], outcome: FilterOutcome, retries: int
     ) -> ExtenderFilterResult:
         self._metrics.filter_outcome(outcome)
         kinds = self._count_reasons(failed)
@@ -667,25 +424,6 @@ class FilterHandler:
         for reason, n in counts.items():
             self._metrics.filter_reasons.labels(reason).inc(n)
         return dict(counts)
-
-
-def _allocation(pod: _Pod, decision: Decision) -> Allocation:
-    return Allocation(
-        pod_uid=pod.uid,
-        namespace=pod.namespace,
-        name=pod.name,
-        node=decision.node,
-        devices=decision.devices,
-        charges=decision.charges,
-        mig=decision.mig,
-    )
-
-
-def quota_charge(allocation: Allocation, vendors: Collection[str]) -> PodQuotaCharge:
-    """What the allocation charges to its namespace's quota: memory and cores of its NVIDIA devices (the quota's
-    ``nvidia.com/gpumem`` / ``gpucores``), then every other enabled vendor's devices by common word (that vendor's
-    ``limits.<memory resource>`` / ``limits.<core resource>``); the informer records the same."""
-    return PodQuotaCharge(allocation.quota_mem_mib, allocation.quota_cores_pct, allocation.quota_others_of(vendors))
 
 
 def _answer(result: ExtenderFilterResult) -> web.Response:

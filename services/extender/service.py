@@ -18,9 +18,9 @@ import logging
 import ssl
 
 from vgpu_scheduler.services.extender.app import Handler, create_app, create_webhook_app
-from vgpu_scheduler.services.extender.bind import lock_wait_budget
 from vgpu_scheduler.services.extender.bindhttp import BindHandler
 from vgpu_scheduler.services.extender.bindlimit import AdaptiveBindLimit
+from vgpu_scheduler.services.extender.bindlock import lock_wait_budget
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.filter import FilterHandler
 from vgpu_scheduler.services.extender.gang import GangKeeper

@@ -10,12 +10,13 @@ trimmed past us) reloads everything in the background while serving; a store epo
 restarted empty) drops the cache and answers "not ready" until it is reloaded and the registrar's and
 informer's sync markers are back. A stale entry can cost a reservation conflict (the store's script is the
 authority), never an over-commit.
+
+Each node policy's order of preference over the cached nodes is kept by :mod:`.ranking`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import itertools
 import logging
 import time
@@ -23,9 +24,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
+from vgpu_scheduler.services.extender.ranking import NodeRanking
 from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.shared.domain.model import NodePolicy
-from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, rank_key
+from vgpu_scheduler.shared.domain.plan import Decision, apply_decision
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import TransientError
 from vgpu_scheduler.shared.store import ChangeBatch, ChangeKind, NodeState, Store, StoreStatus, SyncMarker
@@ -87,36 +89,6 @@ def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
         yield items[i : i + size]
 
 
-class _Ranking:
-    """Registered node names sorted by a node policy's ``rank_key``, kept sorted as snapshots change (a binary
-    search and a C ``memmove`` per change), so that ``/filter`` walks nodes in order of preference without sorting
-    them per request."""
-
-    __slots__ = ("_key", "keys", "names")
-
-    def __init__(self, policy: NodePolicy) -> None:
-        self._key = rank_key(policy)
-        self.keys: list[tuple[float, str]] = []
-        self.names: list[str] = []
-
-    def replace(self, old: NodeSnapshot | None, new: NodeSnapshot | None) -> None:
-        if old is not None:
-            key = self._key(old)
-            i = bisect.bisect_left(self.keys, key)
-            if i < len(self.keys) and self.keys[i] == key:
-                del self.keys[i]
-                del self.names[i]
-        if new is not None:
-            key = self._key(new)
-            i = bisect.bisect_left(self.keys, key)
-            self.keys.insert(i, key)
-            self.names.insert(i, new.name)
-
-    def clear(self) -> None:
-        self.keys.clear()
-        self.names.clear()
-
-
 class SnapshotCache:
     """Every registered node's current snapshot, followed from the store's change feed.
 
@@ -147,7 +119,7 @@ class SnapshotCache:
         self._nodes: dict[str, CachedNode] = {}
         self._snaps: dict[str, NodeSnapshot] = {}
         """``name → snapshot`` for the request path (the same snapshots as ``_nodes``, looked up in C)."""
-        self._ranking = {policy: _Ranking(policy) for policy in NodePolicy}
+        self._ranking = {policy: NodeRanking(policy) for policy in NodePolicy}
         """The names of ``_snaps`` in each node policy's order of preference."""
         self._gone: dict[str, int] = {}
         self._inflight: dict[str, int] = {}

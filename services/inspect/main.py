@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from vgpu_scheduler.services.cli import program
 from vgpu_scheduler.services.inspect.connect import InspectError, kube_settings, one_line, open_api, open_store
 from vgpu_scheduler.services.inspect.explain import Explanation, explain, parse_target
-from vgpu_scheduler.services.inspect.explain import render_text as render_explanation
+from vgpu_scheduler.services.inspect.explaintext import render_text as render_explanation
 from vgpu_scheduler.services.inspect.usage import Filters, UsageReport, collect
 from vgpu_scheduler.services.inspect.usage import render_text as render_usage
 from vgpu_scheduler.shared.config import InspectSettings, Service, settings_from_args

@@ -45,7 +45,8 @@ from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, Ku
 from vgpu_scheduler.services.simulate.manifests import Cluster, Workload, load_cluster, load_workload
 from vgpu_scheduler.services.simulate.plot import check_directory, load_pyplot, write_plots
 from vgpu_scheduler.services.simulate.priority import PriorityAdmission
-from vgpu_scheduler.services.simulate.report import PodResult, policy_label, render_pods, render_summary
+from vgpu_scheduler.services.simulate.render import render_pods, render_summary
+from vgpu_scheduler.services.simulate.report import PodResult, policy_label
 from vgpu_scheduler.services.simulate.timing import SchedulerTiming
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.config import (

@@ -20,19 +20,33 @@ it would compare policies on a cluster other than the one meant, so the command 
 and the field. A node the registrar leaves unregistered for a reason a real cluster has (its device plugin
 registered no ``status.allocatable[nvidia.com/gpu]``, or its devices are of a vendor the device config does not
 enable) is kept, and named in a warning (``Cluster.warnings``: one line per reason, listing its nodes).
+
+Reading the files, the envelope every object shares and :class:`ManifestError` are :mod:`.documents`; this module
+checks what each kind holds and loads a cluster or a workload.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
-import yaml
-
+from vgpu_scheduler.services.simulate.documents import (
+    COSCHEDULING_API,
+    POD_GROUP_API,
+    KubeObject,
+    Located,
+    ManifestError,
+    check_quantity,
+    check_unique,
+    field_error,
+    located,
+    mapping_at,
+    type_name,
+)
 from vgpu_scheduler.services.simulate.podvalidation import pod_invalid
 from vgpu_scheduler.services.simulate.pools import KIND as NODE_POOL
 from vgpu_scheduler.services.simulate.pools import PoolError, expand_pool
@@ -41,60 +55,18 @@ from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register
 from vgpu_scheduler.shared.codec.topology import decode_topology
-from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.catalog import enable_flag_of
 from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors
-
-KubeObject = dict[str, Any]
 
 NVIDIA = "NVIDIA"
 
 CLUSTER_KINDS = frozenset({"Node", NODE_POOL, "Pod", "ResourceQuota", "Namespace"})
 WORKLOAD_KINDS = frozenset({"Pod", "PriorityClass", "PodGroup"})
 
-PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
-POD_GROUP_API = "scheduling.k8s.io/v1alpha2"
-"""Kubernetes v1.36's PodGroup (gang scheduling: ``spec.schedulingPolicy.gang.minCount``)."""
-COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
-"""scheduler-plugins' PodGroup (coscheduling: ``spec.minMember``), named by the label
-``scheduling.x-k8s.io/pod-group``."""
-API_VERSIONS: dict[str, tuple[str, ...]] = {
-    "PriorityClass": (PRIORITY_CLASS_API,),
-    "PodGroup": (POD_GROUP_API, COSCHEDULING_API),
-}
-"""The apiVersions accepted for the kinds outside the core group (every other kind is ``v1``)."""
-NAMESPACED = frozenset({"Pod", "ResourceQuota", "PodGroup"})
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
 PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
-
-
-class ManifestError(ConfigError):
-    """A bad input manifest. The message is one line: ``<file>: document <n>[, items[<i>]]: <field>: <problem>``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Located:
-    """One object of an input file and where it came from (for error messages)."""
-
-    obj: KubeObject
-    where: str
-
-    @property
-    def kind(self) -> str:
-        return str(self.obj["kind"])
-
-    @property
-    def name(self) -> str:
-        return str(self.obj["metadata"]["name"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.obj["metadata"].get("namespace") or "default")
-
-    @property
-    def api_version(self) -> str:
-        return str(self.obj.get("apiVersion") or "v1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,113 +111,6 @@ class Workload:
     pod_groups: tuple[KubeObject, ...] = ()
 
 
-# --------------------------------------------------------------------------------------------
-# Reading documents
-# --------------------------------------------------------------------------------------------
-
-
-def _read_documents(path: Path) -> list[tuple[str, Any]]:
-    """``(location, document)`` pairs of a YAML/JSON file; Lists and top-level arrays are expanded."""
-    label = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError(f"{label}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ManifestError(f"{label}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ManifestError(f"{label}: not valid YAML or JSON{where}: {problem}") from None
-    out: list[tuple[str, Any]] = []
-    for i, doc in enumerate(docs, start=1):
-        where = f"{label}: document {i}"
-        if doc is None:
-            continue
-        if isinstance(doc, list):
-            out += [(f"{where}, [{j}]", item) for j, item in enumerate(doc)]
-        elif isinstance(doc, dict) and str(doc.get("kind", "")).endswith("List") and "items" in doc:
-            items = doc.get("items")
-            if items is None:
-                continue
-            if not isinstance(items, list):
-                raise ManifestError(f"{where}: items: expected a list, got {_type(items)}")
-            out += [(f"{where}, items[{j}]", item) for j, item in enumerate(items)]
-        else:
-            out.append((where, doc))
-    return out
-
-
-def _type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int | float):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "a list"
-    if isinstance(v, dict):
-        return "a mapping"
-    return type(v).__name__
-
-
-def _fail(where: str, field: str, problem: str) -> ManifestError:
-    return ManifestError(f"{where}: {field}: {problem}")
-
-
-def _mapping(obj: Mapping[str, Any], key: str, where: str, field: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _fail(where, field, f"expected a mapping, got {_type(value)}")
-    return value
-
-
-def _string_map(obj: Mapping[str, Any], key: str, where: str, field: str) -> dict[str, str]:
-    values = _mapping(obj, key, where, field)
-    for k, v in values.items():
-        if not isinstance(k, str):
-            raise _fail(where, field, f"keys must be strings, got {_type(k)}")
-        if not isinstance(v, str):
-            raise _fail(where, f"{field}[{k}]", f"expected a string, got {_type(v)} (quote it)")
-    return values
-
-
-def _check_object(where: str, doc: Any, kinds: frozenset[str]) -> KubeObject:
-    """Check the envelope every object shares: kind, apiVersion, metadata.name/namespace, labels, annotations."""
-    if not isinstance(doc, dict):
-        raise ManifestError(f"{where}: expected a Kubernetes object (a mapping), got {_type(doc)}")
-    kind = doc.get("kind")
-    if not isinstance(kind, str) or not kind:
-        raise _fail(where, "kind", "missing")
-    if kind not in kinds:
-        expected = ", ".join(sorted(kinds))
-        raise _fail(where, "kind", f"{kind!r} is not accepted here (expected {expected})")
-    api_version = doc.get("apiVersion", "v1")
-    accepted = API_VERSIONS.get(kind, ("v1",))
-    if api_version not in accepted:
-        raise _fail(where, "apiVersion", f"expected {' or '.join(accepted)} for a {kind}, got {api_version!r}")
-    meta = _mapping(doc, "metadata", where, "metadata")
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise _fail(where, "metadata.name", "missing (a non-empty string is required)")
-    ns = meta.get("namespace")
-    if ns is not None and (not isinstance(ns, str) or not ns):
-        raise _fail(where, "metadata.namespace", f"expected a non-empty string, got {_type(ns)}")
-    _string_map(meta, "labels", where, "metadata.labels")
-    _string_map(meta, "annotations", where, "metadata.annotations")
-    obj = copy.deepcopy(doc)
-    obj["apiVersion"] = api_version
-    return obj
-
-
 def _annotation_field(key: str) -> str:
     return f"metadata.annotations[{key}]"
 
@@ -257,7 +122,7 @@ def _decode_failure(where: str, field: str, key: str, error: DecodeError) -> Man
         text = text[len(key) :]
     if text.startswith("["):  # an index into the value: part of the field
         field, _, text = (field + text).partition(": ")
-    return _fail(where, field, text.removeprefix(": "))
+    return field_error(where, field, text.removeprefix(": "))
 
 
 def _check_node(loc: Located, count_resource: str) -> str | None:
@@ -275,14 +140,16 @@ def _check_node(loc: Located, count_resource: str) -> str | None:
             decode(value)
         except DecodeError as e:
             raise _decode_failure(loc.where, _annotation_field(key), key, e) from None
-    status = _mapping(node, "status", loc.where, "status")
+    status = mapping_at(node, "status", loc.where, "status")
     for section in ("allocatable", "capacity"):
-        values = _mapping(status, section, loc.where, f"status.{section}")
+        values = mapping_at(status, section, loc.where, f"status.{section}")
         for rname, q in values.items():
-            _quantity(q, loc.where, f"status.{section}[{rname}]")
-    spec = _mapping(node, "spec", loc.where, "spec")
+            check_quantity(q, loc.where, f"status.{section}[{rname}]")
+    spec = mapping_at(node, "spec", loc.where, "spec")
     if not isinstance(spec.get("unschedulable", False), bool):
-        raise _fail(loc.where, "spec.unschedulable", f"expected a boolean, got {_type(spec.get('unschedulable'))}")
+        raise field_error(
+            loc.where, "spec.unschedulable", f"expected a boolean, got {type_name(spec.get('unschedulable'))}"
+        )
     if why is None and register is not None and _allocatable_count(status, count_resource) <= 0:
         why = f"no allocatable {count_resource}: device plugin not registered"
     return why
@@ -298,74 +165,49 @@ def _allocatable_count(status: Mapping[str, Any], resource: str) -> float:
         return 0
 
 
-def _quantity(value: Any, where: str, field: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise _fail(where, field, f'expected a quantity such as 4 or "16Gi", got {_type(value)}')
-    try:
-        parse_quantity(value, field)
-    except DecodeError as e:
-        raise _fail(where, field, e.detail) from None
-
-
 def _check_pod(loc: Located, *, running: bool) -> None:
     pod = loc.obj
-    spec = _mapping(pod, "spec", loc.where, "spec")
+    spec = mapping_at(pod, "spec", loc.where, "spec")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
-        raise _fail(loc.where, "spec.containers", "a pod needs a non-empty list of containers")
+        raise field_error(loc.where, "spec.containers", "a pod needs a non-empty list of containers")
     for key in ("initContainers", "containers"):
         items = spec.get(key) or []
         if not isinstance(items, list):
-            raise _fail(loc.where, f"spec.{key}", f"expected a list, got {_type(items)}")
+            raise field_error(loc.where, f"spec.{key}", f"expected a list, got {type_name(items)}")
         for i, c in enumerate(items):
             field = f"spec.{key}[{i}]"
             if not isinstance(c, dict):
-                raise _fail(loc.where, field, f"expected a mapping, got {_type(c)}")
+                raise field_error(loc.where, field, f"expected a mapping, got {type_name(c)}")
             if not isinstance(c.get("name"), str) or not c.get("name"):
-                raise _fail(loc.where, f"{field}.name", "missing")
-            resources = _mapping(c, "resources", loc.where, f"{field}.resources")
+                raise field_error(loc.where, f"{field}.name", "missing")
+            resources = mapping_at(c, "resources", loc.where, f"{field}.resources")
             for section in ("limits", "requests"):
-                values = _mapping(resources, section, loc.where, f"{field}.resources.{section}")
+                values = mapping_at(resources, section, loc.where, f"{field}.resources.{section}")
                 for rname, q in values.items():
-                    _quantity(q, loc.where, f"{field}.resources.{section}[{rname}]")
+                    check_quantity(q, loc.where, f"{field}.resources.{section}[{rname}]")
     if running:  # it exists, so the API server accepted it; a workload pod is validated when the driver creates it
         refused = pod_invalid(pod)
         if refused is not None:
             raise ManifestError(f"{loc.where}: {refused}")
     node_name = spec.get("nodeName")
     if node_name is not None and not isinstance(node_name, str):
-        raise _fail(loc.where, "spec.nodeName", f"expected a string, got {_type(node_name)}")
+        raise field_error(loc.where, "spec.nodeName", f"expected a string, got {type_name(node_name)}")
     if not running:
         if node_name:
-            raise _fail(loc.where, "spec.nodeName", "a workload pod must not be assigned to a node yet")
+            raise field_error(loc.where, "spec.nodeName", "a workload pod must not be assigned to a node yet")
         return
     try:
         decode_allocation(pod)
     except DecodeError as e:
-        raise _fail(loc.where, "metadata.annotations", str(e)) from None
+        raise field_error(loc.where, "metadata.annotations", str(e)) from None
 
 
 def _check_quota(loc: Located) -> None:
-    spec = _mapping(loc.obj, "spec", loc.where, "spec")
-    hard = _mapping(spec, "hard", loc.where, "spec.hard")
+    spec = mapping_at(loc.obj, "spec", loc.where, "spec")
+    hard = mapping_at(spec, "hard", loc.where, "spec.hard")
     for rname, q in hard.items():
-        _quantity(q, loc.where, f"spec.hard[{rname}]")
-
-
-def _located(path: Path, kinds: frozenset[str]) -> list[Located]:
-    return [Located(_check_object(where, doc, kinds), where) for where, doc in _read_documents(path)]
-
-
-def _check_unique(items: Sequence[Located]) -> None:
-    seen: dict[tuple[str, str, str], str] = {}
-    for loc in items:
-        namespaced = loc.kind in NAMESPACED
-        kind = loc.kind if loc.api_version == "v1" else f"{loc.kind} {loc.api_version}"
-        key = (kind, loc.namespace if namespaced else "", loc.name)
-        if key in seen:
-            shown = f"{key[1]}/{key[2]}" if namespaced else key[2]
-            raise _fail(loc.where, "metadata.name", f"{kind} {shown} is already defined at {seen[key]}")
-        seen[key] = loc.where
+        check_quantity(q, loc.where, f"spec.hard[{rname}]")
 
 
 def _expand_pools(items: list[Located], vendors: Vendors | None) -> tuple[list[Located], list[tuple[str, str]]]:
@@ -380,7 +222,7 @@ def _expand_pools(items: list[Located], vendors: Vendors | None) -> tuple[list[L
         try:
             expanded = expand_pool(loc.obj, vendors if vendors is not None else Vendors(()))
         except PoolError as e:
-            raise _fail(loc.where, e.field, e.problem) from None
+            raise field_error(loc.where, e.field, e.problem) from None
         for node in expanded.nodes:
             out.append(Located(node, f"{loc.where} (node {node['metadata']['name']})"))
             for vendor in expanded.disabled:
@@ -415,8 +257,8 @@ def load_cluster(
     ``count_resource``, devices of a vendor not enabled) is kept, as it would be in a cluster, and listed in
     ``Cluster.unregistered``."""
     p = Path(path)
-    items, unregistered = _expand_pools(_located(p, CLUSTER_KINDS), vendors)
-    _check_unique(items)
+    items, unregistered = _expand_pools(located(p, CLUSTER_KINDS), vendors)
+    check_unique(items)
     node_names = {loc.name for loc in items if loc.kind == "Node"}
     for loc in items:
         if loc.kind == "Node":
@@ -429,9 +271,9 @@ def load_cluster(
             _check_pod(loc, running=True)
             node_name = loc.obj["spec"].get("nodeName")
             if not node_name:
-                raise _fail(loc.where, "spec.nodeName", "a pod in the cluster file must be placed on a node")
+                raise field_error(loc.where, "spec.nodeName", "a pod in the cluster file must be placed on a node")
             if node_name not in node_names:
-                raise _fail(loc.where, "spec.nodeName", f"no Node {node_name!r} in this file")
+                raise field_error(loc.where, "spec.nodeName", f"no Node {node_name!r} in this file")
         elif loc.kind == "ResourceQuota":
             _check_quota(loc)
     if not node_names:
@@ -462,39 +304,39 @@ def _check_priority_class(loc: Located) -> None:
     obj = loc.obj
     value = obj.get("value")
     if not _is_int(value):
-        raise _fail(loc.where, "value", f"Required value: an integer priority, got {_type(value)}")
+        raise field_error(loc.where, "value", f"Required value: an integer priority, got {type_name(value)}")
     if value > HIGHEST_USER_DEFINABLE_PRIORITY:
-        raise _fail(
+        raise field_error(
             loc.where, "value", f"maximum allowed value of a user defined priority is {HIGHEST_USER_DEFINABLE_PRIORITY}"
         )
     if loc.name.startswith("system-"):
-        raise _fail(
+        raise field_error(
             loc.where, "metadata.name", "priority class names with 'system-' prefix are reserved for system use"
         )
     if not isinstance(obj.get("globalDefault", False), bool):
-        raise _fail(loc.where, "globalDefault", f"expected a boolean, got {_type(obj.get('globalDefault'))}")
+        raise field_error(loc.where, "globalDefault", f"expected a boolean, got {type_name(obj.get('globalDefault'))}")
     policy = obj.get("preemptionPolicy")
     if policy is not None and policy not in PREEMPTION_POLICIES:
-        raise _fail(loc.where, "preemptionPolicy", f"expected {' or '.join(PREEMPTION_POLICIES)}, got {policy!r}")
+        raise field_error(loc.where, "preemptionPolicy", f"expected {' or '.join(PREEMPTION_POLICIES)}, got {policy!r}")
 
 
 def _check_pod_group(loc: Located) -> None:
     """A native PodGroup (``spec.schedulingPolicy``: ``gang.minCount`` or ``basic``) or a coscheduling one
     (``spec.minMember``)."""
-    spec = _mapping(loc.obj, "spec", loc.where, "spec")
+    spec = mapping_at(loc.obj, "spec", loc.where, "spec")
     if loc.api_version == COSCHEDULING_API:
         n = spec.get("minMember")
         if not _is_int(n) or n < 1:
-            raise _fail(loc.where, "spec.minMember", f"expected an integer of at least 1, got {n!r}")
+            raise field_error(loc.where, "spec.minMember", f"expected an integer of at least 1, got {n!r}")
         return
-    policy = _mapping(spec, "schedulingPolicy", loc.where, "spec.schedulingPolicy")
+    policy = mapping_at(spec, "schedulingPolicy", loc.where, "spec.schedulingPolicy")
     if ("gang" in policy) == ("basic" in policy):
-        raise _fail(loc.where, "spec.schedulingPolicy", "exactly one of gang or basic is required")
+        raise field_error(loc.where, "spec.schedulingPolicy", "exactly one of gang or basic is required")
     if "gang" in policy:
-        gang = _mapping(policy, "gang", loc.where, "spec.schedulingPolicy.gang")
+        gang = mapping_at(policy, "gang", loc.where, "spec.schedulingPolicy.gang")
         n = gang.get("minCount")
         if not _is_int(n) or n < 1:
-            raise _fail(
+            raise field_error(
                 loc.where, "spec.schedulingPolicy.gang.minCount", f"expected an integer of at least 1, got {n!r}"
             )
 
@@ -503,17 +345,17 @@ def _check_scheduling_fields(loc: Located, groups: set[tuple[str, str]]) -> None
     """A workload pod's priority fields (resolved at admission, :mod:`.priority`) and the PodGroup it names."""
     spec = loc.obj.get("spec") or {}
     if "priority" in spec and not _is_int(spec["priority"]):
-        raise _fail(loc.where, "spec.priority", f"expected an integer, got {_type(spec['priority'])}")
+        raise field_error(loc.where, "spec.priority", f"expected an integer, got {type_name(spec['priority'])}")
     for key in ("priorityClassName", "preemptionPolicy"):
         if key in spec and not isinstance(spec[key], str):
-            raise _fail(loc.where, f"spec.{key}", f"expected a string, got {_type(spec[key])}")
+            raise field_error(loc.where, f"spec.{key}", f"expected a string, got {type_name(spec[key])}")
     group = spec.get("schedulingGroup")
     if group is None:
         return
     if not isinstance(group, dict) or not isinstance(group.get("podGroupName"), str) or not group["podGroupName"]:
-        raise _fail(loc.where, "spec.schedulingGroup.podGroupName", "expected the name of a PodGroup")
+        raise field_error(loc.where, "spec.schedulingGroup.podGroupName", "expected the name of a PodGroup")
     if (loc.namespace, group["podGroupName"]) not in groups:
-        raise _fail(
+        raise field_error(
             loc.where,
             "spec.schedulingGroup.podGroupName",
             f"no PodGroup {loc.namespace}/{group['podGroupName']} ({POD_GROUP_API}) in this file",
@@ -524,15 +366,15 @@ def load_workload(path: str | Path) -> Workload:
     """Read and check a workload file: Pods, not yet placed, scheduled in file order; the PriorityClasses and
     PodGroups they name."""
     p = Path(path)
-    items = _located(p, WORKLOAD_KINDS)
-    _check_unique(items)
+    items = located(p, WORKLOAD_KINDS)
+    check_unique(items)
     classes = [loc for loc in items if loc.kind == "PriorityClass"]
     groups = [loc for loc in items if loc.kind == "PodGroup"]
     for loc in classes:
         _check_priority_class(loc)
     defaults = [loc for loc in classes if loc.obj.get("globalDefault")]
     if len(defaults) > 1:
-        raise _fail(
+        raise field_error(
             defaults[1].where,
             "globalDefault",
             f"PriorityClass {defaults[0].name} is already marked as default. Only one default can exist",

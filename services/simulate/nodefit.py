@@ -228,7 +228,7 @@ class Ledger:
                 self.assume(pod, str(node_name))
 
     def assume(self, pod: Mapping[str, Any], node: str) -> None:
-        key = _key(pod)
+        key = pod_key(pod)
         if key in self._on or node not in self.nodes:
             return
         request = pod_request(pod)
@@ -238,7 +238,7 @@ class Ledger:
         cap.pods += 1
 
     def forget(self, pod: Mapping[str, Any]) -> None:
-        entry = self._on.pop(_key(pod), None)
+        entry = self._on.pop(pod_key(pod), None)
         if entry is None:
             return
         node, request = entry
@@ -263,7 +263,39 @@ class Ledger:
         return fits, refused
 
 
-def _key(pod: Mapping[str, Any]) -> str:
+def _selector_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    selector = (pod.get("spec") or {}).get("nodeSelector") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def candidate_names(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What kube-scheduler's NodeUnschedulable and NodeAffinity filters leave: schedulable nodes matching the pod's
+    ``nodeSelector``."""
+    return kube_filters(pod, nodes)[0]
+
+
+def kube_filters(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, str]]:
+    """NodeUnschedulable and the ``nodeSelector`` part of NodeAffinity: (the nodes left, in order; {node: reason}
+    for the others, in kube-scheduler's words)."""
+    left: list[str] = []
+    refused: dict[str, str] = {}
+    for n in nodes:
+        name = str(n["metadata"]["name"])
+        reasons = []
+        if (n.get("spec") or {}).get("unschedulable"):
+            reasons.append(UNSCHEDULABLE)
+        if not _selector_matches(pod, n):
+            reasons.append(SELECTOR_MISMATCH)
+        if reasons:
+            refused[name] = REASON_SEPARATOR.join(reasons)
+        else:
+            left.append(name)
+    return left, refused
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """``namespace/name``, the pod's key in the driver's and the ledger's books."""
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 

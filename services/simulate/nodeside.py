@@ -8,6 +8,7 @@ The decisions are the pure functions of :mod:`.devplugin`; this is their I/O aga
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -134,9 +135,24 @@ class NodeSide:
     async def _release_time_lock(self, node: str, key: str) -> None:
         """Cambricon's device plugin after Allocate: its node lock ``key`` (a time, naming no pod) removed,
         guarded by the node's resourceVersion."""
+        await self._remove_node_annotation(node, key, lambda _value: True, f"could not remove {key}")
+
+    async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
+        """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""
+        await self._remove_node_annotation(
+            node,
+            keys.NODE_LOCK,
+            lambda value: value is not None and str(value).endswith(f",{ns},{name}"),
+            f"could not release the node lock of {ns}/{name}",
+        )
+
+    async def _remove_node_annotation(self, node: str, key: str, ours: Callable[[Any], bool], failure: str) -> None:
+        """Remove the node's annotation ``key`` while it is there and ``ours(value)`` holds (else it was released
+        already, or is someone else's), guarded by the node's resourceVersion; a conflict reads the node again."""
         for _ in range(_PATCH_ATTEMPTS):
             obj = await self.kube.get_node(node)
-            if key not in (obj["metadata"].get("annotations") or {}):
+            annotations = obj["metadata"].get("annotations") or {}
+            if key not in annotations or not ours(annotations[key]):
                 return
             patch = {"metadata": {"annotations": {key: None}, "resourceVersion": obj["metadata"]["resourceVersion"]}}
             try:
@@ -145,25 +161,4 @@ class NodeSide:
             except DriverError as e:
                 if e.status != 409:
                     raise
-        raise DriverError(f"node {node}: could not remove {key} (conflicts)")
-
-    async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
-        """HAMi's ``ReleaseNodeLock``: only a lock naming this pod, guarded by the node's resourceVersion."""
-        for _ in range(_PATCH_ATTEMPTS):
-            obj = await self.kube.get_node(node)
-            value = (obj["metadata"].get("annotations") or {}).get(keys.NODE_LOCK)
-            if value is None or not str(value).endswith(f",{ns},{name}"):
-                return  # already released (e.g. by the informer), or someone else's
-            patch = {
-                "metadata": {
-                    "annotations": {keys.NODE_LOCK: None},
-                    "resourceVersion": obj["metadata"]["resourceVersion"],
-                }
-            }
-            try:
-                await self.kube.patch_node(node, patch)
-                return
-            except DriverError as e:
-                if e.status != 409:
-                    raise
-        raise DriverError(f"node {node}: could not release the node lock of {ns}/{name} (conflicts)")
+        raise DriverError(f"node {node}: {failure} (conflicts)")

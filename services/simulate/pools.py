@@ -38,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from vgpu_scheduler.services.simulate.documents import type_name
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import encode_register_json
@@ -110,28 +111,12 @@ class Expanded:
     disabled: tuple[str, ...] = ()
 
 
-def _type(v: object) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int | float):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    if isinstance(v, list):
-        return "a list"
-    if isinstance(v, dict):
-        return "a mapping"
-    return type(v).__name__
-
-
 def _int(m: Mapping[str, Any], key: str, field: str, default: int | None, *, lo: int, hi: int) -> int:
     value = m.get(key, default)
     if value is None:
         raise PoolError(field, "missing (a whole number is required)")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise PoolError(field, f"expected a whole number, got {_type(value)}")
+        raise PoolError(field, f"expected a whole number, got {type_name(value)}")
     if not lo <= value <= hi:
         raise PoolError(field, f"expected {lo} to {hi}, got {value}")
     return value
@@ -142,7 +127,7 @@ def _memory_mib(value: object, field: str) -> int:
     if value is None:
         raise PoolError(field, "missing (MiB per device, or a quantity such as 64Gi)")
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise PoolError(field, f"expected MiB or a quantity such as 64Gi, got {_type(value)}")
+        raise PoolError(field, f"expected MiB or a quantity such as 64Gi, got {type_name(value)}")
     if isinstance(value, int):
         mib = value
     else:
@@ -171,7 +156,7 @@ def _vendor_of(name: object, field: str, vendors: Vendors) -> Vendor:
 
 def _group(item: object, field: str, vendors: Vendors) -> DeviceGroup:
     if not isinstance(item, dict):
-        raise PoolError(field, f"expected a mapping, got {_type(item)}")
+        raise PoolError(field, f"expected a mapping, got {type_name(item)}")
     unknown = sorted(str(k) for k in item if k not in _DEVICE_KEYS)
     if unknown:
         raise PoolError(f"{field}.{unknown[0]}", f"unknown key (expected {', '.join(sorted(_DEVICE_KEYS))})")
@@ -215,7 +200,7 @@ def parse_pool(doc: Mapping[str, Any], vendors: Vendors) -> tuple[int, tuple[Dev
     """``spec``: (node count, device groups, allocatable). PoolError names the field."""
     spec = doc.get("spec")
     if not isinstance(spec, dict):
-        raise PoolError("spec", f"expected a mapping, got {_type(spec)}")
+        raise PoolError("spec", f"expected a mapping, got {type_name(spec)}")
     unknown = sorted(str(k) for k in spec if k not in _SPEC_KEYS)
     if unknown:
         raise PoolError(f"spec.{unknown[0]}", f"unknown key (expected {', '.join(sorted(_SPEC_KEYS))})")
@@ -232,10 +217,10 @@ def parse_pool(doc: Mapping[str, Any], vendors: Vendors) -> tuple[int, tuple[Dev
         raise PoolError("spec.devices", "the Neuron devices of a node share one instance type and one core count")
     allocatable = spec.get("allocatable", DEFAULT_ALLOCATABLE)
     if not isinstance(allocatable, dict):
-        raise PoolError("spec.allocatable", f"expected a mapping, got {_type(allocatable)}")
+        raise PoolError("spec.allocatable", f"expected a mapping, got {type_name(allocatable)}")
     for name, q in allocatable.items():
         if isinstance(q, bool) or not isinstance(q, str | int):
-            raise PoolError(f"spec.allocatable[{name}]", f"expected a quantity, got {_type(q)}")
+            raise PoolError(f"spec.allocatable[{name}]", f"expected a quantity, got {type_name(q)}")
         try:
             parse_quantity(q, str(name))
         except DecodeError as e:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.integration.extender.filter_harness import node, seed
-from vgpu_scheduler.services.inspect.explain import explain, render_text
+from vgpu_scheduler.services.inspect.explain import explain
+from vgpu_scheduler.services.inspect.explaintext import render_text
 from vgpu_scheduler.shared.config import CommonSettings, InspectSettings, Service
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation

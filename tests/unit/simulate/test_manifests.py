@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from vgpu_scheduler.services.simulate.documents import ManifestError
 from vgpu_scheduler.services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_WORKLOAD, EXAMPLES_DIR
-from vgpu_scheduler.services.simulate.manifests import ManifestError, load_cluster, load_workload
+from vgpu_scheduler.services.simulate.manifests import load_cluster, load_workload
 from vgpu_scheduler.shared.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[3]

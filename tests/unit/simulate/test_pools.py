@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from vgpu_scheduler.services.simulate.documents import ManifestError
 from vgpu_scheduler.services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVICE_CONFIG
-from vgpu_scheduler.services.simulate.manifests import ManifestError, load_cluster
+from vgpu_scheduler.services.simulate.manifests import load_cluster
 from vgpu_scheduler.services.simulate.pools import ALL_VENDORS, expand_pool
 from vgpu_scheduler.shared.devconfig import load_device_config
 from vgpu_scheduler.shared.domain.model import NvidiaConfig

@@ -37,10 +37,10 @@ import re
 from typing import Any
 
 import pytest
-from vgpu_scheduler.shared.vendors.pods import device_list_annotations
 
 from tests.unit.vendors.kit import NOW, Fit, reason
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
+from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
