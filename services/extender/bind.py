@@ -62,8 +62,7 @@ from vgpu_scheduler.services.extender.vendorlock import (
     lock_kinds,
 )
 from vgpu_scheduler.services.extender.wakeups import NodeWakeups
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, needs_inventory
-from vgpu_scheduler.shared.codec.resources import vendors_pod_request
+from vgpu_scheduler.shared.codec.podannotations import allocation_labels
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.model import Allocation, NvidiaConfig
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
@@ -76,6 +75,7 @@ from vgpu_scheduler.shared.protocol.extender import (
 from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Store
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations, needs_inventory, vendors_pod_request
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 __all__ = ["DEFAULT_LOCK_WAIT_S", "POD_GROUP_RETRY_S", "BindOutcome", "BindResult", "Binder", "lock_wait_budget"]

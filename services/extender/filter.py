@@ -36,7 +36,7 @@ from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutc
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.gang import coscheduling_group, pod_group_name
-from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.domain.model import Allocation, PodConstraints, PodRequest, QuotaState, Reason
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan, plan_ranked, plan_tiers
@@ -66,6 +66,7 @@ from vgpu_scheduler.shared.store import (
     Reserved,
     Unsettled,
 )
+from vgpu_scheduler.shared.vendors.pods import vendors_pod_request
 
 if TYPE_CHECKING:
     from vgpu_scheduler.services.extender.gang import GangKeeper

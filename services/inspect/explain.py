@@ -19,7 +19,7 @@ from vgpu_scheduler.services.inspect.devices import DeviceRow, device_rows, shar
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.podannotations import decode_allocation
-from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_pod_request
+from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.config import InspectSettings
 from vgpu_scheduler.shared.domain.diagnosis import nearest_miss, quota_left
 from vgpu_scheduler.shared.domain.fit import normalize_request
@@ -42,6 +42,7 @@ from vgpu_scheduler.shared.protocol.constraints import pod_constraints
 from vgpu_scheduler.shared.store import AllocationRecord, Store
 from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.vendors.pods import vendors_pod_request
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 

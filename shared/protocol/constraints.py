@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.selectors import decode_pod_constraints, decode_vendor_constraints
+from vgpu_scheduler.shared.codec.selectors import decode_pod_constraints
 from vgpu_scheduler.shared.domain.model import GpuPolicyToken, NodePolicy, PodConstraints
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 
 if TYPE_CHECKING:
     from vgpu_scheduler.shared.vendors.registry import Vendors

@@ -40,7 +40,6 @@ from typing import Any
 import pytest
 
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     NVIDIA,
@@ -62,6 +61,7 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import amd
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
     ContainerDevice,
@@ -32,6 +30,7 @@ from vgpu_scheduler.shared.vendors import biren
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints, device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

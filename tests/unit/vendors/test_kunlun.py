@@ -21,8 +21,6 @@ from typing import Any
 import pytest
 
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -63,6 +61,7 @@ from vgpu_scheduler.shared.vendors.kunlun import (
     trim_memory,
 )
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints, device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -38,6 +36,7 @@ from vgpu_scheduler.shared.vendors import metax
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.catalog import BUILDERS, enabled_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations, decode_vendor_constraints
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
