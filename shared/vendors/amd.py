@@ -56,6 +56,7 @@ NOUSE_TYPE: Final = "amd.com/nouse-gputype"
 USE_UUID: Final = "amd.com/use-gpu-uuid"
 NOUSE_UUID: Final = "amd.com/nouse-gpu-uuid"
 
+
 @dataclass(frozen=True, slots=True)
 class AmdConfig:
     """The ``amd:`` section (HAMi's ``AMDConfig``), with the chart's values as defaults."""

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
@@ -59,9 +59,10 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, cordoned_ids, whole_capacity
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import cordoned_ids, whole_capacity
 from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -390,12 +391,12 @@ def split_cores(cores: int, core_name: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
-class AWSNeuronVendor(CapacityVendor):
+class AWSNeuronVendor(DescribedVendor):
     """AWS Neuron (see the module docstring)."""
 
-    WORD: ClassVar[str] = NAME
-    RULES: ClassVar[DeviceRules] = AWSNEURON_RULES
-    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
+    description = Description(
+        name=NAME, rules=AWSNEURON_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE
+    )
 
     config: AWSNeuronConfig = dataclasses.field(default_factory=AWSNeuronConfig)
 

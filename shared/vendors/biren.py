@@ -23,7 +23,9 @@ from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.common import names_section
-from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
+from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, decode_json
+from vgpu_scheduler.shared.vendors.slotonly import SlotOnlyVendor
 
 SECTION: Final = "biren"
 """The device-config section that configures the vendor."""
@@ -58,7 +60,7 @@ def parse_config(section: object) -> BirenConfig:
 
 def build(section: object) -> tuple[SlotOnlyVendor, ...]:
     """The vendor the ``biren:`` section configures (``None`` or ``{}``: HAMi's default)."""
-    return (SlotOnlyVendor(SPEC, parse_config(section).resource_count_name),)
+    return (SlotOnlyVendor(DESCRIPTION, parse_config(section).resource_count_name, registration_value),)
 
 
 BIREN_RULES: DeviceRules = SlotOnlyRules(NAME)
@@ -75,16 +77,15 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
     return encode_register_json(tuple(devices))
 
 
-SPEC: Final = SlotOnlySpec(
+DESCRIPTION: Final = Description(
     name=NAME,
+    rules=BIREN_RULES,
+    allocated_key=ALLOCATED_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
     register_key=REGISTER_KEY,
     handshake_key=HANDSHAKE_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
-    allocated_key=ALLOCATED_KEY,
     use_uuid=USE_UUID,
     nouse_uuid=NOUSE_UUID,
-    rules=BIREN_RULES,
-    decode=decode_devices_register,
-    encode=registration_value,
+    decode_register=decode_devices_register,
 )
-"""Biren's wire names, ``Fit`` and register codec; the vendor is :class:`~shared.vendors.simple.SlotOnlyVendor`."""
+"""Biren's wire names and ``Fit``; the vendor is :class:`~shared.vendors.slotonly.SlotOnlyVendor`."""

@@ -1,25 +1,21 @@
 """Pieces the families registered from node capacity share (Kunlunxin's whole XPUs, MetaX GPUs, Enflame GCUs, AWS
 Neuron, Moore Threads): their device plugin advertises extended resources in ``status.capacity`` and HAMi's
 ``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
-lock. :class:`CapacityVendor` is the part of the ``Vendor`` protocol such a family has in common (the
-counterpart of :class:`shared.vendors.simple.SlotOnlyVendor` for slot-only families); :func:`whole_capacity`,
+lock (their :class:`~shared.vendors.described.Description` says so). :func:`whole_capacity`,
 :func:`observe_count`, :func:`count_registration` and :func:`count_in_limits` are the registration and
 admission steps several of them repeat. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import container_lists, names_any
+from vgpu_scheduler.shared.codec.resources import container_lists
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodeInventory
-from vgpu_scheduler.shared.domain.vendor import DeviceRules
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -29,63 +25,6 @@ from vgpu_scheduler.shared.vendors.registration import (
     Registered,
     Unregistered,
 )
-
-
-class CapacityVendor:
-    """What every capacity-registered vendor answers alike: its name, rules and pod annotation keys from the
-    class constants below, no register or handshake annotation, no node lock, ``manages`` by its resource names,
-    and its pod device list under :attr:`ALLOCATED_KEY`. A family subclasses it (as a frozen dataclass holding its
-    config) and adds ``resources``, the request, admission and registration methods."""
-
-    __slots__ = ()
-
-    WORD: ClassVar[str]
-    """HAMi's common word: the ``type`` of the family's requests and pod device entries."""
-    RULES: ClassVar[DeviceRules]
-    ALLOCATED_KEY: ClassVar[str]
-    TO_ALLOCATE_KEY: ClassVar[str | None] = None
-    """None where HAMi writes no to-allocate list for the family."""
-
-    @property
-    def name(self) -> str:
-        return self.WORD
-
-    @property
-    def resources(self) -> ResourceNames:
-        raise NotImplementedError
-
-    @property
-    def rules(self) -> DeviceRules:
-        return self.RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return self.TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return self.ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, self.ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, self.ALLOCATED_KEY)
 
 
 def whole_capacity(capacity: Mapping[str, Any], name: str, top: int, expected: str) -> int | None:

@@ -34,24 +34,21 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX, fail
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
     ResourceRequestError,
     container_label,
     container_lists,
-    names_any,
     pod_containers,
     raw_value,
 )
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
-    ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     MigProfile,
@@ -64,13 +61,13 @@ from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import (
-    CapacityVendor,
     cordoned_ids,
     count_in_limits,
     count_registration,
     observe_count,
 )
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -168,13 +165,16 @@ GCU_RULES: DeviceRules = UuidOnlyRules(GCU)
 
 
 @dataclass(frozen=True, slots=True)
-class GcuVendor(CapacityVendor):
+class GcuVendor(DescribedVendor):
     """Whole Enflame GCU cards (see the module docstring)."""
 
-    WORD: ClassVar[str] = GCU
-    RULES: ClassVar[DeviceRules] = GCU_RULES
-    ALLOCATED_KEY: ClassVar[str] = GCU_ALLOCATED_KEY
-    TO_ALLOCATE_KEY: ClassVar[str | None] = GCU_TO_ALLOCATE_KEY
+    description = Description(
+        name=GCU,
+        rules=GCU_RULES,
+        allocated_key=GCU_ALLOCATED_KEY,
+        to_allocate_key=GCU_TO_ALLOCATE_KEY,
+        node_lock=NodeLockKind.NONE,
+    )
 
     config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
 
@@ -438,14 +438,20 @@ def default_menu(memory_mib: int, slices: int) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class VgcuVendor:
+class VgcuVendor(DescribedVendor):
     """Enflame DRS instances (see the module docstring)."""
 
-    config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
+    description = Description(
+        name=VGCU,
+        rules=VGCU_RULES,
+        allocated_key=VGCU_ALLOCATED_KEY,
+        register_key=DRS_CAPACITY_KEY,
+        node_lock=NodeLockKind.NONE,
+        use_uuid=USE_UUID,
+        nouse_uuid=NOUSE_UUID,
+    )
 
-    @property
-    def name(self) -> str:
-        return VGCU
+    config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
 
     @property
     def resources(self) -> ResourceNames:
@@ -453,33 +459,6 @@ class VgcuVendor:
         return ResourceNames(
             count=c.resource_name_drs_gcu, memory=c.resource_name_gcu_memory, cores=c.resource_name_gcu_core
         )
-
-    @property
-    def rules(self) -> DeviceRules:
-        return VGCU_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return None
-
-    @property
-    def allocated_key(self) -> str:
-        return VGCU_ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return DRS_CAPACITY_KEY
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` with its webhook's checks: ``drs-gcu`` (limits, else requests) asks for
@@ -576,12 +555,6 @@ class VgcuVendor:
             devices = [dataclasses.replace(d, mig_profiles=profiles) for d in devices]
         count = {self.config.resource_name_drs_gcu: str(sum(d.count for d in devices))}
         return {DRS_CAPACITY_KEY: encode_drs_capacity(devices)}, count, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, VGCU_ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, VGCU_ALLOCATED_KEY)
 
     def bind_pod_annotations(
         self, pod: Mapping[str, Any] | None, inventory: NodeInventory | None, devices: PodDevices, now_unix: int

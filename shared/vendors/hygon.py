@@ -51,6 +51,7 @@ NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
 USE_UUID: Final = "hygon.com/use-gpuuuid"
 NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
 
+
 @dataclass(frozen=True, slots=True)
 class HygonConfig:
     """The ``hygon:`` section (HAMi's ``HygonConfig``), with HAMi's defaults (its ``--dcu-*`` flags and chart)."""

@@ -30,10 +30,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
@@ -41,7 +40,6 @@ from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
-    names_any,
     raw_value,
 )
 from vgpu_scheduler.shared.domain.model import (
@@ -61,14 +59,15 @@ from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
 from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, count_in_limits, count_registration, observe_count
+from vgpu_scheduler.shared.vendors.capacity import count_in_limits, count_registration, observe_count
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     NodeView,
     Observation,
 )
-from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, count_only_request, decode_json, observe_with_handshake
+from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, count_only_request, decode_json
 
 SECTION: Final = "kunlun"
 """The device-config section that configures both vendors."""
@@ -487,12 +486,10 @@ def trim_memory(mib: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class KunlunVendor(CapacityVendor):
+class KunlunVendor(DescribedVendor):
     """Whole Kunlunxin XPUs (see the module docstring)."""
 
-    WORD: ClassVar[str] = NAME
-    RULES: ClassVar[DeviceRules] = KUNLUN_RULES
-    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
+    description = Description(name=NAME, rules=KUNLUN_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE)
 
     config: KunlunConfig = dataclasses.field(default_factory=KunlunConfig)
 
@@ -548,47 +545,28 @@ class KunlunVendor(CapacityVendor):
 
 
 @dataclass(frozen=True, slots=True)
-class KunlunVxpuVendor:
+class KunlunVxpuVendor(DescribedVendor):
     """Kunlunxin vXPUs (see the module docstring)."""
+
+    description = Description(
+        name=VXPU_NAME,
+        rules=VXPU_RULES,
+        allocated_key=VXPU_ALLOCATED_KEY,
+        to_allocate_key=VXPU_TO_ALLOCATE_KEY,
+        register_key=VXPU_REGISTER_KEY,
+        handshake_key=VXPU_HANDSHAKE_KEY,
+        use_uuid=VXPU_USE_UUID,
+        nouse_uuid=VXPU_NOUSE_UUID,
+        decode_register=decode_vxpu_register,
+    )
 
     config: KunlunConfig = dataclasses.field(default_factory=KunlunConfig)
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
 
     @property
-    def name(self) -> str:
-        return VXPU_NAME
-
-    @property
     def resources(self) -> ResourceNames:
         c = self.config
         return ResourceNames(count=c.resource_vcount_name, memory=c.resource_vmemory_name or None)
-
-    @property
-    def rules(self) -> DeviceRules:
-        return VXPU_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return VXPU_TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return VXPU_ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return VXPU_REGISTER_KEY
-
-    @property
-    def handshake_key(self) -> str | None:
-        return VXPU_HANDSHAKE_KEY
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def _read(self, container: Mapping[str, Any], what: str) -> tuple[int | None, int | None, RequestReader]:
         c = self.config
@@ -657,20 +635,6 @@ class KunlunVxpuVendor:
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         return _both_uuid_lists(annotations, ((VXPU_USE_UUID, VXPU_NOUSE_UUID),))
 
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration (JSON) and the handshake, in Hygon's order (``simple.observe_with_handshake``)."""
-        del reported_before
-        return observe_with_handshake(
-            node,
-            now_local,
-            vendor=VXPU_NAME,
-            register_key=VXPU_REGISTER_KEY,
-            handshake_key=VXPU_HANDSHAKE_KEY,
-            count_name=self.config.resource_vcount_name,
-            decode=decode_vxpu_register,
-            timeout_s=self.handshake_timeout_s,
-        )
-
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the Kunlunxin vXPU device plugin writes on its Node: the JSON register value and one count per
         slot."""
@@ -678,9 +642,3 @@ class KunlunVxpuVendor:
             return {}, {}, {}
         annotations = {VXPU_REGISTER_KEY: encode_register_json(tuple(devices))}
         return annotations, {self.config.resource_vcount_name: str(sum(max(d.count, 0) for d in devices))}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, VXPU_ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, VXPU_ALLOCATED_KEY)

@@ -29,7 +29,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
@@ -41,9 +41,10 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, count_in_limits, count_registration, observe_count
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import count_in_limits, count_registration, observe_count
 from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
 from vgpu_scheduler.shared.vendors.registration import (
     NodeView,
@@ -224,13 +225,16 @@ def devices_from_capacity(node: str, count: int) -> tuple[DeviceInfo, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class MetaxVendor(CapacityVendor):
+class MetaxVendor(DescribedVendor):
     """MetaX whole GPUs (see the module docstring)."""
 
-    WORD: ClassVar[str] = NAME
-    RULES: ClassVar[DeviceRules] = METAX_RULES
-    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
-    TO_ALLOCATE_KEY: ClassVar[str | None] = TO_ALLOCATE_KEY
+    description = Description(
+        name=NAME,
+        rules=METAX_RULES,
+        allocated_key=ALLOCATED_KEY,
+        to_allocate_key=TO_ALLOCATE_KEY,
+        node_lock=NodeLockKind.NONE,
+    )
 
     config: MetaxConfig = dataclasses.field(default_factory=MetaxConfig)
 

@@ -36,21 +36,16 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
 from fractions import Fraction
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
-    names_any,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
@@ -69,17 +64,9 @@ from vgpu_scheduler.shared.domain.model import (
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness
 from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
 NAME: Final = "Metax-SGPU"
@@ -603,16 +590,24 @@ SGPU_RULES: DeviceRules = SgpuRules(NAME)
 
 
 @dataclass(frozen=True, slots=True)
-class MetaxSgpuVendor:
+class MetaxSgpuVendor(DescribedVendor):
     """MetaX sGPUs (see the module docstring). The names come from the ``metax:`` section."""
+
+    description = Description(
+        name=NAME,
+        rules=SGPU_RULES,
+        allocated_key=ALLOCATED_KEY,
+        to_allocate_key=TO_ALLOCATE_KEY,
+        register_key=REGISTER_KEY,
+        use_uuid=USE_UUID,
+        nouse_uuid=NOUSE_UUID,
+        decode_register=decode_devices_register,
+        liveness=Liveness.LISTED,
+    )
 
     count_name: str = "metax-tech.com/sgpu"
     memory_name: str = "metax-tech.com/vmemory"
     core_name: str = "metax-tech.com/vcore"
-
-    @property
-    def name(self) -> str:
-        return NAME
 
     @property
     def resources(self) -> ResourceNames:
@@ -620,34 +615,7 @@ class MetaxSgpuVendor:
             count=self.count_name, memory=self.memory_name, cores=self.core_name, memory_unit_mib=MEMORY_FACTOR
         )
 
-    @property
-    def rules(self) -> DeviceRules:
-        return SGPU_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return REGISTER_KEY
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
     # ---- requests ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         return sgpu_request(container, what, self.count_name, self.core_name, self.memory_name)
@@ -712,24 +680,6 @@ class MetaxSgpuVendor:
 
     # ---- registration ------------------------------------------------------------------------------------------
 
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration from ``metax-tech.com/node-gpu-devices``: absent → not registered; undecodable → invalid;
-        no card → not registered (HAMi's ``CheckHealth``: the node is healthy while it lists a card). Cordoned
-        cards from ``hami.io/device-cordon``."""
-        del now_local, reported_before
-        value = node.annotations.get(REGISTER_KEY)
-        if value is None:
-            return NotRegistered(Unregistered.ABSENT)
-        try:
-            devices = decode_devices_register(value)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, REGISTER_KEY, value, e)
-        if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(node.annotations.get(keys.DEVICE_CORDON, "")) if u in ids)
-        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
-
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the MetaX device plugin writes on its Node: the JSON register value and the count of slots."""
         if not devices:
@@ -737,12 +687,6 @@ class MetaxSgpuVendor:
         return {REGISTER_KEY: registration_value(devices)}, {self.count_name: str(sum(d.count for d in devices))}, {}
 
     # ---- pod annotations ---------------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, ALLOCATED_KEY)
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
         """HAMi's ``PatchAnnotations`` for sGPUs besides the device lists: the plugin's own JSON list

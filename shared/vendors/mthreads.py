@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
@@ -48,9 +48,10 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, cordoned_ids, whole_capacity
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import cordoned_ids, whole_capacity
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -165,12 +166,10 @@ def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class MthreadsVendor(CapacityVendor):
+class MthreadsVendor(DescribedVendor):
     """Moore Threads (see the module docstring)."""
 
-    WORD: ClassVar[str] = NAME
-    RULES: ClassVar[DeviceRules] = MTHREADS_RULES
-    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
+    description = Description(name=NAME, rules=MTHREADS_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE)
 
     config: MthreadsConfig = dataclasses.field(default_factory=MthreadsConfig)
 
