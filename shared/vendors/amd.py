@@ -150,7 +150,8 @@ DESCRIPTION: Final = Description(
 """No handshake: a registered node is live while ``allocatable[amd.com/gpu] > 0``."""
 
 REQUEST: Final = ShareRequest(
-    unit="GPU",
+    devices="GPUs",
+    memory="GPU memory",
     limits_only=True,
     cores=QuantityKind.PERCENT,
     zero_cores="{name} is a percentage of one GPU's compute units: write 1 to 100, not 0",

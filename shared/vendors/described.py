@@ -6,8 +6,8 @@ lock, selector annotations, register codec and liveness) and its vendor class in
 which answers the :class:`~shared.vendors.base.Vendor` property block, ``manages``, ``selectors``, the pod device
 lists and ``observe`` from it. What a family really does its own way (Ascend's templates, MetaX sGPU's QoS, a
 topology, MIG…) it writes as methods of its class, overriding these. :func:`shared_request` is the request reading
-of the families that ask with a count, a memory and a core resource (Hygon, AMD): its :class:`ShareRequest` says
-where they differ. docs/adding-a-vendor.md walks through a new family.
+of the families that ask with a count, a memory and a core resource (Hygon, AMD, Iluvatar): its
+:class:`ShareRequest` says where they differ. docs/adding-a-vendor.md walks through a new family.
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ class Description:
     nouse_type: str | None = None
     decode_register: Callable[[str], tuple[DeviceInfo, ...]] | None = None
     liveness: Liveness = Liveness.HANDSHAKE
+    list_key: str | None = None
+    """The key a malformed pod device list is reported under (default ``allocated_key``; Cambricon's plugin reads
+    the to-allocate list)."""
 
 
 class DescribedVendor:
@@ -136,6 +139,14 @@ class DescribedVendor:
     def node_lock(self) -> NodeLockKind:
         return self.description.node_lock
 
+    @property
+    def use_uuid_key(self) -> str:
+        return self.description.use_uuid
+
+    @property
+    def no_use_uuid_key(self) -> str:
+        return self.description.nouse_uuid
+
     def manages(self, container: Mapping[str, Any]) -> bool:
         return names_any(container, self.resources.all)
 
@@ -152,10 +163,12 @@ class DescribedVendor:
         return observe_described(node, now_local, self.description, self.resources.count, self.handshake_timeout_s)
 
     def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, self.description.allocated_key)
+        d = self.description
+        return encode_pod_devices(devices, d.list_key or d.allocated_key)
 
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, self.description.allocated_key)
+        d = self.description
+        return decode_pod_devices(value, d.list_key or d.allocated_key)
 
 
 def observe_described(
@@ -213,12 +226,14 @@ _NO_RESOURCES: Mapping[str, Any] = {}
 class ShareRequest:
     """How a family that asks with a count, a memory and a core resource reads them (:func:`shared_request`).
 
-    ``unit``: what one device is called in messages (``DCU``, ``GPU``). ``limits_only``: count and memory are read
-    from the limits only (a value in the requests alone is refused); cores always from the limits, else the
-    requests. ``cores``: :attr:`QuantityKind.CORES` (above 100 read as 100) or :attr:`QuantityKind.PERCENT`
-    (0..100); ``zero_cores``, when set, is the refusal of a core value of 0 (``{name}`` is the core resource)."""
+    ``devices`` and ``memory`` name the devices and their memory in messages (``DCUs``, ``DCU memory``).
+    ``limits_only``: count and memory are read from the limits only (a value in the requests alone is refused);
+    cores always from the limits, else the requests. ``cores``: :attr:`QuantityKind.CORES` (above 100 read as
+    100), :attr:`QuantityKind.PERCENT` (0..100) or :attr:`QuantityKind.PRIORITY` (any whole number);
+    ``zero_cores``, when set, is the refusal of a core value of 0 (``{name}`` is the core resource)."""
 
-    unit: str
+    devices: str
+    memory: str
     limits_only: bool = False
     cores: QuantityKind = QuantityKind.CORES
     zero_cores: str | None = None
@@ -257,13 +272,13 @@ def shared_request(
         shares = [x for x in (memory, cores) if x and raw_value(limits, requests, x)[0]]
         if not shares:
             return EMPTY_REQUEST
-        r.problem(f"{shares[0]} needs {count}, the number of {how.unit}s: add {count}: 1")
+        r.problem(f"{shares[0]} needs {count}, the number of {how.devices}: add {count}: 1")
         raise ResourceRequestError(r.problems)
     if not n:
         if mem:
             r.problem(
-                f"{count} is 0 but {memory} asks for {how.unit} memory: set "
-                f"{count} to the number of {how.unit}s (e.g. 1) or remove {memory}"
+                f"{count} is 0 but {memory} asks for {how.memory}: set "
+                f"{count} to the number of {how.devices} (e.g. 1) or remove {memory}"
             )
             raise ResourceRequestError(r.problems)
         return EMPTY_REQUEST

@@ -119,7 +119,7 @@ DESCRIPTION: Final = Description(
 """DCU registration (colon format) is observed through the handshake, always (DCU plugins speak it): live while
 our ``Requesting_`` is fresh or being answered; once it expired, live only while allocatable > 0."""
 
-REQUEST: Final = ShareRequest(unit="DCU")
+REQUEST: Final = ShareRequest(devices="DCUs", memory="DCU memory")
 """Each resource from the limits, else the requests; cores above 100 read as 100, default 100."""
 
 

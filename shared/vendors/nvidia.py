@@ -25,7 +25,6 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_request, names_any
@@ -33,15 +32,15 @@ from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_pod_cons
 from vgpu_scheduler.shared.codec.topology import decode_topology
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
-    ContainerDevice,
     ContainerRequest,
     NodeInventory,
     NvidiaConfig,
     Selectors,
 )
-from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, DeviceRules
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
@@ -58,19 +57,20 @@ from vgpu_scheduler.shared.vendors.registration import (
 
 
 @dataclass(frozen=True, slots=True)
-class NvidiaVendor:
+class NvidiaVendor(DescribedVendor):
     """The NVIDIA vendor. ``config.resource_count_name`` is the allocatable resource judged for liveness."""
+
+    description = Description(
+        name=NVIDIA,
+        rules=NVIDIA_RULES,
+        allocated_key=keys.DEVICES_ALLOCATED,
+        to_allocate_key=keys.DEVICES_TO_ALLOCATE,
+        register_key=keys.NODE_NVIDIA_REGISTER,
+        handshake_key=keys.NODE_HANDSHAKE,
+    )
 
     config: NvidiaConfig = field(default_factory=NvidiaConfig)
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
-
-    @property
-    def name(self) -> str:
-        return NVIDIA
-
-    @property
-    def handshake_key(self) -> str:
-        return keys.NODE_HANDSHAKE
 
     @property
     def resources(self) -> ResourceNames:
@@ -83,26 +83,6 @@ class NvidiaVendor:
             memory_unit_mib=max(c.memory_factor, 1),
             extra=(c.resource_priority_name,),
         )
-
-    @property
-    def rules(self) -> DeviceRules:
-        return NVIDIA_RULES
-
-    @property
-    def to_allocate_key(self) -> str:
-        return keys.DEVICES_TO_ALLOCATE
-
-    @property
-    def allocated_key(self) -> str:
-        return keys.DEVICES_ALLOCATED
-
-    @property
-    def register_key(self) -> str:
-        return keys.NODE_NVIDIA_REGISTER
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
 
     def manages(self, container: Mapping[str, Any]) -> bool:
         return names_any(container, self.config.resource_names)
@@ -123,12 +103,6 @@ class NvidiaVendor:
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         c = decode_pod_constraints(annotations)
         return Selectors(c.use_types, c.nouse_types, c.use_uuids, c.nouse_uuids)
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value)
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
         """See the module docstring for the order of the checks."""
@@ -155,7 +129,7 @@ class NvidiaVendor:
         except DecodeError as e:
             return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
 
-        handshake_value = a.get(self.handshake_key)
+        handshake_value = a.get(keys.NODE_HANDSHAKE)
         legacy = not is_json(register) or is_reported(handshake_value) or reported_before
         if not devices:
             return NotRegistered(Unregistered.NO_DEVICES, legacy)

@@ -5,14 +5,11 @@ count-only request. Pure."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
@@ -22,29 +19,17 @@ from vgpu_scheduler.shared.codec.resources import (
     container_lists,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
+from vgpu_scheduler.shared.codec.selectors import decode_uuid_list
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     ContainerRequest,
     DeviceInfo,
-    NodeInventory,
     PodConstraints,
     Selectors,
 )
 from vgpu_scheduler.shared.domain.vendor import BasicRules, Take
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.common import reader_config, rekey, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    judge_handshake,
-)
 
 COLON_FORMAT = "id,count,devmem,devcore,type,numa,health[,index,mode]:"
 
@@ -74,48 +59,9 @@ def decode_json(value: str, key: str, vendor: str, devcore: int | None = None) -
     return tuple(dataclasses.replace(d, vendor=vendor, devcore=devcore) for d in devices)
 
 
-def observe_with_handshake(
-    node: NodeView,
-    now_local: datetime,
-    *,
-    vendor: str,
-    register_key: str,
-    handshake_key: str,
-    count_name: str,
-    decode: Callable[[str], tuple[DeviceInfo, ...]],
-    timeout_s: float,
-) -> Observation:
-    """Registration + HAMi's ``CheckHealth`` through a handshake annotation, in this order, each ending the
-    observation: no register annotation → not registered; undecodable → invalid; ``allocatable[count]`` not a
-    quantity → invalid; no device → not registered; then the handshake (live while our ``Requesting_`` is fresh or
-    answered; once it expired, only while allocatable > 0)."""
-    a = node.annotations
-    register = a.get(register_key)
-    if register is None:
-        return NotRegistered(Unregistered.ABSENT)
-    try:
-        devices = decode(register)
-    except DecodeError as e:
-        return Invalid(DecodeFailure.REGISTER, register_key, register, e)
-    source = f"status.allocatable[{count_name}]"
-    raw = node.allocatable.get(count_name, 0)
-    try:
-        allocatable = parse_quantity(raw, source)
-    except DecodeError as e:
-        return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
-    if not devices:
-        return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
-    judged = judge_handshake(a.get(handshake_key), now_local, timeout_s)
-    if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
-        return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
-    ids = {d.id for d in devices}
-    cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
-    inventory = NodeInventory(node=node.name, vendor=vendor, devices=devices, cordoned=cordoned)
-    return Registered(inventory, handshake=judged.write, legacy=True, reporter=judged.reporter)
-
-
-def uuid_selectors(annotations: Mapping[str, str], use_key: str, nouse_key: str) -> Selectors:
-    """HAMi's two UUID lists (both apply); a use list that names nothing is a DecodeError (it matches nothing)."""
+def uuid_selectors(annotations: Mapping[str, str], use_key: str, nouse_key: str, device: str = "device") -> Selectors:
+    """HAMi's two UUID lists (both apply); a use list that names nothing is a DecodeError (it matches nothing:
+    "no ``device`` could ever match")."""
 
     def text(key: str) -> str | None:
         value = annotations.get(key)
@@ -128,7 +74,7 @@ def uuid_selectors(annotations: Mapping[str, str], use_key: str, nouse_key: str)
     if (v := text(use_key)) is not None:
         use = decode_uuid_list(v)
         if v.strip() and not use:
-            fail(use_key, "list holds no UUID, so no device could ever match", v)
+            fail(use_key, f"list holds no UUID, so no {device} could ever match", v)
     if (v := text(nouse_key)) is not None:
         nouse = decode_uuid_list(v)
     return Selectors(use_uuids=use, nouse_uuids=nouse)

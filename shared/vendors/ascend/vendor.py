@@ -14,21 +14,18 @@ from vgpu_scheduler.shared.codec._go import (
     dump_str,
     fail,
 )
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     capped_cores_warning,
     container_label,
     container_lists,
-    names_any,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
-    ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     NodeInventory,
@@ -56,7 +53,8 @@ from vgpu_scheduler.shared.vendors.ascend.registration import (
     registration_annotations,
 )
 from vgpu_scheduler.shared.vendors.ascend.requests import _Parsed, _Reader
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
     DecodeFailure,
@@ -69,26 +67,37 @@ from vgpu_scheduler.shared.vendors.registration import (
     Unregistered,
     judge_handshake,
 )
+from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
-# ------------------------------------------------------------------------------------------------------------
-# The vendor
-# ------------------------------------------------------------------------------------------------------------
+
+def describe(common_word: str, rules: AscendRules) -> Description:
+    """A chip's wire names, all built from its common word (``hami.io/node-register-<cw>`` …)."""
+    return Description(
+        name=common_word,
+        rules=rules,
+        allocated_key=f"hami.io/{common_word}-devices-allocated",
+        to_allocate_key=f"hami.io/{common_word}-devices-to-allocate",
+        register_key=register_key(common_word),
+        handshake_key=handshake_key(common_word),
+        use_uuid=f"hami.io/use-{common_word}-uuid",
+        nouse_uuid=f"hami.io/no-use-{common_word}-uuid",
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class AscendVendor:
-    """One Ascend chip (one ``vnpus`` entry) as every process sees it."""
+class AscendVendor(DescribedVendor):
+    """One Ascend chip (one ``vnpus`` entry) as every process sees it: the wire names are built from its common
+    word (:func:`describe`); its requests (templates or the soft split), selectors (with the vNPU mode),
+    registration (with the HCCS pair scores) and pod annotations are its own."""
 
     chip: ChipConfig
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     _rules: AscendRules = field(init=False, repr=False, compare=False)
+    description: Description = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_rules", AscendRules(self.chip))
-
-    @property
-    def name(self) -> str:
-        return self.chip.common_word
+        object.__setattr__(self, "description", describe(self.chip.common_word, self._rules))
 
     @property
     def resources(self) -> ResourceNames:
@@ -104,43 +113,25 @@ class AscendVendor:
     def rules(self) -> AscendRules:
         return self._rules
 
+    # an Ascend chip always has these keys: narrowed to str for its callers
     @property
     def to_allocate_key(self) -> str:
-        return f"hami.io/{self.name}-devices-to-allocate"
-
-    @property
-    def allocated_key(self) -> str:
-        return f"hami.io/{self.name}-devices-allocated"
+        return self.description.to_allocate_key or ""
 
     @property
     def register_key(self) -> str:
-        return register_key(self.name)
+        return self.description.register_key or ""
 
     @property
     def handshake_key(self) -> str:
-        return handshake_key(self.name)
-
-    @property
-    def use_uuid_key(self) -> str:
-        return f"hami.io/use-{self.name}-uuid"
-
-    @property
-    def no_use_uuid_key(self) -> str:
-        return f"hami.io/no-use-{self.name}-uuid"
+        return self.description.handshake_key or ""
 
     @property
     def runtime_key(self) -> str:
         """The plugin's runtime list annotation ``huawei.com/<cw>`` (see :meth:`runtime_info`)."""
         return f"huawei.com/{self.name}"
 
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
     # ---- requests ------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         return self._parse(container, what).request
@@ -308,20 +299,13 @@ class AscendVendor:
         return (w,) if w else ()
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        use: frozenset[str] = frozenset()
-        nouse: frozenset[str] = frozenset()
-        if (v := _text(annotations, self.use_uuid_key)) is not None:
-            use = decode_uuid_list(v)
-            if v.strip() and not use:
-                fail(self.use_uuid_key, "list holds no UUID, so no NPU could ever match", v)
-        if (v := _text(annotations, self.no_use_uuid_key)) is not None:
-            nouse = decode_uuid_list(v)
+        sel = uuid_selectors(annotations, self.use_uuid_key, self.no_use_uuid_key, "NPU")
         mode = ""
         if (v := _text(annotations, VNPU_MODE_ANNOTATION)) is not None:
             if v not in ("", VNPU_MODE_HAMI_CORE, "template"):
                 fail(VNPU_MODE_ANNOTATION, f"expected {VNPU_MODE_HAMI_CORE} (the soft split) or template", v)
             mode = v if v == VNPU_MODE_HAMI_CORE else ""
-        return Selectors(use_uuids=use, nouse_uuids=nouse, mode=mode)
+        return Selectors(use_uuids=sel.use_uuids, nouse_uuids=sel.nouse_uuids, mode=mode)
 
     # ---- registration --------------------------------------------------------------------------------------
 
@@ -376,12 +360,6 @@ class AscendVendor:
         return self.chip.hami_core if v is None else v == "true"
 
     # ---- pod annotations -----------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, self.allocated_key)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, self.allocated_key)
 
     def runtime_info(self, devices: PodDevices, *, soft: bool = False) -> str:
         """The value of ``huawei.com/<cw>`` that HAMi's ``PatchAnnotations`` writes for the device plugin: a JSON

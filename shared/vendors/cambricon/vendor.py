@@ -8,26 +8,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     capped_cores_warning,
     container_lists,
-    names_any,
     raw_value,
 )
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
-    ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     NodeInventory,
     PodDevices,
     Selectors,
 )
-from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.cambricon.fit import RULES
@@ -62,6 +58,7 @@ from vgpu_scheduler.shared.vendors.cambricon.registration import (
     devices_from_capacity,
 )
 from vgpu_scheduler.shared.vendors.cambricon.requests import _Reader
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
@@ -74,16 +71,22 @@ from vgpu_scheduler.shared.vendors.registration import (
 
 
 @dataclass(frozen=True, slots=True)
-class CambriconVendor:
+class CambriconVendor(DescribedVendor):
     """The Cambricon MLU vendor with the resource names of the device config's ``cambricon:`` section."""
+
+    description = Description(
+        name=MLU,
+        rules=RULES,
+        allocated_key=ALLOCATED_KEY,
+        to_allocate_key=TO_ALLOCATE_KEY,
+        node_lock=NodeLockKind.CAMBRICON,
+        list_key=TO_ALLOCATE_KEY,
+    )
+    """HAMi's Cambricon plugin reads the to-allocate list: a malformed device list is reported under that key."""
 
     count_name: str = DEFAULT_COUNT_NAME
     memory_name: str = DEFAULT_MEMORY_NAME
     core_name: str = DEFAULT_CORE_NAME
-
-    @property
-    def name(self) -> str:
-        return MLU
 
     @property
     def resources(self) -> ResourceNames:
@@ -91,34 +94,7 @@ class CambriconVendor:
             count=self.count_name, memory=self.memory_name, cores=self.core_name, memory_unit_mib=MEMORY_UNIT_MIB
         )
 
-    @property
-    def rules(self) -> DeviceRules:
-        return RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.CAMBRICON
-
     # ---- pods ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``, strict (see docs/vendors/cambricon.md)::
@@ -259,14 +235,6 @@ class CambriconVendor:
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(annotations.get(DEVICE_CORDON_KEY, "")) if u in ids)
         return Registered(NodeInventory(node=name, vendor=MLU, devices=devices, cordoned=cordoned))
-
-    # ---- pod device lists ----------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, TO_ALLOCATE_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, TO_ALLOCATE_KEY)
 
 
 DEFAULT_VENDOR: Final = CambriconVendor()
