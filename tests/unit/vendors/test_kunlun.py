@@ -49,17 +49,8 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import kunlun
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.catalog import BUILDERS, FAMILIES, enabled_vendors
-from vgpu_scheduler.shared.vendors.kunlun import (
-    _can_meet,
-    _count_bubble,
-    _delta,
-    _interconnect,
-    _pick,
-    graph_select,
-    score_fragmentation,
-    score_node,
-    trim_memory,
-)
+from vgpu_scheduler.shared.vendors.kunlun import graph_select, score_fragmentation, score_node, trim_memory
+from vgpu_scheduler.shared.vendors.kunlun.topology import _can_meet, _count_bubble, _delta, _interconnect, _pick
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints, device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
