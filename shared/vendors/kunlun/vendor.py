@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec.register import encode_register_json
@@ -28,8 +27,8 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import count_in_limits, count_registration, observe_count
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.kunlun.fit import KUNLUN_RULES, VXPU_RULES, _both_uuid_lists
 from vgpu_scheduler.shared.vendors.kunlun.keys import (
@@ -62,10 +61,7 @@ from vgpu_scheduler.shared.vendors.kunlun.registration import (
 )
 from vgpu_scheduler.shared.vendors.registration import (
     HANDSHAKE_TIMEOUT_S,
-    NodeView,
-    Observation,
 )
-from vgpu_scheduler.shared.vendors.simple import count_only_request
 
 
 def parse_config(section: object) -> KunlunConfig:
@@ -85,53 +81,29 @@ def build(section: object) -> tuple[KunlunVendor, KunlunVxpuVendor]:
 
 
 @dataclass(frozen=True, slots=True)
-class KunlunVendor(DescribedVendor):
-    """Whole Kunlunxin XPUs (see the module docstring)."""
+class KunlunVendor(CountedVendor):
+    """Whole Kunlunxin XPUs (see the package docstring): HAMi's ``GetNodeDevices`` derives XPUs of 98304 MiB, 100
+    cores and 100 slots from ``capacity[kunlunxin.com/xpu]`` (healthy while listed: HAMi's ``CheckHealth`` always
+    says so); a request takes 100 % of each XPU's memory and no cores."""
 
     description = Description(name=NAME, rules=KUNLUN_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE)
+    counted = Counted(
+        top=2**31 - 1,
+        expected="expected a whole number from 0 to 2^31-1",
+        devices=devices_from_capacity,
+        shape=(XPU_MEMORY_MIB, XPU_CORES, XPU_SLOTS),
+        refusal="Kunlunxin XPUs register by count only: each has 98304 MiB, 100 cores and 100 slots",
+    )
 
     config: KunlunConfig = dataclasses.field(default_factory=KunlunConfig)
 
     @property
-    def resources(self) -> ResourceNames:
-        return ResourceNames(count=self.config.resource_count_name)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; 100 % of each XPU's
-        memory, no cores. A bad quantity is a ResourceRequestError."""
-        return count_only_request(container, what, self.config.resource_count_name, NAME)
-
-    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        return count_in_limits(container, where, self.config.resource_count_name, self.container_request)
+    def count_name(self) -> str:
+        return self.config.resource_count_name
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         """Both UUID pairs (HAMi v2.10 checks ``hami.io/use-xpu-uuid`` and ``baidu.com/use-gpuuuid`` alike)."""
         return _both_uuid_lists(annotations, ((VXPU_USE_UUID, VXPU_NOUSE_UUID), (USE_UUID, NOUSE_UUID)))
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration from ``status.capacity[kunlunxin.com/xpu]``: absent → not registered; not a whole number
-        → invalid; 0 → not registered (HAMi's "device not found"); else that many XPUs, healthy (HAMi's
-        ``CheckHealth`` always says so). Cordoned XPUs from ``hami.io/device-cordon``."""
-        del now_local, reported_before
-        return observe_count(
-            node,
-            vendor=NAME,
-            count_name=self.config.resource_count_name,
-            top=2**31 - 1,
-            expected="expected a whole number from 0 to 2^31-1",
-            devices=devices_from_capacity,
-        )
-
-    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """What the Kunlunxin device plugin advertises for ``devices``: their number as the count resource. Only
-        XPUs as HAMi registers them (98304 MiB, 100 cores, 100 slots) survive the round trip."""
-        return count_registration(
-            devices,
-            self.config.resource_count_name,
-            shape=(XPU_MEMORY_MIB, XPU_CORES, XPU_SLOTS),
-            refusal="Kunlunxin XPUs register by count only: each has 98304 MiB, 100 cores and 100 slots",
-        )
 
     def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]:
         """``BAIDU_COM_DEVICE_IDX``: each container's XPU indexes joined by ``,``, the containers joined by ``;``
