@@ -2,8 +2,8 @@
 Neuron, Moore Threads): their device plugin advertises extended resources in ``status.capacity`` and HAMi's
 ``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
 lock (their :class:`~shared.vendors.described.Description` says so). :func:`whole_capacity`,
-:func:`observe_count`, :func:`count_registration` and :func:`count_in_limits` are the registration and
-admission steps several of them repeat. Pure."""
+:func:`observe_count`, :func:`observe_capacity`, :func:`count_registration` and :func:`count_in_limits` are the
+registration and admission steps several of them repeat. Pure."""
 
 from __future__ import annotations
 
@@ -100,3 +100,43 @@ def count_in_limits(
         return False
     request(container, where)
     return True
+
+
+def observe_capacity(
+    node: NodeView,
+    vendor: str,
+    count_name: str,
+    other_name: str,
+    *,
+    whole: Callable[[Mapping[str, Any], str], int | None],
+    devices: Callable[[int, int], tuple[DeviceInfo, ...] | Observation],
+) -> Observation:
+    """Registration of a family whose plugin advertises a count and a second total in ``status.capacity`` (AWS
+    Neuron: devices and cores; Moore Threads: cores and memory), in order: no ``capacity[count_name]`` (else the
+    allocatable) → not registered; either total not a whole quantity (``whole`` refuses it) → invalid;
+    ``allocatable[count_name]`` not a quantity → invalid; a count of 0 → not registered; ``devices(count,
+    other)`` (``other`` 0 when absent) returns an Observation → that; ``allocatable[count_name]`` ≤ 0 (the device
+    plugin is gone) → not registered; else registered, healthy, the cordoned devices from ``hami.io/device-cordon``
+    (HAMi's ``CheckHealth`` always says healthy)."""
+    capacity = node.capacity or node.allocatable
+    try:
+        count = whole(capacity, count_name)
+        if count is None:
+            return NotRegistered(Unregistered.ABSENT)
+        other = whole(capacity, other_name) or 0
+    except DecodeError as e:
+        return Invalid(DecodeFailure.REGISTER, e.what, e.part or "", e)
+    source = f"status.allocatable[{count_name}]"
+    raw = node.allocatable.get(count_name, 0)
+    try:
+        live = parse_quantity(raw, source) > 0
+    except DecodeError as e:
+        return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+    if count == 0:
+        return NotRegistered(Unregistered.NO_DEVICES)
+    found = devices(count, other)
+    if not isinstance(found, tuple):
+        return found
+    if not live:
+        return NotRegistered(Unregistered.NO_ALLOCATABLE)
+    return Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned_ids(node, found)))

@@ -32,6 +32,7 @@ from vgpu_scheduler.shared.codec.resources import (
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
+    NO_SELECTORS,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
@@ -75,7 +76,7 @@ class Description:
     """What tells one device family from another on the wire (HAMi's per-family constants).
 
     ``use_type``/``nouse_type`` None: the family's selectors are its two UUID lists only
-    (:func:`~shared.vendors.simple.uuid_selectors`); else the four lists of
+    (:func:`~shared.vendors.simple.uuid_selectors`), or none at all without ``use_uuid``; else the four lists of
     :func:`~shared.vendors.common.decode_selectors`. ``decode_register`` reads the register annotation's value
     into devices (None for a family that registers another way and observes by itself)."""
 
@@ -153,6 +154,8 @@ class DescribedVendor:
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         d = self.description
         if d.use_type is None or d.nouse_type is None:
+            if not d.use_uuid:
+                return NO_SELECTORS  # HAMi's checkUUID of the family is always true
             return uuid_selectors(annotations, d.use_uuid, d.nouse_uuid)
         return decode_selectors(annotations, d.use_type, d.nouse_type, d.use_uuid, d.nouse_uuid)
 

@@ -36,7 +36,6 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceInfo,
     NodePolicy,
     PodConstraints,
-    Selectors,
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
@@ -222,7 +221,8 @@ def devices_from_capacity(node: str, count: int) -> tuple[DeviceInfo, ...]:
 class MetaxVendor(CountedVendor):
     """MetaX whole GPUs (see the module docstring): HAMi's ``GetNodeDevices`` derives GPUs of 65536 MiB, 100 cores
     and one slot from ``capacity[metax-tech.com/gpu]`` (healthy while the capacity is above 0), with the topology
-    tables from the node's annotations; a request takes each GPU whole (100 % of its memory, 100 cores)."""
+    tables from the node's annotations; a request takes each GPU whole (100 % of its memory, 100 cores). No UUID
+    selector applies (HAMi's ``checkUUID`` is always true)."""
 
     description = Description(
         name=NAME,
@@ -246,8 +246,3 @@ class MetaxVendor(CountedVendor):
     @property
     def count_name(self) -> str:
         return self.config.resource_count_name
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        """No UUID selector applies to MetaX GPUs (HAMi's ``checkUUID`` is always true)."""
-        del annotations
-        return Selectors()

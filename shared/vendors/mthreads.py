@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
@@ -42,26 +41,21 @@ from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
-    NodeInventory,
     PodDevices,
-    Selectors,
 )
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import cordoned_ids, whole_capacity
+from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
     NodeView,
-    NotRegistered,
     Observation,
-    Registered,
-    Unregistered,
 )
-from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, uuid_selectors
+from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
 SECTION: Final = "mthreads"
 ENABLE_FLAG: Final[str | None] = None
@@ -169,7 +163,14 @@ def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
 class MthreadsVendor(DescribedVendor):
     """Moore Threads (see the module docstring)."""
 
-    description = Description(name=NAME, rules=MTHREADS_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE)
+    description = Description(
+        name=NAME,
+        rules=MTHREADS_RULES,
+        allocated_key=ALLOCATED_KEY,
+        node_lock=NodeLockKind.NONE,
+        use_uuid=USE_UUID,
+        nouse_uuid=NOUSE_UUID,
+    )
 
     config: MthreadsConfig = dataclasses.field(default_factory=MthreadsConfig)
 
@@ -265,9 +266,6 @@ class MthreadsVendor(DescribedVendor):
                 annotations = meta["annotations"] = {}
             annotations[REQUEST_GPU_NUM_KEY] = str(count)
 
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
-
     # ---- registration ------------------------------------------------------------------------------------------
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
@@ -277,31 +275,14 @@ class MthreadsVendor(DescribedVendor):
         (the device plugin is gone) → not registered. HAMi's ``CheckHealth`` always says healthy."""
         del now_local, reported_before
         c = self.config
-        capacity = node.capacity or node.allocatable
-        try:
-            cores_total = _whole(capacity, c.resource_core_name)
-            if cores_total is None:
-                return NotRegistered(Unregistered.ABSENT)
-            memory_total = _whole(capacity, c.resource_memory_name) or 0
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, e.what, e.part or "", e)
-        source = f"status.allocatable[{c.resource_core_name}]"
-        raw = node.allocatable.get(c.resource_core_name, 0)
-        try:
-            live = parse_quantity(raw, source) > 0
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
-        if cores_total == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        try:
-            devices = devices_from_capacity(node.name, cores_total, memory_total)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_memory_name}]", e.part or "", e)
-        if not live:
-            return NotRegistered(Unregistered.NO_ALLOCATABLE)
-        return Registered(
-            NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned_ids(node, devices))
-        )
+
+        def devices(cores_total: int, memory_total: int) -> tuple[DeviceInfo, ...] | Observation:
+            try:
+                return devices_from_capacity(node.name, cores_total, memory_total)
+            except DecodeError as e:
+                return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_memory_name}]", e.part or "", e)
+
+        return observe_capacity(node, NAME, c.resource_core_name, c.resource_memory_name, whole=_whole, devices=devices)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the Moore Threads device plugin advertises for ``devices`` (all of one size): 16 cores per GPU and

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
@@ -23,7 +22,6 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceInfo,
     NodeInventory,
     PodDevices,
-    Selectors,
 )
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.awsneuron.fit import AWSNEURON_RULES, core_terms, device_index
@@ -46,18 +44,14 @@ from vgpu_scheduler.shared.vendors.awsneuron.keys import (
 )
 from vgpu_scheduler.shared.vendors.awsneuron.requests import _validated, _whole, devices_from_capacity, split_cores
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import cordoned_ids
+from vgpu_scheduler.shared.vendors.capacity import observe_capacity
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
     NodeView,
-    NotRegistered,
     Observation,
-    Registered,
-    Unregistered,
 )
-from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
 
 def build(section: object) -> tuple[AWSNeuronVendor, ...]:
@@ -70,7 +64,12 @@ class AWSNeuronVendor(DescribedVendor):
     """AWS Neuron (see the module docstring)."""
 
     description = Description(
-        name=NAME, rules=AWSNEURON_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE
+        name=NAME,
+        rules=AWSNEURON_RULES,
+        allocated_key=ALLOCATED_KEY,
+        node_lock=NodeLockKind.NONE,
+        use_uuid=USE_UUID,
+        nouse_uuid=NOUSE_UUID,
     )
 
     config: AWSNeuronConfig = dataclasses.field(default_factory=AWSNeuronConfig)
@@ -116,9 +115,6 @@ class AWSNeuronVendor(DescribedVendor):
         requests) with a valid value (an invalid one is a ResourceRequestError: the pod is refused)."""
         return not self.container_request(container, where).empty
 
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
-
     def plugin_device_count(self, container: Mapping[str, Any]) -> int:
         """How many Neuron devices the device plugin serves ``container``: the devices of its request (a core
         request of 1 or 2 cores is one device), 0 when it asks for none or its request is invalid. Used by the
@@ -144,34 +140,17 @@ class AWSNeuronVendor(DescribedVendor):
         says healthy."""
         del now_local, reported_before
         c = self.config
-        capacity = node.capacity or node.allocatable
-        try:
-            count = _whole(capacity, c.resource_count_name)
-            if count is None:
-                return NotRegistered(Unregistered.ABSENT)
-            cores_total = _whole(capacity, c.resource_core_name) or 0
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, e.what, e.part or "", e)
-        source = f"status.allocatable[{c.resource_count_name}]"
-        raw = node.allocatable.get(c.resource_count_name, 0)
-        try:
-            live = parse_quantity(raw, source) > 0
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
-        if count == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        if count > MAX_DEVICES:
-            big = DecodeError(f"status.capacity[{c.resource_count_name}]", "beyond int32", str(count))
-            return Invalid(DecodeFailure.REGISTER, big.what, big.part or "", big)
-        try:
-            devices = devices_from_capacity(node.name, count, cores_total, node.labels.get(INSTANCE_TYPE_LABEL, ""))
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_core_name}]", e.part or "", e)
-        if not live:
-            return NotRegistered(Unregistered.NO_ALLOCATABLE)
-        return Registered(
-            NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned_ids(node, devices))
-        )
+
+        def devices(count: int, cores_total: int) -> tuple[DeviceInfo, ...] | Observation:
+            if count > MAX_DEVICES:
+                big = DecodeError(f"status.capacity[{c.resource_count_name}]", "beyond int32", str(count))
+                return Invalid(DecodeFailure.REGISTER, big.what, big.part or "", big)
+            try:
+                return devices_from_capacity(node.name, count, cores_total, node.labels.get(INSTANCE_TYPE_LABEL, ""))
+            except DecodeError as e:
+                return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_core_name}]", e.part or "", e)
+
+        return observe_capacity(node, NAME, c.resource_count_name, c.resource_core_name, whole=_whole, devices=devices)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What AWS's Neuron device plugin advertises for ``devices`` (all of one geometry): the device count and

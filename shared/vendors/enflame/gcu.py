@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX
 from vgpu_scheduler.shared.domain.model import (
     DeviceInfo,
-    Selectors,
 )
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
@@ -41,7 +39,7 @@ def gcu_devices(node: str, count: int) -> tuple[DeviceInfo, ...]:
 class GcuVendor(CountedVendor):
     """Whole Enflame GCU cards (see the package docstring): cards ``<node>-GCU-<i>`` from
     ``capacity[enflame.com/gcu]`` (HAMi's ``CheckHealth``: unhealthy without cards), one slot each; a request takes
-    each card whole (100 "memory", 100 %, 100 cores)."""
+    each card whole (100 "memory", 100 %, 100 cores). HAMi's GCU ``Fit`` checks no UUID list."""
 
     description = Description(
         name=GCU,
@@ -63,7 +61,3 @@ class GcuVendor(CountedVendor):
     @property
     def count_name(self) -> str:
         return self.config.resource_name_gcu
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        del annotations
-        return Selectors()  # HAMi's GCU Fit checks no UUID list

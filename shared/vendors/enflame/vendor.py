@@ -28,7 +28,6 @@ from vgpu_scheduler.shared.domain.model import (
     MigProfile,
     NodeInventory,
     PodDevices,
-    Selectors,
 )
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
@@ -73,7 +72,6 @@ from vgpu_scheduler.shared.vendors.registration import (
     Registered,
     Unregistered,
 )
-from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
 
 def build(section: object) -> tuple[GcuVendor, VgcuVendor]:
@@ -159,9 +157,6 @@ class VgcuVendor(DescribedVendor):
             elif n in req and n not in lim:
                 lim[n] = req[n]
         return True
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
 
     def plugin_device_count(self, container: Mapping[str, Any]) -> int:
         """How many instances Enflame's DRS plugin serves ``container``: one when it asks for a DRS resource (the
