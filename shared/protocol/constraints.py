@@ -1,7 +1,7 @@
 """A pod's scheduling annotations, decoded once for ``/filter`` and the webhook, so the two never disagree.
 
 ``/filter`` decodes the annotations of every pod that asks for a managed resource
-(:func:`shared.codec.selectors.decode_vendor_constraints`: node and GPU policy, scoring weights, every vendor's
+(:func:`shared.vendors.pods.decode_vendor_constraints`: node and GPU policy, scoring weights, every vendor's
 type and UUID selectors). A value it cannot read fails the pod on every node, again at every scheduling attempt.
 The webhook runs the same decoding on the same pods at creation and denies such a pod, so the mistake is seen when
 the pod is created. :func:`pod_constraints` is the one entry point of both; its error says what to write instead.
