@@ -30,13 +30,7 @@ from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import names_section, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.described import (
-    DescribedVendor,
-    Description,
-    Liveness,
-    ShareRequest,
-    shared_request,
-)
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, ShareRequest, shared_request
 from vgpu_scheduler.shared.vendors.simple import decode_json
 
 SECTION: Final = "amd"

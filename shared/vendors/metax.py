@@ -30,13 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from vgpu_scheduler.shared.domain.model import (
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    NodePolicy,
-    PodConstraints,
-)
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodePolicy, PodConstraints
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind

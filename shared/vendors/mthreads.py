@@ -49,12 +49,7 @@ from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    Observation,
-)
+from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
 SECTION: Final = "mthreads"

@@ -30,13 +30,7 @@ from vgpu_scheduler.shared.codec.register import decode_register, is_json
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_request, names_any
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_pod_constraints
 from vgpu_scheduler.shared.codec.topology import decode_topology
-from vgpu_scheduler.shared.domain.model import (
-    NVIDIA,
-    ContainerRequest,
-    NodeInventory,
-    NvidiaConfig,
-    Selectors,
-)
+from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NodeInventory, NvidiaConfig, Selectors
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames

@@ -20,13 +20,7 @@ from vgpu_scheduler.shared.codec.resources import (
     raw_value,
 )
 from vgpu_scheduler.shared.codec.selectors import decode_uuid_list
-from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    ContainerRequest,
-    DeviceInfo,
-    PodConstraints,
-    Selectors,
-)
+from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, ContainerRequest, DeviceInfo, PodConstraints, Selectors
 from vgpu_scheduler.shared.domain.vendor import BasicRules, Take
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.common import reader_config, rekey, uuid_selectors_ok

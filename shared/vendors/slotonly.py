@@ -1,5 +1,6 @@
 """A whole family that hands out devices by slot (HAMi's Biren and Vastai): its modules give only a
-:class:`~shared.vendors.described.Description`, a count resource name and the register value writer. Pure."""
+:class:`~shared.vendors.described.Description`, the count resource's default name and the register value writer
+(:func:`build_slot_only`). Pure."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from vgpu_scheduler.shared.codec.resources import container_lists
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo
 from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.common import names_section
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
 from vgpu_scheduler.shared.vendors.simple import count_only_request
@@ -49,3 +51,19 @@ class SlotOnlyVendor(DescribedVendor):
         """What the family's device plugin writes on its Node: the JSON register value and one count per slot."""
         annotations = {self.description.register_key or "": self.encode(devices)}
         return annotations, {self.count_name: str(sum(max(d.count, 0) for d in devices))}, {}
+
+
+def build_slot_only(
+    section: object,
+    description: Description,
+    encode: Callable[[Sequence[DeviceInfo]], str],
+    *,
+    key: str,
+    default_count: str,
+    unit: str,
+) -> tuple[SlotOnlyVendor, ...]:
+    """The vendor a slot-only family's section configures: the section holds only ``resourceCountName`` (HAMi's
+    ``BirenConfig``, ``VastaiConfig``); ``None`` or ``{}`` keep ``default_count``. ConfigError names the key path
+    (``key``, the section's name; ``unit`` says what a container asks for)."""
+    values = names_section(section, key, {"resourceCountName": "resource_count_name"}, unit=unit)
+    return (SlotOnlyVendor(description, values.get("resource_count_name", default_count), encode),)

@@ -39,10 +39,9 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.common import names_section
 from vgpu_scheduler.shared.vendors.described import Description
 from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, decode_json
-from vgpu_scheduler.shared.vendors.slotonly import SlotOnlyVendor
+from vgpu_scheduler.shared.vendors.slotonly import SlotOnlyVendor, build_slot_only
 
 SECTION: Final = "vastai"
 """The device-config section that configures the vendor."""
@@ -62,21 +61,15 @@ DIE_MODE: Final = "die"
 """``custominfo.DeviceStrategy`` of a plugin that registers dies; the device's mode is ``die:<AIC>``."""
 
 
-@dataclass(frozen=True, slots=True)
-class VastaiConfig:
-    """The ``vastai:`` section (HAMi's ``VastaiConfig``)."""
-
-    resource_count_name: str = "vastaitech.com/va"
-
-
-def parse_config(section: object) -> VastaiConfig:
-    """Validate the ``vastai:`` section; absent keys keep HAMi's default. ConfigError names the key path."""
-    return VastaiConfig(**names_section(section, SECTION, {"resourceCountName": "resource_count_name"}, unit="devices"))
+DEFAULT_COUNT_NAME: Final = "vastaitech.com/va"
+"""HAMi's default ``resourceCountName``, the only key of the ``vastai:`` section."""
 
 
 def build(section: object) -> tuple[SlotOnlyVendor, ...]:
     """The vendor the ``vastai:`` section configures (``None`` or ``{}``: HAMi's default)."""
-    return (SlotOnlyVendor(DESCRIPTION, parse_config(section).resource_count_name, registration_value),)
+    return build_slot_only(
+        section, DESCRIPTION, registration_value, key=SECTION, default_count=DEFAULT_COUNT_NAME, unit="devices"
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -7,9 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.shared.codec._go import (
-    INT32_MAX,
-)
+from vgpu_scheduler.shared.codec._go import INT32_MAX
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,

@@ -8,12 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec._go import (
-    dump_array,
-    dump_object,
-    dump_str,
-    fail,
-)
+from vgpu_scheduler.shared.codec._go import dump_array, dump_object, dump_str, fail
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
@@ -22,13 +17,7 @@ from vgpu_scheduler.shared.codec.resources import (
     container_lists,
 )
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
-from vgpu_scheduler.shared.domain.model import (
-    ContainerRequest,
-    DeviceInfo,
-    NodeInventory,
-    PodDevices,
-    Selectors,
-)
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory, PodDevices, Selectors
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.ascend.config import (
     PREDICATE_TIME,

@@ -7,9 +7,7 @@ from fractions import Fraction
 from typing import Any
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.domain.model import (
-    DeviceInfo,
-)
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.awsneuron.fit import core_mask
 from vgpu_scheduler.shared.vendors.awsneuron.keys import _ID_INFIX, MAX_CORES_PER_DEVICE, MAX_DEVICES, NAME

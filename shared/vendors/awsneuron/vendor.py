@@ -46,12 +46,7 @@ from vgpu_scheduler.shared.vendors.awsneuron.requests import _validated, _whole,
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    Observation,
-)
+from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 
 
 def build(section: object) -> tuple[AWSNeuronVendor, ...]:

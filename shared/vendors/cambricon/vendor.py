@@ -9,12 +9,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import (
-    ResourceRequestError,
-    capped_cores_warning,
-    container_lists,
-    raw_value,
-)
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError, capped_cores_warning, container_lists, raw_value
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,

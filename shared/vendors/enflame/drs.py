@@ -10,12 +10,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX, fail
-from vgpu_scheduler.shared.domain.model import (
-    ContainerRequest,
-    DeviceInfo,
-    MigProfile,
-    Reason,
-)
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, MigProfile, Reason
 from vgpu_scheduler.shared.domain.vendor import DeviceRules, Take
 from vgpu_scheduler.shared.vendors.enflame.keys import _DRS_INFIX, _INT_RE, _MINOR_PREFIX, DRS_CAPACITY_KEY, VGCU
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules

@@ -6,9 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX
-from vgpu_scheduler.shared.domain.model import (
-    DeviceInfo,
-)
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor

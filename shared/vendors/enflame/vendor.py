@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from vgpu_scheduler.shared.codec._go import fail
@@ -29,13 +30,9 @@ from vgpu_scheduler.shared.domain.model import (
     NodeInventory,
     PodDevices,
 )
-from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import (
-    cordoned_ids,
-)
 from vgpu_scheduler.shared.vendors.common import reader_config
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, observe_described
 from vgpu_scheduler.shared.vendors.enflame.drs import (
     DIRECT,
     VGCU_RULES,
@@ -63,15 +60,7 @@ from vgpu_scheduler.shared.vendors.enflame.keys import (
     EnflameConfig,
     parse_config,
 )
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
+from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
 
 
 def build(section: object) -> tuple[GcuVendor, VgcuVendor]:
@@ -91,6 +80,7 @@ class VgcuVendor(DescribedVendor):
         node_lock=NodeLockKind.NONE,
         use_uuid=USE_UUID,
         nouse_uuid=NOUSE_UUID,
+        liveness=Liveness.LISTED,
     )
 
     config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
@@ -164,19 +154,12 @@ class VgcuVendor(DescribedVendor):
         return 1 if self.manages(container) else 0
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration from ``enflame.com/gcu-drs-capacity``: absent → not registered; undecodable → invalid; no
-        card → not registered. HAMi's ``CheckHealth`` always says healthy: no handshake."""
-        del now_local, reported_before
-        value = node.annotations.get(DRS_CAPACITY_KEY)
-        if value is None:
-            return NotRegistered(Unregistered.ABSENT)
-        try:
-            devices = decode_drs_capacity(value, node.name)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, DRS_CAPACITY_KEY, value, e)
-        if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        return Registered(NodeInventory(node.name, VGCU, devices, cordoned=cordoned_ids(node, devices)))
+        """Registration from ``enflame.com/gcu-drs-capacity`` (its cards are named after the node): absent → not
+        registered; undecodable → invalid; no card → not registered. HAMi's ``CheckHealth`` always says healthy: no
+        handshake (:attr:`Liveness.LISTED`)."""
+        del reported_before
+        d = dataclasses.replace(self.description, decode_register=partial(decode_drs_capacity, node=node.name))
+        return observe_described(node, now_local, d, self.resources.count)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What Enflame's DRS plugin writes for ``devices``: the capacity annotation (a card without a menu gets

@@ -3,9 +3,7 @@ memory sizes. Pure."""
 
 from __future__ import annotations
 
-from vgpu_scheduler.shared.domain.model import (
-    DeviceInfo,
-)
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.vendors.kunlun.keys import (
     _ID_INFIX,
     NAME,

@@ -59,9 +59,7 @@ from vgpu_scheduler.shared.vendors.kunlun.registration import (
     trim_memory,
     xpu_index,
 )
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-)
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
 
 
 def parse_config(section: object) -> KunlunConfig:

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from vgpu_scheduler.shared.domain.model import (
-    DeviceUsage,
-)
+from vgpu_scheduler.shared.domain.model import DeviceUsage
 
 NAME: Final = "Metax-SGPU"
 """HAMi's common word (and device type) of MetaX sGPUs."""

@@ -8,9 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.domain.model import (
-    DeviceInfo,
-)
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.vendors.metax_sgpu.keys import INT32_MAX, NAME, REGISTER_KEY
 
 

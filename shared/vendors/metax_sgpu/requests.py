@@ -9,17 +9,8 @@ from typing import Any
 
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import (
-    ResourceRequestError,
-    container_label,
-    container_lists,
-)
-from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    MEM_PCT_UNSET,
-    ContainerRequest,
-    Selectors,
-)
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError, container_label, container_lists
+from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, ContainerRequest, Selectors
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.metax_sgpu.keys import (
     _GO_TRUE,

@@ -8,18 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.shared.codec.resources import (
-    ResourceRequestError,
-    container_label,
-    container_lists,
-)
-from vgpu_scheduler.shared.domain.model import (
-    ContainerRequest,
-    DeviceCharge,
-    DeviceInfo,
-    PodDevices,
-    Selectors,
-)
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError, container_label, container_lists
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceCharge, DeviceInfo, PodDevices, Selectors
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness
 from vgpu_scheduler.shared.vendors.metax_sgpu.fit import SGPU_RULES, sharing_terms
