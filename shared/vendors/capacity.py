@@ -16,15 +16,8 @@ from vgpu_scheduler.shared.codec.resources import container_lists
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
+from vgpu_scheduler.shared.vendors import registration as reg
+from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
 
 
 def whole_capacity(capacity: Mapping[str, Any], name: str, top: int, expected: str) -> int | None:
@@ -64,17 +57,17 @@ def observe_count(
     try:
         count = whole_capacity(capacity, count_name, top, expected)
     except DecodeError as e:
-        return Invalid(DecodeFailure.REGISTER, f"status.capacity[{count_name}]", str(capacity[count_name]), e)
+        return reg.Invalid(reg.DecodeFailure.REGISTER, f"status.capacity[{count_name}]", str(capacity[count_name]), e)
     if count is None:
-        return NotRegistered(Unregistered.ABSENT)
+        return reg.NotRegistered(reg.Unregistered.ABSENT)
     if count == 0:
-        return NotRegistered(Unregistered.NO_DEVICES)
+        return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
     found = devices(node.name, count)
     cordoned = cordoned_ids(node, found)
     if pair_scores is None:
-        return Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned))
+        return reg.Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned))
     inventory = NodeInventory(node=node.name, vendor=vendor, devices=found, pair_scores=pair_scores, cordoned=cordoned)
-    return Registered(inventory)
+    return reg.Registered(inventory)
 
 
 def count_registration(
@@ -122,21 +115,23 @@ def observe_capacity(
     try:
         count = whole(capacity, count_name)
         if count is None:
-            return NotRegistered(Unregistered.ABSENT)
+            return reg.NotRegistered(reg.Unregistered.ABSENT)
         other = whole(capacity, other_name) or 0
     except DecodeError as e:
-        return Invalid(DecodeFailure.REGISTER, e.what, e.part or "", e)
+        return reg.Invalid(reg.DecodeFailure.REGISTER, e.what, e.part or "", e)
     source = f"status.allocatable[{count_name}]"
     raw = node.allocatable.get(count_name, 0)
     try:
         live = parse_quantity(raw, source) > 0
     except DecodeError as e:
-        return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
     if count == 0:
-        return NotRegistered(Unregistered.NO_DEVICES)
+        return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
     found = devices(count, other)
     if not isinstance(found, tuple):
         return found
     if not live:
-        return NotRegistered(Unregistered.NO_ALLOCATABLE)
-    return Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned_ids(node, found)))
+        return reg.NotRegistered(reg.Unregistered.NO_ALLOCATABLE)
+    return reg.Registered(
+        NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned_ids(node, found))
+    )

@@ -41,21 +41,11 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import cordoned_ids
 from vgpu_scheduler.shared.vendors.common import decode_selectors, reader_config
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    judge_handshake,
-)
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
 
@@ -193,33 +183,33 @@ def observe_described(
         raise ValueError(f"vendor {d.name!r} has no register annotation to observe")
     register = node.annotations.get(key)
     if register is None:
-        return NotRegistered(Unregistered.ABSENT)
+        return reg.NotRegistered(reg.Unregistered.ABSENT)
     try:
         devices = d.decode_register(register)
     except DecodeError as e:
-        return Invalid(DecodeFailure.REGISTER, key, register, e)
+        return reg.Invalid(reg.DecodeFailure.REGISTER, key, register, e)
     if d.liveness is Liveness.LISTED:
         if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        return Registered(NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices)))
+            return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
+        return reg.Registered(NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices)))
     source = f"status.allocatable[{count_name}]"
     raw = node.allocatable.get(count_name, 0)
     try:
         allocatable = parse_quantity(raw, source)
     except DecodeError as e:
-        return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
     legacy = d.liveness is Liveness.HANDSHAKE
     if not devices:
-        return NotRegistered(Unregistered.NO_DEVICES, legacy=legacy)
+        return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy=legacy)
     if not legacy:
         if allocatable <= 0:
-            return NotRegistered(Unregistered.NO_ALLOCATABLE)
-        return Registered(NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices)))
-    judged = judge_handshake(node.annotations.get(d.handshake_key or ""), now_local, timeout_s)
-    if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
-        return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
+            return reg.NotRegistered(reg.Unregistered.NO_ALLOCATABLE)
+        return reg.Registered(NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices)))
+    judged = reg.judge_handshake(node.annotations.get(d.handshake_key or ""), now_local, timeout_s)
+    if judged.state is reg.HandshakeState.EXPIRED and allocatable <= 0:
+        return reg.NotRegistered(reg.Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
     inventory = NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices))
-    return Registered(inventory, handshake=judged.write, legacy=True, reporter=judged.reporter)
+    return reg.Registered(inventory, handshake=judged.write, legacy=True, reporter=judged.reporter)
 
 
 _NO_RESOURCES: Mapping[str, Any] = {}

@@ -33,21 +33,10 @@ from vgpu_scheduler.shared.codec.topology import decode_topology
 from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NodeInventory, NvidiaConfig, Selectors
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    is_reported,
-    judge_handshake,
-)
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,47 +92,47 @@ class NvidiaVendor(DescribedVendor):
         a = node.annotations
         register = a.get(keys.NODE_NVIDIA_REGISTER)
         if register is None:
-            return NotRegistered(Unregistered.ABSENT)
+            return reg.NotRegistered(reg.Unregistered.ABSENT)
         try:
             devices = decode_register(register)
         except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, keys.NODE_NVIDIA_REGISTER, register, e)
+            return reg.Invalid(reg.DecodeFailure.REGISTER, keys.NODE_NVIDIA_REGISTER, register, e)
         score = a.get(keys.NODE_NVIDIA_SCORE)
         pair_scores = {}
         if score is not None:
             try:
                 pair_scores = {k: dict(v) for k, v in decode_topology(score).items()}
             except DecodeError as e:
-                return Invalid(DecodeFailure.TOPOLOGY, keys.NODE_NVIDIA_SCORE, score, e)
+                return reg.Invalid(reg.DecodeFailure.TOPOLOGY, keys.NODE_NVIDIA_SCORE, score, e)
         count_name = self.config.resource_count_name
         source = f"status.allocatable[{count_name}]"
         raw = node.allocatable.get(count_name, 0)
         try:
             allocatable = parse_quantity(raw, source)
         except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+            return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
 
         handshake_value = a.get(keys.NODE_HANDSHAKE)
-        legacy = not is_json(register) or is_reported(handshake_value) or reported_before
+        legacy = not is_json(register) or reg.is_reported(handshake_value) or reported_before
         if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES, legacy)
+            return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy)
 
         write: str | None = None
         reporter = False
         live = allocatable > 0
-        reason = Unregistered.NO_ALLOCATABLE
+        reason = reg.Unregistered.NO_ALLOCATABLE
         if legacy:
-            judged = judge_handshake(handshake_value, now_local, self.handshake_timeout_s)
+            judged = reg.judge_handshake(handshake_value, now_local, self.handshake_timeout_s)
             write, reporter = judged.write, judged.reporter
-            if judged.state is not HandshakeState.EXPIRED:
+            if judged.state is not reg.HandshakeState.EXPIRED:
                 live = True
-            reason = Unregistered.HANDSHAKE_TIMEOUT
+            reason = reg.Unregistered.HANDSHAKE_TIMEOUT
         if not live:
-            return NotRegistered(reason, legacy)
+            return reg.NotRegistered(reason, legacy)
 
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
         inventory = NodeInventory(
             node=node.name, vendor=NVIDIA, devices=devices, pair_scores=pair_scores, cordoned=cordoned
         )
-        return Registered(inventory, handshake=write, legacy=legacy, reporter=reporter)
+        return reg.Registered(inventory, handshake=write, legacy=legacy, reporter=reporter)

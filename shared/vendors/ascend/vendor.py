@@ -19,6 +19,7 @@ from vgpu_scheduler.shared.codec.resources import (
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory, PodDevices, Selectors
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.ascend.config import (
     PREDICATE_TIME,
     SOFT_CORE_TOTAL,
@@ -39,18 +40,7 @@ from vgpu_scheduler.shared.vendors.ascend.registration import (
 from vgpu_scheduler.shared.vendors.ascend.requests import parse_container
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    judge_handshake,
-)
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
 
@@ -216,25 +206,25 @@ class AscendVendor(DescribedVendor):
         key = self.register_key
         register = a.get(key)
         if register is None:
-            return NotRegistered(Unregistered.ABSENT, legacy=True)
+            return reg.NotRegistered(reg.Unregistered.ABSENT, legacy=True)
         try:
             npus = decode_registration(register, self.name)
         except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, key, register, e)
+            return reg.Invalid(reg.DecodeFailure.REGISTER, key, register, e)
         count_name = self.chip.resource_name
         source = f"status.allocatable[{count_name}]"
         raw = node.allocatable.get(count_name, 0)
         try:
             allocatable = parse_quantity(raw, source)
         except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+            return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
         if not npus:
-            return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
+            return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy=True)
         shake = a.get(self.handshake_key)
-        judged = judge_handshake(shake, now_local, self.handshake_timeout_s)
+        judged = reg.judge_handshake(shake, now_local, self.handshake_timeout_s)
         reporter = reported_before or (shake is not None and shake.startswith("Reported"))
-        if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
-            return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
+        if judged.state is reg.HandshakeState.EXPIRED and allocatable <= 0:
+            return reg.NotRegistered(reg.Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
         devices = tuple(n.device for n in npus)
         if self.node_soft(a):  # every NPU is 100 % of its AI cores, shared by percent
             devices = tuple(replace(d, mode=VNPU_MODE_HAMI_CORE, devcore=SOFT_CORE_TOTAL) for d in devices)
@@ -243,7 +233,7 @@ class AscendVendor(DescribedVendor):
         inventory = NodeInventory(
             node=node.name, vendor=self.name, devices=devices, pair_scores=_pair_scores(npus), cordoned=cordoned
         )
-        return Registered(inventory, handshake=judged.write, legacy=True, reporter=reporter)
+        return reg.Registered(inventory, handshake=judged.write, legacy=True, reporter=reporter)
 
     def node_soft(self, annotations: Mapping[str, str]) -> bool:
         """Whether the node runs the hami-core soft split: its ``hami-vnpu-core`` annotation is ``"true"``, or,

@@ -20,6 +20,7 @@ from vgpu_scheduler.shared.domain.model import (
     Selectors,
 )
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.cambricon.fit import RULES
 
@@ -54,15 +55,7 @@ from vgpu_scheduler.shared.vendors.cambricon.registration import (
 )
 from vgpu_scheduler.shared.vendors.cambricon.requests import _Reader
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
+from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,29 +200,29 @@ class CambriconVendor(DescribedVendor):
         try:
             cores_total = _capacity_int(capacity, self.core_name)
             if cores_total is None:
-                return NotRegistered(Unregistered.ABSENT)
+                return reg.NotRegistered(reg.Unregistered.ABSENT)
             memory_total = _capacity_int(capacity, self.memory_name) or 0
         except _BadQuantity as bad:
-            return Invalid(DecodeFailure.REGISTER, bad.source, bad.value, bad.error)
+            return reg.Invalid(reg.DecodeFailure.REGISTER, bad.source, bad.value, bad.error)
         source = f"status.allocatable[{self.count_name}]"
         raw = allocatable.get(self.count_name, 0)
         try:
             live = parse_quantity(raw, source) > 0
         except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+            return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
         if cores_total == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
+            return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
         try:
             devices = devices_from_capacity(name, cores_total, memory_total, card_type(labels))
         except DecodeError as e:
-            return Invalid(
-                DecodeFailure.REGISTER, f"status.capacity[{self.memory_name}]", str(capacity[self.memory_name]), e
+            return reg.Invalid(
+                reg.DecodeFailure.REGISTER, f"status.capacity[{self.memory_name}]", str(capacity[self.memory_name]), e
             )
         if not live:
-            return NotRegistered(Unregistered.NO_ALLOCATABLE)
+            return reg.NotRegistered(reg.Unregistered.NO_ALLOCATABLE)
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(annotations.get(DEVICE_CORDON_KEY, "")) if u in ids)
-        return Registered(NodeInventory(node=name, vendor=MLU, devices=devices, cordoned=cordoned))
+        return reg.Registered(NodeInventory(node=name, vendor=MLU, devices=devices, cordoned=cordoned))
 
 
 DEFAULT_VENDOR: Final = CambriconVendor()
