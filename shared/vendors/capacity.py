@@ -119,12 +119,10 @@ def observe_capacity(
         other = whole(capacity, other_name) or 0
     except DecodeError as e:
         return reg.Invalid(reg.DecodeFailure.REGISTER, e.what, e.part or "", e)
-    source = f"status.allocatable[{count_name}]"
-    raw = node.allocatable.get(count_name, 0)
-    try:
-        live = parse_quantity(raw, source) > 0
-    except DecodeError as e:
-        return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
+    quantity = reg.allocatable_quantity(node.allocatable, count_name)
+    if isinstance(quantity, reg.Invalid):
+        return quantity
+    live = quantity > 0
     if count == 0:
         return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
     found = devices(count, other)

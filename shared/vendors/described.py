@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
@@ -192,12 +191,9 @@ def observe_described(
         if not devices:
             return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
         return reg.Registered(NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices)))
-    source = f"status.allocatable[{count_name}]"
-    raw = node.allocatable.get(count_name, 0)
-    try:
-        allocatable = parse_quantity(raw, source)
-    except DecodeError as e:
-        return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
+    allocatable = reg.allocatable_quantity(node.allocatable, count_name)
+    if isinstance(allocatable, reg.Invalid):
+        return allocatable
     legacy = d.liveness is Liveness.HANDSHAKE
     if not devices:
         return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy=legacy)

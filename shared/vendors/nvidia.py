@@ -25,7 +25,6 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_request, names_any
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_pod_constraints
@@ -105,12 +104,9 @@ class NvidiaVendor(DescribedVendor):
             except DecodeError as e:
                 return reg.Invalid(reg.DecodeFailure.TOPOLOGY, keys.NODE_NVIDIA_SCORE, score, e)
         count_name = self.config.resource_count_name
-        source = f"status.allocatable[{count_name}]"
-        raw = node.allocatable.get(count_name, 0)
-        try:
-            allocatable = parse_quantity(raw, source)
-        except DecodeError as e:
-            return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        allocatable = reg.allocatable_quantity(node.allocatable, count_name)
+        if isinstance(allocatable, reg.Invalid):
+            return allocatable
 
         handshake_value = a.get(keys.NODE_HANDSHAKE)
         legacy = not is_json(register) or reg.is_reported(handshake_value) or reported_before

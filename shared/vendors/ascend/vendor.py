@@ -9,7 +9,6 @@ from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import dump_array, dump_object, dump_str, fail
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     capped_cores_warning,
@@ -212,12 +211,9 @@ class AscendVendor(DescribedVendor):
         except DecodeError as e:
             return reg.Invalid(reg.DecodeFailure.REGISTER, key, register, e)
         count_name = self.chip.resource_name
-        source = f"status.allocatable[{count_name}]"
-        raw = node.allocatable.get(count_name, 0)
-        try:
-            allocatable = parse_quantity(raw, source)
-        except DecodeError as e:
-            return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        allocatable = reg.allocatable_quantity(node.allocatable, count_name)
+        if isinstance(allocatable, reg.Invalid):
+            return allocatable
         if not npus:
             return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy=True)
         shake = a.get(self.handshake_key)

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, capped_cores_warning, container_lists, raw_value
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
 from vgpu_scheduler.shared.domain.model import (
@@ -204,12 +203,10 @@ class CambriconVendor(DescribedVendor):
             memory_total = _capacity_int(capacity, self.memory_name) or 0
         except _BadQuantity as bad:
             return reg.Invalid(reg.DecodeFailure.REGISTER, bad.source, bad.value, bad.error)
-        source = f"status.allocatable[{self.count_name}]"
-        raw = allocatable.get(self.count_name, 0)
-        try:
-            live = parse_quantity(raw, source) > 0
-        except DecodeError as e:
-            return reg.Invalid(reg.DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        quantity = reg.allocatable_quantity(allocatable, self.count_name)
+        if isinstance(quantity, reg.Invalid):
+            return quantity
+        live = quantity > 0
         if cores_total == 0:
             return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
         try:
