@@ -219,7 +219,10 @@ class ShareRequest:
     ``limits_only``: count and memory are read from the limits only (a value in the requests alone is refused);
     cores always from the limits, else the requests. ``cores``: :attr:`QuantityKind.CORES` (above 100 read as
     100), :attr:`QuantityKind.PERCENT` (0..100) or :attr:`QuantityKind.PRIORITY` (any whole number);
-    ``zero_cores``, when set, is the refusal of a core value of 0 (``{name}`` is the core resource)."""
+    ``zero_cores``, when set, is the refusal of a core value of 0 (``{name}`` is the core resource).
+    ``zero_count_hint``: the refusal of a count of 0 with memory says what to write instead. ``check(n, memory,
+    memory_name)`` returns a further refusal of a valid count and memory (Moore Threads' sGPU sizes) or None.
+    ``per_device``: memory and cores are the container's total, divided by the count (integer division)."""
 
     devices: str
     memory: str
@@ -227,6 +230,9 @@ class ShareRequest:
     cores: QuantityKind = QuantityKind.CORES
     zero_cores: str | None = None
     default_cores: int = 100
+    zero_count_hint: bool = True
+    check: Callable[[int, int | None, str], str | None] | None = None
+    per_device: bool = False
 
 
 def shared_request(
@@ -265,17 +271,20 @@ def shared_request(
         raise ResourceRequestError(r.problems)
     if not n:
         if mem:
-            r.problem(
-                f"{count} is 0 but {memory} asks for {how.memory}: set "
-                f"{count} to the number of {how.devices} (e.g. 1) or remove {memory}"
-            )
+            hint = f": set {count} to the number of {how.devices} (e.g. 1) or remove {memory}"
+            r.problem(f"{count} is 0 but {memory} asks for {how.memory}" + (hint if how.zero_count_hint else ""))
             raise ResourceRequestError(r.problems)
         return EMPTY_REQUEST
+    if how.check is not None and (refusal := how.check(n, mem, memory)) is not None:
+        r.problem(refusal)
+        raise ResourceRequestError(r.problems)
     mem_mib = (mem or 0) * memory_factor
+    cores_pct = how.default_cores if core is None else core
+    share = n if how.per_device else 1
     return ContainerRequest(
         nums=n,
-        mem_mib=mem_mib,
+        mem_mib=mem_mib // share,
         mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
-        cores_pct=how.default_cores if core is None else core,
+        cores_pct=cores_pct // share,
         type=name,
     )

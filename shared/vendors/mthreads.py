@@ -33,11 +33,8 @@ from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
-    raw_value,
 )
 from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    MEM_PCT_UNSET,
     ContainerDevice,
     ContainerRequest,
     DeviceInfo,
@@ -48,7 +45,7 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import names_section, reader_config
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest, shared_request
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
@@ -154,6 +151,26 @@ def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def _sgpu_size(n: int, mem: int | None, memory_name: str) -> str | None:
+    """One GPU's memory must be an sGPU size (HAMi's webhook refuses another)."""
+    if n == 1 and mem is not None and mem not in LEGAL_MEMORY:
+        sizes = ", ".join(str(m) for m in LEGAL_MEMORY)
+        return f"{memory_name}: {mem} is not an sGPU size of one GPU; use one of {sizes}"
+    return None
+
+
+REQUEST: Final = ShareRequest(
+    devices="GPUs",
+    memory="GPU memory",
+    cores=QuantityKind.PRIORITY,
+    default_cores=0,
+    zero_count_hint=False,
+    check=_sgpu_size,
+    per_device=True,
+)
+"""Each resource from the limits, else the requests; memory and cores are the container's total."""
+
+
 @dataclass(frozen=True, slots=True)
 class MthreadsVendor(DescribedVendor):
     """Moore Threads (see the module docstring)."""
@@ -196,35 +213,21 @@ class MthreadsVendor(DescribedVendor):
         return n, mem, core, r
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: memory × 512 MiB and cores, each divided by the count (integer
-        division); no memory: the whole GPU (100 %). Strict: a memory or core resource without the count, a count
-        of 0 with memory, one GPU with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad
-        quantity are a ResourceRequestError."""
+        """HAMi's ``GenerateResourceRequests`` (:func:`~shared.vendors.described.shared_request` with
+        :data:`REQUEST`): memory × 512 MiB and cores, each divided by the count (integer division); no memory: the
+        whole GPU (100 %). Strict: a memory or core resource without the count, a count of 0 with memory, one GPU
+        with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad quantity are a
+        ResourceRequestError."""
         c = self.config
-        limits, requests = container_lists(container, what)
-        n, mem, core, r = self._read(container, what)
-        if not raw_value(limits, requests, c.resource_count_name)[0]:
-            shares = [x for x in (c.resource_memory_name, c.resource_core_name) if raw_value(limits, requests, x)[0]]
-            if not shares:
-                return EMPTY_REQUEST
-            r.problem(f"{shares[0]} needs {c.resource_count_name}, the number of GPUs: add {c.resource_count_name}: 1")
-            raise ResourceRequestError(r.problems)
-        if not n:
-            if mem:
-                r.problem(f"{c.resource_count_name} is 0 but {c.resource_memory_name} asks for GPU memory")
-                raise ResourceRequestError(r.problems)
-            return EMPTY_REQUEST
-        if n == 1 and mem is not None and mem not in LEGAL_MEMORY:
-            sizes = ", ".join(str(m) for m in LEGAL_MEMORY)
-            r.problem(f"{c.resource_memory_name}: {mem} is not an sGPU size of one GPU; use one of {sizes}")
-            raise ResourceRequestError(r.problems)
-        mem_mib = (mem or 0) * MEMORY_UNIT_MIB
-        return ContainerRequest(
-            nums=n,
-            mem_mib=mem_mib // n,
-            mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
-            cores_pct=(core or 0) // n,
-            type=NAME,
+        return shared_request(
+            container,
+            what,
+            REQUEST,
+            name=NAME,
+            count=c.resource_count_name,
+            memory=c.resource_memory_name,
+            cores=c.resource_core_name,
+            memory_factor=MEMORY_UNIT_MIB,
         )
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
