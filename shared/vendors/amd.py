@@ -171,16 +171,7 @@ class AmdVendor(DescribedVendor):
         """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md and
         :func:`~shared.vendors.described.shared_request`): no memory means the whole card (``mem_pct`` 100); a core
         percentage of 0 and a count or memory in the requests only are refused too."""
-        c = self.config
-        return shared_request(
-            container,
-            what,
-            REQUEST,
-            name=NAME,
-            count=c.resource_count_name,
-            memory=c.resource_memory_name,
-            cores=c.resource_core_name,
-        )
+        return shared_request(container, what, REQUEST, NAME, self.config)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count, memory or core resource is in the limits.

@@ -16,7 +16,7 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.resources import (
@@ -235,20 +235,27 @@ class ShareRequest:
     per_device: bool = False
 
 
+class ShareNames(Protocol):
+    """The resource names a count + memory + cores family's config holds (HAMi's ``resourceCountName``…)."""
+
+    @property
+    def resource_count_name(self) -> str: ...
+
+    @property
+    def resource_memory_name(self) -> str: ...
+
+    @property
+    def resource_core_name(self) -> str: ...
+
+
 def shared_request(
-    container: Mapping[str, Any],
-    what: str,
-    how: ShareRequest,
-    *,
-    name: str,
-    count: str,
-    memory: str,
-    cores: str,
-    memory_factor: int = 1,
+    container: Mapping[str, Any], what: str, how: ShareRequest, name: str, names: ShareNames, *, memory_factor: int = 1
 ) -> ContainerRequest:
-    """HAMi's ``GenerateResourceRequests`` of a count + memory + cores family, strict. Memory × ``memory_factor``;
-    no memory means the whole device (100 %); cores default to ``how.default_cores``. A memory or core resource
-    without the count, a count of 0 with memory, and any bad quantity are a ResourceRequestError."""
+    """HAMi's ``GenerateResourceRequests`` of a count + memory + cores family (common word ``name``, resource
+    ``names``), strict. Memory × ``memory_factor``; no memory means the whole device (100 %); cores default to
+    ``how.default_cores``. A memory or core resource without the count, a count of 0 with memory, and any bad
+    quantity are a ResourceRequestError."""
+    count, memory, cores = names.resource_count_name, names.resource_memory_name, names.resource_core_name
     limits, requests = container_lists(container, what)
     counted = _NO_RESOURCES if how.limits_only else requests
     r = RequestReader(reader_config(count, memory, cores, memory_factor), container_label(container, what))

@@ -146,16 +146,7 @@ class HygonVendor(DescribedVendor):
         :func:`~shared.vendors.described.shared_request`): memory × ``memoryFactor``, no memory means the whole
         card (100 %), cores default to 100."""
         c = self.config
-        return shared_request(
-            container,
-            what,
-            REQUEST,
-            name=NAME,
-            count=c.resource_count_name,
-            memory=c.resource_memory_name,
-            cores=c.resource_core_name,
-            memory_factor=c.memory_factor,
-        )
+        return shared_request(container, what, REQUEST, NAME, c, memory_factor=c.memory_factor)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count resource is in the container's limits."""

@@ -193,17 +193,7 @@ class IluvatarVendor(DescribedVendor):
         """HAMi's ``GenerateResourceRequests``, strict (:func:`~shared.vendors.described.shared_request`): memory
         × 256 MiB (none: the whole card, 100 %); cores as given (0 when absent; more than 100 is read as 100 by
         ``Fit``, as HAMi caps it). A memory above 2^31-1 MiB, which HAMi drops silently, is refused too."""
-        c = self.chip
-        return shared_request(
-            container,
-            what,
-            REQUEST,
-            name=self.name,
-            count=c.resource_count_name,
-            memory=c.resource_memory_name,
-            cores=c.resource_core_name,
-            memory_factor=MEMORY_UNIT_MIB,
-        )
+        return shared_request(container, what, REQUEST, self.name, self.chip, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: only a container with the count in its limits is ours. Its request is

@@ -218,17 +218,7 @@ class MthreadsVendor(DescribedVendor):
         whole GPU (100 %). Strict: a memory or core resource without the count, a count of 0 with memory, one GPU
         with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad quantity are a
         ResourceRequestError."""
-        c = self.config
-        return shared_request(
-            container,
-            what,
-            REQUEST,
-            name=NAME,
-            count=c.resource_count_name,
-            memory=c.resource_memory_name,
-            cores=c.resource_core_name,
-            memory_factor=MEMORY_UNIT_MIB,
-        )
+        return shared_request(container, what, REQUEST, NAME, self.config, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission`` for the container: with the count in its limits, more than one GPU (or one
