@@ -29,8 +29,8 @@ from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodConstraints, Reason
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.common import names_section, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, ShareRequest, shared_request
+from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, ShareConfig, ShareRequest
 from vgpu_scheduler.shared.vendors.simple import decode_json
 
 SECTION: Final = "amd"
@@ -51,25 +51,13 @@ USE_UUID: Final = "amd.com/use-gpu-uuid"
 NOUSE_UUID: Final = "amd.com/nouse-gpu-uuid"
 
 
-@dataclass(frozen=True, slots=True)
-class AmdConfig:
-    """The ``amd:`` section (HAMi's ``AMDConfig``), with the chart's values as defaults."""
-
-    resource_count_name: str = "amd.com/gpu"
-    resource_memory_name: str = "amd.com/gpumem"
-    resource_core_name: str = "amd.com/gpucores"
+DEFAULT_CONFIG: Final = ShareConfig("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")
+"""HAMi's defaults of the ``amd:`` section."""
 
 
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceMemoryName": "resource_memory_name",
-    "resourceCoreName": "resource_core_name",
-}
-
-
-def parse_config(section: object) -> AmdConfig:
+def parse_config(section: object) -> ShareConfig:
     """Validate the ``amd:`` section; absent keys keep the defaults. ConfigError names the key path."""
-    return AmdConfig(**names_section(section, SECTION, _KEYS, unit="AMD GPUs"))
+    return DEFAULT_CONFIG.parse(section, SECTION, unit="AMD GPUs")
 
 
 def build(section: object) -> tuple[AmdVendor, ...]:
@@ -158,7 +146,7 @@ class AmdVendor(DescribedVendor):
     """AMD GPUs (see the module docstring)."""
 
     description = DESCRIPTION
-    config: AmdConfig = dataclasses.field(default_factory=AmdConfig)
+    config: ShareConfig = DEFAULT_CONFIG
 
     @property
     def resources(self) -> ResourceNames:
@@ -169,9 +157,9 @@ class AmdVendor(DescribedVendor):
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md and
-        :func:`~shared.vendors.described.shared_request`): no memory means the whole card (``mem_pct`` 100); a core
+        :meth:`~shared.vendors.described.ShareRequest.read`): no memory means the whole card (``mem_pct`` 100); a core
         percentage of 0 and a count or memory in the requests only are refused too."""
-        return shared_request(container, what, REQUEST, NAME, self.config)
+        return REQUEST.read(container, what, NAME, self.config)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count, memory or core resource is in the limits.
@@ -195,7 +183,7 @@ def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
     return {REGISTER_KEY: encode_register_json(tuple(devices))}
 
 
-def node_capacity(devices: Sequence[DeviceInfo], config: AmdConfig | None = None) -> dict[str, str]:
+def node_capacity(devices: Sequence[DeviceInfo], config: ShareConfig | None = None) -> dict[str, str]:
     """The count resource the AMD device plugin advertises: one per slot (the sum of the devices' ``count``)."""
-    name = (config or AmdConfig()).resource_count_name
+    name = (config or DEFAULT_CONFIG).resource_count_name
     return {name: str(sum(max(d.count, 0) for d in devices))}

@@ -5,13 +5,15 @@ A family module states its :class:`Description` (common word, ``Fit`` rules, pod
 lock, selector annotations, register codec and liveness) and its vendor class inherits :class:`DescribedVendor`,
 which answers the :class:`~shared.vendors.base.Vendor` property block, ``manages``, ``selectors``, the pod device
 lists and ``observe`` from it. What a family really does its own way (Ascend's templates, MetaX sGPU's QoS, a
-topology, MIG…) it writes as methods of its class, overriding these. :func:`shared_request` is the request reading
-of the families that ask with a count, a memory and a core resource (Hygon, AMD, Iluvatar): its
-:class:`ShareRequest` says where they differ. docs/adding-a-vendor.md walks through a new family.
+topology, MIG…) it writes as methods of its class, overriding these. :meth:`ShareRequest.read` is the request
+reading of the families that ask with a count, a memory and a core resource (Hygon, AMD, Iluvatar, Moore Threads):
+its :class:`ShareRequest` says where they differ, :class:`ShareConfig` is their device-config section.
+docs/adding-a-vendor.md walks through a new family.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import cordoned_ids
-from vgpu_scheduler.shared.vendors.common import decode_selectors, reader_config
+from vgpu_scheduler.shared.vendors.common import decode_selectors, names_section, reader_config
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
@@ -213,7 +215,7 @@ _NO_RESOURCES: Mapping[str, Any] = {}
 
 @dataclass(frozen=True, slots=True)
 class ShareRequest:
-    """How a family that asks with a count, a memory and a core resource reads them (:func:`shared_request`).
+    """How a family that asks with a count, a memory and a core resource reads them (:meth:`ShareRequest.read`).
 
     ``devices`` and ``memory`` name the devices and their memory in messages (``DCUs``, ``DCU memory``).
     ``limits_only``: count and memory are read from the limits only (a value in the requests alone is refused);
@@ -234,6 +236,92 @@ class ShareRequest:
     check: Callable[[int, int | None, str], str | None] | None = None
     per_device: bool = False
 
+    def read(
+        self, container: Mapping[str, Any], what: str, name: str, names: ShareNames, *, memory_factor: int = 1
+    ) -> ContainerRequest:
+        """HAMi's ``GenerateResourceRequests`` of a count + memory + cores family (common word ``name``, resource
+        ``names``), strict. Memory × ``memory_factor``; no memory means the whole device (100 %); cores default to
+        ``default_cores``. A memory or core resource without the count, a count of 0 with memory, and any bad
+        quantity are a ResourceRequestError."""
+        count, memory, cores = names.resource_count_name, names.resource_memory_name, names.resource_core_name
+        limits, requests = container_lists(container, what)
+        counted = _NO_RESOURCES if self.limits_only else requests
+        r = RequestReader(reader_config(count, memory, cores, memory_factor), container_label(container, what))
+        n = r.read(limits, counted, count, QuantityKind.COUNT)
+        mem = r.read(limits, counted, memory, QuantityKind.MEMORY) if memory else None
+        core = r.read(limits, requests, cores, self.cores) if cores else None
+        if core == 0 and self.zero_cores is not None:
+            r.problem(self.zero_cores.format(name=cores))
+        if self.limits_only:
+            for x in (count, memory):
+                if x and x not in limits and x in requests:
+                    r.problem(f"{x} is read from the limits only: move it to resources.limits")
+        if r.problems:
+            raise ResourceRequestError(r.problems)
+        if not raw_value(limits, counted, count)[0]:
+            shares = [x for x in (memory, cores) if x and raw_value(limits, requests, x)[0]]
+            if not shares:
+                return EMPTY_REQUEST
+            r.problem(f"{shares[0]} needs {count}, the number of {self.devices}: add {count}: 1")
+            raise ResourceRequestError(r.problems)
+        if not n:
+            if mem:
+                hint = f": set {count} to the number of {self.devices} (e.g. 1) or remove {memory}"
+                r.problem(f"{count} is 0 but {memory} asks for {self.memory}" + (hint if self.zero_count_hint else ""))
+                raise ResourceRequestError(r.problems)
+            return EMPTY_REQUEST
+        if self.check is not None and (refusal := self.check(n, mem, memory)) is not None:
+            r.problem(refusal)
+            raise ResourceRequestError(r.problems)
+        mem_mib = (mem or 0) * memory_factor
+        cores_pct = self.default_cores if core is None else core
+        share = n if self.per_device else 1
+        return ContainerRequest(
+            nums=n,
+            mem_mib=mem_mib // share,
+            mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
+            cores_pct=cores_pct // share,
+            type=name,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConfig:
+    """The device-config section of a count + memory + cores family (HAMi's ``HygonConfig``, ``AMDConfig``,
+    ``MthreadsConfig``): its resource names and, where HAMi reads one, ``memoryFactor``."""
+
+    resource_count_name: str
+    resource_memory_name: str
+    resource_core_name: str
+    memory_factor: int = 1
+    """The memory resource is in units of this many MiB (HAMi scales only when it is above 1)."""
+
+    def parse(
+        self,
+        section: object,
+        key: str,
+        *,
+        unit: str,
+        memory_factor: bool = False,
+        required: Mapping[str, str] | None = None,
+    ) -> ShareConfig:
+        """The ``key:`` section validated (:func:`~shared.vendors.common.names_section`); absent keys keep
+        these values. ``memory_factor``: the section may hold ``memoryFactor`` (read as at least 1). ConfigError names
+        the key path."""
+        keys = {**_SHARE_KEYS, "memoryFactor": "memory_factor"} if memory_factor else _SHARE_KEYS
+        ints = {"memory_factor": 2**31 - 1} if memory_factor else None
+        values = names_section(section, key, keys, ints=ints, unit=unit, required=required)
+        if "memory_factor" in values:
+            values["memory_factor"] = max(values["memory_factor"], 1)  # HAMi scales only above 1
+        return dataclasses.replace(self, **values)
+
+
+_SHARE_KEYS: Mapping[str, str] = {
+    "resourceCountName": "resource_count_name",
+    "resourceMemoryName": "resource_memory_name",
+    "resourceCoreName": "resource_core_name",
+}
+
 
 class ShareNames(Protocol):
     """The resource names a count + memory + cores family's config holds (HAMi's ``resourceCountName``…)."""
@@ -246,52 +334,3 @@ class ShareNames(Protocol):
 
     @property
     def resource_core_name(self) -> str: ...
-
-
-def shared_request(
-    container: Mapping[str, Any], what: str, how: ShareRequest, name: str, names: ShareNames, *, memory_factor: int = 1
-) -> ContainerRequest:
-    """HAMi's ``GenerateResourceRequests`` of a count + memory + cores family (common word ``name``, resource
-    ``names``), strict. Memory × ``memory_factor``; no memory means the whole device (100 %); cores default to
-    ``how.default_cores``. A memory or core resource without the count, a count of 0 with memory, and any bad
-    quantity are a ResourceRequestError."""
-    count, memory, cores = names.resource_count_name, names.resource_memory_name, names.resource_core_name
-    limits, requests = container_lists(container, what)
-    counted = _NO_RESOURCES if how.limits_only else requests
-    r = RequestReader(reader_config(count, memory, cores, memory_factor), container_label(container, what))
-    n = r.read(limits, counted, count, QuantityKind.COUNT)
-    mem = r.read(limits, counted, memory, QuantityKind.MEMORY) if memory else None
-    core = r.read(limits, requests, cores, how.cores) if cores else None
-    if core == 0 and how.zero_cores is not None:
-        r.problem(how.zero_cores.format(name=cores))
-    if how.limits_only:
-        for x in (count, memory):
-            if x and x not in limits and x in requests:
-                r.problem(f"{x} is read from the limits only: move it to resources.limits")
-    if r.problems:
-        raise ResourceRequestError(r.problems)
-    if not raw_value(limits, counted, count)[0]:
-        shares = [x for x in (memory, cores) if x and raw_value(limits, requests, x)[0]]
-        if not shares:
-            return EMPTY_REQUEST
-        r.problem(f"{shares[0]} needs {count}, the number of {how.devices}: add {count}: 1")
-        raise ResourceRequestError(r.problems)
-    if not n:
-        if mem:
-            hint = f": set {count} to the number of {how.devices} (e.g. 1) or remove {memory}"
-            r.problem(f"{count} is 0 but {memory} asks for {how.memory}" + (hint if how.zero_count_hint else ""))
-            raise ResourceRequestError(r.problems)
-        return EMPTY_REQUEST
-    if how.check is not None and (refusal := how.check(n, mem, memory)) is not None:
-        r.problem(refusal)
-        raise ResourceRequestError(r.problems)
-    mem_mib = (mem or 0) * memory_factor
-    cores_pct = how.default_cores if core is None else core
-    share = n if how.per_device else 1
-    return ContainerRequest(
-        nums=n,
-        mem_mib=mem_mib // share,
-        mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
-        cores_pct=cores_pct // share,
-        type=name,
-    )

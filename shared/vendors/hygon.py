@@ -18,7 +18,6 @@ asked, 100 when not given; a 100-core request wants the card to itself.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,8 +28,8 @@ from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, Pod
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.common import names_section, rekey, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest, shared_request
+from vgpu_scheduler.shared.vendors.common import rekey, uuid_selectors_ok
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareConfig, ShareRequest
 from vgpu_scheduler.shared.vendors.simple import decode_colon
 
 SECTION: Final = "hygon"
@@ -52,31 +51,13 @@ USE_UUID: Final = "hygon.com/use-gpuuuid"
 NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
 
 
-@dataclass(frozen=True, slots=True)
-class HygonConfig:
-    """The ``hygon:`` section (HAMi's ``HygonConfig``), with HAMi's defaults (its ``--dcu-*`` flags and chart)."""
-
-    resource_count_name: str = "hygon.com/dcunum"
-    resource_memory_name: str = "hygon.com/dcumem"
-    resource_core_name: str = "hygon.com/dcucores"
-    memory_factor: int = 1
-    """``hygon.com/dcumem`` is in units of this many MiB (HAMi scales only when it is above 1)."""
+DEFAULT_CONFIG: Final = ShareConfig("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores")
+"""HAMi's defaults of the ``hygon:`` section."""
 
 
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceMemoryName": "resource_memory_name",
-    "resourceCoreName": "resource_core_name",
-    "memoryFactor": "memory_factor",
-}
-
-
-def parse_config(section: object) -> HygonConfig:
+def parse_config(section: object) -> ShareConfig:
     """Validate the ``hygon:`` section; absent keys keep HAMi's defaults. ConfigError names the key path."""
-    values = names_section(section, SECTION, _KEYS, ints={"memory_factor": 2**31 - 1}, unit="DCUs")
-    if "memory_factor" in values:
-        values["memory_factor"] = max(values["memory_factor"], 1)  # HAMi scales only above 1
-    return HygonConfig(**values)
+    return DEFAULT_CONFIG.parse(section, SECTION, unit="DCUs", memory_factor=True)
 
 
 def build(section: object) -> tuple[HygonVendor, ...]:
@@ -128,7 +109,7 @@ class HygonVendor(DescribedVendor):
     """Hygon DCU (see the module docstring)."""
 
     description = DESCRIPTION
-    config: HygonConfig = dataclasses.field(default_factory=HygonConfig)
+    config: ShareConfig = DEFAULT_CONFIG
     handshake_timeout_s: float = DescribedVendor.handshake_timeout_s
 
     @property
@@ -143,10 +124,10 @@ class HygonVendor(DescribedVendor):
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` for DCUs, strict (see docs/vendors/hygon.md and
-        :func:`~shared.vendors.described.shared_request`): memory × ``memoryFactor``, no memory means the whole
+        :meth:`~shared.vendors.described.ShareRequest.read`): memory × ``memoryFactor``, no memory means the whole
         card (100 %), cores default to 100."""
         c = self.config
-        return shared_request(container, what, REQUEST, NAME, c, memory_factor=c.memory_factor)
+        return REQUEST.read(container, what, NAME, c, memory_factor=c.memory_factor)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count resource is in the container's limits."""
@@ -168,7 +149,7 @@ def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
         raise rekey(e, REGISTER_KEY) from e
 
 
-def node_capacity(devices: Sequence[DeviceInfo], config: HygonConfig | None = None) -> dict[str, str]:
+def node_capacity(devices: Sequence[DeviceInfo], config: ShareConfig | None = None) -> dict[str, str]:
     """The count resource a DCU device plugin advertises: one per slot (the sum of the devices' ``count``)."""
-    name = (config or HygonConfig()).resource_count_name
+    name = (config or DEFAULT_CONFIG).resource_count_name
     return {name: str(sum(max(d.count, 0) for d in devices))}

@@ -34,7 +34,7 @@ from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import rekey
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest, shared_request
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, decode_colon
 
@@ -190,10 +190,10 @@ class IluvatarVendor(DescribedVendor):
         )
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``, strict (:func:`~shared.vendors.described.shared_request`): memory
+        """HAMi's ``GenerateResourceRequests``, strict (:meth:`~shared.vendors.described.ShareRequest.read`): memory
         × 256 MiB (none: the whole card, 100 %); cores as given (0 when absent; more than 100 is read as 100 by
         ``Fit``, as HAMi caps it). A memory above 2^31-1 MiB, which HAMi drops silently, is refused too."""
-        return shared_request(container, what, REQUEST, self.name, self.chip, memory_factor=MEMORY_UNIT_MIB)
+        return REQUEST.read(container, what, self.name, self.chip, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: only a container with the count in its limits is ours. Its request is

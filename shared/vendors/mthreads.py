@@ -21,7 +21,6 @@ On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,18 +33,13 @@ from vgpu_scheduler.shared.codec.resources import (
     container_label,
     container_lists,
 )
-from vgpu_scheduler.shared.domain.model import (
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    PodDevices,
-)
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodDevices
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
-from vgpu_scheduler.shared.vendors.common import names_section, reader_config
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest, shared_request
+from vgpu_scheduler.shared.vendors.common import reader_config
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareConfig, ShareRequest
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
@@ -72,27 +66,15 @@ _ID_INFIX: Final = "-mthreads-"
 _INT32_MAX: Final = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class MthreadsConfig:
-    """The ``mthreads:`` section (HAMi's ``MthreadsConfig``, defaults of its ``--mthreads-*`` flags)."""
-
-    resource_count_name: str = "mthreads.com/vgpu"
-    resource_memory_name: str = "mthreads.com/sgpu-memory"
-    resource_core_name: str = "mthreads.com/sgpu-core"
+DEFAULT_CONFIG: Final = ShareConfig("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
+"""HAMi's defaults of the ``mthreads:`` section."""
 
 
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceMemoryName": "resource_memory_name",
-    "resourceCoreName": "resource_core_name",
-}
-
-
-def parse_config(section: object) -> MthreadsConfig:
+def parse_config(section: object) -> ShareConfig:
     """Validate the ``mthreads:`` section; absent keys keep HAMi's defaults. The memory and core names register
     the GPUs (node capacity), so they must not be empty. ConfigError names the key path."""
     required = dict.fromkeys(("resourceMemoryName", "resourceCoreName"), "the GPUs register through it")
-    return MthreadsConfig(**names_section(section, SECTION, _KEYS, unit="GPUs", required=required))
+    return DEFAULT_CONFIG.parse(section, SECTION, unit="GPUs", required=required)
 
 
 def build(section: object) -> tuple[MthreadsVendor, ...]:
@@ -184,7 +166,7 @@ class MthreadsVendor(DescribedVendor):
         nouse_uuid=NOUSE_UUID,
     )
 
-    config: MthreadsConfig = dataclasses.field(default_factory=MthreadsConfig)
+    config: ShareConfig = DEFAULT_CONFIG
 
     @property
     def resources(self) -> ResourceNames:
@@ -213,12 +195,12 @@ class MthreadsVendor(DescribedVendor):
         return n, mem, core, r
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` (:func:`~shared.vendors.described.shared_request` with
+        """HAMi's ``GenerateResourceRequests`` (:meth:`~shared.vendors.described.ShareRequest.read` with
         :data:`REQUEST`): memory × 512 MiB and cores, each divided by the count (integer division); no memory: the
         whole GPU (100 %). Strict: a memory or core resource without the count, a count of 0 with memory, one GPU
         with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad quantity are a
         ResourceRequestError."""
-        return shared_request(container, what, REQUEST, NAME, self.config, memory_factor=MEMORY_UNIT_MIB)
+        return REQUEST.read(container, what, NAME, self.config, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission`` for the container: with the count in its limits, more than one GPU (or one
