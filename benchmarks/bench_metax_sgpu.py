@@ -15,7 +15,6 @@ import random
 import statistics
 
 from benchmarks.bench_pod_score import _pct, _time
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerRequest,
@@ -30,6 +29,7 @@ from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.vendors import metax, metax_sgpu
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 CARDS = 8

@@ -82,7 +82,7 @@ from vgpu_scheduler.services.extender.vendorlock import (
     lock_kinds,
 )
 from vgpu_scheduler.services.extender.wakeups import NodeWakeups
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, needs_inventory
+from vgpu_scheduler.shared.codec.podannotations import allocation_labels
 from vgpu_scheduler.shared.coord import NodeLock
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
@@ -94,6 +94,7 @@ from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
 from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Store
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations, needs_inventory
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 __all__ = ["BindOutcome", "BindResult", "Binder"]

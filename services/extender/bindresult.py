@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.shared.codec.resources import vendors_pod_request
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.k8s.objects import meta, uid_of
 from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
 from vgpu_scheduler.shared.store import ClaimRefused
+from vgpu_scheduler.shared.vendors.pods import vendors_pod_request
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 

@@ -59,7 +59,14 @@ from vgpu_scheduler.shared.protocol.extender import (
     ExtenderFilterResult,
     parse_extender_args,
 )
-from vgpu_scheduler.shared.store import ConflictDimension, Owned, QuotaExceeded, ReserveConflict, Reserved, Unsettled
+from vgpu_scheduler.shared.store import (
+    ConflictDimension,
+    Owned,
+    QuotaExceeded,
+    ReserveConflict,
+    Reserved,
+    Unsettled,
+)
 
 if TYPE_CHECKING:
     from vgpu_scheduler.services.extender.gang import GangKeeper

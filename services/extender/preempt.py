@@ -36,8 +36,7 @@ from prometheus_client import Counter
 from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.gang import pod_group_name
-from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import PodConstraints, PodRequest
@@ -57,6 +56,7 @@ from vgpu_scheduler.shared.protocol.events import EventType
 from vgpu_scheduler.shared.protocol.preemption import parse_preemption_args, preemption_result
 from vgpu_scheduler.shared.runtime import cancel_until_done
 from vgpu_scheduler.shared.store import QuotaExceeded, Reserved
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints, vendors_pod_request
 
 if TYPE_CHECKING:
     from vgpu_scheduler.services.extender.deps import ExtenderDeps

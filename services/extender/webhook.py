@@ -24,7 +24,7 @@ from aiohttp import web
 
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
-from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
+from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource
 from vgpu_scheduler.shared.config.settings import ExtenderSettings
 from vgpu_scheduler.shared.domain.model import NVIDIA, NvidiaConfig
 from vgpu_scheduler.shared.domain.quota import QuotaState
@@ -50,6 +50,7 @@ from vgpu_scheduler.shared.protocol.webhook import (
     vendor_quota_demands,
 )
 from vgpu_scheduler.shared.store import QuotaRepo
+from vgpu_scheduler.shared.vendors.pods import vendors_manage_pod
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from vgpu_scheduler.services.inspect.devices import DeviceRow, device_rows, shar
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.podannotations import decode_allocation
-from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_pod_request
+from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.config import InspectSettings
 from vgpu_scheduler.shared.domain.context import normalize_request
 from vgpu_scheduler.shared.domain.diagnosis import nearest_miss, quota_left
@@ -38,6 +38,7 @@ from vgpu_scheduler.shared.preemption import may_preempt, plan_preemption, pod_p
 from vgpu_scheduler.shared.protocol.constraints import pod_constraints
 from vgpu_scheduler.shared.store import AllocationRecord, Store
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.vendors.pods import vendors_pod_request
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 

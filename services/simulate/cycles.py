@@ -29,12 +29,13 @@ from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult, Preemp
 from vgpu_scheduler.services.simulate.timing import LOCK_WAIT_THRESHOLD_S, Contention, SchedulerTiming, error_kind
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.gang import gang_min_count, pod_group_name
-from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource, vendors_manage_pod
+from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.preemption import may_preempt, pod_priority
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import vendors_manage_pod
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]

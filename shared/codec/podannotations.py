@@ -5,6 +5,10 @@ the to-allocate and allocated device lists (identical; one pair per vendor the p
 under that vendor's keys), ``hami.io/vgpu-mig-allocations`` when there are MIG placements,
 ``hami.io/bind-phase: allocating`` and ``hami.io/bind-time``. Accounting reads the *allocated* list, never
 to-allocate (the device plugin rewrites that one while it consumes it).
+
+This module holds what needs no vendor set: the label, the split of a device list by vendor and the reading of an
+allocation; writing the annotations asks every vendor for its keys and encoding and lives in the vendor layer
+(``shared.vendors.pods.allocation_annotations``).
 """
 
 from __future__ import annotations
@@ -12,15 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, Protocol
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.mig import decode_mig_allocations, encode_mig_allocations
-from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
+from vgpu_scheduler.shared.codec.mig import decode_mig_allocations
+from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices
 from vgpu_scheduler.shared.codec.resources import pod_containers
-from vgpu_scheduler.shared.domain.hooks import implements
-from vgpu_scheduler.shared.domain.model import BindPhase, ContainerDevice, MigAllocation, NodeInventory, PodDevices
+from vgpu_scheduler.shared.domain.model import ContainerDevice, MigAllocation, PodDevices
 
 
 class AllocatedReader(Protocol):
@@ -60,89 +63,6 @@ def merge_pod_devices(parts: Sequence[PodDevices]) -> PodDevices:
     return tuple(tuple(d for p in parts for d in p[i]) for i in range(count))
 
 
-if TYPE_CHECKING:
-    from vgpu_scheduler.shared.vendors.registry import Vendors
-
-
-def allocation_annotations(
-    node: str,
-    devices: PodDevices,
-    mig: tuple[MigAllocation, ...],
-    now_unix: int,
-    vendors: Vendors | None = None,
-    *,
-    pod: Mapping[str, Any] | None = None,
-    inventory: NodeInventory | None = None,
-) -> dict[str, str]:
-    """The annotations ``/bind`` patches onto the pod, exactly as the device plugins expect them.
-
-    ``vendors`` None: NVIDIA's keys only (the device list as is). Otherwise, for every vendor the devices use
-    (``ContainerDevice.type``), its to-allocate key (when it has one) and its allocated key with
-    ``vendor.encode_devices`` of that vendor's devices per container, one entry per container (init first),
-    empty where a container has none of them: a pod asking two vendors gets one pair per vendor, each listing
-    only its own devices. A device of a type no vendor has is a DecodeError (its plugin could never find it).
-    ``pod`` and ``inventory`` (the node's registered devices) are handed to the vendors with a
-    :class:`BindPodAnnotations` hook (:func:`needs_inventory` says whether to read the inventory at all).
-    """
-    if not node:
-        fail(keys.VGPU_NODE, "cannot encode an empty node name")
-    if now_unix < 0:
-        fail(keys.VGPU_TIME, "cannot encode a negative Unix time", str(now_unix))
-    stamp = str(now_unix)
-    out = {keys.VGPU_NODE: node, keys.VGPU_TIME: stamp}
-    out.update(device_list_annotations(devices, vendors, now_unix))
-    if vendors is not None:
-        for name in vendors_used(devices):
-            hook: object = vendors.get(name)
-            if implements(hook, NodePodAnnotations):  # type: ignore[type-abstract]
-                out.update(hook.node_pod_annotations(node, split_by_vendor(devices, name)))
-            if implements(hook, BindPodAnnotations):  # type: ignore[type-abstract]
-                out.update(hook.bind_pod_annotations(pod, inventory, split_by_vendor(devices, name), now_unix))
-    if mig:
-        out[keys.MIG_ALLOCATIONS] = encode_mig_allocations(mig)
-    out[keys.BIND_PHASE] = BindPhase.ALLOCATING.value
-    out[keys.BIND_TIME] = stamp
-    return out
-
-
-@runtime_checkable
-class ExtraPodAnnotations(Protocol):
-    """Optional vendor hook: further pod annotations its device plugin reads besides the device lists (HAMi's
-    ``PatchAnnotations`` of Cambricon adds ``CAMBRICON_DSMLU_PROFILE`` …, Ascend's adds its runtime list and
-    ``predicate-time``). ``devices`` holds only the vendor's devices, one entry per container; ``now_unix`` is the
-    bind's time."""
-
-    def extra_pod_annotations(self, devices: PodDevices, now_unix: int) -> Mapping[str, str]: ...
-
-
-@runtime_checkable
-class NodePodAnnotations(Protocol):
-    """Optional vendor hook: pod annotations that name the node the pod is bound to (Moore Threads'
-    ``mthreads.com/predicate-node``). ``devices`` holds only the vendor's devices, one entry per container."""
-
-    def node_pod_annotations(self, node: str, devices: PodDevices) -> Mapping[str, str]: ...
-
-
-@runtime_checkable
-class BindPodAnnotations(Protocol):
-    """Optional vendor hook: pod annotations that need the pod (its container names) and the node's registered
-    devices (what the device plugin needs besides the device list: Enflame's DRS profile, index and minor).
-    ``inventory`` is None when the node has none (the hook then raises a DecodeError rather than guess);
-    ``devices`` holds only the vendor's devices, one entry per container; ``now_unix`` is the bind's time."""
-
-    def bind_pod_annotations(
-        self, pod: Mapping[str, Any] | None, inventory: NodeInventory | None, devices: PodDevices, now_unix: int
-    ) -> Mapping[str, str]: ...
-
-
-def needs_inventory(devices: PodDevices, vendors: Vendors | None) -> bool:
-    """Whether a vendor of ``devices`` has a :class:`BindPodAnnotations` hook (``/bind`` then reads the node's
-    inventory before writing the annotations)."""
-    if vendors is None:
-        return False
-    return any(implements(vendors.get(name), BindPodAnnotations) for name in vendors_used(devices))  # type: ignore[type-abstract]
-
-
 def vendors_used(devices: PodDevices) -> tuple[str, ...]:
     """The common words of the devices' types, in order of first appearance."""
     return tuple(dict.fromkeys(d.type for ctr in devices for d in ctr))
@@ -151,27 +71,6 @@ def vendors_used(devices: PodDevices) -> tuple[str, ...]:
 def split_by_vendor(devices: PodDevices, vendor: str) -> PodDevices:
     """``vendor``'s devices of every container, one entry per container (empty where it has none)."""
     return tuple(tuple(d for d in ctr if d.type == vendor) for ctr in devices)
-
-
-def device_list_annotations(devices: PodDevices, vendors: Vendors | None = None, now_unix: int = 0) -> dict[str, str]:
-    """The to-allocate and allocated device lists of every vendor ``devices`` use (see
-    :func:`allocation_annotations`). ``vendors`` None, or devices of no vendor at all: NVIDIA's pair, as is."""
-    used = vendors_used(devices)
-    if vendors is None or not used:
-        device_list = encode_pod_devices(devices)
-        return {keys.DEVICES_TO_ALLOCATE: device_list, keys.DEVICES_ALLOCATED: device_list}
-    out: dict[str, str] = {}
-    for name in used:
-        vendor = vendors.get(name)
-        if vendor is None:
-            fail(keys.DEVICES_ALLOCATED, f"no enabled vendor has device type {name!r}", name)
-        encoded = vendor.encode_devices(split_by_vendor(devices, name))
-        if vendor.to_allocate_key is not None:
-            out[vendor.to_allocate_key] = encoded
-        out[vendor.allocated_key] = encoded
-        if implements(vendor, ExtraPodAnnotations):  # type: ignore[type-abstract]
-            out.update(vendor.extra_pod_annotations(split_by_vendor(devices, name), now_unix))
-    return out
 
 
 _LABEL_VALUE_MAX: Final = 63

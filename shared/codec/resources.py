@@ -48,7 +48,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX, fail
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
@@ -62,9 +62,6 @@ from vgpu_scheduler.shared.domain.model import (
     PodRequest,
 )
 from vgpu_scheduler.shared.errors import DecodeError
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _NO_RESOURCES: Mapping[str, Any] = {}
 _MIB = 2**20
@@ -393,7 +390,7 @@ def pod_request(pod: Mapping[str, Any], cfg: NvidiaConfig) -> PodRequest:
 
     Raises :class:`ResourceRequestError` with the problems of every container (not only the first).
     """
-    located, init_count = _located(pod)
+    located, init_count = located_containers(pod)
     reqs: list[ContainerRequest] = []
     problems: list[str] = []
     for what, c in located:
@@ -420,47 +417,10 @@ def pod_requests_managed_resource(pod: Mapping[str, Any], cfg: NvidiaConfig) -> 
     return any(names_any(c, names, f"container {i}") for i, c in enumerate([*init, *app]))
 
 
-def _located(pod: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], int]:
+def located_containers(pod: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], int]:
+    """The pod's init then app containers, each with the path that names it in messages
+    (``spec.initContainers[i]``, ``spec.containers[i]``), and the number of init containers."""
     init, app = pod_containers(pod)
     located = [(f"spec.initContainers[{i}]", c) for i, c in enumerate(init)]
     located += [(f"spec.containers[{i}]", c) for i, c in enumerate(app)]
     return located, len(init)
-
-
-def vendors_pod_request(pod: Mapping[str, Any], vendors: Vendors) -> PodRequest:
-    """The pod's requests from every enabled vendor, init containers first (HAMi's ``Resourcereqs``).
-
-    Each container gets one entry per vendor it asks for, in the vendors' order (NVIDIA first); a container that
-    asks for none gets one empty entry. When some container asks for several vendors, ``owners`` names the
-    container of every entry; otherwise it is empty, and the request equals :func:`pod_request`'s for an
-    NVIDIA-only pod. Raises :class:`ResourceRequestError` with the problems of every container and every vendor.
-    """
-    located, init_count = _located(pod)
-    entries: list[ContainerRequest] = []
-    owners: list[int] = []
-    problems: list[str] = []
-    multi = False
-    for ci, (what, c) in enumerate(located):
-        asked: list[ContainerRequest] = []
-        # a container of the wrong shape is a DecodeError, whatever the vendors; the others have nothing to say
-        for vendor in vendors.managing(c, what):
-            try:
-                req = vendor.container_request(c, what)
-            except ResourceRequestError as e:
-                problems.extend(e.problems)
-                continue
-            if not req.empty:
-                asked.append(req)
-        multi = multi or len(asked) > 1
-        entries.extend(asked or [EMPTY_REQUEST])
-        owners.extend([ci] * max(len(asked), 1))
-    if problems:
-        raise ResourceRequestError(problems)
-    return PodRequest(containers=tuple(entries), init_count=init_count, owners=tuple(owners) if multi else ())
-
-
-def vendors_manage_pod(pod: Mapping[str, Any], vendors: Vendors) -> bool:
-    """Whether any (init) container names a resource of any enabled vendor (whatever the value): what makes a
-    pod "ours" for the extender and the webhook."""
-    located, _ = _located(pod)
-    return any(vendors.managing(c, what) for what, c in located)

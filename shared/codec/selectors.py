@@ -17,26 +17,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import INT64_MAX, fail, go_upper, parse_bool, parse_int, trim_space
 from vgpu_scheduler.shared.domain.model import (
     NO_CONSTRAINTS,
-    NO_SELECTORS,
-    NVIDIA,
     GpuPolicy,
     GpuPolicyToken,
     NodePolicy,
     PodConstraints,
     ScoringWeights,
-    Selectors,
 )
 from vgpu_scheduler.shared.errors import DecodeError
-
-if TYPE_CHECKING:
-    from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _WEIGHT_KEYS = ("slot", "core", "memory")
 
@@ -194,38 +186,3 @@ def decode_pod_constraints(annotations: Mapping[str, str]) -> PodConstraints:
     )
 
 
-def decode_vendor_constraints(annotations: Mapping[str, str], vendors: Vendors) -> PodConstraints:
-    """:func:`decode_pod_constraints` plus every other enabled vendor's selectors (``Vendor.selectors``) in
-    ``vendor_selectors``, by common word; vendors whose annotations select nothing are left out. A malformed
-    selector of any vendor is a DecodeError naming its key.
-
-    Pods of one workload carry the same annotations, and each pod is decoded by the webhook and by ``/filter``:
-    the result is kept per set of annotations (``Vendors.constraints_memo``, the latest few hundred), so each
-    vendor's selectors are read once per workload, not twice per pod. Refusals are not kept."""
-    try:
-        key = frozenset(annotations.items())
-    except TypeError:  # a value that cannot be hashed (not a string): decoded, and refused, below
-        return _decode_vendor_constraints(annotations, vendors)
-    memo = vendors.constraints_memo
-    found = memo.get(key)
-    if found is None:
-        found = _decode_vendor_constraints(annotations, vendors)
-        if len(memo) >= _MEMO_SIZE:
-            del memo[next(iter(memo))]  # the oldest
-        memo[key] = found
-    return found
-
-
-_MEMO_SIZE = 512
-
-
-def _decode_vendor_constraints(annotations: Mapping[str, str], vendors: Vendors) -> PodConstraints:
-    constraints = decode_pod_constraints(annotations)
-    found: dict[str, Selectors] = {}
-    for vendor in vendors:
-        if vendor.name == NVIDIA:
-            continue
-        sel = vendor.selectors(annotations)
-        if sel != NO_SELECTORS:
-            found[vendor.name] = sel
-    return replace(constraints, vendor_selectors=found) if found else constraints

@@ -1,7 +1,7 @@
 """Optional hooks, found fast.
 
 Vendors offer optional parts as methods that a runtime-checkable :class:`typing.Protocol` describes
-(:class:`~shared.vendors.base.AdmissionWarnings`, :class:`~shared.codec.podannotations.BindPodAnnotations`…).
+(:class:`~shared.vendors.base.AdmissionWarnings`, :class:`~shared.vendors.pods.BindPodAnnotations`…).
 ``isinstance`` against such a protocol inspects every member of the protocol on every call, a few microseconds
 each, and the webhook, ``/filter`` and ``/bind`` ask it per vendor, per container, per pod: about 3 % of the
 extender's CPU per pod. A hook is a method of the vendor's class, so whether an object offers it is a property of

@@ -1,7 +1,7 @@
 """A pod's scheduling annotations, decoded once for ``/filter`` and the webhook, so the two never disagree.
 
 ``/filter`` decodes the annotations of every pod that asks for a managed resource
-(:func:`shared.codec.selectors.decode_vendor_constraints`: node and GPU policy, scoring weights, every vendor's
+(:func:`shared.vendors.pods.decode_vendor_constraints`: node and GPU policy, scoring weights, every vendor's
 type and UUID selectors). A value it cannot read fails the pod on every node, again at every scheduling attempt.
 The webhook runs the same decoding on the same pods at creation and denies such a pod, so the mistake is seen when
 the pod is created. :func:`pod_constraints` is the one entry point of both; its error says what to write instead.
@@ -17,9 +17,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.selectors import decode_pod_constraints, decode_vendor_constraints
+from vgpu_scheduler.shared.codec.selectors import decode_pod_constraints
 from vgpu_scheduler.shared.domain.model import GpuPolicyToken, NodePolicy, PodConstraints
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 
 if TYPE_CHECKING:
     from vgpu_scheduler.shared.vendors.registry import Vendors

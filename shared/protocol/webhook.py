@@ -42,7 +42,6 @@ from vgpu_scheduler.shared.codec.resources import (
     capped_cores_warning,
     container_request,
     pod_request,
-    vendors_pod_request,
 )
 from vgpu_scheduler.shared.domain.hooks import implements
 from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig
@@ -53,6 +52,7 @@ from vgpu_scheduler.shared.protocol.admission import HTTP_BAD_REQUEST, Admission
 from vgpu_scheduler.shared.protocol.constraints import SchedulingAnnotationError, pod_constraints
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch, create_patch
 from vgpu_scheduler.shared.vendors.base import admission_warnings
+from vgpu_scheduler.shared.vendors.pods import vendors_pod_request
 
 if TYPE_CHECKING:
     from vgpu_scheduler.shared.vendors.base import Vendor

@@ -22,54 +22,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.register import decode_register, encode_register_json, is_json
-from vgpu_scheduler.shared.codec.resources import (
-    QuantityKind,
-    RequestReader,
-    ResourceRequestError,
-    container_label,
-    container_lists,
-    names_any,
-    raw_value,
-)
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
-from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    MEM_PCT_UNSET,
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    NodeInventory,
-    PodConstraints,
-    Reason,
-    Selectors,
-)
+from vgpu_scheduler.shared.codec.register import encode_register_json
+from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodConstraints, Reason
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
-from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import (
-    decode_selectors,
-    names_section,
-    reader_config,
-    rekey,
-    uuid_selectors_ok,
-)
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.simple import decode_json
 
 SECTION: Final = "amd"
 """The device-config section that configures the vendor (on by default; the section overrides HAMi's defaults)."""
@@ -88,39 +50,19 @@ NOUSE_TYPE: Final = "amd.com/nouse-gputype"
 USE_UUID: Final = "amd.com/use-gpu-uuid"
 NOUSE_UUID: Final = "amd.com/nouse-gpu-uuid"
 
-_DEFAULT_CORES = 100
-"""HAMi's core percentage when ``amd.com/gpucores`` is not given: every compute unit of each card."""
+
+DEFAULT_CONFIG: Final = ShareConfig("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")
+"""HAMi's defaults of the ``amd:`` section."""
 
 
-@dataclass(frozen=True, slots=True)
-class AmdConfig:
-    """The ``amd:`` section (HAMi's ``AMDConfig``), with the chart's values as defaults."""
-
-    resource_count_name: str = "amd.com/gpu"
-    resource_memory_name: str = "amd.com/gpumem"
-    resource_core_name: str = "amd.com/gpucores"
-
-
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceMemoryName": "resource_memory_name",
-    "resourceCoreName": "resource_core_name",
-}
-
-
-def parse_config(section: object) -> AmdConfig:
+def parse_config(section: object) -> ShareConfig:
     """Validate the ``amd:`` section; absent keys keep the defaults. ConfigError names the key path."""
-    return AmdConfig(**names_section(section, SECTION, _KEYS, unit="AMD GPUs"))
+    return DEFAULT_CONFIG.parse(section, SECTION, unit="AMD GPUs")
 
 
 def build(section: object) -> tuple[AmdVendor, ...]:
     """The vendor the ``amd:`` section configures (``None`` or ``{}``: the defaults)."""
     return (AmdVendor(parse_config(section)),)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# Fit
-# ------------------------------------------------------------------------------------------------------------
 
 
 def amd_memory(req: ContainerRequest, dev: DeviceInfo) -> int:
@@ -168,20 +110,43 @@ class AmdRules(BasicRules):
 AMD_RULES: DeviceRules = AmdRules()
 
 
-# ------------------------------------------------------------------------------------------------------------
-# The vendor
-# ------------------------------------------------------------------------------------------------------------
+def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
+    """``hami.io/node-amd-register`` → the node's GPUs (``vendor`` = ``AMD``). JSON only, as HAMi's
+    ``UnMarshalNodeDevices`` (unknown keys such as ``devicevendor`` or ``custominfo`` ignored)."""
+    return decode_json(value, REGISTER_KEY, NAME)
+
+
+DESCRIPTION: Final = Description(
+    name=NAME,
+    rules=AMD_RULES,
+    allocated_key=ALLOCATED_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
+    register_key=REGISTER_KEY,
+    use_type=USE_TYPE,
+    nouse_type=NOUSE_TYPE,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+    decode_register=decode_devices_register,
+    liveness=Liveness.ALLOCATABLE,
+)
+"""No handshake: a registered node is live while ``allocatable[amd.com/gpu] > 0``."""
+
+REQUEST: Final = ShareRequest(
+    devices="GPUs",
+    memory="GPU memory",
+    limits_only=True,
+    cores=QuantityKind.PERCENT,
+    zero_cores="{name} is a percentage of one GPU's compute units: write 1 to 100, not 0",
+)
+"""Count and memory from the limits only, cores from the limits else the requests (1..100, default 100)."""
 
 
 @dataclass(frozen=True, slots=True)
-class AmdVendor:
+class AmdVendor(DescribedVendor):
     """AMD GPUs (see the module docstring)."""
 
-    config: AmdConfig = dataclasses.field(default_factory=AmdConfig)
-
-    @property
-    def name(self) -> str:
-        return NAME
+    description = DESCRIPTION
+    config: ShareConfig = DEFAULT_CONFIG
 
     @property
     def resources(self) -> ResourceNames:
@@ -190,83 +155,11 @@ class AmdVendor:
             count=c.resource_count_name, memory=c.resource_memory_name or None, cores=c.resource_core_name or None
         )
 
-    @property
-    def rules(self) -> DeviceRules:
-        return AMD_RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return REGISTER_KEY
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
-    # ---- requests ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md).
-
-        Count and memory from the limits only, cores from the limits else the requests (1..100, default 100).
-        No memory means the whole card (``mem_pct`` 100). Memory or cores without the count, a count of 0 with
-        memory, a core percentage of 0 and any bad quantity are a ResourceRequestError.
-        """
-        c = self.config
-        limits, requests = container_lists(container, what)
-        none: Mapping[str, Any] = {}
-        r = RequestReader(
-            reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name),
-            container_label(container, what),
-        )
-        n = r.read(limits, none, c.resource_count_name, QuantityKind.COUNT)
-        mem = r.read(limits, none, c.resource_memory_name, QuantityKind.MEMORY) if c.resource_memory_name else None
-        core = r.read(limits, requests, c.resource_core_name, QuantityKind.PERCENT) if c.resource_core_name else None
-        if core == 0:
-            r.problem(f"{c.resource_core_name} is a percentage of one GPU's compute units: write 1 to 100, not 0")
-        for name in (c.resource_count_name, c.resource_memory_name):
-            if name and name not in limits and name in requests:
-                r.problem(f"{name} is read from the limits only: move it to resources.limits")
-        if r.problems:
-            raise ResourceRequestError(r.problems)
-        if not raw_value(limits, none, c.resource_count_name)[0]:
-            shares = [
-                x for x in (c.resource_memory_name, c.resource_core_name) if x and raw_value(limits, requests, x)[0]
-            ]
-            if not shares:
-                return EMPTY_REQUEST
-            r.problem(f"{shares[0]} needs {c.resource_count_name}, the number of GPUs: add {c.resource_count_name}: 1")
-            raise ResourceRequestError(r.problems)
-        if not n:
-            if mem:
-                r.problem(
-                    f"{c.resource_count_name} is 0 but {c.resource_memory_name} asks for GPU memory: set "
-                    f"{c.resource_count_name} to the number of GPUs (e.g. 1) or remove {c.resource_memory_name}"
-                )
-                raise ResourceRequestError(r.problems)
-            return EMPTY_REQUEST
-        mem_mib = mem or 0
-        return ContainerRequest(
-            nums=n,
-            mem_mib=mem_mib,
-            mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
-            cores_pct=_DEFAULT_CORES if core is None else core,
-            type=NAME,
-        )
+        """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md and
+        :meth:`~shared.vendors.described.ShareRequest.read`): no memory means the whole card (``mem_pct`` 100); a core
+        percentage of 0 and a count or memory in the requests only are refused too."""
+        return REQUEST.read(container, what, NAME, self.config)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count, memory or core resource is in the limits.
@@ -276,68 +169,13 @@ class AmdVendor:
         limits, _ = container_lists(container, where)
         return any(n in limits for n in self.resources.all)
 
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return decode_selectors(annotations, USE_TYPE, NOUSE_TYPE, USE_UUID, NOUSE_UUID)
-
-    # ---- registration ------------------------------------------------------------------------------------------
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration + HAMi's ``CheckHealth`` for AMD. The order of the checks, each ending the observation:
-
-        1. no ``hami.io/node-amd-register`` → not registered (``absent``);
-        2. the value is not a JSON array of devices → invalid (``register``);
-        3. ``allocatable[<resourceCountName>]`` is not a quantity → invalid (``allocatable``);
-        4. no device → not registered (``no_devices``);
-        5. no handshake: live while allocatable > 0 (else ``no_allocatable``).
-        """
-        del now_local, reported_before  # no handshake
-        a = node.annotations
-        register = a.get(REGISTER_KEY)
-        if register is None:
-            return NotRegistered(Unregistered.ABSENT)
-        try:
-            devices = decode_devices_register(register)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, REGISTER_KEY, register, e)
-        count_name = self.config.resource_count_name
-        source = f"status.allocatable[{count_name}]"
-        raw = node.allocatable.get(count_name, 0)
-        try:
-            allocatable = parse_quantity(raw, source)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
-        if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        if allocatable <= 0:
-            return NotRegistered(Unregistered.NO_ALLOCATABLE)
-        ids = {d.id for d in devices}
-        cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
-        return Registered(NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned))
-
-    # ---- pod device lists --------------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, ALLOCATED_KEY)
-
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
         """The entries' written type (the product type) is kept as ``shown_type``; ``type`` is ``AMD``, the
         vendor every process keys on."""
         return tuple(
             tuple(d if d.type == NAME else dataclasses.replace(d, type=NAME, shown_type=d.type) for d in container)
-            for container in decode_pod_devices(value, ALLOCATED_KEY)
+            for container in DescribedVendor.decode_devices(self, value)
         )
-
-
-def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
-    """``hami.io/node-amd-register`` → the node's GPUs (``vendor`` = ``AMD``). JSON only, as HAMi's
-    ``UnMarshalNodeDevices`` (unknown keys such as ``devicevendor`` or ``custominfo`` ignored)."""
-    if not is_json(value):
-        fail(REGISTER_KEY, "expected a JSON array of devices", value)
-    try:
-        devices = decode_register(value)
-    except DecodeError as e:
-        raise rekey(e, REGISTER_KEY) from e
-    return tuple(dataclasses.replace(d, vendor=NAME) for d in devices)
 
 
 def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
@@ -345,7 +183,7 @@ def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
     return {REGISTER_KEY: encode_register_json(tuple(devices))}
 
 
-def node_capacity(devices: Sequence[DeviceInfo], config: AmdConfig | None = None) -> dict[str, str]:
+def node_capacity(devices: Sequence[DeviceInfo], config: ShareConfig | None = None) -> dict[str, str]:
     """The count resource the AMD device plugin advertises: one per slot (the sum of the devices' ``count``)."""
-    name = (config or AmdConfig()).resource_count_name
+    name = (config or DEFAULT_CONFIG).resource_count_name
     return {name: str(sum(max(d.count, 0) for d in devices))}

@@ -16,14 +16,14 @@ On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.common import names_section
-from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
+from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, decode_json
+from vgpu_scheduler.shared.vendors.slotonly import SlotOnlyVendor, build_slot_only
 
 SECTION: Final = "biren"
 """The device-config section that configures the vendor."""
@@ -44,21 +44,15 @@ CARD_CORES: Final = 100
 """HAMi sets every registered card's core total to 100 ("only for calscore use")."""
 
 
-@dataclass(frozen=True, slots=True)
-class BirenConfig:
-    """The ``biren:`` section (HAMi's ``BirenConfig``)."""
-
-    resource_count_name: str = "birentech.com/gpu"
-
-
-def parse_config(section: object) -> BirenConfig:
-    """Validate the ``biren:`` section; absent keys keep HAMi's default. ConfigError names the key path."""
-    return BirenConfig(**names_section(section, SECTION, {"resourceCountName": "resource_count_name"}, unit="cards"))
+DEFAULT_COUNT_NAME: Final = "birentech.com/gpu"
+"""HAMi's default ``resourceCountName``, the only key of the ``biren:`` section."""
 
 
 def build(section: object) -> tuple[SlotOnlyVendor, ...]:
     """The vendor the ``biren:`` section configures (``None`` or ``{}``: HAMi's default)."""
-    return (SlotOnlyVendor(SPEC, parse_config(section).resource_count_name),)
+    return build_slot_only(
+        section, DESCRIPTION, registration_value, key=SECTION, default_count=DEFAULT_COUNT_NAME, unit="cards"
+    )
 
 
 BIREN_RULES: DeviceRules = SlotOnlyRules(NAME)
@@ -75,16 +69,15 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
     return encode_register_json(tuple(devices))
 
 
-SPEC: Final = SlotOnlySpec(
+DESCRIPTION: Final = Description(
     name=NAME,
+    rules=BIREN_RULES,
+    allocated_key=ALLOCATED_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
     register_key=REGISTER_KEY,
     handshake_key=HANDSHAKE_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
-    allocated_key=ALLOCATED_KEY,
     use_uuid=USE_UUID,
     nouse_uuid=NOUSE_UUID,
-    rules=BIREN_RULES,
-    decode=decode_devices_register,
-    encode=registration_value,
+    decode_register=decode_devices_register,
 )
-"""Biren's wire names, ``Fit`` and register codec; the vendor is :class:`~shared.vendors.simple.SlotOnlyVendor`."""
+"""Biren's wire names and ``Fit``; the vendor is :class:`~shared.vendors.slotonly.SlotOnlyVendor`."""

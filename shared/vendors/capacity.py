@@ -1,91 +1,23 @@
 """Pieces the families registered from node capacity share (Kunlunxin's whole XPUs, MetaX GPUs, Enflame GCUs, AWS
 Neuron, Moore Threads): their device plugin advertises extended resources in ``status.capacity`` and HAMi's
 ``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
-lock. :class:`CapacityVendor` is the part of the ``Vendor`` protocol such a family has in common (the
-counterpart of :class:`shared.vendors.simple.SlotOnlyVendor` for slot-only families); :func:`whole_capacity`,
-:func:`observe_count`, :func:`count_registration` and :func:`count_in_limits` are the registration and
-admission steps several of them repeat. Pure."""
+lock (their :class:`~shared.vendors.described.Description` says so). :func:`whole_capacity`,
+:func:`observe_count`, :func:`observe_capacity`, :func:`count_registration` and :func:`count_in_limits` are the
+registration and admission steps several of them repeat. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import container_lists, names_any
+from vgpu_scheduler.shared.codec.resources import container_lists
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodeInventory
-from vgpu_scheduler.shared.domain.vendor import DeviceRules
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
-
-
-class CapacityVendor:
-    """What every capacity-registered vendor answers alike: its name, rules and pod annotation keys from the
-    class constants below, no register or handshake annotation, no node lock, ``manages`` by its resource names,
-    and its pod device list under :attr:`ALLOCATED_KEY`. A family subclasses it (as a frozen dataclass holding its
-    config) and adds ``resources``, the request, admission and registration methods."""
-
-    __slots__ = ()
-
-    WORD: ClassVar[str]
-    """HAMi's common word: the ``type`` of the family's requests and pod device entries."""
-    RULES: ClassVar[DeviceRules]
-    ALLOCATED_KEY: ClassVar[str]
-    TO_ALLOCATE_KEY: ClassVar[str | None] = None
-    """None where HAMi writes no to-allocate list for the family."""
-
-    @property
-    def name(self) -> str:
-        return self.WORD
-
-    @property
-    def resources(self) -> ResourceNames:
-        raise NotImplementedError
-
-    @property
-    def rules(self) -> DeviceRules:
-        return self.RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return self.TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return self.ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.NONE
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, self.ALLOCATED_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, self.ALLOCATED_KEY)
+from vgpu_scheduler.shared.vendors import registration as reg
+from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
 
 
 def whole_capacity(capacity: Mapping[str, Any], name: str, top: int, expected: str) -> int | None:
@@ -125,17 +57,17 @@ def observe_count(
     try:
         count = whole_capacity(capacity, count_name, top, expected)
     except DecodeError as e:
-        return Invalid(DecodeFailure.REGISTER, f"status.capacity[{count_name}]", str(capacity[count_name]), e)
+        return reg.Invalid(reg.DecodeFailure.REGISTER, f"status.capacity[{count_name}]", str(capacity[count_name]), e)
     if count is None:
-        return NotRegistered(Unregistered.ABSENT)
+        return reg.NotRegistered(reg.Unregistered.ABSENT)
     if count == 0:
-        return NotRegistered(Unregistered.NO_DEVICES)
+        return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
     found = devices(node.name, count)
     cordoned = cordoned_ids(node, found)
     if pair_scores is None:
-        return Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned))
+        return reg.Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned))
     inventory = NodeInventory(node=node.name, vendor=vendor, devices=found, pair_scores=pair_scores, cordoned=cordoned)
-    return Registered(inventory)
+    return reg.Registered(inventory)
 
 
 def count_registration(
@@ -161,3 +93,43 @@ def count_in_limits(
         return False
     request(container, where)
     return True
+
+
+def observe_capacity(
+    node: NodeView,
+    vendor: str,
+    count_name: str,
+    other_name: str,
+    *,
+    whole: Callable[[Mapping[str, Any], str], int | None],
+    devices: Callable[[int, int], tuple[DeviceInfo, ...] | Observation],
+) -> Observation:
+    """Registration of a family whose plugin advertises a count and a second total in ``status.capacity`` (AWS
+    Neuron: devices and cores; Moore Threads: cores and memory), in order: no ``capacity[count_name]`` (else the
+    allocatable) → not registered; either total not a whole quantity (``whole`` refuses it) → invalid;
+    ``allocatable[count_name]`` not a quantity → invalid; a count of 0 → not registered; ``devices(count,
+    other)`` (``other`` 0 when absent) returns an Observation → that; ``allocatable[count_name]`` ≤ 0 (the device
+    plugin is gone) → not registered; else registered, healthy, the cordoned devices from ``hami.io/device-cordon``
+    (HAMi's ``CheckHealth`` always says healthy)."""
+    capacity = node.capacity or node.allocatable
+    try:
+        count = whole(capacity, count_name)
+        if count is None:
+            return reg.NotRegistered(reg.Unregistered.ABSENT)
+        other = whole(capacity, other_name) or 0
+    except DecodeError as e:
+        return reg.Invalid(reg.DecodeFailure.REGISTER, e.what, e.part or "", e)
+    quantity = reg.allocatable_quantity(node.allocatable, count_name)
+    if isinstance(quantity, reg.Invalid):
+        return quantity
+    live = quantity > 0
+    if count == 0:
+        return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
+    found = devices(count, other)
+    if not isinstance(found, tuple):
+        return found
+    if not live:
+        return reg.NotRegistered(reg.Unregistered.NO_ALLOCATABLE)
+    return reg.Registered(
+        NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned_ids(node, found))
+    )

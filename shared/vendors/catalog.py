@@ -29,7 +29,7 @@ in with one entry in :data:`FAMILIES`:
 Each vendor a family builds implements :class:`~shared.vendors.base.Vendor`; optional extras are picked up when
 present: ``admission_warnings(container, where)`` (:class:`~shared.vendors.base.AdmissionWarnings`: requests
 accepted but adjusted, returned to the client as admission warnings), ``extra_pod_annotations``
-(:class:`~shared.codec.podannotations.ExtraPodAnnotations`), and on its rules ``entry_type(dev)``
+(:class:`~shared.vendors.pods.ExtraPodAnnotations`), and on its rules ``entry_type(dev)``
 (:class:`~shared.domain.vendor.EntryType`: the type written in a pod's device entry when it is not the common
 word).
 

@@ -25,40 +25,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail, trim_space
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.register import encode_register_colon
-from vgpu_scheduler.shared.codec.resources import (
-    QuantityKind,
-    RequestReader,
-    ResourceRequestError,
-    container_label,
-    container_lists,
-    names_any,
-    raw_value,
-)
-from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    MEM_PCT_UNSET,
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    Selectors,
-)
-from vgpu_scheduler.shared.domain.vendor import DeviceRules
+from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import reader_config, rekey
-from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
-from vgpu_scheduler.shared.vendors.simple import (
-    UuidOnlyRules,
-    decode_colon,
-    observe_with_handshake,
-    uuid_selectors,
-)
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.common import rekey
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
+from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, decode_colon
 
 SECTION: Final = "iluvatars"
 """The device-config section: a list of chips."""
@@ -169,16 +147,37 @@ IluvatarRules = UuidOnlyRules
 # ------------------------------------------------------------------------------------------------------------
 
 
+REQUEST: Final = ShareRequest(devices="cards", memory="memory", cores=QuantityKind.PRIORITY, default_cores=0)
+"""Each resource from the limits, else the requests; memory × 256 MiB; cores a whole number, 0 when absent (HAMi's
+webhook itself writes 100 per card, e.g. 200 for two, which ``Fit`` caps)."""
+
+
+def describe(common_word: str) -> Description:
+    """A chip's wire names, all built from its common word (``hami.io/node-<cw>-register`` …)."""
+    return Description(
+        name=common_word,
+        rules=IluvatarRules(common_word),
+        allocated_key=f"hami.io/{common_word}-devices-allocated",
+        to_allocate_key=f"hami.io/{common_word}-devices-to-allocate",
+        register_key=f"hami.io/node-{common_word}-register",
+        handshake_key=f"hami.io/node-handshake-{common_word}",
+        use_uuid=f"hami.io/use-{common_word}-uuid",
+        nouse_uuid=f"hami.io/no-use-{common_word}-uuid",
+        decode_register=lambda value: decode_colon(value, f"hami.io/node-{common_word}-register", common_word),
+    )
+
+
 @dataclass(frozen=True, slots=True)
-class IluvatarVendor:
-    """One Iluvatar chip (see the module docstring)."""
+class IluvatarVendor(DescribedVendor):
+    """One Iluvatar chip (see the module docstring). Registration is colon format only (HAMi's
+    ``DecodeNodeDevices``: a JSON value is a DecodeError), observed through the handshake, always."""
 
     chip: IluvatarChip = dataclasses.field(default_factory=lambda: DEFAULT_CHIPS[0])
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
+    description: Description = dataclasses.field(init=False, repr=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.chip.common_word
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "description", describe(self.chip.common_word))
 
     @property
     def resources(self) -> ResourceNames:
@@ -190,84 +189,11 @@ class IluvatarVendor:
             memory_unit_mib=MEMORY_UNIT_MIB,
         )
 
-    @property
-    def rules(self) -> DeviceRules:
-        return IluvatarRules(self.name)
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return f"hami.io/{self.name}-devices-to-allocate"
-
-    @property
-    def allocated_key(self) -> str:
-        return f"hami.io/{self.name}-devices-allocated"
-
-    @property
-    def register_key(self) -> str | None:
-        return f"hami.io/node-{self.name}-register"
-
-    @property
-    def handshake_key(self) -> str | None:
-        return f"hami.io/node-handshake-{self.name}"
-
-    @property
-    def use_uuid_key(self) -> str:
-        return f"hami.io/use-{self.name}-uuid"
-
-    @property
-    def no_use_uuid_key(self) -> str:
-        return f"hami.io/no-use-{self.name}-uuid"
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
-    # ---- requests ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``, strict: each resource from the limits, else the requests; memory
+        """HAMi's ``GenerateResourceRequests``, strict (:meth:`~shared.vendors.described.ShareRequest.read`): memory
         × 256 MiB (none: the whole card, 100 %); cores as given (0 when absent; more than 100 is read as 100 by
-        ``Fit``, as HAMi caps it). A memory or core resource without the count, a count of 0 with memory, and any
-        bad quantity (a memory above 2^31-1 MiB, which HAMi drops silently) are a ResourceRequestError."""
-        c = self.chip
-        limits, requests = container_lists(container, what)
-        r = RequestReader(
-            reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name, MEMORY_UNIT_MIB),
-            container_label(container, what),
-        )
-        n = r.read(limits, requests, c.resource_count_name, QuantityKind.COUNT)
-        mem = r.read(limits, requests, c.resource_memory_name, QuantityKind.MEMORY) if c.resource_memory_name else None
-        # cores are a whole number; HAMi's webhook itself writes 100 per card (e.g. 200 for two), which Fit caps
-        core = r.read(limits, requests, c.resource_core_name, QuantityKind.PRIORITY) if c.resource_core_name else None
-        if r.problems:
-            raise ResourceRequestError(r.problems)
-        if not raw_value(limits, requests, c.resource_count_name)[0]:
-            shares = [
-                x for x in (c.resource_memory_name, c.resource_core_name) if x and raw_value(limits, requests, x)[0]
-            ]
-            if not shares:
-                return EMPTY_REQUEST
-            r.problem(f"{shares[0]} needs {c.resource_count_name}, the number of cards: add {c.resource_count_name}: 1")
-            raise ResourceRequestError(r.problems)
-        if not n:
-            if mem:
-                r.problem(
-                    f"{c.resource_count_name} is 0 but {c.resource_memory_name} asks for memory: set "
-                    f"{c.resource_count_name} to the number of cards (e.g. 1) or remove {c.resource_memory_name}"
-                )
-                raise ResourceRequestError(r.problems)
-            return EMPTY_REQUEST
-        mem_mib = (mem or 0) * MEMORY_UNIT_MIB
-        return ContainerRequest(
-            nums=n,
-            mem_mib=mem_mib,
-            mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
-            cores_pct=core or 0,
-            type=self.name,
-        )
+        ``Fit``, as HAMi caps it). A memory above 2^31-1 MiB, which HAMi drops silently, is refused too."""
+        return REQUEST.read(container, what, self.name, self.chip, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: only a container with the count in its limits is ours. Its request is
@@ -288,32 +214,6 @@ class IluvatarVendor:
             container.setdefault("env", []).append({"name": CONTAINER_ENV, "value": name})
         return True
 
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, self.use_uuid_key, self.no_use_uuid_key)
-
-    # ---- registration ------------------------------------------------------------------------------------------
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration + HAMi's ``CheckHealth``, in Hygon's order (``simple.observe_with_handshake``): no register
-        annotation → not registered; JSON or a bad colon value → invalid; allocatable not a quantity → invalid; no
-        device → not registered; then the handshake."""
-        del reported_before  # Iluvatar plugins always speak the handshake
-        return observe_with_handshake(
-            node,
-            now_local,
-            vendor=self.name,
-            register_key=self.register_key or "",
-            handshake_key=self.handshake_key or "",
-            count_name=self.chip.resource_count_name,
-            decode=self.decode_register,
-            timeout_s=self.handshake_timeout_s,
-        )
-
-    def decode_register(self, value: str) -> tuple[DeviceInfo, ...]:
-        """``hami.io/node-<cw>-register`` → the node's cards (``vendor`` = the common word). Colon format only, as
-        HAMi's ``DecodeNodeDevices``: a JSON value is a DecodeError."""
-        return decode_colon(value, self.register_key or "", self.name)
-
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the chip's device plugin writes on its Node for ``devices``: (annotations, capacity, labels) —
         the 9-field colon register value and the count resource (one per slot)."""
@@ -323,11 +223,3 @@ class IluvatarVendor:
         except DecodeError as e:
             raise rekey(e, key) from e
         return annos, {self.chip.resource_count_name: str(sum(max(d.count, 0) for d in devices))}, {}
-
-    # ---- pod device lists --------------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, self.allocated_key)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, self.allocated_key)

@@ -28,28 +28,16 @@ import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Final
 
-from vgpu_scheduler.shared.domain.model import (
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    NodePolicy,
-    PodConstraints,
-    Selectors,
-)
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodePolicy, PodConstraints
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, count_in_limits, count_registration, observe_count
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
+from vgpu_scheduler.shared.vendors.described import Description
 from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
-from vgpu_scheduler.shared.vendors.registration import (
-    NodeView,
-    Observation,
-)
-from vgpu_scheduler.shared.vendors.simple import count_only_request
 
 SECTION: Final = "metax"
 ENABLE_FLAG: Final[str | None] = None
@@ -224,60 +212,31 @@ def devices_from_capacity(node: str, count: int) -> tuple[DeviceInfo, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class MetaxVendor(CapacityVendor):
-    """MetaX whole GPUs (see the module docstring)."""
+class MetaxVendor(CountedVendor):
+    """MetaX whole GPUs (see the module docstring): HAMi's ``GetNodeDevices`` derives GPUs of 65536 MiB, 100 cores
+    and one slot from ``capacity[metax-tech.com/gpu]`` (healthy while the capacity is above 0), with the topology
+    tables from the node's annotations; a request takes each GPU whole (100 % of its memory, 100 cores). No UUID
+    selector applies (HAMi's ``checkUUID`` is always true)."""
 
-    WORD: ClassVar[str] = NAME
-    RULES: ClassVar[DeviceRules] = METAX_RULES
-    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
-    TO_ALLOCATE_KEY: ClassVar[str | None] = TO_ALLOCATE_KEY
+    description = Description(
+        name=NAME,
+        rules=METAX_RULES,
+        allocated_key=ALLOCATED_KEY,
+        to_allocate_key=TO_ALLOCATE_KEY,
+        node_lock=NodeLockKind.NONE,
+    )
+    counted = Counted(
+        top=2**63 - 1,
+        expected="expected a whole number from 0 to 2^63-1",
+        devices=devices_from_capacity,
+        cores_pct=GPU_CORES,
+        shape=(GPU_MEMORY_MIB, GPU_CORES, GPU_SLOTS),
+        refusal="MetaX GPUs register by count only: each has 65536 MiB, 100 cores and one slot",
+        pair_scores=topology_tables,
+    )
 
     config: MetaxConfig = dataclasses.field(default_factory=MetaxConfig)
 
     @property
-    def resources(self) -> ResourceNames:
-        return ResourceNames(count=self.config.resource_count_name)
-
-    # ---- requests ----------------------------------------------------------------------------------------------
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; each GPU whole (100 %
-        of its memory, 100 cores). A bad quantity is a ResourceRequestError."""
-        return count_only_request(container, what, self.config.resource_count_name, NAME, cores_pct=GPU_CORES)
-
-    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        return count_in_limits(container, where, self.config.resource_count_name, self.container_request)
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        """No UUID selector applies to MetaX GPUs (HAMi's ``checkUUID`` is always true)."""
-        del annotations
-        return Selectors()
-
-    # ---- registration ------------------------------------------------------------------------------------------
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration from ``status.capacity[metax-tech.com/gpu]``: absent → not registered; not a whole number →
-        invalid; 0 → not registered (HAMi's "device not found"); else that many GPUs, healthy (HAMi's
-        ``CheckHealth``: the capacity is above 0). Cordoned GPUs from ``hami.io/device-cordon``; the topology
-        tables from the node's annotations."""
-        del now_local, reported_before
-        return observe_count(
-            node,
-            vendor=NAME,
-            count_name=self.config.resource_count_name,
-            top=2**63 - 1,
-            expected="expected a whole number from 0 to 2^63-1",
-            devices=devices_from_capacity,
-            pair_scores=topology_tables(node.annotations),
-        )
-
-    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """What the MetaX device plugin advertises for ``devices``: their number as the count resource. Only GPUs
-        as HAMi registers them (65536 MiB, 100 cores, one slot) survive the round trip, so others are refused."""
-        return count_registration(
-            devices,
-            self.config.resource_count_name,
-            shape=(GPU_MEMORY_MIB, GPU_CORES, GPU_SLOTS),
-            refusal="MetaX GPUs register by count only: each has 65536 MiB, 100 cores and one slot",
-        )
+    def count_name(self) -> str:
+        return self.config.resource_count_name

@@ -21,46 +21,27 @@ On by default, as in HAMi (:data:`ENABLE_FLAG` is None).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
     ResourceRequestError,
     container_label,
     container_lists,
-    raw_value,
 )
-from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    MEM_PCT_UNSET,
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    NodeInventory,
-    PodDevices,
-    Selectors,
-)
+from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodDevices
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import CapacityVendor, cordoned_ids, whole_capacity
-from vgpu_scheduler.shared.vendors.common import names_section, reader_config
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
-from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, uuid_selectors
+from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
+from vgpu_scheduler.shared.vendors.common import reader_config
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
+from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
 SECTION: Final = "mthreads"
 ENABLE_FLAG: Final[str | None] = None
@@ -85,27 +66,15 @@ _ID_INFIX: Final = "-mthreads-"
 _INT32_MAX: Final = 2**31 - 1
 
 
-@dataclass(frozen=True, slots=True)
-class MthreadsConfig:
-    """The ``mthreads:`` section (HAMi's ``MthreadsConfig``, defaults of its ``--mthreads-*`` flags)."""
-
-    resource_count_name: str = "mthreads.com/vgpu"
-    resource_memory_name: str = "mthreads.com/sgpu-memory"
-    resource_core_name: str = "mthreads.com/sgpu-core"
+DEFAULT_CONFIG: Final = ShareConfig("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
+"""HAMi's defaults of the ``mthreads:`` section."""
 
 
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceMemoryName": "resource_memory_name",
-    "resourceCoreName": "resource_core_name",
-}
-
-
-def parse_config(section: object) -> MthreadsConfig:
+def parse_config(section: object) -> ShareConfig:
     """Validate the ``mthreads:`` section; absent keys keep HAMi's defaults. The memory and core names register
     the GPUs (node capacity), so they must not be empty. ConfigError names the key path."""
     required = dict.fromkeys(("resourceMemoryName", "resourceCoreName"), "the GPUs register through it")
-    return MthreadsConfig(**names_section(section, SECTION, _KEYS, unit="GPUs", required=required))
+    return DEFAULT_CONFIG.parse(section, SECTION, unit="GPUs", required=required)
 
 
 def build(section: object) -> tuple[MthreadsVendor, ...]:
@@ -164,15 +133,40 @@ def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def _sgpu_size(n: int, mem: int | None, memory_name: str) -> str | None:
+    """One GPU's memory must be an sGPU size (HAMi's webhook refuses another)."""
+    if n == 1 and mem is not None and mem not in LEGAL_MEMORY:
+        sizes = ", ".join(str(m) for m in LEGAL_MEMORY)
+        return f"{memory_name}: {mem} is not an sGPU size of one GPU; use one of {sizes}"
+    return None
+
+
+REQUEST: Final = ShareRequest(
+    devices="GPUs",
+    memory="GPU memory",
+    cores=QuantityKind.PRIORITY,
+    default_cores=0,
+    zero_count_hint=False,
+    check=_sgpu_size,
+    per_device=True,
+)
+"""Each resource from the limits, else the requests; memory and cores are the container's total."""
+
+
 @dataclass(frozen=True, slots=True)
-class MthreadsVendor(CapacityVendor):
+class MthreadsVendor(DescribedVendor):
     """Moore Threads (see the module docstring)."""
 
-    WORD: ClassVar[str] = NAME
-    RULES: ClassVar[DeviceRules] = MTHREADS_RULES
-    ALLOCATED_KEY: ClassVar[str] = ALLOCATED_KEY
+    description = Description(
+        name=NAME,
+        rules=MTHREADS_RULES,
+        allocated_key=ALLOCATED_KEY,
+        node_lock=NodeLockKind.NONE,
+        use_uuid=USE_UUID,
+        nouse_uuid=NOUSE_UUID,
+    )
 
-    config: MthreadsConfig = dataclasses.field(default_factory=MthreadsConfig)
+    config: ShareConfig = DEFAULT_CONFIG
 
     @property
     def resources(self) -> ResourceNames:
@@ -201,36 +195,12 @@ class MthreadsVendor(CapacityVendor):
         return n, mem, core, r
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: memory × 512 MiB and cores, each divided by the count (integer
-        division); no memory: the whole GPU (100 %). Strict: a memory or core resource without the count, a count
-        of 0 with memory, one GPU with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad
-        quantity are a ResourceRequestError."""
-        c = self.config
-        limits, requests = container_lists(container, what)
-        n, mem, core, r = self._read(container, what)
-        if not raw_value(limits, requests, c.resource_count_name)[0]:
-            shares = [x for x in (c.resource_memory_name, c.resource_core_name) if raw_value(limits, requests, x)[0]]
-            if not shares:
-                return EMPTY_REQUEST
-            r.problem(f"{shares[0]} needs {c.resource_count_name}, the number of GPUs: add {c.resource_count_name}: 1")
-            raise ResourceRequestError(r.problems)
-        if not n:
-            if mem:
-                r.problem(f"{c.resource_count_name} is 0 but {c.resource_memory_name} asks for GPU memory")
-                raise ResourceRequestError(r.problems)
-            return EMPTY_REQUEST
-        if n == 1 and mem is not None and mem not in LEGAL_MEMORY:
-            sizes = ", ".join(str(m) for m in LEGAL_MEMORY)
-            r.problem(f"{c.resource_memory_name}: {mem} is not an sGPU size of one GPU; use one of {sizes}")
-            raise ResourceRequestError(r.problems)
-        mem_mib = (mem or 0) * MEMORY_UNIT_MIB
-        return ContainerRequest(
-            nums=n,
-            mem_mib=mem_mib // n,
-            mem_pct=100 if mem_mib == 0 else MEM_PCT_UNSET,
-            cores_pct=(core or 0) // n,
-            type=NAME,
-        )
+        """HAMi's ``GenerateResourceRequests`` (:meth:`~shared.vendors.described.ShareRequest.read` with
+        :data:`REQUEST`): memory × 512 MiB and cores, each divided by the count (integer division); no memory: the
+        whole GPU (100 %). Strict: a memory or core resource without the count, a count of 0 with memory, one GPU
+        with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad quantity are a
+        ResourceRequestError."""
+        return REQUEST.read(container, what, NAME, self.config, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission`` for the container: with the count in its limits, more than one GPU (or one
@@ -266,9 +236,6 @@ class MthreadsVendor(CapacityVendor):
                 annotations = meta["annotations"] = {}
             annotations[REQUEST_GPU_NUM_KEY] = str(count)
 
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, USE_UUID, NOUSE_UUID)
-
     # ---- registration ------------------------------------------------------------------------------------------
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
@@ -278,31 +245,14 @@ class MthreadsVendor(CapacityVendor):
         (the device plugin is gone) → not registered. HAMi's ``CheckHealth`` always says healthy."""
         del now_local, reported_before
         c = self.config
-        capacity = node.capacity or node.allocatable
-        try:
-            cores_total = _whole(capacity, c.resource_core_name)
-            if cores_total is None:
-                return NotRegistered(Unregistered.ABSENT)
-            memory_total = _whole(capacity, c.resource_memory_name) or 0
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, e.what, e.part or "", e)
-        source = f"status.allocatable[{c.resource_core_name}]"
-        raw = node.allocatable.get(c.resource_core_name, 0)
-        try:
-            live = parse_quantity(raw, source) > 0
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
-        if cores_total == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
-        try:
-            devices = devices_from_capacity(node.name, cores_total, memory_total)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_memory_name}]", e.part or "", e)
-        if not live:
-            return NotRegistered(Unregistered.NO_ALLOCATABLE)
-        return Registered(
-            NodeInventory(node=node.name, vendor=NAME, devices=devices, cordoned=cordoned_ids(node, devices))
-        )
+
+        def devices(cores_total: int, memory_total: int) -> tuple[DeviceInfo, ...] | Observation:
+            try:
+                return devices_from_capacity(node.name, cores_total, memory_total)
+            except DecodeError as e:
+                return Invalid(DecodeFailure.REGISTER, f"status.capacity[{c.resource_memory_name}]", e.part or "", e)
+
+        return observe_capacity(node, NAME, c.resource_core_name, c.resource_memory_name, whole=_whole, devices=devices)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the Moore Threads device plugin advertises for ``devices`` (all of one size): 16 cores per GPU and

@@ -25,52 +25,34 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_request, names_any
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_pod_constraints
 from vgpu_scheduler.shared.codec.topology import decode_topology
-from vgpu_scheduler.shared.domain.model import (
-    NVIDIA,
-    ContainerDevice,
-    ContainerRequest,
-    NodeInventory,
-    NvidiaConfig,
-    Selectors,
-)
-from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES, DeviceRules
+from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NodeInventory, NvidiaConfig, Selectors
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    is_reported,
-    judge_handshake,
-)
+from vgpu_scheduler.shared.vendors import registration as reg
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 
 
 @dataclass(frozen=True, slots=True)
-class NvidiaVendor:
+class NvidiaVendor(DescribedVendor):
     """The NVIDIA vendor. ``config.resource_count_name`` is the allocatable resource judged for liveness."""
+
+    description = Description(
+        name=NVIDIA,
+        rules=NVIDIA_RULES,
+        allocated_key=keys.DEVICES_ALLOCATED,
+        to_allocate_key=keys.DEVICES_TO_ALLOCATE,
+        register_key=keys.NODE_NVIDIA_REGISTER,
+        handshake_key=keys.NODE_HANDSHAKE,
+    )
 
     config: NvidiaConfig = field(default_factory=NvidiaConfig)
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
-
-    @property
-    def name(self) -> str:
-        return NVIDIA
-
-    @property
-    def handshake_key(self) -> str:
-        return keys.NODE_HANDSHAKE
 
     @property
     def resources(self) -> ResourceNames:
@@ -83,26 +65,6 @@ class NvidiaVendor:
             memory_unit_mib=max(c.memory_factor, 1),
             extra=(c.resource_priority_name,),
         )
-
-    @property
-    def rules(self) -> DeviceRules:
-        return NVIDIA_RULES
-
-    @property
-    def to_allocate_key(self) -> str:
-        return keys.DEVICES_TO_ALLOCATE
-
-    @property
-    def allocated_key(self) -> str:
-        return keys.DEVICES_ALLOCATED
-
-    @property
-    def register_key(self) -> str:
-        return keys.NODE_NVIDIA_REGISTER
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
 
     def manages(self, container: Mapping[str, Any]) -> bool:
         return names_any(container, self.config.resource_names)
@@ -124,58 +86,49 @@ class NvidiaVendor:
         c = decode_pod_constraints(annotations)
         return Selectors(c.use_types, c.nouse_types, c.use_uuids, c.nouse_uuids)
 
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value)
-
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
         """See the module docstring for the order of the checks."""
         a = node.annotations
         register = a.get(keys.NODE_NVIDIA_REGISTER)
         if register is None:
-            return NotRegistered(Unregistered.ABSENT)
+            return reg.NotRegistered(reg.Unregistered.ABSENT)
         try:
             devices = decode_register(register)
         except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, keys.NODE_NVIDIA_REGISTER, register, e)
+            return reg.Invalid(reg.DecodeFailure.REGISTER, keys.NODE_NVIDIA_REGISTER, register, e)
         score = a.get(keys.NODE_NVIDIA_SCORE)
         pair_scores = {}
         if score is not None:
             try:
                 pair_scores = {k: dict(v) for k, v in decode_topology(score).items()}
             except DecodeError as e:
-                return Invalid(DecodeFailure.TOPOLOGY, keys.NODE_NVIDIA_SCORE, score, e)
+                return reg.Invalid(reg.DecodeFailure.TOPOLOGY, keys.NODE_NVIDIA_SCORE, score, e)
         count_name = self.config.resource_count_name
-        source = f"status.allocatable[{count_name}]"
-        raw = node.allocatable.get(count_name, 0)
-        try:
-            allocatable = parse_quantity(raw, source)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        allocatable = reg.allocatable_quantity(node.allocatable, count_name)
+        if isinstance(allocatable, reg.Invalid):
+            return allocatable
 
-        handshake_value = a.get(self.handshake_key)
-        legacy = not is_json(register) or is_reported(handshake_value) or reported_before
+        handshake_value = a.get(keys.NODE_HANDSHAKE)
+        legacy = not is_json(register) or reg.is_reported(handshake_value) or reported_before
         if not devices:
-            return NotRegistered(Unregistered.NO_DEVICES, legacy)
+            return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy)
 
         write: str | None = None
         reporter = False
         live = allocatable > 0
-        reason = Unregistered.NO_ALLOCATABLE
+        reason = reg.Unregistered.NO_ALLOCATABLE
         if legacy:
-            judged = judge_handshake(handshake_value, now_local, self.handshake_timeout_s)
+            judged = reg.judge_handshake(handshake_value, now_local, self.handshake_timeout_s)
             write, reporter = judged.write, judged.reporter
-            if judged.state is not HandshakeState.EXPIRED:
+            if judged.state is not reg.HandshakeState.EXPIRED:
                 live = True
-            reason = Unregistered.HANDSHAKE_TIMEOUT
+            reason = reg.Unregistered.HANDSHAKE_TIMEOUT
         if not live:
-            return NotRegistered(reason, legacy)
+            return reg.NotRegistered(reason, legacy)
 
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
         inventory = NodeInventory(
             node=node.name, vendor=NVIDIA, devices=devices, pair_scores=pair_scores, cordoned=cordoned
         )
-        return Registered(inventory, handshake=write, legacy=legacy, reporter=reporter)
+        return reg.Registered(inventory, handshake=write, legacy=legacy, reporter=reporter)

@@ -17,9 +17,11 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from fractions import Fraction
 from typing import Any, Protocol
 
 from vgpu_scheduler.shared.codec.handshake import HandshakeKind, format_requesting, parse_handshake
+from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.domain.model import NodeInventory
 from vgpu_scheduler.shared.errors import DecodeError
 
@@ -113,6 +115,18 @@ class Invalid:
 
 
 Observation = Registered | NotRegistered | Invalid
+
+
+def allocatable_quantity(allocatable: Mapping[str, Any], count_name: str) -> Fraction | Invalid:
+    """``allocatable[count_name]`` (0 when absent) as a quantity, or the observation that it is none
+    (``Invalid`` naming ``status.allocatable[<count_name>]``): how every vendor judges whether its device plugin
+    still advertises devices."""
+    source = f"status.allocatable[{count_name}]"
+    raw = allocatable.get(count_name, 0)
+    try:
+        return parse_quantity(raw, source)
+    except DecodeError as e:
+        return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
 
 
 class Registrar(Protocol):

@@ -28,7 +28,7 @@ class Vendors:
     constraints_memo: dict[frozenset[tuple[str, str]], PodConstraints] = field(
         init=False, repr=False, compare=False, default_factory=dict
     )
-    """Decoded scheduling annotations by annotation set (``codec.selectors.decode_vendor_constraints``): a pure
+    """Decoded scheduling annotations by annotation set (``vendors.pods.decode_vendor_constraints``): a pure
     function's results, for these vendors."""
 
     def __post_init__(self) -> None:

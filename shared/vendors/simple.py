@@ -1,20 +1,15 @@
-"""Pieces the smaller device families share (Iluvatar, Biren, Vastai …): HAMi's ``GetNodeDevices`` from a register
-annotation plus ``CheckHealth`` through a handshake annotation, UUID-only selectors, a count-only request, and
-:class:`SlotOnlyVendor`, a whole family that hands out devices by slot (its modules give only a
-:class:`SlotOnlySpec`). Pure."""
+"""Pieces the smaller device families share (Iluvatar, Biren, Vastai …): the register annotation read in one format
+only (colon or JSON), UUID-only selectors, the ``Fit`` of families that check only UUIDs or hand out slots, and a
+count-only request. Pure."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
-from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
@@ -22,35 +17,13 @@ from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_label,
     container_lists,
-    names_any,
     raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
-from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    NodeInventory,
-    PodConstraints,
-    Selectors,
-)
-from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
+from vgpu_scheduler.shared.codec.selectors import decode_uuid_list
+from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, ContainerRequest, DeviceInfo, PodConstraints, Selectors
+from vgpu_scheduler.shared.domain.vendor import BasicRules, Take
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import reader_config, rekey, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    judge_handshake,
-)
 
 COLON_FORMAT = "id,count,devmem,devcore,type,numa,health[,index,mode]:"
 
@@ -80,48 +53,9 @@ def decode_json(value: str, key: str, vendor: str, devcore: int | None = None) -
     return tuple(dataclasses.replace(d, vendor=vendor, devcore=devcore) for d in devices)
 
 
-def observe_with_handshake(
-    node: NodeView,
-    now_local: datetime,
-    *,
-    vendor: str,
-    register_key: str,
-    handshake_key: str,
-    count_name: str,
-    decode: Callable[[str], tuple[DeviceInfo, ...]],
-    timeout_s: float,
-) -> Observation:
-    """Registration + HAMi's ``CheckHealth`` through a handshake annotation, in this order, each ending the
-    observation: no register annotation → not registered; undecodable → invalid; ``allocatable[count]`` not a
-    quantity → invalid; no device → not registered; then the handshake (live while our ``Requesting_`` is fresh or
-    answered; once it expired, only while allocatable > 0)."""
-    a = node.annotations
-    register = a.get(register_key)
-    if register is None:
-        return NotRegistered(Unregistered.ABSENT)
-    try:
-        devices = decode(register)
-    except DecodeError as e:
-        return Invalid(DecodeFailure.REGISTER, register_key, register, e)
-    source = f"status.allocatable[{count_name}]"
-    raw = node.allocatable.get(count_name, 0)
-    try:
-        allocatable = parse_quantity(raw, source)
-    except DecodeError as e:
-        return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
-    if not devices:
-        return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
-    judged = judge_handshake(a.get(handshake_key), now_local, timeout_s)
-    if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
-        return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
-    ids = {d.id for d in devices}
-    cordoned = frozenset(u for u in decode_cordon(a.get(keys.DEVICE_CORDON, "")) if u in ids)
-    inventory = NodeInventory(node=node.name, vendor=vendor, devices=devices, cordoned=cordoned)
-    return Registered(inventory, handshake=judged.write, legacy=True, reporter=judged.reporter)
-
-
-def uuid_selectors(annotations: Mapping[str, str], use_key: str, nouse_key: str) -> Selectors:
-    """HAMi's two UUID lists (both apply); a use list that names nothing is a DecodeError (it matches nothing)."""
+def uuid_selectors(annotations: Mapping[str, str], use_key: str, nouse_key: str, device: str = "device") -> Selectors:
+    """HAMi's two UUID lists (both apply); a use list that names nothing is a DecodeError (it matches nothing:
+    "no ``device`` could ever match")."""
 
     def text(key: str) -> str | None:
         value = annotations.get(key)
@@ -134,7 +68,7 @@ def uuid_selectors(annotations: Mapping[str, str], use_key: str, nouse_key: str)
     if (v := text(use_key)) is not None:
         use = decode_uuid_list(v)
         if v.strip() and not use:
-            fail(use_key, "list holds no UUID, so no device could ever match", v)
+            fail(use_key, f"list holds no UUID, so no {device} could ever match", v)
     if (v := text(nouse_key)) is not None:
         nouse = decode_uuid_list(v)
     return Selectors(use_uuids=use, nouse_uuids=nouse)
@@ -176,115 +110,3 @@ def count_only_request(
     if not raw_value(limits, requests, count_name)[0] or not n:
         return EMPTY_REQUEST
     return ContainerRequest(nums=n, mem_mib=mem_mib, mem_pct=100, cores_pct=cores_pct, type=vendor)
-
-
-# ------------------------------------------------------------------------------------------------------------
-# A whole slot-only family (Biren, Vastai): one count resource, a JSON register annotation with a handshake
-# ------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SlotOnlySpec:
-    """What tells two slot-only families apart: their wire names, their ``Fit`` and their register codec.
-
-    ``decode`` reads the register annotation's value into devices; ``encode`` writes devices back as the device
-    plugin would (the simulator's nodes)."""
-
-    name: str
-    register_key: str
-    handshake_key: str
-    to_allocate_key: str
-    allocated_key: str
-    use_uuid: str
-    nouse_uuid: str
-    rules: DeviceRules
-    decode: Callable[[str], tuple[DeviceInfo, ...]]
-    encode: Callable[[Sequence[DeviceInfo]], str]
-
-
-@dataclass(frozen=True, slots=True)
-class SlotOnlyVendor:
-    """A family that hands out whole devices by slot (HAMi's Biren and Vastai): the count resource alone (read from
-    the limits, else the requests; no memory, no cores), registration from a JSON annotation with HAMi's handshake,
-    the shared node lock, UUID selectors, and pod device lists ``UUID,<word>,0,0:``. The webhook makes no edit: a
-    container is ours when the count is in its limits (validated there)."""
-
-    spec: SlotOnlySpec
-    count_name: str
-    handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def resources(self) -> ResourceNames:
-        return ResourceNames(count=self.count_name)
-
-    @property
-    def rules(self) -> DeviceRules:
-        return self.spec.rules
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return self.spec.to_allocate_key
-
-    @property
-    def allocated_key(self) -> str:
-        return self.spec.allocated_key
-
-    @property
-    def register_key(self) -> str | None:
-        return self.spec.register_key
-
-    @property
-    def handshake_key(self) -> str | None:
-        return self.spec.handshake_key
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests``: the count from the limits, else the requests; the whole device's
-        memory as a percentage (100), no cores. A bad quantity is a ResourceRequestError."""
-        return count_only_request(container, what, self.count_name, self.spec.name)
-
-    def mutate_container(self, container: dict[str, Any], where: str) -> bool:
-        """HAMi's ``MutateAdmission``: no edit; ours when the count is in the limits (validated here)."""
-        limits, _ = container_lists(container, where)
-        if self.count_name not in limits:
-            return False
-        self.container_request(container, where)
-        return True
-
-    def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        return uuid_selectors(annotations, self.spec.use_uuid, self.spec.nouse_uuid)
-
-    def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration (JSON) and the handshake, in Hygon's order (:func:`observe_with_handshake`)."""
-        del reported_before
-        return observe_with_handshake(
-            node,
-            now_local,
-            vendor=self.spec.name,
-            register_key=self.spec.register_key,
-            handshake_key=self.spec.handshake_key,
-            count_name=self.count_name,
-            decode=self.spec.decode,
-            timeout_s=self.handshake_timeout_s,
-        )
-
-    def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """What the family's device plugin writes on its Node: the JSON register value and one count per slot."""
-        annotations = {self.spec.register_key: self.spec.encode(devices)}
-        return annotations, {self.count_name: str(sum(max(d.count, 0) for d in devices))}, {}
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, self.spec.allocated_key)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, self.spec.allocated_key)

@@ -39,8 +39,9 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.common import names_section
-from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, SlotOnlySpec, SlotOnlyVendor, decode_json
+from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, decode_json
+from vgpu_scheduler.shared.vendors.slotonly import SlotOnlyVendor, build_slot_only
 
 SECTION: Final = "vastai"
 """The device-config section that configures the vendor."""
@@ -60,21 +61,15 @@ DIE_MODE: Final = "die"
 """``custominfo.DeviceStrategy`` of a plugin that registers dies; the device's mode is ``die:<AIC>``."""
 
 
-@dataclass(frozen=True, slots=True)
-class VastaiConfig:
-    """The ``vastai:`` section (HAMi's ``VastaiConfig``)."""
-
-    resource_count_name: str = "vastaitech.com/va"
-
-
-def parse_config(section: object) -> VastaiConfig:
-    """Validate the ``vastai:`` section; absent keys keep HAMi's default. ConfigError names the key path."""
-    return VastaiConfig(**names_section(section, SECTION, {"resourceCountName": "resource_count_name"}, unit="devices"))
+DEFAULT_COUNT_NAME: Final = "vastaitech.com/va"
+"""HAMi's default ``resourceCountName``, the only key of the ``vastai:`` section."""
 
 
 def build(section: object) -> tuple[SlotOnlyVendor, ...]:
     """The vendor the ``vastai:`` section configures (``None`` or ``{}``: HAMi's default)."""
-    return (SlotOnlyVendor(SPEC, parse_config(section).resource_count_name),)
+    return build_slot_only(
+        section, DESCRIPTION, registration_value, key=SECTION, default_count=DEFAULT_COUNT_NAME, unit="devices"
+    )
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -210,17 +205,16 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
     return json.dumps(items, separators=(",", ":"))
 
 
-SPEC: Final = SlotOnlySpec(
+DESCRIPTION: Final = Description(
     name=NAME,
+    rules=VASTAI_RULES,
+    allocated_key=ALLOCATED_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
     register_key=REGISTER_KEY,
     handshake_key=HANDSHAKE_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
-    allocated_key=ALLOCATED_KEY,
     use_uuid=USE_UUID,
     nouse_uuid=NOUSE_UUID,
-    rules=VASTAI_RULES,
-    decode=decode_devices_register,
-    encode=registration_value,
+    decode_register=decode_devices_register,
 )
-"""Vastai's wire names, ``Fit`` (with die mode) and register codec (dies with their ``custominfo``); the vendor
-itself is :class:`~shared.vendors.simple.SlotOnlyVendor`."""
+"""Vastai's wire names and ``Fit`` (with die mode) (dies with their ``custominfo``); the vendor
+itself is :class:`~shared.vendors.slotonly.SlotOnlyVendor`."""

@@ -31,16 +31,9 @@ from vgpu_scheduler.services.informer.quotas import combine, read_quota
 from vgpu_scheduler.services.simulate.devplugin import allocation_problems
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.gang import pod_group_name
-from vgpu_scheduler.shared.codec.podannotations import (
-    BindPodAnnotations,
-    ExtraPodAnnotations,
-    decode_allocation,
-    is_valid_label_value,
-    split_by_vendor,
-)
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation, is_valid_label_value, split_by_vendor
 from vgpu_scheduler.shared.codec.poddevices import align_to_containers
-from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_manage_pod, vendors_pod_request
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
+from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.model import (
     DEFAULT_NVIDIA_CONFIG,
@@ -58,6 +51,13 @@ from vgpu_scheduler.shared.errors import DecodeError, VgpuError
 from vgpu_scheduler.shared.vendors import awsneuron, cambricon
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
 from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS, observe_node
+from vgpu_scheduler.shared.vendors.pods import (
+    BindPodAnnotations,
+    ExtraPodAnnotations,
+    decode_vendor_constraints,
+    vendors_manage_pod,
+    vendors_pod_request,
+)
 from vgpu_scheduler.shared.vendors.registration import NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors
 

@@ -38,12 +38,13 @@ from typing import Any
 from vgpu_scheduler.services.simulate.devplugin import lock_kinds_of, vendor_allocation_problems
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.nodelock import parse_node_lock
-from vgpu_scheduler.shared.codec.resources import pod_containers, vendors_manage_pod
+from vgpu_scheduler.shared.codec.resources import pod_containers
 from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, VgpuError
 from vgpu_scheduler.shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, Resource, WatchEvent
 from vgpu_scheduler.shared.k8s.objects import annotations_of, name_of, namespace_of, resource_version_of, uid_of
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
 from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS
+from vgpu_scheduler.shared.vendors.pods import vendors_manage_pod
 from vgpu_scheduler.shared.vendors.registration import NodeView, Registered
 from vgpu_scheduler.shared.vendors.registry import Vendors
 

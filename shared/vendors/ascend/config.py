@@ -8,9 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec._go import (
-    INT64_MAX,
-)
+from vgpu_scheduler.shared.codec._go import INT64_MAX
 from vgpu_scheduler.shared.errors import ConfigError
 
 SECTION: Final = "vnpus"

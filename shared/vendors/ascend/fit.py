@@ -6,13 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpu_scheduler.shared.domain.model import (
-    ContainerRequest,
-    DeviceInfo,
-    NodeInventory,
-    PodConstraints,
-    Reason,
-)
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory, PodConstraints, Reason
 from vgpu_scheduler.shared.domain.vendor import Take, fit_mem_mib, selectors_uuid_ok
 from vgpu_scheduler.shared.vendors.ascend.config import (
     ASCEND910C,

@@ -24,9 +24,7 @@ from vgpu_scheduler.shared.codec._go import (
     struct_fields,
 )
 from vgpu_scheduler.shared.codec.register import device_from_fields
-from vgpu_scheduler.shared.domain.model import (
-    DeviceInfo,
-)
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.vendors.ascend.config import NETWORK_ID
 
 # ------------------------------------------------------------------------------------------------------------

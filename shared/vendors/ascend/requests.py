@@ -1,24 +1,31 @@
-"""Reading one container's Ascend resources strictly, collecting every problem. Pure."""
+"""Reading one container's Ascend resources strictly, collecting every problem (:func:`parse_container`). Pure."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.shared.codec._go import (
-    INT32_MAX,
-)
+from vgpu_scheduler.shared.codec._go import INT32_MAX
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
+    ResourceRequestError,
+    container_label,
+    container_lists,
     decimal_text,
+    raw_value,
     shown_value,
 )
-from vgpu_scheduler.shared.domain.model import (
-    ContainerRequest,
-)
+from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, ContainerRequest
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.ascend.config import _BINARY_SUFFIX, _MIB, ChipConfig
+from vgpu_scheduler.shared.vendors.ascend.config import (
+    _BINARY_SUFFIX,
+    _MIB,
+    ASCEND910C,
+    NPUS_PER_910C_MODULE,
+    ChipConfig,
+)
 
 # ------------------------------------------------------------------------------------------------------------
 # Requests
@@ -87,3 +94,98 @@ class _Parsed:
     memory_given: bool
     soft: bool = False
     """The container names the core resource: HAMi reads its memory as written (the hami-core soft split)."""
+
+
+def parse_container(chip: ChipConfig, container: Mapping[str, Any], what: str) -> _Parsed:
+    """One container's Ascend request, strict (every problem a ResourceRequestError): the count, and the memory
+    through a vNPU template or, when the container names the core resource, the hami-core soft split."""
+    c = chip
+    limits, requests = container_lists(container, what)
+    r = _Reader(c, container_label(container, what))
+    count_given, count_raw = raw_value(limits, requests, c.resource_name)
+    mem_given, mem_raw = raw_value(limits, requests, c.resource_memory_name)
+    core_given, core_raw = raw_value(limits, requests, c.resource_core_name)
+    n = r.read(count_raw, c.resource_name, memory=False) if count_given else None
+    mem = r.read(mem_raw, c.resource_memory_name, memory=True) if mem_given else None
+    core = r.read(core_raw, c.resource_core_name, memory=False) if core_given else None
+    soft = core_given
+    if r.problems:
+        raise ResourceRequestError(r.problems)
+    if not count_given:
+        if mem_given or core_given:
+            named = c.resource_memory_name if mem_given else c.resource_core_name
+            r.problem(f"{named} needs {c.resource_name}, the number of NPUs: add {c.resource_name}: 1")
+            raise ResourceRequestError(r.problems)
+        return _Parsed(EMPTY_REQUEST, 0, False)
+    assert n is not None
+    if n == 0:
+        if mem_given:
+            r.problem(
+                f"{c.resource_name} is 0 but {c.resource_memory_name} asks for NPU memory: set "
+                f"{c.resource_name} to the number of NPUs (e.g. 1) or remove {c.resource_memory_name}"
+            )
+            raise ResourceRequestError(r.problems)
+        return _Parsed(EMPTY_REQUEST, 0, False)
+    nums = n
+    if c.common_word == ASCEND910C:
+        if n == 1 and c.super_pod:  # HAMi #2005: one NPU becomes a module only in a super-pod
+            nums = NPUS_PER_910C_MODULE
+        elif n > 1 and n % NPUS_PER_910C_MODULE:  # Fit takes several NPUs as whole modules only
+            one = "1 (one module)" if c.super_pod else "1"
+            r.problem(
+                f"{c.resource_name}: an {ASCEND910C} module holds {NPUS_PER_910C_MODULE} NPUs and several NPUs "
+                f"are taken as whole modules, so ask for {one} or an even number, not {n}"
+            )
+    mem_mib = 0
+    if mem is not None:
+        mem_mib = _soft_memory(c, r, mem, nums) if soft else _template_memory(c, r, mem, nums)
+    if r.problems:
+        raise ResourceRequestError(r.problems)
+    pct = MEM_PCT_UNSET if mem_mib else 100
+    request = ContainerRequest(nums, mem_mib, pct, core or 0, c.common_word)
+    return _Parsed(request, n, mem_given, soft)
+
+
+def _soft_memory(c: ChipConfig, r: _Reader, mem: int, nums: int) -> int:
+    """The hami-core soft split (the container names the core resource): memory as written, no template
+    (HAMi's ``isCoreRequested``); at most ``memoryCapacity``, and several NPUs take whole cards."""
+    name = c.resource_memory_name
+    if mem == 0:
+        r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB the soft-split NPU needs")
+        return 0
+    mib = mem * max(c.memory_factor, 1)
+    if mib > c.memory_capacity:
+        r.problem(
+            f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
+            f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
+        )
+        return 0
+    if nums > 1 and mib != c.memory_allocatable:
+        r.problem(
+            f"{name}: a soft-split slice ({mib} MiB) is a single-device request, but {nums} NPUs are asked for: "
+            f"omit {name} (whole NPUs) or ask for 1 NPU"
+        )
+        return 0
+    return mib
+
+
+def _template_memory(c: ChipConfig, r: _Reader, mem: int, nums: int) -> int:
+    name = c.resource_memory_name
+    if mem == 0:
+        r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB a vNPU needs")
+        return 0
+    mib = mem * max(c.memory_factor, 1)
+    trimmed, _ = c.trim_memory(mib)
+    if trimmed == 0:
+        r.problem(
+            f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
+            f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
+        )
+        return 0
+    if nums > 1 and trimmed != c.memory_allocatable:
+        r.problem(
+            f"{name}: a vNPU slice ({trimmed} MiB) is a single-device request, but {nums} NPUs are asked for: "
+            f"omit {name} (whole NPUs) or ask for 1 NPU"
+        )
+        return 0
+    return trimmed

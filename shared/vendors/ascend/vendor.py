@@ -8,37 +8,18 @@ from datetime import datetime
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec._go import (
-    dump_array,
-    dump_object,
-    dump_str,
-    fail,
-)
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
+from vgpu_scheduler.shared.codec._go import dump_array, dump_object, dump_str, fail
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     capped_cores_warning,
     container_label,
     container_lists,
-    names_any,
-    raw_value,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_uuid_list
-from vgpu_scheduler.shared.domain.model import (
-    EMPTY_REQUEST,
-    MEM_PCT_UNSET,
-    ContainerDevice,
-    ContainerRequest,
-    DeviceInfo,
-    NodeInventory,
-    PodDevices,
-    Selectors,
-)
+from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory, PodDevices, Selectors
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.ascend.config import (
-    ASCEND910C,
-    NPUS_PER_910C_MODULE,
     PREDICATE_TIME,
     SOFT_CORE_TOTAL,
     VISIBLE_DEVICES_ENV,
@@ -55,40 +36,41 @@ from vgpu_scheduler.shared.vendors.ascend.registration import (
     register_key,
     registration_annotations,
 )
-from vgpu_scheduler.shared.vendors.ascend.requests import _Parsed, _Reader
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.registration import (
-    HANDSHAKE_TIMEOUT_S,
-    DecodeFailure,
-    HandshakeState,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-    judge_handshake,
-)
+from vgpu_scheduler.shared.vendors.ascend.requests import parse_container
+from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
+from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
-# ------------------------------------------------------------------------------------------------------------
-# The vendor
-# ------------------------------------------------------------------------------------------------------------
+
+def describe(common_word: str, rules: AscendRules) -> Description:
+    """A chip's wire names, all built from its common word (``hami.io/node-register-<cw>`` …)."""
+    return Description(
+        name=common_word,
+        rules=rules,
+        allocated_key=f"hami.io/{common_word}-devices-allocated",
+        to_allocate_key=f"hami.io/{common_word}-devices-to-allocate",
+        register_key=register_key(common_word),
+        handshake_key=handshake_key(common_word),
+        use_uuid=f"hami.io/use-{common_word}-uuid",
+        nouse_uuid=f"hami.io/no-use-{common_word}-uuid",
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class AscendVendor:
-    """One Ascend chip (one ``vnpus`` entry) as every process sees it."""
+class AscendVendor(DescribedVendor):
+    """One Ascend chip (one ``vnpus`` entry) as every process sees it: the wire names are built from its common
+    word (:func:`describe`); its requests (templates or the soft split), selectors (with the vNPU mode),
+    registration (with the HCCS pair scores) and pod annotations are its own."""
 
     chip: ChipConfig
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
     _rules: AscendRules = field(init=False, repr=False, compare=False)
+    description: Description = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_rules", AscendRules(self.chip))
-
-    @property
-    def name(self) -> str:
-        return self.chip.common_word
+        object.__setattr__(self, "description", describe(self.chip.common_word, self._rules))
 
     @property
     def resources(self) -> ResourceNames:
@@ -104,138 +86,28 @@ class AscendVendor:
     def rules(self) -> AscendRules:
         return self._rules
 
+    # an Ascend chip always has these keys: narrowed to str for its callers
     @property
     def to_allocate_key(self) -> str:
-        return f"hami.io/{self.name}-devices-to-allocate"
-
-    @property
-    def allocated_key(self) -> str:
-        return f"hami.io/{self.name}-devices-allocated"
+        return self.description.to_allocate_key or ""
 
     @property
     def register_key(self) -> str:
-        return register_key(self.name)
+        return self.description.register_key or ""
 
     @property
     def handshake_key(self) -> str:
-        return handshake_key(self.name)
-
-    @property
-    def use_uuid_key(self) -> str:
-        return f"hami.io/use-{self.name}-uuid"
-
-    @property
-    def no_use_uuid_key(self) -> str:
-        return f"hami.io/no-use-{self.name}-uuid"
+        return self.description.handshake_key or ""
 
     @property
     def runtime_key(self) -> str:
         """The plugin's runtime list annotation ``huawei.com/<cw>`` (see :meth:`runtime_info`)."""
         return f"huawei.com/{self.name}"
 
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.HAMI
-
     # ---- requests ------------------------------------------------------------------------------------------
 
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
-
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        return self._parse(container, what).request
-
-    def _parse(self, container: Mapping[str, Any], what: str) -> _Parsed:
-        c = self.chip
-        limits, requests = container_lists(container, what)
-        r = _Reader(c, container_label(container, what))
-        count_given, count_raw = raw_value(limits, requests, c.resource_name)
-        mem_given, mem_raw = raw_value(limits, requests, c.resource_memory_name)
-        core_given, core_raw = raw_value(limits, requests, c.resource_core_name)
-        n = r.read(count_raw, c.resource_name, memory=False) if count_given else None
-        mem = r.read(mem_raw, c.resource_memory_name, memory=True) if mem_given else None
-        core = r.read(core_raw, c.resource_core_name, memory=False) if core_given else None
-        soft = core_given
-        if r.problems:
-            raise ResourceRequestError(r.problems)
-        if not count_given:
-            if mem_given or core_given:
-                named = c.resource_memory_name if mem_given else c.resource_core_name
-                r.problem(f"{named} needs {c.resource_name}, the number of NPUs: add {c.resource_name}: 1")
-                raise ResourceRequestError(r.problems)
-            return _Parsed(EMPTY_REQUEST, 0, False)
-        assert n is not None
-        if n == 0:
-            if mem_given:
-                r.problem(
-                    f"{c.resource_name} is 0 but {c.resource_memory_name} asks for NPU memory: set "
-                    f"{c.resource_name} to the number of NPUs (e.g. 1) or remove {c.resource_memory_name}"
-                )
-                raise ResourceRequestError(r.problems)
-            return _Parsed(EMPTY_REQUEST, 0, False)
-        nums = n
-        if c.common_word == ASCEND910C:
-            if n == 1 and c.super_pod:  # HAMi #2005: one NPU becomes a module only in a super-pod
-                nums = NPUS_PER_910C_MODULE
-            elif n > 1 and n % NPUS_PER_910C_MODULE:  # Fit takes several NPUs as whole modules only
-                one = "1 (one module)" if c.super_pod else "1"
-                r.problem(
-                    f"{c.resource_name}: an {ASCEND910C} module holds {NPUS_PER_910C_MODULE} NPUs and several NPUs "
-                    f"are taken as whole modules, so ask for {one} or an even number, not {n}"
-                )
-        mem_mib = 0
-        if mem is not None:
-            mem_mib = self._soft_memory(r, mem, nums) if soft else self._template_memory(r, mem, nums)
-        if r.problems:
-            raise ResourceRequestError(r.problems)
-        pct = MEM_PCT_UNSET if mem_mib else 100
-        request = ContainerRequest(nums, mem_mib, pct, core or 0, c.common_word)
-        return _Parsed(request, n, mem_given, soft)
-
-    def _soft_memory(self, r: _Reader, mem: int, nums: int) -> int:
-        """The hami-core soft split (the container names the core resource): memory as written, no template
-        (HAMi's ``isCoreRequested``); at most ``memoryCapacity``, and several NPUs take whole cards."""
-        c = self.chip
-        name = c.resource_memory_name
-        if mem == 0:
-            r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB the soft-split NPU needs")
-            return 0
-        mib = mem * max(c.memory_factor, 1)
-        if mib > c.memory_capacity:
-            r.problem(
-                f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
-                f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
-            )
-            return 0
-        if nums > 1 and mib != c.memory_allocatable:
-            r.problem(
-                f"{name}: a soft-split slice ({mib} MiB) is a single-device request, but {nums} NPUs are asked for: "
-                f"omit {name} (whole NPUs) or ask for 1 NPU"
-            )
-            return 0
-        return mib
-
-    def _template_memory(self, r: _Reader, mem: int, nums: int) -> int:
-        c = self.chip
-        name = c.resource_memory_name
-        if mem == 0:
-            r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB a vNPU needs")
-            return 0
-        mib = mem * max(c.memory_factor, 1)
-        trimmed, _ = c.trim_memory(mib)
-        if trimmed == 0:
-            r.problem(
-                f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
-                f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
-            )
-            return 0
-        if nums > 1 and trimmed != c.memory_allocatable:
-            r.problem(
-                f"{name}: a vNPU slice ({trimmed} MiB) is a single-device request, but {nums} NPUs are asked for: "
-                f"omit {name} (whole NPUs) or ask for 1 NPU"
-            )
-            return 0
-        return trimmed
+        return parse_container(self.chip, container, what).request
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``. A container that asks for no Ascend chip at all gets
@@ -254,7 +126,7 @@ class AscendVendor:
                 if not _last_is_empty(env, VISIBLE_DEVICES_ENV):  # the kubelet takes the last same-name entry
                     env.append({"name": VISIBLE_DEVICES_ENV, "value": ""})
             return False
-        parsed = self._parse(container, where)
+        parsed = parse_container(self.chip, container, where)
         req = parsed.request
         if req.empty:
             return False
@@ -291,7 +163,7 @@ class AscendVendor:
                 if not isinstance(container, Mapping):
                     continue
                 here = f"{kind}[{i}]"
-                cores = self._parse(container, here).request.cores_pct
+                cores = parse_container(self.chip, container, here).request.cores_pct
                 if cores > 0:
                     problems.append(
                         f"{container_label(container, here)}: {c.resource_core_name} asks for {cores} AI-core "
@@ -308,20 +180,13 @@ class AscendVendor:
         return (w,) if w else ()
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        use: frozenset[str] = frozenset()
-        nouse: frozenset[str] = frozenset()
-        if (v := _text(annotations, self.use_uuid_key)) is not None:
-            use = decode_uuid_list(v)
-            if v.strip() and not use:
-                fail(self.use_uuid_key, "list holds no UUID, so no NPU could ever match", v)
-        if (v := _text(annotations, self.no_use_uuid_key)) is not None:
-            nouse = decode_uuid_list(v)
+        sel = uuid_selectors(annotations, self.use_uuid_key, self.no_use_uuid_key, "NPU")
         mode = ""
         if (v := _text(annotations, VNPU_MODE_ANNOTATION)) is not None:
             if v not in ("", VNPU_MODE_HAMI_CORE, "template"):
                 fail(VNPU_MODE_ANNOTATION, f"expected {VNPU_MODE_HAMI_CORE} (the soft split) or template", v)
             mode = v if v == VNPU_MODE_HAMI_CORE else ""
-        return Selectors(use_uuids=use, nouse_uuids=nouse, mode=mode)
+        return Selectors(use_uuids=sel.use_uuids, nouse_uuids=sel.nouse_uuids, mode=mode)
 
     # ---- registration --------------------------------------------------------------------------------------
 
@@ -340,25 +205,22 @@ class AscendVendor:
         key = self.register_key
         register = a.get(key)
         if register is None:
-            return NotRegistered(Unregistered.ABSENT, legacy=True)
+            return reg.NotRegistered(reg.Unregistered.ABSENT, legacy=True)
         try:
             npus = decode_registration(register, self.name)
         except DecodeError as e:
-            return Invalid(DecodeFailure.REGISTER, key, register, e)
+            return reg.Invalid(reg.DecodeFailure.REGISTER, key, register, e)
         count_name = self.chip.resource_name
-        source = f"status.allocatable[{count_name}]"
-        raw = node.allocatable.get(count_name, 0)
-        try:
-            allocatable = parse_quantity(raw, source)
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+        allocatable = reg.allocatable_quantity(node.allocatable, count_name)
+        if isinstance(allocatable, reg.Invalid):
+            return allocatable
         if not npus:
-            return NotRegistered(Unregistered.NO_DEVICES, legacy=True)
+            return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy=True)
         shake = a.get(self.handshake_key)
-        judged = judge_handshake(shake, now_local, self.handshake_timeout_s)
+        judged = reg.judge_handshake(shake, now_local, self.handshake_timeout_s)
         reporter = reported_before or (shake is not None and shake.startswith("Reported"))
-        if judged.state is HandshakeState.EXPIRED and allocatable <= 0:
-            return NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
+        if judged.state is reg.HandshakeState.EXPIRED and allocatable <= 0:
+            return reg.NotRegistered(reg.Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
         devices = tuple(n.device for n in npus)
         if self.node_soft(a):  # every NPU is 100 % of its AI cores, shared by percent
             devices = tuple(replace(d, mode=VNPU_MODE_HAMI_CORE, devcore=SOFT_CORE_TOTAL) for d in devices)
@@ -367,7 +229,7 @@ class AscendVendor:
         inventory = NodeInventory(
             node=node.name, vendor=self.name, devices=devices, pair_scores=_pair_scores(npus), cordoned=cordoned
         )
-        return Registered(inventory, handshake=judged.write, legacy=True, reporter=reporter)
+        return reg.Registered(inventory, handshake=judged.write, legacy=True, reporter=reporter)
 
     def node_soft(self, annotations: Mapping[str, str]) -> bool:
         """Whether the node runs the hami-core soft split: its ``hami-vnpu-core`` annotation is ``"true"``, or,
@@ -376,12 +238,6 @@ class AscendVendor:
         return self.chip.hami_core if v is None else v == "true"
 
     # ---- pod annotations -----------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, self.allocated_key)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, self.allocated_key)
 
     def runtime_info(self, devices: PodDevices, *, soft: bool = False) -> str:
         """The value of ``huawei.com/<cw>`` that HAMi's ``PatchAnnotations`` writes for the device plugin: a JSON

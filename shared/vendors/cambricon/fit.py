@@ -4,15 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vgpu_scheduler.shared.domain.model import (
-    ContainerRequest,
-    DeviceInfo,
-    PodConstraints,
-)
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, PodConstraints
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
-from vgpu_scheduler.shared.vendors.cambricon.keys import (
-    MLU,
-)
+from vgpu_scheduler.shared.vendors.cambricon.keys import MLU
 
 # ------------------------------------------------------------------------------------------------------------
 # Fit rules

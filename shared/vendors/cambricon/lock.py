@@ -8,10 +8,7 @@ from datetime import datetime
 
 from vgpu_scheduler.shared.codec.nodelock import format_rfc3339, parse_rfc3339
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.cambricon.keys import (
-    LOCK_EXPIRY,
-    LOCK_KEY,
-)
+from vgpu_scheduler.shared.vendors.cambricon.keys import LOCK_EXPIRY, LOCK_KEY
 
 # ------------------------------------------------------------------------------------------------------------
 # The node lock

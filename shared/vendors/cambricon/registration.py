@@ -6,9 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.domain.model import (
-    DeviceInfo,
-)
+from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.cambricon.keys import (
     _ID_INFIX,

@@ -8,19 +8,10 @@ from fractions import Fraction
 from typing import Any
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import (
-    decimal_text,
-    shown_value,
-)
+from vgpu_scheduler.shared.codec.resources import decimal_text, shown_value
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.cambricon.keys import (
-    _BINARY_SUFFIX,
-    _INT32_MAX,
-    _MIB,
-    CARD_CORES,
-    MEMORY_UNIT_MIB,
-)
+from vgpu_scheduler.shared.vendors.cambricon.keys import _BINARY_SUFFIX, _INT32_MAX, _MIB, CARD_CORES, MEMORY_UNIT_MIB
 
 # ------------------------------------------------------------------------------------------------------------
 # Requests

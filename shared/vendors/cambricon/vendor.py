@@ -8,27 +8,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import (
-    ResourceRequestError,
-    capped_cores_warning,
-    container_lists,
-    names_any,
-    raw_value,
-)
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError, capped_cores_warning, container_lists, raw_value
 from vgpu_scheduler.shared.codec.selectors import decode_cordon, decode_type_list, decode_uuid_list
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
-    ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     NodeInventory,
     PodDevices,
     Selectors,
 )
-from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.cambricon.fit import RULES
 
@@ -62,28 +53,27 @@ from vgpu_scheduler.shared.vendors.cambricon.registration import (
     devices_from_capacity,
 )
 from vgpu_scheduler.shared.vendors.cambricon.requests import _Reader
-from vgpu_scheduler.shared.vendors.registration import (
-    DecodeFailure,
-    Invalid,
-    NodeView,
-    NotRegistered,
-    Observation,
-    Registered,
-    Unregistered,
-)
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
 
 
 @dataclass(frozen=True, slots=True)
-class CambriconVendor:
+class CambriconVendor(DescribedVendor):
     """The Cambricon MLU vendor with the resource names of the device config's ``cambricon:`` section."""
+
+    description = Description(
+        name=MLU,
+        rules=RULES,
+        allocated_key=ALLOCATED_KEY,
+        to_allocate_key=TO_ALLOCATE_KEY,
+        node_lock=NodeLockKind.CAMBRICON,
+        list_key=TO_ALLOCATE_KEY,
+    )
+    """HAMi's Cambricon plugin reads the to-allocate list: a malformed device list is reported under that key."""
 
     count_name: str = DEFAULT_COUNT_NAME
     memory_name: str = DEFAULT_MEMORY_NAME
     core_name: str = DEFAULT_CORE_NAME
-
-    @property
-    def name(self) -> str:
-        return MLU
 
     @property
     def resources(self) -> ResourceNames:
@@ -91,34 +81,7 @@ class CambriconVendor:
             count=self.count_name, memory=self.memory_name, cores=self.core_name, memory_unit_mib=MEMORY_UNIT_MIB
         )
 
-    @property
-    def rules(self) -> DeviceRules:
-        return RULES
-
-    @property
-    def to_allocate_key(self) -> str | None:
-        return TO_ALLOCATE_KEY
-
-    @property
-    def allocated_key(self) -> str:
-        return ALLOCATED_KEY
-
-    @property
-    def register_key(self) -> str | None:
-        return None
-
-    @property
-    def handshake_key(self) -> str | None:
-        return None
-
-    @property
-    def node_lock(self) -> NodeLockKind:
-        return NodeLockKind.CAMBRICON
-
     # ---- pods ----------------------------------------------------------------------------------------------
-
-    def manages(self, container: Mapping[str, Any]) -> bool:
-        return names_any(container, self.resources.all)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``, strict (see docs/vendors/cambricon.md)::
@@ -236,37 +199,27 @@ class CambriconVendor:
         try:
             cores_total = _capacity_int(capacity, self.core_name)
             if cores_total is None:
-                return NotRegistered(Unregistered.ABSENT)
+                return reg.NotRegistered(reg.Unregistered.ABSENT)
             memory_total = _capacity_int(capacity, self.memory_name) or 0
         except _BadQuantity as bad:
-            return Invalid(DecodeFailure.REGISTER, bad.source, bad.value, bad.error)
-        source = f"status.allocatable[{self.count_name}]"
-        raw = allocatable.get(self.count_name, 0)
-        try:
-            live = parse_quantity(raw, source) > 0
-        except DecodeError as e:
-            return Invalid(DecodeFailure.ALLOCATABLE, source, str(raw), e)
+            return reg.Invalid(reg.DecodeFailure.REGISTER, bad.source, bad.value, bad.error)
+        quantity = reg.allocatable_quantity(allocatable, self.count_name)
+        if isinstance(quantity, reg.Invalid):
+            return quantity
+        live = quantity > 0
         if cores_total == 0:
-            return NotRegistered(Unregistered.NO_DEVICES)
+            return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
         try:
             devices = devices_from_capacity(name, cores_total, memory_total, card_type(labels))
         except DecodeError as e:
-            return Invalid(
-                DecodeFailure.REGISTER, f"status.capacity[{self.memory_name}]", str(capacity[self.memory_name]), e
+            return reg.Invalid(
+                reg.DecodeFailure.REGISTER, f"status.capacity[{self.memory_name}]", str(capacity[self.memory_name]), e
             )
         if not live:
-            return NotRegistered(Unregistered.NO_ALLOCATABLE)
+            return reg.NotRegistered(reg.Unregistered.NO_ALLOCATABLE)
         ids = {d.id for d in devices}
         cordoned = frozenset(u for u in decode_cordon(annotations.get(DEVICE_CORDON_KEY, "")) if u in ids)
-        return Registered(NodeInventory(node=name, vendor=MLU, devices=devices, cordoned=cordoned))
-
-    # ---- pod device lists ----------------------------------------------------------------------------------
-
-    def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        return encode_pod_devices(devices, TO_ALLOCATE_KEY)
-
-    def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        return decode_pod_devices(value, TO_ALLOCATE_KEY)
+        return reg.Registered(NodeInventory(node=name, vendor=MLU, devices=devices, cordoned=cordoned))
 
 
 DEFAULT_VENDOR: Final = CambriconVendor()

@@ -10,7 +10,8 @@ import pytest
 
 from tests.integration.informer.conftest import Harness
 from tests.unit.informer.builders import Dev, devices, pod
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.codec.podannotations import allocation_labels
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations
 
 NODES = ("n1", "n2", "n3")
 

@@ -7,11 +7,12 @@ from typing import Any
 from tests.integration.informer.conftest import Harness, metric, settings
 from tests.unit.informer.builders import devices, pod
 from tests.waiting import eventually
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.codec.podannotations import allocation_labels
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import DeviceUsage
 from vgpu_scheduler.shared.store import Claimed, ReservationState, Reserved, Store
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations
 
 GRACE_S = 120.0
 

@@ -11,7 +11,6 @@ import asyncio
 import pytest
 
 from vgpu_scheduler.services.informer.pods import pod_allocation
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory, NvidiaConfig, PodRequest
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
@@ -20,6 +19,7 @@ from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.store import ConflictDimension, ReserveConflict, Reserved, Store
 from vgpu_scheduler.shared.vendors import metax_sgpu
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 
 SG = metax_sgpu.NAME
 APP, QOS = metax_sgpu.APP_CLASS_KEY, metax_sgpu.QOS_POLICY_KEY

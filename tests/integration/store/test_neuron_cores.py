@@ -12,7 +12,6 @@ import asyncio
 import pytest
 
 from vgpu_scheduler.services.informer.pods import pod_allocation
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import ContainerRequest, NodeInventory, NvidiaConfig, PodRequest
 from vgpu_scheduler.shared.domain.plan import Decision, plan
@@ -21,6 +20,7 @@ from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.store import ConflictDimension, ReserveConflict, Reserved, Store
 from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 
 NEURON = awsneuron.NAME
 VENDORS = enabled_vendors(NvidiaConfig())

@@ -7,11 +7,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vgpu_scheduler.shared.codec import selectors
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import PodConstraints
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors import pods
 from vgpu_scheduler.shared.vendors.catalog import all_vendors
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _KEYS = (
@@ -51,11 +51,11 @@ def test_a_kept_decoding_is_what_a_fresh_one_gives(seen: list[dict[str, str]]) -
 
 def test_the_memo_keeps_the_latest_sets_only() -> None:
     vendors = Vendors(SHARED.all)
-    for i in range(selectors._MEMO_SIZE + 100):
+    for i in range(pods._MEMO_SIZE + 100):
         decode_vendor_constraints({"example.com/other": str(i)}, vendors)
-    assert len(vendors.constraints_memo) == selectors._MEMO_SIZE
+    assert len(vendors.constraints_memo) == pods._MEMO_SIZE
     assert frozenset({("example.com/other", "0")}) not in vendors.constraints_memo
-    latest = str(selectors._MEMO_SIZE + 99)
+    latest = str(pods._MEMO_SIZE + 99)
     assert frozenset({("example.com/other", latest)}) in vendors.constraints_memo
 
 

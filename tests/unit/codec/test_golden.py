@@ -18,7 +18,7 @@ from vgpu_scheduler.shared.codec.handshake import (
 )
 from vgpu_scheduler.shared.codec.mig import decode_mig_allocations, encode_mig_allocations
 from vgpu_scheduler.shared.codec.nodelock import NodeLock, encode_node_lock, parse_node_lock
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, decode_allocation
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 from vgpu_scheduler.shared.codec.poddevices import align_to_containers, decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.reasons import ReasonCount, gen_reason, parse_reason
 from vgpu_scheduler.shared.codec.register import decode_register, encode_register_colon, encode_register_json
@@ -35,6 +35,7 @@ from vgpu_scheduler.shared.domain.model import (
     MigProfile,
     Reason,
 )
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations
 
 V100_A = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"
 V100_B = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"

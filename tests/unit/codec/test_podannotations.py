@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 
 from tests.unit.codec.strategies import mig_allocations, pod_devices
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels, decode_allocation
+from vgpu_scheduler.shared.codec.podannotations import allocation_labels, decode_allocation
 from vgpu_scheduler.shared.domain.model import ContainerDevice, MigAllocation, MigPlacement, PodDevices
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations
 
 G1 = ContainerDevice("GPU-1", 4864, 15)
 MIG = (MigAllocation(1, 0, "GPU-1", "1g.5gb", MigPlacement(6, 1)),)

@@ -8,14 +8,9 @@ import pytest
 
 from tests.fakevendor import FakeVendor
 from vgpu_scheduler.shared.codec import annotations as keys
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations, split_by_vendor
-from vgpu_scheduler.shared.codec.resources import (
-    ResourceRequestError,
-    pod_request,
-    vendors_manage_pod,
-    vendors_pod_request,
-)
-from vgpu_scheduler.shared.codec.selectors import decode_pod_constraints, decode_vendor_constraints
+from vgpu_scheduler.shared.codec.podannotations import split_by_vendor
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError, pod_request
+from vgpu_scheduler.shared.codec.selectors import decode_pod_constraints
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
@@ -27,6 +22,13 @@ from vgpu_scheduler.shared.domain.model import (
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.catalog import NVIDIA_ONLY_VENDORS
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import (
+    allocation_annotations,
+    decode_vendor_constraints,
+    device_list_annotations,
+    vendors_manage_pod,
+    vendors_pod_request,
+)
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 DCU = FakeVendor("DCU")

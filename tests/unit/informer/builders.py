@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, allocation_labels
+from vgpu_scheduler.shared.codec.podannotations import allocation_labels
 from vgpu_scheduler.shared.domain.model import ContainerDevice, MigAllocation, MigPlacement
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations
 
 Dev = tuple[str, int, int]  # (uuid, mem MiB, cores %)
 

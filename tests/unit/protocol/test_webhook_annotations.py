@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from tests.unit.protocol.test_webhook import ctr, pod
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.devconfig import load_device_config
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
@@ -22,6 +21,7 @@ from vgpu_scheduler.shared.protocol.admission import HTTP_FORBIDDEN, AdmissionOu
 from vgpu_scheduler.shared.protocol.constraints import SchedulingAnnotationError, pod_constraints
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 REPO = Path(__file__).resolve().parents[3]

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
     ContainerRequest,
@@ -26,6 +25,7 @@ from vgpu_scheduler.shared.domain.model import (
 from vgpu_scheduler.shared.domain.plan import Decision, Failure, plan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 NODE = "n1"

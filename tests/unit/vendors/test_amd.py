@@ -40,7 +40,6 @@ import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, reason
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -55,6 +54,7 @@ from vgpu_scheduler.shared.domain.plan import Decision, Failure
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import amd
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

@@ -20,7 +20,6 @@ from tests.builders import pod
 from tests.unit.vendors.test_ascend import chip910a, ctr, view
 from tests.unit.vendors.test_ascend_hami_core import admit
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.model import (
     EMPTY_REQUEST,
     MEM_PCT_UNSET,
@@ -35,6 +34,7 @@ from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import RuleSet
 from vgpu_scheduler.shared.vendors.ascend import AscendVendor, ChipConfig, Template, build
+from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 from vgpu_scheduler.shared.vendors.registration import Registered
 from vgpu_scheduler.shared.vendors.registry import Vendors
 

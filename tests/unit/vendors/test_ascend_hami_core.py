@@ -23,7 +23,6 @@ import pytest
 from tests.builders import pod
 from tests.unit.protocol.test_webhook import pod as webhook_pod
 from tests.unit.vendors.test_ascend import NOW, chip910a, ctr, view
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -42,6 +41,7 @@ from vgpu_scheduler.shared.domain.vendor import RuleSet
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.protocol.webhook import AdmissionOutcome, apply_patch, mutate_pod
 from vgpu_scheduler.shared.vendors.ascend import AscendVendor, ChipConfig, Template, build
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations
 from vgpu_scheduler.shared.vendors.registration import Registered
 from vgpu_scheduler.shared.vendors.registry import Vendors
 

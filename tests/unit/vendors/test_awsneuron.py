@@ -21,9 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.unit.vendors.kit import Fit, reason
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, QuotaView
 from vgpu_scheduler.services.informer.pods import pod_allocation
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, device_list_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.diagnosis import nearest_miss
 from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
@@ -44,6 +42,11 @@ from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import awsneuron
 from vgpu_scheduler.shared.vendors.awsneuron import NAME, bits, contiguous_run, split_cores
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import (
+    allocation_annotations,
+    decode_vendor_constraints,
+    device_list_annotations,
+)
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, Refusal, ctr, reason, uuids
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.model import (
     NVIDIA,
     ContainerDevice,
@@ -25,6 +24,7 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import biren
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

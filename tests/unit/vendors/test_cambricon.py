@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 
 from vgpu_scheduler.services.extender.vendorlock import DSMLU_LOCK, TimedLockState
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
@@ -52,6 +51,7 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors import cambricon as cam
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, ctr, reason
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations, needs_inventory
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -37,6 +36,7 @@ from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import enflame
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations, needs_inventory
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

@@ -21,7 +21,6 @@ import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, ctr, reason
 from vgpu_scheduler.shared.codec.envelope import decode_allocation, encode_allocation
-from vgpu_scheduler.shared.codec.podannotations import device_list_annotations
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import (
@@ -47,17 +46,14 @@ from vgpu_scheduler.shared.vendors import kunlun
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.catalog import FAMILIES
 from vgpu_scheduler.shared.vendors.kunlun import (
-    _can_meet,
-    _count_bubble,
-    _delta,
-    _interconnect,
-    _pick,
     graph_select,
     score_fragmentation,
     score_node,
     trim_memory,
 )
+from vgpu_scheduler.shared.vendors.kunlun.topology import _can_meet, _count_bubble, _delta, _interconnect, _pick
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import device_list_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vgpu_scheduler.shared.codec.resources import ResourceRequestError, vendors_pod_request
+from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.domain.hooks import implements
 from vgpu_scheduler.shared.domain.model import NVIDIA, ContainerRequest, NvidiaConfig
 from vgpu_scheduler.shared.protocol.admission import AdmissionOutcome
@@ -25,6 +25,7 @@ from vgpu_scheduler.shared.protocol.webhook import PodMutation, mutate_pod
 from vgpu_scheduler.shared.vendors.base import AdmissionWarnings, Vendor
 from vgpu_scheduler.shared.vendors.catalog import all_vendors
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import vendors_pod_request
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 _DOMAINS = (

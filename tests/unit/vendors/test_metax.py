@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, Refusal, check_share_usage, ctr, hami_share_refusals, reason, uuids
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
     ContainerDevice,
@@ -34,6 +33,7 @@ from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 from vgpu_scheduler.shared.protocol.webhook import mutate_pod
 from vgpu_scheduler.shared.vendors import metax
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,

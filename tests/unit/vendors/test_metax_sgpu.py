@@ -18,9 +18,7 @@ import pytest
 
 from tests.unit.vendors.kit import NOW, Fit, Refusal, check_share_usage, ctr, hami_share_refusals, reason, uuids
 from vgpu_scheduler.services.informer.quotas import read_quota
-from vgpu_scheduler.shared.codec.podannotations import allocation_annotations
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
-from vgpu_scheduler.shared.codec.selectors import decode_vendor_constraints
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.model import (
     MEM_PCT_UNSET,
@@ -51,6 +49,7 @@ from vgpu_scheduler.shared.vendors.metax_sgpu import (
     qos_ok,
 )
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
+from vgpu_scheduler.shared.vendors.pods import allocation_annotations, decode_vendor_constraints
 from vgpu_scheduler.shared.vendors.registration import (
     DecodeFailure,
     Invalid,
