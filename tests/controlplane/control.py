@@ -54,12 +54,40 @@ def assets_dir() -> Path | None:
     return path
 
 
-GANG_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
-"""Kubernetes v1.36's gang scheduling: PodGroups (``scheduling.k8s.io/v1alpha2``) and the scheduler's gang plugin."""
+@dataclass(frozen=True)
+class GangApi:
+    """How one Kubernetes release serves gang scheduling: the ``scheduling.k8s.io`` version of its PodGroups and the
+    feature gates that turn them (API server) and the gang plugin (kube-scheduler) on (docs/gangs.md)."""
 
-GANG_RELEASE_MINOR = 36
-"""The one minor release whose API server takes :data:`GANG_FEATURE_GATES` and serves ``scheduling.k8s.io/v1alpha2``:
-v1.35 has no ``GangScheduling`` gate and v1.37's API server refuses it (``unrecognized feature gate``)."""
+    version: str
+    """``scheduling.k8s.io/<version>`` serves ``podgroups`` (an alpha or beta version off by default:
+    ``--runtime-config``)."""
+    feature_gates: str
+    """``--feature-gates`` for kube-apiserver and kube-scheduler."""
+
+    @property
+    def api_version(self) -> str:
+        return f"scheduling.k8s.io/{self.version}"
+
+    @property
+    def runtime_config(self) -> str:
+        return f"{self.api_version}=true"
+
+    def podgroups(self, namespace: str) -> str:
+        """The API path of ``namespace``'s PodGroups."""
+        return f"/apis/{self.api_version}/namespaces/{namespace}/podgroups"
+
+
+GANG_APIS: Mapping[int, GangApi] = {
+    # v1.35 has no GangScheduling gate; v1.36 serves PodGroups in v1alpha2 and gates the plugin apart
+    36: GangApi(version="v1alpha2", feature_gates="GenericWorkload=true,GangScheduling=true"),
+    # v1.37: GenericWorkload is beta (still off by default) and alone turns on PodGroups, the GangScheduling plugin
+    # and workload-aware preemption (PodGroupPostFilter); the GangScheduling and WorkloadAwarePreemption gates are
+    # gone (a gate it does not know is an error); v1alpha2 is gone, v1beta1 is a beta version off by default
+    37: GangApi(version="v1beta1", feature_gates="GenericWorkload=true"),
+}
+"""Gang scheduling's API per minor release, as each release's own source has it (pkg/features/kube_features.go,
+pkg/registry/scheduling/rest/storage_scheduling.go, pkg/controlplane/instance.go)."""
 
 
 def release_minor(assets: Path) -> int | None:
@@ -168,8 +196,8 @@ class ApiServer:
     ca_file: Path
     token: str
     cert_dir: Path
-    gangs: bool = False
-    """Whether this API server serves v1.36's gang scheduling (:data:`GANG_FEATURE_GATES`; v1.36 only)."""
+    gang: GangApi | None = None
+    """This API server's gang scheduling (:data:`GANG_APIS`, turned on); None on a release without one known."""
     audit_log: Path | None = None
     """The API server's audit log (one JSON line per request, metadata only; ``control_plane(audit=True)``):
     who asked what, by user agent (:func:`tests.controlplane.apicalls.calls_by_client`)."""
@@ -353,10 +381,11 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
         api_log = root / "kube-apiserver.log"
         audit_log = root / "audit.log" if audit else None
         audit_flags = _audit_flags(root, audit_log) if audit_log is not None else []
-        gangs = release_minor(assets) == GANG_RELEASE_MINOR
-        gang_flags = [f"--feature-gates={GANG_FEATURE_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true"]
-        if not gangs:
-            gang_flags = []
+        minor = release_minor(assets)
+        gang = GANG_APIS.get(minor) if minor is not None else None
+        gang_flags = (
+            [f"--feature-gates={gang.feature_gates}", f"--runtime-config={gang.runtime_config}"] if gang else []
+        )
         ctx = ssl.create_default_context(cafile=str(ca[0]))
 
         def launch_apiserver(ports: list[int]) -> tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]:
@@ -383,8 +412,8 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
                         "--max-requests-inflight=2000",
                         "--max-mutating-requests-inflight=1000",
                         *audit_flags,
-                        # v1.36 gang scheduling's API (PodGroup, a pod's spec.schedulingGroup) for the gang scenarios;
-                        # kube-scheduler turns the gang plugin on only where a scenario asks (start_scheduler)
+                        # the release's gang scheduling API (PodGroup, a pod's spec.schedulingGroup) for the gang
+                        # scenarios; kube-scheduler turns its gang plugin on only where a scenario asks
                         *gang_flags,
                     ],
                     stdout=out,
@@ -411,7 +440,7 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
             )
         )
         api = ApiServer(
-            url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, gangs=gangs, audit_log=audit_log
+            url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, gang=gang, audit_log=audit_log
         )
         _wait_default_namespace(api)
         yield api
@@ -473,7 +502,7 @@ def start_scheduler(
     api: ApiServer, config: Mapping[str, Any], tmp: Path, *, feature_gates: str = ""
 ) -> Iterator[Scheduler]:
     """Run kube-scheduler with the KubeSchedulerConfiguration ``config`` (clientConnection filled in) and
-    ``feature_gates`` (``--feature-gates``; e.g. :data:`GANG_FEATURE_GATES`); wait for its ``/healthz``; SIGTERM it
+    ``feature_gates`` (``--feature-gates``; e.g. a :class:`GangApi`'s); wait for its ``/healthz``; SIGTERM it
     on exit."""
     assets = assets_dir()
     if assets is None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.controlplane.audit import AuditReport, audit
-from tests.controlplane.control import GANG_FEATURE_GATES, ApiServer, Cleanup
+from tests.controlplane.control import ApiServer, Cleanup, GangApi
 from tests.controlplane.harness import (
     RUN_LABEL,
     BindWatch,
@@ -35,7 +35,7 @@ from tests.controlplane.harness import (
     gpu_pod,
     running_system,
 )
-from tests.controlplane.kubelet import PODGROUPS, Finisher
+from tests.controlplane.kubelet import Finisher
 from tests.controlplane.scenario import count_scheduler_errors
 from tests.waiting import eventually
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -53,9 +53,9 @@ def whole_card(name: str, group: str | None = None) -> dict[str, Any]:
     return pod
 
 
-def pod_group(name: str, min_count: int) -> dict[str, Any]:
+def pod_group(gang: GangApi, name: str, min_count: int) -> dict[str, Any]:
     return {
-        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "apiVersion": gang.api_version,
         "kind": "PodGroup",
         "metadata": {"name": name},
         "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
@@ -64,6 +64,7 @@ def pod_group(name: str, min_count: int) -> dict[str, Any]:
 
 @dataclass
 class Run:
+    gang: GangApi
     ns: str
     run_id: str
     kube: Kube
@@ -77,13 +78,14 @@ class Run:
 async def gang_run(
     api: ApiServer, cleanup: Cleanup, redis_url: str, tmp: Path, name: str, nodes: int
 ) -> AsyncIterator[Run]:
-    if not api.gangs:
-        pytest.skip("gang scheduling's scheduling.k8s.io/v1alpha2 API and feature gates are v1.36's only")
+    gang = api.gang
+    if gang is None:
+        pytest.skip("no gang scheduling API known for this release (control.GANG_APIS: v1.36 and v1.37)")
     run_id = f"{name}-{uuid.uuid4().hex[:6]}"
     labels = {RUN_LABEL: run_id}
     ns = cleanup.namespace(run_id, labels)
     names = [f"{run_id}-n{i:04d}" for i in range(nodes)]
-    settings = Settings(replicas=1, node_policy="binpack", scheduler_feature_gates=GANG_FEATURE_GATES)
+    settings = Settings(replicas=1, node_policy="binpack", scheduler_feature_gates=gang.feature_gates)
     async with Kube.open(api) as kube:
         for n in names:
             cleanup.node(n)
@@ -95,14 +97,14 @@ async def gang_run(
             store = Store.create(connect(redis_url), prefix=f"vgpu-{run_id}")
             tasks = [
                 asyncio.create_task(watch.run(kube, ns), name="bind-watch"),
-                asyncio.create_task(finisher.run(kube, podgroups=True), name="kubelet-finisher"),
+                asyncio.create_task(finisher.run(kube, podgroups=gang.podgroups(ns)), name="kubelet-finisher"),
             ]
             try:
-                yield Run(ns, run_id, kube, system, watch, finisher, store)
+                yield Run(gang, ns, run_id, kube, system, watch, finisher, store)
                 # PodGroups go before the namespace; their finalizer is removed by the finisher, as a
                 # controller-manager would
-                for group in await kube.items(PODGROUPS.format(ns=ns)):
-                    path = PODGROUPS.format(ns=ns) + f"/{group['metadata']['name']}"
+                for group in await kube.items(gang.podgroups(ns)):
+                    path = gang.podgroups(ns) + f"/{group['metadata']['name']}"
                     await kube.call("DELETE", path)
                     await _until_gone(kube, path)
             finally:
@@ -146,7 +148,7 @@ async def test_a_gang_that_fits_only_packed_on_two_nodes_binds_whole(
         await _create(run, fillers)
         await eventually(lambda: len(run.watch.bound) == 4, 60, "the fillers bound")
         full = set(run.watch.nodes.values())
-        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 8))
+        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 8))
         members = [whole_card(f"m{i}", "train") for i in range(8)]
         created = time.monotonic()
         await _create(run, members)
@@ -169,7 +171,7 @@ async def test_a_gang_that_cannot_fit_whole_binds_nothing_and_holds_nothing(
     async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-7of8", nodes=2) as run:
         await _create(run, [whole_card("fill0")])
         await eventually(lambda: "fill0" in run.watch.bound, 60, "the filler bound")
-        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 8))
+        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 8))
         uids: list[str] = []
         for pod in [whole_card(f"m{i}", "train") for i in range(8)]:
             created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
@@ -216,7 +218,7 @@ async def test_a_gang_below_its_size_binds_the_members_that_fit_and_the_rest_wai
     async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-6of8-fits", nodes=2) as run:
         await _create(run, [whole_card("fill0")])
         await eventually(lambda: "fill0" in run.watch.bound, 60, "the filler bound")
-        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 6))
+        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 6))
         uids: dict[str, str] = {}
         for pod in [whole_card(f"m{i}", "train") for i in range(8)]:
             created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
@@ -247,7 +249,7 @@ async def test_a_gang_below_its_size_with_too_many_members_fitting_nowhere_holds
     async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-6of8-not", nodes=2) as run:
         await _create(run, [whole_card(f"fill{i}") for i in range(3)])
         await eventually(lambda: len(run.watch.bound) == 3, 60, "the fillers bound")
-        await run.kube.create(PODGROUPS.format(ns=run.ns), pod_group("train", 6))
+        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 6))
         uids: list[str] = []
         for pod in [whole_card(f"m{i}", "train") for i in range(8)]:
             created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
