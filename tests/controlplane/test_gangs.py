@@ -1,12 +1,17 @@
-"""Gangs on the real control plane: kube-apiserver and kube-scheduler v1.36 with ``GenericWorkload`` and
-``GangScheduling`` on, a ``scheduling.k8s.io/v1alpha2`` PodGroup with ``minCount: 8``, its members naming it in
-``spec.schedulingGroup.podGroupName``; our services as processes. No controller-manager runs: the harness removes a
-deleted PodGroup's finalizer as it would (:class:`tests.controlplane.kubelet.Finisher`).
+"""Gangs on the real control plane: kube-apiserver and kube-scheduler with the release's gang scheduling on
+(:data:`tests.controlplane.control.GANG_APIS`: v1.36's ``GenericWorkload`` and ``GangScheduling`` gates and
+``scheduling.k8s.io/v1alpha2``, v1.37's ``GenericWorkload`` and ``scheduling.k8s.io/v1beta1``), a PodGroup with
+``minCount`` N, its members naming it in ``spec.schedulingGroup.podGroupName``; our services as processes. No
+controller-manager runs: the harness removes a deleted PodGroup's finalizer as it would
+(:class:`tests.controlplane.kubelet.Finisher`).
 
 3. A gang of 8 whole-card pods that fits only packed on two nodes (a third is full) binds all 8, with no bind
    failure in kube-scheduler's log or our extender's.
 4. A gang of 8 where only 7 cards are free: no member binds, no member is left with a reservation, a node lock or
    an allocation annotation, and an ordinary pod then takes a free card at once.
+5. ``minCount`` 6 of 8 with 7 free cards: the 7 that fit bind, the eighth waits holding nothing.
+6. ``minCount`` 6 of 8 with 5 free cards: nothing binds or stays reserved; a plain pod then takes a card.
+7. A high-priority gang on cards all held by priority-0 pods: nothing is evicted, the gang holds nothing.
 """
 
 from __future__ import annotations
@@ -270,5 +275,47 @@ async def test_a_gang_below_its_size_with_too_many_members_fitting_nowhere_holds
         members = [p for p in pods if p["metadata"]["name"].startswith("m")]
         assert not any((p.get("spec") or {}).get("nodeName") for p in members)
         assert await nothing_reserved()
+        report.check()
+        assert report.bound == 4
+
+
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+
+
+async def test_a_high_priority_gang_short_of_cards_evicts_nothing_and_holds_nothing(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """Every card of the node is held by a priority-0 pod; a gang of 2 of priority 1000 arrives. v1.36 runs no
+    workload-aware preemption (its gate is off) and kube-scheduler's per-pod dry run finds no victim (the device
+    resources are ``ignoredByScheduler``); v1.37's workload-aware preemption removes the lower-priority pods from its
+    own snapshot only and re-runs the group, asking our ``/filter``, which sees the cards still held; neither asks
+    ``/preempt``, and our own preemption leaves PodGroup members alone (docs/gangs.md). So nothing is evicted and the
+    waiting gang holds nothing."""
+    async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-preempt", nodes=1) as run:
+        await _create(run, [whole_card(f"fill{i}") for i in range(4)])
+        await eventually(lambda: len(run.watch.bound) == 4, 60, "the fillers bound")
+        high = f"high-{run.run_id}"
+        kube_cleanup.path(f"{PRIORITY_CLASSES}/{high}")
+        await run.kube.create(PRIORITY_CLASSES, {"metadata": {"name": high}, "value": 1000})
+        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 2))
+        uids: list[str] = []
+        for pod in [whole_card(f"m{i}", "train") for i in range(2)]:
+            pod["spec"]["priorityClassName"] = high
+            created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
+            uids.append(created["metadata"]["uid"])
+        # two passes of the group, each with kube-scheduler's preemption attempt after it
+        await eventually(lambda: run.system.log_count("gang cannot be placed whole") > 1, 60, "two passes of the group")
+
+        async def nothing_reserved() -> bool:
+            return all([await run.store.reservations.node_of(u) is None for u in uids])
+
+        await eventually(nothing_reserved, 30, "no member holds a reservation")
+        pods, report = await _final(run)
+        assert not run.finisher.finished, run.finisher.finished
+        assert not any(p["metadata"].get("deletionTimestamp") for p in pods)
+        assert run.system.log_count("pod preempted") == 0
+        members = [p for p in pods if p["metadata"]["name"].startswith("m")]
+        assert not any((p.get("spec") or {}).get("nodeName") for p in members)
+        assert all(p["spec"].get("priority") == 1000 for p in members)
         report.check()
         assert report.bound == 4
