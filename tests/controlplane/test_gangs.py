@@ -58,13 +58,13 @@ def whole_card(name: str, group: str | None = None) -> dict[str, Any]:
     return pod
 
 
-def pod_group(gang: GangApi, name: str, min_count: int) -> dict[str, Any]:
-    return {
-        "apiVersion": gang.api_version,
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
-    }
+def pod_group(gang: GangApi, name: str, min_count: int, priority_class: str = "") -> dict[str, Any]:
+    """A gang PodGroup; ``priority_class``: its ``spec.priorityClassName`` (v1.37's kube-scheduler refuses a group
+    whose members' priority differs from its own)."""
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {"apiVersion": gang.api_version, "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
 
 
 @dataclass
@@ -282,6 +282,12 @@ async def test_a_gang_below_its_size_with_too_many_members_fitting_nowhere_holds
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
+def _allocated(run: Run, name: str) -> bool:
+    """The device plugin has served pod ``name`` (its ``bind-phase`` is ``success``)."""
+    annotations = (run.finisher.last.get(name, {}).get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(keys.BIND_PHASE) == "success")
+
+
 async def test_a_high_priority_gang_short_of_cards_evicts_nothing_and_holds_nothing(
     kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
 ) -> None:
@@ -292,18 +298,20 @@ async def test_a_high_priority_gang_short_of_cards_evicts_nothing_and_holds_noth
     ``/preempt``, and our own preemption leaves PodGroup members alone (docs/gangs.md). So nothing is evicted and the
     waiting gang holds nothing."""
     async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-preempt", nodes=1) as run:
-        await _create(run, [whole_card(f"fill{i}") for i in range(4)])
+        fillers = [f"fill{i}" for i in range(4)]
+        await _create(run, [whole_card(n) for n in fillers])
         await eventually(lambda: len(run.watch.bound) == 4, 60, "the fillers bound")
+        await eventually(lambda: all(_allocated(run, n) for n in fillers), 60, "the fillers allocated")
         high = f"high-{run.run_id}"
         kube_cleanup.path(f"{PRIORITY_CLASSES}/{high}")
         await run.kube.create(PRIORITY_CLASSES, {"metadata": {"name": high}, "value": 1000})
-        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 2))
+        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 2, high))
         uids: list[str] = []
         for pod in [whole_card(f"m{i}", "train") for i in range(2)]:
             pod["spec"]["priorityClassName"] = high
             created = await run.kube.create(f"/api/v1/namespaces/{run.ns}/pods", pod)
             uids.append(created["metadata"]["uid"])
-        # two passes of the group, each with kube-scheduler's preemption attempt after it
+        # the group refused twice: by two passes (v1.36), or by a pass and v1.37's preemption re-run of the group
         await eventually(lambda: run.system.log_count("gang cannot be placed whole") > 1, 60, "two passes of the group")
 
         async def nothing_reserved() -> bool:
