@@ -12,6 +12,8 @@ controller-manager runs: the harness removes a deleted PodGroup's finalizer as i
 5. ``minCount`` 6 of 8 with 7 free cards: the 7 that fit bind, the eighth waits holding nothing.
 6. ``minCount`` 6 of 8 with 5 free cards: nothing binds or stays reserved; a plain pod then takes a card.
 7. A high-priority gang on cards all held by priority-0 pods: nothing is evicted, the gang holds nothing.
+8. A high-priority gang short of CPU only: kube-scheduler evicts the two CPU holders, the gang binds whole on free
+   cards.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tests.controlplane.audit import AuditReport, audit
 from tests.controlplane.control import ApiServer, Cleanup, GangApi
 from tests.controlplane.harness import (
     RUN_LABEL,
+    SCHEDULER_NAME,
     BindWatch,
     Kube,
     NodeShape,
@@ -44,6 +47,7 @@ from tests.controlplane.kubelet import Finisher
 from tests.controlplane.scenario import count_scheduler_errors
 from tests.waiting import eventually
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.podannotations import decode_allocation
 from vgpu_scheduler.shared.store import Store, connect
 
 pytestmark = pytest.mark.timeout(300)
@@ -81,8 +85,10 @@ class Run:
 
 @contextlib.asynccontextmanager
 async def gang_run(
-    api: ApiServer, cleanup: Cleanup, redis_url: str, tmp: Path, name: str, nodes: int
+    api: ApiServer, cleanup: Cleanup, redis_url: str, tmp: Path, name: str, nodes: int, cpu: str | None = None
 ) -> AsyncIterator[Run]:
+    """A run of ``nodes`` GPU nodes (``cpu``: their allocatable CPU instead of the default) with our services and
+    kube-scheduler under the release's gang scheduling."""
     gang = api.gang
     if gang is None:
         pytest.skip("no gang scheduling API known for this release (control.GANG_APIS: v1.36 and v1.37)")
@@ -94,7 +100,11 @@ async def gang_run(
     async with Kube.open(api) as kube:
         for n in names:
             cleanup.node(n)
-        await kube.create_all("/api/v1/nodes", [gpu_node(n, SHAPE, labels) for n in names])
+        bodies = [gpu_node(n, SHAPE, labels) for n in names]
+        for body in bodies:
+            if cpu is not None:
+                body["status"]["capacity"]["cpu"] = body["status"]["allocatable"]["cpu"] = cpu
+        await kube.create_all("/api/v1/nodes", bodies)
         async with running_system(
             api, redis_url, tmp / run_id, settings, run_id=run_id, node_selector=f"{RUN_LABEL}={run_id}"
         ) as system:
@@ -327,3 +337,60 @@ async def test_a_high_priority_gang_short_of_cards_evicts_nothing_and_holds_noth
         assert all(p["spec"].get("priority") == 1000 for p in members)
         report.check()
         assert report.bound == 4
+
+
+async def test_a_high_priority_gang_short_of_cpu_only_gets_the_cpu_victims_and_binds_on_free_cards(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """The node's 4 cards are free but its 4 CPUs are held by two priority-0 pods without a GPU; a gang of 2 of
+    priority 1000, each member a whole card and 2 CPUs. kube-scheduler's preemption (v1.36: each member's own,
+    ``/preempt`` answered unchanged for a gang member; v1.37: the group's, re-running the group through our
+    ``/filter``) evicts the two CPU holders and the gang binds whole, each member on a card of its own: no pod that
+    holds a card is evicted, nothing is over-committed."""
+    async with gang_run(kube_apiserver, kube_cleanup, redis_url, tmp_path, "gang-cpu", nodes=1, cpu="4") as run:
+        hogs = [f"hog{i}" for i in range(2)]
+        for name in hogs:
+            await _create(run, [_cpu_pod(name, "2")])
+        await eventually(lambda: set(hogs) <= set(run.watch.bound), 60, "the CPU holders bound")
+        high = f"high-{run.run_id}"
+        kube_cleanup.path(f"{PRIORITY_CLASSES}/{high}")
+        await run.kube.create(PRIORITY_CLASSES, {"metadata": {"name": high}, "value": 1000})
+        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 2, high))
+        members = [f"m{i}" for i in range(2)]
+        for name in members:
+            pod = whole_card(name, "train")
+            pod["spec"]["priorityClassName"] = high
+            pod["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "2"}
+            await _create(run, [pod])
+        await eventually(lambda: all(m in run.watch.bound for m in members), 120, "every member bound")
+        await eventually(lambda: all(_allocated(run, m) for m in members), 60, "the members allocated")
+        await eventually(lambda: _no_node_lock(run), 30, "the device plugin released the node lock")
+        pods, report = await _final(run)
+        assert sorted(run.finisher.finished) == hogs, run.finisher.finished
+        cards = [
+            {d.uuid for ctr in decoded[0] for d in ctr}
+            for p in pods
+            if p["metadata"]["name"] in members and (decoded := decode_allocation(p)) is not None
+        ]
+        assert len(cards) == 2 and len(cards[0] | cards[1]) == 2, cards
+        report.check()
+        assert report.bound == 2
+
+
+async def _no_node_lock(run: Run) -> bool:
+    nodes = await run.kube.items(f"/api/v1/nodes?labelSelector={RUN_LABEL}%3D{run.run_id}")
+    return not any(keys.NODE_LOCK in (n["metadata"].get("annotations") or {}) for n in nodes)
+
+
+def _cpu_pod(name: str, cpu: str) -> dict[str, Any]:
+    """A priority-0 pod of our scheduler asking for CPU only; its deletion waits for the (emulated) kubelet."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": SCHEDULER_NAME,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "main", "image": "x", "resources": {"requests": {"cpu": cpu}}}],
+        },
+    }
