@@ -1,5 +1,5 @@
 """Gangs on the real control plane: kube-apiserver and kube-scheduler with the release's gang scheduling on
-(:data:`tests.controlplane.control.GANG_APIS`: v1.36's ``GenericWorkload`` and ``GangScheduling`` gates and
+(:data:`tests.controlplane.gangapi.GANG_APIS`: v1.36's ``GenericWorkload`` and ``GangScheduling`` gates and
 ``scheduling.k8s.io/v1alpha2``, v1.37's ``GenericWorkload`` and ``scheduling.k8s.io/v1beta1``), a PodGroup with
 ``minCount`` N, its members naming it in ``spec.schedulingGroup.podGroupName``; our services as processes. No
 controller-manager runs: the harness removes a deleted PodGroup's finalizer as it would
@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from tests.controlplane.audit import AuditReport, audit
-from tests.controlplane.control import ApiServer, Cleanup, GangApi
+from tests.controlplane.control import ApiServer, Cleanup
+from tests.controlplane.gangapi import GangApi
 from tests.controlplane.harness import (
     RUN_LABEL,
     SCHEDULER_NAME,
@@ -91,7 +92,7 @@ async def gang_run(
     kube-scheduler under the release's gang scheduling."""
     gang = api.gang
     if gang is None:
-        pytest.skip("no gang scheduling API known for this release (control.GANG_APIS: v1.36 and v1.37)")
+        pytest.skip("no gang scheduling API known for this release (gangapi.GANG_APIS: v1.36 and v1.37)")
     run_id = f"{name}-{uuid.uuid4().hex[:6]}"
     labels = {RUN_LABEL: run_id}
     ns = cleanup.namespace(run_id, labels)
