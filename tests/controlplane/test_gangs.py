@@ -293,6 +293,26 @@ async def test_a_gang_below_its_size_with_too_many_members_fitting_nowhere_holds
 PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 
 
+async def _high_priority_group(run: Run, cleanup: Cleanup, name: str, min_count: int) -> str:
+    """Create this run's PriorityClass of value 1000 and PodGroup ``name`` of that class; the class's name. The
+    Priority admission plugin knows a new class only once its informer has seen it, so the PodGroup is created
+    again while admission answers "no PriorityClass"."""
+    high = f"high-{run.run_id}"
+    cleanup.path(f"{PRIORITY_CLASSES}/{high}")
+    await run.kube.create(PRIORITY_CLASSES, {"metadata": {"name": high}, "value": 1000})
+    body = pod_group(run.gang, name, min_count, high)
+
+    async def admitted() -> bool:
+        status, answer = await run.kube.call("POST", run.gang.podgroups(run.ns), body)
+        if status == 403 and "no PriorityClass" in str(answer):
+            return False
+        assert status in (201, 409), (status, answer)
+        return True
+
+    await eventually(admitted, 30, f"PodGroup {name} admitted with PriorityClass {high}")
+    return high
+
+
 def _allocated(run: Run, name: str) -> bool:
     """The device plugin has served pod ``name`` (its ``bind-phase`` is ``success``)."""
     annotations = (run.finisher.last.get(name, {}).get("metadata") or {}).get("annotations") or {}
@@ -313,10 +333,7 @@ async def test_a_high_priority_gang_short_of_cards_evicts_nothing_and_holds_noth
         await _create(run, [whole_card(n) for n in fillers])
         await eventually(lambda: len(run.watch.bound) == 4, 60, "the fillers bound")
         await eventually(lambda: all(_allocated(run, n) for n in fillers), 60, "the fillers allocated")
-        high = f"high-{run.run_id}"
-        kube_cleanup.path(f"{PRIORITY_CLASSES}/{high}")
-        await run.kube.create(PRIORITY_CLASSES, {"metadata": {"name": high}, "value": 1000})
-        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 2, high))
+        high = await _high_priority_group(run, kube_cleanup, "train", 2)
         uids: list[str] = []
         for pod in [whole_card(f"m{i}", "train") for i in range(2)]:
             pod["spec"]["priorityClassName"] = high
@@ -353,10 +370,7 @@ async def test_a_high_priority_gang_short_of_cpu_only_gets_the_cpu_victims_and_b
         for name in hogs:
             await _create(run, [_cpu_pod(name, "2")])
         await eventually(lambda: set(hogs) <= set(run.watch.bound), 60, "the CPU holders bound")
-        high = f"high-{run.run_id}"
-        kube_cleanup.path(f"{PRIORITY_CLASSES}/{high}")
-        await run.kube.create(PRIORITY_CLASSES, {"metadata": {"name": high}, "value": 1000})
-        await run.kube.create(run.gang.podgroups(run.ns), pod_group(run.gang, "train", 2, high))
+        high = await _high_priority_group(run, kube_cleanup, "train", 2)
         members = [f"m{i}" for i in range(2)]
         for name in members:
             pod = whole_card(name, "train")
