@@ -1,7 +1,8 @@
 """Gangs that bind whole or leave nothing behind (docs/gangs.md).
 
-kube-scheduler v1.36 schedules a PodGroup (``GangScheduling``) in one pass: it filters each member in turn, our
-``/filter`` reserving devices for each, and binds the members only when ``minCount`` of them found a node. When
+kube-scheduler (v1.36 with ``GangScheduling``, v1.37 with ``GenericWorkload``) schedules a PodGroup in one pass: it
+filters its members in turn, our ``/filter`` reserving devices for each, and binds the members only when
+``minCount`` of them found a node (v1.37's workload-aware preemption re-runs such a pass the same way). When
 it does not, it forgets its own assumptions (its Unreserve), but an extender is not told: the members'
 reservations would stay, holding devices the group cannot use, while the group retries.
 

@@ -1,7 +1,8 @@
-"""Gang membership as the API writes it (docs/gangs.md): Kubernetes v1.36's ``scheduling.k8s.io/v1alpha2``
-PodGroup named by a pod's ``spec.schedulingGroup.podGroupName``, its ``spec.schedulingPolicy.gang.minCount``, and
-scheduler-plugins' coscheduling label ``scheduling.x-k8s.io/pod-group`` with its ``scheduling.x-k8s.io/v1alpha1``
-PodGroup's ``spec.minMember``. Pure: objects in, facts out."""
+"""Gang membership as the API writes it (docs/gangs.md): Kubernetes' native PodGroup (``scheduling.k8s.io/v1beta1``
+from v1.37, ``v1alpha2`` on v1.36; the same fields in both) named by a pod's ``spec.schedulingGroup.podGroupName``,
+its ``spec.schedulingPolicy.gang.minCount``, and scheduler-plugins' coscheduling label
+``scheduling.x-k8s.io/pod-group`` with its ``scheduling.x-k8s.io/v1alpha1`` PodGroup's ``spec.minMember``. Pure:
+objects in, facts out."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from typing import Any
 from vgpu_scheduler.shared.codec import annotations as keys
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+POD_GROUP_VERSIONS = ("v1beta1", "v1alpha2")
+"""The ``scheduling.k8s.io`` versions that serve native PodGroups, newest first: ``v1beta1`` (Kubernetes v1.37,
+``GenericWorkload``), ``v1alpha2`` (v1.36, ``GenericWorkload`` and ``GangScheduling``)."""
 
 
 def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from vgpu_scheduler.shared.codec.gang import POD_GROUP_VERSIONS
 from vgpu_scheduler.shared.errors import NotFoundError, TransientError
 from vgpu_scheduler.shared.k8s.client import Budget, KubeClient
 from vgpu_scheduler.shared.k8s.errors import KubeRequestError
@@ -127,6 +128,7 @@ class Api:
         self.component = component
         self.instance = instance
         self._clock = clock
+        self._pod_group_version: str | None = None
 
     # ---- reads -------------------------------------------------------------------------------------------------
 
@@ -392,15 +394,20 @@ class Api:
         return _with_kind(list(items), "PodDisruptionBudget")
 
     async def get_pod_group(self, namespace: str, name: str, *, timeout_s: float | None = None) -> KubeObject | None:
-        """A ``scheduling.k8s.io/v1alpha2`` PodGroup (Kubernetes v1.36 gang scheduling); None when it does not exist
-        or the API does not serve PodGroups."""
+        """A native ``scheduling.k8s.io`` PodGroup (Kubernetes gang scheduling: ``v1beta1`` from v1.37, ``v1alpha2``
+        on v1.36; the version that last answered is asked first); None when it does not exist or the API serves no
+        PodGroups."""
         what = f"get podgroup {namespace}/{name}"
-        path = f"/apis/scheduling.k8s.io/v1alpha2/namespaces/{_seg(namespace)}/podgroups/{_seg(name)}"
-        try:
-            body = await self._client.call_raw(what, "GET", path, timeout_s=timeout_s)
-        except NotFoundError:
-            return None
-        return self._object(what, body)
+        versions = sorted(POD_GROUP_VERSIONS, key=lambda v: v != self._pod_group_version)
+        for version in versions:
+            path = f"/apis/scheduling.k8s.io/{version}/namespaces/{_seg(namespace)}/podgroups/{_seg(name)}"
+            try:
+                body = await self._client.call_raw(what, "GET", path, timeout_s=timeout_s)
+            except NotFoundError:
+                continue
+            self._pod_group_version = version
+            return self._object(what, body)
+        return None
 
     async def get_coscheduling_pod_group(
         self, namespace: str, name: str, *, timeout_s: float | None = None

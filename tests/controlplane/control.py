@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from tests.certs import EC_P256
+from tests.controlplane.gangapi import GANG_APIS, GangApi
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 SKIP_REASON = (
@@ -52,14 +53,6 @@ def assets_dir() -> Path | None:
     if not (path / "kube-apiserver").exists():
         raise ControlPlaneError(f"{ASSETS_ENV}={value} has no kube-apiserver: scripts/install-control-plane.sh {value}")
     return path
-
-
-GANG_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
-"""Kubernetes v1.36's gang scheduling: PodGroups (``scheduling.k8s.io/v1alpha2``) and the scheduler's gang plugin."""
-
-GANG_RELEASE_MINOR = 36
-"""The one minor release whose API server takes :data:`GANG_FEATURE_GATES` and serves ``scheduling.k8s.io/v1alpha2``:
-v1.35 has no ``GangScheduling`` gate and v1.37's API server refuses it (``unrecognized feature gate``)."""
 
 
 def release_minor(assets: Path) -> int | None:
@@ -168,8 +161,8 @@ class ApiServer:
     ca_file: Path
     token: str
     cert_dir: Path
-    gangs: bool = False
-    """Whether this API server serves v1.36's gang scheduling (:data:`GANG_FEATURE_GATES`; v1.36 only)."""
+    gang: GangApi | None = None
+    """This API server's gang scheduling (:data:`GANG_APIS`, turned on); None on a release without one known."""
     audit_log: Path | None = None
     """The API server's audit log (one JSON line per request, metadata only; ``control_plane(audit=True)``):
     who asked what, by user agent (:func:`tests.controlplane.apicalls.calls_by_client`)."""
@@ -353,10 +346,11 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
         api_log = root / "kube-apiserver.log"
         audit_log = root / "audit.log" if audit else None
         audit_flags = _audit_flags(root, audit_log) if audit_log is not None else []
-        gangs = release_minor(assets) == GANG_RELEASE_MINOR
-        gang_flags = [f"--feature-gates={GANG_FEATURE_GATES}", "--runtime-config=scheduling.k8s.io/v1alpha2=true"]
-        if not gangs:
-            gang_flags = []
+        minor = release_minor(assets)
+        gang = GANG_APIS.get(minor) if minor is not None else None
+        gang_flags = (
+            [f"--feature-gates={gang.feature_gates}", f"--runtime-config={gang.runtime_config}"] if gang else []
+        )
         ctx = ssl.create_default_context(cafile=str(ca[0]))
 
         def launch_apiserver(ports: list[int]) -> tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]:
@@ -383,8 +377,8 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
                         "--max-requests-inflight=2000",
                         "--max-mutating-requests-inflight=1000",
                         *audit_flags,
-                        # v1.36 gang scheduling's API (PodGroup, a pod's spec.schedulingGroup) for the gang scenarios;
-                        # kube-scheduler turns the gang plugin on only where a scenario asks (start_scheduler)
+                        # the release's gang scheduling API (PodGroup, a pod's spec.schedulingGroup) for the gang
+                        # scenarios; kube-scheduler turns its gang plugin on only where a scenario asks
                         *gang_flags,
                     ],
                     stdout=out,
@@ -411,7 +405,7 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
             )
         )
         api = ApiServer(
-            url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, gangs=gangs, audit_log=audit_log
+            url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, gang=gang, audit_log=audit_log
         )
         _wait_default_namespace(api)
         yield api
@@ -473,7 +467,7 @@ def start_scheduler(
     api: ApiServer, config: Mapping[str, Any], tmp: Path, *, feature_gates: str = ""
 ) -> Iterator[Scheduler]:
     """Run kube-scheduler with the KubeSchedulerConfiguration ``config`` (clientConnection filled in) and
-    ``feature_gates`` (``--feature-gates``; e.g. :data:`GANG_FEATURE_GATES`); wait for its ``/healthz``; SIGTERM it
+    ``feature_gates`` (``--feature-gates``; e.g. a :class:`GangApi`'s); wait for its ``/healthz``; SIGTERM it
     on exit."""
     assets = assets_dir()
     if assets is None:

@@ -590,7 +590,7 @@ class Settings:
     scheduler_qps: int | None = None
     """kube-scheduler's clientConnection qps (burst twice); None: its defaults."""
     scheduler_feature_gates: str = ""
-    """kube-scheduler's ``--feature-gates`` (``control.GANG_FEATURE_GATES`` for the gang scenarios)."""
+    """kube-scheduler's ``--feature-gates`` (the release's ``gangapi.GangApi.feature_gates`` for the gang scenarios)."""
     scheduler_client_cert: bool = True
     """kube-scheduler presents its client certificate to the extenders (``--client-ca-file``); False: none."""
     device_sections: Mapping[str, Any] = field(default_factory=dict)

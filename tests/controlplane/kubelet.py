@@ -19,7 +19,6 @@ import aiohttp
 from tests.controlplane.harness import Kube
 
 PODGROUP_FINALIZER = "scheduling.k8s.io/podgroup-protection"
-PODGROUPS = "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups"
 
 
 @dataclass
@@ -33,11 +32,12 @@ class Finisher:
     """The last state of every pod seen, by name (kept after deletion)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def run(self, kube: Kube, *, podgroups: bool = False) -> None:
+    async def run(self, kube: Kube, *, podgroups: str | None = None) -> None:
+        """Watch the namespace's pods and, given their API path (the release's ``GangApi.podgroups``), its
+        PodGroups."""
         tasks = [asyncio.create_task(self._watch(kube, f"/api/v1/namespaces/{self.namespace}/pods", self._pod))]
         if podgroups:
-            path = PODGROUPS.format(ns=self.namespace)
-            tasks.append(asyncio.create_task(self._watch(kube, path, self._podgroup)))
+            tasks.append(asyncio.create_task(self._watch(kube, podgroups, self._podgroup)))
         try:
             await asyncio.gather(*tasks)
         finally:
@@ -86,7 +86,7 @@ class Finisher:
         meta = group.get("metadata") or {}
         finalizers = meta.get("finalizers") or []
         if kind != "DELETED" and meta.get("deletionTimestamp") and PODGROUP_FINALIZER in finalizers:
-            path = PODGROUPS.format(ns=self.namespace) + f"/{meta.get('name')}"
+            path = f"/apis/{group.get('apiVersion')}/namespaces/{self.namespace}/podgroups/{meta.get('name')}"
             rest = [f for f in finalizers if f != PODGROUP_FINALIZER]
             patch = {"metadata": {"finalizers": rest, "resourceVersion": meta.get("resourceVersion")}}
             async with kube.session.patch(
