@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vgpu_scheduler.services.simulate.admission import Admit
-from vgpu_scheduler.services.simulate.documents import POD_GROUP_API
+from vgpu_scheduler.services.simulate.documents import POD_GROUP_APIS
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import REASON_SEPARATOR, Ledger, kube_filters, pod_key, pod_request
 from vgpu_scheduler.services.simulate.nodeside import NodeSide
@@ -148,7 +148,7 @@ class PodCycles:
         """PodGroups to create before the first pod (the workload's)."""
         self.gangs: dict[tuple[str, str], int] = {}
         for g in self.pod_groups:
-            n = gang_min_count(g) if g.get("apiVersion") == POD_GROUP_API else None
+            n = gang_min_count(g) if g.get("apiVersion") in POD_GROUP_APIS else None
             if n is not None:
                 self.gangs[(str(g["metadata"].get("namespace") or "default"), str(g["metadata"]["name"]))] = n
         """minCount of each native gang (kube-scheduler v1.36 schedules them in group passes)."""

@@ -22,17 +22,23 @@ from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 KubeObject = dict[str, Any]
 
 PRIORITY_CLASS_API = "scheduling.k8s.io/v1"
-POD_GROUP_API = "scheduling.k8s.io/v1alpha2"
-"""Kubernetes v1.36's PodGroup (gang scheduling: ``spec.schedulingPolicy.gang.minCount``)."""
+POD_GROUP_APIS = ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha2")
+"""Kubernetes' own PodGroup (gang scheduling: ``spec.schedulingPolicy.gang.minCount``): ``v1beta1`` from v1.37,
+``v1alpha2`` on v1.36, the same fields in both."""
 COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
 """scheduler-plugins' PodGroup (coscheduling: ``spec.minMember``), named by the label
 ``scheduling.x-k8s.io/pod-group``."""
 API_VERSIONS: dict[str, tuple[str, ...]] = {
     "PriorityClass": (PRIORITY_CLASS_API,),
-    "PodGroup": (POD_GROUP_API, COSCHEDULING_API),
+    "PodGroup": (*POD_GROUP_APIS, COSCHEDULING_API),
 }
 """The apiVersions accepted for the kinds outside the core group (every other kind is ``v1``)."""
 NAMESPACED = frozenset({"Pod", "ResourceQuota", "PodGroup"})
+
+
+def either(options: tuple[str, ...]) -> str:
+    """``a``, ``a or b``, ``a, b or c``: the accepted values an error names."""
+    return " or ".join(options) if len(options) < 3 else f"{', '.join(options[:-1])} or {options[-1]}"
 
 
 class ManifestError(ConfigError):
@@ -150,7 +156,7 @@ def check_object(where: str, doc: Any, kinds: frozenset[str]) -> KubeObject:
     api_version = doc.get("apiVersion", "v1")
     accepted = API_VERSIONS.get(kind, ("v1",))
     if api_version not in accepted:
-        raise field_error(where, "apiVersion", f"expected {' or '.join(accepted)} for a {kind}, got {api_version!r}")
+        raise field_error(where, "apiVersion", f"expected {either(accepted)} for a {kind}, got {api_version!r}")
     meta = mapping_at(doc, "metadata", where, "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:

@@ -36,12 +36,13 @@ from typing import Any, TypeGuard
 
 from vgpu_scheduler.services.simulate.documents import (
     COSCHEDULING_API,
-    POD_GROUP_API,
+    POD_GROUP_APIS,
     KubeObject,
     Located,
     ManifestError,
     check_quantity,
     check_unique,
+    either,
     field_error,
     located,
     mapping_at,
@@ -358,7 +359,7 @@ def _check_scheduling_fields(loc: Located, groups: set[tuple[str, str]]) -> None
         raise field_error(
             loc.where,
             "spec.schedulingGroup.podGroupName",
-            f"no PodGroup {loc.namespace}/{group['podGroupName']} ({POD_GROUP_API}) in this file",
+            f"no PodGroup {loc.namespace}/{group['podGroupName']} ({either(POD_GROUP_APIS)}) in this file",
         )
 
 
@@ -382,7 +383,7 @@ def load_workload(path: str | Path) -> Workload:
     for loc in groups:
         _check_pod_group(loc)
         loc.obj["metadata"].setdefault("namespace", "default")
-    native = {(loc.namespace, loc.name) for loc in groups if loc.api_version == POD_GROUP_API}
+    native = {(loc.namespace, loc.name) for loc in groups if loc.api_version in POD_GROUP_APIS}
     pods = [loc for loc in items if loc.kind == "Pod"]
     for loc in pods:
         _check_pod(loc, running=False)

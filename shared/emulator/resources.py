@@ -1,6 +1,6 @@
 """The resource types the emulator serves: core/v1 nodes, pods, resourcequotas, events, namespaces; and, for gang
-scheduling, ``scheduling.k8s.io/v1alpha2`` PodGroups (Kubernetes v1.36) and scheduler-plugins'
-``scheduling.x-k8s.io/v1alpha1`` PodGroups (coscheduling)."""
+scheduling, ``scheduling.k8s.io`` PodGroups (``v1beta1`` as Kubernetes v1.37 serves them, ``v1alpha2`` as v1.36
+does) and scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` PodGroups (coscheduling)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
 
 
 GROUP_RESOURCE_TYPES: tuple[ResourceType, ...] = (
+    ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.k8s.io/v1beta1"),
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.k8s.io/v1alpha2"),
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.x-k8s.io/v1alpha1"),
 )

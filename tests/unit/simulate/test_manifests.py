@@ -264,12 +264,13 @@ spec: {schedulingPolicy: {gang: {minCount: 2}}}
 MEMBER = POD.replace("spec:", "spec:\n  schedulingGroup: {podGroupName: train}\n  priorityClassName: high")
 
 
-def test_a_workload_carries_priority_classes_and_pod_groups(tmp_path: Path) -> None:
-    text = "\n---\n".join([PRIORITY_CLASS, POD_GROUP, MEMBER])
+@pytest.mark.parametrize("version", ["v1beta1", "v1alpha2"])  # Kubernetes v1.37's and v1.36's PodGroup
+def test_a_workload_carries_priority_classes_and_pod_groups(tmp_path: Path, version: str) -> None:
+    text = "\n---\n".join([PRIORITY_CLASS, POD_GROUP.replace("v1alpha2", version), MEMBER])
     workload = load_workload(write(tmp_path, text))
     assert [c["metadata"]["name"] for c in workload.priority_classes] == ["high"]
     assert [(g["apiVersion"], g["metadata"]["name"]) for g in workload.pod_groups] == [
-        ("scheduling.k8s.io/v1alpha2", "train")
+        (f"scheduling.k8s.io/{version}", "train")
     ]
     assert [p["metadata"]["name"] for p in workload.pods] == ["p1"]
 
@@ -310,7 +311,8 @@ def test_a_workload_carries_priority_classes_and_pod_groups(tmp_path: Path) -> N
         ),
         pytest.param(
             POD_GROUP.replace("v1alpha2", "v1") + "\n---\n" + POD,
-            "document 1: apiVersion: expected scheduling.k8s.io/v1alpha2 or scheduling.x-k8s.io/v1alpha1",
+            "document 1: apiVersion: expected scheduling.k8s.io/v1beta1, scheduling.k8s.io/v1alpha2 or "
+            "scheduling.x-k8s.io/v1alpha1 for a PodGroup",
             id="pod-group-version",
         ),
         pytest.param(
@@ -320,7 +322,8 @@ def test_a_workload_carries_priority_classes_and_pod_groups(tmp_path: Path) -> N
         ),
         pytest.param(
             MEMBER,
-            "document 1: spec.schedulingGroup.podGroupName: no PodGroup ns/train (scheduling.k8s.io/v1alpha2)",
+            "document 1: spec.schedulingGroup.podGroupName: no PodGroup ns/train "
+            "(scheduling.k8s.io/v1beta1 or scheduling.k8s.io/v1alpha2)",
             id="no-such-group",
         ),
     ],
