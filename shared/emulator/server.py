@@ -2,10 +2,10 @@
 kubernetes-asyncio runs unmodified against it. Also the in-process helpers tests and the simulator use.
 
 Served: ``nodes``, ``pods`` (+ ``/status``, ``/binding``), ``resourcequotas`` (+ ``/status``), ``events``,
-``namespaces``, and ``podgroups`` of ``scheduling.k8s.io/v1beta1``, ``…/v1alpha2`` and ``scheduling.x-k8s.io/v1alpha1`` under
-``/apis/<group>/<version>``; list (label/field selectors), watch (newline-delimited JSON events, ``timeoutSeconds``,
-``allowWatchBookmarks``, 410 ``Expired`` past the history window), get, create, update, patch (merge,
-strategic-as-merge, JSON patch), delete. Nothing else.
+``namespaces``, and ``podgroups`` of ``scheduling.k8s.io/v1beta1``, ``…/v1alpha2`` and
+``scheduling.x-k8s.io/v1alpha1`` under ``/apis/<group>/<version>``; list (label/field selectors), watch
+(newline-delimited JSON events, ``timeoutSeconds``, ``allowWatchBookmarks``, 410 ``Expired`` past the history
+window), get, create, update, patch (merge, strategic-as-merge, JSON patch), delete. Nothing else.
 """
 
 from __future__ import annotations
