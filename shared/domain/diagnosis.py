@@ -320,10 +320,14 @@ def _static(v: _View, reason: Reason) -> NearestMiss:
         text = f"asks for {' and '.join(wants) or 'another GPU type'}; {v.node} has {', '.join(kinds) or 'none'}"
     else:
         c = v.constraints
-        if c.use_uuids:
-            text = f"restricted to GPUs {', '.join(sorted(c.use_uuids))} (nvidia.com/use-gpuuuid); none is on {v.node}"
+        use = f"restricted to GPUs {', '.join(sorted(c.use_uuids))} (nvidia.com/use-gpuuuid)"
+        nouse = f"excludes GPUs {', '.join(sorted(c.nouse_uuids))} (nvidia.com/nouse-gpuuuid)"
+        if c.use_uuids and c.nouse_uuids:
+            text = f"{use} and {nouse}; none allowed is on {v.node}"
+        elif c.use_uuids:
+            text = f"{use}; none is on {v.node}"
         else:
-            text = f"excludes GPUs {', '.join(sorted(c.nouse_uuids))} (nvidia.com/nouse-gpuuuid) on {v.node}"
+            text = f"{nouse} on {v.node}"
     return NearestMiss(reason.value, text)
 
 

@@ -50,9 +50,6 @@ class Facts:
     lock: NodeLockKind = NodeLockKind.HAMI
     uuid_keys: tuple[str, str] | None = None
     """The (use, nouse) UUID selector annotations; None: the family has no UUID selector."""
-    use_list_overrides: bool = False
-    """With both UUID lists given, only the use list is read (HAMi's NVIDIA and Ascend ``CheckUUID``); the other
-    families apply both."""
     type_keys: tuple[str, str] | None = None
     """The (use, nouse) type selector annotations, where the family has them."""
     per_count: int = 1
@@ -78,7 +75,7 @@ def _ascend(chip: str, *, per_count: int = 1, capacity_mib: int = 65536) -> Fact
     too_big = None if per_count > 1 else str(capacity_mib)  # a slice is a single-device request
     return Facts(f"huawei.com/{chip}", f"huawei.com/{chip}-memory", f"huawei.com/{chip}-core", section="vnpus",
                  flag="enable-ascend", keys=keys,
-                 uuid_keys=uuid_keys, use_list_overrides=True, per_count=per_count, too_big=too_big)  # fmt: skip
+                 uuid_keys=uuid_keys, per_count=per_count, too_big=too_big)  # fmt: skip
 
 
 def _iluvatar(chip: str) -> Facts:
@@ -99,7 +96,7 @@ FACTS: dict[str, Facts] = {
     "NVIDIA": Facts("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", section=None,
                     keys=("hami.io/node-nvidia-register", "hami.io/node-handshake", "hami.io/vgpu-devices-to-allocate",
                           "hami.io/vgpu-devices-allocated"),
-                    uuid_keys=("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"), use_list_overrides=True,
+                    uuid_keys=("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"),
                     type_keys=("nvidia.com/use-gputype", "nvidia.com/nouse-gputype"), too_big="32768"),
     "DCU": Facts("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", section="hygon",
                  keys=_hami("dcu", "hami.io/node-dcu-register", "hami.io/node-handshake-dcu"),
@@ -310,12 +307,13 @@ def test_uuid_selectors(name: str) -> None:
     assert reason(selected(name, {use: "other"})) == reason(selected(name, {nouse: every}))
     assert reason(selected(name, {use: "other"})) == refusal(name, "CardUuidMismatch")
     assert len(uuids(selected(name, {use: every}))) == f.per_count
-    # a card on both lists: refused where both apply, taken where a use list overrides the nouse one
-    both = selected(name, {use: every, nouse: every})
-    if f.use_list_overrides:
-        assert len(uuids(both)) == f.per_count
-    else:
-        assert reason(both) == refusal(name, "CardUuidMismatch")
+    # both lists apply, for every family (HAMi's CheckUUID): a card named in both is never used, whether the lists
+    # are the same, overlap on the card, or overlap elsewhere; disjoint lists keep the use list's cards
+    mismatch = refusal(name, "CardUuidMismatch")
+    assert reason(selected(name, {use: every, nouse: every})) == mismatch
+    assert reason(selected(name, {use: f"{every},other", nouse: f"other,{every}"})) == mismatch
+    assert len(uuids(selected(name, {use: f"{every},other", nouse: "other"}))) == f.per_count
+    assert len(uuids(selected(name, {use: every, nouse: "other"}))) == f.per_count
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if FACTS[n].type_keys])
