@@ -259,6 +259,20 @@ def test_a_bad_count_is_refused_naming_it(name: str, value: str) -> None:
         vendor(name).container_request(ctr({count: value}), "c")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_fractional_count_says_what_to_write(name: str) -> None:
+    # the family's share resources, each once, or a whole count when it has none (no blank name)
+    with pytest.raises(ResourceRequestError) as e:
+        vendor(name).container_request(ctr({FACTS[name].count: "0.5"}), "c")
+    text = str(e.value)
+    assert "  " not in text and not text.rstrip().endswith((" or", "with"))
+    if " with " in text:
+        shares = re.findall(r"[\w.-]+/[\w.-]+", text.split(" with ", 1)[1])
+        assert shares and len(shares) == len(set(shares)), text
+    elif "counts whole" in text:  # the shared reader (others have their own words)
+        assert text.endswith("did you mean 1?"), text
+
+
 BAD_SIZES = [(n, f.memory, "abc") for n, f in FACTS.items() if f.memory] + [
     (n, f.cores, "-5") for n, f in FACTS.items() if f.cores
 ]
