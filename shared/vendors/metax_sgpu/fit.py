@@ -202,11 +202,9 @@ def score_exclusive(
 @dataclass(frozen=True, slots=True)
 class SgpuRules(BasicRules):
     """sGPU ``Fit``: the common skeleton with HAMi's sGPU checks: the request's type is the common word, both UUID
-    lists apply, a core request above 100 is not capped (HAMi refuses it: ``CardInsufficientCore``), a card in use
+    lists apply, a core request above 100 is read as 100 (HAMi's "core limit can't exceed 100"), a card in use
     takes only its QoS policy (:meth:`in_use_ok`), and whole cards come from one MetaLink zone
     (:meth:`select_for`)."""
-
-    clamp_cores: bool = False
 
     def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
         return req.type == self.name
