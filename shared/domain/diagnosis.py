@@ -97,6 +97,7 @@ _CAPACITY_ORDER: tuple[Reason, ...] = (
 _STATIC_ORDER: tuple[Reason, ...] = (
     Reason.CARD_CORDONED,
     Reason.CARD_NOT_HEALTH,
+    Reason.CARD_UNHEALTHY,
     Reason.CARD_TYPE_MISMATCH,
     Reason.CARD_UUID_MISMATCH,
 )
@@ -304,7 +305,7 @@ def _static(v: _View, reason: Reason) -> NearestMiss:
     if reason is Reason.CARD_CORDONED:
         ids = [d.id for d in typed if d.id in v.cordoned]
         text = f"{_plural(len(ids), v.noun)} cordoned by hami.io/device-cordon: {', '.join(ids)}"
-    elif reason is Reason.CARD_NOT_HEALTH:
+    elif reason in (Reason.CARD_NOT_HEALTH, Reason.CARD_UNHEALTHY):
         ids = [d.id for d in typed if not d.health]
         text = f"{_plural(len(ids), v.noun)} reported unhealthy by the device plugin: {', '.join(ids)}"
     elif reason is Reason.CARD_TYPE_MISMATCH:

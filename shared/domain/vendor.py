@@ -45,7 +45,10 @@ class Take:
 class DeviceRules(Protocol):
     """One vendor's part of ``Fit``. Implementations are frozen and stateless (safe to share across threads).
 
-    Optional hooks the core looks up when present: ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
+    Optional hooks the core looks up when present: ``unhealthy_reason`` and ``slots_full_reason`` (the
+    :class:`Reason` counted for an unhealthy device, and for one whose task slots are all taken, where the vendor's
+    HAMi ``Fit`` words them its own way: MetaX sGPU's ``CardUnhealthy``, Enflame GCU's
+    ``ExclusiveDeviceAllocateConflict``), ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
     devices, refused as ``CardNotFoundCustomFilterRule``), ``mutex_group(dev)`` (devices busy as a group under
     ``mutex``), ``node_mode_reason(devices, req, constraints) -> Reason | None`` (the node's mode refuses the
     request as a whole, counted once out of the family's devices: Ascend's ``ModeNotFit``),

@@ -56,6 +56,8 @@ class Facts:
     """Devices one unit of the count resource asks for (Ascend 910C: a pair)."""
     card_mem: int = 16384
     """The memory of a card a count-only request fits on."""
+    unhealthy: str = "CardNotHealth"
+    """The reason of an unhealthy card, as the family's HAMi ``Fit`` words it."""
     card: Callable[[str, int, bool], DeviceInfo] | None = None
     """A card of the family other than the common ``DeviceInfo`` (uuid, index, health)."""
     too_big: str | None = None
@@ -134,7 +136,8 @@ FACTS: dict[str, Facts] = {
     "Metax-SGPU": Facts("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore", section="metax",
                         keys=("metax-tech.com/node-gpu-devices", None, "hami.io/metax-sgpu-devices-to-allocate",
                               "hami.io/metax-sgpu-devices-allocated"),
-                        uuid_keys=("metax-tech.com/use-gpuuuid", "metax-tech.com/nouse-gpuuuid"), too_big="32"),  # GiB
+                        uuid_keys=("metax-tech.com/use-gpuuuid", "metax-tech.com/nouse-gpuuuid"), too_big="32",  # GiB
+                        unhealthy="CardUnhealthy"),
     "GCU": Facts("enflame.com/gcu", section="enflame", lock=NONE,
                  keys=(None, None, "hami.io/enflame-gcu-devices-to-allocate", "hami.io/enflame-gcu-devices-allocated")),
     "Enflame": Facts("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core", section="enflame",
@@ -295,7 +298,7 @@ def test_a_count_only_request_fits_idle_cards(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_unhealthy_card_is_refused(name: str) -> None:
-    assert reason(fit(cards(name, health=False), count_only(name))) == refusal(name, "CardNotHealth")
+    assert reason(fit(cards(name, health=False), count_only(name))) == refusal(name, FACTS[name].unhealthy)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if FACTS[n].too_big])

@@ -278,8 +278,8 @@ def test_fit_success() -> None:
         *hami_share_refusals(card, req),
         # "fit fail: type mismatch": another family's request is never shown sGPUs
         Refusal([card("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
-        # "fit fail: device unhealthy": HAMi's sGPU reason is CardUnhealthy, ours the common CardNotHealth
-        Refusal([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardNotHealth"),
+        # "fit fail: device unhealthy": HAMi's sGPU word, CardUnhealthy
+        Refusal([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardUnhealthy"),
         # "fit fail: user assign use uuid mismatch" (2 asked, 1 card): the core knows first
         Refusal([card("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
                 "NodeInsufficientDevice"),
