@@ -2,7 +2,7 @@
 
 Each reason becomes ``"<count>/<devices considered> <Reason>"``; the entries are sorted as strings and joined
 with ``", "``: ``2/4 CardInsufficientMemory, 2/4 CardNotHealth``. Reasons are the :class:`Reason` values or other
-vendors' plain words (e.g. Metax's ``CardUnhealthy``); a reason may not contain whitespace or ``,``.
+vendors' plain words; a reason may not contain whitespace or ``,``.
 """
 
 from __future__ import annotations

@@ -180,6 +180,17 @@ class RequestReader:
             return "write a whole number from 0 to 100"
         return "write a whole number, e.g. 0 or 1"
 
+    def _share_hint(self, name: str, q: Fraction) -> str:
+        """What to write instead of a fractional count: the share resources the family has, if any."""
+        memory, other = self.cfg.resource_memory_name, self.cfg.resource_memory_percentage_name
+        factor = max(self.cfg.memory_factor, 1)
+        shares = [f"{memory} ({'MiB' if factor == 1 else f'units of {factor} MiB'})"] if memory else []
+        if other and other != memory:
+            shares.append(other)
+        if not shares:
+            return f"did you mean {math.ceil(q)}?"
+        return f"to share a GPU, ask for {name}: 1 with {' or '.join(shares)}"
+
     # ---- one value ---------------------------------------------------------------------------------------------
 
     def read(self, limits: Mapping[str, Any], requests: Mapping[str, Any], name: str, kind: QuantityKind) -> int | None:
@@ -255,11 +266,7 @@ class RequestReader:
             return f"{name} {what} and takes no unit: {shown} would be {decimal_text(q)}{unit}{mean}"
         if q.denominator != 1:
             if kind is QuantityKind.COUNT:
-                cfg = self.cfg
-                return (
-                    f"{name} counts whole GPUs: {shown} is {decimal_text(q)}; to share a GPU, ask for {name}: 1 with "
-                    f"{cfg.resource_memory_name} (MiB) or {cfg.resource_memory_percentage_name}"
-                )
+                return f"{name} counts whole GPUs: {shown} is {decimal_text(q)}; {self._share_hint(name, q)}"
             return f"{name} must be a whole number: {shown} is {decimal_text(q)}; did you mean {math.ceil(q)}?"
         if kind is QuantityKind.PERCENT and q > 100:
             return f"{name} is a percentage of one GPU: {shown} is more than 100; use 100 for a whole GPU"

@@ -97,6 +97,7 @@ _CAPACITY_ORDER: tuple[Reason, ...] = (
 _STATIC_ORDER: tuple[Reason, ...] = (
     Reason.CARD_CORDONED,
     Reason.CARD_NOT_HEALTH,
+    Reason.CARD_UNHEALTHY,
     Reason.CARD_TYPE_MISMATCH,
     Reason.CARD_UUID_MISMATCH,
 )
@@ -304,7 +305,7 @@ def _static(v: _View, reason: Reason) -> NearestMiss:
     if reason is Reason.CARD_CORDONED:
         ids = [d.id for d in typed if d.id in v.cordoned]
         text = f"{_plural(len(ids), v.noun)} cordoned by hami.io/device-cordon: {', '.join(ids)}"
-    elif reason is Reason.CARD_NOT_HEALTH:
+    elif reason in (Reason.CARD_NOT_HEALTH, Reason.CARD_UNHEALTHY):
         ids = [d.id for d in typed if not d.health]
         text = f"{_plural(len(ids), v.noun)} reported unhealthy by the device plugin: {', '.join(ids)}"
     elif reason is Reason.CARD_TYPE_MISMATCH:
@@ -320,10 +321,14 @@ def _static(v: _View, reason: Reason) -> NearestMiss:
         text = f"asks for {' and '.join(wants) or 'another GPU type'}; {v.node} has {', '.join(kinds) or 'none'}"
     else:
         c = v.constraints
-        if c.use_uuids:
-            text = f"restricted to GPUs {', '.join(sorted(c.use_uuids))} (nvidia.com/use-gpuuuid); none is on {v.node}"
+        use = f"restricted to GPUs {', '.join(sorted(c.use_uuids))} (nvidia.com/use-gpuuuid)"
+        nouse = f"excludes GPUs {', '.join(sorted(c.nouse_uuids))} (nvidia.com/nouse-gpuuuid)"
+        if c.use_uuids and c.nouse_uuids:
+            text = f"{use} and {nouse}; none allowed is on {v.node}"
+        elif c.use_uuids:
+            text = f"{use}; none is on {v.node}"
         else:
-            text = f"excludes GPUs {', '.join(sorted(c.nouse_uuids))} (nvidia.com/nouse-gpuuuid) on {v.node}"
+            text = f"{nouse} on {v.node}"
     return NearestMiss(reason.value, text)
 
 

@@ -228,6 +228,8 @@ class _NodeEval:
         group_of = getattr(rules, "mutex_group", None) if mutex else None  # optional: devices busy as a group
         fits = getattr(rules, "device_fits", None)  # optional: the vendor's own test of a device, a silent miss
         in_use_ok = getattr(rules, "in_use_ok", None)  # optional: a vendor's rule on a device already in use
+        unhealthy = getattr(rules, "unhealthy_reason", Reason.CARD_NOT_HEALTH)  # optional: the vendor's words
+        slots_full = getattr(rules, "slots_full_reason", Reason.CARD_TIME_SLICING_EXHAUSTED)
         snap_usages = self.snap.usages
         busy_groups = {group_of(devices[q]) for q in typed if used[q] > 0} - {None} if group_of is not None else set()
         counts: defaultdict[Reason, int] = defaultdict(int)  # a Counter costs ~10x more to make, per node
@@ -240,7 +242,7 @@ class _NodeEval:
             dev = devices[p]
             i += 1
             if not dev.health:
-                counts[Reason.CARD_NOT_HEALTH] += 1
+                counts[unhealthy] += 1
                 continue
             if dev.id in cordoned:
                 counts[Reason.CARD_CORDONED] += 1
@@ -266,7 +268,7 @@ class _NodeEval:
                         d_mem += pk.mem_mib
                         d_cores += pk.cores
             if dev.count <= d_used:
-                counts[Reason.CARD_TIME_SLICING_EXHAUSTED] += 1
+                counts[slots_full] += 1
                 continue
             if mutex and (d_used > 0 or (busy_groups and group_of is not None and group_of(dev) in busy_groups)):
                 counts[Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1

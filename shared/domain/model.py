@@ -83,6 +83,8 @@ class Reason(enum.Enum):
     CARD_INSUFFICIENT_MEMORY = "CardInsufficientMemory"
     CARD_INSUFFICIENT_CORE = "CardInsufficientCore"
     CARD_NOT_HEALTH = "CardNotHealth"
+    CARD_UNHEALTHY = "CardUnhealthy"
+    """MetaX sGPU's word for an unhealthy card (HAMi's ``pkg/device/metax``); the others write ``CardNotHealth``."""
     CARD_CORDONED = "CardCordoned"
     NUMA_NOT_FIT = "NumaNotFit"
     EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT = "ExclusiveDeviceAllocateConflict"

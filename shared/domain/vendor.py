@@ -45,7 +45,10 @@ class Take:
 class DeviceRules(Protocol):
     """One vendor's part of ``Fit``. Implementations are frozen and stateless (safe to share across threads).
 
-    Optional hooks the core looks up when present: ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
+    Optional hooks the core looks up when present: ``unhealthy_reason`` and ``slots_full_reason`` (the
+    :class:`Reason` counted for an unhealthy device, and for one whose task slots are all taken, where the vendor's
+    HAMi ``Fit`` words them its own way: MetaX sGPU's ``CardUnhealthy``, Enflame GCU's
+    ``ExclusiveDeviceAllocateConflict``), ``pod_device_ok(dev, earlier)`` (a rule on the pod's earlier
     devices, refused as ``CardNotFoundCustomFilterRule``), ``mutex_group(dev)`` (devices busy as a group under
     ``mutex``), ``node_mode_reason(devices, req, constraints) -> Reason | None`` (the node's mode refuses the
     request as a whole, counted once out of the family's devices: Ascend's ``ModeNotFit``),
@@ -137,11 +140,15 @@ def selectors_type_ok(dev: DeviceInfo, sel: Selectors) -> bool:
     return True
 
 
+def uuid_lists_ok(dev_id: str, use_uuids: frozenset[str], nouse_uuids: frozenset[str]) -> bool:
+    """HAMi's ``CheckUUID``: both lists apply. The device must be in the use list when there is one, and never in
+    the nouse list, so a card named in both is not used."""
+    return (not use_uuids or dev_id in use_uuids) and dev_id not in nouse_uuids
+
+
 def selectors_uuid_ok(dev: DeviceInfo, sel: Selectors) -> bool:
-    """``use`` UUIDs when given (the device must be listed), otherwise ``nouse``."""
-    if sel.use_uuids:
-        return dev.id in sel.use_uuids
-    return dev.id not in sel.nouse_uuids
+    """:func:`uuid_lists_ok` with a vendor's own selectors."""
+    return uuid_lists_ok(dev.id, sel.use_uuids, sel.nouse_uuids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +221,7 @@ class NvidiaRules(BasicRules):
         return constraints.vgpu_mode is None or dev.mode in constraints.vgpu_mode
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
-        if constraints.use_uuids:
-            return dev.id in constraints.use_uuids
-        return dev.id not in constraints.nouse_uuids
+        return uuid_lists_ok(dev.id, constraints.use_uuids, constraints.nouse_uuids)
 
 
 NVIDIA_RULES: DeviceRules = NvidiaRules()

@@ -170,7 +170,8 @@ class CambriconVendor(DescribedVendor):
     # ---- nodes ---------------------------------------------------------------------------------------------
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
-        """Registration from ``capacity`` and the ``Model`` label; liveness from ``allocatable[count] > 0``.
+        """Registration from ``capacity`` and the ``Model`` label; liveness from ``allocatable[count] > 0`` when
+        the node advertises the count.
 
         A node view without capacity (some test doubles) reads allocatable in its place."""
         del now_local, reported_before
@@ -193,7 +194,8 @@ class CambriconVendor(DescribedVendor):
         3. ``allocatable[count]`` not a quantity → invalid (``allocatable``);
         4. ``capacity[vcore]`` is 0 → not registered (``no_devices``);
         5. the memory per card beyond int32 → invalid (``register``);
-        6. ``allocatable[count]`` ≤ 0 → not registered (``no_allocatable``);
+        6. ``allocatable[count]`` present and ≤ 0 → not registered (``no_allocatable``); absent, the capacity
+           alone registers the cards, as in HAMi;
         7. registered; ``hami.io/device-cordon`` ids of this node's cards are kept.
         """
         try:
@@ -206,7 +208,7 @@ class CambriconVendor(DescribedVendor):
         quantity = reg.allocatable_quantity(allocatable, self.count_name)
         if isinstance(quantity, reg.Invalid):
             return quantity
-        live = quantity > 0
+        live = quantity > 0 or self.count_name not in allocatable  # HAMi reads the capacity alone
         if cores_total == 0:
             return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
         try:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX
-from vgpu_scheduler.shared.domain.model import DeviceInfo
+from vgpu_scheduler.shared.domain.model import DeviceInfo, Reason
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
@@ -21,8 +22,16 @@ from vgpu_scheduler.shared.vendors.enflame.keys import (
 )
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
-GCU_RULES: DeviceRules = UuidOnlyRules(GCU)
-"""GCU ``Fit``: the request's type, and a card nobody uses (one slot, and a request takes all 100 cores)."""
+
+@dataclass(frozen=True, slots=True)
+class GcuRules(UuidOnlyRules):
+    """GCU ``Fit``: the request's type, and a card nobody uses (one slot, and a request takes all 100 cores). A card
+    in use reads ``ExclusiveDeviceAllocateConflict``, as HAMi's GCU ``Fit`` words it (it tests ``Used > 0``)."""
+
+    slots_full_reason: ClassVar[Reason] = Reason.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+
+
+GCU_RULES: DeviceRules = GcuRules(GCU)
 
 
 def gcu_devices(node: str, count: int) -> tuple[DeviceInfo, ...]:

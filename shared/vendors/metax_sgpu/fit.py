@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from vgpu_scheduler.shared.domain.model import (
     ContainerDevice,
@@ -202,11 +203,11 @@ def score_exclusive(
 @dataclass(frozen=True, slots=True)
 class SgpuRules(BasicRules):
     """sGPU ``Fit``: the common skeleton with HAMi's sGPU checks: the request's type is the common word, both UUID
-    lists apply, a core request above 100 is not capped (HAMi refuses it: ``CardInsufficientCore``), a card in use
+    lists apply, a core request above 100 is read as 100 (HAMi's "core limit can't exceed 100"), a card in use
     takes only its QoS policy (:meth:`in_use_ok`), and whole cards come from one MetaLink zone
-    (:meth:`select_for`)."""
+    (:meth:`select_for`). An unhealthy card reads ``CardUnhealthy``, HAMi's sGPU word."""
 
-    clamp_cores: bool = False
+    unhealthy_reason: ClassVar[Reason] = Reason.CARD_UNHEALTHY
 
     def type_ok(self, dev: DeviceInfo, req: ContainerRequest, constraints: PodConstraints) -> bool:
         return req.type == self.name

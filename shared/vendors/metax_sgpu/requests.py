@@ -9,7 +9,13 @@ from typing import Any
 
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import ResourceRequestError, container_label, container_lists
+from vgpu_scheduler.shared.codec.resources import (
+    CORES_CAP,
+    ResourceRequestError,
+    capped_cores_warning,
+    container_label,
+    container_lists,
+)
 from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, ContainerRequest, Selectors
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.metax_sgpu.keys import (
@@ -38,14 +44,27 @@ def _has_unit(raw: Any) -> bool:
     return isinstance(raw, str) and any(c.isascii() and c.isalpha() for c in raw)
 
 
+def capped_vcore_warning(container: Mapping[str, Any], what: str, count_name: str, core_name: str) -> str | None:
+    """The admission warning for a ``vcore`` limit above 100 read as 100 (None: no sGPU request, or no such value).
+    Only the limits count, as in :func:`sgpu_request`."""
+    try:
+        limits, _ = container_lists(container, what)
+    except DecodeError:
+        return None
+    if count_name not in limits:
+        return None
+    view = {"name": container.get("name"), "resources": {"limits": limits}}
+    return capped_cores_warning(view, core_name, what, "card")
+
+
 def sgpu_request(
     container: Mapping[str, Any], what: str, count_name: str, core_name: str, memory_name: str
 ) -> ContainerRequest:
     """HAMi's ``GenerateResourceRequests`` for sGPUs: from the limits only, ``count`` cards, ``vcore`` percent of
     each (default 100), ``vmemory`` MiB of each (a bare number × 1024, a number with a unit in bytes ÷ 2²⁰; absent
     or 0: 100 % of the card). Values HAMi drops without a word (not whole, negative, beyond int32, a memory below
-    1 MiB) or leaves Pending for ever (``vcore`` above 100: ``CardInsufficientCore`` on every card) raise
-    :class:`ResourceRequestError` naming the container and what to write."""
+    1 MiB) raise :class:`ResourceRequestError` naming the container and what to write. A ``vcore`` above 100 is
+    read as 100, as HAMi's ``Fit`` caps it (the webhook warns: :func:`capped_vcore_warning`)."""
     limits, _ = container_lists(container, what)
     if count_name not in limits:
         return EMPTY_REQUEST
@@ -73,10 +92,10 @@ def sgpu_request(
     cores = DEFAULT_CORES
     if core_name in limits:
         value, _ = whole(core_name, "write a percentage of one card's compute, such as 50")
-        if value is not None and value > 100:
-            problems.append(f"{label}: {core_name} {value} is more than a whole card (100); write at most 100")
+        if value is not None and value > INT32_MAX:
+            problems.append(f"{label}: {core_name} {value} is out of range; write at most 100")
         elif value is not None:
-            cores = value
+            cores = min(value, CORES_CAP)  # HAMi's Fit caps it ("core limit can't exceed 100")
     mem_mib = 0
     if memory_name in limits:
         value, raw = whole(memory_name, "write GiB as a bare number (16) or a size with a unit (16Gi)")

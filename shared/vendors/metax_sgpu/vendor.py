@@ -30,7 +30,7 @@ from vgpu_scheduler.shared.vendors.metax_sgpu.keys import (
     USE_UUID,
 )
 from vgpu_scheduler.shared.vendors.metax_sgpu.registration import decode_devices_register, registration_value
-from vgpu_scheduler.shared.vendors.metax_sgpu.requests import qos_selectors, sgpu_request
+from vgpu_scheduler.shared.vendors.metax_sgpu.requests import capped_vcore_warning, qos_selectors, sgpu_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +63,11 @@ class MetaxSgpuVendor(DescribedVendor):
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         return sgpu_request(container, what, self.count_name, self.core_name, self.memory_name)
+
+    def admission_warnings(self, container: Mapping[str, Any], where: str) -> tuple[str, ...]:
+        """A ``vcore`` above 100 is scheduled as 100 (HAMi's ``Fit`` caps it without a word)."""
+        warning = capped_vcore_warning(container, where, self.count_name, self.core_name)
+        return (warning,) if warning else ()
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission`` for the container: no edit; ours when the count is in the limits (validated

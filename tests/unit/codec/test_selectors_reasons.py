@@ -209,7 +209,8 @@ def test_gen_reason_sorts_entries_as_strings() -> None:
 
 def test_reason_count_known() -> None:
     assert parse_reason("1/2 CardCordoned")[0].known is Reason.CARD_CORDONED
-    assert parse_reason("1/2 CardUnhealthy")[0].known is None
+    assert parse_reason("1/2 CardUnhealthy")[0].known is Reason.CARD_UNHEALTHY  # MetaX sGPU's word
+    assert parse_reason("1/2 CardAbsent")[0].known is None
 
 
 @pytest.mark.parametrize(

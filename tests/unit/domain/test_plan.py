@@ -157,6 +157,29 @@ def test_use_gpuuuid_pins_the_card() -> None:
     assert uuids(d) == ["GPU-node1-2"]
 
 
+@pytest.mark.parametrize(
+    ("use_ids", "nouse_ids", "chosen"),
+    [
+        pytest.param({2}, {2}, None, id="same-card-on-both"),
+        pytest.param({1, 2}, {2, 3}, ["GPU-node1-1"], id="overlapping"),
+        pytest.param({2}, {0, 1}, ["GPU-node1-2"], id="disjoint"),
+    ],
+)
+def test_both_uuid_lists_apply(use_ids: set[int], nouse_ids: set[int], chosen: list[str] | None) -> None:
+    # HAMi's CheckUUID applies the use list, then the nouse list: a card named in both is never used
+    c = PodConstraints(
+        use_uuids=frozenset(f"GPU-node1-{i}" for i in use_ids),
+        nouse_uuids=frozenset(f"GPU-node1-{i}" for i in nouse_ids),
+    )
+    got = plan(pod(req(1, mem=100)), c, [snap()], policies=DEFAULTS)
+    if chosen is None:
+        assert isinstance(got, Failure)
+        assert got.reasons["node1"] == "4/4 CardUuidMismatch"
+    else:
+        assert isinstance(got, Decision)
+        assert uuids(got) == chosen
+
+
 def test_vgpu_mode_selects_mode() -> None:
     devs = [gpu("core", index=0, mode="hami-core"), gpu("mps", index=1, mode="mps")]
     d = decide(pod(req(1, mem=100)), [snap(devices=devs)], PodConstraints(vgpu_mode="mps"))

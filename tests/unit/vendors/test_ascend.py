@@ -748,6 +748,20 @@ def test_fit_failures(cw: str, device: str, usage: DeviceUsage, request_: tuple[
     assert failed(fit(VENDORS[cw], snapshot, want(cw, nums, mem, cores=cores))) == reason
 
 
+@pytest.mark.parametrize("cw", ["Ascend910B2", "Ascend910B3", "Ascend910B4"])
+def test_out_of_ai_cores_from_a_pod(cw: str) -> None:
+    # TestDevices_Fit "fit fail:  CardComputeUnitsExhausted" asked by a pod: its Coresreq (0) names the core
+    # resource, so the memory is the soft split's, as written (512 MiB), and the card's AI cores are all taken
+    v = VENDORS[cw]
+    snapshot = node([card("dev-0", cw, mem=1280)], {"dev-0": used(20, 0, 100)})
+    asked = {f"huawei.com/{cw}": 1, f"huawei.com/{cw}-memory": 512, f"huawei.com/{cw}-core": 0}
+    assert failed(fit(v, snapshot, v.container_request(ctr(asked), "c"))) == "1/1 CardComputeUnitsExhausted"
+    # without the core resource, HAMi's GenerateResourceRequests rounds 512 MiB up to the smallest vNPU template
+    # (8192 MiB or more), which a 1280 MiB card cannot hold, and so do we
+    del asked[f"huawei.com/{cw}-core"]
+    assert failed(fit(v, snapshot, v.container_request(ctr(asked), "c"))) == "1/1 CardInsufficientMemory"
+
+
 @pytest.mark.parametrize("cw", HAMI_FIT_CHIPS)
 def test_fit_uuid_selectors(cw: str) -> None:
     # TestDevices_Fit "fit fail: user assign use uuid mismatch", "fit fail: user assign no use uuid match"

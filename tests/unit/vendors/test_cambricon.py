@@ -337,10 +337,13 @@ def test_no_vcore_capacity_is_absent_and_zero_is_no_devices() -> None:
     assert got == NotRegistered(Unregistered.NO_DEVICES)
 
 
-def test_liveness_is_allocatable_count() -> None:
+def test_liveness_is_allocatable_count_when_advertised() -> None:
     got = node(capacity={CORE: "100", MEM: "64"}, allocatable={"cambricon.com/vmlu": "0"})
     assert got == NotRegistered(Unregistered.NO_ALLOCATABLE)
-    assert node(capacity={CORE: "100", MEM: "64"}) == NotRegistered(Unregistered.NO_ALLOCATABLE)
+    # HAMi's GetNodeDevices builds the MLUs from the vcore and vmemory capacity alone (its CheckHealth always answers
+    # healthy): a node that does not advertise cambricon.com/vmlu has its cards, as in HAMi
+    got = node(capacity={CORE: "200", MEM: "128"})
+    assert isinstance(got, Registered) and [d.devmem_mib for d in got.inventory.devices] == [16384, 16384]
 
 
 def test_missing_memory_capacity_gives_cards_without_memory() -> None:

@@ -50,15 +50,14 @@ class Facts:
     lock: NodeLockKind = NodeLockKind.HAMI
     uuid_keys: tuple[str, str] | None = None
     """The (use, nouse) UUID selector annotations; None: the family has no UUID selector."""
-    use_list_overrides: bool = False
-    """With both UUID lists given, only the use list is read (HAMi's NVIDIA and Ascend ``CheckUUID``); the other
-    families apply both."""
     type_keys: tuple[str, str] | None = None
     """The (use, nouse) type selector annotations, where the family has them."""
     per_count: int = 1
     """Devices one unit of the count resource asks for (Ascend 910C: a pair)."""
     card_mem: int = 16384
     """The memory of a card a count-only request fits on."""
+    unhealthy: str = "CardNotHealth"
+    """The reason of an unhealthy card, as the family's HAMi ``Fit`` words it."""
     card: Callable[[str, int, bool], DeviceInfo] | None = None
     """A card of the family other than the common ``DeviceInfo`` (uuid, index, health)."""
     too_big: str | None = None
@@ -78,7 +77,7 @@ def _ascend(chip: str, *, per_count: int = 1, capacity_mib: int = 65536) -> Fact
     too_big = None if per_count > 1 else str(capacity_mib)  # a slice is a single-device request
     return Facts(f"huawei.com/{chip}", f"huawei.com/{chip}-memory", f"huawei.com/{chip}-core", section="vnpus",
                  flag="enable-ascend", keys=keys,
-                 uuid_keys=uuid_keys, use_list_overrides=True, per_count=per_count, too_big=too_big)  # fmt: skip
+                 uuid_keys=uuid_keys, per_count=per_count, too_big=too_big)  # fmt: skip
 
 
 def _iluvatar(chip: str) -> Facts:
@@ -99,7 +98,7 @@ FACTS: dict[str, Facts] = {
     "NVIDIA": Facts("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores", section=None,
                     keys=("hami.io/node-nvidia-register", "hami.io/node-handshake", "hami.io/vgpu-devices-to-allocate",
                           "hami.io/vgpu-devices-allocated"),
-                    uuid_keys=("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"), use_list_overrides=True,
+                    uuid_keys=("nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"),
                     type_keys=("nvidia.com/use-gputype", "nvidia.com/nouse-gputype"), too_big="32768"),
     "DCU": Facts("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores", section="hygon",
                  keys=_hami("dcu", "hami.io/node-dcu-register", "hami.io/node-handshake-dcu"),
@@ -137,7 +136,8 @@ FACTS: dict[str, Facts] = {
     "Metax-SGPU": Facts("metax-tech.com/sgpu", "metax-tech.com/vmemory", "metax-tech.com/vcore", section="metax",
                         keys=("metax-tech.com/node-gpu-devices", None, "hami.io/metax-sgpu-devices-to-allocate",
                               "hami.io/metax-sgpu-devices-allocated"),
-                        uuid_keys=("metax-tech.com/use-gpuuuid", "metax-tech.com/nouse-gpuuuid"), too_big="32"),  # GiB
+                        uuid_keys=("metax-tech.com/use-gpuuuid", "metax-tech.com/nouse-gpuuuid"), too_big="32",  # GiB
+                        unhealthy="CardUnhealthy"),
     "GCU": Facts("enflame.com/gcu", section="enflame", lock=NONE,
                  keys=(None, None, "hami.io/enflame-gcu-devices-to-allocate", "hami.io/enflame-gcu-devices-allocated")),
     "Enflame": Facts("enflame.com/drs-gcu", "enflame.com/gcu-memory", "enflame.com/gcu-core", section="enflame",
@@ -262,6 +262,20 @@ def test_a_bad_count_is_refused_naming_it(name: str, value: str) -> None:
         vendor(name).container_request(ctr({count: value}), "c")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_a_fractional_count_says_what_to_write(name: str) -> None:
+    # the family's share resources, each once, or a whole count when it has none (no blank name)
+    with pytest.raises(ResourceRequestError) as e:
+        vendor(name).container_request(ctr({FACTS[name].count: "0.5"}), "c")
+    text = str(e.value)
+    assert "  " not in text and not text.rstrip().endswith((" or", "with"))
+    if " with " in text:
+        shares = re.findall(r"[\w.-]+/[\w.-]+", text.split(" with ", 1)[1])
+        assert shares and len(shares) == len(set(shares)), text
+    elif "counts whole" in text:  # the shared reader (others have their own words)
+        assert text.endswith("did you mean 1?"), text
+
+
 BAD_SIZES = [(n, f.memory, "abc") for n, f in FACTS.items() if f.memory] + [
     (n, f.cores, "-5") for n, f in FACTS.items() if f.cores
 ]
@@ -284,7 +298,7 @@ def test_a_count_only_request_fits_idle_cards(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_unhealthy_card_is_refused(name: str) -> None:
-    assert reason(fit(cards(name, health=False), count_only(name))) == refusal(name, "CardNotHealth")
+    assert reason(fit(cards(name, health=False), count_only(name))) == refusal(name, FACTS[name].unhealthy)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if FACTS[n].too_big])
@@ -310,12 +324,13 @@ def test_uuid_selectors(name: str) -> None:
     assert reason(selected(name, {use: "other"})) == reason(selected(name, {nouse: every}))
     assert reason(selected(name, {use: "other"})) == refusal(name, "CardUuidMismatch")
     assert len(uuids(selected(name, {use: every}))) == f.per_count
-    # a card on both lists: refused where both apply, taken where a use list overrides the nouse one
-    both = selected(name, {use: every, nouse: every})
-    if f.use_list_overrides:
-        assert len(uuids(both)) == f.per_count
-    else:
-        assert reason(both) == refusal(name, "CardUuidMismatch")
+    # both lists apply, for every family (HAMi's CheckUUID): a card named in both is never used, whether the lists
+    # are the same, overlap on the card, or overlap elsewhere; disjoint lists keep the use list's cards
+    mismatch = refusal(name, "CardUuidMismatch")
+    assert reason(selected(name, {use: every, nouse: every})) == mismatch
+    assert reason(selected(name, {use: f"{every},other", nouse: f"other,{every}"})) == mismatch
+    assert len(uuids(selected(name, {use: f"{every},other", nouse: "other"}))) == f.per_count
+    assert len(uuids(selected(name, {use: every, nouse: "other"}))) == f.per_count
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if FACTS[n].type_keys])

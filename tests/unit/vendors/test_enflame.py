@@ -206,9 +206,9 @@ def test_gcu_fit() -> None:
     assert picked(fit(two, gcu_req())) == ContainerDevice("dev-0", 100, 100, "GCU")
     # "fit fail: type mismatch": another family's request is never shown GCUs
     assert reason(fit([gcu_card("dev-0")], gcu_req(kind="OtherType"))) == "NodeInsufficientDevice"
-    # "fit fail: device already used": HAMi ExclusiveDeviceAllocateConflict; ours sees the one slot taken first
+    # "fit fail: device already used": the card's one slot is taken, HAMi's word ExclusiveDeviceAllocateConflict
     assert reason(fit([gcu_card("dev-0")], gcu_req(), usage={"dev-0": DeviceUsage(1)})) == (
-        "1/1 CardTimeSlicingExhausted"
+        "1/1 ExclusiveDeviceAllocateConflict"
     )
     # "fit fail: insufficient devices" (2 of 1): HAMi AllocatedCardsInsufficientRequest; the core knows first
     assert reason(fit([gcu_card("dev-0")], gcu_req(2))) == "NodeInsufficientDevice"

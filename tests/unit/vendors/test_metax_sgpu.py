@@ -184,14 +184,21 @@ def test_generate_resource_requests_limits_only_and_strict() -> None:
         ({COUNT: "-1"}, "not a whole number"),
         ({COUNT: "1.5"}, "not a whole number"),
         ({COUNT: "x"}, "is not a quantity"),
-        ({COUNT: "1", VCORE: "120"}, "more than a whole card"),
+        ({COUNT: "1", VCORE: str(2**31)}, "out of range"),
         ({COUNT: "1", VMEM: "1k"}, "less than 1 MiB"),
         ({COUNT: "1", VMEM: "3000000"}, "out of range"),
     ]:
         with pytest.raises(ResourceRequestError, match=re.escape(needle)):
             V.container_request(ctr(limits), "c")
-    allowed, message, _ = admit(_pod([{**ctr({COUNT: "1", VCORE: "120"}), "image": "x"}]))
-    assert not allowed and "metax-tech.com/vcore 120 is more than a whole card" in message
+    # a vcore above 100 is read as 100, as HAMi's Fit caps it, and the webhook says so
+    assert V.container_request(ctr({COUNT: "1", VCORE: "120"}), "c").cores_pct == 100
+    out = mutate_pod(_pod([{**ctr({COUNT: "1", VCORE: "120"}), "image": "x"}]), cfg=NvidiaConfig(),
+                     scheduler_name="vgpu", force_overwrite_default_scheduler=True, vendors=VENDORS)  # fmt: skip
+    assert out.allowed and any('metax-tech.com/vcore: "120" is more than 100 (a whole card)' in w for w in out.warnings)
+    # only the limits count: a vcore in the requests alone is no value, so no warning
+    out = mutate_pod(_pod([{**ctr({COUNT: "1"}, {VCORE: "120"}), "image": "x"}]), cfg=NvidiaConfig(),
+                     scheduler_name="vgpu", force_overwrite_default_scheduler=True, vendors=VENDORS)  # fmt: skip
+    assert out.allowed and not out.warnings
 
 
 # ---- TestGetMetaxSDevices (and GetNodeDevices / CheckHealth) --------------------------------------------------------
@@ -271,10 +278,8 @@ def test_fit_success() -> None:
         *hami_share_refusals(card, req),
         # "fit fail: type mismatch": another family's request is never shown sGPUs
         Refusal([card("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
-        # "fit fail: device unhealthy": HAMi's sGPU reason is CardUnhealthy, ours the common CardNotHealth
-        Refusal([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardNotHealth"),
-        # "fit success: but core limit can't exceed 100" (HAMi: a fit failure): 120 is not capped
-        Refusal([card("dev-0", mem=1280)], req(1, 512, cores=120), {}, {}, "1/1 CardInsufficientCore"),
+        # "fit fail: device unhealthy": HAMi's sGPU word, CardUnhealthy
+        Refusal([card("dev-0", health=False)], req(1, 512, cores=50), {}, {}, "1/1 CardUnhealthy"),
         # "fit fail: user assign use uuid mismatch" (2 asked, 1 card): the core knows first
         Refusal([card("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"metax-tech.com/use-gpuuuid": "dev-0"},
                 "NodeInsufficientDevice"),
@@ -293,6 +298,12 @@ def test_fit_success() -> None:
 )  # fmt: skip
 def test_fit_refusals(case: Refusal) -> None:
     assert fit.refusal(case) == case.expected
+
+
+def test_fit_caps_cores_at_100() -> None:
+    # "fit success: but core limit can't exceed 100": 120 is read as 100, the whole card
+    got = fit([card("dev-0", mem=1280)], req(1, 512, cores=120))
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 512, 100, SG),),)
 
 
 def test_fit_memory_percentage_and_usage() -> None:
