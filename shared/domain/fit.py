@@ -6,9 +6,15 @@ usage the previous ones added. Each container runs the checks of HAMi's ``Fit`` 
 reason for every device that fails one. The result is the pod's device list, its MIG allocations and its
 collapsed per-device charges, or a ``NodeRejection``.
 
+Devices are visited in HAMi's order (difference 8). HAMi sorts one list of the node's devices in place, once per
+request, with a sort that keeps equal devices in the order it finds them (Go's ``sort.Sort`` is an insertion sort
+up to 12 elements), and ``Fit`` walks it from the end. So equal devices are tried last-registered first, and an
+app container finds them in the order the previous app container's sort left; each init container starts again
+from the registration order. ``_NodeEval`` keeps that order per device type: a stable sort of the previous
+order by ``scoring.device_sort_key``, the first one of the registration order reversed.
+
 Where we differ from HAMi, on purpose:
 
-* devices are visited in order of preference with the lowest index winning ties (difference 8);
 * a container that takes several MIG instances of one GPU sees its own earlier instances in that GPU's usage,
   and MIG placements are distinct across the whole pod, so a decision never over-commits a device;
 * the quota check collapses the pod's hypothetical device list over init/app containers (§8).
@@ -94,7 +100,7 @@ _Demand = tuple[str, int, int]
 class _NodeEval:
     """The evaluation of one pod on one node. Holds the pod-wide state (chosen devices, MIG placements)."""
 
-    __slots__ = ("ctx", "devices", "pod_devs", "pod_legacy", "pod_mig", "snap", "typed_cache")
+    __slots__ = ("app_order", "ctx", "devices", "pod_devs", "pod_legacy", "pod_mig", "snap", "typed_cache")
 
     def __init__(self, ctx: PodContext, snap: NodeSnapshot) -> None:
         self.ctx = ctx
@@ -104,6 +110,8 @@ class _NodeEval:
         self.pod_mig: dict[int, list[MigPlacement]] = {}
         self.pod_legacy: dict[int, tuple[int, set[int]]] = {}
         self.typed_cache: dict[str, list[int]] = {}
+        self.app_order: dict[str, list[int]] = {}
+        """Per device type, the order the last app container's sort left (HAMi's list, walked from its end)."""
 
     def typed(self, req: ContainerRequest, rules: DeviceRules) -> list[int]:
         """Positions of the devices of the request's family (NVIDIA: lower-cased type contains the request type)."""
@@ -206,7 +214,14 @@ class _NodeEval:
 
         key, score = ctx.key, device_scorer(req, policy.weights)
         used, mem, cores = work.used, work.mem, work.cores
-        order = sorted(typed, key=lambda p: key(score(devices[p], used[p], mem[p], cores[p]), devices[p], used[p]))
+        app = ci >= ctx.pod.init_count
+        start = self.app_order.get(req.type) if app else None
+        order = sorted(
+            typed[::-1] if start is None else start,
+            key=lambda p: key(score(devices[p], used[p], mem[p], cores[p]), devices[p], used[p]),
+        )
+        if app:
+            self.app_order[req.type] = order
 
         cordoned = self.snap.inventory.cordoned
         # numa-bind and topology-aware are NVIDIA's (HAMi's other vendors' Fit ignores both)

@@ -2,8 +2,10 @@
 
 HAMi sorts devices ascending and walks the sorted list from its end, so its "preferred" device is the last one.
 Here the same preference is written directly: ``device_sort_key`` returns a key whose *ascending* order is the
-order of preference, with the final tie-break on the lowest device index (difference 8). Read each case as
-"HAMi's ascending keys, reversed", e.g. HAMi's binpack sorts by score ascending, so we prefer score descending.
+order of preference. Read each case as "HAMi's ascending keys, reversed", e.g. HAMi's binpack sorts by score
+ascending, so we prefer score descending. Where every key is equal, HAMi's own tie-break is kept (difference 8):
+a chain ends on the device index, taken from the end (highest index first); the other policies have no last key
+and keep the order the devices come in, which ``fit`` hands over as HAMi's list walked from its end.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def _chain_key(tokens: tuple[GpuPolicyToken, ...], numa_bind: bool) -> DeviceKey
                 out.append(score)  # HAMi: score descending → lowest first
             else:
                 out.append(-dev.numa)  # HAMi: NUMA ascending → highest NUMA first
-        out.append(dev.index)
+        out.append(-dev.index)  # HAMi: index ascending → highest index first
         return tuple(out)
 
     return key
@@ -129,25 +131,26 @@ def device_sort_key(policy: EffectivePolicy) -> DeviceKey:
     """The device preference for a pod's GPU policy and numa-bind (§6.3 with differences 8 and 15).
 
     * a chain (``binpack,numa`` …, or exactly ``numa``): the sort keys in the written order, NUMA forced first
-      under numa-bind, ``spread`` when the chain has no sort key;
+      under numa-bind, ``spread`` when the chain has no sort key, then the highest device index;
     * exactly ``mutex``: idle devices first (fewest tasks), then highest NUMA;
     * numa-bind: binpack groups lowest NUMA first with the highest score inside, spread (and anything else)
       groups highest NUMA first with the lowest score inside;
     * otherwise: binpack highest score first, spread (and anything else) lowest score first, NUMA (highest
       first) only breaking ties.
 
-    The last tie-break is always the lowest device index.
+    Apart from a chain's index, equal keys are left in the order the caller sorts (a stable sort), as HAMi's
+    sort leaves them (see ``fit``).
     """
     gpu = policy.gpu
     if gpu.is_chain:
         return _chain_key(gpu.tokens, policy.numa_bind)
     binpack = gpu.tokens == (GpuPolicyToken.BINPACK,)
     if gpu.tokens == (GpuPolicyToken.MUTEX,):
-        return lambda score, dev, used: (used, -dev.numa, dev.index)
+        return lambda score, dev, used: (used, -dev.numa)
     if policy.numa_bind:
         if binpack:
-            return lambda score, dev, used: (dev.numa, -score, dev.index)
-        return lambda score, dev, used: (-dev.numa, score, dev.index)
+            return lambda score, dev, used: (dev.numa, -score)
+        return lambda score, dev, used: (-dev.numa, score)
     if binpack:
-        return lambda score, dev, used: (-score, -dev.numa, dev.index)
-    return lambda score, dev, used: (score, -dev.numa, dev.index)
+        return lambda score, dev, used: (-score, -dev.numa)
+    return lambda score, dev, used: (score, -dev.numa)

@@ -6,7 +6,7 @@ Pure functions over the fitting candidates of one container request and the node
 * :func:`select_single` — one card wanted, several fit: take the worst-connected card (lowest summed pair
   score to the other candidates) so well-connected pairs stay free for multi-card pods.
 * :func:`select_set` — ``k > 1`` cards wanted: the set with the highest sum of pairwise scores. HAMi enumerates
-  all ``C(n, k)`` sets; we return the same optimum with an exact branch and bound.
+  all ``C(n, k)`` sets; we return the same set with an exact branch and bound.
 
 Pair score (:func:`pair_score`): ``min(scores[a][b], scores[b][a])`` with a missing entry counting 0. The device
 plugin always writes a symmetric table (it scores an asymmetric link 0 itself), where this is exactly HAMi's
@@ -14,10 +14,11 @@ plugin always writes a symmetric table (it scores an asymmetric link 0 itself), 
 asymmetric table its answer depends on device order; taking the weaker direction keeps ours order-independent
 and extends the device plugin's "asymmetric counts 0" caution.
 
-Ties (difference 8), for a set: the highest internal score; then the lowest score between the set and the other
-candidates ("keep the best-connected devices free"); then the lowest device indices, compared as sorted tuples.
-For a single card: the lowest summed score, then the lowest index. ``select_set(c, 1, s)`` agrees with
-``select_single``.
+Ties are HAMi's (difference 8): the candidates come in the order ``Fit`` found them (its order of preference),
+and HAMi keeps the first best it meets. For a single card: the lowest summed score, then the earliest candidate.
+For a set: the highest internal score, then the set that comes first when the sets are listed the way HAMi
+generates them (lexicographically by candidate position), i.e. the smallest sorted tuple of positions.
+``select_set(c, 1, s)`` is ``select_single``.
 """
 
 from __future__ import annotations
@@ -44,13 +45,8 @@ def set_score(devices: Sequence[DeviceInfo], pair_scores: PairScores) -> int:
     return sum(pair_score(ids[i], ids[j], pair_scores) for i in range(len(ids)) for j in range(i + 1, len(ids)))
 
 
-def cut_score(chosen: Sequence[DeviceInfo], rest: Sequence[DeviceInfo], pair_scores: PairScores) -> int:
-    """Sum of :func:`pair_score` between ``chosen`` and ``rest`` (difference 8's first tie-break, lower is better)."""
-    return sum(pair_score(a.id, b.id, pair_scores) for a in chosen for b in rest)
-
-
 def select_single(candidates: Sequence[DeviceInfo], pair_scores: PairScores) -> DeviceInfo:
-    """The worst-connected candidate: lowest summed pair score to the other candidates, then lowest index.
+    """The worst-connected candidate: lowest summed pair score to the other candidates, then the earliest.
 
     HAMi's ``computeWorstSingleCard``: a one-card pod takes the card that is least useful to multi-card pods.
     Raises ``ValueError`` on an empty or duplicate-id candidate list.
@@ -59,21 +55,20 @@ def select_single(candidates: Sequence[DeviceInfo], pair_scores: PairScores) -> 
         raise ValueError("select_single: no candidates")
     _check_unique(candidates)
     best: DeviceInfo = candidates[0]
-    best_key: tuple[int, int, int] | None = None
-    for pos, dev in enumerate(candidates):
+    best_total: int | None = None
+    for dev in candidates:
         total = sum(pair_score(dev.id, other.id, pair_scores) for other in candidates if other is not dev)
-        key = (total, dev.index, pos)
-        if best_key is None or key < best_key:
-            best, best_key = dev, key
+        if best_total is None or total < best_total:
+            best, best_total = dev, total
     return best
 
 
 def select_set(candidates: Sequence[DeviceInfo], k: int, pair_scores: PairScores) -> tuple[DeviceInfo, ...] | None:
-    """The ``k`` candidates with the highest summed pairwise score, ties broken as difference 8 says.
+    """The ``k`` candidates with the highest summed pairwise score; on a tie, the earliest positions.
 
     Returns ``None`` when fewer than ``k`` candidates fit, all of them when exactly ``k`` do. The result keeps
-    the order of ``candidates``. Exact: the same set as enumerating every combination (HAMi's
-    ``computeBestCombination``) with the module's tie-break, found by branch and bound.
+    the order of ``candidates``. Exact: the same set as enumerating every combination in order and keeping the
+    first best (HAMi's ``generateCombinations`` and ``computeBestCombination``), found by branch and bound.
     Raises ``ValueError`` when ``k < 1`` or two candidates share an id.
     """
     if k < 1:
@@ -84,43 +79,37 @@ def select_set(candidates: Sequence[DeviceInfo], k: int, pair_scores: PairScores
     _check_unique(candidates)
     if k == n:
         return tuple(candidates)
+    if k == 1:  # HAMi never compares one-card sets: one card is the worst-connected one
+        return (select_single(candidates, pair_scores),)
     ids = [d.id for d in candidates]
     rows = [pair_scores.get(i) or {} for i in ids]
     weights = [[0] * n for _ in range(n)]
     for i in range(n):
         for j in range(i + 1, n):
             weights[i][j] = weights[j][i] = min(rows[i].get(ids[j], 0), rows[j].get(ids[i], 0))
-    # Rank 0 is the preferred device on a full tie: the lowest index (then the earlier candidate).
-    by_preference = sorted(range(n), key=lambda p: (candidates[p].index, p))
-    rank = [0] * n
-    for r, p in enumerate(by_preference):
-        rank[p] = r
-    chosen = best_subset(weights, k, rank)
-    return tuple(candidates[p] for p in sorted(chosen))
+    return tuple(candidates[p] for p in best_subset(weights, k))
 
 
 def best_subset(weights: Sequence[Sequence[int]], k: int, rank: Sequence[int] | None = None) -> tuple[int, ...]:
     """Exact optimum over the positions of a symmetric integer matrix with a zero diagonal.
 
-    Maximises, in this order: the internal sum ``Σ w[a][b]`` over pairs of the set; minus the weighted degree
-    sum ``Σ_{v in set} Σ_u w[v][u]`` (for a fixed internal sum, the lowest cut to the rest); then the
-    lexicographically smallest sorted tuple of ``rank`` values (default: the position). Returns sorted
-    positions. ``1 <= k <= len(weights)`` is the caller's job.
+    Maximises the internal sum ``Σ w[a][b]`` over pairs of the set; on a tie, takes the lexicographically
+    smallest sorted tuple of ``rank`` values (default: the position). Returns sorted positions.
+    ``1 <= k <= len(weights)`` is the caller's job.
 
-    The three keys are folded into one integer objective ``F(S) = A·internal − B·degsum + lex`` with
-    ``lex = Σ 2^(n−1−rank)`` and scales ``B = 2^n``, ``A = 2·B·(Σ|deg| + 1)`` so that each key strictly
-    dominates the next; ``F`` is then unique per set, and a branch and bound that prunes when its bound does
-    not beat the incumbent is exact. Bound for a partial set ``P`` with ``r`` devices still to pick from the
-    suffix ``R``: the top ``r`` of ``A·w(u,P) + (A/2)·(top r−1 of w[u][R]) + c(u)`` over ``u`` in ``R``.
+    The two keys are folded into one integer objective ``F(S) = A·internal + lex`` with ``lex = Σ 2^(n−1−rank)``
+    (below ``2^n``) and ``A = 2^(n+1)``, so that the internal sum strictly dominates; ``F`` is then unique per
+    set, and a branch and bound that prunes when its bound does not beat the incumbent is exact. Bound for a
+    partial set ``P`` with ``r`` devices still to pick from the suffix ``R``: the top ``r`` of
+    ``A·w(u,P) + (A/2)·(top r−1 of w[u][R]) + c(u)`` over ``u`` in ``R``.
     """
     n = len(weights)
     if rank is None:
         rank = list(range(n))
     deg = [sum(row) for row in weights]
-    big_b = 1 << n
-    big_a = 2 * big_b * (sum(abs(d) for d in deg) + 1)
+    big_a = 1 << (n + 1)
     half_a = big_a // 2
-    node_term = [(1 << (n - 1 - rank[v])) - big_b * deg[v] for v in range(n)]
+    node_term = [1 << (n - 1 - rank[v]) for v in range(n)]
 
     # Static branching order: best-connected first (good incumbents early), preferred devices first on ties.
     order = sorted(range(n), key=lambda v: (-deg[v], rank[v]))

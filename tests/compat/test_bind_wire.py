@@ -42,16 +42,17 @@ def training_pod(name: str = NAME, namespace: str = NS) -> dict[str, Any]:
     }
 
 
-# init fetch: none; init warmup: GPU-0; sidecar: none; worker: GPU-0 + GPU-1; eval: GPU-2 (spread, lowest index)
+# init fetch: none; init warmup: GPU-3; sidecar: none; worker: GPU-3 + GPU-2; eval: GPU-1 (spread; equal cards are
+# walked from the last, as HAMi's Fit does, and eval meets GPU-1 and GPU-0 in the order worker's sort left them)
 DEVICE_LIST = (
-    f";GPU-{NODE}-0,NVIDIA,2000,20:;"
-    f";GPU-{NODE}-0,NVIDIA,3000,30:GPU-{NODE}-1,NVIDIA,3000,30:;"
-    f"GPU-{NODE}-2,NVIDIA,1000,10:;"
+    f";GPU-{NODE}-3,NVIDIA,2000,20:;"
+    f";GPU-{NODE}-3,NVIDIA,3000,30:GPU-{NODE}-2,NVIDIA,3000,30:;"
+    f"GPU-{NODE}-1,NVIDIA,1000,10:;"
 )
 EXPECTED_PER_CONTAINER = {
-    "warmup": [(f"GPU-{NODE}-0", 2000, 20)],
-    "worker": [(f"GPU-{NODE}-0", 3000, 30), (f"GPU-{NODE}-1", 3000, 30)],
-    "eval": [(f"GPU-{NODE}-2", 1000, 10)],
+    "warmup": [(f"GPU-{NODE}-3", 2000, 20)],
+    "worker": [(f"GPU-{NODE}-3", 3000, 30), (f"GPU-{NODE}-2", 3000, 30)],
+    "eval": [(f"GPU-{NODE}-1", 1000, 10)],
 }
 
 LOCK_RE = re.compile(r"(?P<t>\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:Z|[+-]\d{2}:\d{2})),(?P<ns>[^,]+),(?P<name>[^,]+)\Z")

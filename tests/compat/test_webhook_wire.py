@@ -89,5 +89,6 @@ async def test_the_mutation_on_the_wire_and_the_exclusive_cards_it_leads_to(
         assert await ext.post("bind", bind) == {"Error": ""}
 
     annos = emulator.pod("team-b", "infer")["metadata"]["annotations"]
-    # gpumem-percentage 100 resolved on the 16384 MiB cards, gpucores 100: two distinct whole cards
-    assert annos["hami.io/vgpu-devices-allocated"] == f"GPU-{NODE}-0,NVIDIA,16384,100:GPU-{NODE}-1,NVIDIA,16384,100:;"
+    # gpumem-percentage 100 resolved on the 16384 MiB cards, gpucores 100: two distinct whole cards, the last two
+    # (equal cards are walked from the last, as HAMi's Fit does)
+    assert annos["hami.io/vgpu-devices-allocated"] == f"GPU-{NODE}-3,NVIDIA,16384,100:GPU-{NODE}-2,NVIDIA,16384,100:;"

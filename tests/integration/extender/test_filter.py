@@ -29,12 +29,13 @@ async def test_wire_body_001_schedules_one_gpu_on_the_first_idle_node(store: Sto
     assert record.state is ReservationState.RESERVED
     alloc = record.allocation
     assert (alloc.namespace, alloc.name, alloc.node) == ("default", "gpu-pod-1", "gpu-node-1")
-    # nvidia.com/gpu: 1 without memory: 100 % of one card (HAMi's default), 0 cores
+    # nvidia.com/gpu: 1 without memory: 100 % of one card (HAMi's default), 0 cores; of equal idle cards the
+    # last, as HAMi's Fit walks them
     assert [[(d.uuid, d.used_mem_mib, d.used_cores) for d in ctr] for ctr in alloc.devices] == [
-        [("GPU-gpu-node-1-0", 16384, 0)]
+        [("GPU-gpu-node-1-3", 16384, 0)]
     ]
     assert await store.usage.node_usage("gpu-node-1") == {
-        "GPU-gpu-node-1-0": DeviceUsage(used=1, used_mem_mib=16384, used_cores=0)
+        "GPU-gpu-node-1-3": DeviceUsage(used=1, used_mem_mib=16384, used_cores=0)
     }
 
 

@@ -74,7 +74,7 @@ async def test_process_places_a_pod_and_drains_on_sigterm(
             "gpu-node-1",
             0,
         )
-        assert decisions[0]["devices"] == [["GPU-gpu-node-1-0"]]
+        assert decisions[0]["devices"] == [["GPU-gpu-node-1-3"]]  # equal idle cards: the last, as HAMi
         assert any(r.get("msg") == "extender draining" for r in records)
 
 

@@ -110,5 +110,5 @@ async def test_node_names_reserve_the_vendor_devices(store: Store, api: Api) -> 
     record = await store.reservations.get(pod["metadata"]["uid"])
     assert record is not None
     assert [[(d.uuid, d.type, d.used_mem_mib) for d in c] for c in record.allocation.devices] == [
-        [("DCU-m1-0", "DCU", 3000)]
+        [("DCU-m1-1", "DCU", 3000)]  # two equal DCUs: the last, as HAMi's Fit walks them
     ]

@@ -214,7 +214,8 @@ async def test_explain_and_usage_against_the_emulated_system(redis_url: str) -> 
         assert as_text.code == 0, as_text.err
         lines = as_text.out.splitlines()
         assert columns(lines[0]) == ["NODE", "DEVICE", "TYPE", "MEMORY MiB", "MEM%", "CORES", "SLOTS", "STATE", "PODS"]
-        assert row(as_text.out, "GPU-node-001-1")[-2:] == ["cordoned", "default/p3"]
+        # p2 took node-001's last card (equal idle cards are walked from the last, as HAMi does), p3 the other
+        assert row(as_text.out, "GPU-node-001-1")[-2:] == ["cordoned", "default/p2"]
         assert any(line.startswith("lock on node-002: held by team-a/q1 for ") for line in lines)
         summary = "Cluster: 3 nodes, 6 GPUs (5 usable, 0 unhealthy, 1 cordoned), 6 pods, 1 node lock held"
         assert summary in lines
@@ -222,7 +223,7 @@ async def test_explain_and_usage_against_the_emulated_system(redis_url: str) -> 
         # filters
         assert [n["node"] for n in only.json()["nodes"]] == ["node-002"]
         assert [(n["node"], [d["uuid"] for d in n["devices"]]) for n in team.json()["nodes"]] == [
-            ("node-002", ["GPU-node-002-0"])
+            ("node-002", ["GPU-node-002-1"])
         ]
         namespace_summary = {"name": "team-a", "pods": 1, "memory_mib": 10000, "cores_pct": 30}
         assert team.json()["summary"]["namespace"] == namespace_summary

@@ -300,10 +300,11 @@ def test_neuron_cores_and_device_runs(result: dict[str, Any]) -> None:
     pods = {p["name"]: p for p in result["pods"]}
     given = {n: [(u, c) for _, u, _, c in _allocated(pods[n])] for n in ("neuron-1", "neuron-2", "neuron-3")}
     dev = [f"neuron-01-AWSNeuron-{i}" for i in range(4)]
-    # core masks: one core, the other core of the same device; whole devices in a contiguous run after it
-    assert given == {"neuron-1": [(dev[0], 1)], "neuron-2": [(dev[1], 3), (dev[2], 3)], "neuron-3": [(dev[0], 2)]}
+    # core masks: one core of the last device (equal devices are walked from the last, as HAMi does), the other
+    # core of the same device; whole devices in a contiguous run
+    assert given == {"neuron-1": [(dev[3], 1)], "neuron-2": [(dev[0], 3), (dev[1], 3)], "neuron-3": [(dev[3], 2)]}
     # (the AWS annotations, AWS_NEURON_IDS …, are not hami.io/ keys: simulate's JSON leaves them out)
-    # four cores are two whole devices in a row: only device 3 is free, so no run
+    # four cores are two whole devices in a row: only device 2 is free, so no run
     assert pods["neuron-4"]["node"] is None and pods["neuron-4"]["reasons"]["neuron-01"] == "1/4 NumaNotFit"
     figures = result["summary"]["by_vendor"]["AWSNeuron"]
     assert (figures["devices_used"], figures["cores"], figures["cores_allocated"]) == (3, 12, 9)  # core masks
@@ -338,7 +339,8 @@ def test_the_text_report_shows_one_line_per_vendor(files: tuple[Path, Path]) -> 
 def test_kunlunxin_board_topology_and_vxpu_sizes(result: dict[str, Any]) -> None:
     pods = {p["name"]: p for p in result["pods"]}
     ids = {n: [u for _, u, *_ in _allocated(pods[n])] for n in ("kl-1", "kl-2")}  # HAMi's own XPU ids
-    assert ids == {"kl-1": ["xpu-01-kunlun-0", "xpu-01-kunlun-1"], "kl-2": ["xpu-01-kunlun-2"]}
+    # (kl-1's pair listed in the order the core met them: equal XPUs from the last)
+    assert ids == {"kl-1": ["xpu-01-kunlun-1", "xpu-01-kunlun-0"], "kl-2": ["xpu-01-kunlun-2"]}
     assert [(m, c) for *_, m, c in _allocated(pods["kl-1"])] == [(98304, 100), (98304, 100)]  # taken whole
     vx1, vx2 = (_allocated(pods[n]) for n in ("vx-1", "vx-2"))
     assert [(m, c) for *_, m, c in vx1 + vx2] == [(24576, 25), (98304, 100), (98304, 100)]

@@ -25,7 +25,8 @@ from vgpu_scheduler.shared.vendors.pods import decode_vendor_constraints
 NEURON = awsneuron.NAME
 VENDORS = enabled_vendors(NvidiaConfig())
 DEVICES = awsneuron.devices_from_capacity("n1", 2, 4, "inf2.xlarge")  # two devices of two cores (mask 0b11)
-DEV0 = DEVICES[0].id
+FIRST, OTHER = DEVICES[-1].id, DEVICES[0].id
+"""Every Neuron device scores 0, so equal devices are tried from the last registered, as HAMi's Fit walks them."""
 INVENTORY = NodeInventory(node="n1", vendor=NEURON, devices=DEVICES)
 
 
@@ -67,21 +68,21 @@ async def test_two_reservations_racing_for_the_same_core(store: Store) -> None:
     await store.inventory.put(INVENTORY)
     idle = await snapshot(store)
     a, b = placed("a", idle), placed("b", idle)
-    assert masks(a) == masks(b) == [(DEV0, 0b01)]  # core 0 of the same device, for both
+    assert masks(a) == masks(b) == [(FIRST, 0b01)]  # core 0 of the same device, for both
     results = await asyncio.gather(store.reservations.reserve(a), store.reservations.reserve(b))
     won = [r for r in results if isinstance(r, Reserved)]
     lost = [r for r in results if isinstance(r, ReserveConflict)]
     assert len(won) == 1 and len(lost) == 1, results
-    assert (lost[0].dimension, lost[0].device) == (ConflictDimension.SHARING, DEV0), lost[0]
+    assert (lost[0].dimension, lost[0].device) == (ConflictDimension.SHARING, FIRST), lost[0]
     assert "core=0" in lost[0].detail, lost[0].detail
-    usage = (await store.usage.node_usage("n1"))[DEV0]
+    usage = (await store.usage.node_usage("n1"))[FIRST]
     assert (usage.used, usage.used_cores, usage.tags) == (1, 0b01, (("core=0", 1),))
     # the loser's retry plans on the fresh snapshot and takes the other core of the device
     loser = b if won[0].pod_uid == "a" else a
     retry = placed(loser.pod_uid, await snapshot(store))
-    assert masks(retry) == [(DEV0, 0b10)] and retry.charges[0].tags == ("core=1",)
+    assert masks(retry) == [(FIRST, 0b10)] and retry.charges[0].tags == ("core=1",)
     assert isinstance(await store.reservations.reserve(retry), Reserved)
-    usage = (await store.usage.node_usage("n1"))[DEV0]
+    usage = (await store.usage.node_usage("n1"))[FIRST]
     assert (usage.used, usage.used_cores, usage.tags) == (2, 0b11, (("core=0", 1), ("core=1", 1)))
     assert (await store.usage.recount("n1")).drift == 0
 
@@ -95,10 +96,10 @@ async def test_core_runs_overlapping_on_one_device(store: Store, first: int, sec
     a, b = placed("a", idle, cores=first), placed("b", idle, cores=second)
     assert isinstance(await store.reservations.reserve(a), Reserved)
     refused = await store.reservations.reserve(b)
-    assert isinstance(refused, ReserveConflict) and refused.device == DEV0, refused
+    assert isinstance(refused, ReserveConflict) and refused.device == FIRST, refused
     assert refused.dimension is ConflictDimension.CORES
     retry = placed("b", await snapshot(store), cores=second)
-    assert masks(retry) == [(DEVICES[1].id, (1 << second) - 1)]  # the other device
+    assert masks(retry) == [(OTHER, (1 << second) - 1)]  # the other device
     assert isinstance(await store.reservations.reserve(retry), Reserved)
 
 
@@ -108,9 +109,9 @@ async def test_core_tags_follow_the_pod_through_record_and_release(store: Store)
     assert one.charges[0].tags == ("core=0",) and one.charges[0].refuse_tags == ("core=0",)
     assert isinstance(await store.reservations.reserve(one), Reserved)
     two = placed("two", await snapshot(store))
-    assert masks(two) == [(DEV0, 0b10)] and two.charges[0].tags == ("core=1",)
+    assert masks(two) == [(FIRST, 0b10)] and two.charges[0].tags == ("core=1",)
     assert isinstance(await store.reservations.reserve(two), Reserved)
-    usage = (await store.usage.node_usage("n1"))[DEV0]
+    usage = (await store.usage.node_usage("n1"))[FIRST]
     assert usage.tags == (("core=0", 1), ("core=1", 1)) and usage.used_cores == 0b11
 
     # the informer records the pod from its annotations: the reservation's charge byte for byte, so recording it
@@ -120,17 +121,17 @@ async def test_core_tags_follow_the_pod_through_record_and_release(store: Store)
     )
     assert recorded is not None and recorded.charges == two.charges  # tags, sharing rule and all
     confirmed = await store.reservations.record(recorded)
-    assert not confirmed.usage_changed and (await store.usage.node_usage("n1"))[DEV0] == usage
+    assert not confirmed.usage_changed and (await store.usage.node_usage("n1"))[FIRST] == usage
 
     # planned on a stale view (the device idle), a pod taking core 1 is refused by the tags ...
     stale = placed("stale", NodeSnapshot(INVENTORY, {}), cores=2)
     refused = await store.reservations.reserve(stale)
-    assert isinstance(refused, ReserveConflict) and refused.device == DEV0
+    assert isinstance(refused, ReserveConflict) and refused.device == FIRST
     # releasing the pod on core 1 takes its tag away; core 1 is free again
     assert await store.reservations.release("two", "n1") is not None
-    assert (await store.usage.node_usage("n1"))[DEV0].tags == (("core=0", 1),)
+    assert (await store.usage.node_usage("n1"))[FIRST].tags == (("core=0", 1),)
     again = placed("again", await snapshot(store))
-    assert masks(again) == [(DEV0, 0b10)]
+    assert masks(again) == [(FIRST, 0b10)]
     assert isinstance(await store.reservations.reserve(again), Reserved)
     assert (await store.usage.recount("n1")).drift == 0
     for uid in ("one", "again"):

@@ -168,10 +168,11 @@ def test_numa_reset_happens_before_the_uuid_check() -> None:
 
 
 def test_numa_bind_takes_devices_from_one_numa_node() -> None:
+    # spread under numa-bind: NUMA 1 (b alone) first, then NUMA 0 walked from the end as HAMi does: c, then a
     node = snap(devices=[gpu("a", index=0, numa=0), gpu("b", index=1, numa=1), gpu("c", index=2, numa=0)])
     got = plan(pod(req(2, mem=100)), PodConstraints(numa_bind=True), [node], policies=Policies())
     assert isinstance(got, Decision)
-    assert [d.uuid for d in got.devices[0]] == ["a", "c"]
+    assert [d.uuid for d in got.devices[0]] == ["c", "a"]
 
 
 def test_without_numa_bind_devices_cross_numa_nodes() -> None:

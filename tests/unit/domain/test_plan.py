@@ -79,15 +79,16 @@ def test_seed_stories_node_policy(node_policy: NodePolicy, pod2_node: str) -> No
 @pytest.mark.parametrize(
     ("gpu_policy", "pod2_gpu"),
     [
-        pytest.param(BINPACK_GPU, "GPU-node1-0", id="story3-gpu-binpack"),
-        pytest.param(SPREAD_GPU, "GPU-node1-1", id="story4-gpu-spread"),
+        pytest.param(BINPACK_GPU, "GPU-node1-3", id="story3-gpu-binpack"),
+        pytest.param(SPREAD_GPU, "GPU-node1-2", id="story4-gpu-spread"),
     ],
 )
 def test_seed_stories_gpu_policy(gpu_policy: GpuPolicy, pod2_gpu: str) -> None:
     nodes = [snap("node1")]
     policies = Policies(gpu=gpu_policy)
     d1, nodes = place(ONE_GPU, nodes, policies=policies)
-    assert uuids(d1) == ["GPU-node1-0"]  # GPU1 under both policies on an idle node
+    # HAMi's code on an idle node: four equal cards, the last registered first (difference 8), both policies
+    assert uuids(d1) == ["GPU-node1-3"]
     d2, _ = place(ONE_GPU, nodes, policies=policies)
     assert uuids(d2) == [pod2_gpu]
 
@@ -221,9 +222,10 @@ def test_init_containers_each_see_the_node_before_the_pod() -> None:
 
 
 def test_app_container_second_card_under_spread() -> None:
-    # app containers are cumulative: under spread the second app container prefers the other card
+    # app containers are cumulative: under spread the second app container prefers the other card (the first
+    # takes the last of two equal cards, as HAMi does)
     d = decide(pod(req(1, mem=1000), req(1, mem=1000)), [snap(n=2)])
-    assert uuids(d, 0) == ["GPU-node1-0"] and uuids(d, 1) == ["GPU-node1-1"]
+    assert uuids(d, 0) == ["GPU-node1-1"] and uuids(d, 1) == ["GPU-node1-0"]
 
 
 def test_charges_collapse_init_and_app_usage() -> None:
@@ -369,8 +371,9 @@ def test_topology_aware_pair_takes_the_best_connected_set() -> None:
 
 
 def test_topology_aware_single_takes_the_worst_connected_card() -> None:
+    # g0 and g1 both sum 140; HAMi's Fit meets g3, g2, g1, g0 and keeps the first lowest: g1
     d = decide(pod(req(1, mem=100)), [topo_node()], PodConstraints(gpu_policy=TOPOLOGY))
-    assert uuids(d) == ["g0"]
+    assert uuids(d) == ["g1"]
 
 
 def test_topology_aware_exactly_enough_candidates_are_taken() -> None:
@@ -426,3 +429,18 @@ def test_passed_over_counts_the_preferred_nodes_that_do_not_fit(exhaustive: bool
     d = plan(pod(req(1, mem=100)), NO_CONSTRAINTS, nodes, policies=Policies(), exhaustive=exhaustive)
     assert isinstance(d, Decision)
     assert (d.node, d.passed_over) == ("busy-a", 0)  # the preferred node fits: nothing passed over
+
+
+def test_an_app_container_meets_equal_cards_in_the_order_the_previous_one_sorted_them() -> None:
+    # HAMi sorts one list in place per app container (stable up to 12 devices) and Fit walks it from the end, so a
+    # tie in the second container keeps the first container's order, not the registration order.
+    # binpack; the first container (2000 MiB) scores a 5.75, b 4.5 and takes c (one slot, the highest score);
+    # the second (4000 MiB) scores a and b 7 each and c is full: a comes first, though b has the higher index.
+    devs = [gpu("a", index=0, mem=16000), gpu("b", index=1, mem=8000), gpu("c", index=2, count=1, mem=32000)]
+    node = snap(devices=devs, usage={"a": use(1, 4000), "b": use(1, 0)})
+    d = decide(pod(req(1, mem=2000), req(1, mem=4000)), [node], policies=Policies(gpu=BINPACK_GPU))
+    assert uuids(d, 0) == ["c"] and uuids(d, 1) == ["a"]
+    # the same tie met first (c full beforehand): the registration order walked from the end, b before a
+    full = snap(devices=devs, usage={"a": use(1, 4000), "b": use(1, 0), "c": use(1, 2000)})
+    d = decide(pod(req(1, mem=4000)), [full], policies=Policies(gpu=BINPACK_GPU))
+    assert uuids(d) == ["b"]

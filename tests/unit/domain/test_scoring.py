@@ -139,8 +139,10 @@ NUMA_DEVICES = {
 
 
 def ordered(p: EffectivePolicy, devices: dict[str, tuple[DeviceInfo, float, int]] = NUMA_DEVICES) -> str:
+    """The devices (given in registration order) as ``fit`` sorts them: HAMi's list walked from its end."""
     key = device_sort_key(p)
-    return "".join(sorted(devices, key=lambda name: key(devices[name][1], devices[name][0], devices[name][2])))
+    walk = list(devices)[::-1]
+    return "".join(sorted(walk, key=lambda name: key(devices[name][1], devices[name][0], devices[name][2])))
 
 
 @pytest.mark.parametrize(
@@ -152,7 +154,7 @@ def ordered(p: EffectivePolicy, devices: dict[str, tuple[DeviceInfo, float, int]
         pytest.param(policy(B, numa_bind=True), "BADC", id="numa-bind-binpack-lowest-numa-group-busiest-first"),
         pytest.param(policy(S, numa_bind=True), "CDAB", id="numa-bind-spread-highest-numa-group-idlest-first"),
         pytest.param(policy(M), "ACDB", id="mutex-fewest-tasks-first"),
-        pytest.param(policy(N), "CDAB", id="chain-numa-alone-highest-numa-then-index"),
+        pytest.param(policy(N), "DCBA", id="chain-numa-alone-highest-numa-then-highest-index"),
         pytest.param(policy(B, N), "BDCA", id="chain-binpack-numa"),
         pytest.param(policy(N, B), "DCBA", id="chain-numa-binpack-highest-numa-first"),
         pytest.param(policy(N, S), "CDAB", id="chain-numa-spread"),
@@ -165,20 +167,33 @@ def test_device_order(p: EffectivePolicy, expected: str) -> None:
     assert ordered(p) == expected
 
 
-def test_numa_breaks_score_ties_highest_numa_first_then_lowest_index() -> None:
+def test_numa_breaks_score_ties_highest_numa_first_then_highest_index() -> None:
+    # HAMi gpu_policy.go: score first, NUMA ascending on a tie (#1806), walked from the end; equal NUMA keeps the
+    # registration order, so the later card comes first
     devices = {
         "a": (gpu("a", index=0, numa=0), 5.0, 0),
         "b": (gpu("b", index=1, numa=1), 5.0, 0),
         "c": (gpu("c", index=2, numa=1), 5.0, 0),
     }
-    assert ordered(policy(B), devices) == "bca"
-    assert ordered(policy(S), devices) == "bca"
+    assert ordered(policy(B), devices) == "cba"
+    assert ordered(policy(S), devices) == "cba"
 
 
-def test_equal_devices_prefer_the_lowest_index_decision_8() -> None:
+def test_equal_devices_prefer_the_highest_index_as_hami_does() -> None:
+    # Difference 8: HAMi's sort keeps equal devices in registration order (a chain ends on the index, ascending)
+    # and Fit walks the list from its end, so the last registered of equal cards comes first, for every policy.
     devices = {name: (gpu(name, index=i), 1.0, 0) for i, name in enumerate("wxyz")}
-    for p in (policy(B), policy(S), policy(M), policy(B, N), policy(S, numa_bind=True)):
-        assert ordered(p, devices) == "wxyz"
+    for p in (policy(B), policy(S), policy(M), policy(B, N), policy(N), policy(S, numa_bind=True)):
+        assert ordered(p, devices) == "zyxw"
+
+
+def test_a_chain_breaks_full_ties_on_the_index_whatever_the_input_order() -> None:
+    # HAMi's lessByChain ends on Device.Index ascending; the other policies keep the order they are given.
+    devices = {name: (gpu(name, index=i), 1.0, 0) for i, name in enumerate("wxyz")}
+    key = device_sort_key(policy(B, N))
+    assert "".join(sorted("wxyz", key=lambda n: key(1.0, devices[n][0], 0))) == "zyxw"
+    key = device_sort_key(policy(B))
+    assert "".join(sorted("wxyz", key=lambda n: key(1.0, devices[n][0], 0))) == "wxyz"
 
 
 def test_inventory_builder_defaults() -> None:

@@ -1,9 +1,10 @@
-"""Topology-aware device choice: HAMi's topology examples, difference 8's tie-break, exactness against brute force."""
+"""Topology-aware device choice: HAMi's topology examples and tests, HAMi's tie-break, exactness against brute force."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -13,7 +14,6 @@ from tests import builders
 from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.domain.topology import (
     best_subset,
-    cut_score,
     pair_score,
     select_set,
     select_single,
@@ -46,6 +46,8 @@ SEED: dict[str, dict[str, int]] = {
     "gpu3": {"gpu0": 200, "gpu1": 100, "gpu2": 200},
 }
 SEED_GPUS = [gpu(i) for i in range(4)]
+WALK = SEED_GPUS[::-1]
+"""Four idle equal cards as HAMi's ``Fit`` finds them (its sorted list walked from the end): gpu3 first."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -58,32 +60,50 @@ def test_seed_per_card_sums_are_400_400_500_500() -> None:
     assert sums == [400, 400, 500, 500]
 
 
-def test_seed_single_card_takes_a_worst_connected_card_lowest_index_first() -> None:
-    # gpu0 and gpu1 both sum to 400 ("the worst connectivity ... preferred in single-card mode"); ties → lowest index
+def test_seed_single_card_takes_the_first_worst_connected_card_met() -> None:
+    # gpu0 and gpu1 both sum to 400 ("the worst connectivity ... preferred in single-card mode"); HAMi keeps the
+    # first it meets in Fit's order: gpu1 when the idle cards are walked from the end.
+    assert select_single(WALK, SEED).id == "gpu1"
     assert select_single(SEED_GPUS, SEED).id == "gpu0"
-    assert select_single(SEED_GPUS[::-1], SEED).id == "gpu0"
     assert select_single(SEED_GPUS[1:], SEED).id == "gpu1"
 
 
-def test_seed_three_cards_score_500_and_the_tie_break_picks_gpu0_gpu2_gpu3() -> None:
+def test_seed_three_cards_score_500_and_the_first_set_met_is_gpu1_gpu2_gpu3() -> None:
     by_id = {d.id: d for d in SEED_GPUS}
     a = [by_id["gpu1"], by_id["gpu2"], by_id["gpu3"]]
     b = [by_id["gpu0"], by_id["gpu2"], by_id["gpu3"]]
-    # Difference 8: both sets score 500; both leave 400 between the set and the free card; lowest indices win.
+    # Both sets score 500; HAMi lists (gpu3, gpu2, gpu1) before (gpu3, gpu2, gpu0) and keeps the first.
     assert set_score(a, SEED) == set_score(b, SEED) == 500
-    assert cut_score(a, [by_id["gpu0"]], SEED) == cut_score(b, [by_id["gpu1"]], SEED) == 400
-    chosen = select_set(SEED_GPUS, 3, SEED)
-    assert ids(chosen) == ["gpu0", "gpu2", "gpu3"]
+    chosen = select_set(WALK, 3, SEED)
+    assert ids(chosen) == ["gpu3", "gpu2", "gpu1"]
     assert chosen is not None and set_score(chosen, SEED) == 500
 
 
-def test_seed_two_cards_follow_decision_8_not_the_seed_prose() -> None:
-    # Three pairs score 200: {0,3}, {1,2}, {2,3}. The proposal's prose prefers gpu2+gpu3 (the best-connected cards);
-    # difference 8 keeps the best-connected devices free: {2,3} leaves 600 to the rest, {0,3} and {1,2} leave 500,
-    # and {0,3} has the lower indices.
-    chosen = select_set(SEED_GPUS, 2, SEED)
-    assert ids(chosen) == ["gpu0", "gpu3"]
+def test_seed_two_cards_take_gpu2_gpu3_as_the_proposal_says() -> None:
+    # Three pairs score 200: {0,3}, {1,2}, {2,3}. HAMi meets (gpu3, gpu2) first, the pair the proposal's prose names.
+    chosen = select_set(WALK, 2, SEED)
+    assert ids(chosen) == ["gpu3", "gpu2"]
     assert chosen is not None and set_score(chosen, SEED) == 200
+
+
+HAMI_THREE = {
+    "gpu0": {"gpu1": 100, "gpu2": 200},
+    "gpu1": {"gpu0": 100, "gpu2": 150},
+    "gpu2": {"gpu0": 200, "gpu1": 150},
+}
+"""The three-card table of HAMi's TestComputeWorstSingleCard and TestComputeBestCombination."""
+
+
+def test_hami_compute_worst_single_card() -> None:
+    # HAMi pkg/device/nvidia/device_test.go TestComputeWorstSingleCard: totals 300, 250, 350, the worst is gpu1.
+    scores = HAMI_THREE
+    assert select_single([gpu(0), gpu(1), gpu(2)], scores).id == "gpu1"
+
+
+def test_hami_compute_best_combination() -> None:
+    # HAMi pkg/device/nvidia/device_test.go TestComputeBestCombination: [gpu0,gpu2]=200 is the best pair.
+    scores = HAMI_THREE
+    assert ids(select_set([gpu(0), gpu(1), gpu(2)], 2, scores)) == ["gpu0", "gpu2"]
 
 
 def test_compat_doc_example_nvlink_pair_and_the_lonely_card() -> None:
@@ -123,7 +143,7 @@ def test_two_nvlink_islands_four_cards_take_one_whole_island() -> None:
     [
         pytest.param(5, None, id="more-than-candidates-none"),
         pytest.param(4, ["gpu3", "gpu1", "gpu0", "gpu2"], id="exactly-k-all-in-given-order"),
-        pytest.param(3, ["gpu3", "gpu0", "gpu2"], id="result-keeps-candidate-order"),
+        pytest.param(3, ["gpu3", "gpu1", "gpu2"], id="first-best-set-in-candidate-order"),
     ],
 )
 def test_set_size_edges(k: int, expected: list[str] | None) -> None:
@@ -162,24 +182,26 @@ def test_pair_score(scores: dict[str, dict[str, int]], expected: int) -> None:
     assert pair_score("a", "b", scores) == pair_score("b", "a", scores) == expected
 
 
-def test_without_scores_everything_ties_and_the_lowest_indices_win() -> None:
+def test_without_scores_everything_ties_and_the_first_candidates_win() -> None:
     devs = [gpu(i) for i in (7, 3, 5, 1, 6)]
-    assert select_single(devs, {}).id == "gpu1"
-    assert ids(select_set(devs, 3, {})) == ["gpu3", "gpu5", "gpu1"]
+    assert select_single(devs, {}).id == "gpu7"
+    assert ids(select_set(devs, 3, {})) == ["gpu7", "gpu3", "gpu5"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Exactness: branch and bound == brute force over every combination, with the same tie-break
+# Exactness: branch and bound == HAMi's enumeration (every combination in order, the first best kept)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def brute_force(devices: Sequence[DeviceInfo], k: int, scores: Mapping[str, Mapping[str, int]]) -> list[str]:
-    best: tuple[tuple[int, int, tuple[int, ...]], list[str]] | None = None
-    for combo in itertools.combinations(devices, k):
-        rest = [d for d in devices if d not in combo]
-        key = (-set_score(combo, scores), cut_score(combo, rest, scores), tuple(sorted(d.index for d in combo)))
-        if best is None or key < best[0]:
-            best = (key, [d.id for d in combo])
+    if k == 1:  # HAMi's computeWorstSingleCard: the first lowest sum to the other candidates
+        sums = [sum(pair_score(d.id, o.id, scores) for o in devices if o is not d) for d in devices]
+        return [devices[sums.index(min(sums))].id]
+    best: tuple[int, list[str]] | None = None
+    for combo in itertools.combinations(devices, k):  # HAMi's generateCombinations order
+        total = set_score(combo, scores)
+        if best is None or total > best[0]:
+            best = (total, [d.id for d in combo])
     assert best is not None
     return best[1]
 
@@ -207,7 +229,7 @@ def test_branch_and_bound_equals_brute_force(case: tuple[list[DeviceInfo], int, 
     devs, k, scores = case
     got = select_set(devs, k, scores)
     assert got is not None
-    assert sorted(d.id for d in got) == sorted(brute_force(devs, k, scores))
+    assert [d.id for d in got] == brute_force(devs, k, scores)
 
 
 @settings(max_examples=150, deadline=None)
@@ -219,18 +241,17 @@ def test_one_card_set_is_the_single_card_choice(case: tuple[list[DeviceInfo], in
 
 @settings(max_examples=100, deadline=None)
 @given(topologies(max_n=9))
-def test_result_does_not_depend_on_candidate_order(
+def test_result_depends_on_candidate_positions_not_on_device_indices(
     case: tuple[list[DeviceInfo], int, dict[str, dict[str, int]]],
 ) -> None:
     devs, k, scores = case
-    forward, backward = select_set(devs, k, scores), select_set(devs[::-1], k, scores)
-    assert forward is not None and backward is not None
-    assert {d.id for d in forward} == {d.id for d in backward}
-    assert select_single(devs, scores).id == select_single(devs[::-1], scores).id
+    renumbered = [replace(d, index=len(devs) - i) for i, d in enumerate(devs)]
+    assert ids(select_set(devs, k, scores)) == ids(select_set(renumbered, k, scores))
+    assert select_single(devs, scores).id == select_single(renumbered, scores).id
 
 
 def test_best_subset_on_a_raw_matrix_with_default_ranks() -> None:
     w = [[0, 5, 1, 1], [5, 0, 1, 1], [1, 1, 0, 5], [1, 1, 5, 0]]
-    # {0,1} and {2,3} both score 5 and cut 4: positions decide.
+    # {0,1} and {2,3} both score 5: positions decide.
     assert best_subset(w, 2) == (0, 1)
     assert best_subset(w, 2, rank=[3, 2, 1, 0]) == (2, 3)

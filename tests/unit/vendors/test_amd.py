@@ -12,7 +12,7 @@ cases of both are restated: where they disagree the comment gives both answers a
 | Go file | cases | restated | pass as HAMi expects | differences (listed) |
 |---|---|---|---|---|
 | device_test.go (both versions' cases, post-v2.10 features left out) | 53 | 53 | 46 | 7 |
-| device_cordon_test.go | 4 | 4 | 3 | 1 |
+| device_cordon_test.go | 4 | 4 | 4 | 0 |
 | device_alloctype_test.go | 2 | 2 | 2 | 0 |
 
 A case whose name or answer differs between the two versions counts once per version (``Test_MutateAdmission``
@@ -21,8 +21,7 @@ A case whose name or answer differs between the two versions counts once per ver
 
 The differences: the earlier version's "gpu memory only (no count) -> false" and "core percentage only (no
 count) -> false" (ours: true, as the later version's "gpu memory in limits" and "core percentage in limits"; the
-request is then refused); the tie between equal cards goes to the lowest index (``TestFit_DeviceCordon`` "no annotation
-…", difference 8); memory or cores without the count are refused where HAMi gives an empty request
+request is then refused); memory or cores without the count are refused where HAMi gives an empty request
 (``Test_GenerateResourceRequests`` "no gpu limits -> empty", difference 21); a use type list of only commas is
 refused at admission where HAMi matches no card (``TestCheckAMDType`` "use with only commas rejects card",
 difference 22); a core request above 100 (or negative) built elsewhere is clamped as the earlier version's
@@ -372,10 +371,10 @@ def test_fit_cordon() -> None:
     used = {"dev-1": DeviceUsage(1, 500, 50)}
     assert entries(fit(devices, asked, usage=used, cordoned=cordon_of("dev-1"))) == [("dev-0", 500, 50)]
     assert used["dev-1"] == DeviceUsage(1, 500, 50)
-    # "no annotation or no node info means nothing cordoned" (none, "", "   "): HAMi takes dev-1, ours dev-0
+    # "no annotation or no node info means nothing cordoned" (none, "", "   "): dev-1, the last, as HAMi
     for value in ("", "   "):
         assert cordon_of(value) == frozenset()
-    assert entries(fit(devices, asked)) == [("dev-0", 500, 50)]
+    assert entries(fit(devices, asked)) == [("dev-1", 500, 50)]
     assert entries(fit(devices, req(1, 64, 50), cordoned=frozenset({"dev-0"}))) == [("dev-1", 64, 50)]
 
 

@@ -722,10 +722,10 @@ def test_fit_success(cw: str) -> None:
     # TestDevices_Fit "fit success"
     v = VENDORS[cw]
     result = fit(v, node([card("dev-0", cw), card("dev-1", cw, 1)]), want(cw, 1, 64, cores=50))
-    # HAMi picks dev-1 (the last device of its unsorted list); we prefer the lowest index among equals
-    assert chosen(result) == ["dev-0"]
+    # dev-1: equal cards are walked from the last, as HAMi does (difference 8)
+    assert chosen(result) == ["dev-1"]
     assert isinstance(result, Decision)
-    assert result.devices[0][0] == ContainerDevice("dev-0", 64, 50, cw)
+    assert result.devices[0][0] == ContainerDevice("dev-1", 64, 50, cw)
 
 
 @pytest.mark.parametrize("cw", HAMI_FIT_CHIPS)
@@ -856,7 +856,7 @@ def test_fit_schedules_by_network_id(cw: str) -> None:
 def test_310p_ignores_network_ids() -> None:
     cw = "Ascend310P"
     cards = [card("dev-0", cw, 0), card("dev-1", cw, 1), card("dev-2", cw, 2)]
-    assert chosen(fit(A310P, node(cards, networks=NETWORKS), want(cw, 2, 64, cores=50))) == ["dev-0", "dev-1"]
+    assert chosen(fit(A310P, node(cards, networks=NETWORKS), want(cw, 2, 64, cores=50))) == ["dev-2", "dev-1"]
     assert not A310P.rules.selects_sets
 
 
@@ -864,17 +864,17 @@ def test_network_choice_needs_every_npu_to_report_a_network() -> None:
     cw = "Ascend910B3"
     cards = [card("dev-0", cw, 0), card("dev-1", cw, 1), card("dev-2", cw, 2)]
     partial = {"dev-1": 1, "dev-2": 1}
-    assert chosen(fit(VENDORS[cw], node(cards, networks=partial), want(cw, 2, 64))) == ["dev-0", "dev-1"]
+    assert chosen(fit(VENDORS[cw], node(cards, networks=partial), want(cw, 2, 64))) == ["dev-2", "dev-1"]
 
 
 def test_network_choice_spills_over_to_the_next_largest_network() -> None:
-    # the largest network (2: d3 d4 d5) first, then the next (1: d1 d2) in order of preference
+    # the largest network (2: d3 d4 d5) first, then the next (1: d1 d2) in order of preference (d2, the later)
     cw = "Ascend910B3"
     cards = [card(f"d{i}", cw, i) for i in range(6)]
     nets = {"d0": 0, "d1": 1, "d2": 1, "d3": 2, "d4": 2, "d5": 2}
-    assert sorted(chosen(fit(VENDORS[cw], node(cards, networks=nets), want(cw, 4, 64)))) == ["d1", "d3", "d4", "d5"]
-    # one NPU: the most preferred candidate, whatever its network
-    assert chosen(fit(VENDORS[cw], node(cards, networks=nets), want(cw, 1, 64))) == ["d0"]
+    assert sorted(chosen(fit(VENDORS[cw], node(cards, networks=nets), want(cw, 4, 64)))) == ["d2", "d3", "d4", "d5"]
+    # one NPU: the most preferred candidate, whatever its network (of equal cards, the last)
+    assert chosen(fit(VENDORS[cw], node(cards, networks=nets), want(cw, 1, 64))) == ["d5"]
 
 
 def test_network_choice_skips_busy_npus() -> None:

@@ -382,13 +382,13 @@ def test_running_pods_on_a_cordoned_device_stay() -> None:
 
 @pytest.mark.parametrize("cordon", [None, "", "   "], ids=["no annotation", "annotation empty", "whitespace"])
 def test_nothing_cordoned(cordon: str | None) -> None:
-    # TestFit_DeviceCordon "no annotation or no node info means nothing cordoned"; HAMi takes dev-1 (the last of
-    # its list), we take the lowest index among equal devices (docs/differences.md, difference 8)
+    # TestFit_DeviceCordon "no annotation or no node info means nothing cordoned": dev-1, the last of equal
+    # devices, as HAMi (docs/differences.md, difference 8)
     inv = cordon_node(cordon)
     assert inv.cordoned == frozenset()
     got = cordon_fit(inv)
     assert isinstance(got, Decision)
-    assert [d.uuid for d in got.devices[0]] == ["dev-0"]
+    assert [d.uuid for d in got.devices[0]] == ["dev-1"]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -409,7 +409,7 @@ def test_910c_pairs_without_network_ids(indices: tuple[int, ...], fits: bool) ->
     assert isinstance(got, Decision) is fits, got
     if fits:
         assert isinstance(got, Decision)
-        assert got.devices[0] == (
-            ContainerDevice("dev-0", 32000, 0, "Ascend910C"),
+        assert got.devices[0] == (  # in the order HAMi's Fit meets them: from the last
             ContainerDevice("dev-1", 32000, 0, "Ascend910C"),
+            ContainerDevice("dev-0", 32000, 0, "Ascend910C"),
         )

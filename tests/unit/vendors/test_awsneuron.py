@@ -339,7 +339,11 @@ def test_charges_carry_their_cores_as_tags_and_the_informer_records_them() -> No
     core0 = DeviceUsage(1, 0, 0b01, tags=(("core=0", 1),))
     got = fit([dev("dev-0"), dev("dev-1", 1)], req(1, 1), usage={"dev-0": core0})
     assert isinstance(got, Decision)
-    (charge,) = got.charges
+    (charge,) = got.charges  # every device scores 0: the last of the two, dev-1, its first core
+    assert (charge.uuid, charge.cores_pct, charge.tags, charge.refuse_tags) == ("dev-1", 0b01, ("core=0",), ("core=0",))
+    got = fit([dev("dev-0")], req(1, 1), usage={"dev-0": core0})
+    assert isinstance(got, Decision)
+    (charge,) = got.charges  # next to a tagged holder: the next core
     assert (charge.uuid, charge.cores_pct, charge.tags, charge.refuse_tags) == ("dev-0", 0b10, ("core=1",), ("core=1",))
     # two containers of one pod on one device (a core each), and a whole-device run
     inv = NodeInventory(node="n1", vendor=NAME, devices=(dev("n1-AWSNeuron-0", node_type="inf2.xlarge"),))
@@ -417,9 +421,9 @@ def test_graph_select(node_type: str, used: set[int], nums: int, want: list[int]
 def test_fit_success() -> None:
     # "fit success": dev-0 (2 slots) and dev-1 (12 slots), both index 0, two cores asked: HAMi walks from the last
     # device and takes dev-1. A Neuron device has no memory, so the device score (HAMi's and ours) is 0 for every
-    # one: ours takes the lowest index, then the order registered (difference 8): dev-0
+    # one: ours walks equal devices from the last registered too (difference 8): dev-1
     got = fit([dev("dev-0", count=2), dev("dev-1", count=12)], req(1, 2))
-    assert taken(got) == [("dev-0", 0b11)]
+    assert taken(got) == [("dev-1", 0b11)]
     # ours: with dev-0's cores in use, dev-1
     assert taken(fit([dev("dev-0"), dev("dev-1", count=12)], req(1, 2), usage={"dev-0": DeviceUsage(1, 0, 1)})) == [
         ("dev-1", 0b11)
@@ -589,9 +593,9 @@ def test_fit_device_cordon() -> None:
     assert taken(fit(devices, req(1, 2), cordoned=frozenset({"dev-1"}))) == [("dev-0", 3)]
     # "all devices cordoned fails with CardCordoned reason"
     assert reason(fit(devices, req(1, 2), cordoned=frozenset({"dev-0", "dev-1"}))) == "2/2 CardCordoned"
-    # "no annotation or no node info means nothing cordoned": HAMi's backward walk takes dev-1, ours the lowest
-    # index (difference 8); both devices are candidates, so cordoning dev-0 alone gives dev-1
-    assert taken(fit(devices, req(1, 2))) == [("dev-0", 3)]
+    # "no annotation or no node info means nothing cordoned": HAMi's backward walk takes dev-1, and so do we
+    # (difference 8); both devices are candidates, so cordoning dev-0 alone gives dev-1 as well
+    assert taken(fit(devices, req(1, 2))) == [("dev-1", 3)]
     assert taken(fit(devices, req(1, 2), cordoned=frozenset({"dev-0"}))) == [("dev-1", 3)]
 
 

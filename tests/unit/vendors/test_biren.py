@@ -161,10 +161,10 @@ def test_patch_annotations() -> None:
 
 
 def test_fit_success_takes_a_slot_with_no_memory_or_cores() -> None:
-    # "fit success": one of two idle cards (HAMi walks from the last and takes dev-1; ours the lowest index on a tie)
+    # "fit success": one of two idle cards: dev-1, HAMi's walk from the last (difference 8)
     got = fit([card("dev-0"), card("dev-1", index=1)], req())
     assert isinstance(got, Decision)
-    assert got.devices == ((ContainerDevice("dev-0", 0, 0, "Biren"),),)
+    assert got.devices == ((ContainerDevice("dev-1", 0, 0, "Biren"),),)
     # TestDevices_AddResourceUsage: a card's usage grows by one slot, no memory, no cores
     got = fit([card("dev-0", count=2, mem=32768)], req(), usage={"dev-0": DeviceUsage(1)})
     assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 0, 0, "Biren"),),)
@@ -216,8 +216,8 @@ def test_fit_cordon() -> None:
     assert reason(fit(two, req(), cordoned=frozenset({"dev-0", "dev-1"}))) == "2/2 CardCordoned"
     # "running pods on a cordoned device are unaffected"
     assert uuids(fit(two, req(), usage={"dev-1": DeviceUsage(1)}, cordoned=frozenset({"dev-1"}))) == ["dev-0"]
-    # "no annotation or no node info means nothing cordoned": HAMi takes dev-1 (the last), ours dev-0
-    assert uuids(fit(two, req())) == ["dev-0"]
+    # "no annotation or no node info means nothing cordoned": dev-1 (the last), as HAMi
+    assert uuids(fit(two, req())) == ["dev-1"]
 
 
 def test_lock_only_for_pods_with_cards() -> None:

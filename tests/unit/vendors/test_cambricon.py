@@ -8,11 +8,10 @@ our answer differs the comment says so and docs/differences.md lists it.
 
 | Go file | cases | restated | pass as HAMi expects | differences (listed) |
 |---|---|---|---|---|
-| device_test.go | 32 | 32 | 24 | 8 |
-| device_cordon_test.go | 4 | 4 | 3 | 1 |
+| device_test.go | 32 | 32 | 25 | 7 |
+| device_cordon_test.go | 4 | 4 | 4 | 0 |
 
-The differences: the tie between equal cards goes to the lowest index (``TestDevices_Fit`` "fit success",
-``TestFit_DeviceCordon`` "no annotation …", difference 8); a request of another family is never shown an MLU
+The differences: a request of another family is never shown an MLU
 ("fit fail: type mismatch"); a node with fewer cards than asked answers ``NodeInsufficientDevice`` (the two
 UUID cases and "AllocatedCardsInsufficientRequest", all asking 2 of 1); the bind takes over a lock value that
 is not a time (``Test_setNodeLock`` "node is locked", ``Test_LockNode`` "invalid lock time format"); the bind
@@ -563,12 +562,11 @@ def mlu_req(nums: int = 1, mem: int = 512, pct: int = 0, cores: int = 50) -> Con
 
 
 def test_fit_success() -> None:
-    # TestDevices_Fit "fit success": HAMi walks the devices backwards and takes dev-1; we prefer the lowest index
-    # on a tie (dev-0, difference 8)
+    # TestDevices_Fit "fit success": HAMi walks the devices backwards and takes dev-1, and so do we (difference 8)
     got = fit(mlu_req(mem=64), snapshot([mlu("dev-0"), mlu("dev-1", index=1)]))
-    assert chosen(got) == ["dev-0"]
+    assert chosen(got) == ["dev-1"]
     assert isinstance(got, Decision)
-    assert got.devices == ((ContainerDevice("dev-0", 64, 50, "MLU"),),)
+    assert got.devices == ((ContainerDevice("dev-1", 64, 50, "MLU"),),)
 
 
 def test_fit_fail_memory_not_enough() -> None:
@@ -724,10 +722,10 @@ def test_all_cards_cordoned() -> None:
 
 def test_nothing_cordoned() -> None:
     # TestFit_DeviceCordon "no annotation or no node info means nothing cordoned" (no annotation, "", "   "):
-    # HAMi takes dev-1, the last card; ours dev-0 (difference 8)
+    # dev-1, the last card, as HAMi (difference 8)
     for value in ("", "   "):
         assert cordon_of(value) == frozenset()
-    assert chosen(fit(mlu_req(mem=64), snapshot(two_cards()))) == ["dev-0"]
+    assert chosen(fit(mlu_req(mem=64), snapshot(two_cards()))) == ["dev-1"]
 
 
 def test_running_pods_on_a_cordoned_card_are_unaffected() -> None:

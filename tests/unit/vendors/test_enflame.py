@@ -202,8 +202,8 @@ def test_gcu_generate_resource_requests() -> None:
 
 def test_gcu_fit() -> None:
     two = [gcu_card("dev-0"), gcu_card("dev-1", 1)]
-    # TestGCUDevices_Fit "fit success": one whole card (HAMi takes dev-1, the last; ours the lowest index on a tie)
-    assert picked(fit(two, gcu_req())) == ContainerDevice("dev-0", 100, 100, "GCU")
+    # TestGCUDevices_Fit "fit success": one whole card, dev-1, the last, as HAMi (difference 8)
+    assert picked(fit(two, gcu_req())) == ContainerDevice("dev-1", 100, 100, "GCU")
     # "fit fail: type mismatch": another family's request is never shown GCUs
     assert reason(fit([gcu_card("dev-0")], gcu_req(kind="OtherType"))) == "NodeInsufficientDevice"
     # "fit fail: device already used": the card's one slot is taken, HAMi's word ExclusiveDeviceAllocateConflict
@@ -214,7 +214,7 @@ def test_gcu_fit() -> None:
     assert reason(fit([gcu_card("dev-0")], gcu_req(2))) == "NodeInsufficientDevice"
     # TestGCUDevices_AddResourceUsage: the usage a card records is the entry's (whole card: 100/100)
     got = fit(two, gcu_req(2))
-    assert isinstance(got, Decision) and [d.uuid for d in got.devices[0]] == ["dev-0", "dev-1"]
+    assert isinstance(got, Decision) and [d.uuid for d in got.devices[0]] == ["dev-1", "dev-0"]  # HAMi's walk
 
 
 def test_gcu_fit_cordon() -> None:

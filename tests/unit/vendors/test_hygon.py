@@ -7,11 +7,10 @@ still DCU, before the HCU rename) and ``device_cordon_test.go`` ad358d3a. Each H
 
 | Go file | cases | restated | pass as HAMi expects | differences (listed) |
 |---|---|---|---|---|
-| device_test.go | 42 | 42 | 36 | 6 |
-| device_cordon_test.go | 4 | 4 | 3 | 1 |
+| device_test.go | 42 | 42 | 37 | 5 |
+| device_cordon_test.go | 4 | 4 | 4 | 0 |
 
-The differences: the tie between equal cards goes to the lowest index (``TestDevices_Fit`` "fit success",
-``TestFit_DeviceCordon`` "no annotation …", difference 8); a request of another family is never shown a DCU
+The differences: a request of another family is never shown a DCU
 ("fit fail: type mismatch"); a node with fewer cards than asked answers ``NodeInsufficientDevice`` ("user assign
 use uuid mismatch", "user assign no use uuid match", "AllocatedCardsInsufficientRequest", all asking 2 of 1);
 a ``Deleted`` handshake is answered with a fresh ``Requesting_`` (``Test_CheckHealth`` "Deleted state")."""
@@ -245,10 +244,10 @@ TWO = [dcu("dev-0"), dcu("dev-1", index=1)]
 
 def test_fit_success() -> None:
     # TestDevices_Fit "fit success": two idle cards, 64 MiB and 50 cores → one card. HAMi walks the cards from
-    # the last and takes dev-1; ours takes the lowest index on a tie, dev-0 (difference 8)
+    # the last and takes dev-1, and so do we (difference 8)
     got = fit(TWO, req(1, 64, cores=50))
     assert isinstance(got, Decision)
-    assert got.devices == ((ContainerDevice("dev-0", 64, 50, "DCU"),),)
+    assert got.devices == ((ContainerDevice("dev-1", 64, 50, "DCU"),),)
 
 
 @pytest.mark.parametrize(
@@ -366,11 +365,11 @@ def test_fit_device_cordon() -> None:
     used = {"dev-1": DeviceUsage(1, 64, 50)}
     got = fit(TWO, asked, usage=used, cordoned=cordon_of("dev-1"))
     assert uuids(got) == ["dev-0"] and used["dev-1"] == DeviceUsage(1, 64, 50)
-    # "no annotation or no node info means nothing cordoned" (empty, "   "): HAMi takes dev-1, ours dev-0
+    # "no annotation or no node info means nothing cordoned" (empty, "   "): dev-1, as HAMi
     for value in ("", "   "):
         assert cordon_of(value) == frozenset()
-        assert uuids(fit(TWO, asked, cordoned=cordon_of(value))) == ["dev-0"]
-    assert uuids(fit(TWO, asked)) == ["dev-0"]
+        assert uuids(fit(TWO, asked, cordoned=cordon_of(value))) == ["dev-1"]
+    assert uuids(fit(TWO, asked)) == ["dev-1"]
 
 
 # ---- Test_GetNodeDevices, Test_CheckHealth ------------------------------------------------------------------

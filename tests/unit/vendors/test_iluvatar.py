@@ -197,11 +197,11 @@ TWO = [card("dev-0"), card("dev-1", index=1)]
 
 
 def test_fit_success() -> None:
-    # Test_Fit "fit success": one of two idle cards; HAMi walks the cards from the last (dev-1), ours takes the
-    # lowest index on a tie (docs/differences.md, deterministic ties)
+    # Test_Fit "fit success": one of two idle cards; HAMi walks the cards from the last (dev-1), and so do we
+    # (docs/differences.md, difference 8)
     got = fit(TWO, req(1, 64, cores=50))
     assert isinstance(got, Decision)
-    assert got.devices == ((ContainerDevice("dev-0", 64, 50, CHIP),),)
+    assert got.devices == ((ContainerDevice("dev-1", 64, 50, CHIP),),)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,8 @@ def test_fit_whole_cards_for_two() -> None:
     asked = V.container_request(ctr({COUNT: "2", CORE: "200"}), "c")
     got = fit(TWO, asked)
     assert isinstance(got, Decision)
-    assert got.devices == ((ContainerDevice("dev-0", 128, 100, CHIP), ContainerDevice("dev-1", 128, 100, CHIP)),)
+    # in the order HAMi's Fit walks them: from the last
+    assert got.devices == ((ContainerDevice("dev-1", 128, 100, CHIP), ContainerDevice("dev-0", 128, 100, CHIP)),)
     got = fit(TWO, asked, usage={"dev-1": DeviceUsage(1)})
     assert reason(got) == "1/2 AllocatedCardsInsufficientRequest, 1/2 ExclusiveDeviceAllocateConflict"
 
@@ -255,7 +256,7 @@ def test_fit_cordon() -> None:
     # "running pods on a cordoned device are unaffected"
     got = fit(TWO, req(1, 64, cores=50), usage={"dev-1": DeviceUsage(1, 64, 50)}, cordoned=frozenset({"dev-1"}))
     assert uuids(got) == ["dev-0"]
-    # "no annotation or no node info means nothing cordoned" (HAMi: dev-1, the last; ours: the lowest index)
+    # "no annotation or no node info means nothing cordoned" (dev-1, the last, as HAMi)
     node_view = NodeView(
         "n1", "1", {REGISTER: "dev-0,100,128,100,MR-V100,0,true:", "hami.io/device-cordon": "  "}, {COUNT: "100"}
     )

@@ -248,9 +248,9 @@ def test_multi_container_pod_spreads_over_cards() -> None:
 
 
 def test_fit_success() -> None:
-    # "fit success": HAMi takes dev-1 (the last); ours the lowest index on a tie
+    # "fit success": dev-1 (the last), as HAMi (difference 8)
     got = fit([gpu("dev-0"), gpu("dev-1", index=1)], req(1, 64, cores=50))
-    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 64, 50, MX),),)
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-1", 64, 50, MX),),)
 
 
 @pytest.mark.parametrize(
@@ -288,5 +288,5 @@ def test_fit_cordon() -> None:
     # "running pods on a cordoned device are unaffected"
     used = {"dev-1": DeviceUsage(1, 64, 50)}
     assert uuids(fit(two, req(1, 64, cores=50), usage=used, cordoned=frozenset({"dev-1"}))) == ["dev-0"]
-    # "no annotation or no node info means nothing cordoned" (HAMi takes dev-1, the last; ours the first)
-    assert uuids(fit(two, req(1, 64, cores=50))) == ["dev-0"]
+    # "no annotation or no node info means nothing cordoned" (dev-1, the last, as HAMi)
+    assert uuids(fit(two, req(1, 64, cores=50))) == ["dev-1"]

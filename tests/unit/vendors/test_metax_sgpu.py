@@ -267,9 +267,9 @@ def test_check_device_qos() -> None:
 
 
 def test_fit_success() -> None:
-    # "fit success": HAMi takes dev-1 (the last); ours the lowest index on a tie (difference 8)
+    # "fit success": dev-1 (the last), as HAMi (difference 8)
     got = fit([card("dev-0"), card("dev-1")], req(1, 64, cores=50))
-    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 64, 50, SG),),)
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-1", 64, 50, SG),),)
 
 
 @pytest.mark.parametrize(
@@ -351,8 +351,8 @@ def test_fit_takes_whole_cards_from_one_metalink_zone() -> None:
         assert c.count == 100
     got = fit(cards, req(2, 0, 100, cores=100))
     assert sorted(uuids(got)) == ["GPU-5", "GPU-6"]
-    # a shared request (50 cores) keeps the plain preference order
-    assert uuids(fit(cards, req(2, 64, cores=50))) == ["GPU-1", "GPU-2"]
+    # a shared request (50 cores) keeps the plain preference order (equal cards from the last, as HAMi walks)
+    assert uuids(fit(cards, req(2, 64, cores=50))) == ["GPU-6", "GPU-5"]
 
 
 # ---- PatchAnnotations ------------------------------------------------------------------------------------------------
@@ -564,7 +564,7 @@ def test_a_pods_second_container_on_its_own_card() -> None:
     assert uuids(got, 0) == ["dev-0"] and uuids(got, 1) == ["dev-0"]
     assert reason(fit(one_card, *two, annotations={APP: "online"})) == "1/1 CardAppClassMismatch"
     got = fit([*one_card, card("dev-1", index=1)], *two, annotations={APP: "online"})
-    assert uuids(got, 0) == ["dev-0"] and uuids(got, 1) == ["dev-1"]
+    assert uuids(got, 0) == ["dev-1"] and uuids(got, 1) == ["dev-0"]
 
 
 # ---- TestPrioritizeOnlineDevices, TestScoreOnlineDevices -----------------------------------------------------------

@@ -197,8 +197,8 @@ def test_custom_filter_rule() -> None:
     # through the core: the second container follows the first onto its GPU, and cannot go elsewhere
     two = [gpu("dev-0"), gpu("dev-1", index=1)]
     got = fit(two, req(1, 32, cores=10), req(1, 32, cores=10))
-    assert uuids(got, 0) == uuids(got, 1) == ["dev-0"]
-    got = fit(two, req(1, 100, cores=10), req(1, 100, cores=10))  # no room left on dev-0 for the second
+    assert uuids(got, 0) == uuids(got, 1) == ["dev-1"]  # the first takes the last of two equal GPUs, as HAMi
+    got = fit(two, req(1, 100, cores=10), req(1, 100, cores=10))  # no room left on dev-1 for the second
     assert reason(got) == "1/2 CardInsufficientMemory, 1/2 CardNotFoundCustomFilterRule"
 
 
@@ -206,9 +206,9 @@ def test_custom_filter_rule() -> None:
 
 
 def test_fit_success() -> None:
-    # "fit success": HAMi takes dev-1 (the last); ours the lowest index on a tie
+    # "fit success": dev-1 (the last), as HAMi (difference 8)
     got = fit([gpu("dev-0"), gpu("dev-1", index=1)], req(1, 64, cores=50))
-    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 64, 50, MT),),)
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-1", 64, 50, MT),),)
 
 
 @pytest.mark.parametrize(

@@ -149,9 +149,9 @@ def test_check_health() -> None:
 
 
 def test_fit_success() -> None:
-    # "fit success": HAMi walks from the last device (dev-1); ours takes the lowest index on a tie (difference 8)
+    # "fit success": HAMi walks from the last device (dev-1), and so do we (difference 8)
     got = fit([dev("dev-0"), dev("dev-1", index=1)], req())
-    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 0, 0, "Vastai"),),)
+    assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-1", 0, 0, "Vastai"),),)
     # TestDevices_AddResourceUsage: one more slot, no memory, no cores
     got = fit([dev("dev-0", count=2, mem=8192)], req(), usage={"dev-0": DeviceUsage(1)})
     assert isinstance(got, Decision) and got.devices == ((ContainerDevice("dev-0", 0, 0, "Vastai"),),)
@@ -194,12 +194,13 @@ def test_fit_die_mode_takes_dies_from_the_fullest_card() -> None:
     # die mode, several dies: from as few cards as possible (HAMi's computeBestCombination through Fit)
     dies = [dev("a-0", card="A"), dev("b-0", index=1, card="B"), dev("b-1", index=2, card="B"),
             dev("b-2", index=3, card="B")]  # fmt: skip
-    assert uuids(fit(dies, req(2))) == ["b-0", "b-1"]
+    # (candidates in HAMi's walk order, from the last: the first best combination is b-2, b-1)
+    assert uuids(fit(dies, req(2))) == ["b-2", "b-1"]
     assert sorted(uuids(fit(dies, req(4)))) == ["a-0", "b-0", "b-1", "b-2"]
     # one die asked: the first candidate (HAMi: the first its backward walk finds)
-    assert uuids(fit(dies, req(1))) == ["a-0"]
+    assert uuids(fit(dies, req(1))) == ["b-2"]
     # a used die is not a candidate: card B keeps two free dies, still the fullest
-    assert uuids(fit(dies, req(2), usage={"b-0": DeviceUsage(1)})) == ["b-1", "b-2"]
+    assert uuids(fit(dies, req(2), usage={"b-0": DeviceUsage(1)})) == ["b-2", "b-1"]
     # not enough free dies
     got = fit(dies, req(4), usage={"a-0": DeviceUsage(1)})
     assert reason(got) == "1/4 CardTimeSlicingExhausted, 3/4 AllocatedCardsInsufficientRequest"
@@ -226,11 +227,11 @@ def test_compute_best_combination(nums: int, cards: list[str], expected: list[st
 def test_fit_cordon() -> None:
     two = [dev("dev-0"), dev("dev-1", index=1)]
     # "cordoned device is skipped, healthy sibling still fits"; "all devices cordoned …"; "running pods on a
-    # cordoned device are unaffected"; "no annotation …" (HAMi: dev-1, the last; ours dev-0)
+    # cordoned device are unaffected"; "no annotation …" (dev-1, the last, as HAMi)
     assert uuids(fit(two, req(), cordoned=frozenset({"dev-1"}))) == ["dev-0"]
     assert reason(fit(two, req(), cordoned=frozenset({"dev-0", "dev-1"}))) == "2/2 CardCordoned"
     assert uuids(fit(two, req(), usage={"dev-1": DeviceUsage(1)}, cordoned=frozenset({"dev-1"}))) == ["dev-0"]
-    assert uuids(fit(two, req())) == ["dev-0"]
+    assert uuids(fit(two, req())) == ["dev-1"]
 
 
 def test_lock_only_for_pods_with_devices() -> None:
@@ -307,7 +308,7 @@ def test_the_die_score_is_added_to_the_usage_score() -> None:
     assert mixed.summary.score > b.summary.score + 1
     pod = PodRequest(containers=(req(2),), init_count=0)
     got = plan(pod, PodConstraints(), [mixed, b], policies=Policies(node=NodePolicy.BINPACK), rules=VENDORS.rules)
-    assert isinstance(got, Decision) and got.node == "node-a" and uuids(got) == ["node-a-0", "node-a-1"]
+    assert isinstance(got, Decision) and got.node == "node-a" and uuids(got) == ["node-a-1", "node-a-0"]
 
 
 @pytest.mark.parametrize("policy", [NodePolicy.BINPACK, NodePolicy.SPREAD])
