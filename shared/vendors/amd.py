@@ -30,7 +30,14 @@ from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.described import (
+    DescribedVendor,
+    Description,
+    Liveness,
+    ShareConfig,
+    ShareRequest,
+    share_resources,
+)
 from vgpu_scheduler.shared.vendors.simple import decode_json
 
 SECTION: Final = "amd"
@@ -150,10 +157,7 @@ class AmdVendor(DescribedVendor):
 
     @property
     def resources(self) -> ResourceNames:
-        c = self.config
-        return ResourceNames(
-            count=c.resource_count_name, memory=c.resource_memory_name or None, cores=c.resource_core_name or None
-        )
+        return share_resources(self.config)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md and

@@ -29,7 +29,13 @@ from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import rekey, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.described import (
+    DescribedVendor,
+    Description,
+    ShareConfig,
+    ShareRequest,
+    share_resources,
+)
 from vgpu_scheduler.shared.vendors.simple import decode_colon
 
 SECTION: Final = "hygon"
@@ -114,13 +120,7 @@ class HygonVendor(DescribedVendor):
 
     @property
     def resources(self) -> ResourceNames:
-        c = self.config
-        return ResourceNames(
-            count=c.resource_count_name,
-            memory=c.resource_memory_name or None,
-            cores=c.resource_core_name or None,
-            memory_unit_mib=c.memory_factor,
-        )
+        return share_resources(self.config, self.config.memory_factor)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` for DCUs, strict (see docs/vendors/hygon.md and

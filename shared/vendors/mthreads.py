@@ -39,7 +39,13 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import reader_config
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.described import (
+    DescribedVendor,
+    Description,
+    ShareConfig,
+    ShareRequest,
+    share_resources,
+)
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
@@ -170,13 +176,7 @@ class MthreadsVendor(DescribedVendor):
 
     @property
     def resources(self) -> ResourceNames:
-        c = self.config
-        return ResourceNames(
-            count=c.resource_count_name,
-            memory=c.resource_memory_name,
-            cores=c.resource_core_name,
-            memory_unit_mib=MEMORY_UNIT_MIB,
-        )
+        return share_resources(self.config, MEMORY_UNIT_MIB)
 
     # ---- requests ----------------------------------------------------------------------------------------------
 
