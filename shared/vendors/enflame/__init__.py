@@ -49,28 +49,8 @@ from vgpu_scheduler.shared.vendors.enflame.gcu import (
     GcuVendor,
     gcu_devices,
 )
-from vgpu_scheduler.shared.vendors.enflame.keys import (
-    ASSIGNED_CONTAINERS_KEY,
-    ASSIGNED_ID_KEY,
-    ASSIGNED_INDEX_KEY,
-    ASSIGNED_KEY,
-    ASSIGNED_MINOR_KEY,
-    ASSIGNED_TIME_KEY,
-    DRS_CAPACITY_KEY,
-    ENABLE_FLAG,
-    GCU,
-    GCU_ALLOCATED_KEY,
-    GCU_SHARE,
-    GCU_TO_ALLOCATE_KEY,
-    NOUSE_UUID,
-    REQUEST_SIZE_KEY,
-    SECTION,
-    USE_UUID,
-    VGCU,
-    VGCU_ALLOCATED_KEY,
-    EnflameConfig,
-    parse_config,
-)
+from vgpu_scheduler.shared.vendors.enflame.keys import *  # noqa: F403  (every name on the wire, re-exported)
+from vgpu_scheduler.shared.vendors.enflame.keys import ENABLE_FLAG, SECTION
 from vgpu_scheduler.shared.vendors.enflame.vendor import (
     VgcuVendor,
     build,
@@ -78,29 +58,12 @@ from vgpu_scheduler.shared.vendors.enflame.vendor import (
 )
 
 __all__ = [
-    "ASSIGNED_CONTAINERS_KEY",
-    "ASSIGNED_ID_KEY",
-    "ASSIGNED_INDEX_KEY",
-    "ASSIGNED_KEY",
-    "ASSIGNED_MINOR_KEY",
-    "ASSIGNED_TIME_KEY",
     "DIRECT",
-    "DRS_CAPACITY_KEY",
     "ENABLE_FLAG",
-    "GCU",
-    "GCU_ALLOCATED_KEY",
     "GCU_RULES",
-    "GCU_SHARE",
-    "GCU_TO_ALLOCATE_KEY",
-    "NOUSE_UUID",
-    "REQUEST_SIZE_KEY",
     "SECTION",
-    "USE_UUID",
-    "VGCU",
-    "VGCU_ALLOCATED_KEY",
     "VGCU_RULES",
     "DrsProfile",
-    "EnflameConfig",
     "GcuVendor",
     "VgcuRules",
     "VgcuVendor",
@@ -114,7 +77,6 @@ __all__ = [
     "encode_drs_capacity",
     "gcu_devices",
     "normalize_memory_gb",
-    "parse_config",
     "parse_profile",
     "select_profile",
 ]
