@@ -34,7 +34,7 @@ from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.common import names_section, section_key, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
 from vgpu_scheduler.shared.vendors.described import Description
 from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
@@ -64,23 +64,15 @@ class MetaxConfig:
     """The ``metax:`` section (HAMi's ``MetaxConfig``, defaults of its ``--metax-*`` flags): the whole GPUs' count
     and the sGPUs' count, memory and core names."""
 
-    resource_count_name: str = "metax-tech.com/gpu"
-    resource_vcount_name: str = "metax-tech.com/sgpu"
-    resource_vmemory_name: str = "metax-tech.com/vmemory"
-    resource_vcore_name: str = "metax-tech.com/vcore"
-
-
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceVCountName": "resource_vcount_name",
-    "resourceVMemoryName": "resource_vmemory_name",
-    "resourceVCoreName": "resource_vcore_name",
-}
+    resource_count_name: str = section_key("resourceCountName", "metax-tech.com/gpu")
+    resource_vcount_name: str = section_key("resourceVCountName", "metax-tech.com/sgpu")
+    resource_vmemory_name: str = section_key("resourceVMemoryName", "metax-tech.com/vmemory")
+    resource_vcore_name: str = section_key("resourceVCoreName", "metax-tech.com/vcore")
 
 
 def parse_config(section: object) -> MetaxConfig:
     """Validate the ``metax:`` section; absent keys keep HAMi's defaults. ConfigError names the key path."""
-    return MetaxConfig(**names_section(section, SECTION, _KEYS, unit="GPUs"))
+    return MetaxConfig(**names_section(section, SECTION, section_keys(MetaxConfig), unit="GPUs"))
 
 
 def build(section: object) -> tuple[MetaxVendor | MetaxSgpuVendor, ...]:

@@ -29,21 +29,7 @@ capacity annotation, the rules), :mod:`.vendor` (the DRS vendor and ``build``). 
 
 from __future__ import annotations
 
-from vgpu_scheduler.shared.vendors.enflame.drs import (
-    DIRECT,
-    VGCU_RULES,
-    DrsProfile,
-    VgcuRules,
-    decode_drs_capacity,
-    default_menu,
-    device_minor,
-    device_profiles,
-    drs_profiles,
-    encode_drs_capacity,
-    normalize_memory_gb,
-    parse_profile,
-    select_profile,
-)
+from vgpu_scheduler.shared.vendors.enflame.drs import *  # noqa: F403  (the DRS profiles, re-exported)
 from vgpu_scheduler.shared.vendors.enflame.gcu import (
     GCU_RULES,
     GcuVendor,
@@ -58,25 +44,12 @@ from vgpu_scheduler.shared.vendors.enflame.vendor import (
 )
 
 __all__ = [
-    "DIRECT",
     "ENABLE_FLAG",
     "GCU_RULES",
     "SECTION",
-    "VGCU_RULES",
-    "DrsProfile",
     "GcuVendor",
-    "VgcuRules",
     "VgcuVendor",
     "build",
     "container_name",
-    "decode_drs_capacity",
-    "default_menu",
-    "device_minor",
-    "device_profiles",
-    "drs_profiles",
-    "encode_drs_capacity",
     "gcu_devices",
-    "normalize_memory_gb",
-    "parse_profile",
-    "select_profile",
 ]
