@@ -50,12 +50,6 @@ NAME: Final = "AMD"
 """HAMi's common word: the ``type`` of AMD requests, ``DeviceInfo.vendor``."""
 
 REGISTER_KEY: Final = "hami.io/node-amd-register"
-TO_ALLOCATE_KEY: Final = "hami.io/amd-devices-to-allocate"
-ALLOCATED_KEY: Final = "hami.io/amd-devices-allocated"
-USE_TYPE: Final = "amd.com/use-gputype"
-NOUSE_TYPE: Final = "amd.com/nouse-gputype"
-USE_UUID: Final = "amd.com/use-gpu-uuid"
-NOUSE_UUID: Final = "amd.com/nouse-gpu-uuid"
 
 
 DEFAULT_CONFIG: Final = ShareConfig("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")
@@ -126,13 +120,13 @@ def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
 DESCRIPTION: Final = Description(
     name=NAME,
     rules=AMD_RULES,
-    allocated_key=ALLOCATED_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key="hami.io/amd-devices-allocated",
+    to_allocate_key="hami.io/amd-devices-to-allocate",
     register_key=REGISTER_KEY,
-    use_type=USE_TYPE,
-    nouse_type=NOUSE_TYPE,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
+    use_type="amd.com/use-gputype",
+    nouse_type="amd.com/nouse-gputype",
+    use_uuid="amd.com/use-gpu-uuid",
+    nouse_uuid="amd.com/nouse-gpu-uuid",
     decode_register=decode_devices_register,
     liveness=Liveness.ALLOCATABLE,
 )

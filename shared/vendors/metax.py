@@ -46,8 +46,6 @@ ENABLE_FLAG: Final[str | None] = None
 NAME: Final = "Metax-GPU"
 """HAMi's common word: the ``type`` of MetaX GPU requests and pod device entries, ``DeviceInfo.vendor``."""
 
-TO_ALLOCATE_KEY: Final = "hami.io/metax-gpu-devices-to-allocate"
-ALLOCATED_KEY: Final = "hami.io/metax-gpu-devices-allocated"
 LOSSES_KEY: Final = "metax-tech.com/gpu.topology.losses"
 SCORES_KEY: Final = "metax-tech.com/gpu.topology.scores"
 GPU_MEMORY_MIB: Final = 65536
@@ -213,8 +211,8 @@ class MetaxVendor(CountedVendor):
     description = Description(
         name=NAME,
         rules=METAX_RULES,
-        allocated_key=ALLOCATED_KEY,
-        to_allocate_key=TO_ALLOCATE_KEY,
+        allocated_key="hami.io/metax-gpu-devices-allocated",
+        to_allocate_key="hami.io/metax-gpu-devices-to-allocate",
         node_lock=NodeLockKind.NONE,
     )
     counted = Counted(

@@ -54,9 +54,6 @@ ENABLE_FLAG: Final[str | None] = None
 """HAMi v2.10 initialises Moore Threads whatever its device config holds."""
 
 NAME: Final = "Mthreads"
-ALLOCATED_KEY: Final = "hami.io/mthreads-vgpu-devices-allocated"
-USE_UUID: Final = "mthreads.ai/use-gpuuuid"
-NOUSE_UUID: Final = "mthreads.ai/nouse-gpuuuid"
 GPU_INDEX_KEY: Final = "mthreads.com/gpu-index"
 PREDICATE_TIME_KEY: Final = "mthreads.com/predicate-time"
 PREDICATE_NODE_KEY: Final = "mthreads.com/predicate-node"
@@ -166,10 +163,10 @@ class MthreadsVendor(DescribedVendor):
     description = Description(
         name=NAME,
         rules=MTHREADS_RULES,
-        allocated_key=ALLOCATED_KEY,
+        allocated_key="hami.io/mthreads-vgpu-devices-allocated",
         node_lock=NodeLockKind.NONE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
+        use_uuid="mthreads.ai/use-gpuuuid",
+        nouse_uuid="mthreads.ai/nouse-gpuuuid",
     )
 
     config: ShareConfig = DEFAULT_CONFIG
