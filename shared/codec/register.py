@@ -152,25 +152,34 @@ def encode_register_json(devices: tuple[DeviceInfo, ...] | list[DeviceInfo]) -> 
 
     A profile with no placements is written as ``null`` (a nil Go slice).
     """
-    items = []
-    for d in devices:
-        pairs: list[tuple[str, str]] = []
-        for key, val, present in (
-            ("id", dump_str(d.id), d.id != ""),
-            ("index", str(d.index), d.index != 0),
-            ("count", str(d.count), d.count != 0),
-            ("devmem", str(d.devmem_mib), d.devmem_mib != 0),
-            ("devcore", str(d.devcore), d.devcore != 0),
-            ("type", dump_str(d.type), d.type != ""),
-            ("numa", str(d.numa), d.numa != 0),
-            ("mode", dump_str(d.mode), d.mode != ""),
-            ("migProfiles", dump_array([_profile_json(p) for p in d.mig_profiles]), bool(d.mig_profiles)),
-            ("health", "true", d.health),
-        ):
-            if present:
-                pairs.append((key, val))
-        items.append(dump_object(pairs))
-    return dump_array(items)
+    return dump_array(
+        [
+            device_json(
+                d,
+                ("migProfiles", dump_array([_profile_json(p) for p in d.mig_profiles]), bool(d.mig_profiles)),
+                ("health", "true", d.health),
+            )
+            for d in devices
+        ]
+    )
+
+
+def device_json(d: DeviceInfo, *tail: tuple[str, str, bool]) -> str:
+    """One device as Go's ``json.Marshal`` writes HAMi's ``DeviceInfo`` with ``omitempty`` on every key: the keys
+    ``id,index,count,devmem,devcore,type,numa,mode`` every plugin writes, then ``tail`` (key, JSON value, present)
+    in order; a key that is not present (a zero number, an empty string) is left out."""
+    fields = (
+        ("id", dump_str(d.id), d.id != ""),
+        ("index", str(d.index), d.index != 0),
+        ("count", str(d.count), d.count != 0),
+        ("devmem", str(d.devmem_mib), d.devmem_mib != 0),
+        ("devcore", str(d.devcore), d.devcore != 0),
+        ("type", dump_str(d.type), d.type != ""),
+        ("numa", str(d.numa), d.numa != 0),
+        ("mode", dump_str(d.mode), d.mode != ""),
+        *tail,
+    )
+    return dump_object([(key, val) for key, val, present in fields if present])
 
 
 # ------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -150,16 +150,37 @@ def decimal_text(q: Fraction) -> str:
     return f"{sign}{whole}.{''.join(digits)}" + ("..." if rest else "")
 
 
-class RequestReader:
-    """Reads one container's managed resources, collecting every problem before raising."""
+class Problems:
+    """One container's refusals, collected before raising (each opens with the container's ``label``), and the
+    first step of every strict reader: a value read as a non-negative quantity."""
 
-    def __init__(self, cfg: NvidiaConfig, label: str) -> None:
-        self.cfg = cfg
+    def __init__(self, label: str) -> None:
         self.label = label
         self.problems: list[str] = []
 
     def problem(self, text: str) -> None:
         self.problems.append(f"{self.label}: {text}")
+
+    def quantity(self, raw: Any, name: str, hint: Callable[[], str]) -> Fraction | None:
+        """``raw`` as a quantity that is not negative; None when it is not one, the refusal (ending in ``hint()``,
+        asked only then) recorded."""
+        try:
+            q = parse_quantity(raw, name)
+        except DecodeError:
+            self.problem(f"{name}: {shown_value(raw)} is not a number; {hint()}")
+            return None
+        if q < 0:
+            self.problem(f"{name} cannot be negative: got {shown_value(raw)}; {hint()}")
+            return None
+        return q
+
+
+class RequestReader(Problems):
+    """Reads one container's managed resources, collecting every problem before raising."""
+
+    def __init__(self, cfg: NvidiaConfig, label: str) -> None:
+        super().__init__(label)
+        self.cfg = cfg
 
     # ---- hints -------------------------------------------------------------------------------------------------
 

@@ -141,48 +141,49 @@ _CONSTRAINT_KEYS = frozenset(
 """Every annotation :func:`decode_pod_constraints` reads."""
 
 
+def annotation_text(annotations: Mapping[str, str], key: str) -> str | None:
+    """The value of annotation ``key``, None when absent; a value that is not a string is a DecodeError naming
+    ``key``."""
+    v = annotations.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        fail(key, f"annotation value must be a string, got {type(v).__name__}")
+    return v
+
+
 def decode_pod_constraints(annotations: Mapping[str, str]) -> PodConstraints:
     """Everything a pod's annotations say about device choice; absent keys leave the defaults."""
     if _CONSTRAINT_KEYS.isdisjoint(annotations):  # most pods: none of them
         return NO_CONSTRAINTS
     a = annotations
 
-    def text(key: str) -> str | None:
-        v = a.get(key)
-        if v is None:
-            return None
-        if not isinstance(v, str):
-            fail(key, f"annotation value must be a string, got {type(v).__name__}")
-        return v
-
     use_types: tuple[str, ...] = ()
     nouse_types: tuple[str, ...] = ()
     use_uuids: frozenset[str] = frozenset()
     nouse_uuids: frozenset[str] = frozenset()
-    if (v := text(keys.USE_GPUTYPE)) is not None:
+    if (v := annotation_text(a, keys.USE_GPUTYPE)) is not None:
         use_types = decode_type_list(v)
         _use_list_guard(v, bool(use_types), keys.USE_GPUTYPE)
-    if (v := text(keys.NOUSE_GPUTYPE)) is not None:
+    if (v := annotation_text(a, keys.NOUSE_GPUTYPE)) is not None:
         nouse_types = decode_type_list(v)
-    if (v := text(keys.USE_GPUUUID)) is not None:
+    if (v := annotation_text(a, keys.USE_GPUUUID)) is not None:
         use_uuids = decode_uuid_list(v)
         _use_list_guard(v, bool(use_uuids), keys.USE_GPUUUID)
-    if (v := text(keys.NOUSE_GPUUUID)) is not None:
+    if (v := annotation_text(a, keys.NOUSE_GPUUUID)) is not None:
         nouse_uuids = decode_uuid_list(v)
-    numa = text(keys.NUMA_BIND)
-    node_policy = text(keys.NODE_SCHEDULER_POLICY)
-    gpu_policy = text(keys.GPU_SCHEDULER_POLICY)
-    weights = text(keys.DEVICE_SCORING_WEIGHTS)
+    numa = annotation_text(a, keys.NUMA_BIND)
+    node_policy = annotation_text(a, keys.NODE_SCHEDULER_POLICY)
+    gpu_policy = annotation_text(a, keys.GPU_SCHEDULER_POLICY)
+    weights = annotation_text(a, keys.DEVICE_SCORING_WEIGHTS)
     return PodConstraints(
         use_types=use_types,
         nouse_types=nouse_types,
         use_uuids=use_uuids,
         nouse_uuids=nouse_uuids,
         numa_bind=decode_numa_bind(numa) if numa is not None else False,
-        vgpu_mode=text(keys.VGPU_MODE),
+        vgpu_mode=annotation_text(a, keys.VGPU_MODE),
         node_policy=decode_node_policy(node_policy) if node_policy is not None else None,
         gpu_policy=decode_gpu_policy(gpu_policy) if gpu_policy is not None else None,
         weights=decode_scoring_weights(weights) if weights is not None else ScoringWeights(),
     )
-
-

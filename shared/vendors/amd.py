@@ -30,7 +30,14 @@ from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.described import (
+    DescribedVendor,
+    Description,
+    Liveness,
+    ShareConfig,
+    ShareRequest,
+    share_resources,
+)
 from vgpu_scheduler.shared.vendors.simple import decode_json
 
 SECTION: Final = "amd"
@@ -43,12 +50,6 @@ NAME: Final = "AMD"
 """HAMi's common word: the ``type`` of AMD requests, ``DeviceInfo.vendor``."""
 
 REGISTER_KEY: Final = "hami.io/node-amd-register"
-TO_ALLOCATE_KEY: Final = "hami.io/amd-devices-to-allocate"
-ALLOCATED_KEY: Final = "hami.io/amd-devices-allocated"
-USE_TYPE: Final = "amd.com/use-gputype"
-NOUSE_TYPE: Final = "amd.com/nouse-gputype"
-USE_UUID: Final = "amd.com/use-gpu-uuid"
-NOUSE_UUID: Final = "amd.com/nouse-gpu-uuid"
 
 
 DEFAULT_CONFIG: Final = ShareConfig("amd.com/gpu", "amd.com/gpumem", "amd.com/gpucores")
@@ -119,13 +120,13 @@ def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
 DESCRIPTION: Final = Description(
     name=NAME,
     rules=AMD_RULES,
-    allocated_key=ALLOCATED_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key="hami.io/amd-devices-allocated",
+    to_allocate_key="hami.io/amd-devices-to-allocate",
     register_key=REGISTER_KEY,
-    use_type=USE_TYPE,
-    nouse_type=NOUSE_TYPE,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
+    use_type="amd.com/use-gputype",
+    nouse_type="amd.com/nouse-gputype",
+    use_uuid="amd.com/use-gpu-uuid",
+    nouse_uuid="amd.com/nouse-gpu-uuid",
     decode_register=decode_devices_register,
     liveness=Liveness.ALLOCATABLE,
 )
@@ -150,10 +151,7 @@ class AmdVendor(DescribedVendor):
 
     @property
     def resources(self) -> ResourceNames:
-        c = self.config
-        return ResourceNames(
-            count=c.resource_count_name, memory=c.resource_memory_name or None, cores=c.resource_core_name or None
-        )
+        return share_resources(self.config)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md and

@@ -35,11 +35,6 @@ NAME: Final = "Biren"
 """HAMi's common word: the ``type`` of Biren requests and pod device entries, ``DeviceInfo.vendor``."""
 
 REGISTER_KEY: Final = "hami.io/node-biren-register"
-HANDSHAKE_KEY: Final = "hami.io/node-handshake-biren"
-TO_ALLOCATE_KEY: Final = "hami.io/Biren-devices-to-allocate"
-ALLOCATED_KEY: Final = "hami.io/Biren-devices-allocated"
-USE_UUID: Final = "birentech.com/use-gpuuuid"
-NOUSE_UUID: Final = "birentech.com/nouse-gpuuuid"
 CARD_CORES: Final = 100
 """HAMi sets every registered card's core total to 100 ("only for calscore use")."""
 
@@ -72,12 +67,12 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
 DESCRIPTION: Final = Description(
     name=NAME,
     rules=BIREN_RULES,
-    allocated_key=ALLOCATED_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key="hami.io/Biren-devices-allocated",
+    to_allocate_key="hami.io/Biren-devices-to-allocate",
     register_key=REGISTER_KEY,
-    handshake_key=HANDSHAKE_KEY,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
+    handshake_key="hami.io/node-handshake-biren",
+    use_uuid="birentech.com/use-gpuuuid",
+    nouse_uuid="birentech.com/nouse-gpuuuid",
     decode_register=decode_devices_register,
 )
 """Biren's wire names and ``Fit``; the vendor is :class:`~shared.vendors.slotonly.SlotOnlyVendor`."""

@@ -3,14 +3,17 @@ register-codec error keys. Pure."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from vgpu_scheduler.shared.codec._go import fail, trim_space
 from vgpu_scheduler.shared.codec.register import WHAT as NVIDIA_REGISTER
 from vgpu_scheduler.shared.codec.selectors import decode_type_list, decode_uuid_list
 from vgpu_scheduler.shared.domain.model import DeviceInfo, NvidiaConfig, Selectors
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+
+_T = TypeVar("_T")
 
 
 def uuid_selectors_ok(dev: DeviceInfo, sel: Selectors) -> bool:
@@ -67,6 +70,21 @@ def reader_config(count: str, memory: str, cores: str, memory_factor: int = 1) -
         resource_priority_name="",
         memory_factor=memory_factor,
     )
+
+
+_SECTION_KEY: Final = "section_key"
+
+
+def section_key(key: str, default: _T) -> _T:
+    """A field of a vendor's config dataclass that its device-config section sets under ``key`` (HAMi's YAML
+    name), ``default`` when absent: :func:`section_keys` reads the keys back."""
+    value: _T = dataclasses.field(default=default, metadata={_SECTION_KEY: key})
+    return value
+
+
+def section_keys(config: type[Any]) -> dict[str, str]:
+    """The section's keys of a config dataclass whose fields say theirs (:func:`section_key`): YAML key → field."""
+    return {f.metadata[_SECTION_KEY]: f.name for f in dataclasses.fields(config) if _SECTION_KEY in f.metadata}
 
 
 def names_section(

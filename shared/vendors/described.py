@@ -334,3 +334,18 @@ class ShareNames(Protocol):
 
     @property
     def resource_core_name(self) -> str: ...
+
+
+def share_resources(
+    c: ShareNames, memory_unit_mib: int = 1, *, memory_percentage: str | None = None, extra: tuple[str, ...] = ()
+) -> ResourceNames:
+    """The :class:`~shared.vendors.base.ResourceNames` of a count + memory + cores config (a blank memory or core
+    name: the family has none); ``memory_unit_mib`` is one memory unit's worth."""
+    return ResourceNames(
+        count=c.resource_count_name,
+        memory=c.resource_memory_name or None,
+        cores=c.resource_core_name or None,
+        memory_percentage=memory_percentage,
+        memory_unit_mib=memory_unit_mib,
+        extra=extra,
+    )

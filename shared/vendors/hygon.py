@@ -29,7 +29,13 @@ from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import rekey, uuid_selectors_ok
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.described import (
+    DescribedVendor,
+    Description,
+    ShareConfig,
+    ShareRequest,
+    share_resources,
+)
 from vgpu_scheduler.shared.vendors.simple import decode_colon
 
 SECTION: Final = "hygon"
@@ -42,13 +48,6 @@ NAME: Final = "DCU"
 """HAMi's common word: the ``type`` of DCU requests and pod device entries, ``DeviceInfo.vendor``."""
 
 REGISTER_KEY: Final = "hami.io/node-dcu-register"
-HANDSHAKE_KEY: Final = "hami.io/node-handshake-dcu"
-TO_ALLOCATE_KEY: Final = "hami.io/dcu-devices-to-allocate"
-ALLOCATED_KEY: Final = "hami.io/dcu-devices-allocated"
-USE_TYPE: Final = "hygon.com/use-dcutype"
-NOUSE_TYPE: Final = "hygon.com/nouse-dcutype"
-USE_UUID: Final = "hygon.com/use-gpuuuid"
-NOUSE_UUID: Final = "hygon.com/nouse-gpuuuid"
 
 
 DEFAULT_CONFIG: Final = ShareConfig("hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores")
@@ -87,14 +86,14 @@ def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
 DESCRIPTION: Final = Description(
     name=NAME,
     rules=DCU_RULES,
-    allocated_key=ALLOCATED_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key="hami.io/dcu-devices-allocated",
+    to_allocate_key="hami.io/dcu-devices-to-allocate",
     register_key=REGISTER_KEY,
-    handshake_key=HANDSHAKE_KEY,
-    use_type=USE_TYPE,
-    nouse_type=NOUSE_TYPE,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
+    handshake_key="hami.io/node-handshake-dcu",
+    use_type="hygon.com/use-dcutype",
+    nouse_type="hygon.com/nouse-dcutype",
+    use_uuid="hygon.com/use-gpuuuid",
+    nouse_uuid="hygon.com/nouse-gpuuuid",
     decode_register=decode_devices_register,
 )
 """DCU registration (colon format) is observed through the handshake, always (DCU plugins speak it): live while
@@ -114,13 +113,7 @@ class HygonVendor(DescribedVendor):
 
     @property
     def resources(self) -> ResourceNames:
-        c = self.config
-        return ResourceNames(
-            count=c.resource_count_name,
-            memory=c.resource_memory_name or None,
-            cores=c.resource_core_name or None,
-            memory_unit_mib=c.memory_factor,
-        )
+        return share_resources(self.config, self.config.memory_factor)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests`` for DCUs, strict (see docs/vendors/hygon.md and

@@ -34,7 +34,7 @@ from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import rekey
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest, share_resources
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, decode_colon
 
@@ -181,13 +181,7 @@ class IluvatarVendor(DescribedVendor):
 
     @property
     def resources(self) -> ResourceNames:
-        c = self.chip
-        return ResourceNames(
-            count=c.resource_count_name,
-            memory=c.resource_memory_name or None,
-            cores=c.resource_core_name or None,
-            memory_unit_mib=MEMORY_UNIT_MIB,
-        )
+        return share_resources(self.chip, MEMORY_UNIT_MIB)
 
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``, strict (:meth:`~shared.vendors.described.ShareRequest.read`): memory

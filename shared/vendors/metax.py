@@ -34,7 +34,7 @@ from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.common import names_section, section_key, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
 from vgpu_scheduler.shared.vendors.described import Description
 from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
@@ -46,8 +46,6 @@ ENABLE_FLAG: Final[str | None] = None
 NAME: Final = "Metax-GPU"
 """HAMi's common word: the ``type`` of MetaX GPU requests and pod device entries, ``DeviceInfo.vendor``."""
 
-TO_ALLOCATE_KEY: Final = "hami.io/metax-gpu-devices-to-allocate"
-ALLOCATED_KEY: Final = "hami.io/metax-gpu-devices-allocated"
 LOSSES_KEY: Final = "metax-tech.com/gpu.topology.losses"
 SCORES_KEY: Final = "metax-tech.com/gpu.topology.scores"
 GPU_MEMORY_MIB: Final = 65536
@@ -64,23 +62,15 @@ class MetaxConfig:
     """The ``metax:`` section (HAMi's ``MetaxConfig``, defaults of its ``--metax-*`` flags): the whole GPUs' count
     and the sGPUs' count, memory and core names."""
 
-    resource_count_name: str = "metax-tech.com/gpu"
-    resource_vcount_name: str = "metax-tech.com/sgpu"
-    resource_vmemory_name: str = "metax-tech.com/vmemory"
-    resource_vcore_name: str = "metax-tech.com/vcore"
-
-
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceVCountName": "resource_vcount_name",
-    "resourceVMemoryName": "resource_vmemory_name",
-    "resourceVCoreName": "resource_vcore_name",
-}
+    resource_count_name: str = section_key("resourceCountName", "metax-tech.com/gpu")
+    resource_vcount_name: str = section_key("resourceVCountName", "metax-tech.com/sgpu")
+    resource_vmemory_name: str = section_key("resourceVMemoryName", "metax-tech.com/vmemory")
+    resource_vcore_name: str = section_key("resourceVCoreName", "metax-tech.com/vcore")
 
 
 def parse_config(section: object) -> MetaxConfig:
     """Validate the ``metax:`` section; absent keys keep HAMi's defaults. ConfigError names the key path."""
-    return MetaxConfig(**names_section(section, SECTION, _KEYS, unit="GPUs"))
+    return MetaxConfig(**names_section(section, SECTION, section_keys(MetaxConfig), unit="GPUs"))
 
 
 def build(section: object) -> tuple[MetaxVendor | MetaxSgpuVendor, ...]:
@@ -221,8 +211,8 @@ class MetaxVendor(CountedVendor):
     description = Description(
         name=NAME,
         rules=METAX_RULES,
-        allocated_key=ALLOCATED_KEY,
-        to_allocate_key=TO_ALLOCATE_KEY,
+        allocated_key="hami.io/metax-gpu-devices-allocated",
+        to_allocate_key="hami.io/metax-gpu-devices-to-allocate",
         node_lock=NodeLockKind.NONE,
     )
     counted = Counted(

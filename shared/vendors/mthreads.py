@@ -39,7 +39,13 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import reader_config
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareConfig, ShareRequest
+from vgpu_scheduler.shared.vendors.described import (
+    DescribedVendor,
+    Description,
+    ShareConfig,
+    ShareRequest,
+    share_resources,
+)
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
@@ -48,9 +54,6 @@ ENABLE_FLAG: Final[str | None] = None
 """HAMi v2.10 initialises Moore Threads whatever its device config holds."""
 
 NAME: Final = "Mthreads"
-ALLOCATED_KEY: Final = "hami.io/mthreads-vgpu-devices-allocated"
-USE_UUID: Final = "mthreads.ai/use-gpuuuid"
-NOUSE_UUID: Final = "mthreads.ai/nouse-gpuuuid"
 GPU_INDEX_KEY: Final = "mthreads.com/gpu-index"
 PREDICATE_TIME_KEY: Final = "mthreads.com/predicate-time"
 PREDICATE_NODE_KEY: Final = "mthreads.com/predicate-node"
@@ -160,23 +163,17 @@ class MthreadsVendor(DescribedVendor):
     description = Description(
         name=NAME,
         rules=MTHREADS_RULES,
-        allocated_key=ALLOCATED_KEY,
+        allocated_key="hami.io/mthreads-vgpu-devices-allocated",
         node_lock=NodeLockKind.NONE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
+        use_uuid="mthreads.ai/use-gpuuuid",
+        nouse_uuid="mthreads.ai/nouse-gpuuuid",
     )
 
     config: ShareConfig = DEFAULT_CONFIG
 
     @property
     def resources(self) -> ResourceNames:
-        c = self.config
-        return ResourceNames(
-            count=c.resource_count_name,
-            memory=c.resource_memory_name,
-            cores=c.resource_core_name,
-            memory_unit_mib=MEMORY_UNIT_MIB,
-        )
+        return share_resources(self.config, MEMORY_UNIT_MIB)
 
     # ---- requests ----------------------------------------------------------------------------------------------
 

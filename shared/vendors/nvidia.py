@@ -34,7 +34,7 @@ from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, share_resources
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 
 
@@ -57,12 +57,10 @@ class NvidiaVendor(DescribedVendor):
     @property
     def resources(self) -> ResourceNames:
         c = self.config
-        return ResourceNames(
-            count=c.resource_count_name,
-            memory=c.resource_memory_name,
-            cores=c.resource_core_name,
+        return share_resources(
+            c,
+            max(c.memory_factor, 1),
             memory_percentage=c.resource_memory_percentage_name,
-            memory_unit_mib=max(c.memory_factor, 1),
             extra=(c.resource_priority_name,),
         )
 

@@ -51,11 +51,6 @@ ENABLE_FLAG: Final[str | None] = None
 
 NAME: Final = "Vastai"
 REGISTER_KEY: Final = "hami.io/node-va-register"
-HANDSHAKE_KEY: Final = "hami.io/node-handshake-va"
-TO_ALLOCATE_KEY: Final = "hami.io/Vastai-devices-to-allocate"
-ALLOCATED_KEY: Final = "hami.io/Vastai-devices-allocated"
-USE_UUID: Final = "vastaitech.com/use-gpuuuid"
-NOUSE_UUID: Final = "vastaitech.com/nouse-gpuuuid"
 CARD_CORES: Final = 100
 DIE_MODE: Final = "die"
 """``custominfo.DeviceStrategy`` of a plugin that registers dies; the device's mode is ``die:<AIC>``."""
@@ -208,12 +203,12 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
 DESCRIPTION: Final = Description(
     name=NAME,
     rules=VASTAI_RULES,
-    allocated_key=ALLOCATED_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
+    allocated_key="hami.io/Vastai-devices-allocated",
+    to_allocate_key="hami.io/Vastai-devices-to-allocate",
     register_key=REGISTER_KEY,
-    handshake_key=HANDSHAKE_KEY,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
+    handshake_key="hami.io/node-handshake-va",
+    use_uuid="vastaitech.com/use-gpuuuid",
+    nouse_uuid="vastaitech.com/nouse-gpuuuid",
     decode_register=decode_devices_register,
 )
 """Vastai's wire names and ``Fit`` (with die mode) (dies with their ``custominfo``); the vendor

@@ -23,7 +23,7 @@ from vgpu_scheduler.shared.codec._go import (
     loads,
     struct_fields,
 )
-from vgpu_scheduler.shared.codec.register import device_from_fields
+from vgpu_scheduler.shared.codec.register import device_from_fields, device_json
 from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.vendors.ascend.config import NETWORK_ID
 
@@ -106,24 +106,15 @@ def encode_registration(devices: Sequence[DeviceInfo], network_ids: Mapping[str,
     nets = network_ids or {}
     items = []
     for d in devices:
-        pairs: list[tuple[str, str]] = []
         net = nets.get(d.id)
-        for key, val, present in (
-            ("id", dump_str(d.id), d.id != ""),
-            ("index", str(d.index), d.index != 0),
-            ("count", str(d.count), d.count != 0),
-            ("devmem", str(d.devmem_mib), d.devmem_mib != 0),
-            ("devcore", str(d.devcore), d.devcore != 0),
-            ("type", dump_str(d.type), d.type != ""),
-            ("numa", str(d.numa), d.numa != 0),
-            ("mode", dump_str(d.mode), d.mode != ""),
-            ("health", "true", d.health),
-            ("devicevendor", dump_str(d.vendor), d.vendor != ""),
-            ("custominfo", dump_object([(NETWORK_ID, str(net))]), net is not None),
-        ):
-            if present:
-                pairs.append((key, val))
-        items.append(dump_object(pairs))
+        items.append(
+            device_json(
+                d,
+                ("health", "true", d.health),
+                ("devicevendor", dump_str(d.vendor), d.vendor != ""),
+                ("custominfo", dump_object([(NETWORK_ID, str(net))]), net is not None),
+            )
+        )
     return dump_array(items)
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import (
+    Problems,
     ResourceRequestError,
     container_label,
     container_lists,
@@ -18,7 +18,6 @@ from vgpu_scheduler.shared.codec.resources import (
     shown_value,
 )
 from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, MEM_PCT_UNSET, ContainerRequest
-from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.ascend.config import (
     _BINARY_SUFFIX,
     _MIB,
@@ -32,26 +31,17 @@ from vgpu_scheduler.shared.vendors.ascend.config import (
 # ------------------------------------------------------------------------------------------------------------
 
 
-class _Reader:
+class _Reader(Problems):
     """Reads one container's Ascend resources, collecting every problem."""
 
     def __init__(self, chip: ChipConfig, label: str) -> None:
+        super().__init__(label)
         self.chip = chip
-        self.label = label
-        self.problems: list[str] = []
-
-    def problem(self, text: str) -> None:
-        self.problems.append(f"{self.label}: {text}")
 
     def read(self, raw: Any, name: str, *, memory: bool) -> int | None:
         """A whole, non-negative, int32 value (None when refused; the refusal is recorded)."""
-        try:
-            q = parse_quantity(raw, name)
-        except DecodeError:
-            self.problem(f"{name}: {shown_value(raw)} is not a number; {self._hint(name, memory)}")
-            return None
-        if q < 0:
-            self.problem(f"{name} cannot be negative: got {shown_value(raw)}; {self._hint(name, memory)}")
+        q = self.quantity(raw, name, lambda: self._hint(name, memory))
+        if q is None:
             return None
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
         if memory and binary is not None:

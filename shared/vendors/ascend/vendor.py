@@ -15,7 +15,7 @@ from vgpu_scheduler.shared.codec.resources import (
     container_label,
     container_lists,
 )
-from vgpu_scheduler.shared.codec.selectors import decode_cordon
+from vgpu_scheduler.shared.codec.selectors import annotation_text, decode_cordon
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodeInventory, PodDevices, Selectors
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
@@ -182,7 +182,7 @@ class AscendVendor(DescribedVendor):
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
         sel = uuid_selectors(annotations, self.use_uuid_key, self.no_use_uuid_key, "NPU")
         mode = ""
-        if (v := _text(annotations, VNPU_MODE_ANNOTATION)) is not None:
+        if (v := annotation_text(annotations, VNPU_MODE_ANNOTATION)) is not None:
             if v not in ("", VNPU_MODE_HAMI_CORE, "template"):
                 fail(VNPU_MODE_ANNOTATION, f"expected {VNPU_MODE_HAMI_CORE} (the soft split) or template", v)
             mode = v if v == VNPU_MODE_HAMI_CORE else ""
@@ -320,12 +320,3 @@ def _last_is_empty(env: Sequence[Any], name: str) -> bool:
         if isinstance(e, Mapping) and e.get("name") == name:
             return e.get("valueFrom") is None and e.get("value", "") == ""
     return False
-
-
-def _text(annotations: Mapping[str, str], key: str) -> str | None:
-    v = annotations.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        fail(key, f"annotation value must be a string, got {type(v).__name__}")
-    return v

@@ -45,28 +45,8 @@ from vgpu_scheduler.shared.vendors.awsneuron.fit import (
     is_ring,
     tagged_cores,
 )
-from vgpu_scheduler.shared.vendors.awsneuron.keys import (
-    ALLOC_TIME_KEY,
-    ALLOCATED_FLAG_KEY,
-    ALLOCATED_KEY,
-    ASSIGNED_IDS_KEY,
-    CORE_TAG,
-    ENABLE_FLAG,
-    INSTANCE_TYPE_LABEL,
-    MAX_CORES,
-    MAX_CORES_PER_DEVICE,
-    MAX_DEVICES,
-    NAME,
-    NOUSE_UUID,
-    PREDICATE_NODE_KEY,
-    RESOURCE_TYPE_KEY,
-    RING_GROUPS,
-    SECTION,
-    TRAINIUM_SIZES,
-    USE_UUID,
-    AWSNeuronConfig,
-    parse_config,
-)
+from vgpu_scheduler.shared.vendors.awsneuron.keys import *  # noqa: F403  (every name on the wire, re-exported)
+from vgpu_scheduler.shared.vendors.awsneuron.keys import ENABLE_FLAG, SECTION
 from vgpu_scheduler.shared.vendors.awsneuron.requests import (
     devices_from_capacity,
     split_cores,
@@ -77,26 +57,9 @@ from vgpu_scheduler.shared.vendors.awsneuron.vendor import (
 )
 
 __all__ = [
-    "ALLOCATED_FLAG_KEY",
-    "ALLOCATED_KEY",
-    "ALLOC_TIME_KEY",
-    "ASSIGNED_IDS_KEY",
     "AWSNEURON_RULES",
-    "CORE_TAG",
     "ENABLE_FLAG",
-    "INSTANCE_TYPE_LABEL",
-    "MAX_CORES",
-    "MAX_CORES_PER_DEVICE",
-    "MAX_DEVICES",
-    "NAME",
-    "NOUSE_UUID",
-    "PREDICATE_NODE_KEY",
-    "RESOURCE_TYPE_KEY",
-    "RING_GROUPS",
     "SECTION",
-    "TRAINIUM_SIZES",
-    "USE_UUID",
-    "AWSNeuronConfig",
     "AWSNeuronRules",
     "AWSNeuronVendor",
     "bits",
@@ -110,7 +73,6 @@ __all__ = [
     "devices_from_capacity",
     "free_run",
     "is_ring",
-    "parse_config",
     "split_cores",
     "tagged_cores",
 ]

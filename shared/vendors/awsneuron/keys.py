@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.common import names_section, section_key, section_keys
 
 SECTION: Final = "awsneuron"
 ENABLE_FLAG: Final[str | None] = None
@@ -39,15 +38,14 @@ CORE_TAG: Final = "core="
 class AWSNeuronConfig:
     """The ``awsneuron:`` section (HAMi's ``AWSNeuronConfig``)."""
 
-    resource_count_name: str = "aws.amazon.com/neuron"
-    resource_core_name: str = "aws.amazon.com/neuroncore"
-
-
-_KEYS: Mapping[str, str] = {"resourceCountName": "resource_count_name", "resourceCoreName": "resource_core_name"}
+    resource_count_name: str = section_key("resourceCountName", "aws.amazon.com/neuron")
+    resource_core_name: str = section_key("resourceCoreName", "aws.amazon.com/neuroncore")
 
 
 def parse_config(section: object) -> AWSNeuronConfig:
     """Validate the ``awsneuron:`` section; absent keys keep HAMi's defaults. The core name registers the devices'
     cores (node capacity), so it must not be empty either. ConfigError names the key path."""
     required = {"resourceCoreName": "the devices' cores register through it"}
-    return AWSNeuronConfig(**names_section(section, SECTION, _KEYS, unit="Neuron devices", required=required))
+    return AWSNeuronConfig(
+        **names_section(section, SECTION, section_keys(AWSNeuronConfig), unit="Neuron devices", required=required)
+    )

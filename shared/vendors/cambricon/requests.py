@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
-from vgpu_scheduler.shared.codec.quantity import parse_quantity
-from vgpu_scheduler.shared.codec.resources import decimal_text, shown_value
-from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.codec.resources import Problems, decimal_text, shown_value
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.cambricon.keys import _BINARY_SUFFIX, _INT32_MAX, _MIB, CARD_CORES, MEMORY_UNIT_MIB
 
@@ -18,30 +14,17 @@ from vgpu_scheduler.shared.vendors.cambricon.keys import _BINARY_SUFFIX, _INT32_
 # ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Reader:
-    names: ResourceNames
-    label: str
-    problems: list[str] = field(default_factory=list)
+class _Reader(Problems):
+    """Reads one container's Cambricon resources, collecting every problem."""
 
-    def problem(self, text: str) -> None:
-        self.problems.append(f"{self.label}: {text}")
-
-    def quantity(self, raw: Any, name: str, hint: str) -> Fraction | None:
-        try:
-            q = parse_quantity(raw, name)
-        except DecodeError:
-            self.problem(f"{name}: {shown_value(raw)} is not a number; {hint}")
-            return None
-        if q < 0:
-            self.problem(f"{name} cannot be negative: got {shown_value(raw)}; {hint}")
-            return None
-        return q
+    def __init__(self, names: ResourceNames, label: str) -> None:
+        super().__init__(label)
+        self.names = names
 
     def count(self, raw: Any) -> int | None:
         name = self.names.count
         hint = f"write a whole number of MLUs, e.g. {name}: 1"
-        q = self.quantity(raw, name, hint)
+        q = self.quantity(raw, name, lambda: hint)
         if q is None:
             return None
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
@@ -66,7 +49,7 @@ class _Reader:
         name = self.names.memory or ""
         limit = _INT32_MAX // MEMORY_UNIT_MIB
         hint = f"write a whole number of {MEMORY_UNIT_MIB} MiB units, e.g. {name}: 16 for 4 GiB"
-        q = self.quantity(raw, name, hint)
+        q = self.quantity(raw, name, lambda: hint)
         if q is None:
             return None
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None
@@ -88,7 +71,7 @@ class _Reader:
     def cores(self, raw: Any) -> int | None:
         name = self.names.cores or ""
         hint = "write a whole number from 0 to 100 (percent of one MLU)"
-        q = self.quantity(raw, name, hint)
+        q = self.quantity(raw, name, lambda: hint)
         if q is None:
             return None
         binary = _BINARY_SUFFIX.match(raw.strip()) if isinstance(raw, str) else None

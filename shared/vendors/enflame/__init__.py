@@ -29,48 +29,14 @@ capacity annotation, the rules), :mod:`.vendor` (the DRS vendor and ``build``). 
 
 from __future__ import annotations
 
-from vgpu_scheduler.shared.vendors.enflame.drs import (
-    DIRECT,
-    VGCU_RULES,
-    DrsProfile,
-    VgcuRules,
-    decode_drs_capacity,
-    default_menu,
-    device_minor,
-    device_profiles,
-    drs_profiles,
-    encode_drs_capacity,
-    normalize_memory_gb,
-    parse_profile,
-    select_profile,
-)
+from vgpu_scheduler.shared.vendors.enflame.drs import *  # noqa: F403  (the DRS profiles, re-exported)
 from vgpu_scheduler.shared.vendors.enflame.gcu import (
     GCU_RULES,
     GcuVendor,
     gcu_devices,
 )
-from vgpu_scheduler.shared.vendors.enflame.keys import (
-    ASSIGNED_CONTAINERS_KEY,
-    ASSIGNED_ID_KEY,
-    ASSIGNED_INDEX_KEY,
-    ASSIGNED_KEY,
-    ASSIGNED_MINOR_KEY,
-    ASSIGNED_TIME_KEY,
-    DRS_CAPACITY_KEY,
-    ENABLE_FLAG,
-    GCU,
-    GCU_ALLOCATED_KEY,
-    GCU_SHARE,
-    GCU_TO_ALLOCATE_KEY,
-    NOUSE_UUID,
-    REQUEST_SIZE_KEY,
-    SECTION,
-    USE_UUID,
-    VGCU,
-    VGCU_ALLOCATED_KEY,
-    EnflameConfig,
-    parse_config,
-)
+from vgpu_scheduler.shared.vendors.enflame.keys import *  # noqa: F403  (every name on the wire, re-exported)
+from vgpu_scheduler.shared.vendors.enflame.keys import ENABLE_FLAG, SECTION
 from vgpu_scheduler.shared.vendors.enflame.vendor import (
     VgcuVendor,
     build,
@@ -78,43 +44,12 @@ from vgpu_scheduler.shared.vendors.enflame.vendor import (
 )
 
 __all__ = [
-    "ASSIGNED_CONTAINERS_KEY",
-    "ASSIGNED_ID_KEY",
-    "ASSIGNED_INDEX_KEY",
-    "ASSIGNED_KEY",
-    "ASSIGNED_MINOR_KEY",
-    "ASSIGNED_TIME_KEY",
-    "DIRECT",
-    "DRS_CAPACITY_KEY",
     "ENABLE_FLAG",
-    "GCU",
-    "GCU_ALLOCATED_KEY",
     "GCU_RULES",
-    "GCU_SHARE",
-    "GCU_TO_ALLOCATE_KEY",
-    "NOUSE_UUID",
-    "REQUEST_SIZE_KEY",
     "SECTION",
-    "USE_UUID",
-    "VGCU",
-    "VGCU_ALLOCATED_KEY",
-    "VGCU_RULES",
-    "DrsProfile",
-    "EnflameConfig",
     "GcuVendor",
-    "VgcuRules",
     "VgcuVendor",
     "build",
     "container_name",
-    "decode_drs_capacity",
-    "default_menu",
-    "device_minor",
-    "device_profiles",
-    "drs_profiles",
-    "encode_drs_capacity",
     "gcu_devices",
-    "normalize_memory_gb",
-    "parse_config",
-    "parse_profile",
-    "select_profile",
 ]

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from vgpu_scheduler.shared.errors import ConfigError
-from vgpu_scheduler.shared.vendors.common import names_section
+from vgpu_scheduler.shared.vendors.common import names_section, section_key, section_keys
 
 SECTION: Final = "enflame"
 ENABLE_FLAG: Final[str | None] = None
@@ -45,31 +44,21 @@ _INT_RE: Final = re.compile(r"[+-]?[0-9]+\Z")
 class EnflameConfig:
     """The ``enflame:`` section (HAMi's ``EnflameConfig``, defaults of ``InitDefaultDevices``)."""
 
-    resource_name_gcu: str = "enflame.com/gcu"
-    resource_name_drs_gcu: str = "enflame.com/drs-gcu"
-    resource_name_gcu_memory: str = "enflame.com/gcu-memory"
-    resource_name_gcu_core: str = "enflame.com/gcu-core"
-    resource_name_vgcu: str = ""
+    resource_name_gcu: str = section_key("resourceNameGCU", "enflame.com/gcu")
+    resource_name_drs_gcu: str = section_key("resourceNameDRSGCU", "enflame.com/drs-gcu")
+    resource_name_gcu_memory: str = section_key("resourceNameGCUMemory", "enflame.com/gcu-memory")
+    resource_name_gcu_core: str = section_key("resourceNameGCUCore", "enflame.com/gcu-core")
+    resource_name_vgcu: str = section_key("resourceNameVGCU", "")
     """The legacy shared-GCU count name: used as the DRS name when ``resourceNameDRSGCU`` is not given."""
-    resource_name_vgcu_percentage: str = ""
+    resource_name_vgcu_percentage: str = section_key("resourceNameVGCUPercentage", "")
     """The legacy shared-GCU percentage name: accepted, unused (as in HAMi v2.10)."""
-
-
-_KEYS: Mapping[str, str] = {
-    "resourceNameGCU": "resource_name_gcu",
-    "resourceNameDRSGCU": "resource_name_drs_gcu",
-    "resourceNameGCUMemory": "resource_name_gcu_memory",
-    "resourceNameGCUCore": "resource_name_gcu_core",
-    "resourceNameVGCU": "resource_name_vgcu",
-    "resourceNameVGCUPercentage": "resource_name_vgcu_percentage",
-}
 
 
 def parse_config(section: object) -> EnflameConfig:
     """Validate the ``enflame:`` section. As HAMi's ``InitEnflameDevice``: a blank DRS name falls back to the legacy
     ``resourceNameVGCU``, then to ``enflame.com/drs-gcu``; blank memory and core names to their defaults. A blank
     ``resourceNameGCU`` is refused (no container could ask for cards). ConfigError names the key path."""
-    values = names_section(section, SECTION, _KEYS, unit="GCUs")
+    values = names_section(section, SECTION, section_keys(EnflameConfig), unit="GCUs")
     base = EnflameConfig()
     if "resource_name_gcu" in values and not values["resource_name_gcu"].strip():
         raise ConfigError(f"{SECTION}.resourceNameGCU: must not be empty (it is how a container asks for GCUs)")

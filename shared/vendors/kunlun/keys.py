@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from vgpu_scheduler.shared.vendors.common import section_key
+
 SECTION: Final = "kunlun"
 """The device-config section that configures both vendors."""
 
@@ -57,16 +59,9 @@ _ODD_ORDER: Final = (1, 3, 2, 4)
 class KunlunConfig:
     """The ``kunlun:`` section (HAMi's ``KunlunConfig``): the whole-XPU count name and the vXPU names."""
 
-    resource_count_name: str = "kunlunxin.com/xpu"
-    resource_vcount_name: str = "kunlunxin.com/vxpu"
-    resource_vmemory_name: str = "kunlunxin.com/vxpu-memory"
-
-
-_KEYS: Mapping[str, str] = {
-    "resourceCountName": "resource_count_name",
-    "resourceVCountName": "resource_vcount_name",
-    "resourceVMemoryName": "resource_vmemory_name",
-}
+    resource_count_name: str = section_key("resourceCountName", "kunlunxin.com/xpu")
+    resource_vcount_name: str = section_key("resourceVCountName", "kunlunxin.com/vxpu")
+    resource_vmemory_name: str = section_key("resourceVMemoryName", "kunlunxin.com/vxpu-memory")
 
 
 _REQUIRED: Mapping[str, str] = {

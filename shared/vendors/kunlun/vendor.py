@@ -27,12 +27,11 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import names_section, reader_config
+from vgpu_scheduler.shared.vendors.common import names_section, reader_config, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.kunlun.fit import KUNLUN_RULES, VXPU_RULES, _both_uuid_lists
 from vgpu_scheduler.shared.vendors.kunlun.keys import (
-    _KEYS,
     _REQUIRED,
     ALLOCATED_KEY,
     DEVICE_IDX_KEY,
@@ -65,7 +64,9 @@ from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
 def parse_config(section: object) -> KunlunConfig:
     """Validate the ``kunlun:`` section; absent keys keep HAMi's defaults. The vXPU names must not be empty either
     (they are how a container asks for vXPUs), and the three names must differ. ConfigError names the key path."""
-    config = KunlunConfig(**names_section(section, SECTION, _KEYS, unit="XPUs", required=_REQUIRED))
+    config = KunlunConfig(
+        **names_section(section, SECTION, section_keys(KunlunConfig), unit="XPUs", required=_REQUIRED)
+    )
     names = [config.resource_count_name, config.resource_vcount_name, config.resource_vmemory_name]
     if len({n for n in names if n}) != len([n for n in names if n]):
         raise ConfigError(f"{SECTION}: the resource names must differ, got {', '.join(names)}")

@@ -497,5 +497,5 @@ def test_pod_device_list() -> None:
         "hami.io/amd-devices-allocated": "test1,AMD,100,3:test2,AMD,200,4:;",
     }
     assert V.decode_devices("test1,AMD,100,3:test2,AMD,200,4:;") == (*devices, ())
-    with pytest.raises(DecodeError, match=re.escape(amd.ALLOCATED_KEY)):
+    with pytest.raises(DecodeError, match=re.escape("hami.io/amd-devices-allocated")):
         V.decode_devices("test1,,100,3:;")

@@ -121,10 +121,10 @@ def test_get_node_devices() -> None:
 def test_check_health() -> None:
     reg = {biren.REGISTER_KEY: '[{"id":"a","count":1,"devmem":1,"type":"Biren","health":true}]'}
     # "Requesting state expired" (no allocatable): unhealthy
-    expired = {**reg, biren.HANDSHAKE_KEY: "Requesting_2025-01-07 00:00:00"}
+    expired = {**reg, "hami.io/node-handshake-biren": "Requesting_2025-01-07 00:00:00"}
     assert V.observe(node(expired, {}), NOW) == NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
     # "Unknown state": healthy, and a fresh Requesting_ is written (HAMi's needUpdate)
-    got = V.observe(node({**reg, biren.HANDSHAKE_KEY: "Unknown"}, {}), NOW)
+    got = V.observe(node({**reg, "hami.io/node-handshake-biren": "Unknown"}, {}), NOW)
     assert isinstance(got, Registered) and got.handshake == "Requesting_2025-01-07 12:00:00"
 
 
@@ -174,9 +174,9 @@ def test_fit_success_takes_a_slot_with_no_memory_or_cores() -> None:
     "case",
     [
         # "fit fail: user assign use uuid mismatch"
-        Refusal([card("dev-1")], req(), {}, {biren.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([card("dev-1")], req(), {}, {"birentech.com/use-gpuuuid": "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: user assign no use uuid match"
-        Refusal([card("dev-0")], req(), {}, {biren.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([card("dev-0")], req(), {}, {"birentech.com/nouse-gpuuuid": "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: card overused"
         Refusal([card("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
         # "mutex policy rejects used device"

@@ -439,18 +439,19 @@ def test_allocatable_not_a_quantity_is_invalid() -> None:
 
 
 REG = {hygon.REGISTER_KEY: "a,1,1,1,DCU,0,true:"}
+HANDSHAKE_KEY = "hami.io/node-handshake-dcu"
 
 
 def test_check_health_requesting_state_expired() -> None:
     # Test_CheckHealth "Requesting state expired" (Requesting_2025-01-07 00:00:00): unhealthy, no update. Ours:
     # unhealthy while nothing is allocatable, nothing written
-    expired = {**REG, hygon.HANDSHAKE_KEY: "Requesting_2025-01-07 00:00:00"}
+    expired = {**REG, HANDSHAKE_KEY: "Requesting_2025-01-07 00:00:00"}
     assert V.observe(node(expired, {}), NOW) == NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
     # ours: expired but the plugin still advertises DCUs → healthy, nothing written
     got = V.observe(node(expired), NOW)
     assert isinstance(got, Registered) and got.handshake is None
     # ours: a fresh Requesting_ → healthy, nothing written
-    got = V.observe(node({**REG, hygon.HANDSHAKE_KEY: "Requesting_2025-01-07 11:59:30"}, {}), NOW)
+    got = V.observe(node({**REG, HANDSHAKE_KEY: "Requesting_2025-01-07 11:59:30"}, {}), NOW)
     assert isinstance(got, Registered) and got.handshake is None
 
 
@@ -458,7 +459,7 @@ def test_check_health_deleted_state() -> None:
     # Test_CheckHealth "Deleted state": HAMi healthy, no update. Ours healthy, and asks the plugin again with a
     # fresh Requesting_ (a Deleted marker left by an older scheduler would otherwise keep the node healthy
     # forever without a handshake)
-    got = V.observe(node({**REG, hygon.HANDSHAKE_KEY: "Deleted"}, {}), NOW)
+    got = V.observe(node({**REG, HANDSHAKE_KEY: "Deleted"}, {}), NOW)
     assert isinstance(got, Registered)
     assert got.handshake == "Requesting_2025-01-07 12:00:00"
 
@@ -466,7 +467,7 @@ def test_check_health_deleted_state() -> None:
 def test_check_health_unknown_state() -> None:
     # Test_CheckHealth "Unknown state": healthy, update (a fresh Requesting_); a plugin's Reported answer too
     for value in ("Unknown", "Reported 2025-01-07 11:59:59.5 +0800 CST"):
-        got = V.observe(node({**REG, hygon.HANDSHAKE_KEY: value}, {}), NOW)
+        got = V.observe(node({**REG, HANDSHAKE_KEY: value}, {}), NOW)
         assert isinstance(got, Registered)
         assert got.handshake == "Requesting_2025-01-07 12:00:00"
         assert got.reporter is value.startswith("Reported")
@@ -506,7 +507,7 @@ def test_patch_annotations() -> None:
     # "no device": no DCU key for a pod without DCUs
     nv = ((ContainerDevice("GPU-0", 10, 0, NVIDIA),),)
     assert not any("dcu" in k for k in device_list_annotations(nv, VENDORS))
-    with pytest.raises(DecodeError, match=re.escape(hygon.ALLOCATED_KEY)):
+    with pytest.raises(DecodeError, match=re.escape("hami.io/dcu-devices-allocated")):
         V.decode_devices("test1,DCU,x,1:;")
 
 

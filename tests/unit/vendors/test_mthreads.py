@@ -219,11 +219,11 @@ def test_fit_success() -> None:
         Refusal([gpu("dev-0")], req(1, 512, cores=50, kind="OtherType"), {}, {}, "NodeInsufficientDevice"),
         # "fit fail: user assign use uuid mismatch" / "no use uuid match" (2 GPUs asked, 1 on the node: the core
         # knows first that one GPU cannot serve two)
-        Refusal([gpu("dev-1", mem=1280)], req(2, 512, cores=50), {}, {mthreads.USE_UUID: "dev-0"},
+        Refusal([gpu("dev-1", mem=1280)], req(2, 512, cores=50), {}, {"mthreads.ai/use-gpuuuid": "dev-0"},
                 "NodeInsufficientDevice"),
-        Refusal([gpu("dev-1", mem=1280)], req(1, 512, cores=50), {}, {mthreads.USE_UUID: "dev-0"},
+        Refusal([gpu("dev-1", mem=1280)], req(1, 512, cores=50), {}, {"mthreads.ai/use-gpuuuid": "dev-0"},
                 "1/1 CardUuidMismatch"),
-        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {}, {mthreads.NOUSE_UUID: "dev-0"},
+        Refusal([gpu("dev-0", mem=1280)], req(1, 512, cores=50), {}, {"mthreads.ai/nouse-gpuuuid": "dev-0"},
                 "1/1 CardUuidMismatch"),
         # "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1 GPU): the core knows first
         Refusal([gpu("dev-0", mem=1280)], req(2, 512, cores=20), {"dev-0": DeviceUsage(20, 0, 10)}, {},

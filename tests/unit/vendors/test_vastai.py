@@ -139,9 +139,9 @@ def test_die_mode_registration() -> None:
 def test_check_health() -> None:
     reg = {vastai.REGISTER_KEY: '[{"id":"a","count":1,"devmem":1,"type":"Vastai","health":true}]'}
     # "Requesting state expired": unhealthy (no allocatable); "Unknown state": healthy, a fresh Requesting_ written
-    expired = {**reg, vastai.HANDSHAKE_KEY: "Requesting_2025-01-07 00:00:00"}
+    expired = {**reg, "hami.io/node-handshake-va": "Requesting_2025-01-07 00:00:00"}
     assert V.observe(node(expired, {}), NOW) == NotRegistered(Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
-    got = V.observe(node({**reg, vastai.HANDSHAKE_KEY: "Unknown"}, {}), NOW)
+    got = V.observe(node({**reg, "hami.io/node-handshake-va": "Unknown"}, {}), NOW)
     assert isinstance(got, Registered) and got.handshake == "Requesting_2025-01-07 12:00:00"
 
 
@@ -161,8 +161,8 @@ def test_fit_success() -> None:
     "case",
     [
         # "fit fail: user assign use uuid mismatch" / "no use uuid match"
-        Refusal([dev("dev-1")], req(), {}, {vastai.USE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
-        Refusal([dev("dev-0")], req(), {}, {vastai.NOUSE_UUID: "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([dev("dev-1")], req(), {}, {"vastaitech.com/use-gpuuuid": "dev-0"}, "1/1 CardUuidMismatch"),
+        Refusal([dev("dev-0")], req(), {}, {"vastaitech.com/nouse-gpuuuid": "dev-0"}, "1/1 CardUuidMismatch"),
         # "fit fail: card overused"
         Refusal([dev("dev-0")], req(), {"dev-0": DeviceUsage(1)}, {}, "1/1 CardTimeSlicingExhausted"),
         # "mutex policy rejects used device"
