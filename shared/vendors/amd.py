@@ -27,9 +27,8 @@ from typing import Any, Final
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodConstraints, Reason
-from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take, selectors_uuid_ok
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
 from vgpu_scheduler.shared.vendors.described import (
     DescribedVendor,
     Description,
@@ -91,7 +90,7 @@ class AmdRules(BasicRules):
     name: str = NAME
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
-        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+        return selectors_uuid_ok(dev, constraints.selectors(self.name))
 
     def entry_type(self, dev: DeviceInfo) -> str:
         """HAMi writes the card's registered product type in the pod's device entry (the common word when the

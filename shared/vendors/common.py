@@ -10,17 +10,10 @@ from typing import Any, Final, TypeVar
 from vgpu_scheduler.shared.codec._go import fail, trim_space
 from vgpu_scheduler.shared.codec.register import WHAT as NVIDIA_REGISTER
 from vgpu_scheduler.shared.codec.selectors import decode_type_list, decode_uuid_list
-from vgpu_scheduler.shared.domain.model import DeviceInfo, NvidiaConfig, Selectors
+from vgpu_scheduler.shared.domain.model import NvidiaConfig, Selectors
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
 
 _T = TypeVar("_T")
-
-
-def uuid_selectors_ok(dev: DeviceInfo, sel: Selectors) -> bool:
-    """HAMi's ``CheckUUID``: the device must be in the use list when there is one, and never in the nouse list."""
-    if sel.use_uuids and dev.id not in sel.use_uuids:
-        return False
-    return dev.id not in sel.nouse_uuids
 
 
 def _use_guard(value: str, found: bool, key: str) -> None:

@@ -25,10 +25,10 @@ from typing import Any, Final
 from vgpu_scheduler.shared.codec.register import encode_register_colon
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, PodConstraints
-from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, selectors_uuid_ok
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.common import rekey, uuid_selectors_ok
+from vgpu_scheduler.shared.vendors.common import rekey
 from vgpu_scheduler.shared.vendors.described import (
     DescribedVendor,
     Description,
@@ -71,7 +71,7 @@ class DcuRules(BasicRules):
     name: str = NAME
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
-        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+        return selectors_uuid_ok(dev, constraints.selectors(self.name))
 
 
 DCU_RULES: DeviceRules = DcuRules()

@@ -21,9 +21,9 @@ from vgpu_scheduler.shared.codec.resources import (
 )
 from vgpu_scheduler.shared.codec.selectors import decode_uuid_list
 from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, ContainerRequest, DeviceInfo, PodConstraints, Selectors
-from vgpu_scheduler.shared.domain.vendor import BasicRules, Take
+from vgpu_scheduler.shared.domain.vendor import BasicRules, Take, selectors_uuid_ok
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.common import reader_config, rekey, uuid_selectors_ok
+from vgpu_scheduler.shared.vendors.common import reader_config, rekey
 
 COLON_FORMAT = "id,count,devmem,devcore,type,numa,health[,index,mode]:"
 
@@ -83,7 +83,7 @@ class UuidOnlyRules(BasicRules):
         return req.type == self.name
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
-        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+        return selectors_uuid_ok(dev, constraints.selectors(self.name))
 
 
 @dataclass(frozen=True, slots=True)

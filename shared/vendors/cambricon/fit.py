@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, PodConstraints
-from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, selectors_uuid_ok
 from vgpu_scheduler.shared.vendors.cambricon.keys import MLU
 
 # ------------------------------------------------------------------------------------------------------------
@@ -44,10 +44,7 @@ class CambriconRules(BasicRules):
         return not any(t in kind for t in sel.nouse_types)
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
-        sel = constraints.selectors(self.name)
-        if sel.use_uuids and dev.id not in sel.use_uuids:
-            return False
-        return dev.id not in sel.nouse_uuids
+        return selectors_uuid_ok(dev, constraints.selectors(self.name))
 
 
 RULES: DeviceRules = CambriconRules()

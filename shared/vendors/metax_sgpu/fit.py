@@ -20,8 +20,7 @@ from vgpu_scheduler.shared.domain.model import (
     Reason,
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take
-from vgpu_scheduler.shared.vendors.common import uuid_selectors_ok
+from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take, selectors_uuid_ok
 from vgpu_scheduler.shared.vendors.metax_sgpu.keys import (
     _IDLE,
     DIRECT_LINK_SCORE,
@@ -213,7 +212,7 @@ class SgpuRules(BasicRules):
         return req.type == self.name
 
     def uuid_ok(self, dev: DeviceInfo, constraints: PodConstraints) -> bool:
-        return uuid_selectors_ok(dev, constraints.selectors(self.name))
+        return selectors_uuid_ok(dev, constraints.selectors(self.name))
 
     def take_for(self, dev: DeviceInfo, req: ContainerRequest, used_mem_mib: int, constraints: PodConstraints) -> Take:
         """An online pod takes its memory and no cores, and the cards' cores do not limit it (HAMi's Fit skips the
