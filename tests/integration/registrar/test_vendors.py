@@ -142,7 +142,8 @@ async def test_device_id_collision_leaves_the_later_vendor_out(
         emulator.patch("nodes", None, "clash", {"metadata": {"annotations": fixed}})
         expected = [("NVIDIA", "GPU-1"), ("NVIDIA", "SAME"), ("FAKE", "FK-1"), ("FAKE", "FK-2")]
         await eventually(lambda: has_devices(store, "clash", expected), what="collision resolved")
-        assert (gauge(r, "NVIDIA"), gauge(r, "FAKE")) == (1, 1)
+        # the pass writes the inventory before it counts the node, so the gauge is awaited, not read at once
+        await eventually(lambda: (gauge(r, "NVIDIA"), gauge(r, "FAKE")) == (1, 1), what="both vendors counted")
 
 
 def _annotation(emulator: Emulator, name: str, key: str) -> str | None:
