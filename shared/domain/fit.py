@@ -13,6 +13,9 @@ Where we differ from HAMi, on purpose:
   and MIG placements are distinct across the whole pod, so a decision never over-commits a device;
 * the quota check collapses the pod's hypothetical device list over init/app containers (§8).
 
+When that greedy walk refuses a pod of several device entries, ``assignment.search`` tries other cards for the
+earlier entries (the same walk, steered away from cards it took) before the refusal stands.
+
 What every node's evaluation of one pod shares (the normalized requests, the policies) is ``context.PodContext``;
 the quick order-free test that lets ``plan`` pass over a node is ``prefilter.may_fit``.
 """
@@ -25,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from vgpu_scheduler.shared.domain import mig, topology
+from vgpu_scheduler.shared.domain import assignment, mig, topology
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.context import PodContext
 from vgpu_scheduler.shared.domain.hooks import implements
@@ -94,16 +97,37 @@ _Demand = tuple[str, int, int]
 class _NodeEval:
     """The evaluation of one pod on one node. Holds the pod-wide state (chosen devices, MIG placements)."""
 
-    __slots__ = ("ctx", "devices", "pod_devs", "pod_legacy", "pod_mig", "snap", "typed_cache")
+    __slots__ = (
+        "ban",
+        "bans",
+        "ctx",
+        "devices",
+        "failed",
+        "picked",
+        "pod_devs",
+        "pod_legacy",
+        "pod_mig",
+        "snap",
+        "typed_cache",
+    )
 
-    def __init__(self, ctx: PodContext, snap: NodeSnapshot) -> None:
+    def __init__(self, ctx: PodContext, snap: NodeSnapshot, bans: assignment.Bans | None = None) -> None:
         self.ctx = ctx
+        self.bans = bans or {}
+        """``assignment.search``'s steering: per entry, the cards it may not take (None: the entry is left out)."""
+        self.ban: frozenset[int] = frozenset()
+        self.picked: list[tuple[int, tuple[int, ...]]] = []
+        self.failed = -1
         self.snap = snap
         self.devices = snap.inventory.devices
         self.pod_devs: list[tuple[ContainerDevice, ...]] = [() for _ in range(ctx.pod.container_count)]
         self.pod_mig: dict[int, list[MigPlacement]] = {}
         self.pod_legacy: dict[int, tuple[int, set[int]]] = {}
         self.typed_cache: dict[str, list[int]] = {}
+
+    def stuck(self) -> assignment.Stuck:
+        """Where a failed walk stopped: the entry that did not fit and the cards each earlier entry took."""
+        return assignment.Stuck(failed=self.failed, picked=tuple(self.picked))
 
     def typed(self, req: ContainerRequest, rules: DeviceRules) -> list[int]:
         """Positions of the devices of the request's family (NVIDIA: lower-cased type contains the request type)."""
@@ -122,13 +146,16 @@ class _NodeEval:
         mig_allocs: list[MigAllocation] = []
         pod = ctx.pod
         for ei, req in enumerate(ctx.requests):
-            if req.empty:
+            if req.empty or (ban := self.bans.get(ei, frozenset())) is None:
                 continue
             ci = pod.owner(ei)
             work = base if ci < init_count else app
+            self.ban = ban
             picks = self.fit_container(ci, req, work)
             if isinstance(picks, NodeRejection):
+                self.failed = ei
                 return replace(picks, entry_index=ei) if pod.owners else picks
+            self.picked.append((ei, tuple(pk.pos for pk in picks)))
             entries: list[ContainerDevice] = list(self.pod_devs[ci])
             offset = len(entries)
             vendor_rules = ctx.rules.get(req.type)
@@ -207,6 +234,8 @@ class _NodeEval:
         key, score = ctx.key, device_scorer(req, policy.weights)
         used, mem, cores = work.used, work.mem, work.cores
         order = sorted(typed, key=lambda p: key(score(devices[p], used[p], mem[p], cores[p]), devices[p], used[p]))
+        if self.ban:  # assignment.search steers this entry away from cards
+            order = [p for p in order if p not in self.ban]
 
         cordoned = self.snap.inventory.cordoned
         # numa-bind and topology-aware are NVIDIA's (HAMi's other vendors' Fit ignores both)
@@ -456,5 +485,19 @@ class _NodeEval:
 
 
 def evaluate_node(ctx: PodContext, snap: NodeSnapshot) -> NodeFit | NodeRejection:
-    """Fit every container of the pod on one node (init one at a time, app cumulatively), or say why not."""
-    return _NodeEval(ctx, snap).run()
+    """Fit every container of the pod on one node (init one at a time, app cumulatively), or say why not.
+
+    The greedy walk's placement when it succeeds; when it fails after placing earlier entries, the bounded
+    ``assignment.search`` over their other card choices; its refusal when no assignment is found."""
+    walk = _NodeEval(ctx, snap)
+    got = walk.run()
+    if isinstance(got, NodeFit) or not walk.picked:  # nothing earlier could have chosen other cards
+        return got
+    return assignment.search(got, walk.stuck(), functools.partial(_steered, ctx, snap))
+
+
+def _steered(ctx: PodContext, snap: NodeSnapshot, bans: assignment.Bans) -> NodeFit | assignment.Stuck:
+    """The greedy walk with ``bans``: the pod fitted, or where it stuck."""
+    walk = _NodeEval(ctx, snap, bans)
+    got = walk.run()
+    return got if isinstance(got, NodeFit) else walk.stuck()
