@@ -14,6 +14,10 @@ entry first, on each card an earlier entry took: that entry is walked again with
 it start over. Every set of cards an entry can take, given the entries before it, is reached this way (a set
 other than the one taken misses one of its cards), so with per-card checks the search is exhaustive.
 
+Equal cards are not tried one by one: ``twins`` puts a node's cards in classes of interchangeable ones (the same
+device apart from its UUID and index, the same usage, not named by a selector; plain NVIDIA requests without
+``topology-aware``), and a try that differs from one already made only by a renaming of twins is skipped.
+
 Bounds: the search first walks the failing entry with the earlier entries left out; if it does not fit alone no
 assignment exists and the refusal stands at once (the usual case of a full node costs one more walk). After
 that it makes at most ``WALK_LIMIT`` walks per node evaluation. Past the bound the greedy refusal stands,
@@ -22,11 +26,14 @@ marked ``search_capped`` so the caller can count it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from vgpu_scheduler.shared.domain.context import PodContext
+from vgpu_scheduler.shared.domain.model import NVIDIA, DeviceMode
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
+from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 
 WALK_LIMIT = 16
 """Greedy walks (each fits every entry once) one node evaluation may spend searching."""
@@ -47,20 +54,72 @@ class Stuck:
 _Fit = TypeVar("_Fit")
 
 
+def twins(ctx: PodContext, snap: NodeSnapshot) -> tuple[int, ...]:
+    """Per inventory position, a class number: cards of one class are interchangeable for this pod on this node.
+
+    Only plain NVIDIA pods (every request NVIDIA's, no ``topology-aware``, whose pair scores name cards) group
+    cards; a card in MIG mode or named by a UUID selector is always alone in its class. The NUMA node counts only
+    under ``numa-bind``: otherwise it orders the cards but decides nothing about whether they fit.
+    """
+    devices = snap.inventory.devices
+    if ctx.policy.topology or any(not r.empty and r.type != NVIDIA for r in ctx.requests):
+        return tuple(range(len(devices)))
+    c = ctx.constraints
+    named = c.use_uuids | c.nouse_uuids
+    for sel in c.vendor_selectors.values():
+        named |= sel.use_uuids | sel.nouse_uuids
+    numa = ctx.policy.numa_bind
+    cordoned = snap.inventory.cordoned
+    classes: dict[Hashable, int] = {}
+    out: list[int] = []
+    for pos, (dev, usage) in enumerate(zip(devices, snap.usages, strict=True)):
+        alone = dev.mode == DeviceMode.MIG.value or dev.id in named
+        shape = replace(dev, id="", index=0, numa=dev.numa if numa else 0)
+        key: Hashable = ("alone", pos) if alone else (shape, usage, dev.id in cordoned)
+        out.append(classes.setdefault(key, len(classes)))
+    return tuple(out)
+
+
+def _canonical(
+    classes: Sequence[int], prefix: Sequence[tuple[int, tuple[int, ...]]], entry: int, ban: frozenset[int]
+) -> tuple[object, ...]:
+    """A try up to renaming twins: the earlier entries' cards, each named (class, order of first use), and the
+    entry's bans (named cards by name, the others by class)."""
+    names: dict[int, tuple[int, int]] = {}
+    used: dict[int, int] = {}
+    rows = []
+    for e, taken in prefix:
+        row = []
+        for pos in taken:
+            name = names.get(pos)
+            if name is None:
+                cls = classes[pos]
+                name = names[pos] = (cls, used.get(cls, 0))
+                used[cls] = name[1] + 1
+            row.append(name)
+        rows.append((e, tuple(row)))
+    named = tuple(sorted(names[p] for p in ban if p in names))
+    others = tuple(sorted(classes[p] for p in ban if p not in names))
+    return (tuple(rows), entry, named, others)
+
+
 def search(
     refusal: NodeRejection,
     stuck: Stuck,
     walk: Callable[[Bans], _Fit | Stuck],
+    classes: Sequence[int] | None = None,
     limit: int | None = None,
 ) -> _Fit | NodeRejection:
     """Another assignment of the pod on the node, or the greedy's ``refusal`` (``stuck``: where it stopped).
 
-    ``walk(bans)`` is the greedy walk steered by ``bans``: the fit, or where it stuck. ``limit``: at most so many
-    walks (default ``WALK_LIMIT``).
+    ``walk(bans)`` is the greedy walk steered by ``bans``: the fit, or where it stuck. ``classes``: ``twins`` of
+    the node (None: every card its own). ``limit``: at most so many walks (default ``WALK_LIMIT``).
     """
     limit = WALK_LIMIT if limit is None else limit
+    own = range(1 << 30)
+    cls: Sequence[int] = own if classes is None else classes
     alone: set[int] = set()  # entries known to fit with the entries before them left out
-    tried: set[tuple[object, ...]] = set()  # (cards the earlier entries took, entry, its bans): one walk each
+    tried: set[tuple[object, ...]] = set()  # (earlier entries' cards, entry, its bans) up to twins: one walk each
     stack: list[dict[int, frozenset[int]]] = []
     walks = 0
 
@@ -85,7 +144,7 @@ def search(
             earlier.add(entry)
             for pos in reversed(taken):
                 child = {**kept, entry: bans.get(entry, frozenset()) | {pos}}
-                key = (at.picked[:depth], entry, child[entry])
+                key = _canonical(cls, at.picked[:depth], entry, child[entry])
                 if key not in tried:
                     tried.add(key)
                     stack.append(child)

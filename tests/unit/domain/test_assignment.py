@@ -29,6 +29,7 @@ from vgpu_scheduler.shared.domain.model import (
     PodRequest,
     Reason,
 )
+from vgpu_scheduler.shared.domain.plan import Failure, plan
 from vgpu_scheduler.shared.domain.reasons import NodeRejection
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
@@ -83,9 +84,20 @@ def test_no_assignment_keeps_the_greedy_refusal() -> None:
     assert fit.evaluate_node(ctx, node) == greedy(ctx, node)
 
 
-def test_past_the_bound_the_greedy_refusal_stands_marked() -> None:
-    """Eight equal cards, two containers of four that cannot both fit: more walks than the bound allows."""
+def test_equal_cards_are_tried_once() -> None:
+    """Eight equal cards, two containers of four that cannot both fit: a proof within the bound, not a give-up."""
     node = snap(n=8, mem=32768, usage={0: use(1, mem=20000)})
+    p = pod(req(4, mem=16384), req(4, mem=20000))
+    ctx = context(p)
+    got = fit.evaluate_node(ctx, node)
+    assert isinstance(got, NodeRejection)
+    assert not got.search_capped
+    assert got == greedy(ctx, node)
+
+
+def test_past_the_bound_the_greedy_refusal_stands_marked() -> None:
+    """Eight different cards, two containers of four that cannot both fit: more walks than the bound allows."""
+    node = snap(devices=[gpu(f"GPU-{i}", index=i, mem=32768 + i) for i in range(8)], usage={0: use(1, mem=20000)})
     p = pod(req(4, mem=16384), req(4, mem=20000))
     ctx = context(p)
     before = greedy(ctx, node)
@@ -94,6 +106,14 @@ def test_past_the_bound_the_greedy_refusal_stands_marked() -> None:
     assert isinstance(got, NodeRejection)
     assert got.search_capped
     assert replace(got, search_capped=False) == before
+
+
+def test_plan_keeps_the_mark_for_every_node_of_one_shape() -> None:
+    devices = [gpu(f"GPU-{i}", index=i, mem=32768 + i) for i in range(8)]
+    nodes = [snap(name, devices=devices, usage={0: use(1, mem=20000)}) for name in ("a", "b")]
+    got = plan(pod(req(4, mem=16384), req(4, mem=20000)), NO_CONSTRAINTS, nodes, policies=SPREAD)
+    assert isinstance(got, Failure)
+    assert got.rejections["a"].search_capped and got.rejections["b"].search_capped
 
 
 def test_a_search_with_no_budget_gives_up_at_once() -> None:
