@@ -18,10 +18,12 @@ Equal cards are not tried one by one: ``twins`` puts a node's cards in classes o
 device apart from its UUID and index, the same usage, not named by a selector; plain NVIDIA requests without
 ``topology-aware``), and a try that differs from one already made only by a renaming of twins is skipped.
 
-Bounds: the search first walks the failing entry with the earlier entries left out; if it does not fit alone no
-assignment exists and the refusal stands at once (the usual case of a full node costs one more walk). After
-that it makes at most ``WALK_LIMIT`` walks per node evaluation. Past the bound the greedy refusal stands,
-marked ``search_capped`` so the caller can count it.
+Bounds: for a plain NVIDIA pod the search first adds up what the app containers need at least (cards, memory,
+cores: each card the cheapest the node has for the request) against what the node's cards have free; more than
+that and no assignment exists, without a walk (``over_capacity``). Then it walks the failing entry with the
+earlier entries left out (they only add usage); if that entry does not fit alone, no assignment exists and the
+refusal stands at once. After that it makes at most ``WALK_LIMIT`` walks per node evaluation in all. Past the
+bound the greedy refusal stands, marked ``search_capped`` so the caller can count it.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def twins(ctx: PodContext, snap: NodeSnapshot) -> tuple[int, ...]:
     under ``numa-bind``: otherwise it orders the cards but decides nothing about whether they fit.
     """
     devices = snap.inventory.devices
-    if ctx.policy.topology or any(not r.empty and r.type != NVIDIA for r in ctx.requests):
+    if not _plain(ctx):
         return tuple(range(len(devices)))
     c = ctx.constraints
     named = c.use_uuids | c.nouse_uuids
@@ -78,6 +80,53 @@ def twins(ctx: PodContext, snap: NodeSnapshot) -> tuple[int, ...]:
         key: Hashable = ("alone", pos) if alone else (shape, usage, dev.id in cordoned)
         out.append(classes.setdefault(key, len(classes)))
     return tuple(out)
+
+
+def _plain(ctx: PodContext) -> bool:
+    """Every request NVIDIA's and no ``topology-aware``: the per-card checks alone decide (``twins``)."""
+    return not ctx.policy.topology and all(r.empty or r.type == NVIDIA for r in ctx.requests)
+
+
+def over_capacity(ctx: PodContext, snap: NodeSnapshot) -> bool:
+    """Whether a plain NVIDIA pod's app containers together need more cards, memory or cores than the node's
+    usable cards have free (each card at the least the request takes on any of them): then no assignment exists.
+
+    False when unsure (other vendors, MIG cards, a ``take`` that refuses every card)."""
+    rules = ctx.rules.get(NVIDIA)
+    if rules is None or not _plain(ctx):
+        return False
+    pod = ctx.pod
+    cordoned = snap.inventory.cordoned
+    usable = [
+        (d, u)
+        for d, u in zip(snap.inventory.devices, snap.usages, strict=True)
+        if d.vendor == NVIDIA and d.health and d.id not in cordoned
+    ]
+    if any(d.mode == DeviceMode.MIG.value for d, _ in usable):
+        return False
+    need_cards = need_mem = need_cores = 0
+    for ei, req in enumerate(ctx.requests):
+        if req.empty or pod.is_init(pod.owner(ei)):
+            continue
+        takes = [t for d, _ in usable if (t := rules.take(d, req, 0)).reason is None]
+        if not takes or not all(t.cores_checked for t in takes):
+            return False
+        need_cards += req.nums
+        need_mem += req.nums * min(t.mem_mib for t in takes)
+        need_cores += req.nums * min(t.cores for t in takes)
+    free_cards = sum(max(0, d.count - u.used) for d, u in usable)
+    free_mem = sum(max(0, d.devmem_mib - u.used_mem_mib) for d, u in usable)
+    free_cores = sum(max(0, d.devcore - u.used_cores) for d, u in usable)
+    return need_cards > free_cards or need_mem > free_mem or need_cores > free_cores
+
+
+def search_node(
+    ctx: PodContext, snap: NodeSnapshot, refusal: NodeRejection, stuck: Stuck, walk: Callable[[Bans], _Fit | Stuck]
+) -> _Fit | NodeRejection:
+    """:func:`search` on one node: nothing when :func:`over_capacity` proves the refusal, else with its ``twins``."""
+    if over_capacity(ctx, snap):
+        return refusal
+    return search(refusal, stuck, walk, twins(ctx, snap))
 
 
 def _canonical(

@@ -493,7 +493,7 @@ def evaluate_node(ctx: PodContext, snap: NodeSnapshot) -> NodeFit | NodeRejectio
     got = walk.run()
     if isinstance(got, NodeFit) or not walk.picked:  # nothing earlier could have chosen other cards
         return got
-    return assignment.search(got, walk.stuck(), functools.partial(_steered, ctx, snap), assignment.twins(ctx, snap))
+    return assignment.search_node(ctx, snap, got, walk.stuck(), functools.partial(_steered, ctx, snap))
 
 
 def _steered(ctx: PodContext, snap: NodeSnapshot, bans: assignment.Bans) -> NodeFit | assignment.Stuck:

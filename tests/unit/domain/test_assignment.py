@@ -95,6 +95,15 @@ def test_equal_cards_are_tried_once() -> None:
     assert got == greedy(ctx, node)
 
 
+def test_a_pod_needing_more_than_the_node_has_free_is_refused_without_a_walk() -> None:
+    node = snap(n=8, mem=32768)
+    p = pod(req(4, mem=32768, cores=100), req(5, mem=32768))
+    ctx = context(p)
+    assert assignment.over_capacity(ctx, node)
+    assert not assignment.over_capacity(context(pod(req(4, mem=32768), req(4, mem=32768))), node)
+    assert fit.evaluate_node(ctx, node) == greedy(ctx, node)
+
+
 def test_past_the_bound_the_greedy_refusal_stands_marked() -> None:
     """Eight different cards, two containers of four that cannot both fit: more walks than the bound allows."""
     node = snap(devices=[gpu(f"GPU-{i}", index=i, mem=32768 + i) for i in range(8)], usage={0: use(1, mem=20000)})
