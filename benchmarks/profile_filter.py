@@ -141,7 +141,8 @@ async def _measure(
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
-    await _timed(f"the same for a pod no node fits ({GPUS + 1} GPUs)", service.filter.filter_body, unfit)
+    unfit_shape = f"1 GPU, then {GPUS + 1}" if multi else f"{GPUS + 1} GPUs"
+    await _timed(f"the same for a pod no node fits ({unfit_shape})", service.filter.filter_body, unfit)
     _report(profiler)
 
 

@@ -123,8 +123,10 @@ def over_capacity(ctx: PodContext, snap: NodeSnapshot) -> bool:
 def search_node(
     ctx: PodContext, snap: NodeSnapshot, refusal: NodeRejection, stuck: Stuck, walk: Callable[[Bans], _Fit | Stuck]
 ) -> _Fit | NodeRejection:
-    """:func:`search` on one node: nothing when :func:`over_capacity` proves the refusal, else with its ``twins``."""
-    if over_capacity(ctx, snap):
+    """:func:`search` on one node, with its ``twins``; nothing when the refusal does not depend on the earlier
+    entries' cards (a node-level reason: the node has fewer cards than the entry asks) or :func:`over_capacity`
+    proves it."""
+    if refusal.plain is not None or over_capacity(ctx, snap):
         return refusal
     return search(refusal, stuck, walk, twins(ctx, snap))
 
