@@ -9,7 +9,9 @@ emulator in-process but unused by /filter. Then ``FilterHandler.filter_body`` is
 called sequentially with bodies naming every node, and the script prints its p50/p99 and the process CPU per call
 next to the floor (two Redis round trips of the same kind alone); then the same for a pod no node fits (9 GPUs:
 every node evaluated, every reason listed, as kube-scheduler retries it). ``--profile`` adds cProfile's top
-functions by own time for both. Prints figures only.
+functions by own time for both. ``--multi`` gives every pod a second container (2 GPUs; the pod no node fits
+asks 1 GPU and then 9), the pods that can reach the card-assignment search (``shared/domain/assignment.py``).
+Prints figures only.
 
 ``--wait-replicas N`` measures what the failover guarantee costs (docs/store.md, failover): N replicas of the
 private Redis are started (``--replicaof``), and two extenders run in this process on the same Redis, one whose
@@ -25,6 +27,7 @@ import asyncio
 import contextlib
 import cProfile
 import io
+import json
 import os
 import pstats
 import shutil
@@ -65,7 +68,19 @@ async def _timed(label: str, call: Callable[[bytes], Awaitable[object]], bodies:
     print(f"  {label}: p50 {_pct(rtts, 0.5):.2f} ms, p99 {_pct(rtts, 0.99):.2f} ms, CPU {cpu_ms:.2f} ms per call")
 
 
-async def _run(redis_url: str, nodes: int, requests: int, profile: bool) -> None:
+def _second_container(body: bytes, gpus: int) -> bytes:
+    """The same /filter body with a second container asking ``gpus`` GPUs (``--multi``)."""
+    args = json.loads(body)
+    containers = args["Pod"]["spec"]["containers"]
+    second = json.loads(json.dumps(containers[0]))
+    second["name"] = f"{second['name']}-second"
+    limits = {"nvidia.com/gpu": str(gpus), "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}
+    second["resources"] = {"limits": limits}
+    containers.append(second)
+    return json.dumps(args, separators=(",", ":")).encode()
+
+
+async def _run(redis_url: str, nodes: int, requests: int, profile: bool, multi: bool = False) -> None:
     await _seed(redis_url, nodes)
     emulator = Emulator(bookmark_interval_s=None)
     await emulator.start()
@@ -89,7 +104,7 @@ async def _run(redis_url: str, nodes: int, requests: int, profile: bool) -> None
             task = asyncio.create_task(service.run(stop), name="profile-extender")
             try:
                 await service.ready.wait()
-                await _measure(service, store, nodes, requests, profile)
+                await _measure(service, store, nodes, requests, profile, multi)
             finally:
                 stop.set()
                 await task
@@ -98,27 +113,36 @@ async def _run(redis_url: str, nodes: int, requests: int, profile: bool) -> None
         await emulator.stop()
 
 
-async def _measure(service: ExtenderService, store: Store, nodes: int, requests: int, profile: bool) -> None:
+async def _measure(
+    service: ExtenderService, store: Store, nodes: int, requests: int, profile: bool, multi: bool
+) -> None:
     names = _names(nodes)
     bodies = [_filter_body(f"prof-{i}", names) for i in range(requests + 50)]
+    if multi:
+        bodies = [_second_container(b, 2) for b in bodies]
     for body in bodies[:50]:  # warm-up
         await service.filter.filter_body(body)
 
     async def floor(body: bytes) -> None:
         await _floor_calls(store)
 
-    print(f"[{nodes} nodes × 8 GPUs, {requests} sequential /filter calls, in-process]")
+    shape = "two containers (1 GPU + 2 GPUs)" if multi else "one container"
+    print(f"[{nodes} nodes × 8 GPUs, {requests} sequential /filter calls, in-process, pods of {shape}]")
     await _timed("floor (two Redis round trips, as /filter makes)", floor, bodies[50:])
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
     await _timed("FilterHandler.filter_body", service.filter.filter_body, bodies[50:])
     _report(profiler)
-    unfit = [_filter_body("prof-unfit", names, gpus=GPUS + 1)] * max(requests // 10, 20)
+    unfit_body = _filter_body("prof-unfit", names, gpus=1 if multi else GPUS + 1)
+    if multi:
+        unfit_body = _second_container(unfit_body, GPUS + 1)
+    unfit = [unfit_body] * max(requests // 10, 20)
     profiler = cProfile.Profile() if profile else None
     if profiler is not None:
         profiler.enable()
-    await _timed(f"the same for a pod no node fits ({GPUS + 1} GPUs)", service.filter.filter_body, unfit)
+    unfit_shape = f"1 GPU, then {GPUS + 1}" if multi else f"{GPUS + 1} GPUs"
+    await _timed(f"the same for a pod no node fits ({unfit_shape})", service.filter.filter_body, unfit)
     _report(profiler)
 
 
@@ -255,6 +279,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--profile", action="store_true", help="print cProfile's top functions (slows calls down)")
+    parser.add_argument("--multi", action="store_true", help="pods of two containers (the assignment search's case)")
     parser.add_argument("--wait-replicas", type=int, default=0, help="compare /filter with and without WAIT")
     parser.add_argument("--rounds", type=int, default=5, help="with --wait-replicas: alternating rounds")
     parser.add_argument(
@@ -272,7 +297,7 @@ def main() -> None:
             with _replicas(redis_url, args.wait_replicas):
                 runner.run(_compare_wait(redis_url, args.nodes, args.requests, args.wait_replicas, args.rounds))
         else:
-            runner.run(_run(redis_url, args.nodes, args.requests, args.profile))
+            runner.run(_run(redis_url, args.nodes, args.requests, args.profile, args.multi))
 
 
 if __name__ == "__main__":

@@ -273,6 +273,10 @@ class FilterHandler:
                 result, missing = self._plan(pod, names, quota_state)
                 planned_at = self._cache.generation(result.node) if isinstance(result, Decision) else None
             if isinstance(result, Failure):
+                if logger.isEnabledFor(logging.DEBUG):  # nodes where the assignment search gave up (core.md)
+                    capped = sum(1 for r in result.rejections.values() if r.search_capped)
+                    if capped:
+                        logger.debug("assignment search stopped at its bound", extra={"pod": pod.key, "nodes": capped})
                 failed = dict(result.reasons)
                 failed.update(dict.fromkeys(missing, NODE_UNREGISTERED))
                 return self._unschedulable(pod, names, failed, FilterOutcome.UNSCHEDULABLE, retries)

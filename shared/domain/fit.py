@@ -19,6 +19,9 @@ Where we differ from HAMi, on purpose:
   and MIG placements are distinct across the whole pod, so a decision never over-commits a device;
 * the quota check collapses the pod's hypothetical device list over init/app containers (§8).
 
+When that greedy walk refuses a pod of several device entries, ``assignment.search`` tries other cards for the
+earlier entries (the same walk, steered away from cards it took) before the refusal stands.
+
 What every node's evaluation of one pod shares (the normalized requests, the policies) is ``context.PodContext``;
 the quick order-free test that lets ``plan`` pass over a node is ``prefilter.may_fit``.
 """
@@ -31,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from vgpu_scheduler.shared.domain import mig, topology
+from vgpu_scheduler.shared.domain import assignment, mig, topology
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.context import PodContext
 from vgpu_scheduler.shared.domain.hooks import implements
@@ -100,10 +103,28 @@ _Demand = tuple[str, int, int]
 class _NodeEval:
     """The evaluation of one pod on one node. Holds the pod-wide state (chosen devices, MIG placements)."""
 
-    __slots__ = ("app_order", "ctx", "devices", "pod_devs", "pod_legacy", "pod_mig", "snap", "typed_cache")
+    __slots__ = (
+        "app_order",
+        "ban",
+        "bans",
+        "ctx",
+        "devices",
+        "failed",
+        "picked",
+        "pod_devs",
+        "pod_legacy",
+        "pod_mig",
+        "snap",
+        "typed_cache",
+    )
 
-    def __init__(self, ctx: PodContext, snap: NodeSnapshot) -> None:
+    def __init__(self, ctx: PodContext, snap: NodeSnapshot, bans: assignment.Bans | None = None) -> None:
         self.ctx = ctx
+        self.bans = bans or {}
+        """``assignment.search``'s steering: per entry, the cards it may not take (None: the entry is left out)."""
+        self.ban: frozenset[int] = frozenset()
+        self.picked: list[tuple[int, tuple[int, ...]]] = []
+        self.failed = -1
         self.snap = snap
         self.devices = snap.inventory.devices
         self.pod_devs: list[tuple[ContainerDevice, ...]] = [() for _ in range(ctx.pod.container_count)]
@@ -112,6 +133,10 @@ class _NodeEval:
         self.typed_cache: dict[str, list[int]] = {}
         self.app_order: dict[str, list[int]] = {}
         """Per device type, the order the last app container's sort left (HAMi's list, walked from its end)."""
+
+    def stuck(self) -> assignment.Stuck:
+        """Where a failed walk stopped: the entry that did not fit and the cards each earlier entry took."""
+        return assignment.Stuck(failed=self.failed, picked=tuple(self.picked))
 
     def typed(self, req: ContainerRequest, rules: DeviceRules) -> list[int]:
         """Positions of the devices of the request's family (NVIDIA: lower-cased type contains the request type)."""
@@ -130,13 +155,16 @@ class _NodeEval:
         mig_allocs: list[MigAllocation] = []
         pod = ctx.pod
         for ei, req in enumerate(ctx.requests):
-            if req.empty:
+            if req.empty or (ban := self.bans.get(ei, frozenset())) is None:
                 continue
             ci = pod.owner(ei)
             work = base if ci < init_count else app
+            self.ban = ban
             picks = self.fit_container(ci, req, work)
             if isinstance(picks, NodeRejection):
+                self.failed = ei
                 return replace(picks, entry_index=ei) if pod.owners else picks
+            self.picked.append((ei, tuple(pk.pos for pk in picks)))
             entries: list[ContainerDevice] = list(self.pod_devs[ci])
             offset = len(entries)
             vendor_rules = ctx.rules.get(req.type)
@@ -222,6 +250,8 @@ class _NodeEval:
         )
         if app:
             self.app_order[req.type] = order
+        if self.ban:  # assignment.search steers this entry away from cards (HAMi's list order is kept above)
+            order = [p for p in order if p not in self.ban]
 
         cordoned = self.snap.inventory.cordoned
         # numa-bind and topology-aware are NVIDIA's (HAMi's other vendors' Fit ignores both)
@@ -473,5 +503,19 @@ class _NodeEval:
 
 
 def evaluate_node(ctx: PodContext, snap: NodeSnapshot) -> NodeFit | NodeRejection:
-    """Fit every container of the pod on one node (init one at a time, app cumulatively), or say why not."""
-    return _NodeEval(ctx, snap).run()
+    """Fit every container of the pod on one node (init one at a time, app cumulatively), or say why not.
+
+    The greedy walk's placement when it succeeds; when it fails after placing earlier entries, the bounded
+    ``assignment.search`` over their other card choices; its refusal when no assignment is found."""
+    walk = _NodeEval(ctx, snap)
+    got = walk.run()
+    if isinstance(got, NodeFit) or not walk.picked:  # nothing earlier could have chosen other cards
+        return got
+    return assignment.search_node(ctx, snap, got, walk.stuck(), functools.partial(_steered, ctx, snap))
+
+
+def _steered(ctx: PodContext, snap: NodeSnapshot, bans: assignment.Bans) -> NodeFit | assignment.Stuck:
+    """The greedy walk with ``bans``: the pod fitted, or where it stuck."""
+    walk = _NodeEval(ctx, snap, bans)
+    got = walk.run()
+    return got if isinstance(got, NodeFit) else walk.stuck()

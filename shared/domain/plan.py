@@ -124,7 +124,11 @@ class _Rejections(Mapping[str, NodeRejection]):
         made = self._made.get(name)
         if made is None:
             v = self.verdicts[name]
-            made = v if v.node == name else NodeRejection(name, v.counts, v.total, v.plain, v.container_index)
+            made = (
+                v
+                if v.node == name
+                else NodeRejection(name, v.counts, v.total, v.plain, v.container_index, search_capped=v.search_capped)
+            )
             self._made[name] = made
         return made
 

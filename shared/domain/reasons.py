@@ -38,6 +38,9 @@ class NodeRejection:
     entry_index: int | None = None
     """The request entry that failed when a container asks several vendors (``PodRequest.owners``); None when
     entries are containers."""
+    search_capped: bool = False
+    """The greedy walk failed and ``assignment.search`` stopped at its bound before finding an assignment or
+    proving there is none (the reasons are the greedy walk's)."""
 
     @property
     def text(self) -> str:
