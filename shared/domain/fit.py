@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from vgpu_scheduler.shared.domain import assignment, mig, topology
+from vgpu_scheduler.shared.domain import assignment, choice, mig
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.context import PodContext
 from vgpu_scheduler.shared.domain.hooks import implements
@@ -372,7 +372,11 @@ class _NodeEval:
                 i -= 1  # several MIG instances can come from one GPU: look at it again
 
         if topology:
-            chosen = self._select_set(partial, req, rules) if sets else self._select_topology(partial, req.nums)
+            chosen = (
+                choice.select_set(partial, req, rules, self.snap, self.ctx.constraints)
+                if sets
+                else choice.select_topology(partial, req.nums, self.snap)
+            )
             if chosen is not None:
                 return chosen
             set_failure = getattr(rules, "set_failure", None) if sets else None  # optional: one node-wide reason
@@ -461,45 +465,6 @@ class _NodeEval:
             cores=choice.template.core_pct,
             legacy=choice,
         )
-
-    def _select_set(self, candidates: list[_Pick], req: ContainerRequest, rules: DeviceRules) -> list[_Pick] | None:
-        """A vendor that chooses multi-device requests as a set (e.g. Ascend's card rules) picks among all
-        candidates, given in preference order; a vendor whose choice depends on the request (MetaX sGPU: whole
-        cards by MetaLink zone, online pods by the pods on the cards) has the optional
-        ``select_for(candidates, req, snapshot, constraints)`` instead."""
-        nums = req.nums
-        if len(candidates) < nums:
-            return None
-        devs = [self.devices[pk.pos] for pk in candidates]
-        select_for = getattr(rules, "select_for", None)
-        if select_for is not None:
-            chosen = select_for(devs, req, self.snap, self.ctx.constraints)
-        else:
-            chosen = rules.select(devs, nums, self.snap.inventory)
-        if chosen is None or len(chosen) != nums:
-            return None
-        if getattr(rules, "keeps_selected_order", False):  # optional: the set's own order (Neuron's device runs)
-            by_id = {self.devices[pk.pos].id: pk for pk in candidates}
-            return [by_id[d.id] for d in chosen]
-        chosen_ids = {d.id for d in chosen}
-        return [pk for pk in candidates if self.devices[pk.pos].id in chosen_ids]
-
-    def _select_topology(self, candidates: list[_Pick], nums: int) -> list[_Pick] | None:
-        """``topology-aware``: exactly ``nums`` candidates are taken as they are; more are narrowed by pair score."""
-        if len(candidates) == nums:
-            return candidates
-        if len(candidates) < nums:
-            return None
-        infos = [self.devices[pk.pos] for pk in candidates]
-        scores: Mapping[str, Mapping[str, int]] = self.snap.inventory.pair_scores
-        if nums == 1:
-            chosen_ids = {topology.select_single(infos, scores).id}
-        else:
-            chosen = topology.select_set(infos, nums, scores)
-            if chosen is None:
-                return None
-            chosen_ids = {d.id for d in chosen}
-        return [pk for pk in candidates if self.devices[pk.pos].id in chosen_ids]
 
 
 def evaluate_node(ctx: PodContext, snap: NodeSnapshot) -> NodeFit | NodeRejection:
