@@ -352,26 +352,7 @@ def test_fit_vxpu_direct(used: int, used_mem: int, memreq: int, want: bool) -> N
     assert fits(xpu(0, vendor="XPU"), vx(mem=memreq), used, used_mem) is want
 
 
-# ---- device_test.go: Fit --------------------------------------------------------------------------------------
-
-
-def test_vxpu_fit_mutex() -> None:
-    # TestKunlunVDevices_Fit_Mutex: 8 XPUs each holding one 24576 MiB vXPU; the default policy shares one
-    devices = board("XPU", count=10)
-    usage = {d.id: DeviceUsage(1, 24576, 25) for d in devices}
-    assert isinstance(fit(devices, vx(mem=24576), usage=usage), Decision)
-    # the mutex policy finds no idle XPU: "8/8 ExclusiveDeviceAllocateConflict"
-    assert reason(fit(devices, vx(mem=24576), usage=usage, policies=MUTEX)) == "8/8 ExclusiveDeviceAllocateConflict"
-
-
-def test_fit_numa_not_fit() -> None:
-    # TestKunlunVDevices_Fit_NumaNotFit: 8 XPUs of 1024 MiB, a 2048 MiB vXPU → "1/8 NumaNotFit"
-    devices = board("XPU", count=10, mem=1024)
-    assert reason(fit(devices, vx(mem=2048))) == "1/8 NumaNotFit"
-    # TestKunlunDevices_Fit_NumaNotFit: 8 XPUs all in use, 1 whole XPU → "1/8 NumaNotFit"
-    assert reason(fit(board(), whole(), usage=busy(*range(8)))) == "1/8 NumaNotFit"
-    # ours: 3 XPUs is no topology HAMi knows: refused on an idle board too
-    assert reason(fit(board(), whole(3))) == "1/8 NumaNotFit"
+# ---- device_test.go: Fit (the mutex and NumaNotFit cases: test_kunlun_hami_fit.py) ------------------------------
 
 
 GRAPH_CASES = [
