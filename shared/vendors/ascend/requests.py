@@ -128,7 +128,7 @@ def parse_container(chip: ChipConfig, container: Mapping[str, Any], what: str) -
             )
     mem_mib = 0
     if mem is not None:
-        mem_mib = _soft_memory(c, r, mem, nums) if soft else _template_memory(c, r, mem, nums)
+        mem_mib = _slice_memory(c, r, mem, nums, soft)
     if r.problems:
         raise ResourceRequestError(r.problems)
     pct = MEM_PCT_UNSET if mem_mib else 100
@@ -136,46 +136,28 @@ def parse_container(chip: ChipConfig, container: Mapping[str, Any], what: str) -
     return _Parsed(request, n, mem_given, soft)
 
 
-def _soft_memory(c: ChipConfig, r: _Reader, mem: int, nums: int) -> int:
-    """The hami-core soft split (the container names the core resource): memory as written, no template
-    (HAMi's ``isCoreRequested``); at most ``memoryCapacity``, and several NPUs take whole cards."""
+def _slice_memory(c: ChipConfig, r: _Reader, mem: int, nums: int, soft: bool) -> int:
+    """The MiB one NPU slice gets. The hami-core soft split (``soft``: the container names the core resource) takes
+    the memory as written, no template (HAMi's ``isCoreRequested``), up to ``memoryCapacity``; otherwise the memory
+    is trimmed up to the chip's vNPU template (0: none holds it). Several NPUs take whole cards either way."""
     name = c.resource_memory_name
+    what = "soft-split" if soft else "vNPU"
     if mem == 0:
-        r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB the soft-split NPU needs")
+        needs = "the soft-split NPU" if soft else "a vNPU"
+        r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB {needs} needs")
         return 0
     mib = mem * max(c.memory_factor, 1)
-    if mib > c.memory_capacity:
+    size = (mib if mib <= c.memory_capacity else 0) if soft else c.trim_memory(mib)[0]
+    if size == 0:
         r.problem(
             f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
             f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
         )
         return 0
-    if nums > 1 and mib != c.memory_allocatable:
+    if nums > 1 and size != c.memory_allocatable:
         r.problem(
-            f"{name}: a soft-split slice ({mib} MiB) is a single-device request, but {nums} NPUs are asked for: "
+            f"{name}: a {what} slice ({size} MiB) is a single-device request, but {nums} NPUs are asked for: "
             f"omit {name} (whole NPUs) or ask for 1 NPU"
         )
         return 0
-    return mib
-
-
-def _template_memory(c: ChipConfig, r: _Reader, mem: int, nums: int) -> int:
-    name = c.resource_memory_name
-    if mem == 0:
-        r.problem(f"{name} is 0: omit it for whole NPUs, or ask for the MiB a vNPU needs")
-        return 0
-    mib = mem * max(c.memory_factor, 1)
-    trimmed, _ = c.trim_memory(mib)
-    if trimmed == 0:
-        r.problem(
-            f"{name}: {mib} MiB is more than one {c.common_word} holds (memoryCapacity {c.memory_capacity} MiB); "
-            f"ask for at most {c.memory_capacity // max(c.memory_factor, 1)}, or for more NPUs"
-        )
-        return 0
-    if nums > 1 and trimmed != c.memory_allocatable:
-        r.problem(
-            f"{name}: a vNPU slice ({trimmed} MiB) is a single-device request, but {nums} NPUs are asked for: "
-            f"omit {name} (whole NPUs) or ask for 1 NPU"
-        )
-        return 0
-    return trimmed
+    return size
