@@ -245,7 +245,7 @@ class _NodeEval:
         app = ci >= ctx.pod.init_count
         start = self.app_order.get(req.type) if app else None
         order = sorted(
-            typed[::-1] if start is None else start,
+            reversed(typed) if start is None else start,
             key=lambda p: key(score(devices[p], used[p], mem[p], cores[p]), devices[p], used[p]),
         )
         if app:
