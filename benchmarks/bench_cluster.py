@@ -9,14 +9,16 @@ starts its own kube-scheduler (and our services) on one shared etcd + kube-apise
 * ``vgpu …``: the chart's configuration, our registrar, informer and N extender replicas (flag defaults, or the
   chart's flags), the HAMi device-plugin emulator (Allocate latency ``--allocate-latency``), the same pods.
 
-Printed per row: pods bound / created, pods/s (first create to last bind), the ratio to native measured in the
-same run, time-to-bind p50/p99, node-lock waits (the extenders' ``vgpu_node_lock_wait_seconds`` count),
-kube-scheduler errors (its log), and the audit's findings; then the CPU each component spent per bound pod
-(``/proc``), the API server's requests per bound pod by kind (``apiserver_request_total``) and by client (its
-audit log, ``--audit``), and the cost columns: ``OURS MS`` (extender + informer + registrar + Redis, CPU ms per
-bound pod), ``xKS`` (that ÷ native kube-scheduler's own CPU per pod in the same invocation), ``OUR REQ`` (API
-requests per bound pod sent by our services, the Binding included) and ``+REQ`` (requests per pod beyond the native
-run's and the device plugin's: what vgpu-scheduler adds). Figures are printed, never asserted.
+Printed per row: pods bound / created, pods/s (first create to last bind), the ratio to native measured in the same
+run, time-to-bind p50/p99, node-lock waits (the extenders' ``vgpu_node_lock_wait_seconds`` count) and give-ups
+(``vgpu_bind_outcomes_total{outcome="lock_timeout"}``), kube-scheduler errors (its log), the audit's findings, the
+nodes that received a pod beside the fewest nodes the burst fits on (``density.minimum_nodes``); then the CPU each
+component spent per bound pod (``/proc``), the API server's requests per bound pod by kind
+(``apiserver_request_total``) and by client (its audit log, ``--audit``), and the cost columns: ``OURS MS``
+(extender + informer + registrar + Redis, CPU ms per bound pod), ``xKS`` (that ÷ native kube-scheduler's own CPU per
+pod in the same invocation), ``OUR REQ`` (API requests per bound pod sent by our services, the Binding included) and
+``+REQ`` (requests per pod beyond the native run's and the device plugin's: what vgpu-scheduler adds). Figures are
+printed, never asserted.
 
     KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 100 --pods 300
     KUBEBUILDER_ASSETS=.cache/k8s python -m benchmarks.bench_cluster --nodes 1000 --gpus 8 --pods 2000 \\
@@ -36,6 +38,7 @@ from typing import Any
 from benchmarks.harness import redis_server
 from tests.controlplane.apicalls import AuditTail, calls_by_client
 from tests.controlplane.control import ApiServer, Cleanup, assets_dir, control_plane
+from tests.controlplane.density import minimum_nodes
 from tests.controlplane.harness import NodeShape, Settings, gpu_pod
 from tests.controlplane.native import run_native
 from tests.controlplane.scenario import Outcome, Scenario, run_scenario, scheduler_error_kinds
@@ -82,13 +85,14 @@ def _cost(
     return f"{ours if ours is not None else float('nan'):>8.1f} {ratio:>5} {requests:>7} {beyond:>5}"
 
 
-def _row(label: str, o: Outcome, native: float | None, cost: str) -> str:
+def _row(label: str, o: Outcome, native: float | None, minimum: int, cost: str) -> str:
     ratio = f"{o.pods_per_s / native:.2f}" if native else "-"
     findings = f"{len(o.report.correctness)}/{len(o.report.liveness)}"
+    density = f"{o.nodes_touched / minimum:.2f}" if minimum else "-"
     return (
         f"{label:<34} {o.bound:>5}/{o.created:<5} {o.pods_per_s:>7.1f} {ratio:>6} {o.percentile(50):>7.2f} "
-        f"{o.percentile(99):>7.2f} {o.lock_waits:>6} {o.scheduler_errors:>7} {findings:>7} {o.nodes_touched:>6} "
-        f"{cost}"
+        f"{o.percentile(99):>7.2f} {o.lock_waits:>6} {o.lock_timeouts:>6} {o.scheduler_errors:>7} {findings:>7} "
+        f"{o.nodes_touched:>6} {minimum:>5} {density:>5} {cost}"
     )
 
 
@@ -117,10 +121,16 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
     shape = NodeShape(gpus=args.gpus)
     audit = AuditTail(api.audit_log) if api.audit_log is not None else None
     header = (
-        f"{'RUN':<34} {'BOUND':>11} {'PODS/S':>7} {'xNAT':>6} {'P50 S':>7} {'P99 S':>7} {'LOCKW':>6} "
-        f"{'SCHERR':>7} {'C/L':>7} {'NODES':>6} {'OURS MS':>8} {'xKS':>5} {'OUR REQ':>7} {'+REQ':>5}"
+        f"{'RUN':<34} {'BOUND':>11} {'PODS/S':>7} {'xNAT':>6} {'P50 S':>7} {'P99 S':>7} {'LOCKW':>6} {'GAVEUP':>6} "
+        f"{'SCHERR':>7} {'C/L':>7} {'NODES':>6} {'MIN':>5} {'xMIN':>5} {'OURS MS':>8} {'xKS':>5} {'OUR REQ':>7} "
+        f"{'+REQ':>5}"
     )
-    print(f"# {args.nodes} nodes x {args.gpus} GPUs, {args.pods} pods; kube-scheduler qps {args.scheduler_qps}")
+    native_pods, our_pods = _pods(args.pods, shared=False), _pods(args.pods, shared=args.shared)
+    native_min, our_min = minimum_nodes(native_pods, shape), minimum_nodes(our_pods, shape)
+    print(
+        f"# {args.nodes} nodes x {args.gpus} GPUs, {args.pods} {'shared' if args.shared else 'whole-card'} pods "
+        f"(fewest nodes they fit on: {our_min}); kube-scheduler qps {args.scheduler_qps}"
+    )
     print(header, flush=True)
     native_rate: float | None = None
     native_scheduler_ms: float | None = None
@@ -129,7 +139,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
         cleanup = Cleanup(api)
         try:
             native = await run_native(
-                api, cleanup, tmp / "native", nodes=args.nodes, shape=shape, pods=_pods(args.pods, shared=False),
+                api, cleanup, tmp / "native", nodes=args.nodes, shape=shape, pods=native_pods,
                 scheduler_qps=args.scheduler_qps, deadline_s=args.deadline,
             )  # fmt: skip
         finally:
@@ -138,13 +148,14 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
         native_scheduler_ms = _per_pod_ms(native, ("kube-scheduler",))
         native_requests = _requests_per_pod(native)
         clients = _clients(audit, native)
-        print(_row("native nvidia.com/gpu: 1", native, None, _cost(native, None, clients)), flush=True)
+        print(_row("native nvidia.com/gpu: 1", native, None, native_min, _cost(native, None, clients)), flush=True)
         print(_cpu_line(native) + _clients_line(clients, native.bound), flush=True)
     extra: tuple[str, ...] = ()
     if args.kube_qps is not None:
         extra += (f"--kube-qps={args.kube_qps:g}",)
     if args.kube_burst is not None:
         extra += (f"--kube-burst={args.kube_burst}",)
+    extra += tuple(args.extender_flag)
     for replicas in args.replicas:
         for policy in args.policies:
             for setting in args.settings:
@@ -158,7 +169,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                 )
                 scenario = Scenario(
                     f"bench-{replicas}-{policy}-{setting}",
-                    _pods(args.pods, shared=args.shared),
+                    our_pods,
                     settings,
                     nodes=args.nodes,
                     shape=shape,
@@ -173,7 +184,7 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                 label = f"vgpu {replicas} repl {policy} {setting}" + (" " + " ".join(extra) if extra else "")
                 clients = _clients(audit, outcome)
                 cost = _cost(outcome, native_scheduler_ms, clients, native_requests)
-                print(_row(label, outcome, native_rate, cost), flush=True)
+                print(_row(label, outcome, native_rate, our_min, cost), flush=True)
                 print(_cpu_line(outcome) + _clients_line(clients, outcome.bound) + _redis_line(outcome), flush=True)
                 for line in (outcome.report.correctness + outcome.report.liveness)[: args.show_findings]:
                     print(f"    {line}")
@@ -182,15 +193,17 @@ async def _main(args: argparse.Namespace, api: ApiServer, redis_url: str, tmp: P
                     for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])[: args.show_errors]:
                         print(f"    {n:>5} x {kind}")
     print(
-        "BOUND bound/created; PODS/S first create to last bind; xNAT ratio to native in this run; P50/P99 "
-        "create-to-bind; LOCKW node-lock waits; SCHERR kube-scheduler error lines; C/L audit correctness/liveness "
-        "findings; NODES nodes that received a pod; OURS MS our CPU ms per bound pod (extender, informer, registrar, "
-        "Redis); xKS that over native kube-scheduler's own CPU ms per pod in this invocation; OUR REQ API requests "
-        "per bound pod sent by our services (audit log); +REQ requests per pod beyond native's (this invocation) "
-        "and the device plugin's; cpu ms/pod: CPU milliseconds per bound pod by component, "
-        "first create to last bind, and API server requests per bound pod by verb and resource (harness: pod "
-        "creation, bind watch, device-plugin emulator; other: the machine's other processes); by client: the same "
-        "requests by sender (the API server's audit log); redis/pod: scripts run per pod (and Redis' microseconds "
+        "BOUND bound/created; PODS/S first create to last bind; xNAT ratio to native in this run; P50/P99 create-"
+        "to-bind; LOCKW node-lock waits; GAVEUP binds that gave up waiting for a node lock; SCHERR kube-scheduler "
+        "error lines; C/L audit correctness/liveness findings; NODES nodes that received a pod; MIN the fewest "
+        "nodes the row's pods fit on (tests/controlplane/density.py); xMIN NODES over MIN; OURS MS our CPU ms per "
+        "bound pod (extender, informer, registrar, Redis); xKS that over native kube-scheduler's own CPU ms per pod"
+        " in this invocation; OUR REQ API requests per bound pod sent by our services (audit log); +REQ requests "
+        "per pod beyond native's (this invocation) and the device plugin's; cpu ms/pod: CPU milliseconds per bound "
+        "pod by component, first create to last bind, and API server requests per bound pod by verb and resource "
+        "(harness: pod creation, bind watch, device-plugin emulator; other: the machine's other processes); by "
+        "client: the same requests by sender (the API server's audit log); redis/pod: scripts run per pod (and "
+        "Redis' microseconds "
         "in them), then the commands run per pod, inside scripts or not (INFO commandstats)"
     )
 
@@ -239,6 +252,8 @@ def main() -> None:
     p.add_argument("--settings", type=_csv(str), default=["defaults", "chart"], help="defaults,chart")
     p.add_argument("--kube-qps", type=float, default=None, help="--kube-qps for every extender replica")
     p.add_argument("--kube-burst", type=int, default=None, help="--kube-burst for every extender replica")
+    p.add_argument("--extender-flag", action="append", default=[], metavar="FLAG",
+                   help="one more flag for every extender replica (repeatable), e.g. --extender-flag=--max-binds-per-node=8")
     p.add_argument("--scheduler-qps", type=int, default=None, help="kube-scheduler clientConnection qps")
     p.add_argument("--allocate-latency", type=float, default=0.2, help="device plugin Allocate latency, s")
     p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=False,

@@ -1,17 +1,22 @@
-"""How many binds may be in flight on one node before ``/filter`` passes over it: ``--max-binds-per-node`` at most,
-fewer while binds wait too long for node locks.
+"""How many binds may be in flight on one node before ``/filter`` passes over it: as many as the node's lock can
+serve within most of a bind's lock wait, ``--max-binds-per-node`` at most.
 
 HAMi's device plugin finds the pod it allocates through the node lock, so a node's binds run one after another,
-each holding the lock for a whole cycle (the Binding, the kubelet's Allocate, the plugin's release). A bind that
+each holding the lock for a whole *cycle* (the Binding, the kubelet's Allocate, the plugin's release). A bind that
 queues behind ``n`` others waits about ``n`` cycles, and fails when that exceeds its lock wait (``--bind-timeout``
-less the time its API calls need). How long a cycle takes is not a setting: it grows with the API server's load
-and the device plugin's latency. So the limit follows what binds actually wait, additive-increase /
-multiplicative-decrease style:
+less the time its API calls need). How long a cycle takes is not a setting: it grows with the API server's load and
+the device plugin's latency. So the limit is computed from cycles as they are measured:
 
-* a bind that waited more than half its lock wait, or timed out, lowers the limit by one (not below 1);
-* ``RAISE_AFTER`` binds in a row that waited less than a quarter of it raise the limit by one (up to
-  ``--max-binds-per-node``);
-* anything in between keeps it.
+* every replica sees every lock taken and released on the store's change feed; the time between the two is one
+  cycle (:meth:`BindLimit.observe_cycle`), averaged (exponentially, ``CYCLE_WEIGHT``);
+* the limit is ``1 + ⌊QUEUE_SHARE × lock wait ÷ cycle⌋``, between 1 and ``--max-binds-per-node``: a bind
+  admitted behind a full queue waits at most that share of its budget;
+* a bind that gave up waiting shows that cycles are longer than measured (or that more binds queue there than
+  this replica knows): the estimate is raised by ``TIMEOUT_RAISE`` at once, and measured cycles bring it back.
+
+The limit does not collapse to one bind per node when a burst makes waits long: a collapse spreads a burst over
+many nodes (each passed over while its one bind is in flight), which is what node binpack must not do. Keeping the
+queue a node can serve lets a burst fill the best nodes in order (docs/extender.md, "Bind-aware placement").
 
 Only binds of ordinary pods count (PodGroup members wait on their own schedule). Pure: no I/O, no clock.
 """
@@ -19,16 +24,21 @@ Only binds of ordinary pods count (PodGroup members wait on their own schedule).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Final
 
 logger = logging.getLogger(__name__)
 
-RAISE_AFTER: Final = 20
-"""Short waits in a row before the limit goes up by one."""
+CYCLE_WEIGHT: Final = 0.2
+"""Weight of a new cycle in the average (the last ten or so cycles count)."""
+QUEUE_SHARE: Final = 0.75
+"""The share of its lock wait a bind admitted behind a full queue may spend waiting."""
+TIMEOUT_RAISE: Final = 1.25
+"""A bind that gave up raises the cycle estimate by this factor."""
 
 
-class AdaptiveBindLimit:
+class BindLimit:
     """The per-node bind limit for ``/filter``'s bind-aware placement (see the module docstring)."""
 
     def __init__(
@@ -36,31 +46,41 @@ class AdaptiveBindLimit:
     ) -> None:
         self.ceiling = max(1, ceiling)
         self.value = self.ceiling
-        self._budget_s = wait_budget_s
+        self._queue_s = QUEUE_SHARE * wait_budget_s
         self._on_change = on_change
-        self._short = 0
+        self.cycle_s: float | None = None
+        """The average lock cycle (None until one is measured: the limit is the ceiling)."""
+
+    def observe_cycle(self, cycle_s: float) -> None:
+        """One node lock held for ``cycle_s`` (taken to released, as the change feed showed them)."""
+        if cycle_s < 0 or self._queue_s <= 0:
+            return
+        previous = self.cycle_s
+        self.cycle_s = cycle_s if previous is None else previous + CYCLE_WEIGHT * (cycle_s - previous)
+        self._update(cycle_s)
 
     def observe(self, waited_s: float, *, timed_out: bool = False) -> None:
         """Record one bind's wait for its node lock (``timed_out``: it gave up after the whole budget)."""
-        if self._budget_s <= 0:
+        if not timed_out or self._queue_s <= 0:
             return
-        if timed_out or waited_s > self._budget_s / 2:
-            self._short = 0
-            if self.value > 1:
-                self._set(self.value - 1, waited_s)
-        elif waited_s < self._budget_s / 4:
-            self._short += 1
-            if self._short >= RAISE_AFTER:
-                self._short = 0
-                if self.value < self.ceiling:
-                    self._set(self.value + 1, waited_s)
-        else:
-            self._short = 0
+        floor = self._queue_s / max(self.ceiling - 1, 1)  # the longest cycle that gives the ceiling
+        self.cycle_s = TIMEOUT_RAISE * max(self.cycle_s or floor, floor)
+        self._update(waited_s)
 
-    def _set(self, value: int, waited_s: float) -> None:
+    def _update(self, sample_s: float) -> None:
+        if not self.cycle_s:
+            return
+        value = max(1, min(self.ceiling, 1 + math.floor(self._queue_s / self.cycle_s)))
+        if value == self.value:
+            return
         logger.info(
             "binds per node limit changed",
-            extra={"limit": value, "previous": self.value, "waited_s": round(waited_s, 3), "budget_s": self._budget_s},
+            extra={
+                "limit": value,
+                "previous": self.value,
+                "cycle_s": round(self.cycle_s, 3),
+                "sample_s": round(sample_s, 3),
+            },
         )
         self.value = value
         self._on_change(value)

@@ -19,7 +19,7 @@ import ssl
 
 from vgpu_scheduler.services.extender.app import Handler, create_app, create_webhook_app
 from vgpu_scheduler.services.extender.bindhttp import BindHandler
-from vgpu_scheduler.services.extender.bindlimit import AdaptiveBindLimit
+from vgpu_scheduler.services.extender.bindlimit import BindLimit
 from vgpu_scheduler.services.extender.bindlock import lock_wait_budget
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.filter import FilterHandler
@@ -67,6 +67,9 @@ class ExtenderService:
         self.metrics.policy_info.labels(settings.node_policy.value, str(settings.gpu_policy)).set(1)
         self.wakeups = NodeWakeups() if lock_wakeups else None
         """Binds waiting for a node's lock, woken by the node's changes on the feed the cache follows."""
+        wait_s = lock_wait_budget(settings.bind_timeout_s)
+        self.bind_limit = BindLimit(settings.max_binds_per_node, wait_s, self._set_bind_limit)
+        self.metrics.binds_per_node_limit.set(self.bind_limit.value)
         self.cache = SnapshotCache(
             deps.store,
             deps.cache_settings,
@@ -74,6 +77,7 @@ class ExtenderService:
             on_node_reads=self.metrics.snapshot_node_reads.inc,
             binds_per_node=settings.max_binds_per_node,
             wakeups=self.wakeups,
+            on_lock_cycle=self.bind_limit.observe_cycle,
         )
         self.metrics.snapshot_nodes.set_function(lambda: float(len(self.cache)))
         self._quota_view = QuotaView({})
@@ -95,9 +99,6 @@ class ExtenderService:
         self.filter = FilterHandler(
             settings, deps, self.metrics, self.cache, preemptor=self.preemptor, gangs=self.gangs
         )
-        wait_s = lock_wait_budget(settings.bind_timeout_s)
-        self.bind_limit = AdaptiveBindLimit(settings.max_binds_per_node, wait_s, self._set_bind_limit)
-        self.metrics.binds_per_node_limit.set(self.bind_limit.value)
         self._binds = BindHandler(
             settings,
             deps,

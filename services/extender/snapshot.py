@@ -30,7 +30,7 @@ from vgpu_scheduler.shared.domain.model import NodePolicy
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import TransientError
-from vgpu_scheduler.shared.store import ChangeBatch, ChangeKind, NodeState, Store, StoreStatus, SyncMarker
+from vgpu_scheduler.shared.store import ChangeBatch, ChangeEvent, ChangeKind, NodeState, Store, StoreStatus, SyncMarker
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +107,7 @@ class SnapshotCache:
         on_node_reads: Callable[[int], None] | None = None,
         binds_per_node: int = 1,
         wakeups: NodeWakeups | None = None,
+        on_lock_cycle: Callable[[float], None] | None = None,
     ) -> None:
         self.wakeups = wakeups
         """Told of every node the change feed names (binds waiting for a node's lock: :mod:`.wakeups`)."""
@@ -116,6 +117,10 @@ class SnapshotCache:
         self._required = required
         self._on_reload = on_reload or (lambda reason: None)
         self._on_node_reads = on_node_reads or (lambda n: None)
+        self.on_lock_cycle = on_lock_cycle
+        """Told how long each node lock was held, taken to released as the feed shows them (the bind limit)."""
+        self._lock_taken: dict[str, float] = {}
+        """When the feed showed each node's lock taken (the loop's clock), until it shows the release."""
         self._nodes: dict[str, CachedNode] = {}
         self._snaps: dict[str, NodeSnapshot] = {}
         """``name → snapshot`` for the request path (the same snapshots as ``_nodes``, looked up in C)."""
@@ -286,6 +291,20 @@ class SnapshotCache:
 
     # ---- follower ------------------------------------------------------------------------------------------------
 
+    def _time_lock_cycles(self, events: Sequence[ChangeEvent]) -> None:
+        """Time every node lock the feed shows taken and then released (a release without a seen acquisition, from
+        before this replica followed, counts nothing)."""
+        if self.on_lock_cycle is None:
+            return
+        now = _loop_time()
+        for event in events:
+            if event.lock_taken:
+                self._lock_taken[event.node] = now
+            elif event.lock_released:
+                taken = self._lock_taken.pop(event.node, None)
+                if taken is not None:
+                    self.on_lock_cycle(now - taken)
+
     def close(self) -> None:
         """Make :meth:`run` return at its next turn. Cancel it too: this covers a cancellation lost inside
         redis-py (on Python 3.11 ``asyncio.wait_for`` drops a cancel that races a finished send)."""
@@ -334,6 +353,7 @@ class SnapshotCache:
         self.stats.events += len(batch.events)
         stale: dict[str, None] = {}
         moved = False
+        self._time_lock_cycles(batch.events)
         for event in batch.events:
             # A bind waiting for the node's lock is woken by its release (or the node going or changing shape),
             # not by every reservation and acquisition there: those would only make it try and fail again.
@@ -380,6 +400,7 @@ class SnapshotCache:
             self._gone = {}
             self._busy = set()
             self._inflight = {}
+            self._lock_taken = {}
             self.loaded.clear()
             self._reload_reason = "epoch"
         elif (

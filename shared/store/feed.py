@@ -29,6 +29,7 @@ def _event(eid: Any, fields: dict[bytes, bytes]) -> ChangeEvent | None:
             kind=ChangeKind(fields[b"kind"].decode()),
             lock_released=fields.get(b"lock") == b"released",
             binds_in_flight=_count(fields.get(b"inflight")),
+            lock_taken=fields.get(b"lock") == b"taken",
         )
     except (KeyError, ValueError, UnicodeDecodeError):
         return None

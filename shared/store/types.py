@@ -247,9 +247,9 @@ class ChangeKind(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class ChangeEvent:
     """One entry of the change stream: ``node`` reached ``generation`` through a change of ``kind``;
-    ``lock_released`` when the change was the release of the node's bind lock. ``binds_in_flight`` is set when the
-    change moved only the node's binds in flight (a lock taken or released, a reservation confirmed), to that new
-    count: the node's inventory and usage are those of ``generation - 1``."""
+    ``lock_released`` when the change was the release of the node's bind lock, ``lock_taken`` its acquisition.
+    ``binds_in_flight`` is set when the change moved only the node's binds in flight (a lock taken or released, a
+    reservation confirmed), to that new count: the node's inventory and usage are those of ``generation - 1``."""
 
     id: str
     node: str
@@ -257,6 +257,8 @@ class ChangeEvent:
     kind: ChangeKind
     lock_released: bool = False
     binds_in_flight: int | None = None
+    lock_taken: bool = False
+    """The change was a fresh acquisition of the node's bind lock (its release follows as ``lock_released``)."""
 
 
 @dataclass(frozen=True, slots=True)

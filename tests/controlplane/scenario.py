@@ -72,6 +72,8 @@ class Outcome:
     lock_waits: int
     """Binds that waited 10 ms or more for the node lock (the live extenders' ``vgpu_node_lock_wait_seconds``)."""
     stalled: bool
+    lock_timeouts: int = 0
+    """Binds that gave up waiting for a node lock (``vgpu_bind_outcomes_total{outcome="lock_timeout"}``)."""
     system_log: dict[str, str] = field(default_factory=dict, repr=False)
     nodes_touched: int = 0
     """Nodes that received at least one pod (binpack's packing, next to one-at-a-time packing)."""
@@ -123,8 +125,10 @@ def scheduler_error_kinds(log: str) -> dict[str, int]:
     return kinds
 
 
-async def _lock_waits(session: aiohttp.ClientSession, system: System) -> int:
-    total = 0.0
+async def _lock_waits(session: aiohttp.ClientSession, system: System) -> tuple[int, int]:
+    """Over the live extenders: binds that waited 10 ms or more for a node lock, and binds that gave up waiting
+    (``vgpu_bind_outcomes_total{outcome="lock_timeout"}``)."""
+    waited = gave_up = 0.0
     for s in system.extenders():
         if s.proc.returncode is not None:
             continue
@@ -139,8 +143,10 @@ async def _lock_waits(session: aiohttp.ClientSession, system: System) -> int:
                         count = float(line.rsplit(" ", 1)[1])
                     elif line.startswith('vgpu_node_lock_wait_seconds_bucket{le="0.01"}'):
                         quick = float(line.rsplit(" ", 1)[1])
-                total += count - quick
-    return int(total)
+                    elif line.startswith('vgpu_bind_outcomes_total{outcome="lock_timeout"}'):
+                        gave_up += float(line.rsplit(" ", 1)[1])
+                waited += count - quick
+    return int(waited), int(gave_up)
 
 
 async def run_scenario(
@@ -276,7 +282,7 @@ async def _drive(
     first = min(watch.created.values(), default=start)
     elapsed = (max(bound_times) - first) if bound_times else 0.0
     async with aiohttp.ClientSession(trust_env=False) as session:
-        waits = await _lock_waits(session, system)
+        waits, gave_up = await _lock_waits(session, system)
     return Outcome(
         report=AuditReport(),
         created=len(watch.created),
@@ -286,6 +292,7 @@ async def _drive(
         bind_latencies_s=[watch.bound[n] - watch.created[n] for n in watch.bound if n in watch.created],
         scheduler_errors=count_scheduler_errors(system.scheduler.log_text()),
         lock_waits=waits,
+        lock_timeouts=gave_up,
         stalled=stalled,
         nodes_touched=len(set(watch.nodes.values())),
         cpu_s=cpu,

@@ -328,3 +328,41 @@ async def test_a_change_of_binds_in_flight_after_a_missed_generation_reads_the_n
     assert cache.stats.applied == 0 and cache.stats.node_reads == reads + 1
     snap = cache.get("b")
     assert snap is not None and snap.device_usage("GPU-b-0").used == 1
+
+
+async def test_every_lock_taken_then_released_on_the_feed_is_timed_as_one_cycle(
+    store: Store, other_store: Store
+) -> None:
+    """The bind limit's measure (services/extender/bindlimit.py): every replica times each node's lock from the
+    acquisition to the release as the feed shows them, whoever held it; a release whose acquisition came before
+    the follower started counts nothing."""
+    await seed(store, [node("a", 2), node("b", 2)])
+    early = await other_store.locks.acquire("b", "default/early", 30.0)
+    assert isinstance(early, LockAcquired)
+    cycles: list[float] = []
+    cache = SnapshotCache(store, FAST_CACHE, on_lock_cycle=cycles.append)
+    task = asyncio.create_task(cache.run(), name="snapshot-follower")
+    try:
+        async with asyncio.timeout(WAIT_S):
+            await cache.loaded.wait()
+        before = cache.generation("b") or 0
+        assert await other_store.locks.release("b", "default/early", early.token)
+        await cache.wait_until(lambda: (cache.generation("b") or 0) > before, WAIT_S)
+        assert cycles == []  # its acquisition was before the follower: not a cycle
+        held = await other_store.locks.acquire("a", "default/p1", 30.0)
+        assert isinstance(held, LockAcquired)
+        taken = cache.generation("a") or 0
+        await cache.wait_until(lambda: (cache.generation("a") or 0) > taken, WAIT_S)
+        await asyncio.sleep(0.05)  # the lock is held for a while after the follower saw it taken: the cycle covers it
+        assert await other_store.locks.release("a", "default/p1", held.token)
+        await cache.wait_until(lambda: len(cycles) == 1, WAIT_S)
+        assert cycles[0] >= 0.05
+        again = await other_store.locks.acquire("a", "default/p2", 30.0)
+        assert isinstance(again, LockAcquired)
+        released, _ = await other_store.locks.release_settled("a", "default/p2", None)
+        assert released
+        await cache.wait_until(lambda: len(cycles) == 2, WAIT_S)  # the informer's release of a settled bind too
+    finally:
+        cache.close()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

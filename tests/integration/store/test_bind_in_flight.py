@@ -121,3 +121,5 @@ async def test_changes_of_binds_in_flight_alone_carry_the_new_count(store: Store
     # (which ended the binds in flight) carry theirs
     assert [e.binds_in_flight for e in events] == [None, None, 2, 1, 0, 1, 0]
     assert [e.lock_released for e in events] == [False, False, False, True, False, False, True]
+    # a fresh acquisition is marked too: with the release it times the node's lock cycle (the bind limit)
+    assert [e.lock_taken for e in events] == [False, False, True, False, False, True, False]
