@@ -253,7 +253,7 @@ def main() -> None:
     p.add_argument("--kube-qps", type=float, default=None, help="--kube-qps for every extender replica")
     p.add_argument("--kube-burst", type=int, default=None, help="--kube-burst for every extender replica")
     p.add_argument("--extender-flag", action="append", default=[], metavar="FLAG",
-                   help="one more flag for every extender replica (repeatable), e.g. --extender-flag=--max-binds-per-node=8")
+                   help="a flag for every extender replica (repeatable), e.g. --max-binds-per-node=8")  # fmt: skip
     p.add_argument("--scheduler-qps", type=int, default=None, help="kube-scheduler clientConnection qps")
     p.add_argument("--allocate-latency", type=float, default=0.2, help="device plugin Allocate latency, s")
     p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=False,
