@@ -156,18 +156,21 @@ REQUEST: Final = ShareRequest(
 """Each resource from the limits, else the requests; memory and cores are the container's total."""
 
 
+DESCRIPTION: Final = Description(
+    name=NAME,
+    rules=MTHREADS_RULES,
+    allocated_key="hami.io/mthreads-vgpu-devices-allocated",
+    node_lock=NodeLockKind.NONE,
+    use_uuid="mthreads.ai/use-gpuuuid",
+    nouse_uuid="mthreads.ai/nouse-gpuuuid",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class MthreadsVendor(DescribedVendor):
     """Moore Threads (see the module docstring)."""
 
-    description = Description(
-        name=NAME,
-        rules=MTHREADS_RULES,
-        allocated_key="hami.io/mthreads-vgpu-devices-allocated",
-        node_lock=NodeLockKind.NONE,
-        use_uuid="mthreads.ai/use-gpuuuid",
-        nouse_uuid="mthreads.ai/nouse-gpuuuid",
-    )
+    description = DESCRIPTION
 
     config: ShareConfig = DEFAULT_CONFIG
 

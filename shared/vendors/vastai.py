@@ -36,6 +36,7 @@ from vgpu_scheduler.shared.domain.model import (
     NodeInventory,
     NodePolicy,
     PodConstraints,
+    PodDevices,
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
@@ -141,11 +142,7 @@ class VastaiRules(SlotOnlyRules):
         return chosen if len(chosen) == nums else None
 
     def pod_score(
-        self,
-        snap: NodeSnapshot,
-        devices: Sequence[Sequence[ContainerDevice]],
-        policy: NodePolicy,
-        constraints: PodConstraints,
+        self, snap: NodeSnapshot, devices: PodDevices, policy: NodePolicy, constraints: PodConstraints
     ) -> float:
         """The node score term of the dies the pod gets here (:func:`die_score`), so nodes where each container
         stays on one card rank first: added under binpack (HAMi), subtracted under spread (HAMi adds it there too,

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
@@ -54,18 +54,21 @@ def build(section: object) -> tuple[AWSNeuronVendor, ...]:
     return (AWSNeuronVendor(parse_config(section)),)
 
 
+DESCRIPTION: Final = Description(
+    name=NAME,
+    rules=AWSNEURON_RULES,
+    allocated_key=ALLOCATED_KEY,
+    node_lock=NodeLockKind.NONE,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class AWSNeuronVendor(DescribedVendor):
     """AWS Neuron (see the module docstring)."""
 
-    description = Description(
-        name=NAME,
-        rules=AWSNEURON_RULES,
-        allocated_key=ALLOCATED_KEY,
-        node_lock=NodeLockKind.NONE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-    )
+    description = DESCRIPTION
 
     config: AWSNeuronConfig = dataclasses.field(default_factory=AWSNeuronConfig)
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.resources import (
@@ -68,20 +68,23 @@ def build(section: object) -> tuple[GcuVendor, VgcuVendor]:
     return GcuVendor(config), VgcuVendor(config)
 
 
+VGCU_DESCRIPTION: Final = Description(
+    name=VGCU,
+    rules=VGCU_RULES,
+    allocated_key=VGCU_ALLOCATED_KEY,
+    register_key=DRS_CAPACITY_KEY,
+    node_lock=NodeLockKind.NONE,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+    liveness=Liveness.LISTED,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class VgcuVendor(DescribedVendor):
     """Enflame DRS instances (see the module docstring)."""
 
-    description = Description(
-        name=VGCU,
-        rules=VGCU_RULES,
-        allocated_key=VGCU_ALLOCATED_KEY,
-        register_key=DRS_CAPACITY_KEY,
-        node_lock=NodeLockKind.NONE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-        liveness=Liveness.LISTED,
-    )
+    description = VGCU_DESCRIPTION
 
     config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import (
@@ -79,13 +79,18 @@ def build(section: object) -> tuple[KunlunVendor, KunlunVxpuVendor]:
     return KunlunVendor(config), KunlunVxpuVendor(config)
 
 
+DESCRIPTION: Final = Description(
+    name=NAME, rules=KUNLUN_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE
+)
+
+
 @dataclass(frozen=True, slots=True)
 class KunlunVendor(CountedVendor):
     """Whole Kunlunxin XPUs (see the package docstring): HAMi's ``GetNodeDevices`` derives XPUs of 98304 MiB, 100
     cores and 100 slots from ``capacity[kunlunxin.com/xpu]`` (healthy while listed: HAMi's ``CheckHealth`` always
     says so); a request takes 100 % of each XPU's memory and no cores."""
 
-    description = Description(name=NAME, rules=KUNLUN_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE)
+    description = DESCRIPTION
     counted = Counted(
         top=2**31 - 1,
         expected="expected a whole number from 0 to 2^31-1",
@@ -114,21 +119,24 @@ class KunlunVendor(CountedVendor):
         return {DEVICE_IDX_KEY: ";".join(parts)}
 
 
+VXPU_DESCRIPTION: Final = Description(
+    name=VXPU_NAME,
+    rules=VXPU_RULES,
+    allocated_key=VXPU_ALLOCATED_KEY,
+    to_allocate_key=VXPU_TO_ALLOCATE_KEY,
+    register_key=VXPU_REGISTER_KEY,
+    handshake_key=VXPU_HANDSHAKE_KEY,
+    use_uuid=VXPU_USE_UUID,
+    nouse_uuid=VXPU_NOUSE_UUID,
+    decode_register=decode_vxpu_register,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class KunlunVxpuVendor(DescribedVendor):
     """Kunlunxin vXPUs (see the module docstring)."""
 
-    description = Description(
-        name=VXPU_NAME,
-        rules=VXPU_RULES,
-        allocated_key=VXPU_ALLOCATED_KEY,
-        to_allocate_key=VXPU_TO_ALLOCATE_KEY,
-        register_key=VXPU_REGISTER_KEY,
-        handshake_key=VXPU_HANDSHAKE_KEY,
-        use_uuid=VXPU_USE_UUID,
-        nouse_uuid=VXPU_NOUSE_UUID,
-        decode_register=decode_vxpu_register,
-    )
+    description = VXPU_DESCRIPTION
 
     config: KunlunConfig = dataclasses.field(default_factory=KunlunConfig)
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S

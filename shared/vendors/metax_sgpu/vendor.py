@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, container_label, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceCharge, DeviceInfo, PodDevices, Selectors
@@ -32,22 +32,24 @@ from vgpu_scheduler.shared.vendors.metax_sgpu.keys import (
 from vgpu_scheduler.shared.vendors.metax_sgpu.registration import decode_devices_register, registration_value
 from vgpu_scheduler.shared.vendors.metax_sgpu.requests import capped_vcore_warning, qos_selectors, sgpu_request
 
+DESCRIPTION: Final = Description(
+    name=NAME,
+    rules=SGPU_RULES,
+    allocated_key=ALLOCATED_KEY,
+    to_allocate_key=TO_ALLOCATE_KEY,
+    register_key=REGISTER_KEY,
+    use_uuid=USE_UUID,
+    nouse_uuid=NOUSE_UUID,
+    decode_register=decode_devices_register,
+    liveness=Liveness.LISTED,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class MetaxSgpuVendor(DescribedVendor):
     """MetaX sGPUs (see the module docstring). The names come from the ``metax:`` section."""
 
-    description = Description(
-        name=NAME,
-        rules=SGPU_RULES,
-        allocated_key=ALLOCATED_KEY,
-        to_allocate_key=TO_ALLOCATE_KEY,
-        register_key=REGISTER_KEY,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-        decode_register=decode_devices_register,
-        liveness=Liveness.LISTED,
-    )
+    description = DESCRIPTION
 
     count_name: str = "metax-tech.com/sgpu"
     memory_name: str = "metax-tech.com/vmemory"
