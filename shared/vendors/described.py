@@ -23,10 +23,7 @@ from typing import Any, Protocol
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
-    container_lists,
     names_any,
     raw_value,
 )
@@ -45,7 +42,7 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import cordoned_ids
-from vgpu_scheduler.shared.vendors.common import decode_selectors, names_section, reader_config
+from vgpu_scheduler.shared.vendors.common import decode_selectors, names_section, read_container
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
@@ -244,9 +241,8 @@ class ShareRequest:
         ``default_cores``. A memory or core resource without the count, a count of 0 with memory, and any bad
         quantity are a ResourceRequestError."""
         count, memory, cores = names.resource_count_name, names.resource_memory_name, names.resource_core_name
-        limits, requests = container_lists(container, what)
+        limits, requests, r = read_container(container, what, count, memory, cores, memory_factor=memory_factor)
         counted = _NO_RESOURCES if self.limits_only else requests
-        r = RequestReader(reader_config(count, memory, cores, memory_factor), container_label(container, what))
         n = r.read(limits, counted, count, QuantityKind.COUNT)
         mem = r.read(limits, counted, memory, QuantityKind.MEMORY) if memory else None
         core = r.read(limits, requests, cores, self.cores) if cores else None

@@ -30,7 +30,6 @@ from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
     ResourceRequestError,
-    container_label,
     container_lists,
 )
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodDevices
@@ -38,7 +37,7 @@ from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
-from vgpu_scheduler.shared.vendors.common import reader_config
+from vgpu_scheduler.shared.vendors.common import read_container
 from vgpu_scheduler.shared.vendors.described import (
     DescribedVendor,
     Description,
@@ -182,10 +181,13 @@ class MthreadsVendor(DescribedVendor):
 
     def _read(self, container: Mapping[str, Any], what: str) -> tuple[int, int | None, int | None, RequestReader]:
         c = self.config
-        limits, requests = container_lists(container, what)
-        r = RequestReader(
-            reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name, MEMORY_UNIT_MIB),
-            container_label(container, what),
+        limits, requests, r = read_container(
+            container,
+            what,
+            c.resource_count_name,
+            c.resource_memory_name,
+            c.resource_core_name,
+            memory_factor=MEMORY_UNIT_MIB,
         )
         n = r.read(limits, requests, c.resource_count_name, QuantityKind.COUNT) or 0
         mem = r.read(limits, requests, c.resource_memory_name, QuantityKind.MEMORY)

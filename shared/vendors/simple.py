@@ -13,17 +13,14 @@ from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
-    container_lists,
     raw_value,
 )
 from vgpu_scheduler.shared.codec.selectors import decode_uuid_list
 from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, ContainerRequest, DeviceInfo, PodConstraints, Selectors
 from vgpu_scheduler.shared.domain.vendor import BasicRules, Take, selectors_uuid_ok
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.common import reader_config, rekey
+from vgpu_scheduler.shared.vendors.common import read_container, rekey
 
 COLON_FORMAT = "id,count,devmem,devcore,type,numa,health[,index,mode]:"
 
@@ -102,8 +99,7 @@ def count_only_request(
     """HAMi's ``GenerateResourceRequests`` of a family with a count resource only: ``n`` devices, memory as a
     percentage (100, the whole device; ``mem_mib`` beside it where the family sets one), ``cores_pct`` cores (none
     by default). The count is read from the limits, else the requests; a bad quantity is a ResourceRequestError."""
-    limits, requests = container_lists(container, what)
-    r = RequestReader(reader_config(count_name, "", ""), container_label(container, what))
+    limits, requests, r = read_container(container, what, count_name)
     n = r.read(limits, requests, count_name, QuantityKind.COUNT)
     if r.problems:
         raise ResourceRequestError(r.problems)

@@ -14,9 +14,7 @@ from typing import Any, Final
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
     container_lists,
     pod_containers,
     raw_value,
@@ -31,7 +29,7 @@ from vgpu_scheduler.shared.domain.model import (
     PodDevices,
 )
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import reader_config
+from vgpu_scheduler.shared.vendors.common import read_container
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, observe_described
 from vgpu_scheduler.shared.vendors.enflame.drs import (
     DIRECT,
@@ -101,10 +99,8 @@ class VgcuVendor(DescribedVendor):
         holding both. Always one instance. Refused (ResourceRequestError), as HAMi's webhook refuses them: a
         ``drs-gcu`` or memory of 0, cores outside 1..100, and any bad quantity."""
         c = self.config
-        limits, requests = container_lists(container, what)
-        r = RequestReader(
-            reader_config(c.resource_name_drs_gcu, c.resource_name_gcu_memory, c.resource_name_gcu_core),
-            container_label(container, what),
+        limits, requests, r = read_container(
+            container, what, c.resource_name_drs_gcu, c.resource_name_gcu_memory, c.resource_name_gcu_core
         )
         if raw_value(limits, requests, c.resource_name_drs_gcu)[0]:
             n = r.read(limits, requests, c.resource_name_drs_gcu, QuantityKind.COUNT)

@@ -11,9 +11,7 @@ from typing import Any, Final
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
     container_lists,
     raw_value,
 )
@@ -27,7 +25,7 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import names_section, reader_config, section_keys
+from vgpu_scheduler.shared.vendors.common import names_section, read_container, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
 from vgpu_scheduler.shared.vendors.kunlun.fit import KUNLUN_RULES, VXPU_RULES, _both_uuid_lists
@@ -146,26 +144,17 @@ class KunlunVxpuVendor(DescribedVendor):
         c = self.config
         return ResourceNames(count=c.resource_vcount_name, memory=c.resource_vmemory_name or None)
 
-    def _read(self, container: Mapping[str, Any], what: str) -> tuple[int | None, int | None, RequestReader]:
-        c = self.config
-        limits, requests = container_lists(container, what)
-        r = RequestReader(
-            reader_config(c.resource_vcount_name, c.resource_vmemory_name, ""), container_label(container, what)
-        )
-        n = r.read(limits, requests, c.resource_vcount_name, QuantityKind.COUNT)
-        mem = (
-            r.read(limits, requests, c.resource_vmemory_name, QuantityKind.MEMORY) if c.resource_vmemory_name else None
-        )
-        return n, mem, r
-
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``: the count and memory from the limits, else the requests; memory
         rounded up to a vXPU size (:func:`trim_memory`), cores the same share of 100; no memory: the whole XPU
         (98304 MiB, 100 %, 100 cores). Strict: memory without the count, a count of 0 with memory, memory 0 or
         above a whole XPU, and any bad quantity are a ResourceRequestError."""
         c = self.config
-        limits, requests = container_lists(container, what)
-        n, mem, r = self._read(container, what)
+        limits, requests, r = read_container(container, what, c.resource_vcount_name, c.resource_vmemory_name)
+        n = r.read(limits, requests, c.resource_vcount_name, QuantityKind.COUNT)
+        mem = (
+            r.read(limits, requests, c.resource_vmemory_name, QuantityKind.MEMORY) if c.resource_vmemory_name else None
+        )
         has_count = raw_value(limits, requests, c.resource_vcount_name)[0]
         has_mem = bool(c.resource_vmemory_name) and raw_value(limits, requests, c.resource_vmemory_name)[0]
         if not r.problems:
