@@ -29,14 +29,8 @@ from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodConstraints, Reason
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take, selectors_uuid_ok
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import (
-    DescribedVendor,
-    Description,
-    Liveness,
-    ShareConfig,
-    ShareRequest,
-    share_resources,
-)
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.description import Description, Liveness, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import decode_json
 
 SECTION: Final = "amd"
@@ -117,17 +111,16 @@ def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=AMD_RULES,
-    allocated_key="hami.io/amd-devices-allocated",
-    to_allocate_key="hami.io/amd-devices-to-allocate",
-    register_key=REGISTER_KEY,
-    use_type="amd.com/use-gputype",
-    nouse_type="amd.com/nouse-gputype",
-    use_uuid="amd.com/use-gpu-uuid",
-    nouse_uuid="amd.com/nouse-gpu-uuid",
-    decode_register=decode_devices_register,
-    liveness=Liveness.ALLOCATABLE,
+    NAME,
+    AMD_RULES,
+    PodLists("hami.io/amd-devices-allocated", "hami.io/amd-devices-to-allocate"),
+    RegisterAnnotation(REGISTER_KEY, decode_devices_register, liveness=Liveness.ALLOCATABLE),
+    SelectorKeys(
+        "amd.com/use-gpu-uuid",
+        "amd.com/nouse-gpu-uuid",
+        use_type="amd.com/use-gputype",
+        nouse_type="amd.com/nouse-gputype",
+    ),
 )
 """No handshake: a registered node is live while ``allocatable[amd.com/gpu] > 0``."""
 

@@ -29,13 +29,8 @@ from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, selecto
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import rekey
-from vgpu_scheduler.shared.vendors.described import (
-    DescribedVendor,
-    Description,
-    ShareConfig,
-    ShareRequest,
-    share_resources,
-)
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import decode_colon
 
 SECTION: Final = "hygon"
@@ -84,17 +79,16 @@ def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=DCU_RULES,
-    allocated_key="hami.io/dcu-devices-allocated",
-    to_allocate_key="hami.io/dcu-devices-to-allocate",
-    register_key=REGISTER_KEY,
-    handshake_key="hami.io/node-handshake-dcu",
-    use_type="hygon.com/use-dcutype",
-    nouse_type="hygon.com/nouse-dcutype",
-    use_uuid="hygon.com/use-gpuuuid",
-    nouse_uuid="hygon.com/nouse-gpuuuid",
-    decode_register=decode_devices_register,
+    NAME,
+    DCU_RULES,
+    PodLists("hami.io/dcu-devices-allocated", "hami.io/dcu-devices-to-allocate"),
+    RegisterAnnotation(REGISTER_KEY, decode_devices_register, handshake="hami.io/node-handshake-dcu"),
+    SelectorKeys(
+        "hygon.com/use-gpuuuid",
+        "hygon.com/nouse-gpuuuid",
+        use_type="hygon.com/use-dcutype",
+        nouse_type="hygon.com/nouse-dcutype",
+    ),
 )
 """DCU registration (colon format) is observed through the handshake, always (DCU plugins speak it): live while
 our ``Requesting_`` is fresh or being answered; once it expired, live only while allocatable > 0."""

@@ -36,7 +36,7 @@ from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.common import names_section, section_key, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
-from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.description import Description, PodLists
 from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
 
 SECTION: Final = "metax"
@@ -198,10 +198,9 @@ def devices_from_capacity(node: str, count: int) -> tuple[DeviceInfo, ...]:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=METAX_RULES,
-    allocated_key="hami.io/metax-gpu-devices-allocated",
-    to_allocate_key="hami.io/metax-gpu-devices-to-allocate",
+    NAME,
+    METAX_RULES,
+    PodLists("hami.io/metax-gpu-devices-allocated", "hami.io/metax-gpu-devices-to-allocate"),
     node_lock=NodeLockKind.NONE,
 )
 

@@ -38,13 +38,8 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import read_container
-from vgpu_scheduler.shared.vendors.described import (
-    DescribedVendor,
-    Description,
-    ShareConfig,
-    ShareRequest,
-    share_resources,
-)
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, SelectorKeys
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
@@ -156,12 +151,11 @@ REQUEST: Final = ShareRequest(
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=MTHREADS_RULES,
-    allocated_key="hami.io/mthreads-vgpu-devices-allocated",
+    NAME,
+    MTHREADS_RULES,
+    PodLists("hami.io/mthreads-vgpu-devices-allocated"),
+    selectors=SelectorKeys("mthreads.ai/use-gpuuuid", "mthreads.ai/nouse-gpuuuid"),
     node_lock=NodeLockKind.NONE,
-    use_uuid="mthreads.ai/use-gpuuuid",
-    nouse_uuid="mthreads.ai/nouse-gpuuuid",
 )
 
 

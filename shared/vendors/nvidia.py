@@ -34,16 +34,15 @@ from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, share_resources
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, share_resources
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 
 DESCRIPTION: Final = Description(
-    name=NVIDIA,
-    rules=NVIDIA_RULES,
-    allocated_key=keys.DEVICES_ALLOCATED,
-    to_allocate_key=keys.DEVICES_TO_ALLOCATE,
-    register_key=keys.NODE_NVIDIA_REGISTER,
-    handshake_key=keys.NODE_HANDSHAKE,
+    NVIDIA,
+    NVIDIA_RULES,
+    PodLists(keys.DEVICES_ALLOCATED, keys.DEVICES_TO_ALLOCATE),
+    RegisterAnnotation(keys.NODE_NVIDIA_REGISTER, handshake=keys.NODE_HANDSHAKE),
 )
 
 

@@ -45,7 +45,8 @@ from vgpu_scheduler.shared.vendors.awsneuron.keys import (
 from vgpu_scheduler.shared.vendors.awsneuron.requests import _validated, _whole, devices_from_capacity, split_cores
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, SelectorKeys
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 
 
@@ -55,12 +56,11 @@ def build(section: object) -> tuple[AWSNeuronVendor, ...]:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=AWSNEURON_RULES,
-    allocated_key=ALLOCATED_KEY,
+    NAME,
+    AWSNEURON_RULES,
+    PodLists(ALLOCATED_KEY),
+    selectors=SelectorKeys(USE_UUID, NOUSE_UUID),
     node_lock=NodeLockKind.NONE,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
 )
 
 

@@ -53,16 +53,12 @@ from vgpu_scheduler.shared.vendors.cambricon.registration import (
     devices_from_capacity,
 )
 from vgpu_scheduler.shared.vendors.cambricon.requests import _Reader
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists
 from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
 
 DESCRIPTION: Final = Description(
-    name=MLU,
-    rules=RULES,
-    allocated_key=ALLOCATED_KEY,
-    to_allocate_key=TO_ALLOCATE_KEY,
-    node_lock=NodeLockKind.CAMBRICON,
-    list_key=TO_ALLOCATE_KEY,
+    MLU, RULES, PodLists(ALLOCATED_KEY, TO_ALLOCATE_KEY, list_key=TO_ALLOCATE_KEY), node_lock=NodeLockKind.CAMBRICON
 )
 
 

@@ -11,7 +11,7 @@ from vgpu_scheduler.shared.domain.model import DeviceInfo, Reason
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
-from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.description import Description, PodLists
 from vgpu_scheduler.shared.vendors.enflame.keys import (
     _GCU_INFIX,
     GCU,
@@ -43,11 +43,7 @@ def gcu_devices(node: str, count: int) -> tuple[DeviceInfo, ...]:
 
 
 GCU_DESCRIPTION: Final = Description(
-    name=GCU,
-    rules=GCU_RULES,
-    allocated_key=GCU_ALLOCATED_KEY,
-    to_allocate_key=GCU_TO_ALLOCATE_KEY,
-    node_lock=NodeLockKind.NONE,
+    GCU, GCU_RULES, PodLists(GCU_ALLOCATED_KEY, GCU_TO_ALLOCATE_KEY), node_lock=NodeLockKind.NONE
 )
 
 

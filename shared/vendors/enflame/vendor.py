@@ -30,7 +30,8 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import read_container
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, observe_described
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, observe_described
+from vgpu_scheduler.shared.vendors.description import Description, Liveness, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.enflame.drs import (
     DIRECT,
     VGCU_RULES,
@@ -66,15 +67,16 @@ def build(section: object) -> tuple[GcuVendor, VgcuVendor]:
     return GcuVendor(config), VgcuVendor(config)
 
 
+_DRS_REGISTER: Final = RegisterAnnotation(DRS_CAPACITY_KEY, liveness=Liveness.LISTED)
+"""Decoded per node (:meth:`VgcuVendor.observe`: the cards are named after the node)."""
+
 VGCU_DESCRIPTION: Final = Description(
-    name=VGCU,
-    rules=VGCU_RULES,
-    allocated_key=VGCU_ALLOCATED_KEY,
-    register_key=DRS_CAPACITY_KEY,
+    VGCU,
+    VGCU_RULES,
+    PodLists(VGCU_ALLOCATED_KEY),
+    _DRS_REGISTER,
+    SelectorKeys(USE_UUID, NOUSE_UUID),
     node_lock=NodeLockKind.NONE,
-    use_uuid=USE_UUID,
-    nouse_uuid=NOUSE_UUID,
-    liveness=Liveness.LISTED,
 )
 
 
@@ -157,7 +159,8 @@ class VgcuVendor(DescribedVendor):
         registered; undecodable → invalid; no card → not registered. HAMi's ``CheckHealth`` always says healthy: no
         handshake (:attr:`Liveness.LISTED`)."""
         del reported_before
-        d = dataclasses.replace(self.description, decode_register=partial(decode_drs_capacity, node=node.name))
+        register = dataclasses.replace(_DRS_REGISTER, decode=partial(decode_drs_capacity, node=node.name))
+        d = dataclasses.replace(self.description, register=register)
         return observe_described(node, now_local, d, self.resources.count)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:

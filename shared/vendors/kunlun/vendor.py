@@ -27,7 +27,8 @@ from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.common import names_section, read_container, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.kunlun.fit import KUNLUN_RULES, VXPU_RULES, _both_uuid_lists
 from vgpu_scheduler.shared.vendors.kunlun.keys import (
     _REQUIRED,
@@ -77,9 +78,7 @@ def build(section: object) -> tuple[KunlunVendor, KunlunVxpuVendor]:
     return KunlunVendor(config), KunlunVxpuVendor(config)
 
 
-DESCRIPTION: Final = Description(
-    name=NAME, rules=KUNLUN_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE
-)
+DESCRIPTION: Final = Description(NAME, KUNLUN_RULES, PodLists(ALLOCATED_KEY), node_lock=NodeLockKind.NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +117,11 @@ class KunlunVendor(CountedVendor):
 
 
 VXPU_DESCRIPTION: Final = Description(
-    name=VXPU_NAME,
-    rules=VXPU_RULES,
-    allocated_key=VXPU_ALLOCATED_KEY,
-    to_allocate_key=VXPU_TO_ALLOCATE_KEY,
-    register_key=VXPU_REGISTER_KEY,
-    handshake_key=VXPU_HANDSHAKE_KEY,
-    use_uuid=VXPU_USE_UUID,
-    nouse_uuid=VXPU_NOUSE_UUID,
-    decode_register=decode_vxpu_register,
+    VXPU_NAME,
+    VXPU_RULES,
+    PodLists(VXPU_ALLOCATED_KEY, VXPU_TO_ALLOCATE_KEY),
+    RegisterAnnotation(VXPU_REGISTER_KEY, decode_vxpu_register, handshake=VXPU_HANDSHAKE_KEY),
+    SelectorKeys(VXPU_USE_UUID, VXPU_NOUSE_UUID),
 )
 
 
