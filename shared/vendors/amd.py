@@ -20,7 +20,7 @@ whole card's memory; the core percentage becomes compute units of *that* card (`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,8 +28,7 @@ from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodConstraints, Reason
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take, selectors_uuid_ok
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, ShareVendor
 from vgpu_scheduler.shared.vendors.description import Description, Liveness, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import decode_json
 
@@ -135,21 +134,12 @@ REQUEST: Final = ShareRequest(
 
 
 @dataclass(frozen=True, slots=True)
-class AmdVendor(DescribedVendor):
-    """AMD GPUs (see the module docstring)."""
+class AmdVendor(ShareVendor):
+    """AMD GPUs (see the module docstring); requests as :data:`REQUEST` says."""
 
     description = DESCRIPTION
+    share_request = REQUEST
     config: ShareConfig = DEFAULT_CONFIG
-
-    @property
-    def resources(self) -> ResourceNames:
-        return share_resources(self.config)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md and
-        :meth:`~shared.vendors.described.ShareRequest.read`): no memory means the whole card (``mem_pct`` 100); a core
-        percentage of 0 and a count or memory in the requests only are refused too."""
-        return REQUEST.read(container, what, NAME, self.config)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count, memory or core resource is in the limits.

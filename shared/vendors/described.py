@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.resources import (
@@ -310,3 +310,23 @@ def share_resources(
         memory_unit_mib=memory_unit_mib,
         extra=extra,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ShareVendor(DescribedVendor):
+    """A family that asks with a count, a memory and a core resource (Hygon, AMD, Moore Threads): its resource names
+    come from its device-config section (:attr:`config`, memory in units of ``config.memory_factor`` MiB) and its
+    request is read by :meth:`ShareRequest.read` as its :attr:`share_request` says. A subclass sets
+    ``description``, ``share_request`` and the default ``config``."""
+
+    share_request: ClassVar[ShareRequest]
+    config: ShareConfig
+
+    @property
+    def resources(self) -> ResourceNames:
+        return share_resources(self.config, self.config.memory_factor)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        """HAMi's ``GenerateResourceRequests`` of the family, strict (:meth:`ShareRequest.read`)."""
+        c = self.config
+        return self.share_request.read(container, what, self.name, c, memory_factor=c.memory_factor)

@@ -24,12 +24,11 @@ from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.register import encode_register_colon
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_lists
-from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, PodConstraints
+from vgpu_scheduler.shared.domain.model import DeviceInfo, PodConstraints
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, selectors_uuid_ok
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import ResourceNames
 from vgpu_scheduler.shared.vendors.common import rekey
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, ShareVendor
 from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import decode_colon
 
@@ -98,23 +97,13 @@ REQUEST: Final = ShareRequest(devices="DCUs", memory="DCU memory")
 
 
 @dataclass(frozen=True, slots=True)
-class HygonVendor(DescribedVendor):
-    """Hygon DCU (see the module docstring)."""
+class HygonVendor(ShareVendor):
+    """Hygon DCU (see the module docstring); requests as :data:`REQUEST` says, memory × ``memoryFactor``."""
 
     description = DESCRIPTION
+    share_request = REQUEST
     config: ShareConfig = DEFAULT_CONFIG
     handshake_timeout_s: float = DescribedVendor.handshake_timeout_s
-
-    @property
-    def resources(self) -> ResourceNames:
-        return share_resources(self.config, self.config.memory_factor)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` for DCUs, strict (see docs/vendors/hygon.md and
-        :meth:`~shared.vendors.described.ShareRequest.read`): memory × ``memoryFactor``, no memory means the whole
-        card (100 %), cores default to 100."""
-        c = self.config
-        return REQUEST.read(container, what, NAME, c, memory_factor=c.memory_factor)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count resource is in the container's limits."""

@@ -32,13 +32,13 @@ from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
     container_lists,
 )
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodDevices
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, PodDevices
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import read_container
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.described import ShareConfig, ShareRequest, ShareVendor
 from vgpu_scheduler.shared.vendors.description import Description, PodLists, SelectorKeys
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
@@ -63,8 +63,10 @@ _ID_INFIX: Final = "-mthreads-"
 _INT32_MAX: Final = 2**31 - 1
 
 
-DEFAULT_CONFIG: Final = ShareConfig("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
-"""HAMi's defaults of the ``mthreads:`` section."""
+DEFAULT_CONFIG: Final = ShareConfig(
+    "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core", memory_factor=MEMORY_UNIT_MIB
+)
+"""HAMi's defaults of the ``mthreads:`` section (memory in units of 512 MiB, which the section cannot change)."""
 
 
 def parse_config(section: object) -> ShareConfig:
@@ -160,16 +162,15 @@ DESCRIPTION: Final = Description(
 
 
 @dataclass(frozen=True, slots=True)
-class MthreadsVendor(DescribedVendor):
-    """Moore Threads (see the module docstring)."""
+class MthreadsVendor(ShareVendor):
+    """Moore Threads (see the module docstring); requests as :data:`REQUEST` says: memory × 512 MiB and cores, each
+    divided by the count (integer division); no memory: the whole GPU (100 %). Strict: a memory or core resource
+    without the count, a count of 0 with memory, one GPU with a memory that is not an sGPU size (HAMi's webhook
+    refuses it), and any bad quantity are a ResourceRequestError."""
 
     description = DESCRIPTION
-
+    share_request = REQUEST
     config: ShareConfig = DEFAULT_CONFIG
-
-    @property
-    def resources(self) -> ResourceNames:
-        return share_resources(self.config, MEMORY_UNIT_MIB)
 
     # ---- requests ----------------------------------------------------------------------------------------------
 
@@ -189,14 +190,6 @@ class MthreadsVendor(DescribedVendor):
         if r.problems:
             raise ResourceRequestError(r.problems)
         return n, mem, core, r
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` (:meth:`~shared.vendors.described.ShareRequest.read` with
-        :data:`REQUEST`): memory × 512 MiB and cores, each divided by the count (integer division); no memory: the
-        whole GPU (100 %). Strict: a memory or core resource without the count, a count of 0 with memory, one GPU
-        with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad quantity are a
-        ResourceRequestError."""
-        return REQUEST.read(container, what, NAME, self.config, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission`` for the container: with the count in its limits, more than one GPU (or one
