@@ -1,9 +1,10 @@
 """Pieces the families registered from node capacity share (Kunlunxin's whole XPUs, MetaX GPUs, Enflame GCUs, AWS
 Neuron, Moore Threads): their device plugin advertises extended resources in ``status.capacity`` and HAMi's
 ``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
-lock (their :class:`~shared.vendors.described.Description` says so). :func:`whole_capacity`,
+lock (their :class:`~shared.vendors.description.Description` says so). :func:`whole_capacity`,
 :func:`observe_count`, :func:`observe_capacity`, :func:`count_registration` and :func:`count_in_limits` are the
-registration and admission steps several of them repeat. Pure."""
+registration and admission steps several of them repeat; :func:`index_in_id` reads back the index HAMi writes in the
+id of a device it names after its node. Pure."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, Nod
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
+
+
+def index_in_id(uuid: str, infix: str) -> int | None:
+    """The index HAMi encodes in the id of a device it names after its node, ``<node><infix><index>`` (None for
+    another id)."""
+    _, sep, tail = uuid.rpartition(infix)
+    return int(tail) if sep and tail.isascii() and tail.isdigit() else None
 
 
 def whole_capacity(capacity: Mapping[str, Any], name: str, top: int, expected: str) -> int | None:

@@ -36,7 +36,7 @@ from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, PodD
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
+from vgpu_scheduler.shared.vendors.capacity import index_in_id, observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import read_container
 from vgpu_scheduler.shared.vendors.described import ShareConfig, ShareRequest, ShareVendor
 from vgpu_scheduler.shared.vendors.description import Description, PodLists, SelectorKeys
@@ -119,8 +119,7 @@ def devices_from_capacity(node: str, cores_total: int, memory_total: int) -> tup
 
 def gpu_index(uuid: str) -> int | None:
     """The index HAMi encodes in a device id ``<node>-mthreads-<i>`` (None for another id)."""
-    _, sep, tail = uuid.rpartition(_ID_INFIX)
-    return int(tail) if sep and tail.isascii() and tail.isdigit() else None
+    return index_in_id(uuid, _ID_INFIX)
 
 
 def _whole(capacity: Mapping[str, Any], name: str) -> int | None:

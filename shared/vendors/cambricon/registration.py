@@ -18,6 +18,7 @@ from vgpu_scheduler.shared.vendors.cambricon.keys import (
     MLU,
     MODEL_LABEL,
 )
+from vgpu_scheduler.shared.vendors.capacity import index_in_id
 
 # ------------------------------------------------------------------------------------------------------------
 # Registration
@@ -89,7 +90,7 @@ def devices_from_capacity(
 
 def card_index(uuid: str) -> int:
     """The card index HAMi encodes in a device id ``<node>-cambricon-mlu-<index>``; DecodeError otherwise."""
-    _, sep, tail = uuid.rpartition(_ID_INFIX)
-    if not sep or not tail.isdigit() or not tail.isascii():
+    index = index_in_id(uuid, _ID_INFIX)
+    if index is None:
         raise DecodeError(DSMLU_PROFILE_KEY, f"not a Cambricon device id <node>{_ID_INFIX}<index>", uuid)
-    return int(tail)
+    return index
