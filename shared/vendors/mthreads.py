@@ -36,7 +36,7 @@ from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, PodD
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
-from vgpu_scheduler.shared.vendors.capacity import index_in_id, observe_capacity, whole_capacity
+from vgpu_scheduler.shared.vendors.capacity import CoreSplit, index_in_id, observe_capacity, whole_capacity
 from vgpu_scheduler.shared.vendors.common import read_container
 from vgpu_scheduler.shared.vendors.described import ShareConfig, ShareRequest, ShareVendor
 from vgpu_scheduler.shared.vendors.description import Description, PodLists, SelectorKeys
@@ -60,7 +60,7 @@ LEGAL_MEMORY: Final = (2, 4, 8, 16, 32, 64, 96)
 """The sGPU memory sizes (units) one GPU can be split into."""
 SLOTS: Final = 100
 _ID_INFIX: Final = "-mthreads-"
-_INT32_MAX: Final = 2**31 - 1
+_SPLIT: Final = CoreSplit(NAME, _ID_INFIX, MEMORY_UNIT_MIB, CORES_PER_GPU, SLOTS, "mthreads capacity", "GPU")
 
 
 DEFAULT_CONFIG: Final = ShareConfig(
@@ -105,16 +105,7 @@ MTHREADS_RULES: DeviceRules = MthreadsRules(NAME)
 def devices_from_capacity(node: str, cores_total: int, memory_total: int) -> tuple[DeviceInfo, ...]:
     """HAMi's ``GetNodeDevices``: a GPU per 16 cores (rounded up), each of ``memory_total × 512 × 16 //
     cores_total`` MiB. DecodeError when that does not fit in int32 (HAMi would wrap it)."""
-    if cores_total <= 0:
-        return ()
-    devmem = memory_total * MEMORY_UNIT_MIB * CORES_PER_GPU // cores_total
-    if devmem > _INT32_MAX:
-        raise DecodeError("mthreads capacity", f"{devmem} MiB per GPU is beyond int32", f"{memory_total}/{cores_total}")
-    n = -(-cores_total // CORES_PER_GPU)
-    return tuple(
-        DeviceInfo(f"{node}{_ID_INFIX}{i}", i, SLOTS, devmem, CORES_PER_GPU, NAME, 0, "", True, vendor=NAME)
-        for i in range(n)
-    )
+    return _SPLIT.devices(node, cores_total, memory_total, f"{memory_total}/{cores_total}")
 
 
 def gpu_index(uuid: str) -> int | None:
