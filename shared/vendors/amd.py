@@ -28,6 +28,7 @@ from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodConstraints, Reason
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take, selectors_uuid_ok
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, ShareVendor
 from vgpu_scheduler.shared.vendors.description import Description, Liveness, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import decode_json
@@ -165,5 +166,4 @@ def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
 
 def node_capacity(devices: Sequence[DeviceInfo], config: ShareConfig | None = None) -> dict[str, str]:
     """The count resource the AMD device plugin advertises: one per slot (the sum of the devices' ``count``)."""
-    name = (config or DEFAULT_CONFIG).resource_count_name
-    return {name: str(sum(max(d.count, 0) for d in devices))}
+    return slot_capacity(devices, (config or DEFAULT_CONFIG).resource_count_name)

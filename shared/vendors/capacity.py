@@ -1,11 +1,11 @@
 """Pieces the families registered from node capacity share (Kunlunxin's whole XPUs, MetaX GPUs, Enflame GCUs, AWS
-Neuron, Moore Threads): their device plugin advertises extended resources in ``status.capacity`` and HAMi's
-``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
+Neuron, Moore Threads, Cambricon): their device plugin advertises extended resources in ``status.capacity`` and
+HAMi's ``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
 lock (their :class:`~shared.vendors.description.Description` says so). :func:`whole_capacity`,
 :func:`observe_count`, :func:`observe_capacity`, :func:`count_registration` and :func:`count_in_limits` are the
-registration and admission steps several of them repeat; :class:`CoreSplit` derives the devices of a node's total
-cores and memory; :func:`index_in_id` reads back the index HAMi writes in the
-id of a device it names after its node. Pure."""
+registration and admission steps several of them repeat; :class:`CoreSplit` derives devices from a node's total
+cores and memory; :func:`index_in_id` reads back the index HAMi writes in the id of a device it names after its
+node; :func:`slot_capacity` is the count resource of a plugin that advertises one per slot. Pure."""
 
 from __future__ import annotations
 
@@ -114,6 +114,11 @@ def observe_count(
         return reg.Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned))
     inventory = NodeInventory(node=node.name, vendor=vendor, devices=found, pair_scores=pair_scores, cordoned=cordoned)
     return reg.Registered(inventory)
+
+
+def slot_capacity(devices: Sequence[DeviceInfo], count_name: str) -> dict[str, str]:
+    """The count resource of a device plugin that advertises one per slot: the sum of the devices' ``count``."""
+    return {count_name: str(sum(max(d.count, 0) for d in devices))}
 
 
 def count_registration(

@@ -22,15 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec.register import encode_register_colon
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_lists
 from vgpu_scheduler.shared.domain.model import DeviceInfo, PodConstraints
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, selectors_uuid_ok
-from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.common import rekey
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
 from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, ShareVendor
 from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
-from vgpu_scheduler.shared.vendors.simple import decode_colon
+from vgpu_scheduler.shared.vendors.simple import decode_colon, encode_colon
 
 SECTION: Final = "hygon"
 """The device-config section that configures the vendor (on by default; the section overrides HAMi's defaults)."""
@@ -119,13 +117,9 @@ class HygonVendor(ShareVendor):
 def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
     """What a DCU device plugin writes on its Node: the 9-field colon register value (the handshake answer is the
     plugin's own business and not included)."""
-    try:
-        return {REGISTER_KEY: encode_register_colon(tuple(devices), 9)}
-    except DecodeError as e:
-        raise rekey(e, REGISTER_KEY) from e
+    return {REGISTER_KEY: encode_colon(devices, REGISTER_KEY)}
 
 
 def node_capacity(devices: Sequence[DeviceInfo], config: ShareConfig | None = None) -> dict[str, str]:
     """The count resource a DCU device plugin advertises: one per slot (the sum of the devices' ``count``)."""
-    name = (config or DEFAULT_CONFIG).resource_count_name
-    return {name: str(sum(max(d.count, 0) for d in devices))}
+    return slot_capacity(devices, (config or DEFAULT_CONFIG).resource_count_name)

@@ -1,16 +1,16 @@
 """Pieces the smaller device families share (Iluvatar, Biren, Vastai …): the register annotation read in one format
-only (colon or JSON), UUID-only selectors, the ``Fit`` of families that check only UUIDs or hand out slots, and a
-count-only request. Pure."""
+only (colon or JSON) and written in the colon format, UUID-only selectors, the ``Fit`` of families that check only
+UUIDs or hand out slots, and a count-only request. Pure."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.register import decode_register, is_json
+from vgpu_scheduler.shared.codec.register import decode_register, encode_register_colon, is_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     ResourceRequestError,
@@ -34,6 +34,15 @@ def decode_colon(value: str, key: str, vendor: str) -> tuple[DeviceInfo, ...]:
     except DecodeError as e:
         raise rekey(e, key) from e
     return tuple(dataclasses.replace(d, vendor=vendor) for d in devices)
+
+
+def encode_colon(devices: Sequence[DeviceInfo], key: str) -> str:
+    """The 9-field colon register value of ``devices``, as a colon-format plugin writes it under ``key`` (a
+    DecodeError names ``key``)."""
+    try:
+        return encode_register_colon(tuple(devices), 9)
+    except DecodeError as e:
+        raise rekey(e, key) from e
 
 
 def decode_json(value: str, key: str, vendor: str, devcore: int | None = None) -> tuple[DeviceInfo, ...]:

@@ -25,6 +25,7 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
 from vgpu_scheduler.shared.vendors.common import names_section, read_container, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
 from vgpu_scheduler.shared.vendors.described import DescribedVendor
@@ -203,4 +204,4 @@ class KunlunVxpuVendor(DescribedVendor):
         if not devices:
             return {}, {}, {}
         annotations = {VXPU_REGISTER_KEY: encode_register_json(tuple(devices))}
-        return annotations, {self.config.resource_vcount_name: str(sum(max(d.count, 0) for d in devices))}, {}
+        return annotations, slot_capacity(devices, self.config.resource_vcount_name), {}
