@@ -20,7 +20,7 @@ whole card's memory; the core percentage becomes compute units of *that* card (`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -28,15 +28,9 @@ from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodConstraints, Reason
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, Take, selectors_uuid_ok
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import (
-    DescribedVendor,
-    Description,
-    Liveness,
-    ShareConfig,
-    ShareRequest,
-    share_resources,
-)
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, ShareVendor
+from vgpu_scheduler.shared.vendors.description import Description, Liveness, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import decode_json
 
 SECTION: Final = "amd"
@@ -117,17 +111,16 @@ def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=AMD_RULES,
-    allocated_key="hami.io/amd-devices-allocated",
-    to_allocate_key="hami.io/amd-devices-to-allocate",
-    register_key=REGISTER_KEY,
-    use_type="amd.com/use-gputype",
-    nouse_type="amd.com/nouse-gputype",
-    use_uuid="amd.com/use-gpu-uuid",
-    nouse_uuid="amd.com/nouse-gpu-uuid",
-    decode_register=decode_devices_register,
-    liveness=Liveness.ALLOCATABLE,
+    NAME,
+    AMD_RULES,
+    PodLists("hami.io/amd-devices-allocated", "hami.io/amd-devices-to-allocate"),
+    RegisterAnnotation(REGISTER_KEY, decode_devices_register, liveness=Liveness.ALLOCATABLE),
+    SelectorKeys(
+        "amd.com/use-gpu-uuid",
+        "amd.com/nouse-gpu-uuid",
+        use_type="amd.com/use-gputype",
+        nouse_type="amd.com/nouse-gputype",
+    ),
 )
 """No handshake: a registered node is live while ``allocatable[amd.com/gpu] > 0``."""
 
@@ -142,21 +135,12 @@ REQUEST: Final = ShareRequest(
 
 
 @dataclass(frozen=True, slots=True)
-class AmdVendor(DescribedVendor):
-    """AMD GPUs (see the module docstring)."""
+class AmdVendor(ShareVendor):
+    """AMD GPUs (see the module docstring); requests as :data:`REQUEST` says."""
 
     description = DESCRIPTION
+    share_request = REQUEST
     config: ShareConfig = DEFAULT_CONFIG
-
-    @property
-    def resources(self) -> ResourceNames:
-        return share_resources(self.config)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` for AMD, strict (see docs/vendors/amd.md and
-        :meth:`~shared.vendors.described.ShareRequest.read`): no memory means the whole card (``mem_pct`` 100); a core
-        percentage of 0 and a count or memory in the requests only are refused too."""
-        return REQUEST.read(container, what, NAME, self.config)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count, memory or core resource is in the limits.
@@ -182,5 +166,4 @@ def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
 
 def node_capacity(devices: Sequence[DeviceInfo], config: ShareConfig | None = None) -> dict[str, str]:
     """The count resource the AMD device plugin advertises: one per slot (the sum of the devices' ``count``)."""
-    name = (config or DEFAULT_CONFIG).resource_count_name
-    return {name: str(sum(max(d.count, 0) for d in devices))}
+    return slot_capacity(devices, (config or DEFAULT_CONFIG).resource_count_name)

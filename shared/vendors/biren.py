@@ -21,7 +21,7 @@ from typing import Final
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, decode_json
 from vgpu_scheduler.shared.vendors.slotonly import SlotOnlyVendor, build_slot_only
 
@@ -65,14 +65,10 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=BIREN_RULES,
-    allocated_key="hami.io/Biren-devices-allocated",
-    to_allocate_key="hami.io/Biren-devices-to-allocate",
-    register_key=REGISTER_KEY,
-    handshake_key="hami.io/node-handshake-biren",
-    use_uuid="birentech.com/use-gpuuuid",
-    nouse_uuid="birentech.com/nouse-gpuuuid",
-    decode_register=decode_devices_register,
+    NAME,
+    BIREN_RULES,
+    PodLists("hami.io/Biren-devices-allocated", "hami.io/Biren-devices-to-allocate"),
+    RegisterAnnotation(REGISTER_KEY, decode_devices_register, handshake="hami.io/node-handshake-biren"),
+    SelectorKeys("birentech.com/use-gpuuuid", "birentech.com/nouse-gpuuuid"),
 )
 """Biren's wire names and ``Fit``; the vendor is :class:`~shared.vendors.slotonly.SlotOnlyVendor`."""

@@ -1,16 +1,20 @@
 """Pieces the families registered from node capacity share (Kunlunxin's whole XPUs, MetaX GPUs, Enflame GCUs, AWS
-Neuron, Moore Threads): their device plugin advertises extended resources in ``status.capacity`` and HAMi's
-``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
-lock (their :class:`~shared.vendors.described.Description` says so). :func:`whole_capacity`,
+Neuron, Moore Threads, Cambricon): their device plugin advertises extended resources in ``status.capacity`` and
+HAMi's ``GetNodeDevices`` derives the devices from them, so there is no register annotation, no handshake and no node
+lock (their :class:`~shared.vendors.description.Description` says so). :func:`whole_capacity`,
 :func:`observe_count`, :func:`observe_capacity`, :func:`count_registration` and :func:`count_in_limits` are the
-registration and admission steps several of them repeat. Pure."""
+registration and admission steps several of them repeat; :class:`CoreSplit` derives devices from a node's total
+cores and memory; :func:`index_in_id` reads back the index HAMi writes in the id of a device it names after its
+node; :func:`slot_capacity` is the count resource of a plugin that advertises one per slot. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec._go import INT32_MAX
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.resources import container_lists
 from vgpu_scheduler.shared.codec.selectors import decode_cordon
@@ -18,6 +22,48 @@ from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, Nod
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
+
+
+@dataclass(frozen=True, slots=True)
+class CoreSplit:
+    """How HAMi's ``GetNodeDevices`` splits a node's total cores and memory into devices (Cambricon, Moore Threads):
+    one device per :attr:`cores` cores (rounded up), named ``<node><infix><i>``, with :attr:`cores` cores,
+    :attr:`slots` slots and ``memory_total × unit_mib × cores // cores_total`` MiB each. :attr:`what` and
+    :attr:`device` word the error of a memory beyond int32."""
+
+    vendor: str
+    infix: str
+    unit_mib: int
+    cores: int
+    slots: int
+    what: str
+    device: str
+
+    def devices(
+        self, node: str, cores_total: int, memory_total: int, part: str, dev_type: str | None = None
+    ) -> tuple[DeviceInfo, ...]:
+        """The devices of ``node`` (none without cores), of type ``dev_type`` (default: the vendor). DecodeError
+        (``part`` its offending value) when a device's memory does not fit in int32 (HAMi would wrap it)."""
+        if cores_total <= 0:
+            return ()
+        devmem = memory_total * self.unit_mib * self.cores // cores_total
+        if devmem > INT32_MAX:
+            raise DecodeError(self.what, f"{devmem} MiB per {self.device} is beyond int32", part)
+        n = -(-cores_total // self.cores)
+        kind = self.vendor if dev_type is None else dev_type
+        return tuple(
+            DeviceInfo(
+                f"{node}{self.infix}{i}", i, self.slots, devmem, self.cores, kind, 0, "", True, vendor=self.vendor
+            )
+            for i in range(n)
+        )
+
+
+def index_in_id(uuid: str, infix: str) -> int | None:
+    """The index HAMi encodes in the id of a device it names after its node, ``<node><infix><index>`` (None for
+    another id)."""
+    _, sep, tail = uuid.rpartition(infix)
+    return int(tail) if sep and tail.isascii() and tail.isdigit() else None
 
 
 def whole_capacity(capacity: Mapping[str, Any], name: str, top: int, expected: str) -> int | None:
@@ -68,6 +114,11 @@ def observe_count(
         return reg.Registered(NodeInventory(node=node.name, vendor=vendor, devices=found, cordoned=cordoned))
     inventory = NodeInventory(node=node.name, vendor=vendor, devices=found, pair_scores=pair_scores, cordoned=cordoned)
     return reg.Registered(inventory)
+
+
+def slot_capacity(devices: Sequence[DeviceInfo], count_name: str) -> dict[str, str]:
+    """The count resource of a device plugin that advertises one per slot: the sum of the devices' ``count``."""
+    return {count_name: str(sum(max(d.count, 0) for d in devices))}
 
 
 def count_registration(

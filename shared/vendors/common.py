@@ -1,5 +1,6 @@
-"""Small pieces several vendor modules share: selector annotations, the strict request reader's settings, and
-register-codec error keys. Pure."""
+"""Small pieces several vendor modules share: selector annotations, the opening of a container's request reading
+(its resource lists and the strict quantity reader), device-config sections of names, and register-codec error
+keys. Pure."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, Final, TypeVar
 
 from vgpu_scheduler.shared.codec._go import fail, trim_space
 from vgpu_scheduler.shared.codec.register import WHAT as NVIDIA_REGISTER
+from vgpu_scheduler.shared.codec.resources import RequestReader, container_label, container_lists
 from vgpu_scheduler.shared.codec.selectors import decode_type_list, decode_uuid_list
 from vgpu_scheduler.shared.domain.model import NvidiaConfig, Selectors
 from vgpu_scheduler.shared.errors import ConfigError, DecodeError
@@ -51,6 +53,17 @@ def rekey(e: DecodeError, key: str) -> DecodeError:
     """The shared register codec names NVIDIA's key: name ours instead."""
     what = key + e.what[len(NVIDIA_REGISTER) :] if e.what.startswith(NVIDIA_REGISTER) else e.what
     return DecodeError(what, e.detail, e.part)
+
+
+def read_container(
+    container: Mapping[str, Any], what: str, count: str, memory: str = "", cores: str = "", *, memory_factor: int = 1
+) -> tuple[Mapping[str, Any], Mapping[str, Any], RequestReader]:
+    """How a family's request reading begins: the container's limits and requests, and the strict quantity reader
+    of its ``count``, ``memory`` and ``cores`` resources (a blank name: the family has none; one memory unit is
+    ``memory_factor`` MiB) labelled with the container (``what``: ``container``, ``initContainer``)."""
+    limits, requests = container_lists(container, what)
+    cfg = reader_config(count, memory, cores, memory_factor)
+    return limits, requests, RequestReader(cfg, container_label(container, what))
 
 
 def reader_config(count: str, memory: str, cores: str, memory_factor: int = 1) -> NvidiaConfig:

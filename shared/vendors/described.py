@@ -1,32 +1,29 @@
 """A vendor as a description: the wire names of one device family and the parts every family reads the same way
 from them, written once. Pure.
 
-A family module states its :class:`Description` (common word, ``Fit`` rules, pod and node annotation keys, node
-lock, selector annotations, register codec and liveness) and its vendor class inherits :class:`DescribedVendor`,
-which answers the :class:`~shared.vendors.base.Vendor` property block, ``manages``, ``selectors``, the pod device
-lists and ``observe`` from it. What a family really does its own way (Ascend's templates, MetaX sGPU's QoS, a
-topology, MIG…) it writes as methods of its class, overriding these. :meth:`ShareRequest.read` is the request
-reading of the families that ask with a count, a memory and a core resource (Hygon, AMD, Iluvatar, Moore Threads):
-its :class:`ShareRequest` says where they differ, :class:`ShareConfig` is their device-config section.
-docs/adding-a-vendor.md walks through a new family.
+A family module states its :class:`Description`: common word, ``Fit`` rules, the pod's device lists
+(:class:`PodLists`), the node's register annotation with its codec, handshake and liveness
+(:class:`RegisterAnnotation`), the selector annotations (:class:`SelectorKeys`) and the node lock. Its vendor class
+inherits :class:`DescribedVendor`, which answers the :class:`~shared.vendors.base.Vendor` property block,
+``manages``, ``selectors``, the pod device lists and ``observe`` from it. What a family really does its own way
+(Ascend's templates, MetaX sGPU's QoS, a topology, MIG…) it writes as methods of its class, overriding these.
+:meth:`ShareRequest.read` is the request reading of the families that ask with a count, a memory and a core
+resource (Hygon, AMD, Iluvatar, Moore Threads): its :class:`ShareRequest` says where they differ,
+:class:`ShareConfig` is their device-config section. docs/adding-a-vendor.md walks through a new family.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from vgpu_scheduler.shared.codec.poddevices import decode_pod_devices, encode_pod_devices
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
-    container_lists,
     names_any,
     raw_value,
 )
@@ -36,7 +33,6 @@ from vgpu_scheduler.shared.domain.model import (
     NO_SELECTORS,
     ContainerDevice,
     ContainerRequest,
-    DeviceInfo,
     NodeInventory,
     Selectors,
 )
@@ -45,49 +41,10 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import cordoned_ids
-from vgpu_scheduler.shared.vendors.common import decode_selectors, names_section, reader_config
+from vgpu_scheduler.shared.vendors.common import decode_selectors, names_section, read_container
+from vgpu_scheduler.shared.vendors.description import Description, Liveness
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import uuid_selectors
-
-
-class Liveness(enum.Enum):
-    """How the registrar decides that a family's registered node is live (HAMi's ``CheckHealth``)."""
-
-    HANDSHAKE = "handshake"
-    """The ``Requesting_``/``Reported`` handshake: live while ours is fresh or answered, once it expired only while
-    ``allocatable[count] > 0`` (Hygon, Iluvatar, Biren, Vastai, Kunlunxin vXPU). Observations are ``legacy``."""
-    ALLOCATABLE = "allocatable"
-    """No handshake: live while ``allocatable[count] > 0`` (AMD)."""
-    LISTED = "listed"
-    """Live while the register annotation lists a device; allocatable is not read (MetaX sGPU)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Description:
-    """What tells one device family from another on the wire (HAMi's per-family constants).
-
-    ``use_type``/``nouse_type`` None: the family's selectors are its two UUID lists only
-    (:func:`~shared.vendors.simple.uuid_selectors`), or none at all without ``use_uuid``; else the four lists of
-    :func:`~shared.vendors.common.decode_selectors`. ``decode_register`` reads the register annotation's value
-    into devices (None for a family that registers another way and observes by itself)."""
-
-    name: str
-    """HAMi's common word (``ContainerRequest.type``, ``DeviceInfo.vendor``)."""
-    rules: DeviceRules
-    allocated_key: str
-    to_allocate_key: str | None = None
-    register_key: str | None = None
-    handshake_key: str | None = None
-    node_lock: NodeLockKind = NodeLockKind.HAMI
-    use_uuid: str = ""
-    nouse_uuid: str = ""
-    use_type: str | None = None
-    nouse_type: str | None = None
-    decode_register: Callable[[str], tuple[DeviceInfo, ...]] | None = None
-    liveness: Liveness = Liveness.HANDSHAKE
-    list_key: str | None = None
-    """The key a malformed pod device list is reported under (default ``allocated_key``; Cambricon's plugin reads
-    the to-allocate list)."""
 
 
 class DescribedVendor:
@@ -113,19 +70,21 @@ class DescribedVendor:
 
     @property
     def to_allocate_key(self) -> str | None:
-        return self.description.to_allocate_key
+        return self.description.pods.to_allocate
 
     @property
     def allocated_key(self) -> str:
-        return self.description.allocated_key
+        return self.description.pods.allocated
 
     @property
     def register_key(self) -> str | None:
-        return self.description.register_key
+        register = self.description.register
+        return None if register is None else register.key
 
     @property
     def handshake_key(self) -> str | None:
-        return self.description.handshake_key
+        register = self.description.register
+        return None if register is None else register.handshake
 
     @property
     def node_lock(self) -> NodeLockKind:
@@ -133,22 +92,24 @@ class DescribedVendor:
 
     @property
     def use_uuid_key(self) -> str:
-        return self.description.use_uuid
+        keys = self.description.selectors
+        return "" if keys is None else keys.use_uuid
 
     @property
     def no_use_uuid_key(self) -> str:
-        return self.description.nouse_uuid
+        keys = self.description.selectors
+        return "" if keys is None else keys.nouse_uuid
 
     def manages(self, container: Mapping[str, Any]) -> bool:
         return names_any(container, self.resources.all)
 
     def selectors(self, annotations: Mapping[str, str]) -> Selectors:
-        d = self.description
-        if d.use_type is None or d.nouse_type is None:
-            if not d.use_uuid:
-                return NO_SELECTORS  # HAMi's checkUUID of the family is always true
-            return uuid_selectors(annotations, d.use_uuid, d.nouse_uuid)
-        return decode_selectors(annotations, d.use_type, d.nouse_type, d.use_uuid, d.nouse_uuid)
+        keys = self.description.selectors
+        if keys is None:
+            return NO_SELECTORS  # HAMi's checkUUID of the family is always true
+        if keys.use_type is None or keys.nouse_type is None:
+            return uuid_selectors(annotations, keys.use_uuid, keys.nouse_uuid)
+        return decode_selectors(annotations, keys.use_type, keys.nouse_type, keys.use_uuid, keys.nouse_uuid)
 
     def observe(self, node: NodeView, now_local: datetime, *, reported_before: bool = False) -> Observation:
         """Registration and liveness as :func:`observe_described` says (the family's plugin always or never speaks
@@ -157,12 +118,12 @@ class DescribedVendor:
         return observe_described(node, now_local, self.description, self.resources.count, self.handshake_timeout_s)
 
     def encode_devices(self, devices: tuple[tuple[ContainerDevice, ...], ...]) -> str:
-        d = self.description
-        return encode_pod_devices(devices, d.list_key or d.allocated_key)
+        pods = self.description.pods
+        return encode_pod_devices(devices, pods.list_key or pods.allocated)
 
     def decode_devices(self, value: str) -> tuple[tuple[ContainerDevice, ...], ...]:
-        d = self.description
-        return decode_pod_devices(value, d.list_key or d.allocated_key)
+        pods = self.description.pods
+        return decode_pod_devices(value, pods.list_key or pods.allocated)
 
 
 def observe_described(
@@ -171,7 +132,7 @@ def observe_described(
     """Registration + HAMi's ``CheckHealth`` from a register annotation, in this order, each ending the observation:
 
     1. no register annotation → not registered (``absent``);
-    2. ``d.decode_register`` refuses it → invalid (``register``);
+    2. the register annotation's ``decode`` refuses it → invalid (``register``);
     3. (not :attr:`Liveness.LISTED`) ``allocatable[count_name]`` is not a quantity → invalid (``allocatable``);
     4. no device → not registered (``no_devices``);
     5. :attr:`Liveness.HANDSHAKE`: live while our ``Requesting_`` is fresh or answered, once it expired only while
@@ -179,31 +140,32 @@ def observe_described(
        ``no_allocatable``).
 
     Cordoned devices come from ``hami.io/device-cordon``."""
-    key = d.register_key
-    if key is None or d.decode_register is None:
+    annotation = d.register
+    if annotation is None or annotation.decode is None:
         raise ValueError(f"vendor {d.name!r} has no register annotation to observe")
+    key = annotation.key
     register = node.annotations.get(key)
     if register is None:
         return reg.NotRegistered(reg.Unregistered.ABSENT)
     try:
-        devices = d.decode_register(register)
+        devices = annotation.decode(register)
     except DecodeError as e:
         return reg.Invalid(reg.DecodeFailure.REGISTER, key, register, e)
-    if d.liveness is Liveness.LISTED:
+    if annotation.liveness is Liveness.LISTED:
         if not devices:
             return reg.NotRegistered(reg.Unregistered.NO_DEVICES)
         return reg.Registered(NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices)))
     allocatable = reg.allocatable_quantity(node.allocatable, count_name)
     if isinstance(allocatable, reg.Invalid):
         return allocatable
-    legacy = d.liveness is Liveness.HANDSHAKE
+    legacy = annotation.liveness is Liveness.HANDSHAKE
     if not devices:
         return reg.NotRegistered(reg.Unregistered.NO_DEVICES, legacy=legacy)
     if not legacy:
         if allocatable <= 0:
             return reg.NotRegistered(reg.Unregistered.NO_ALLOCATABLE)
         return reg.Registered(NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices)))
-    judged = reg.judge_handshake(node.annotations.get(d.handshake_key or ""), now_local, timeout_s)
+    judged = reg.judge_handshake(node.annotations.get(annotation.handshake or ""), now_local, timeout_s)
     if judged.state is reg.HandshakeState.EXPIRED and allocatable <= 0:
         return reg.NotRegistered(reg.Unregistered.HANDSHAKE_TIMEOUT, legacy=True)
     inventory = NodeInventory(node.name, d.name, devices, cordoned=cordoned_ids(node, devices))
@@ -244,9 +206,8 @@ class ShareRequest:
         ``default_cores``. A memory or core resource without the count, a count of 0 with memory, and any bad
         quantity are a ResourceRequestError."""
         count, memory, cores = names.resource_count_name, names.resource_memory_name, names.resource_core_name
-        limits, requests = container_lists(container, what)
+        limits, requests, r = read_container(container, what, count, memory, cores, memory_factor=memory_factor)
         counted = _NO_RESOURCES if self.limits_only else requests
-        r = RequestReader(reader_config(count, memory, cores, memory_factor), container_label(container, what))
         n = r.read(limits, counted, count, QuantityKind.COUNT)
         mem = r.read(limits, counted, memory, QuantityKind.MEMORY) if memory else None
         core = r.read(limits, requests, cores, self.cores) if cores else None
@@ -349,3 +310,23 @@ def share_resources(
         memory_unit_mib=memory_unit_mib,
         extra=extra,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ShareVendor(DescribedVendor):
+    """A family that asks with a count, a memory and a core resource (Hygon, AMD, Moore Threads): its resource names
+    come from its device-config section (:attr:`config`, memory in units of ``config.memory_factor`` MiB) and its
+    request is read by :meth:`ShareRequest.read` as its :attr:`share_request` says. A subclass sets
+    ``description``, ``share_request`` and the default ``config``."""
+
+    share_request: ClassVar[ShareRequest]
+    config: ShareConfig
+
+    @property
+    def resources(self) -> ResourceNames:
+        return share_resources(self.config, self.config.memory_factor)
+
+    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
+        """HAMi's ``GenerateResourceRequests`` of the family, strict (:meth:`ShareRequest.read`)."""
+        c = self.config
+        return self.share_request.read(container, what, self.name, c, memory_factor=c.memory_factor)

@@ -22,21 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from vgpu_scheduler.shared.codec.register import encode_register_colon
 from vgpu_scheduler.shared.codec.resources import capped_cores_warning, container_lists
-from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, PodConstraints
+from vgpu_scheduler.shared.domain.model import DeviceInfo, PodConstraints
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules, selectors_uuid_ok
-from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.common import rekey
-from vgpu_scheduler.shared.vendors.described import (
-    DescribedVendor,
-    Description,
-    ShareConfig,
-    ShareRequest,
-    share_resources,
-)
-from vgpu_scheduler.shared.vendors.simple import decode_colon
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareConfig, ShareRequest, ShareVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
+from vgpu_scheduler.shared.vendors.simple import decode_colon, encode_colon
 
 SECTION: Final = "hygon"
 """The device-config section that configures the vendor (on by default; the section overrides HAMi's defaults)."""
@@ -84,17 +76,16 @@ def decode_devices_register(value: str) -> tuple[DeviceInfo, ...]:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=DCU_RULES,
-    allocated_key="hami.io/dcu-devices-allocated",
-    to_allocate_key="hami.io/dcu-devices-to-allocate",
-    register_key=REGISTER_KEY,
-    handshake_key="hami.io/node-handshake-dcu",
-    use_type="hygon.com/use-dcutype",
-    nouse_type="hygon.com/nouse-dcutype",
-    use_uuid="hygon.com/use-gpuuuid",
-    nouse_uuid="hygon.com/nouse-gpuuuid",
-    decode_register=decode_devices_register,
+    NAME,
+    DCU_RULES,
+    PodLists("hami.io/dcu-devices-allocated", "hami.io/dcu-devices-to-allocate"),
+    RegisterAnnotation(REGISTER_KEY, decode_devices_register, handshake="hami.io/node-handshake-dcu"),
+    SelectorKeys(
+        "hygon.com/use-gpuuuid",
+        "hygon.com/nouse-gpuuuid",
+        use_type="hygon.com/use-dcutype",
+        nouse_type="hygon.com/nouse-dcutype",
+    ),
 )
 """DCU registration (colon format) is observed through the handshake, always (DCU plugins speak it): live while
 our ``Requesting_`` is fresh or being answered; once it expired, live only while allocatable > 0."""
@@ -104,23 +95,13 @@ REQUEST: Final = ShareRequest(devices="DCUs", memory="DCU memory")
 
 
 @dataclass(frozen=True, slots=True)
-class HygonVendor(DescribedVendor):
-    """Hygon DCU (see the module docstring)."""
+class HygonVendor(ShareVendor):
+    """Hygon DCU (see the module docstring); requests as :data:`REQUEST` says, memory × ``memoryFactor``."""
 
     description = DESCRIPTION
+    share_request = REQUEST
     config: ShareConfig = DEFAULT_CONFIG
     handshake_timeout_s: float = DescribedVendor.handshake_timeout_s
-
-    @property
-    def resources(self) -> ResourceNames:
-        return share_resources(self.config, self.config.memory_factor)
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` for DCUs, strict (see docs/vendors/hygon.md and
-        :meth:`~shared.vendors.described.ShareRequest.read`): memory × ``memoryFactor``, no memory means the whole
-        card (100 %), cores default to 100."""
-        c = self.config
-        return REQUEST.read(container, what, NAME, c, memory_factor=c.memory_factor)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission``: no edit; True when the count resource is in the container's limits."""
@@ -136,13 +117,9 @@ class HygonVendor(DescribedVendor):
 def registration_annotations(devices: Sequence[DeviceInfo]) -> dict[str, str]:
     """What a DCU device plugin writes on its Node: the 9-field colon register value (the handshake answer is the
     plugin's own business and not included)."""
-    try:
-        return {REGISTER_KEY: encode_register_colon(tuple(devices), 9)}
-    except DecodeError as e:
-        raise rekey(e, REGISTER_KEY) from e
+    return {REGISTER_KEY: encode_colon(devices, REGISTER_KEY)}
 
 
 def node_capacity(devices: Sequence[DeviceInfo], config: ShareConfig | None = None) -> dict[str, str]:
     """The count resource a DCU device plugin advertises: one per slot (the sum of the devices' ``count``)."""
-    name = (config or DEFAULT_CONFIG).resource_count_name
-    return {name: str(sum(max(d.count, 0) for d in devices))}
+    return slot_capacity(devices, (config or DEFAULT_CONFIG).resource_count_name)

@@ -28,15 +28,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail, trim_space
-from vgpu_scheduler.shared.codec.register import encode_register_colon
 from vgpu_scheduler.shared.codec.resources import QuantityKind, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo
-from vgpu_scheduler.shared.errors import ConfigError, DecodeError
+from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.common import rekey
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, ShareRequest, share_resources
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
-from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, decode_colon
+from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules, decode_colon, encode_colon
 
 SECTION: Final = "iluvatars"
 """The device-config section: a list of chips."""
@@ -155,15 +155,15 @@ webhook itself writes 100 per card, e.g. 200 for two, which ``Fit`` caps)."""
 def describe(common_word: str) -> Description:
     """A chip's wire names, all built from its common word (``hami.io/node-<cw>-register`` …)."""
     return Description(
-        name=common_word,
-        rules=IluvatarRules(common_word),
-        allocated_key=f"hami.io/{common_word}-devices-allocated",
-        to_allocate_key=f"hami.io/{common_word}-devices-to-allocate",
-        register_key=f"hami.io/node-{common_word}-register",
-        handshake_key=f"hami.io/node-handshake-{common_word}",
-        use_uuid=f"hami.io/use-{common_word}-uuid",
-        nouse_uuid=f"hami.io/no-use-{common_word}-uuid",
-        decode_register=lambda value: decode_colon(value, f"hami.io/node-{common_word}-register", common_word),
+        common_word,
+        IluvatarRules(common_word),
+        PodLists(f"hami.io/{common_word}-devices-allocated", f"hami.io/{common_word}-devices-to-allocate"),
+        RegisterAnnotation(
+            f"hami.io/node-{common_word}-register",
+            lambda value: decode_colon(value, f"hami.io/node-{common_word}-register", common_word),
+            handshake=f"hami.io/node-handshake-{common_word}",
+        ),
+        SelectorKeys(f"hami.io/use-{common_word}-uuid", f"hami.io/no-use-{common_word}-uuid"),
     )
 
 
@@ -212,8 +212,4 @@ class IluvatarVendor(DescribedVendor):
         """What the chip's device plugin writes on its Node for ``devices``: (annotations, capacity, labels) —
         the 9-field colon register value and the count resource (one per slot)."""
         key = self.register_key or ""
-        try:
-            annos = {key: encode_register_colon(tuple(devices), 9)}
-        except DecodeError as e:
-            raise rekey(e, key) from e
-        return annos, {self.chip.resource_count_name: str(sum(max(d.count, 0) for d in devices))}, {}
+        return {key: encode_colon(devices, key)}, slot_capacity(devices, self.chip.resource_count_name), {}

@@ -30,13 +30,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, NodePolicy, PodConstraints
+from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo, NodePolicy, PodConstraints, PodDevices
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import BasicRules, DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.common import names_section, section_key, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
-from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.description import Description, PodLists
 from vgpu_scheduler.shared.vendors.metax_sgpu import MetaxSgpuVendor
 
 SECTION: Final = "metax"
@@ -102,11 +102,7 @@ class MetaxRules(BasicRules):
         return True
 
     def pod_score(
-        self,
-        snap: NodeSnapshot,
-        devices: Sequence[Sequence[ContainerDevice]],
-        policy: NodePolicy,
-        constraints: PodConstraints,
+        self, snap: NodeSnapshot, devices: PodDevices, policy: NodePolicy, constraints: PodConstraints
     ) -> float:
         """HAMi's ``ScoreNode``: the node's topology figure for the number of GPUs the pod gets here."""
         del constraints
@@ -201,6 +197,14 @@ def devices_from_capacity(node: str, count: int) -> tuple[DeviceInfo, ...]:
 # ------------------------------------------------------------------------------------------------------------
 
 
+DESCRIPTION: Final = Description(
+    NAME,
+    METAX_RULES,
+    PodLists("hami.io/metax-gpu-devices-allocated", "hami.io/metax-gpu-devices-to-allocate"),
+    node_lock=NodeLockKind.NONE,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class MetaxVendor(CountedVendor):
     """MetaX whole GPUs (see the module docstring): HAMi's ``GetNodeDevices`` derives GPUs of 65536 MiB, 100 cores
@@ -208,13 +212,7 @@ class MetaxVendor(CountedVendor):
     tables from the node's annotations; a request takes each GPU whole (100 % of its memory, 100 cores). No UUID
     selector applies (HAMi's ``checkUUID`` is always true)."""
 
-    description = Description(
-        name=NAME,
-        rules=METAX_RULES,
-        allocated_key="hami.io/metax-gpu-devices-allocated",
-        to_allocate_key="hami.io/metax-gpu-devices-to-allocate",
-        node_lock=NodeLockKind.NONE,
-    )
+    description = DESCRIPTION
     counted = Counted(
         top=2**63 - 1,
         expected="expected a whole number from 0 to 2^63-1",

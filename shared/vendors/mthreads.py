@@ -30,22 +30,16 @@ from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
     RequestReader,
     ResourceRequestError,
-    container_label,
     container_lists,
 )
-from vgpu_scheduler.shared.domain.model import ContainerDevice, ContainerRequest, DeviceInfo, PodDevices
+from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, PodDevices
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.capacity import observe_capacity, whole_capacity
-from vgpu_scheduler.shared.vendors.common import reader_config
-from vgpu_scheduler.shared.vendors.described import (
-    DescribedVendor,
-    Description,
-    ShareConfig,
-    ShareRequest,
-    share_resources,
-)
+from vgpu_scheduler.shared.vendors.base import NodeLockKind
+from vgpu_scheduler.shared.vendors.capacity import CoreSplit, index_in_id, observe_capacity, whole_capacity
+from vgpu_scheduler.shared.vendors.common import read_container
+from vgpu_scheduler.shared.vendors.described import ShareConfig, ShareRequest, ShareVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, SelectorKeys
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
@@ -66,11 +60,13 @@ LEGAL_MEMORY: Final = (2, 4, 8, 16, 32, 64, 96)
 """The sGPU memory sizes (units) one GPU can be split into."""
 SLOTS: Final = 100
 _ID_INFIX: Final = "-mthreads-"
-_INT32_MAX: Final = 2**31 - 1
+_SPLIT: Final = CoreSplit(NAME, _ID_INFIX, MEMORY_UNIT_MIB, CORES_PER_GPU, SLOTS, "mthreads capacity", "GPU")
 
 
-DEFAULT_CONFIG: Final = ShareConfig("mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core")
-"""HAMi's defaults of the ``mthreads:`` section."""
+DEFAULT_CONFIG: Final = ShareConfig(
+    "mthreads.com/vgpu", "mthreads.com/sgpu-memory", "mthreads.com/sgpu-core", memory_factor=MEMORY_UNIT_MIB
+)
+"""HAMi's defaults of the ``mthreads:`` section (memory in units of 512 MiB, which the section cannot change)."""
 
 
 def parse_config(section: object) -> ShareConfig:
@@ -109,22 +105,12 @@ MTHREADS_RULES: DeviceRules = MthreadsRules(NAME)
 def devices_from_capacity(node: str, cores_total: int, memory_total: int) -> tuple[DeviceInfo, ...]:
     """HAMi's ``GetNodeDevices``: a GPU per 16 cores (rounded up), each of ``memory_total × 512 × 16 //
     cores_total`` MiB. DecodeError when that does not fit in int32 (HAMi would wrap it)."""
-    if cores_total <= 0:
-        return ()
-    devmem = memory_total * MEMORY_UNIT_MIB * CORES_PER_GPU // cores_total
-    if devmem > _INT32_MAX:
-        raise DecodeError("mthreads capacity", f"{devmem} MiB per GPU is beyond int32", f"{memory_total}/{cores_total}")
-    n = -(-cores_total // CORES_PER_GPU)
-    return tuple(
-        DeviceInfo(f"{node}{_ID_INFIX}{i}", i, SLOTS, devmem, CORES_PER_GPU, NAME, 0, "", True, vendor=NAME)
-        for i in range(n)
-    )
+    return _SPLIT.devices(node, cores_total, memory_total, f"{memory_total}/{cores_total}")
 
 
 def gpu_index(uuid: str) -> int | None:
     """The index HAMi encodes in a device id ``<node>-mthreads-<i>`` (None for another id)."""
-    _, sep, tail = uuid.rpartition(_ID_INFIX)
-    return int(tail) if sep and tail.isascii() and tail.isdigit() else None
+    return index_in_id(uuid, _ID_INFIX)
 
 
 def _whole(capacity: Mapping[str, Any], name: str) -> int | None:
@@ -156,33 +142,37 @@ REQUEST: Final = ShareRequest(
 """Each resource from the limits, else the requests; memory and cores are the container's total."""
 
 
+DESCRIPTION: Final = Description(
+    NAME,
+    MTHREADS_RULES,
+    PodLists("hami.io/mthreads-vgpu-devices-allocated"),
+    selectors=SelectorKeys("mthreads.ai/use-gpuuuid", "mthreads.ai/nouse-gpuuuid"),
+    node_lock=NodeLockKind.NONE,
+)
+
+
 @dataclass(frozen=True, slots=True)
-class MthreadsVendor(DescribedVendor):
-    """Moore Threads (see the module docstring)."""
+class MthreadsVendor(ShareVendor):
+    """Moore Threads (see the module docstring); requests as :data:`REQUEST` says: memory × 512 MiB and cores, each
+    divided by the count (integer division); no memory: the whole GPU (100 %). Strict: a memory or core resource
+    without the count, a count of 0 with memory, one GPU with a memory that is not an sGPU size (HAMi's webhook
+    refuses it), and any bad quantity are a ResourceRequestError."""
 
-    description = Description(
-        name=NAME,
-        rules=MTHREADS_RULES,
-        allocated_key="hami.io/mthreads-vgpu-devices-allocated",
-        node_lock=NodeLockKind.NONE,
-        use_uuid="mthreads.ai/use-gpuuuid",
-        nouse_uuid="mthreads.ai/nouse-gpuuuid",
-    )
-
+    description = DESCRIPTION
+    share_request = REQUEST
     config: ShareConfig = DEFAULT_CONFIG
-
-    @property
-    def resources(self) -> ResourceNames:
-        return share_resources(self.config, MEMORY_UNIT_MIB)
 
     # ---- requests ----------------------------------------------------------------------------------------------
 
     def _read(self, container: Mapping[str, Any], what: str) -> tuple[int, int | None, int | None, RequestReader]:
         c = self.config
-        limits, requests = container_lists(container, what)
-        r = RequestReader(
-            reader_config(c.resource_count_name, c.resource_memory_name, c.resource_core_name, MEMORY_UNIT_MIB),
-            container_label(container, what),
+        limits, requests, r = read_container(
+            container,
+            what,
+            c.resource_count_name,
+            c.resource_memory_name,
+            c.resource_core_name,
+            memory_factor=MEMORY_UNIT_MIB,
         )
         n = r.read(limits, requests, c.resource_count_name, QuantityKind.COUNT) or 0
         mem = r.read(limits, requests, c.resource_memory_name, QuantityKind.MEMORY)
@@ -190,14 +180,6 @@ class MthreadsVendor(DescribedVendor):
         if r.problems:
             raise ResourceRequestError(r.problems)
         return n, mem, core, r
-
-    def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
-        """HAMi's ``GenerateResourceRequests`` (:meth:`~shared.vendors.described.ShareRequest.read` with
-        :data:`REQUEST`): memory × 512 MiB and cores, each divided by the count (integer division); no memory: the
-        whole GPU (100 %). Strict: a memory or core resource without the count, a count of 0 with memory, one GPU
-        with a memory that is not an sGPU size (HAMi's webhook refuses it), and any bad quantity are a
-        ResourceRequestError."""
-        return REQUEST.read(container, what, NAME, self.config, memory_factor=MEMORY_UNIT_MIB)
 
     def mutate_container(self, container: dict[str, Any], where: str) -> bool:
         """HAMi's ``MutateAdmission`` for the container: with the count in its limits, more than one GPU (or one

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.register import decode_register, is_json
@@ -34,22 +34,23 @@ from vgpu_scheduler.shared.domain.vendor import NVIDIA_RULES
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors import registration as reg
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, share_resources
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, share_resources
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
+
+DESCRIPTION: Final = Description(
+    NVIDIA,
+    NVIDIA_RULES,
+    PodLists(keys.DEVICES_ALLOCATED, keys.DEVICES_TO_ALLOCATE),
+    RegisterAnnotation(keys.NODE_NVIDIA_REGISTER, handshake=keys.NODE_HANDSHAKE),
+)
 
 
 @dataclass(frozen=True, slots=True)
 class NvidiaVendor(DescribedVendor):
     """The NVIDIA vendor. ``config.resource_count_name`` is the allocatable resource judged for liveness."""
 
-    description = Description(
-        name=NVIDIA,
-        rules=NVIDIA_RULES,
-        allocated_key=keys.DEVICES_ALLOCATED,
-        to_allocate_key=keys.DEVICES_TO_ALLOCATE,
-        register_key=keys.NODE_NVIDIA_REGISTER,
-        handshake_key=keys.NODE_HANDSHAKE,
-    )
+    description = DESCRIPTION
 
     config: NvidiaConfig = field(default_factory=NvidiaConfig)
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S

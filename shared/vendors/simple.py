@@ -1,29 +1,26 @@
 """Pieces the smaller device families share (Iluvatar, Biren, Vastai …): the register annotation read in one format
-only (colon or JSON), UUID-only selectors, the ``Fit`` of families that check only UUIDs or hand out slots, and a
-count-only request. Pure."""
+only (colon or JSON) and written in the colon format, UUID-only selectors, the ``Fit`` of families that check only
+UUIDs or hand out slots, and a count-only request. Pure."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.shared.codec._go import fail
-from vgpu_scheduler.shared.codec.register import decode_register, is_json
+from vgpu_scheduler.shared.codec.register import decode_register, encode_register_colon, is_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
-    container_lists,
     raw_value,
 )
 from vgpu_scheduler.shared.codec.selectors import decode_uuid_list
 from vgpu_scheduler.shared.domain.model import EMPTY_REQUEST, ContainerRequest, DeviceInfo, PodConstraints, Selectors
 from vgpu_scheduler.shared.domain.vendor import BasicRules, Take, selectors_uuid_ok
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.vendors.common import reader_config, rekey
+from vgpu_scheduler.shared.vendors.common import read_container, rekey
 
 COLON_FORMAT = "id,count,devmem,devcore,type,numa,health[,index,mode]:"
 
@@ -37,6 +34,15 @@ def decode_colon(value: str, key: str, vendor: str) -> tuple[DeviceInfo, ...]:
     except DecodeError as e:
         raise rekey(e, key) from e
     return tuple(dataclasses.replace(d, vendor=vendor) for d in devices)
+
+
+def encode_colon(devices: Sequence[DeviceInfo], key: str) -> str:
+    """The 9-field colon register value of ``devices``, as a colon-format plugin writes it under ``key`` (a
+    DecodeError names ``key``)."""
+    try:
+        return encode_register_colon(tuple(devices), 9)
+    except DecodeError as e:
+        raise rekey(e, key) from e
 
 
 def decode_json(value: str, key: str, vendor: str, devcore: int | None = None) -> tuple[DeviceInfo, ...]:
@@ -102,8 +108,7 @@ def count_only_request(
     """HAMi's ``GenerateResourceRequests`` of a family with a count resource only: ``n`` devices, memory as a
     percentage (100, the whole device; ``mem_mib`` beside it where the family sets one), ``cores_pct`` cores (none
     by default). The count is read from the limits, else the requests; a bad quantity is a ResourceRequestError."""
-    limits, requests = container_lists(container, what)
-    r = RequestReader(reader_config(count_name, "", ""), container_label(container, what))
+    limits, requests, r = read_container(container, what, count_name)
     n = r.read(limits, requests, count_name, QuantityKind.COUNT)
     if r.problems:
         raise ResourceRequestError(r.problems)

@@ -11,8 +11,10 @@ from typing import Any
 from vgpu_scheduler.shared.codec.resources import container_lists
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceInfo
 from vgpu_scheduler.shared.vendors.base import ResourceNames
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
 from vgpu_scheduler.shared.vendors.common import names_section
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S
 from vgpu_scheduler.shared.vendors.simple import count_only_request
 
@@ -49,8 +51,8 @@ class SlotOnlyVendor(DescribedVendor):
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
         """What the family's device plugin writes on its Node: the JSON register value and one count per slot."""
-        annotations = {self.description.register_key or "": self.encode(devices)}
-        return annotations, {self.count_name: str(sum(max(d.count, 0) for d in devices))}, {}
+        annotations = {self.register_key or "": self.encode(devices)}
+        return annotations, slot_capacity(devices, self.count_name), {}
 
 
 def build_slot_only(

@@ -36,10 +36,11 @@ from vgpu_scheduler.shared.domain.model import (
     NodeInventory,
     NodePolicy,
     PodConstraints,
+    PodDevices,
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
-from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.simple import SlotOnlyRules, decode_json
 from vgpu_scheduler.shared.vendors.slotonly import SlotOnlyVendor, build_slot_only
 
@@ -141,11 +142,7 @@ class VastaiRules(SlotOnlyRules):
         return chosen if len(chosen) == nums else None
 
     def pod_score(
-        self,
-        snap: NodeSnapshot,
-        devices: Sequence[Sequence[ContainerDevice]],
-        policy: NodePolicy,
-        constraints: PodConstraints,
+        self, snap: NodeSnapshot, devices: PodDevices, policy: NodePolicy, constraints: PodConstraints
     ) -> float:
         """The node score term of the dies the pod gets here (:func:`die_score`), so nodes where each container
         stays on one card rank first: added under binpack (HAMi), subtracted under spread (HAMi adds it there too,
@@ -201,15 +198,11 @@ def registration_value(devices: Sequence[DeviceInfo]) -> str:
 
 
 DESCRIPTION: Final = Description(
-    name=NAME,
-    rules=VASTAI_RULES,
-    allocated_key="hami.io/Vastai-devices-allocated",
-    to_allocate_key="hami.io/Vastai-devices-to-allocate",
-    register_key=REGISTER_KEY,
-    handshake_key="hami.io/node-handshake-va",
-    use_uuid="vastaitech.com/use-gpuuuid",
-    nouse_uuid="vastaitech.com/nouse-gpuuuid",
-    decode_register=decode_devices_register,
+    NAME,
+    VASTAI_RULES,
+    PodLists("hami.io/Vastai-devices-allocated", "hami.io/Vastai-devices-to-allocate"),
+    RegisterAnnotation(REGISTER_KEY, decode_devices_register, handshake="hami.io/node-handshake-va"),
+    SelectorKeys("vastaitech.com/use-gpuuuid", "vastaitech.com/nouse-gpuuuid"),
 )
 """Vastai's wire names and ``Fit`` (with die mode) (dies with their ``custominfo``); the vendor
 itself is :class:`~shared.vendors.slotonly.SlotOnlyVendor`."""

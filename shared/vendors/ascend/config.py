@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from vgpu_scheduler.shared.codec._go import INT64_MAX
 from vgpu_scheduler.shared.errors import ConfigError
@@ -206,6 +206,9 @@ _CHIP_KEYS = frozenset(
 _TEMPLATE_KEYS = frozenset({"name", "memory", "aiCore", "aiCPU"})
 
 
+_Scalar = TypeVar("_Scalar", str, bool)
+
+
 def _kind(v: object) -> str:
     return "null" if v is None else type(v).__name__
 
@@ -219,13 +222,19 @@ def _mapping(v: object, path: str, allowed: frozenset[str]) -> Mapping[str, Any]
     return v
 
 
-def _str(m: Mapping[str, Any], key: str, path: str, default: str) -> str:
+def _scalar(m: Mapping[str, Any], key: str, path: str, default: _Scalar, expected: str) -> _Scalar:
+    """``m[key]`` when it has the type of ``default`` (``default`` when absent or null); else a ConfigError saying
+    what was ``expected``."""
     v = m.get(key, default)
     if v is None:
         return default
-    if not isinstance(v, str):
-        raise ConfigError(f"{path}.{key}: expected a string, got {v!r}")
+    if not isinstance(v, type(default)):
+        raise ConfigError(f"{path}.{key}: expected {expected}, got {v!r}")
     return v
+
+
+def _str(m: Mapping[str, Any], key: str, path: str, default: str) -> str:
+    return _scalar(m, key, path, default, "a string")
 
 
 def _int(m: Mapping[str, Any], key: str, path: str, default: int, *, lo: int = 0) -> int:
@@ -240,12 +249,7 @@ def _int(m: Mapping[str, Any], key: str, path: str, default: int, *, lo: int = 0
 
 
 def _bool(m: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
-    v = m.get(key, default)
-    if v is None:
-        return default
-    if not isinstance(v, bool):
-        raise ConfigError(f"{path}.{key}: expected true or false, got {v!r}")
-    return v
+    return _scalar(m, key, path, default, "true or false")
 
 
 def _templates(v: object, path: str) -> tuple[Template, ...]:

@@ -38,7 +38,8 @@ from vgpu_scheduler.shared.vendors.ascend.registration import (
 )
 from vgpu_scheduler.shared.vendors.ascend.requests import parse_container
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.registration import HANDSHAKE_TIMEOUT_S, NodeView, Observation
 from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 
@@ -46,14 +47,11 @@ from vgpu_scheduler.shared.vendors.simple import uuid_selectors
 def describe(common_word: str, rules: AscendRules) -> Description:
     """A chip's wire names, all built from its common word (``hami.io/node-register-<cw>`` …)."""
     return Description(
-        name=common_word,
-        rules=rules,
-        allocated_key=f"hami.io/{common_word}-devices-allocated",
-        to_allocate_key=f"hami.io/{common_word}-devices-to-allocate",
-        register_key=register_key(common_word),
-        handshake_key=handshake_key(common_word),
-        use_uuid=f"hami.io/use-{common_word}-uuid",
-        nouse_uuid=f"hami.io/no-use-{common_word}-uuid",
+        common_word,
+        rules,
+        PodLists(f"hami.io/{common_word}-devices-allocated", f"hami.io/{common_word}-devices-to-allocate"),
+        RegisterAnnotation(register_key(common_word), handshake=handshake_key(common_word)),
+        SelectorKeys(f"hami.io/use-{common_word}-uuid", f"hami.io/no-use-{common_word}-uuid"),
     )
 
 
@@ -89,15 +87,15 @@ class AscendVendor(DescribedVendor):
     # an Ascend chip always has these keys: narrowed to str for its callers
     @property
     def to_allocate_key(self) -> str:
-        return self.description.to_allocate_key or ""
+        return self.description.pods.to_allocate or ""
 
     @property
     def register_key(self) -> str:
-        return self.description.register_key or ""
+        return register_key(self.name)
 
     @property
     def handshake_key(self) -> str:
-        return self.description.handshake_key or ""
+        return handshake_key(self.name)
 
     @property
     def runtime_key(self) -> str:

@@ -27,6 +27,7 @@ from vgpu_scheduler.shared.vendors.awsneuron.keys import (
     RING_GROUPS,
     TRAINIUM_SIZES,
 )
+from vgpu_scheduler.shared.vendors.capacity import index_in_id
 from vgpu_scheduler.shared.vendors.simple import UuidOnlyRules
 
 
@@ -90,8 +91,7 @@ def core_terms(charge: DeviceCharge) -> DeviceCharge:
 
 def device_index(uuid: str) -> int | None:
     """The index HAMi encodes in a device id ``<node>-AWSNeuron-<i>`` (None for another id)."""
-    _, sep, tail = uuid.rpartition(_ID_INFIX)
-    return int(tail) if sep and tail.isascii() and tail.isdigit() else None
+    return index_in_id(uuid, _ID_INFIX)
 
 
 def is_ring(instance_type: str) -> bool:

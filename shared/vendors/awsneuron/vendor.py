@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.resources import (
     ResourceRequestError,
@@ -45,7 +45,8 @@ from vgpu_scheduler.shared.vendors.awsneuron.keys import (
 from vgpu_scheduler.shared.vendors.awsneuron.requests import _validated, _whole, devices_from_capacity, split_cores
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
 from vgpu_scheduler.shared.vendors.capacity import observe_capacity
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, SelectorKeys
 from vgpu_scheduler.shared.vendors.registration import DecodeFailure, Invalid, NodeView, Observation
 
 
@@ -54,18 +55,20 @@ def build(section: object) -> tuple[AWSNeuronVendor, ...]:
     return (AWSNeuronVendor(parse_config(section)),)
 
 
+DESCRIPTION: Final = Description(
+    NAME,
+    AWSNEURON_RULES,
+    PodLists(ALLOCATED_KEY),
+    selectors=SelectorKeys(USE_UUID, NOUSE_UUID),
+    node_lock=NodeLockKind.NONE,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class AWSNeuronVendor(DescribedVendor):
     """AWS Neuron (see the module docstring)."""
 
-    description = Description(
-        name=NAME,
-        rules=AWSNEURON_RULES,
-        allocated_key=ALLOCATED_KEY,
-        node_lock=NodeLockKind.NONE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-    )
+    description = DESCRIPTION
 
     config: AWSNeuronConfig = dataclasses.field(default_factory=AWSNeuronConfig)
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.domain.model import DeviceInfo
 from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.vendors.cambricon.keys import (
     _ID_INFIX,
-    _INT32_MAX,
     _INT64_MAX,
     CARD_CORES,
     DSMLU_PROFILE_KEY,
@@ -18,6 +17,7 @@ from vgpu_scheduler.shared.vendors.cambricon.keys import (
     MLU,
     MODEL_LABEL,
 )
+from vgpu_scheduler.shared.vendors.capacity import CoreSplit, index_in_id
 
 # ------------------------------------------------------------------------------------------------------------
 # Registration
@@ -55,41 +55,21 @@ def card_type(labels: Mapping[str, str]) -> str:
     return model if MLU in model.upper() else MLU
 
 
+_CARDS: Final = CoreSplit(MLU, _ID_INFIX, MEMORY_UNIT_MIB, CARD_CORES, CARD_CORES, "cambricon capacity", "card")
+"""A card per 100 cores, each with 100 cores and 100 slots."""
+
+
 def devices_from_capacity(
     node: str, cores_total: int, memory_total: int, dev_type: str = MLU
 ) -> tuple[DeviceInfo, ...]:
     """HAMi's ``GetNodeDevices``: ``ceil(cores_total / 100)`` cards of ``memory_total × 256 × 100 // cores_total``
     MiB each. DecodeError when that memory does not fit in int32 (HAMi would wrap it)."""
-    if cores_total <= 0:
-        return ()
-    devmem = memory_total * MEMORY_UNIT_MIB * CARD_CORES // cores_total
-    if devmem > _INT32_MAX:
-        raise DecodeError(
-            "cambricon capacity",
-            f"{devmem} MiB per card is beyond int32",
-            f"{memory_total} units / {cores_total} cores",
-        )
-    n = -(-cores_total // CARD_CORES)
-    return tuple(
-        DeviceInfo(
-            id=f"{node}{_ID_INFIX}{i}",
-            index=i,
-            count=CARD_CORES,
-            devmem_mib=devmem,
-            devcore=CARD_CORES,
-            type=dev_type,
-            numa=0,
-            mode="",
-            health=True,
-            vendor=MLU,
-        )
-        for i in range(n)
-    )
+    return _CARDS.devices(node, cores_total, memory_total, f"{memory_total} units / {cores_total} cores", dev_type)
 
 
 def card_index(uuid: str) -> int:
     """The card index HAMi encodes in a device id ``<node>-cambricon-mlu-<index>``; DecodeError otherwise."""
-    _, sep, tail = uuid.rpartition(_ID_INFIX)
-    if not sep or not tail.isdigit() or not tail.isascii():
+    index = index_in_id(uuid, _ID_INFIX)
+    if index is None:
         raise DecodeError(DSMLU_PROFILE_KEY, f"not a Cambricon device id <node>{_ID_INFIX}<index>", uuid)
-    return int(tail)
+    return index

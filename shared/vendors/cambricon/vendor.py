@@ -53,22 +53,20 @@ from vgpu_scheduler.shared.vendors.cambricon.registration import (
     devices_from_capacity,
 )
 from vgpu_scheduler.shared.vendors.cambricon.requests import _Reader
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists
 from vgpu_scheduler.shared.vendors.registration import NodeView, Observation
+
+DESCRIPTION: Final = Description(
+    MLU, RULES, PodLists(ALLOCATED_KEY, TO_ALLOCATE_KEY, list_key=TO_ALLOCATE_KEY), node_lock=NodeLockKind.CAMBRICON
+)
 
 
 @dataclass(frozen=True, slots=True)
 class CambriconVendor(DescribedVendor):
     """The Cambricon MLU vendor with the resource names of the device config's ``cambricon:`` section."""
 
-    description = Description(
-        name=MLU,
-        rules=RULES,
-        allocated_key=ALLOCATED_KEY,
-        to_allocate_key=TO_ALLOCATE_KEY,
-        node_lock=NodeLockKind.CAMBRICON,
-        list_key=TO_ALLOCATE_KEY,
-    )
+    description = DESCRIPTION
     """HAMi's Cambricon plugin reads the to-allocate list: a malformed device list is reported under that key."""
 
     count_name: str = DEFAULT_COUNT_NAME

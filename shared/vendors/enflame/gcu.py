@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from vgpu_scheduler.shared.codec._go import INT32_MAX
 from vgpu_scheduler.shared.domain.model import DeviceInfo, Reason
 from vgpu_scheduler.shared.domain.vendor import DeviceRules
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
-from vgpu_scheduler.shared.vendors.described import Description
+from vgpu_scheduler.shared.vendors.description import Description, PodLists
 from vgpu_scheduler.shared.vendors.enflame.keys import (
     _GCU_INFIX,
     GCU,
@@ -42,19 +42,18 @@ def gcu_devices(node: str, count: int) -> tuple[DeviceInfo, ...]:
     )
 
 
+GCU_DESCRIPTION: Final = Description(
+    GCU, GCU_RULES, PodLists(GCU_ALLOCATED_KEY, GCU_TO_ALLOCATE_KEY), node_lock=NodeLockKind.NONE
+)
+
+
 @dataclass(frozen=True, slots=True)
 class GcuVendor(CountedVendor):
     """Whole Enflame GCU cards (see the package docstring): cards ``<node>-GCU-<i>`` from
     ``capacity[enflame.com/gcu]`` (HAMi's ``CheckHealth``: unhealthy without cards), one slot each; a request takes
     each card whole (100 "memory", 100 %, 100 cores). HAMi's GCU ``Fit`` checks no UUID list."""
 
-    description = Description(
-        name=GCU,
-        rules=GCU_RULES,
-        allocated_key=GCU_ALLOCATED_KEY,
-        to_allocate_key=GCU_TO_ALLOCATE_KEY,
-        node_lock=NodeLockKind.NONE,
-    )
+    description = GCU_DESCRIPTION
     counted = Counted(
         top=INT32_MAX,
         expected=f"expected a whole number from 0 to {INT32_MAX}",

@@ -9,14 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
     container_lists,
     pod_containers,
     raw_value,
@@ -31,8 +29,9 @@ from vgpu_scheduler.shared.domain.model import (
     PodDevices,
 )
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import reader_config
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness, observe_described
+from vgpu_scheduler.shared.vendors.common import read_container
+from vgpu_scheduler.shared.vendors.described import DescribedVendor, observe_described
+from vgpu_scheduler.shared.vendors.description import Description, Liveness, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.enflame.drs import (
     DIRECT,
     VGCU_RULES,
@@ -68,20 +67,24 @@ def build(section: object) -> tuple[GcuVendor, VgcuVendor]:
     return GcuVendor(config), VgcuVendor(config)
 
 
+_DRS_REGISTER: Final = RegisterAnnotation(DRS_CAPACITY_KEY, liveness=Liveness.LISTED)
+"""Decoded per node (:meth:`VgcuVendor.observe`: the cards are named after the node)."""
+
+VGCU_DESCRIPTION: Final = Description(
+    VGCU,
+    VGCU_RULES,
+    PodLists(VGCU_ALLOCATED_KEY),
+    _DRS_REGISTER,
+    SelectorKeys(USE_UUID, NOUSE_UUID),
+    node_lock=NodeLockKind.NONE,
+)
+
+
 @dataclass(frozen=True, slots=True)
 class VgcuVendor(DescribedVendor):
     """Enflame DRS instances (see the module docstring)."""
 
-    description = Description(
-        name=VGCU,
-        rules=VGCU_RULES,
-        allocated_key=VGCU_ALLOCATED_KEY,
-        register_key=DRS_CAPACITY_KEY,
-        node_lock=NodeLockKind.NONE,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-        liveness=Liveness.LISTED,
-    )
+    description = VGCU_DESCRIPTION
 
     config: EnflameConfig = dataclasses.field(default_factory=EnflameConfig)
 
@@ -98,10 +101,8 @@ class VgcuVendor(DescribedVendor):
         holding both. Always one instance. Refused (ResourceRequestError), as HAMi's webhook refuses them: a
         ``drs-gcu`` or memory of 0, cores outside 1..100, and any bad quantity."""
         c = self.config
-        limits, requests = container_lists(container, what)
-        r = RequestReader(
-            reader_config(c.resource_name_drs_gcu, c.resource_name_gcu_memory, c.resource_name_gcu_core),
-            container_label(container, what),
+        limits, requests, r = read_container(
+            container, what, c.resource_name_drs_gcu, c.resource_name_gcu_memory, c.resource_name_gcu_core
         )
         if raw_value(limits, requests, c.resource_name_drs_gcu)[0]:
             n = r.read(limits, requests, c.resource_name_drs_gcu, QuantityKind.COUNT)
@@ -158,7 +159,8 @@ class VgcuVendor(DescribedVendor):
         registered; undecodable → invalid; no card → not registered. HAMi's ``CheckHealth`` always says healthy: no
         handshake (:attr:`Liveness.LISTED`)."""
         del reported_before
-        d = dataclasses.replace(self.description, decode_register=partial(decode_drs_capacity, node=node.name))
+        register = dataclasses.replace(_DRS_REGISTER, decode=partial(decode_drs_capacity, node=node.name))
+        d = dataclasses.replace(self.description, register=register)
         return observe_described(node, now_local, d, self.resources.count)
 
     def node_registration(self, devices: Sequence[DeviceInfo]) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from vgpu_scheduler.shared.codec._go import fail
 from vgpu_scheduler.shared.domain.model import (
-    ContainerDevice,
     ContainerRequest,
     DeviceInfo,
     NodeInventory,
     NodePolicy,
     PodConstraints,
+    PodDevices,
     Reason,
     Selectors,
 )
@@ -128,11 +128,7 @@ class KunlunRules(BoardRules):
     :meth:`pod_score_bound`, so the plan fits only the nodes that could still win."""
 
     def pod_score(
-        self,
-        snap: NodeSnapshot,
-        devices: Sequence[Sequence[ContainerDevice]],
-        policy: NodePolicy,
-        constraints: PodConstraints,
+        self, snap: NodeSnapshot, devices: PodDevices, policy: NodePolicy, constraints: PodConstraints
     ) -> float:
         """:func:`score_node` of the node's devices before the pod and the pod's XPUs (0 when it got none), added
         under either node policy (HAMi's spread takes the lowest sum, so there the node that fragments most)."""

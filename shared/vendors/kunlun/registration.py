@@ -4,6 +4,7 @@ memory sizes. Pure."""
 from __future__ import annotations
 
 from vgpu_scheduler.shared.domain.model import DeviceInfo
+from vgpu_scheduler.shared.vendors.capacity import index_in_id
 from vgpu_scheduler.shared.vendors.kunlun.keys import (
     _ID_INFIX,
     NAME,
@@ -39,8 +40,7 @@ def devices_from_capacity(node: str, cards: int) -> tuple[DeviceInfo, ...]:
 
 def xpu_index(uuid: str) -> int | None:
     """The index HAMi encodes in a whole XPU's id ``<node>-kunlun-<i>`` (None for another id)."""
-    _, sep, tail = uuid.rpartition(_ID_INFIX)
-    return int(tail) if sep and tail.isascii() and tail.isdigit() else None
+    return index_in_id(uuid, _ID_INFIX)
 
 
 def decode_vxpu_register(value: str) -> tuple[DeviceInfo, ...]:

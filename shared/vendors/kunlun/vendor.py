@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.register import encode_register_json
 from vgpu_scheduler.shared.codec.resources import (
     QuantityKind,
-    RequestReader,
     ResourceRequestError,
-    container_label,
     container_lists,
     raw_value,
 )
@@ -27,9 +25,11 @@ from vgpu_scheduler.shared.domain.model import (
 )
 from vgpu_scheduler.shared.errors import ConfigError
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, ResourceNames
-from vgpu_scheduler.shared.vendors.common import names_section, reader_config, section_keys
+from vgpu_scheduler.shared.vendors.capacity import slot_capacity
+from vgpu_scheduler.shared.vendors.common import names_section, read_container, section_keys
 from vgpu_scheduler.shared.vendors.counted import Counted, CountedVendor
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.kunlun.fit import KUNLUN_RULES, VXPU_RULES, _both_uuid_lists
 from vgpu_scheduler.shared.vendors.kunlun.keys import (
     _REQUIRED,
@@ -79,13 +79,16 @@ def build(section: object) -> tuple[KunlunVendor, KunlunVxpuVendor]:
     return KunlunVendor(config), KunlunVxpuVendor(config)
 
 
+DESCRIPTION: Final = Description(NAME, KUNLUN_RULES, PodLists(ALLOCATED_KEY), node_lock=NodeLockKind.NONE)
+
+
 @dataclass(frozen=True, slots=True)
 class KunlunVendor(CountedVendor):
     """Whole Kunlunxin XPUs (see the package docstring): HAMi's ``GetNodeDevices`` derives XPUs of 98304 MiB, 100
     cores and 100 slots from ``capacity[kunlunxin.com/xpu]`` (healthy while listed: HAMi's ``CheckHealth`` always
     says so); a request takes 100 % of each XPU's memory and no cores."""
 
-    description = Description(name=NAME, rules=KUNLUN_RULES, allocated_key=ALLOCATED_KEY, node_lock=NodeLockKind.NONE)
+    description = DESCRIPTION
     counted = Counted(
         top=2**31 - 1,
         expected="expected a whole number from 0 to 2^31-1",
@@ -114,21 +117,20 @@ class KunlunVendor(CountedVendor):
         return {DEVICE_IDX_KEY: ";".join(parts)}
 
 
+VXPU_DESCRIPTION: Final = Description(
+    VXPU_NAME,
+    VXPU_RULES,
+    PodLists(VXPU_ALLOCATED_KEY, VXPU_TO_ALLOCATE_KEY),
+    RegisterAnnotation(VXPU_REGISTER_KEY, decode_vxpu_register, handshake=VXPU_HANDSHAKE_KEY),
+    SelectorKeys(VXPU_USE_UUID, VXPU_NOUSE_UUID),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class KunlunVxpuVendor(DescribedVendor):
     """Kunlunxin vXPUs (see the module docstring)."""
 
-    description = Description(
-        name=VXPU_NAME,
-        rules=VXPU_RULES,
-        allocated_key=VXPU_ALLOCATED_KEY,
-        to_allocate_key=VXPU_TO_ALLOCATE_KEY,
-        register_key=VXPU_REGISTER_KEY,
-        handshake_key=VXPU_HANDSHAKE_KEY,
-        use_uuid=VXPU_USE_UUID,
-        nouse_uuid=VXPU_NOUSE_UUID,
-        decode_register=decode_vxpu_register,
-    )
+    description = VXPU_DESCRIPTION
 
     config: KunlunConfig = dataclasses.field(default_factory=KunlunConfig)
     handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S
@@ -138,26 +140,17 @@ class KunlunVxpuVendor(DescribedVendor):
         c = self.config
         return ResourceNames(count=c.resource_vcount_name, memory=c.resource_vmemory_name or None)
 
-    def _read(self, container: Mapping[str, Any], what: str) -> tuple[int | None, int | None, RequestReader]:
-        c = self.config
-        limits, requests = container_lists(container, what)
-        r = RequestReader(
-            reader_config(c.resource_vcount_name, c.resource_vmemory_name, ""), container_label(container, what)
-        )
-        n = r.read(limits, requests, c.resource_vcount_name, QuantityKind.COUNT)
-        mem = (
-            r.read(limits, requests, c.resource_vmemory_name, QuantityKind.MEMORY) if c.resource_vmemory_name else None
-        )
-        return n, mem, r
-
     def container_request(self, container: Mapping[str, Any], what: str) -> ContainerRequest:
         """HAMi's ``GenerateResourceRequests``: the count and memory from the limits, else the requests; memory
         rounded up to a vXPU size (:func:`trim_memory`), cores the same share of 100; no memory: the whole XPU
         (98304 MiB, 100 %, 100 cores). Strict: memory without the count, a count of 0 with memory, memory 0 or
         above a whole XPU, and any bad quantity are a ResourceRequestError."""
         c = self.config
-        limits, requests = container_lists(container, what)
-        n, mem, r = self._read(container, what)
+        limits, requests, r = read_container(container, what, c.resource_vcount_name, c.resource_vmemory_name)
+        n = r.read(limits, requests, c.resource_vcount_name, QuantityKind.COUNT)
+        mem = (
+            r.read(limits, requests, c.resource_vmemory_name, QuantityKind.MEMORY) if c.resource_vmemory_name else None
+        )
         has_count = raw_value(limits, requests, c.resource_vcount_name)[0]
         has_mem = bool(c.resource_vmemory_name) and raw_value(limits, requests, c.resource_vmemory_name)[0]
         if not r.problems:
@@ -211,4 +204,4 @@ class KunlunVxpuVendor(DescribedVendor):
         if not devices:
             return {}, {}, {}
         annotations = {VXPU_REGISTER_KEY: encode_register_json(tuple(devices))}
-        return annotations, {self.config.resource_vcount_name: str(sum(max(d.count, 0) for d in devices))}, {}
+        return annotations, slot_capacity(devices, self.config.resource_vcount_name), {}

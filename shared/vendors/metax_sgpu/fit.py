@@ -17,6 +17,7 @@ from vgpu_scheduler.shared.domain.model import (
     NodeInventory,
     NodePolicy,
     PodConstraints,
+    PodDevices,
     Reason,
 )
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
@@ -264,11 +265,7 @@ class SgpuRules(BasicRules):
         return candidates[: req.nums]
 
     def pod_score(
-        self,
-        snap: NodeSnapshot,
-        devices: Sequence[Sequence[ContainerDevice]],
-        policy: NodePolicy,
-        constraints: PodConstraints,
+        self, snap: NodeSnapshot, devices: PodDevices, policy: NodePolicy, constraints: PodConstraints
     ) -> float:
         """HAMi's sGPU ``ScoreNode`` (+10000 × the term under binpack, −10000 × under spread): for an online pod
         :func:`score_online`, else for a pod that asked for ``metax-tech.com/sgpu-topology-aware``

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError, container_label, container_lists
 from vgpu_scheduler.shared.domain.model import ContainerRequest, DeviceCharge, DeviceInfo, PodDevices, Selectors
 from vgpu_scheduler.shared.vendors.base import ResourceNames
-from vgpu_scheduler.shared.vendors.described import DescribedVendor, Description, Liveness
+from vgpu_scheduler.shared.vendors.described import DescribedVendor
+from vgpu_scheduler.shared.vendors.description import Description, Liveness, PodLists, RegisterAnnotation, SelectorKeys
 from vgpu_scheduler.shared.vendors.metax_sgpu.fit import SGPU_RULES, sharing_terms
 from vgpu_scheduler.shared.vendors.metax_sgpu.keys import (
     ALLOCATED_KEY,
@@ -32,22 +33,20 @@ from vgpu_scheduler.shared.vendors.metax_sgpu.keys import (
 from vgpu_scheduler.shared.vendors.metax_sgpu.registration import decode_devices_register, registration_value
 from vgpu_scheduler.shared.vendors.metax_sgpu.requests import capped_vcore_warning, qos_selectors, sgpu_request
 
+DESCRIPTION: Final = Description(
+    NAME,
+    SGPU_RULES,
+    PodLists(ALLOCATED_KEY, TO_ALLOCATE_KEY),
+    RegisterAnnotation(REGISTER_KEY, decode_devices_register, liveness=Liveness.LISTED),
+    SelectorKeys(USE_UUID, NOUSE_UUID),
+)
+
 
 @dataclass(frozen=True, slots=True)
 class MetaxSgpuVendor(DescribedVendor):
     """MetaX sGPUs (see the module docstring). The names come from the ``metax:`` section."""
 
-    description = Description(
-        name=NAME,
-        rules=SGPU_RULES,
-        allocated_key=ALLOCATED_KEY,
-        to_allocate_key=TO_ALLOCATE_KEY,
-        register_key=REGISTER_KEY,
-        use_uuid=USE_UUID,
-        nouse_uuid=NOUSE_UUID,
-        decode_register=decode_devices_register,
-        liveness=Liveness.LISTED,
-    )
+    description = DESCRIPTION
 
     count_name: str = "metax-tech.com/sgpu"
     memory_name: str = "metax-tech.com/vmemory"
