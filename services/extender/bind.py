@@ -123,6 +123,7 @@ class Binder:
         vendors: Vendors | None = None,
         timed_lock: TimedLockRules = DSMLU_LOCK,
         on_lock_wait: Callable[[float, bool], None] | None = None,
+        on_lock_queue: Callable[[str], None] | None = None,
         wakeups: NodeWakeups | None = None,
     ) -> None:
         self._store = store
@@ -137,6 +138,8 @@ class Binder:
         self._events = events
         self._metrics = metrics
         self._on_lock_wait = on_lock_wait
+        self._on_lock_queue = on_lock_queue
+        """Told the UID of every ordinary pod whose bind starts waiting for HAMi's node lock (the bind limit)."""
         """``(waited_s, timed_out)`` of every ordinary pod's wait for HAMi's node lock (the adaptive bind limit)."""
         self.locker = NodeLocker(
             api,
@@ -297,6 +300,8 @@ class Binder:
         timed: HeldTimedLock | None = None
         try:
             if NodeLockKind.HAMI in kinds:
+                if self._on_lock_queue is not None and retry_s is None:
+                    self._on_lock_queue(alloc.pod_uid)
                 try:
                     hami = await self.locker.acquire(node, ns, name, wait_s=wait_s, retry_every_s=retry_s)
                 except LockTimeoutError:

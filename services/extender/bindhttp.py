@@ -40,6 +40,7 @@ class BindHandler:
         *,
         lock_wait_s: float | None = None,
         on_lock_wait: Callable[[float, bool], None] | None = None,
+        on_lock_queue: Callable[[str], None] | None = None,
         wakeups: NodeWakeups | None = None,
     ) -> None:
         if lock_wait_s is None:
@@ -58,6 +59,7 @@ class BindHandler:
             rng=deps.rng,
             vendors=deps.vendor_set,
             on_lock_wait=on_lock_wait,
+            on_lock_queue=on_lock_queue,
             wakeups=wakeups,
         )
         self._metrics = metrics

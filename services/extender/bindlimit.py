@@ -9,7 +9,12 @@ the device plugin's latency. So the limit is computed from cycles as they are me
 
 * every replica sees every lock taken and released on the store's change feed; the time between the two is one
   cycle (:meth:`BindLimit.observe_cycle`), averaged (exponentially, ``CYCLE_WEIGHT``);
-* the limit is ``1 + ⌊QUEUE_SHARE × lock wait ÷ cycle⌋``, between 1 and ``--max-binds-per-node``: a bind
+* a pod reserved on a node by ``/filter`` reaches the node's lock only when kube-scheduler's asynchronous binding
+  cycle calls ``/bind``: the *dispatch* delay, measured from the reservation to the bind's first try for the lock
+  (:meth:`BindLimit.reserved`, :meth:`BindLimit.queued`; pods whose filter and bind reach different replicas are
+  not measured), and averaged the same way. Meanwhile the lock serves ``dispatch ÷ cycle`` of the binds ahead;
+* so a pod admitted behind ``n`` binds in flight waits about ``n × cycle − dispatch``, and the limit is
+  ``1 + ⌊(QUEUE_SHARE × lock wait + dispatch) ÷ cycle⌋``, between 1 and ``--max-binds-per-node``: a bind
   admitted behind a full queue waits at most that share of its budget;
 * a bind that gave up waiting shows that cycles are longer than measured (or that more binds queue there than
   this replica knows): the estimate is raised by ``TIMEOUT_RAISE`` at once, and measured cycles bring it back.
@@ -32,10 +37,12 @@ logger = logging.getLogger(__name__)
 
 CYCLE_WEIGHT: Final = 0.2
 """Weight of a new cycle in the average (the last ten or so cycles count)."""
-QUEUE_SHARE: Final = 0.75
+QUEUE_SHARE: Final = 0.5
 """The share of its lock wait a bind admitted behind a full queue may spend waiting."""
 TIMEOUT_RAISE: Final = 1.25
 """A bind that gave up raises the cycle estimate by this factor."""
+PENDING_MAX: Final = 4096
+"""Reservations whose bind has not come yet that are remembered (the oldest are forgotten first)."""
 
 
 class BindLimit:
@@ -50,6 +57,23 @@ class BindLimit:
         self._on_change = on_change
         self.cycle_s: float | None = None
         """The average lock cycle (None until one is measured: the limit is the ceiling)."""
+        self.dispatch_s = 0.0
+        """The average time from a pod's reservation to its bind's first try for the lock."""
+        self._pending: dict[str, float] = {}
+
+    def reserved(self, pod_uid: str, at: float) -> None:
+        """``/filter`` reserved devices for ``pod_uid`` at ``at`` (the loop's clock)."""
+        self._pending[pod_uid] = at
+        if len(self._pending) > PENDING_MAX:
+            del self._pending[next(iter(self._pending))]
+
+    def queued(self, pod_uid: str, at: float) -> None:
+        """The bind of ``pod_uid`` tries the node lock for the first time at ``at``."""
+        since = self._pending.pop(pod_uid, None)
+        if since is None or at < since or self._queue_s <= 0:
+            return
+        self.dispatch_s += CYCLE_WEIGHT * ((at - since) - self.dispatch_s)
+        self._update(at - since)
 
     def observe_cycle(self, cycle_s: float) -> None:
         """One node lock held for ``cycle_s`` (taken to released, as the change feed showed them)."""
@@ -63,14 +87,14 @@ class BindLimit:
         """Record one bind's wait for its node lock (``timed_out``: it gave up after the whole budget)."""
         if not timed_out or self._queue_s <= 0:
             return
-        floor = self._queue_s / max(self.ceiling - 1, 1)  # the longest cycle that gives the ceiling
+        floor = (self._queue_s + self.dispatch_s) / max(self.ceiling - 1, 1)  # the longest that gives the ceiling
         self.cycle_s = TIMEOUT_RAISE * max(self.cycle_s or floor, floor)
         self._update(waited_s)
 
     def _update(self, sample_s: float) -> None:
         if not self.cycle_s:
             return
-        value = max(1, min(self.ceiling, 1 + math.floor(self._queue_s / self.cycle_s)))
+        value = max(1, min(self.ceiling, 1 + math.floor((self._queue_s + self.dispatch_s) / self.cycle_s)))
         if value == self.value:
             return
         logger.info(
@@ -79,6 +103,7 @@ class BindLimit:
                 "limit": value,
                 "previous": self.value,
                 "cycle_s": round(self.cycle_s, 3),
+                "dispatch_s": round(self.dispatch_s, 3),
                 "sample_s": round(sample_s, 3),
             },
         )

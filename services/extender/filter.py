@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -93,6 +93,7 @@ class FilterHandler:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         preemptor: Preemptor | None = None,
         gangs: GangKeeper | None = None,
+        on_reserved: Callable[[str], None] | None = None,
     ) -> None:
         self._preemptor = preemptor
         self._gangs = gangs
@@ -118,6 +119,7 @@ class FilterHandler:
             vendors=self._vendors,
             policies=self._policies,
             preemptor=preemptor,
+            on_reserved=on_reserved,
         )
         # bound once: the request path calls them as it called its own methods
         self._plan = planner.plan

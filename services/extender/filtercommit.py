@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,7 +71,10 @@ class Committer:
         vendors: Vendors,
         policies: Policies,
         preemptor: Preemptor | None,
+        on_reserved: Callable[[str], None] | None = None,
     ) -> None:
+        self._on_reserved = on_reserved
+        """Told the UID of every pod reserved anew (the bind limit times how long its bind takes to come)."""
         self._store = store
         self._cache = cache
         self._plan = planner.plan
@@ -111,6 +114,8 @@ class Committer:
         if isinstance(reserved, Reserved) and reserved.changed:
             self._cache.apply_local(decision, reserved.generation)
             self._cache.mark_busy(decision.node)  # its bind is coming: the next pods may prefer other nodes
+            if self._on_reserved is not None:
+                self._on_reserved(allocation.pod_uid)
         return reserved
 
     async def first_plan(

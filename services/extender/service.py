@@ -26,7 +26,7 @@ from vgpu_scheduler.services.extender.filter import FilterHandler
 from vgpu_scheduler.services.extender.gang import GangKeeper
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
 from vgpu_scheduler.services.extender.preempt import Preemptor
-from vgpu_scheduler.services.extender.snapshot import SnapshotCache
+from vgpu_scheduler.services.extender.snapshot import SnapshotCache, loop_time
 from vgpu_scheduler.services.extender.tls import build_ssl_context
 from vgpu_scheduler.services.extender.wakeups import NodeWakeups
 from vgpu_scheduler.services.extender.webhook import WebhookHandler
@@ -97,7 +97,13 @@ class ExtenderService:
         self.preemptor = Preemptor(settings, deps, self.cache)
         self.gangs = GangKeeper(deps, self.cache)
         self.filter = FilterHandler(
-            settings, deps, self.metrics, self.cache, preemptor=self.preemptor, gangs=self.gangs
+            settings,
+            deps,
+            self.metrics,
+            self.cache,
+            preemptor=self.preemptor,
+            gangs=self.gangs,
+            on_reserved=lambda uid: self.bind_limit.reserved(uid, loop_time()),
         )
         self._binds = BindHandler(
             settings,
@@ -105,6 +111,7 @@ class ExtenderService:
             self.metrics,
             lock_wait_s=wait_s,
             on_lock_wait=lambda waited, timed_out: self.bind_limit.observe(waited, timed_out=timed_out),
+            on_lock_queue=lambda uid: self.bind_limit.queued(uid, loop_time()),
             wakeups=self.wakeups,
         )
         self.bind: Handler = self._binds

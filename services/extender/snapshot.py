@@ -79,7 +79,7 @@ class CacheStats:
     corrupt_nodes: int = 0
 
 
-def _loop_time() -> float:
+def loop_time() -> float:
     """The event loop's clock (monotonic; the simulated one in ``simulate``), for the feed's pacing."""
     return asyncio.get_running_loop().time()
 
@@ -296,7 +296,7 @@ class SnapshotCache:
         before this replica followed, counts nothing)."""
         if self.on_lock_cycle is None:
             return
-        now = _loop_time()
+        now = loop_time()
         for event in events:
             if event.lock_taken:
                 self._lock_taken[event.node] = now
@@ -317,16 +317,16 @@ class SnapshotCache:
             try:
                 if self._reload_reason is not None:
                     await self._full_load(self._reload_reason)
-                pause = self._settings.feed_min_interval_s - (_loop_time() - self._read_at)
+                pause = self._settings.feed_min_interval_s - (loop_time() - self._read_at)
                 if pause > 0:
                     await asyncio.sleep(pause)
-                self._read_at = _loop_time()
+                self._read_at = loop_time()
                 batch = await self._store.feed.read(
                     self._last_id or "0-0", block_s=self._settings.feed_block_s, count=self._settings.feed_count
                 )
                 self._redis_ok()
                 await self._follow(batch)
-                if _loop_time() - self._status_at >= self._settings.status_interval_s:
+                if loop_time() - self._status_at >= self._settings.status_interval_s:
                     await self._check_status()
                 backoff = self._settings.backoff_initial_s
             except TransientError as e:
@@ -381,7 +381,7 @@ class SnapshotCache:
 
     async def _check_status(self) -> None:
         status = await self._store.meta.status()
-        self._status_at = _loop_time()
+        self._status_at = loop_time()
         self._redis_ok()
         self._status = status
         if self.loaded.is_set() and status.epoch != self._epoch and self._reload_reason != "epoch":
@@ -427,7 +427,7 @@ class SnapshotCache:
         self._epoch = status.epoch
         self._holds_registered = status.epoch is not None and status.is_synced(SyncMarker.INVENTORY)
         self._status = status
-        self._status_at = _loop_time()
+        self._status_at = loop_time()
         self._last_id = last_id
         self._reload_reason = None
         self.stats.full_loads += 1

@@ -1,10 +1,17 @@
-"""The per-node bind limit: the queue a node's lock serves within most of a bind's wait, from measured cycles."""
+"""The per-node bind limit: the queue a node's lock serves within half a bind's wait, from measured lock cycles and
+the time binds take to come."""
 
 from __future__ import annotations
 
 import pytest
 
-from vgpu_scheduler.services.extender.bindlimit import CYCLE_WEIGHT, QUEUE_SHARE, TIMEOUT_RAISE, BindLimit
+from vgpu_scheduler.services.extender.bindlimit import (
+    CYCLE_WEIGHT,
+    PENDING_MAX,
+    QUEUE_SHARE,
+    TIMEOUT_RAISE,
+    BindLimit,
+)
 
 
 def limit(ceiling: int = 4, budget_s: float = 3.0) -> tuple[BindLimit, list[int]]:
@@ -22,17 +29,16 @@ def test_starts_at_the_ceiling_until_a_cycle_is_measured() -> None:
 @pytest.mark.parametrize(
     ("cycle_s", "expected"),
     [
-        (0.2, 4),  # 1 + 2.25 / 0.2 = 12, the ceiling
-        (0.6, 4),  # 1 + 3.75
-        (0.8, 3),  # 1 + 2.81
-        (1.2, 2),  # 1 + 1.875
-        (2.5, 1),  # one bind at a time
+        (0.2, 4),  # 1 + 1.5 / 0.2 = 8, the ceiling
+        (0.4, 4),  # 1 + 3.75
+        (0.6, 3),  # 1 + 2.5
+        (0.8, 2),  # 1 + 1.875
+        (1.5, 2),  # 1 + 1
+        (2.0, 1),  # one bind at a time
         (30.0, 1),  # never below one
     ],
 )
-def test_the_limit_is_one_plus_the_cycles_that_fit_in_the_queue_share_of_the_wait(
-    cycle_s: float, expected: int
-) -> None:
+def test_the_limit_is_one_plus_the_cycles_that_fit_in_half_the_wait(cycle_s: float, expected: int) -> None:
     lim, _ = limit()
     lim.observe_cycle(cycle_s)
     assert lim.cycle_s == cycle_s
@@ -40,29 +46,55 @@ def test_the_limit_is_one_plus_the_cycles_that_fit_in_the_queue_share_of_the_wai
     assert expected == max(1, min(4, 1 + int(QUEUE_SHARE * 3.0 / cycle_s)))
 
 
-def test_cycles_are_averaged_so_one_slow_cycle_does_not_halve_the_queue() -> None:
+def test_one_slow_cycle_moves_the_limit_a_step_and_a_slow_cluster_moves_it_all_the_way() -> None:
     lim, changes = limit()
     for _ in range(20):
         lim.observe_cycle(0.4)
-    lim.observe_cycle(2.0)  # one slow Allocate
+    lim.observe_cycle(2.0)  # one slow Allocate: alone it would mean one bind at a time
     assert lim.cycle_s == pytest.approx(0.4 + CYCLE_WEIGHT * 1.6)
-    assert lim.value == 4 and changes == []
+    assert lim.value == 3 and changes == [3]
     for _ in range(10):  # the cluster really slows down: the limit follows
         lim.observe_cycle(2.0)
-    assert lim.value == 2 and changes == [3, 2]
+    assert lim.value == 1 and changes == [3, 2, 1]
+
+
+def test_the_time_a_bind_takes_to_come_is_served_by_the_lock_meanwhile() -> None:
+    """A pod admitted behind n binds waits about n x cycle - dispatch: the later binds come, the more may queue."""
+    lim, changes = limit()
+    lim.observe_cycle(0.6)
+    assert lim.value == 3
+    lim.queued("unknown", 5.0)  # a bind whose filter ran on another replica: nothing measured
+    assert lim.dispatch_s == 0.0
+    for i in range(20):
+        lim.reserved(f"p{i}", 10.0 + i)
+        lim.queued(f"p{i}", 10.9 + i)
+        lim.queued(f"p{i}", 30.0)  # its second try is not a dispatch
+    assert lim.dispatch_s == pytest.approx(0.9 * (1 - (1 - CYCLE_WEIGHT) ** 20))
+    assert lim.value == 4  # 1 + (1.5 + 0.9) / 0.6
+    assert changes == [3, 4]
+
+
+def test_reservations_whose_bind_never_comes_are_forgotten_oldest_first() -> None:
+    lim, _ = limit()
+    for i in range(PENDING_MAX + 1):
+        lim.reserved(f"p{i}", float(i))
+    lim.queued("p0", 1e6)  # forgotten: no sample
+    assert lim.dispatch_s == 0.0
+    lim.queued(f"p{PENDING_MAX}", PENDING_MAX + 2.0)
+    assert lim.dispatch_s == pytest.approx(CYCLE_WEIGHT * 2.0)
 
 
 def test_a_timeout_raises_the_estimate_at_once_and_measured_cycles_bring_it_back() -> None:
     lim, changes = limit()
-    lim.observe_cycle(0.7)  # 1 + 2.25 / 0.7 = 4
+    lim.observe_cycle(0.5)  # 1 + 1.5 / 0.5 = 4
     lim.observe(2.8, timed_out=True)
-    # raised from at least the longest cycle that still gives the ceiling (2.25 / 3 = 0.75): the limit drops
-    assert lim.cycle_s == pytest.approx(0.75 * TIMEOUT_RAISE)
+    # raised from at least the longest cycle that still gives the ceiling (1.5 / 3 = 0.5): the limit drops
+    assert lim.cycle_s == pytest.approx(0.5 * TIMEOUT_RAISE)
     assert lim.value == 3
-    lim.observe(2.8, timed_out=True)  # 1.17 s
+    lim.observe(2.8, timed_out=True)  # 0.78 s
     assert lim.value == 2
     for _ in range(30):
-        lim.observe_cycle(0.5)
+        lim.observe_cycle(0.4)
     assert lim.value == 4
     assert changes == [3, 2, 3, 4]
 
@@ -77,4 +109,6 @@ def test_no_budget_means_no_adaptation() -> None:
     lim, changes = limit(budget_s=0.0)
     lim.observe(10.0, timed_out=True)
     lim.observe_cycle(5.0)
+    lim.reserved("p", 0.0)
+    lim.queued("p", 5.0)
     assert lim.value == 4 and changes == []
