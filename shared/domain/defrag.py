@@ -12,7 +12,8 @@ the cheapest set of movable residents whose removal lets the pod fit is found as
 finds its victims: every movable resident removed, then each given back while the pod still fits, in three orders
 (residents of the most crowded cards given back first, the smallest first, the largest first) and the cheapest
 result kept. The nodes are taken in the order of a cheap per-card estimate (:func:`_estimate`); the search stops
-``Search.max_nodes`` nodes after the first set found, or when the estimate passes the fewest moves found. The sets
+``Search.max_nodes`` nodes after the first set found, or when the estimate (moves, memory, priorities) reaches the
+cheapest set found. The sets
 are then tried cheapest first: the residents are released, the pod is fitted on the node and its decision applied
 (so no moved pod can land on the cards it takes), each replacement is fitted on the working snapshots
 (:meth:`~defragwork.Work.move`); the first set whose replacements all find a destination is the plan. When a
@@ -28,6 +29,7 @@ import itertools
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from vgpu_scheduler.shared.domain.context import normalize_request
 from vgpu_scheduler.shared.domain.defragcards import plan_free
@@ -93,6 +95,12 @@ class _Option:
         return (*cost_key(self.moved), self.node)
 
 
+def _cost3(moved: Sequence[Candidate]) -> tuple[int, int, int]:
+    """:func:`cost_key` without the names: what :meth:`_ForPodSearch.estimate` guesses."""
+    n, mem, priority, _ = cost_key(moved)
+    return (n, mem, priority)
+
+
 class _ForPodSearch:
     """One ``ForPod`` search: the goal, the rules, the candidates by node and their verdicts (module docstring)."""
 
@@ -139,14 +147,14 @@ class _ForPodSearch:
         tick = itertools.count()  # ties in the heap never compare options
         i = 0
         while i < len(order) and attempts > 0:
-            # a batch of nodes, most promising first, until max_nodes of them have a set or the estimate passes the
-            # fewest moves found; then their sets, cheapest first, until one finds destinations
+            # a batch of nodes, most promising first, until max_nodes of them have a set or the estimate reaches the
+            # cheapest set found; then their sets, cheapest first, until one finds destinations
             options: list[tuple[tuple[object, ...], int, _Option]] = []
-            fewest: int | None = None
+            fewest: tuple[int, int, int] | None = None
             found_on = 0
             while i < len(order) and found_on < search.max_nodes:
                 node = order[i]
-                if fewest is not None and estimates[node][0] > fewest:
+                if fewest is not None and estimates[node] >= fewest:
                     break
                 i += 1
                 sets = self.node_sets(node, frozenset())
@@ -155,7 +163,7 @@ class _ForPodSearch:
                     continue
                 found_on += 1
                 options += [(o.key, next(tick), o) for o in (_Option(node, m) for m in sets)]
-                fewest = min(len(o.moved) for _, _, o in options)
+                fewest = min(_cost3(o.moved) for _, _, o in options)
             heapq.heapify(options)
             excluded: dict[str, frozenset[str]] = {}
             while options and attempts > 0:
@@ -291,34 +299,32 @@ class _ForPodSearch:
         why = self.fit(release_charges(self.work.snaps[node], charges(self.by_node[node])))
         return f"{node}: {why if isinstance(why, str) else 'fits'}"
 
-    def estimate(self, node: str) -> tuple[int, int]:
-        """A cheap guess of the moves (and memory moved) that make room on ``node``, to take the most promising
-        nodes first: per card of the pod's vendor, the fewest movable residents (largest first) whose charges free
-        the memory, cores and slot the pod asks of a card (all of them for a whole card), summed over its cheapest
-        cards. Not a bound: it ignores NUMA, topology, selectors and pods spanning cards; the search decides."""
+    def estimate(self, node: str) -> tuple[int, int, int]:
+        """A cheap guess of the cost (moves, memory moved, priorities moved) of making room on ``node``, to take the
+        most promising nodes first: per card of the pod's vendor, the fewest movable residents (largest first) whose
+        charges free the memory, cores and slot the pod asks of a card (all of them for a whole card), summed over its
+        cheapest cards. Not a bound: it ignores NUMA, topology, selectors and pods spanning cards; the search
+        decides."""
         need = _need(self.goal, self.placement)
         if need is None:
-            return (0, 0)
+            return (0, 0, 0)
         vendor, cards, mem_mib, mem_pct, cores = need
         snap = self.work.snaps[node]
-        on_card: dict[str, list[tuple[int, int, int, bool]]] = {}
+        on_card: dict[str, list[_Held]] = {}
         for c in self.by_node[node]:
             for ch in c.resident.charges:
                 on_card.setdefault(ch.uuid, []).append(
-                    (ch.mem_mib, ch.cores_pct, max(ch.slots, 1), self.verdict[c.uid] is None)
+                    _Held(ch.mem_mib, ch.cores_pct, max(ch.slots, 1), c.resident.priority, self.verdict[c.uid] is None)
                 )
-        costs = [
-            _card_cost(
-                dev, u, sorted(on_card.get(dev.id, ()), reverse=True), mem_mib=mem_mib, mem_pct=mem_pct, cores=cores
-            )
+        costs = sorted(
+            _card_cost(dev, u, sorted(on_card.get(dev.id, ()), reverse=True), mem=(mem_mib, mem_pct), cores=cores)
             for dev, u in zip(snap.inventory.devices, snap.usages, strict=True)
             if dev.vendor == vendor and dev.health and dev.id not in snap.inventory.cordoned
-        ]
-        costs.sort()
+        )
         chosen = costs[: max(cards, 1)]
         if len(chosen) < max(cards, 1):
-            return (_NEVER, 0)
-        return (min(_NEVER, sum(c[0] for c in chosen)), sum(c[1] for c in chosen))
+            return (_NEVER, 0, 0)
+        return (min(_NEVER, sum(c[0] for c in chosen)), sum(c[1] for c in chosen), sum(c[2] for c in chosen))
 
 
 def _need(goal: ForPod, placement: Placement) -> tuple[str, int, int, int, int] | None:
@@ -330,29 +336,34 @@ def _need(goal: ForPod, placement: Placement) -> tuple[str, int, int, int, int] 
     return (r.type, r.nums, r.mem_mib, r.mem_pct if r.mem_pct != MEM_PCT_UNSET else 0, r.cores_pct)
 
 
+class _Held(NamedTuple):
+    """One resident's charge on a card, as the estimate weighs it (sorted: largest memory first)."""
+
+    mem: int
+    cores: int
+    slots: int
+    priority: int
+    movable: bool
+
+
 def _card_cost(
-    dev: DeviceInfo,
-    u: DeviceUsage,
-    held: Sequence[tuple[int, int, int, bool]],
-    *,
-    mem_mib: int,
-    mem_pct: int,
-    cores: int,
-) -> tuple[int, int]:
-    """The estimate on one card: ``held`` are its residents' ``(mem, cores, slots, movable)``, largest first."""
+    dev: DeviceInfo, u: DeviceUsage, held: Sequence[_Held], *, mem: tuple[int, int], cores: int
+) -> tuple[int, int, int]:
+    """The estimate on one card (``held`` largest first; ``mem`` the pod's MiB or percentage per card)."""
     if dev.devcore > 0 and cores >= dev.devcore:  # a whole card: every pod on it moves
-        whole = all(h[3] for h in held) and u.used <= sum(h[2] for h in held)
-        return (len(held), sum(h[0] for h in held)) if whole else (_NEVER, 0)
-    want_mem = mem_mib if mem_mib > 0 else dev.devmem_mib * mem_pct // 100
+        whole = all(h.movable for h in held) and u.used <= sum(h.slots for h in held)
+        return (len(held), sum(h.mem for h in held), sum(h.priority for h in held)) if whole else (_NEVER, 0, 0)
+    want_mem = mem[0] if mem[0] > 0 else dev.devmem_mib * mem[1] // 100
     free_mem, free_cores, free_slots = dev.devmem_mib - u.used_mem_mib, dev.devcore - u.used_cores, dev.count - u.used
-    n = moved_mem = 0
-    for mem, core, slots, _ in (h for h in held if h[3]):
+    n = moved_mem = moved_priority = 0
+    for h in held:
         if free_mem >= want_mem and free_cores >= cores and free_slots >= 1:
             break
-        free_mem, free_cores, free_slots = free_mem + mem, free_cores + core, free_slots + slots
-        n, moved_mem = n + 1, moved_mem + mem
+        if h.movable:
+            free_mem, free_cores, free_slots = free_mem + h.mem, free_cores + h.cores, free_slots + h.slots
+            n, moved_mem, moved_priority = n + 1, moved_mem + h.mem, moved_priority + h.priority
     enough = free_mem >= want_mem and free_cores >= cores and free_slots >= 1
-    return (n, moved_mem) if enough else (_NEVER, 0)
+    return (n, moved_mem, moved_priority) if enough else (_NEVER, 0, 0)
 
 
 __all__ = ["Candidate", "ForPod", "FreeCards", "FreeNodes", "Goal", "Placement", "Search", "plan_defrag"]
