@@ -12,6 +12,7 @@ the command builds them once from the store.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import time
@@ -115,7 +116,7 @@ def main() -> None:
         ("--free-cards 8", FreeCards(8)),
     ]
     for label, goal in goals:
-        times, result = timed(lambda goal=goal: plan_defrag(goal, snaps, candidates, placement=placement), args.runs)
+        times, result = timed(functools.partial(plan_defrag, goal, snaps, candidates, placement=placement), args.runs)
         what = (
             f"{len(result.moves)} moves, {result.memory_moved_mib} MiB moved"
             if isinstance(result, DefragPlan)
