@@ -17,12 +17,10 @@ import os
 import sys
 
 from vgpu_scheduler.services.cli import program
-from vgpu_scheduler.services.defrag.offline import on_simulated
 from vgpu_scheduler.services.defrag.planning import PlanAsk, PlanOutcome, make_plan
 from vgpu_scheduler.services.defrag.render import render_text
 from vgpu_scheduler.services.inspect.connect import InspectError, kube_settings, one_line, open_api, open_store
 from vgpu_scheduler.services.inspect.explain import parse_target
-from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
 from vgpu_scheduler.shared.config import OPTIONS_BY_NAME, InspectSettings, LogLevel, Service, settings_from_args
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan
 from vgpu_scheduler.shared.errors import ConfigError, VgpuError
@@ -110,6 +108,9 @@ async def _live(settings: InspectSettings, kube: KubeSettings, ask: PlanAsk) -> 
 
 def _offline(args: argparse.Namespace, settings: InspectSettings, ask: PlanAsk) -> PlanOutcome | None:
     """Plan on the simulated cluster (:mod:`.offline`); None when the run was stopped or failed (reported)."""
+    from vgpu_scheduler.services.defrag.offline import on_simulated  # simulate's modules, only when simulating
+    from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
+
     for name in LIVE_ONLY:
         if getattr(args, OPTIONS_BY_NAME[name].dest, None) is not None:
             raise ConfigError(f"--{name} does not apply with --cluster (the simulated cluster has its own)")

@@ -192,10 +192,11 @@ def _pairs(units: Sequence[_Unit]) -> tuple[tuple[str, str], ...]:
 def _verdicts(
     unit: _Unit, pods: Sequence[Candidate], allowed: Mapping[str, int], landed: set[str]
 ) -> str | list[tuple[Candidate, str | None]]:
-    """Why ``unit`` cannot be freed before any fit (a string), or each holder's verdict (None: it may move)."""
-    if landed.intersection(unit.uuids):
-        return LANDED
+    """Each holder's verdict (None: it may move), or, when every holder may move, why ``unit`` still cannot be
+    freed before any fit (a string)."""
     verdicts: list[tuple[Candidate, str | None]] = [(c, why_unmovable(c, None, allowed)) for c in pods]
+    if all(v is None for _, v in verdicts) and landed.intersection(unit.uuids):
+        return LANDED
     spend = dict(allowed)
     for i, (c, v) in enumerate(verdicts):
         if v is not None:
