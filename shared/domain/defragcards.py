@@ -9,7 +9,8 @@ leaves it idle, and every replacement fits elsewhere with the unit held (and eve
 are then kept and the working state goes on from there. A unit that fails is passed over, its pods given their
 reason. The search tries the units needed plus ``Search.max_attempts`` more, then says how many it could free.
 Because a first choice can cost the later ones, the greedy runs again started from each of the
-``Search.restarts`` cheapest units, and the cheapest plan of all is kept.
+``Search.restarts`` cheapest units, and the cheapest plan of all is kept, unless the first plan already moves no
+more pods and memory than the cheapest units hold (no plan can move less).
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ def plan_free(
     busy = [u for u in units if u not in idle]
     greedy = _Greedy(goal, what, work, idle, on, placement, allowances, search)
     best = greedy.run(busy, None)
+    costs = sorted(cost_key(greedy.holders(u, {})) for u in busy)
+    if isinstance(best, DefragPlan) and _plan_key(best)[:2] == _floor(costs, goal.count - len(idle), candidates):
+        return best  # as cheap as any plan can be
     # the same greedy started from each of the next cheapest units: a first choice can cost the later ones
     firsts = sorted(busy, key=lambda u: cost_key(greedy.holders(u, {})))[: search.restarts + 1]
     for first in firsts:
@@ -99,6 +103,18 @@ def plan_free(
         if isinstance(other, DefragPlan) and (not isinstance(best, DefragPlan) or _plan_key(other) < _plan_key(best)):
             best = other
     return best
+
+
+def _floor(
+    costs: Sequence[tuple[int, int, int, tuple[str, ...]]], need: int, candidates: Sequence[Candidate]
+) -> tuple[int, int] | None:
+    """The fewest moves and least memory any plan freeing ``need`` more units can have when no pod holds two cards
+    (then the units' holders are disjoint, and a plan moves at least the holders of the ``need`` cheapest units);
+    None when some pod holds several cards."""
+    if any(len(c.devices) > 1 for c in candidates):
+        return None
+    chosen = costs[:need]
+    return (sum(c[0] for c in chosen), sum(c[1] for c in chosen))
 
 
 def _plan_key(p: DefragPlan) -> tuple[int, int, int]:
