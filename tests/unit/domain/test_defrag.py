@@ -308,3 +308,26 @@ def test_json_shapes() -> None:
     assert out["feasible"] is True
     assert out["moves"][0]["pod"] == "default/a3" and out["moves"][0]["from"] == {"node": "a", "devices": ["GPU-a-1"]}
     assert out["target"]["node"] == "a" and out["memory_moved_mib"] == 1000
+
+
+def test_a_pod_holding_two_cards_frees_both_with_one_move() -> None:
+    c = Cluster().node("a", n=2).node("b", n=2)
+    c.add("pair", "a", small(1000, nums=2))  # one pod on both of a's cards
+    c.add("b0", "b", small(1000), on=[0])
+    c.add("b1", "b", small(1000), on=[1])
+    result = c.plan(FreeCards(2))
+    assert moved(result) == ["pair"]
+    assert isinstance(result, DefragPlan) and sorted(result.freed) == [("a", "GPU-a-0"), ("a", "GPU-a-1")]
+    assert sorted(result.moves[0].source_devices) == ["GPU-a-0", "GPU-a-1"] and result.moves[0].dest == "b"
+
+
+def test_free_nodes_counts_an_idle_node_and_skips_unmovable_ones() -> None:
+    c = Cluster().node("a").node("b").node("c")
+    c.add("a0", "a", small(1000), on=[0], unmovable=BARE_POD)
+    c.add("b0", "b", small(1000), on=[0])
+    c.add("b1", "b", small(1000), on=[1])
+    result = c.plan(FreeNodes(2))
+    assert moved(result) == ["b0", "b1"]
+    assert isinstance(result, DefragPlan) and {n for n, _ in result.freed} == {"b", "c"}
+    assert left(result) == {"a0": BARE_POD}
+    assert all(m.dest == "a" for m in result.moves)
