@@ -14,14 +14,16 @@ that holds a record in the store there. Whether it may ever move is read from th
 * annotated ``vgpu-scheduler.io/defrag: "false"`` (or ``"never"``): opted out, never;
 * requests or annotations the scheduler cannot read: never (its replacement could not be placed either).
 
-The priority rule (never above the helped pod's) is the planner's. Every PodDisruptionBudget of the pod's
+The priority rule (never above the helped pod's) is the planner's. Where a replacement (or the ``--for`` pod) may go
+beyond its devices is the caller's ``where`` (``services/defrag``: kube-scheduler's NodeUnschedulable and node
+selector filters). Every PodDisruptionBudget of the pod's
 namespace whose selector selects it is named ``namespace/name`` on the candidate, and ``status.disruptionsAllowed``
 is that budget's allowance; the planner spends it move by move.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,14 +111,26 @@ def budgets_of(pod: Mapping[str, Any], budgets: Sequence[NamedBudget]) -> tuple[
     return tuple(b.key for b in budgets if b.budget.namespace == namespace and selects(b.budget, labels))
 
 
+Where = Callable[[Mapping[str, Any]], frozenset[str] | None]
+"""The nodes kube-scheduler's own filters leave a pod (None: every node); the caller's (``services/defrag``)."""
+
+
+def everywhere(pod: Mapping[str, Any]) -> frozenset[str] | None:
+    del pod
+    return None
+
+
 def candidates_on(
     node: str,
     records: Iterable[AllocationRecord],
     node_pods: Sequence[Mapping[str, Any]],
     budgets: Sequence[NamedBudget],
     vendors: Vendors,
+    *,
+    where: Where = everywhere,
 ) -> list[Candidate]:
-    """The candidates of one node: its live pods holding one of the store's ``records`` (module docstring)."""
+    """The candidates of one node: its live pods holding one of the store's ``records`` (module docstring), each
+    with the nodes its replacement may go to (``where``)."""
     by_uid = {str(_mapping(p, "metadata").get("uid") or ""): p for p in node_pods}
     out = []
     for r in residents_of(records, node_pods):
@@ -130,7 +144,11 @@ def candidates_on(
         except DecodeError as e:
             request, constraints = PodRequest((), 0), NO_CONSTRAINTS
             verdict = verdict or f"its requests cannot be read ({e})"
-        out.append(Candidate(r, node, request, constraints, unmovable=verdict, budgets=budgets_of(pod, budgets)))
+        out.append(
+            Candidate(
+                r, node, request, constraints, unmovable=verdict, budgets=budgets_of(pod, budgets), nodes=where(pod)
+            )
+        )
     return out
 
 
@@ -145,8 +163,9 @@ class DefragState:
     warnings: list[str] = field(default_factory=list)
 
 
-async def read_state(store: Store, api: Api, vendors: Vendors) -> DefragState:
-    """Read every registered node, every pod and every PodDisruptionBudget once (module docstring)."""
+async def read_state(store: Store, api: Api, vendors: Vendors, *, where: Where = everywhere) -> DefragState:
+    """Read every registered node, every pod and every PodDisruptionBudget once (module docstring); ``where`` says
+    where each candidate's replacement may go."""
     out = DefragState()
     names = await store.inventory.list_nodes()
     states = await store.snapshots.load(sorted(names))
@@ -168,7 +187,7 @@ async def read_state(store: Store, api: Api, vendors: Vendors) -> DefragState:
     out.allowances = {b.key: b.budget.disruptions_allowed for b in budgets}
     for snap in out.snapshots:
         out.candidates += candidates_on(
-            snap.name, records.get(snap.name, ()), by_node.get(snap.name, []), budgets, vendors
+            snap.name, records.get(snap.name, ()), by_node.get(snap.name, []), budgets, vendors, where=where
         )
     return out
 
@@ -177,9 +196,11 @@ class NotPlannable(Exception):
     """The pod named with ``--for`` is not one a plan can help (gone, ended, placed, asks for no device)."""
 
 
-async def pod_goal(store: Store, api: Api, namespace: str, name: str, vendors: Vendors) -> ForPod:
+async def pod_goal(
+    store: Store, api: Api, namespace: str, name: str, vendors: Vendors, *, where: Where = everywhere
+) -> ForPod:
     """The pending pod ``namespace/name`` as the planner helps it: its requests and constraints as ``/filter`` reads
-    them, its priority, and its namespace's quota when it has limits."""
+    them, its priority, its namespace's quota when it has limits, and the nodes it may go to (``where``)."""
     try:
         pod = await api.get_pod(namespace, name)
     except NotFoundError:
@@ -202,7 +223,14 @@ async def pod_goal(store: Store, api: Api, namespace: str, name: str, vendors: V
         raise NotPlannable(f"pod {namespace}/{name} asks for no device")
     quota = await store.quota.get(namespace)
     return ForPod(
-        namespace, name, uid, request, constraints, priority=pod_priority(pod), quota=quota if quota.limited else None
+        namespace,
+        name,
+        uid,
+        request,
+        constraints,
+        priority=pod_priority(pod),
+        quota=quota if quota.limited else None,
+        nodes=where(pod),
     )
 
 

@@ -1,13 +1,18 @@
 """What ``vgpu-scheduler defrag plan`` does once it reaches a store and an API server (the live ones, or a simulated
 cluster's, :mod:`.offline`): read the state (``shared/defragread.py``), build the goal, run the pure planner
-(``shared/domain/defrag.py``) under the extender's policies and device config. Reserves nothing, evicts nothing.
+(``shared/domain/defrag.py``) under the extender's policies and device config. A replacement (and the ``--for``
+pod) goes only to the nodes kube-scheduler's own NodeUnschedulable and node selector filters leave it (the same
+filters ``simulate`` plays, ``services/simulate/nodefit.py``). Reserves nothing, evicts nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from vgpu_scheduler.services.inspect.connect import store_warning
+from vgpu_scheduler.services.simulate.nodefit import candidate_names
 from vgpu_scheduler.shared.config import InspectSettings
 from vgpu_scheduler.shared.defragread import NotPlannable, nodes_selected, pod_goal, read_state
 from vgpu_scheduler.shared.domain.defrag import FreeCards, FreeNodes, Goal, Placement, plan_defrag
@@ -58,7 +63,12 @@ async def make_plan(settings: InspectSettings, store: Store, api: Api, ask: Plan
     stale = store_warning(await store.meta.status())
     if stale:
         warnings.append(stale)
-    state = await read_state(store, api, vendors)
+    node_objects = await api.list_nodes()
+
+    def where(pod: Mapping[str, Any]) -> frozenset[str]:
+        return frozenset(candidate_names(pod, node_objects))
+
+    state = await read_state(store, api, vendors, where=where)
     warnings += state.warnings
     registered = {s.name for s in state.snapshots}
     nodes = ask.nodes
@@ -68,7 +78,7 @@ async def make_plan(settings: InspectSettings, store: Store, api: Api, ask: Plan
     goal: Goal
     if ask.for_pod is not None:
         try:
-            goal = await pod_goal(store, api, *ask.for_pod, vendors)
+            goal = await pod_goal(store, api, *ask.for_pod, vendors, where=where)
         except NotPlannable as e:
             return PlanOutcome(ask, Cannot(str(e)), tuple(warnings))
     elif ask.free_cards is not None:

@@ -35,6 +35,7 @@ from vgpu_scheduler.shared.domain.context import normalize_request
 from vgpu_scheduler.shared.domain.defragcards import plan_free
 from vgpu_scheduler.shared.domain.defragmodel import Cannot, DefragPlan, Target
 from vgpu_scheduler.shared.domain.defragwork import (
+    FILTERED_OUT,
     NO_DESTINATION,
     NOT_NEEDED,
     PDB_SPENT,
@@ -137,9 +138,12 @@ class _ForPodSearch:
 
     def run(self, search: Search) -> DefragPlan | Cannot:
         g = self.goal
-        direct = self.work.fit(g.request, g.constraints, self.placement, quota=g.quota)
+        direct = self.work.fit(g.request, g.constraints, self.placement, self.work.allowed(g.nodes), quota=g.quota)
         if isinstance(direct, Decision):
             return DefragPlan((), self.target(direct), freed=())
+        for node in [n for n in self.by_node if g.nodes is not None and n not in g.nodes]:
+            self.reasons[node] = FILTERED_OUT
+            del self.by_node[node]
         estimates = {n: self.estimate(n) for n in self.by_node}
         order = sorted(estimates, key=lambda n: (estimates[n], n))
         tried: set[tuple[str, frozenset[str]]] = set()
@@ -289,6 +293,8 @@ class _ForPodSearch:
         spent = sorted((n, r) for n, r in self.reasons.items() if PDB_SPENT in r)
         if spent:
             return Cannot(f"moving the pods that would make room would exceed a PodDisruptionBudget ({spent[0][1]})")
+        if not self.by_node and FILTERED_OUT in self.reasons.values():
+            return Cannot(f"no node the pod may go to holds a pod to move (elsewhere: {FILTERED_OUT})")
         if not self.by_node:
             return Cannot("no pod holds devices on a node where moving it could make room")
         return Cannot(f"the pod fits on no node even with every pod there moved ({self.nowhere()})")

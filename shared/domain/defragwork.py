@@ -43,6 +43,8 @@ PDB_EXHAUSTED = "its PodDisruptionBudget allows no disruption"
 PDB_SPENT = "its PodDisruptionBudget allows no further disruption in this plan"
 NOT_NEEDED = "not needed"
 NO_DESTINATION = "no destination"
+NO_NODE_ALLOWED = "no node its node selector allows is schedulable"
+FILTERED_OUT = "the pod may not go there (the node is unschedulable, or its node selector does not match)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,9 @@ class Candidate:
     """Why it can never move whatever the goal (``BARE_POD``, ``DAEMON_SET``, ``OPTED_OUT`` …); None: it may."""
     budgets: tuple[str, ...] = ()
     """The PodDisruptionBudgets selecting it (keys of the planner's ``allowances``)."""
+    nodes: frozenset[str] | None = None
+    """The nodes kube-scheduler's own filters leave its replacement (schedulable, matching its node selector);
+    None: every node."""
 
     @property
     def uid(self) -> str:
@@ -95,6 +100,8 @@ class ForPod:
     constraints: PodConstraints
     priority: int = 0
     quota: QuotaState | None = None
+    nodes: frozenset[str] | None = None
+    """The nodes kube-scheduler's own filters leave the pod (None: every node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +216,10 @@ class Work:
         held = hold_charges(snap, uuids)
         self.apply(Decision(node=node, devices=(), mig=(), charges=held, score=snap.score))
 
+    def allowed(self, nodes: frozenset[str] | None) -> list[str] | None:
+        """The working nodes among ``nodes`` (None: every node), in the working order."""
+        return None if nodes is None else [n for n in self.snaps if n in nodes]
+
     def unhold(self, node: str, uuids: Iterable[str]) -> None:
         """Undo :meth:`hold`."""
         snap = self.snaps[node]
@@ -224,6 +235,8 @@ class Work:
     ) -> Decision | str:
         """Where ``request`` goes now (``plan`` on the working snapshots, or on ``nodes`` only), or why nowhere."""
         snaps = list(self.snaps.values()) if nodes is None else [self.snaps[n] for n in nodes]
+        if not snaps:
+            return NO_NODE_ALLOWED
         result = plan(
             request,
             constraints,
@@ -259,7 +272,7 @@ class Work:
         """Fit the replacements in ``order``, each decision applied before the next; the first failure stops."""
         out: list[Placed] = []
         for c in order:
-            d = self.fit(c.request, c.constraints, placement)
+            d = self.fit(c.request, c.constraints, placement, self.allowed(c.nodes))
             if isinstance(d, str):
                 return c, d
             self.apply(d)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.integration.extender.filter_harness import node, seed
+from tests.integration.extender.filter_harness import node, node_object, seed
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import ContainerDevice
@@ -28,6 +28,7 @@ def pod_obj(
     annotations: dict[str, str] | None = None,
     priority: int = 0,
     whole: bool = False,
+    node_selector: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}
     if whole:
@@ -40,6 +41,8 @@ def pod_obj(
     spec: dict[str, Any] = {"priority": priority, "containers": [{"name": "main", "resources": {"limits": limits}}]}
     if node_name:
         spec["nodeName"] = node_name
+    if node_selector:
+        spec["nodeSelector"] = node_selector
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -58,9 +61,21 @@ async def place(store: Store, emulator: Emulator, name: str, node_name: str, gpu
     )
 
 
-async def fragmented(store: Store, emulator: Emulator) -> None:
+async def gpu_nodes(
+    store: Store, emulator: Emulator, *names: str, gpus: int = 2, labels: dict[str, dict[str, str]] | None = None
+) -> None:
+    """Nodes of ``gpus`` 16 GiB cards, registered in the store and present in the API (with ``labels`` by node)."""
+    invs = [node(n, gpus) for n in names]
+    await seed(store, invs)
+    for inv in invs:
+        obj = node_object(inv)
+        obj["metadata"]["labels"] = (labels or {}).get(inv.node, {})
+        emulator.put(obj)
+
+
+async def fragmented(store: Store, emulator: Emulator, labels: dict[str, dict[str, str]] | None = None) -> None:
     """Two nodes of two 16 GiB cards, each card holding pods: a: 2 and 1, b: 1 (bare) and 2."""
-    await seed(store, [node(A, 2), node(B, 2)])
+    await gpu_nodes(store, emulator, A, B, labels=labels)
     await place(store, emulator, "a0", A, 0, 4000)
     await place(store, emulator, "a1", A, 0, 4000)
     await place(store, emulator, "a2", A, 1, 4000)

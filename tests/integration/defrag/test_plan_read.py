@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.defrag.planbuild import A, B, fragmented, place, pod_obj
+from tests.integration.defrag.planbuild import A, B, fragmented, gpu_nodes, place, pod_obj
 from tests.integration.extender.filter_harness import node, seed
 from vgpu_scheduler.services.defrag.planning import PlanAsk, make_plan
 from vgpu_scheduler.shared.config import CommonSettings, InspectSettings, Service
@@ -72,7 +72,7 @@ async def test_a_plan_for_a_pending_pod(store: Store, api: Api, emulator: Emulat
 
 
 async def test_bare_pods_and_priorities_leave_no_plan(store: Store, api: Api, emulator: Emulator) -> None:
-    await seed(store, [node(A, 1)])
+    await gpu_nodes(store, emulator, A, gpus=1)
     await place(store, emulator, "bare", A, 0, 4000, kind=None)
     emulator.put(pod_obj("whole", 0, whole=True))
     out = await make_plan(SETTINGS, store, api, PlanAsk(for_pod=("default", "whole")))
@@ -91,9 +91,7 @@ async def test_the_for_pod_must_be_pending(store: Store, api: Api, emulator: Emu
 
 
 async def test_free_cards_on_selected_nodes(store: Store, api: Api, emulator: Emulator) -> None:
-    await fragmented(store, emulator)
-    emulator.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": B, "labels": {"pool": "b"}}})
-    emulator.put({"apiVersion": "v1", "kind": "Node", "metadata": {"name": A, "labels": {"pool": "a"}}})
+    await fragmented(store, emulator, labels={A: {"pool": "a"}, B: {"pool": "b"}})
     out = await make_plan(SETTINGS, store, api, PlanAsk(free_cards=1, selector="pool=b"))
     assert isinstance(out.result, DefragPlan), out.result
     # b's first card holds a bare pod: its second card (two pods) is the one freed
@@ -101,3 +99,30 @@ async def test_free_cards_on_selected_nodes(store: Store, api: Api, emulator: Em
     out = await make_plan(SETTINGS, store, api, PlanAsk(free_nodes=1, nodes=frozenset({B, "gpu-node-x"})))
     assert isinstance(out.result, Cannot)
     assert out.warnings == ("node gpu-node-x is not a registered GPU node",)
+
+
+async def test_no_destination_on_an_unschedulable_node(store: Store, api: Api, emulator: Emulator) -> None:
+    """a1 can only go to b (a's other card is nearly full); once b is cordoned, no plan."""
+    await gpu_nodes(store, emulator, A, B)
+    await place(store, emulator, "a0", A, 0, 14000)
+    await place(store, emulator, "a1", A, 1, 4000)
+    await place(store, emulator, "b0", B, 0, 14000, kind=None)
+    await place(store, emulator, "b1", B, 1, 4000, kind=None)
+    emulator.put(pod_obj("whole", 0, whole=True))
+    out = await make_plan(SETTINGS, store, api, PlanAsk(for_pod=("default", "whole")))
+    assert isinstance(out.result, DefragPlan) and [(m.name, m.dest) for m in out.result.moves] == [("a1", B)]
+    node_b = emulator.get("nodes", None, B)
+    assert node_b is not None
+    node_b["spec"] = {"unschedulable": True}
+    emulator.put(node_b)
+    out = await make_plan(SETTINGS, store, api, PlanAsk(for_pod=("default", "whole")))
+    assert isinstance(out.result, Cannot) and out.result.reason.startswith("no destination"), out.result
+
+
+async def test_the_for_pod_goes_where_its_node_selector_says(store: Store, api: Api, emulator: Emulator) -> None:
+    await fragmented(store, emulator, labels={A: {"pool": "a"}, B: {"pool": "b"}})
+    emulator.put(pod_obj("whole-b", 0, whole=True, node_selector={"pool": "b"}))
+    out = await make_plan(SETTINGS, store, api, PlanAsk(for_pod=("default", "whole-b")))
+    # a's single-pod card would be cheaper, but the pod may only go to b: b's second card, two moves
+    assert isinstance(out.result, DefragPlan) and out.result.target is not None, out.result
+    assert out.result.target.node == B and sorted(m.name for m in out.result.moves) == ["b1", "b2"]

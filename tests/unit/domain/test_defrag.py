@@ -3,6 +3,8 @@ others stay."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from vgpu_scheduler.shared.domain.defrag import ForPod, FreeCards, FreeNodes
 from vgpu_scheduler.shared.domain.defragmodel import Cannot, DefragPlan
 from vgpu_scheduler.shared.domain.defragwork import (
@@ -331,3 +333,26 @@ def test_free_nodes_counts_an_idle_node_and_skips_unmovable_ones() -> None:
     assert isinstance(result, DefragPlan) and {n for n, _ in result.freed} == {"b", "c"}
     assert left(result) == {"a0": BARE_POD}
     assert all(m.dest == "a" for m in result.moves)
+
+
+def test_replacements_and_the_pod_go_only_where_kube_scheduler_lets_them() -> None:
+    c = Cluster().node("a").node("b").node("c")
+    c.add("x", "a", small(1000), on=[0])
+    c.add("a-big", "a", small(7000), on=[1], unmovable=BARE_POD)
+    c.add("b0", "b", small(7000), on=[0], unmovable=BARE_POD)
+    c.add("b1", "b", small(7000), on=[1], unmovable=BARE_POD)
+    c.add("c0", "c", small(1000), on=[0])
+    c.add("c-big", "c", small(7000), on=[1], unmovable=BARE_POD)
+    # x may only go to b, which has 1000 MiB free per card: it fits there
+    c.candidates = [replace(x, nodes=frozenset({"b"})) if x.resident.name == "x" else x for x in c.candidates]
+    result = c.plan(for_pod(whole()))
+    assert isinstance(result, DefragPlan) and result.moves[0].name == "x" and result.moves[0].dest == "b"
+    # the pod may only go to c: c0 moves instead
+    goal = replace(for_pod(whole()), nodes=frozenset({"c"}))
+    result = c.plan(goal)
+    assert isinstance(result, DefragPlan) and result.target is not None and result.target.node == "c"
+    assert [m.name for m in result.moves] == ["c0"]
+    # x may go nowhere: no destination
+    c.candidates = [replace(x, nodes=frozenset()) if x.resident.name == "x" else x for x in c.candidates]
+    result = c.plan(replace(for_pod(whole()), nodes=frozenset({"a"})))
+    assert isinstance(result, Cannot) and "no node its node selector allows is schedulable" in result.reason
