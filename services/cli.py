@@ -43,6 +43,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "vgpu_scheduler.services.simulate.command",
     "vgpu_scheduler.services.allinone.command",
     "vgpu_scheduler.services.inspect.command",
+    "vgpu_scheduler.services.defrag.command",
 )
 
 EXIT_USAGE: Final = 2

@@ -15,7 +15,7 @@ nodes' pods are listed, one ``spec.nodeName`` field-selected list per node (:fun
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
 from vgpu_scheduler.shared.k8s import Api
-from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.store import AllocationRecord, Store
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -73,7 +73,8 @@ def start_time(pod: Mapping[str, Any]) -> float:
     return t or 0.0
 
 
-def _labels(pod: Mapping[str, Any]) -> dict[str, str]:
+def pod_labels(pod: Mapping[str, Any]) -> dict[str, str]:
+    """``metadata.labels`` as text."""
     labels = _mapping(_mapping(pod, "metadata"), "labels")
     return {str(k): str(v) for k, v in labels.items()}
 
@@ -133,12 +134,24 @@ async def residents(
     store: Store, api_pods: Sequence[Mapping[str, Any]], node: str, budgets: Sequence[Budget]
 ) -> list[Resident]:
     """The pods on ``node`` that hold devices there (module docstring), with their PDB verdict."""
-    records = {r.allocation.pod_uid: r for r in await store.reservations.list_by_node(node)}
+    out = residents_of(await store.reservations.list_by_node(node), api_pods)
+    if budgets and out:
+        labels = {str(_mapping(p, "metadata").get("uid") or ""): pod_labels(p) for p in api_pods}
+        ordered = eviction_order(out)
+        violating = pdb_violations([(r.uid, r.namespace, labels.get(r.uid, {})) for r in ordered], budgets)
+        out = [Resident(**{**_fields(r), "pdb_violating": r.uid in violating}) for r in out]
+    return out
+
+
+def residents_of(records: Iterable[AllocationRecord], api_pods: Sequence[Mapping[str, Any]]) -> list[Resident]:
+    """The pods of ``api_pods`` (one node's live pods) that hold one of the store's ``records``, in ``api_pods``'
+    order: what they hold, their priority and start."""
+    by_uid = {r.allocation.pod_uid: r for r in records}
     out: list[Resident] = []
     for p in api_pods:
         meta = _mapping(p, "metadata")
         uid = str(meta.get("uid") or "")
-        rec = records.get(uid)
+        rec = by_uid.get(uid)
         if rec is None:
             continue
         out.append(
@@ -151,11 +164,6 @@ async def residents(
                 charges=rec.allocation.charges,
             )
         )
-    if budgets and out:
-        labels = {str(_mapping(p, "metadata").get("uid") or ""): _labels(p) for p in api_pods}
-        ordered = eviction_order(out)
-        violating = pdb_violations([(r.uid, r.namespace, labels.get(r.uid, {})) for r in ordered], budgets)
-        out = [Resident(**{**_fields(r), "pdb_violating": r.uid in violating}) for r in out]
     return out
 
 

@@ -42,6 +42,7 @@ class Service(enum.Enum):
     SIMULATE = "simulate"
     EXPLAIN = "explain"
     USAGE = "usage"
+    DEFRAG = "defrag"
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,10 +62,10 @@ class Kind(enum.Enum):
 
 _ALL = frozenset(Service)
 _SERVERS = frozenset({Service.REGISTRAR, Service.INFORMER, Service.EXTENDER, Service.ALL_IN_ONE})
-_KUBE = _SERVERS | {Service.EXPLAIN}
+_KUBE = _SERVERS | {Service.EXPLAIN, Service.DEFRAG}
 _EXT = frozenset({Service.EXTENDER, Service.ALL_IN_ONE})
 _EXT_SIM = frozenset({Service.EXTENDER, Service.ALL_IN_ONE, Service.SIMULATE})
-_PLANNERS = _EXT_SIM | {Service.EXPLAIN}
+_PLANNERS = _EXT_SIM | {Service.EXPLAIN, Service.DEFRAG}
 _LEASED = frozenset({Service.REGISTRAR, Service.INFORMER, Service.ALL_IN_ONE})
 
 
@@ -318,6 +319,7 @@ _DESCRIPTIONS: Mapping[Service, str] = {
     Service.SIMULATE: "Run the real services against an in-process API emulator; compare policies.",
     Service.EXPLAIN: "Where a pod would go now, or why it fits nowhere, as the extender sees it (reserves nothing).",
     Service.USAGE: "GPU usage per node and device: memory, cores, slots, pods, locks, cordons, stranded memory.",
+    Service.DEFRAG: "Which pods to move so that a waiting pod fits, or so that whole cards or nodes become idle.",
 }
 
 

@@ -161,8 +161,9 @@ class SimulateSettings:
 
 @dataclass(frozen=True, slots=True)
 class InspectSettings:
-    """Settings of the operator commands ``explain`` and ``usage``: how to reach Redis (and, for ``explain``, the
-    API server) and the extender's default policies, so ``explain`` plans as ``/filter`` does."""
+    """Settings of the operator commands ``explain``, ``usage`` and ``defrag``: how to reach Redis (and, for
+    ``explain`` and ``defrag``, the API server) and the extender's default policies, so that they plan as
+    ``/filter`` does. ``defrag`` needs no Redis when it plans on a simulated cluster."""
 
     common: CommonSettings
     node_policy: NodePolicy = NodePolicy.BINPACK
@@ -350,7 +351,7 @@ def settings_from_args(
 ) -> SimulateSettings: ...
 @overload
 def settings_from_args(
-    service: Literal[Service.EXPLAIN, Service.USAGE, "explain", "usage"],
+    service: Literal[Service.EXPLAIN, Service.USAGE, Service.DEFRAG, "explain", "usage", "defrag"],
     args: argparse.Namespace,
     env: Mapping[str, str],
 ) -> InspectSettings: ...
@@ -370,7 +371,7 @@ def settings_from_args(service: Service | str, args: argparse.Namespace, env: Ma
         return _informer(common, r)
     if svc is Service.EXTENDER:
         return _extender(common, r)
-    if svc in (Service.EXPLAIN, Service.USAGE):
+    if svc in (Service.EXPLAIN, Service.USAGE, Service.DEFRAG):
         return _inspect(common, r)
     parts = (common, _registrar(common, r), _informer(common, r), _extender(common, r))
     if svc is Service.ALL_IN_ONE:
@@ -407,7 +408,7 @@ def settings_for(
 ) -> SimulateSettings: ...
 @overload
 def settings_for(
-    service: Literal[Service.EXPLAIN, Service.USAGE, "explain", "usage"],
+    service: Literal[Service.EXPLAIN, Service.USAGE, Service.DEFRAG, "explain", "usage", "defrag"],
     argv: Sequence[str],
     env: Mapping[str, str],
 ) -> InspectSettings: ...

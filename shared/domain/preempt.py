@@ -226,7 +226,8 @@ class Budget:
     disruptions_allowed: int
 
 
-def _selects(budget: Budget, labels: Mapping[str, str]) -> bool:
+def selects(budget: Budget, labels: Mapping[str, str]) -> bool:
+    """Whether ``budget``'s selector selects a pod of these ``labels`` (the namespace is the caller's to compare)."""
     if not budget.match_labels and not budget.match_expressions:
         return False  # an empty selector selects nothing in policy/v1's preemption check
     for k, v in budget.match_labels.items():
@@ -253,7 +254,7 @@ def pdb_violations(pods: Sequence[tuple[str, str, Mapping[str, str]]], budgets: 
     for uid, namespace, labels in pods:
         hit = False
         for i, b in enumerate(budgets):
-            if b.namespace != namespace or not _selects(b, labels):
+            if b.namespace != namespace or not selects(b, labels):
                 continue
             allowed[i] -= 1
             if allowed[i] < 0:

@@ -51,7 +51,7 @@ heavy = json.loads(sys.stdin.read())
 loaded = sorted(h for h in heavy if any(m == h or m.startswith(h + ".") for m in sys.modules))
 services = sorted(m for m in sys.modules if m.startswith("vgpu_scheduler.services.") and not m.endswith(
     (".cli", ".command", "services.registrar", "services.informer", "services.extender", "services.simulate",
-     "services.allinone", "services.inspect")))
+     "services.allinone", "services.inspect", "services.defrag")))
 print(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue(), "heavy": loaded, "services": services}))
 """
 
@@ -83,6 +83,7 @@ def probe(repo_root: Path, entry: str, *argv: str) -> dict[str, object]:
         pytest.param("cli", ["simulate", "--allocate-latency=soon"], 2, "--allocate-latency", id="bad-value"),
         pytest.param("cli", ["extender"], 2, "--redis-url is required by extender", id="config-error"),
         pytest.param("cli", ["explain", "default/p"], 2, "--redis-url is required by explain", id="explain-config"),
+        pytest.param("cli", ["defrag", "plan", "--help"], 0, "--free-cards N", id="defrag-plan-help"),
         pytest.param("kubectl", ["--help"], 0, "usage: kubectl vgpu", id="kubectl-help"),
         pytest.param("kubectl", ["usage", "--help"], 0, "usage: kubectl vgpu usage", id="kubectl-usage-help"),
     ],
@@ -109,7 +110,17 @@ def test_a_command_that_runs_imports_its_service(repo_root: Path) -> None:
 def test_every_subcommand_has_a_parser_module() -> None:
     (sub,) = (a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     names = set(sub.choices)
-    assert names == {"registrar", "informer", "extender", "simulate", "emulator", "all-in-one", "explain", "usage"}
+    assert names == {
+        "registrar",
+        "informer",
+        "extender",
+        "simulate",
+        "emulator",
+        "all-in-one",
+        "explain",
+        "usage",
+        "defrag",
+    }
 
 
 def test_simulate_flag_defaults_are_the_drivers() -> None:
