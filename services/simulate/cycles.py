@@ -18,7 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vgpu_scheduler.services.simulate.admission import Admit
+from vgpu_scheduler.services.simulate.controllers import ControllerSpec, owner_of
+from vgpu_scheduler.services.simulate.disruption import ScheduledEviction
 from vgpu_scheduler.services.simulate.documents import POD_GROUP_APIS
+from vgpu_scheduler.services.simulate.kcm import DEFAULT_CONTROLLER_DELAY_S, ControllerManager
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import REASON_SEPARATOR, Ledger, kube_filters, pod_key, pod_request
 from vgpu_scheduler.services.simulate.nodeside import NodeSide
@@ -39,6 +42,9 @@ from vgpu_scheduler.shared.vendors.pods import vendors_manage_pod
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
+
+EVICTED = "evicted through the Eviction API"
+"""A pod's reason once the Eviction API deleted it."""
 
 _PREEMPTED_BY = re.compile(r"^Preempted by pod (\S+) ")
 """The extender's ``Preempted`` Event on a victim names the pod it was preempted for."""
@@ -82,6 +88,12 @@ class Queued:
     result: PodResult | None = None
     last_try: float = 0.0
     """When its last scheduling attempt was (the driver's clock), for the backoff left when it is requeued."""
+    replaces: str | None = None
+    """A controller's replacement: the ``namespace/name`` of the pod it replaces."""
+    replaced_by: str | None = None
+    """Deleted and replaced by its controller: the replacement's ``namespace/name``."""
+    deleted: bool = False
+    """Deleted before it was bound: no more scheduling cycles."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +152,20 @@ class PodCycles:
         pod_groups: Sequence[Mapping[str, Any]] = (),
         idle: Callable[[], Awaitable[None]] | None = None,
         after_terminate: Hook | None = None,
+        controllers: Sequence[ControllerSpec] = (),
+        budgets: Sequence[Mapping[str, Any]] = (),
+        evictions: Sequence[ScheduledEviction] = (),
+        controller_delay_s: float = DEFAULT_CONTROLLER_DELAY_S,
     ) -> None:
         self.kube = kube
+        self.kcm = ControllerManager(kube, controllers=controllers, budgets=budgets, delay_s=controller_delay_s)
+        """kube-controller-manager: the workload controllers and the disruption controller (:mod:`.kcm`)."""
+        self.scheduled_evictions = tuple(evictions)
+        """Evictions to request during a run (the workload's ``Eviction`` documents)."""
+        self.eviction_requests: list[EvictionRequest] = []
+        """Every eviction requested through the Eviction API (:meth:`~.driver.Driver.evict`), in order."""
+        self.replacements: list[PodResult] = []
+        """The results of the pods controllers created in place of deleted ones, in creation order."""
         self.priority = priority or PriorityAdmission()
         """The API server's Priority admission over the workload's PriorityClasses."""
         self.pod_groups = [dict(g) for g in pod_groups]
@@ -220,6 +244,8 @@ class PodCycles:
             other,
             priority=pod_priority(pod),
             pod_group=pod_group_name(pod),
+            owner=owner.label if (owner := owner_of(pod)) is not None else None,
+            replaces=q.replaces,
         )
 
     def _gang_of(self, q: Queued) -> tuple[str, str] | None:
@@ -243,9 +269,17 @@ class PodCycles:
         at_s: float,
     ) -> None:
         """A pod the kubelet terminated after its deletion: who preempted it (the ``Preempted`` Event the extender
-        recorded on it), in :attr:`preemptions`, and a workload pod's result."""
+        recorded on it), in :attr:`preemptions`, and a workload pod's result. A pod evicted through the Eviction API
+        is not a preemption: only its result says so."""
         meta = last["metadata"]
         node = str((last.get("spec") or {}).get("nodeName") or "")
+        if evicted_by_api(last):
+            if q is not None and q.result is not None and q.result.placed:
+                why = {node: f"{EVICTED} (terminated after its grace period)"}
+                finish(
+                    q, replace(self._result(q, None, q.result.annotations, why), evicted=True, via_eviction_api=True)
+                )
+            return
         events = await self.kube.list_events(
             str(meta["namespace"]), field_selector=f"involvedObject.name={meta['name']},reason=Preempted"
         )
@@ -367,6 +401,38 @@ class PodCycles:
     async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
         """HAMi's ``ReleaseNodeLock`` (:meth:`.NodeSide._release_node_lock`), kept here for its callers."""
         await self.node_side._release_node_lock(node, ns, name)
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRequest:
+    """One eviction requested through the Eviction API: the pod, when (seconds after the run began), who asked, and
+    the API server's answer (``201`` evicted, ``429`` a PodDisruptionBudget forbids it, ``404`` no such pod)."""
+
+    pod: str
+    at_s: float
+    by: str
+    status: int
+    message: str = ""
+
+    @property
+    def evicted(self) -> bool:
+        return self.status == 201
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "at_s": self.at_s,
+            "by": self.by,
+            "evicted": self.evicted,
+            "status": self.status,
+            "message": self.message,
+        }
+
+
+def evicted_by_api(pod: Mapping[str, Any]) -> bool:
+    """The pod carries the ``DisruptionTarget`` condition the Eviction API sets (``EvictionByEvictionAPI``)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "DisruptionTarget" and c.get("reason") == "EvictionByEvictionAPI" for c in conditions)
 
 
 def scheduler_annotations(original: Mapping[str, Any], final: Mapping[str, Any]) -> dict[str, str]:

@@ -46,13 +46,17 @@ import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from vgpu_scheduler.services.simulate.admission import Admit, Admitted, local_admission, webhook_admission
+from vgpu_scheduler.services.simulate.controllers import Replace
 from vgpu_scheduler.services.simulate.cycles import (
+    EVICTED,
     Assume,
     Bound,
     CycleOutcome,
     Defaults,
+    EvictionRequest,
     KubeObject,
     PodCycles,
     Queued,
@@ -60,6 +64,8 @@ from vgpu_scheduler.services.simulate.cycles import (
     effective_policies,
     scheduler_annotations,
 )
+from vgpu_scheduler.services.simulate.disruption import ScheduledEviction
+from vgpu_scheduler.services.simulate.kcm import owned
 from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import candidate_names, pod_key
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
@@ -110,6 +116,24 @@ class Driver(PodCycles):
     ``after_settle(pod)`` runs after the device plugin settled a pod.
     """
 
+    _evicted: Callable[[str, str], Awaitable[None]] | None = None
+    """While a run is under way: hands a pod the Eviction API deleted to the run's kubelet and controllers."""
+    _started: float = 0.0
+
+    async def evict(self, namespace: str, name: str, *, by: str = "") -> EvictionRequest:
+        """Request the eviction of ``namespace/name`` through the Eviction API (PodDisruptionBudgets honoured by the
+        API server), as ``kubectl drain`` or the defrag executor does; recorded in :attr:`eviction_requests`. Called
+        during :meth:`run` (a scheduled eviction, a hook), an evicted pod then terminates after its grace period and
+        its controller, if any, creates its replacement, which is scheduled as any new pod."""
+        at_s = round(asyncio.get_running_loop().time() - self._started, 3)
+        status, message = await self.kube.evict_pod(namespace, name)
+        request = EvictionRequest(f"{namespace}/{name}", at_s, by, status, message)
+        self.eviction_requests.append(request)
+        logger.info("eviction requested", extra={"pod": request.pod, "status": status, "reason": message, "by": by})
+        if request.evicted and self._evicted is not None:
+            await self._evicted(namespace, name)
+        return request
+
     async def schedule(self, pod: KubeObject) -> PodResult:
         """Admit, create, filter, bind and settle one pod on its own; the outcome as a :class:`PodResult`."""
         results = await self.run([pod])
@@ -125,8 +149,10 @@ class Driver(PodCycles):
         """Schedule ``pods``; the results of those finished, in workload order (all of them unless ``stop`` was
         set: then no new pod is taken, binds in flight finish and pods in backoff are left out)."""
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = self._started = loop.time()
         queue = [Queued(i, p) for i, p in enumerate(pods)]
+        replacements: list[Queued] = []
+        """Pods controllers created in place of deleted ones (:mod:`.kcm`)."""
         arrivals = collections.deque(queue)
         ready: collections.deque[Queued] = collections.deque()
         wake = asyncio.Event()
@@ -146,10 +172,11 @@ class Driver(PodCycles):
 
         def finish(q: Queued, result: PodResult) -> None:
             nonlocal finished
-            if q.result is None:
+            workload = q.index < len(pods)
+            if q.result is None and workload:
                 finished += 1
             q.result = result
-            if progress is not None:
+            if progress is not None and workload:
                 progress(finished, len(pods), result)
             wake.set()
 
@@ -224,6 +251,7 @@ class Driver(PodCycles):
             error = await self._bind(q.created, node)
             if error is None:
                 finish(q, await self._settled(q, node))
+                await self.kcm.sync_budgets()
                 nonlocal activity
                 activity += 1
                 requeue_unschedulable(deleted=False)
@@ -234,8 +262,40 @@ class Driver(PodCycles):
         async def settle_only(q: Queued, node: str) -> None:
             nonlocal activity
             finish(q, await self._settled(q, node))
+            await self.kcm.sync_budgets()
             activity += 1
             requeue_unschedulable(deleted=False)
+
+        async def recreate(deleted: KubeObject) -> None:
+            """kube-controller-manager: the replacement of an owned pod deleted, after the controller's delay."""
+            await asyncio.sleep(self.kcm.delay_s)
+            old = by_key.get(pod_key(deleted))
+            made = self.kcm.replacement(deleted, old.original if old is not None else deleted, loop.time() - start)
+            if made is None:
+                return
+            new = Queued(len(pods) + len(replacements), made, replaces=pod_key(deleted))
+            replacements.append(new)
+            if old is not None:
+                old.replaced_by = pod_key(made)
+            ready.append(new)
+            wake.set()
+
+        async def evicted(namespace: str, name: str) -> None:
+            """A pod the Eviction API deleted: one bound terminates (the kubelet), one not yet bound is gone."""
+            q = by_key.get(f"{namespace}/{name}")
+            try:
+                await self.kube.get_pod(namespace, name)
+            except DriverError as e:
+                if e.status != 404:
+                    raise
+                if q is not None and q.created is not None:
+                    q.deleted = True
+                    result = self._result(q, None, {}, {ADMISSION: f"{EVICTED} before it was bound"})
+                    finish(q, replace(result, evicted=True, via_eviction_api=True))
+                    if owned(q.created, Replace.ON_DELETION) or owned(q.created, Replace.WHEN_GONE):
+                        spawn(recreate(q.created), f"simulate:recreate:{name}")
+                return
+            await kubelet_sync()
 
         async def terminate(pod: KubeObject) -> None:
             """The kubelet of a pod being deleted; then kube-scheduler hears of the deletion."""
@@ -248,6 +308,9 @@ class Driver(PodCycles):
                 if self.after_terminate is not None:
                     await self.after_terminate(last)
                 await self._record_eviction(last, by_key.get(pod_key(last)), finish, loop.time() - start)
+                if owned(last, Replace.WHEN_GONE):
+                    spawn(recreate(last), f"simulate:recreate:{pod_key(last)}")
+            await self.kcm.sync_budgets()
             requeue_unschedulable(deleted=True)
 
         async def kubelet_sync() -> None:
@@ -261,6 +324,8 @@ class Driver(PodCycles):
                 if meta.get("deletionTimestamp") and spec.get("nodeName") and key not in terminating:
                     terminating.add(key)
                     spawn(terminate(pod), f"simulate:terminate:{key}")
+                    if owned(pod, Replace.ON_DELETION):
+                        spawn(recreate(pod), f"simulate:recreate:{key}")
 
         def handle(q: Queued, outcome: CycleOutcome) -> None:
             if isinstance(outcome, PodResult):
@@ -320,6 +385,16 @@ class Driver(PodCycles):
         ledger = await self.ledger()
         for g in self.pod_groups:
             await self.kube.create_namespaced(g, "podgroups")
+        self.kcm.count([*await self.kube.list_pods(), *pods])
+        await self.kcm.start()
+        self._evicted = evicted
+
+        async def evict_at(e: ScheduledEviction) -> None:
+            await asyncio.sleep(max(0.0, start + e.at_s - loop.time()))
+            await self.evict(e.namespace, e.name, by="workload")
+
+        for e in self.scheduled_evictions:
+            spawn(evict_at(e), f"simulate:evict:{e.key}")
         try:
             while True:
                 if failures:
@@ -330,6 +405,8 @@ class Driver(PodCycles):
                     q = ready.popleft()
                 elif not stopping and arrivals:
                     q = arrivals.popleft()
+                if q is not None and q.deleted:
+                    continue
                 if q is not None:
                     if q.created is None:
                         refused = await self._admit_and_create(q)
@@ -371,6 +448,7 @@ class Driver(PodCycles):
                 wake.clear()
                 await wake.wait()
         finally:
+            self._evicted = None
             for task in list(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -385,7 +463,8 @@ class Driver(PodCycles):
                     have = len(waiting) + gang_bound[group]
                     why = f"pod group {group[1]}: waiting for minCount {self.gangs[group]} members, {have} exist"
                     finish(m, self._result(m, None, {}, {ADMISSION: why}))
-        return [q.result for q in queue if q.result is not None]
+        self.replacements = [replace(q.result, replaced_by=q.replaced_by) for q in replacements if q.result is not None]
+        return [replace(q.result, replaced_by=q.replaced_by) for q in queue if q.result is not None]
 
 
 async def schedule_all(

@@ -211,7 +211,10 @@ def test_bad_cluster_files_give_one_line_naming_file_document_and_field(
 
 BAD_WORKLOAD = [
     pytest.param(
-        NODE, "document 1: kind: 'Node' is not accepted here (expected Pod, PodGroup, PriorityClass)", id="node"
+        NODE,
+        "document 1: kind: 'Node' is not accepted here (expected Deployment, Eviction, Job, Pod, "
+        "PodDisruptionBudget, PodGroup, PriorityClass, ReplicaSet, StatefulSet)",
+        id="node",
     ),
     pytest.param("kind: Pod\nmetadata: {name: p}\nspec: {}\n", "document 1: spec.containers: a pod needs", id="empty"),
     pytest.param(POD.replace("- name: main", "- image: x"), "spec.containers[0].name: missing", id="no-ctr-name"),

@@ -121,9 +121,14 @@ def test_summary_figures_follow_their_definitions() -> None:
 def test_pod_result_json_has_exactly_the_interface_keys() -> None:
     r = PodResult("ns", "p", None, {"hami.io/b": "2", "hami.io/a": "1"}, {"n2": "x", "n1": "y"}, "binpack", "spread")
     out = r.to_json()
-    # the original five keys first, in order; then the keys added with priorities and gangs (issue 26)
-    assert list(out) == ["namespace", "name", "node", "annotations", "reasons", "priority", "pod_group", "preempted_by"]
+    # the original five keys first, in order; then the keys added with priorities and gangs (issue 26), then with
+    # controllers and evictions (issue 37)
+    assert list(out) == [
+        "namespace", "name", "node", "annotations", "reasons", "priority", "pod_group", "preempted_by",
+        "evicted", "owner", "replaces", "replaced_by",
+    ]  # fmt: skip
     assert (out["priority"], out["pod_group"], out["preempted_by"]) == (0, None, None)
+    assert (out["evicted"], out["owner"], out["replaces"], out["replaced_by"]) == (False, None, None, None)
     assert list(out["annotations"]) == ["hami.io/a", "hami.io/b"] and list(out["reasons"]) == ["n1", "n2"]
 
 
