@@ -155,6 +155,7 @@ def outcome_of(
         if driver is not None
         else None,
         evictions=[e.to_json() for e in driver.eviction_requests] if driver is not None else (),
+        replacements=driver.replacements if driver is not None else (),
     )
     if driver is not None:
         summary["contention"] = driver.contention.to_json()

@@ -32,7 +32,10 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    ``Failed``, then the final delete; the preemptor is retried then and binds to the devices held for it;
 7. **gangs**: the members of a v1.36 PodGroup with ``gang.minCount`` wait until ``minCount`` of them exist; then one
    group pass filters each in turn, and binds the members that passed only when at least ``minCount`` did;
-   otherwise it forgets them all (the extender, told nothing, releases their reservations itself).
+   otherwise it forgets them all (the extender, told nothing, releases their reservations itself);
+8. **kube-controller-manager** (:mod:`.kcm`): a deleted pod a controller owns is replaced by a new pod, queued as
+   any other, ``controller_delay_s`` later; PodDisruptionBudgets' status is kept; :meth:`Driver.evict` (and the
+   workload's ``Eviction`` documents, at their time) evicts through the API server's Eviction API.
 
 Everything travels over HTTP with the exact JSON bodies the real components send (:mod:`.kubehttp`); admission is
 :mod:`.admission`, the scheduler's timing and contention counters :mod:`.timing`.

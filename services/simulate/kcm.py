@@ -9,6 +9,7 @@ replacement's name, or why there is none.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,13 +17,14 @@ from typing import Any
 
 from vgpu_scheduler.services.simulate.controllers import ControllerSpec, Owner, Replace, owner_of, replacement
 from vgpu_scheduler.services.simulate.disruption import budget_status
-from vgpu_scheduler.services.simulate.kubehttp import KubeHttp
+from vgpu_scheduler.services.simulate.kubehttp import DriverError, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import pod_key
 from vgpu_scheduler.services.simulate.timing import SchedulerTiming
 
 KubeObject = dict[str, Any]
 
 PDB_API, PDBS = "policy/v1", "poddisruptionbudgets"
+_SYNC_ATTEMPTS = 10
 DEFAULT_CONTROLLER_DELAY_S = SchedulerTiming().controller_delay_s
 """From a pod's deletion (or, for a StatefulSet, its end) to its replacement's creation: the controller's watch,
 work queue and create call (``--controller-delay``)."""
@@ -70,6 +72,7 @@ class ControllerManager:
         self.failed: collections.Counter[str] = collections.Counter()
         """Pods of each Job deleted so far (a Job counts an evicted pod as failed)."""
         self._serial: collections.Counter[str] = collections.Counter()
+        self._syncing = asyncio.Lock()
         self.recreations: list[Recreation] = []
 
     def count(self, pods: Iterable[Mapping[str, Any]]) -> None:
@@ -86,9 +89,21 @@ class ControllerManager:
         await self.sync_budgets()
 
     async def sync_budgets(self) -> None:
-        """The disruption controller: recompute every budget's status from the pods and write what changed."""
+        """The disruption controller: recompute every budget's status from the pods and write what changed. One
+        sync at a time; a write that lost a race (an eviction spent the budget meanwhile: 409) is recomputed."""
         if not self.budgets:
             return
+        async with self._syncing:
+            for _ in range(_SYNC_ATTEMPTS):
+                try:
+                    await self._sync_once()
+                    return
+                except DriverError as e:
+                    if e.status != 409:
+                        raise
+            raise DriverError(f"the disruption controller lost {_SYNC_ATTEMPTS} races in a row for a budget's status")
+
+    async def _sync_once(self) -> None:
         pods = await self.kube.list_pods()
         for pdb in await self.kube.list_group(PDB_API, PDBS):
             status = budget_status(pdb, pods, self.scale)

@@ -311,10 +311,12 @@ def summarize(
     gangs: Mapping[tuple[str, str], int] | None = None,
     controllers: Mapping[str, Any] | None = None,
     evictions: Sequence[Mapping[str, Any]] = (),
+    replacements: Sequence[PodResult] = (),
 ) -> dict[str, Any]:
     """The ``summary`` object of the JSON output (see the module docstring for the definitions). ``preemptions``:
     every pod a preemption evicted; ``gangs``: each native gang's ``minCount``; ``controllers``: what the
-    controllers recreated (:func:`controllers_json`); ``evictions``: the Eviction API requests."""
+    controllers recreated (:func:`controllers_json`); ``evictions``: the Eviction API requests; ``replacements``: the
+    pods the controllers created (a preemptor may be one)."""
     placed = [r for r in results if r.placed]
     evicted = [r for r in results if r.evicted]
     by_api = [r for r in evicted if r.via_eviction_api]
@@ -344,7 +346,7 @@ def summarize(
         "nodes_in_use": len({s.node for s in states.values() if s.used > 0}),
         "pending_reasons": dict(sorted(reasons.items())),
         "over_capacity": audit(states),
-        "preemption": _preemption_json(results, preemptions),
+        "preemption": _preemption_json([*results, *replacements], preemptions),
         "gangs": _gangs_json(results, gangs or {}),
         "controllers": dict(controllers) if controllers is not None else controllers_json(results, (), ()),
         "evictions": {
