@@ -95,6 +95,11 @@ def test_a_bare_pod_has_no_owner() -> None:
     assert template_of({"metadata": {"name": "p"}, "spec": {}})["metadata"] == {"name": "p", "namespace": "default"}
 
 
+def policy(kind: str, **fields: Any) -> dict[str, Any]:
+    """A ``policy/v1`` document named ``b``."""
+    return {"apiVersion": "policy/v1", "kind": kind, "metadata": {"name": "b"}, **fields}
+
+
 def write(tmp_path: Path, *docs: dict[str, Any]) -> Path:
     path = tmp_path / "w.yaml"
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
@@ -161,22 +166,12 @@ def test_the_workload_file_expands_controllers_in_place_and_reads_budgets_and_ev
             id="api-version",
         ),
         pytest.param(
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": "b"},
-                "spec": {"minAvailable": 1, "maxUnavailable": 1},
-            },
+            policy("PodDisruptionBudget", spec={"minAvailable": 1, "maxUnavailable": 1}),
             "exactly one of minAvailable and maxUnavailable",
             id="pdb-both",
         ),
         pytest.param(
-            {
-                "apiVersion": "policy/v1",
-                "kind": "PodDisruptionBudget",
-                "metadata": {"name": "b"},
-                "spec": {"minAvailable": "x"},
-            },
+            policy("PodDisruptionBudget", spec={"minAvailable": "x"}),
             "spec.minAvailable: expected a non-negative integer or a percentage",
             id="pdb-value",
         ),
