@@ -392,12 +392,15 @@ class Driver(PodCycles):
         await self.kcm.start()
         self._evicted = evicted
 
-        async def evict_at(e: ScheduledEviction) -> None:
-            await asyncio.sleep(max(0.0, start + e.at_s - loop.time()))
-            await self.evict(e.namespace, e.name, by="workload")
+        async def evict_scheduled(evictions: Sequence[ScheduledEviction]) -> None:
+            """The workload's evictions, one after the other in time and file order (a run stays reproducible)."""
+            for e in evictions:
+                await asyncio.sleep(max(0.0, start + e.at_s - loop.time()))
+                await self.evict(e.namespace, e.name, by="workload")
 
-        for e in self.scheduled_evictions:
-            spawn(evict_at(e), f"simulate:evict:{e.key}")
+        if self.scheduled_evictions:
+            ordered = sorted(self.scheduled_evictions, key=lambda e: e.at_s)
+            spawn(evict_scheduled(ordered), "simulate:evictions")
         try:
             while True:
                 if failures:

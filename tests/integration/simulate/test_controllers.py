@@ -253,3 +253,28 @@ def test_the_extenders_preemption_spares_the_pod_a_budget_protects(tmp_path: Pat
     [new] = run["replacements"]
     assert new["replaces"] == f"ml/{free['name']}" and new["node"] is None
     assert run["summary"]["controllers"]["replacements"]["pending"] == 1
+
+
+def test_the_bundled_disruption_example_tells_its_story() -> None:
+    from vgpu_scheduler.services.simulate.main import EXAMPLES_DIR
+
+    run = run_cli_json(
+        "simulate",
+        "--cluster",
+        str(EXAMPLES_DIR / "priority-cluster.yaml"),
+        "--workload",
+        str(EXAMPLES_DIR / "disruption-workload.yaml"),
+    )
+    summary = run["summary"]
+    refused = {r["pod"] for r in summary["evictions"]["requests"] if not r["evicted"]}
+    assert refused == {"ml/db-0", "ml/serve-wbdpmh4d5t-sv9gw"}  # the names the example's comments promise
+    assert (summary["evictions"]["evicted"], summary["evicted"], summary["preempted"]) == (4, 4, 0)
+    controllers = summary["controllers"]
+    assert (controllers["deleted"], controllers["recreated"]) == (3, 2)
+    assert controllers["replacements"] == {"placed": 2, "pending": 0, "preempted": 0, "evicted": 0}
+    assert {r["pod"]: r["skipped"] for r in controllers["recreations"] if r["skipped"]} == {
+        "ml/etl-pv6d6": "Job has reached the specified backoff limit (1)"
+    }
+    pods = by_name(run["pods"])
+    assert pods["notebook"]["evicted"] and pods["notebook"]["replaced_by"] is None
+    assert summary["over_capacity"] == []
