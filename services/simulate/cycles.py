@@ -180,6 +180,9 @@ class PodCycles:
         """Waits until the extender has no preemption or gang check under way (embedded runs)."""
         self.after_terminate = after_terminate
         """Runs after the kubelet deleted a pod for good (embedded runs: until the informer released it)."""
+        self.on_unschedulable: Hook | None = None
+        """Runs when the extender found no node for a pod, before the next pod is taken: where a defragmentation
+        planner makes its moves (:meth:`~.driver.Driver.evict` for each, docs/simulate.md)."""
         self.preemptions: list[Preemption] = []
         """Every pod evicted by a preemption, in order."""
         self.vendors = vendors

@@ -431,6 +431,8 @@ class Driver(PodCycles):
                         continue
                     outcome = await self._scheduling_cycle(q)
                     handle(q, outcome)
+                    if isinstance(outcome, Unschedulable) and outcome.by_extender and self.on_unschedulable:
+                        await self.on_unschedulable(q.created or q.original)  # e.g. a defrag planner's moves
                     if isinstance(outcome, Unschedulable) and self._may_preempt(q):
                         await kubelet_sync()  # the extender preempts for it off the request path
                     continue

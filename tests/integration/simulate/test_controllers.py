@@ -4,6 +4,7 @@ forbids an eviction through the API server, and the extender's own preemption sp
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,15 @@ import pytest
 import yaml
 
 from tests.integration.simulate.conftest import run_cli, run_cli_json
+from vgpu_scheduler.services.simulate.clock import VirtualClockLoop
 from vgpu_scheduler.services.simulate.controllers import expand
+from vgpu_scheduler.services.simulate.driver import Driver, schedule_all
+from vgpu_scheduler.services.simulate.harness import EmbeddedCluster
+from vgpu_scheduler.services.simulate.manifests import load_cluster, load_workload
+from vgpu_scheduler.services.simulate.report import PodResult
+from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.codec.register import decode_register
+from vgpu_scheduler.shared.config import Service, settings_for
 
 POLICIES = ("--node-scheduler-policy", "binpack", "--gpu-scheduler-policy", "binpack")
 VIOLATES = "Cannot evict pod as it would violate the pod's disruption budget."
@@ -278,3 +287,63 @@ def test_the_bundled_disruption_example_tells_its_story() -> None:
     pods = by_name(run["pods"])
     assert pods["notebook"]["evicted"] and pods["notebook"]["replaced_by"] is None
     assert summary["over_capacity"] == []
+
+
+def running(name: str, node: str, device: str, mem: int, *, owner: str | None = None) -> dict[str, Any]:
+    """A pod of the cluster file, running on ``node`` with ``mem`` MiB of ``device``, as kubectl shows it."""
+    pod = bare(name, pod_spec(mem))
+    pod["spec"]["nodeName"] = node
+    pod["metadata"]["annotations"] = {
+        "hami.io/vgpu-node": node,
+        "hami.io/vgpu-devices-allocated": f"{device},NVIDIA,{mem},0:;",
+        "hami.io/bind-phase": "success",
+    }
+    if owner is not None:
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": owner, "uid": owner, "controller": True}
+        ]
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def test_a_move_made_from_the_unschedulable_hook_makes_room_for_the_waiting_pod(tmp_path: Path) -> None:
+    """Three cards, each holding one pod (fragmentation 100 %): a whole-card pod waits. The hook where a defrag
+    planner plugs in moves the ReplicaSet's pod: evicted through the Eviction API, its replacement binds beside
+    another pod, and once it has terminated the waiting pod binds to the card it left idle."""
+    (tmp_path / "pool.yaml").write_text(yaml.safe_dump(pool(1) | {"spec": {**pool(1)["spec"], "nodes": 3}}))
+    nodes = load_cluster(tmp_path / "pool.yaml").nodes
+    card = {
+        n["metadata"]["name"]: decode_register(n["metadata"]["annotations"][keys.NODE_NVIDIA_REGISTER])[0].id
+        for n in nodes
+    }
+    pods = [
+        running("web-a", "t4-01", card["t4-01"], 8000, owner="web"),
+        running("web-b", "t4-02", card["t4-02"], 8300),
+        running("db", "t4-03", card["t4-03"], 6000),
+    ]
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump_all([yaml.safe_load((tmp_path / "pool.yaml").read_text()), *pods]))
+    (tmp_path / "w.yaml").write_text(yaml.safe_dump(bare("big", pod_spec(16000))))
+    settings = settings_for(Service.SIMULATE, ["--node-scheduler-policy=binpack", "--gpu-scheduler-policy=binpack"], {})
+    cluster, workload = load_cluster(tmp_path / "c.yaml"), load_workload(tmp_path / "w.yaml")
+
+    async def main() -> tuple[Driver, list[PodResult]]:
+        async with EmbeddedCluster(settings, cluster) as ec:
+            driver = ec.driver(workload)
+
+            async def move(pod: dict[str, Any]) -> None:
+                if not driver.eviction_requests:  # the plan: one move
+                    await driver.evict("ml", "web-a", by="defrag")
+
+            driver.on_unschedulable = move
+            return driver, await schedule_all(driver, list(workload.pods))
+
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        driver, [big] = runner.run(main())
+    [request] = driver.eviction_requests
+    assert (request.pod, request.by, request.status) == ("ml/web-a", "defrag", 201)
+    [replacement] = driver.replacements
+    assert replacement.replaces == "ml/web-a" and replacement.owner == "ReplicaSet/web"
+    assert replacement.node == "t4-02"  # beside web-b: the card web-a left is idle
+    assert big.node == "t4-01" and card["t4-01"] in big.annotations[keys.DEVICES_ALLOCATED]
+    [recreation] = driver.kcm.recreations
+    assert recreation.replacement == f"ml/{replacement.name}" and recreation.replacement != "ml/web-a"
