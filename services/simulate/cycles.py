@@ -166,6 +166,11 @@ class PodCycles:
         """Every eviction requested through the Eviction API (:meth:`~.driver.Driver.evict`), in order."""
         self.replacements: list[PodResult] = []
         """The results of the pods controllers created in place of deleted ones, in creation order."""
+        self._evicted: Hook | None = None
+        """While a run is under way: hands a pod the Eviction API deleted (its state before) to the run's kubelet and
+        controllers."""
+        self._started = 0.0
+        """When the run began (the driver's clock)."""
         self.priority = priority or PriorityAdmission()
         """The API server's Priority admission over the workload's PriorityClasses."""
         self.pod_groups = [dict(g) for g in pod_groups]
@@ -308,6 +313,25 @@ class PodCycles:
             )
             finish(q, replace(result, evicted=True, preempted_by=by))
 
+    async def evict(self, namespace: str, name: str, *, by: str = "") -> EvictionRequest:
+        """Request the eviction of ``namespace/name`` through the Eviction API (PodDisruptionBudgets honoured by the
+        API server), as ``kubectl drain`` or the defrag executor does; recorded in :attr:`eviction_requests`. Called
+        during a run (a scheduled eviction, the ``on_unschedulable`` hook), an evicted pod then terminates after its
+        grace period and its controller, if any, creates its replacement, which is scheduled as any new pod."""
+        at_s = round(asyncio.get_running_loop().time() - self._started, 3)
+        try:
+            before: KubeObject | None = await self.kube.get_pod(namespace, name)
+        except DriverError as e:
+            if e.status != 404:
+                raise
+            before = None  # the API server's answer below says so
+        status, message = await self.kube.evict_pod(namespace, name)
+        request = EvictionRequest(f"{namespace}/{name}", at_s, by, status, message)
+        self.eviction_requests.append(request)
+        if request.evicted and before is not None and self._evicted is not None:
+            await self._evicted(before)
+        return request
+
     async def _admit_and_create(self, q: Queued) -> PodResult | None:
         """The API server's side of a new pod: Priority admission, the webhook's mutation, validation, then the
         pod is created (``q.created``). The refusal as the pod's result, or None."""
@@ -430,6 +454,14 @@ class EvictionRequest:
             "status": self.status,
             "message": self.message,
         }
+
+
+def as_evicted(pod: Mapping[str, Any]) -> KubeObject:
+    """``pod`` with the ``DisruptionTarget`` condition the Eviction API sets (for a pod deleted at once)."""
+    status = dict(pod.get("status") or {})
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    status["conditions"] = [*(status.get("conditions") or []), condition]
+    return {**pod, "status": status}
 
 
 def evicted_by_api(pod: Mapping[str, Any]) -> bool:

@@ -59,11 +59,11 @@ from vgpu_scheduler.services.simulate.cycles import (
     Bound,
     CycleOutcome,
     Defaults,
-    EvictionRequest,
     KubeObject,
     PodCycles,
     Queued,
     Unschedulable,
+    as_evicted,
     effective_policies,
     scheduler_annotations,
 )
@@ -118,24 +118,6 @@ class Driver(PodCycles):
 
     ``after_settle(pod)`` runs after the device plugin settled a pod.
     """
-
-    _evicted: Callable[[str, str], Awaitable[None]] | None = None
-    """While a run is under way: hands a pod the Eviction API deleted to the run's kubelet and controllers."""
-    _started: float = 0.0
-
-    async def evict(self, namespace: str, name: str, *, by: str = "") -> EvictionRequest:
-        """Request the eviction of ``namespace/name`` through the Eviction API (PodDisruptionBudgets honoured by the
-        API server), as ``kubectl drain`` or the defrag executor does; recorded in :attr:`eviction_requests`. Called
-        during :meth:`run` (a scheduled eviction, a hook), an evicted pod then terminates after its grace period and
-        its controller, if any, creates its replacement, which is scheduled as any new pod."""
-        at_s = round(asyncio.get_running_loop().time() - self._started, 3)
-        status, message = await self.kube.evict_pod(namespace, name)
-        request = EvictionRequest(f"{namespace}/{name}", at_s, by, status, message)
-        self.eviction_requests.append(request)
-        logger.info("eviction requested", extra={"pod": request.pod, "status": status, "reason": message, "by": by})
-        if request.evicted and self._evicted is not None:
-            await self._evicted(namespace, name)
-        return request
 
     async def schedule(self, pod: KubeObject) -> PodResult:
         """Admit, create, filter, bind and settle one pod on its own; the outcome as a :class:`PodResult`."""
@@ -283,28 +265,35 @@ class Driver(PodCycles):
             ready.append(new)
             wake.set()
 
-        async def evicted(namespace: str, name: str) -> None:
-            """A pod the Eviction API deleted: one bound terminates (the kubelet), one not yet bound is gone."""
-            q = by_key.get(f"{namespace}/{name}")
+        async def evicted(before: KubeObject) -> None:
+            """A pod the Eviction API deleted (``before``: its state before): one terminating is the kubelet's, one
+            deleted at once (its grace period 0, or not yet bound) is gone; its controller replaces it."""
+            q = by_key.get(pod_key(before))
             try:
-                await self.kube.get_pod(namespace, name)
+                await self.kube.get_pod(before["metadata"]["namespace"], before["metadata"]["name"])
             except DriverError as e:
                 if e.status != 404:
                     raise
-                if q is not None and q.created is not None:
+                bound = bool((before.get("spec") or {}).get("nodeName"))
+                if owned(before, Replace.ON_DELETION) or (not bound and owned(before, Replace.WHEN_GONE)):
+                    spawn(recreate(before), f"simulate:recreate:{pod_key(before)}")
+                if bound:
+                    await ended(as_evicted(before))  # a StatefulSet's replacement follows from there
+                elif q is not None:
                     q.deleted = True
                     result = self._result(q, None, {}, {ADMISSION: f"{EVICTED} before it was bound"})
                     finish(q, replace(result, evicted=True, via_eviction_api=True))
-                    if owned(q.created, Replace.ON_DELETION) or owned(q.created, Replace.WHEN_GONE):
-                        spawn(recreate(q.created), f"simulate:recreate:{name}")
                 return
             await kubelet_sync()
 
         async def terminate(pod: KubeObject) -> None:
             """The kubelet of a pod being deleted; then kube-scheduler hears of the deletion."""
-            nonlocal activity
             meta = pod["metadata"]
-            last = await self.node_side.terminate(meta["namespace"], meta["name"])
+            await ended(await self.node_side.terminate(meta["namespace"], meta["name"]))
+
+        async def ended(last: KubeObject | None) -> None:
+            """A pod bound to a node is gone (its last state, None if unknown): kube-scheduler hears of it."""
+            nonlocal activity
             activity += 1
             if last is not None:
                 ledger.forget(last)

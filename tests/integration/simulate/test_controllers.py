@@ -347,3 +347,16 @@ def test_a_move_made_from_the_unschedulable_hook_makes_room_for_the_waiting_pod(
     assert big.node == "t4-01" and card["t4-01"] in big.annotations[keys.DEVICES_ALLOCATED]
     [recreation] = driver.kcm.recreations
     assert recreation.replacement == f"ml/{replacement.name}" and recreation.replacement != "ml/web-a"
+
+
+def test_a_pod_without_a_grace_period_is_gone_at_its_eviction_and_still_replaced(tmp_path: Path) -> None:
+    spec = {**pod_spec(8000), "terminationGracePeriodSeconds": 0}
+    docs = [owned("StatefulSet", "st", spec), owned("StatefulSet", "other", pod_spec(8000)), eviction("st-0", "10s")]
+    run = simulate(tmp_path, pool(1), docs)
+    st = by_name(run["pods"])["st-0"]
+    assert st["evicted"] and st["node"] is None and st["replaced_by"] == "ml/st-0"
+    [new] = run["replacements"]
+    assert new["name"] == "st-0" and new["node"] is not None
+    [recreation] = run["summary"]["controllers"]["recreations"]
+    assert 10 < recreation["at_s"] < 12  # gone at once, replaced after the controller's delay
+    assert run["summary"]["over_capacity"] == []
