@@ -251,19 +251,32 @@ class Driver(PodCycles):
             activity += 1
             requeue_unschedulable(deleted=False)
 
-        async def recreate(deleted: KubeObject) -> None:
-            """kube-controller-manager: the replacement of an owned pod deleted, after the controller's delay."""
-            await asyncio.sleep(self.kcm.delay_s)
+        creations: collections.deque[tuple[float, Queued]] = collections.deque()
+        """Replacements decided, each created (queued) at its time, in the order decided (a reproducible run)."""
+
+        def recreate(deleted: KubeObject) -> None:
+            """kube-controller-manager: decide the replacement of an owned pod deleted; it is created after the
+            controller's delay."""
             old = by_key.get(pod_key(deleted))
-            made = self.kcm.replacement(deleted, old.original if old is not None else deleted, loop.time() - start)
+            due = loop.time() + self.kcm.delay_s
+            made = self.kcm.replacement(deleted, old.original if old is not None else deleted, due - start)
             if made is None:
                 return
             new = Queued(len(pods) + len(replacements), made, replaces=pod_key(deleted))
             replacements.append(new)
             if old is not None:
                 old.replaced_by = pod_key(made)
-            ready.append(new)
-            wake.set()
+            creations.append((due, new))
+            if len(creations) == 1:
+                spawn(create_replacements(), "simulate:controllers")
+
+        async def create_replacements() -> None:
+            while creations:
+                due, new = creations[0]
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                creations.popleft()
+                ready.append(new)
+                wake.set()
 
         async def evicted(before: KubeObject) -> None:
             """A pod the Eviction API deleted (``before``: its state before): one terminating is the kubelet's, one
@@ -276,7 +289,7 @@ class Driver(PodCycles):
                     raise
                 bound = bool((before.get("spec") or {}).get("nodeName"))
                 if owned(before, Replace.ON_DELETION) or (not bound and owned(before, Replace.WHEN_GONE)):
-                    spawn(recreate(before), f"simulate:recreate:{pod_key(before)}")
+                    recreate(before)
                 if bound:
                     await ended(as_evicted(before))  # a StatefulSet's replacement follows from there
                 elif q is not None:
@@ -301,7 +314,7 @@ class Driver(PodCycles):
                     await self.after_terminate(last)
                 await self._record_eviction(last, by_key.get(pod_key(last)), finish, loop.time() - start)
                 if owned(last, Replace.WHEN_GONE):
-                    spawn(recreate(last), f"simulate:recreate:{pod_key(last)}")
+                    recreate(last)
             await self.kcm.sync_budgets()
             requeue_unschedulable(deleted=True)
 
@@ -317,7 +330,7 @@ class Driver(PodCycles):
                     terminating.add(key)
                     spawn(terminate(pod), f"simulate:terminate:{key}")
                     if owned(pod, Replace.ON_DELETION):
-                        spawn(recreate(pod), f"simulate:recreate:{key}")
+                        recreate(pod)
 
         def handle(q: Queued, outcome: CycleOutcome) -> None:
             if isinstance(outcome, PodResult):
