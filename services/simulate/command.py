@@ -9,10 +9,12 @@ from typing import Final
 
 from vgpu_scheduler.services.cli import deferred
 from vgpu_scheduler.shared.config import Service, add_service_parser
-from vgpu_scheduler.shared.config.values import parse_go_duration
+from vgpu_scheduler.shared.config.values import parse_seconds
 
 DEFAULT_ALLOCATE_LATENCY_S: Final = 0.2
 """``--allocate-latency``'s default: ``SchedulerTiming().allocate_latency_s`` (a test keeps the two equal)."""
+DEFAULT_CONTROLLER_DELAY_S: Final = 1.0
+"""``--controller-delay``'s default: ``SchedulerTiming().controller_delay_s`` (a test keeps the two equal)."""
 DEFAULT_EXTENDER_HTTP_TIMEOUT_S: Final = 30.0
 """``--extender-http-timeout``'s default: ``SchedulerTiming().http_timeout_s`` (a test keeps the two equal)."""
 
@@ -84,22 +86,30 @@ def add_simulate_options(parser: argparse.ArgumentParser) -> None:
         help="Write PNG charts of the comparison to DIR (needs matplotlib: pip install 'vgpu-scheduler[plot]').",
     )
     g.add_argument("--progress", action="store_true", help="Show progress on stderr even when it is not a terminal.")
-    g.add_argument(
-        "--allocate-latency",
-        metavar="DURATION",
-        type=_duration("--allocate-latency"),
-        default=DEFAULT_ALLOCATE_LATENCY_S,
-        help="The device plugin's Allocate comes this long after a pod's Binding (kubelet's admission), e.g. "
-        "200ms; the node lock is held meanwhile [default: 200ms].",
-    )
-    g.add_argument(
-        "--extender-http-timeout",
-        metavar="DURATION",
-        type=_duration("--extender-http-timeout", positive=True),
-        default=DEFAULT_EXTENDER_HTTP_TIMEOUT_S,
-        help="kube-scheduler's extender httpTimeout: a /filter or /bind not answered within it fails and the pod "
-        "backs off [default: 30s, the Helm chart's value].",
-    )
+    for flag, default, positive, text in (
+        (
+            "--allocate-latency",
+            DEFAULT_ALLOCATE_LATENCY_S,
+            False,
+            "The device plugin's Allocate comes this long after a pod's Binding (kubelet's admission), e.g. "
+            "200ms; the node lock is held meanwhile [default: 200ms].",
+        ),
+        (
+            "--extender-http-timeout",
+            DEFAULT_EXTENDER_HTTP_TIMEOUT_S,
+            True,
+            "kube-scheduler's extender httpTimeout: a /filter or /bind not answered within it fails and the pod "
+            "backs off [default: 30s, the Helm chart's value].",
+        ),
+        (
+            "--controller-delay",
+            DEFAULT_CONTROLLER_DELAY_S,
+            False,
+            "kube-controller-manager: from the deletion of a pod a controller owns (a StatefulSet's: its end) to "
+            "the creation of its replacement, e.g. 1s [default: 1s].",
+        ),
+    ):
+        g.add_argument(flag, metavar="DURATION", type=_duration(flag, positive=positive), default=default, help=text)
     g.add_argument(
         "--kube-server",
         metavar="URL",
@@ -122,12 +132,9 @@ def _duration(flag: str, *, positive: bool = False) -> Callable[[str], float]:
 
     def parse(text: str) -> float:
         try:
-            value = float(text)
-        except ValueError:
-            try:
-                value = parse_go_duration(text)
-            except ValueError as e:
-                raise argparse.ArgumentTypeError(f"{flag}: {e}") from None
+            value = parse_seconds(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{flag}: {e}") from None
         if value < 0 or (positive and value == 0):
             raise argparse.ArgumentTypeError(f"{flag}: must be {'positive' if positive else 'zero or more'}: {text!r}")
         return value

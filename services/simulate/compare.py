@@ -10,14 +10,21 @@ import asyncio
 import dataclasses
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vgpu_scheduler.services.simulate.cycles import PodCycles
 from vgpu_scheduler.services.simulate.driver import schedule_all
 from vgpu_scheduler.services.simulate.harness import EmbeddedCluster, HarnessTiming, with_store_prefix
 from vgpu_scheduler.services.simulate.manifests import Cluster, Workload
-from vgpu_scheduler.services.simulate.report import PodResult, Preemption, device_states, policy_label, summarize
+from vgpu_scheduler.services.simulate.report import (
+    PodResult,
+    controllers_json,
+    device_states,
+    policy_label,
+    summarize,
+)
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.config import SimulateSettings
 from vgpu_scheduler.shared.domain.model import GpuPolicy, GpuPolicyToken, NodePolicy
@@ -84,10 +91,17 @@ class Outcome:
     summary: dict[str, Any]
     complete: bool = True
     """False when the run was stopped before every pod was scheduled."""
+    replacements: tuple[PodResult, ...] = ()
+    """The pods controllers created in place of deleted ones, in creation order."""
 
     def to_json(self) -> dict[str, Any]:
-        """The interface shape of ``simulate --output json``: ``{"pods": [...], "summary": {...}}``."""
-        return {"pods": [r.to_json() for r in self.results], "summary": self.summary}
+        """The interface shape of ``simulate --output json``: ``{"pods": [...], "summary": {...}}``; added:
+        ``replacements`` (the same shape as ``pods``)."""
+        return {
+            "pods": [r.to_json() for r in self.results],
+            "summary": self.summary,
+            "replacements": [r.to_json() for r in self.replacements],
+        }
 
 
 async def run_scenario(
@@ -111,16 +125,7 @@ async def run_scenario(
         driver = ec.driver(workload)
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = ec.emulator.list("nodes"), ec.emulator.list("pods")
-    return outcome_of(
-        settings,
-        workload,
-        results,
-        nodes,
-        pods,
-        contention=driver.contention.to_json(),
-        preemptions=driver.preemptions,
-        gangs=driver.gangs,
-    )
+    return outcome_of(settings, workload, results, nodes, pods, driver=driver)
 
 
 def outcome_of(
@@ -130,12 +135,10 @@ def outcome_of(
     nodes: Sequence[dict[str, Any]],
     pods: Sequence[dict[str, Any]],
     *,
-    contention: dict[str, Any] | None = None,
-    preemptions: Sequence[Preemption] = (),
-    gangs: Mapping[tuple[str, str], int] | None = None,
+    driver: PodCycles | None = None,
 ) -> Outcome:
     """The outcome of a run: its results, the summary of the cluster's final ``nodes`` and ``pods``, and what the
-    driver's kube-scheduler met on the way (``contention``, added to the summary)."""
+    ``driver`` met on the way (its contention, preemptions, gangs, controllers' replacements and evictions)."""
     ext = settings.extender
     common = settings.common
     states = device_states(
@@ -146,12 +149,18 @@ def outcome_of(
         states,
         node_policy=ext.node_policy.value,
         gpu_policy=str(ext.gpu_policy),
-        preemptions=preemptions,
-        gangs=gangs,
+        preemptions=driver.preemptions if driver is not None else (),
+        gangs=driver.gangs if driver is not None else None,
+        controllers=controllers_json(results, driver.replacements, [r.to_json() for r in driver.kcm.recreations])
+        if driver is not None
+        else None,
+        evictions=[e.to_json() for e in driver.eviction_requests] if driver is not None else (),
+        replacements=driver.replacements if driver is not None else (),
     )
-    if contention is not None:
-        summary["contention"] = contention
-    return Outcome(tuple(results), summary, complete=len(results) == len(workload.pods))
+    if driver is not None:
+        summary["contention"] = driver.contention.to_json()
+    replacements = tuple(driver.replacements) if driver is not None else ()
+    return Outcome(tuple(results), summary, complete=len(results) == len(workload.pods), replacements=replacements)
 
 
 async def run_comparison(

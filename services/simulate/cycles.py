@@ -18,7 +18,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vgpu_scheduler.services.simulate.admission import Admit
+from vgpu_scheduler.services.simulate.controllers import ControllerSpec, owner_of
+from vgpu_scheduler.services.simulate.disruption import ScheduledEviction
 from vgpu_scheduler.services.simulate.documents import POD_GROUP_APIS
+from vgpu_scheduler.services.simulate.kcm import DEFAULT_CONTROLLER_DELAY_S, ControllerManager
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import REASON_SEPARATOR, Ledger, kube_filters, pod_key, pod_request
 from vgpu_scheduler.services.simulate.nodeside import NodeSide
@@ -39,6 +42,9 @@ from vgpu_scheduler.shared.vendors.pods import vendors_manage_pod
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
 KubeObject = dict[str, Any]
+
+EVICTED = "evicted through the Eviction API"
+"""A pod's reason once the Eviction API deleted it."""
 
 _PREEMPTED_BY = re.compile(r"^Preempted by pod (\S+) ")
 """The extender's ``Preempted`` Event on a victim names the pod it was preempted for."""
@@ -82,6 +88,12 @@ class Queued:
     result: PodResult | None = None
     last_try: float = 0.0
     """When its last scheduling attempt was (the driver's clock), for the backoff left when it is requeued."""
+    replaces: str | None = None
+    """A controller's replacement: the ``namespace/name`` of the pod it replaces."""
+    replaced_by: str | None = None
+    """Deleted and replaced by its controller: the replacement's ``namespace/name``."""
+    deleted: bool = False
+    """Deleted before it was bound: no more scheduling cycles."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +152,25 @@ class PodCycles:
         pod_groups: Sequence[Mapping[str, Any]] = (),
         idle: Callable[[], Awaitable[None]] | None = None,
         after_terminate: Hook | None = None,
+        controllers: Sequence[ControllerSpec] = (),
+        budgets: Sequence[Mapping[str, Any]] = (),
+        evictions: Sequence[ScheduledEviction] = (),
+        controller_delay_s: float = DEFAULT_CONTROLLER_DELAY_S,
     ) -> None:
         self.kube = kube
+        self.kcm = ControllerManager(kube, controllers=controllers, budgets=budgets, delay_s=controller_delay_s)
+        """kube-controller-manager: the workload controllers and the disruption controller (:mod:`.kcm`)."""
+        self.scheduled_evictions = tuple(evictions)
+        """Evictions to request during a run (the workload's ``Eviction`` documents)."""
+        self.eviction_requests: list[EvictionRequest] = []
+        """Every eviction requested through the Eviction API (:meth:`~.driver.Driver.evict`), in order."""
+        self.replacements: list[PodResult] = []
+        """The results of the pods controllers created in place of deleted ones, in creation order."""
+        self._evicted: Hook | None = None
+        """While a run is under way: hands a pod the Eviction API deleted (its state before) to the run's kubelet and
+        controllers."""
+        self._started = 0.0
+        """When the run began (the driver's clock)."""
         self.priority = priority or PriorityAdmission()
         """The API server's Priority admission over the workload's PriorityClasses."""
         self.pod_groups = [dict(g) for g in pod_groups]
@@ -156,6 +185,9 @@ class PodCycles:
         """Waits until the extender has no preemption or gang check under way (embedded runs)."""
         self.after_terminate = after_terminate
         """Runs after the kubelet deleted a pod for good (embedded runs: until the informer released it)."""
+        self.on_unschedulable: Hook | None = None
+        """Runs when the extender found no node for a pod, before the next pod is taken: where a defragmentation
+        planner makes its moves (:meth:`~.driver.Driver.evict` for each, docs/simulate.md)."""
         self.preemptions: list[Preemption] = []
         """Every pod evicted by a preemption, in order."""
         self.vendors = vendors
@@ -220,6 +252,8 @@ class PodCycles:
             other,
             priority=pod_priority(pod),
             pod_group=pod_group_name(pod),
+            owner=owner.label if (owner := owner_of(pod)) is not None else None,
+            replaces=q.replaces,
         )
 
     def _gang_of(self, q: Queued) -> tuple[str, str] | None:
@@ -243,9 +277,17 @@ class PodCycles:
         at_s: float,
     ) -> None:
         """A pod the kubelet terminated after its deletion: who preempted it (the ``Preempted`` Event the extender
-        recorded on it), in :attr:`preemptions`, and a workload pod's result."""
+        recorded on it), in :attr:`preemptions`, and a workload pod's result. A pod evicted through the Eviction API
+        is not a preemption: only its result says so."""
         meta = last["metadata"]
         node = str((last.get("spec") or {}).get("nodeName") or "")
+        if evicted_by_api(last):
+            if q is not None and q.result is not None and q.result.placed:
+                why = {node: f"{EVICTED} (terminated after its grace period)"}
+                finish(
+                    q, replace(self._result(q, None, q.result.annotations, why), evicted=True, via_eviction_api=True)
+                )
+            return
         events = await self.kube.list_events(
             str(meta["namespace"]), field_selector=f"involvedObject.name={meta['name']},reason=Preempted"
         )
@@ -270,6 +312,25 @@ class PodCycles:
                 q, None, q.result.annotations, {node: f"{reason} (terminated after its grace period)"}
             )
             finish(q, replace(result, evicted=True, preempted_by=by))
+
+    async def evict(self, namespace: str, name: str, *, by: str = "") -> EvictionRequest:
+        """Request the eviction of ``namespace/name`` through the Eviction API (PodDisruptionBudgets honoured by the
+        API server), as ``kubectl drain`` or the defrag executor does; recorded in :attr:`eviction_requests`. Called
+        during a run (a scheduled eviction, the ``on_unschedulable`` hook), an evicted pod then terminates after its
+        grace period and its controller, if any, creates its replacement, which is scheduled as any new pod."""
+        at_s = round(asyncio.get_running_loop().time() - self._started, 3)
+        try:
+            before: KubeObject | None = await self.kube.get_pod(namespace, name)
+        except DriverError as e:
+            if e.status != 404:
+                raise
+            before = None  # the API server's answer below says so
+        status, message = await self.kube.evict_pod(namespace, name)
+        request = EvictionRequest(f"{namespace}/{name}", at_s, by, status, message)
+        self.eviction_requests.append(request)
+        if request.evicted and before is not None and self._evicted is not None:
+            await self._evicted(before)
+        return request
 
     async def _admit_and_create(self, q: Queued) -> PodResult | None:
         """The API server's side of a new pod: Priority admission, the webhook's mutation, validation, then the
@@ -367,6 +428,46 @@ class PodCycles:
     async def _release_node_lock(self, node: str, ns: str, name: str) -> None:
         """HAMi's ``ReleaseNodeLock`` (:meth:`.NodeSide._release_node_lock`), kept here for its callers."""
         await self.node_side._release_node_lock(node, ns, name)
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionRequest:
+    """One eviction requested through the Eviction API: the pod, when (seconds after the run began), who asked, and
+    the API server's answer (``201`` evicted, ``429`` a PodDisruptionBudget forbids it, ``404`` no such pod)."""
+
+    pod: str
+    at_s: float
+    by: str
+    status: int
+    message: str = ""
+
+    @property
+    def evicted(self) -> bool:
+        return self.status == 201
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "at_s": self.at_s,
+            "by": self.by,
+            "evicted": self.evicted,
+            "status": self.status,
+            "message": self.message,
+        }
+
+
+def as_evicted(pod: Mapping[str, Any]) -> KubeObject:
+    """``pod`` with the ``DisruptionTarget`` condition the Eviction API sets (for a pod deleted at once)."""
+    status = dict(pod.get("status") or {})
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}
+    status["conditions"] = [*(status.get("conditions") or []), condition]
+    return {**pod, "status": status}
+
+
+def evicted_by_api(pod: Mapping[str, Any]) -> bool:
+    """The pod carries the ``DisruptionTarget`` condition the Eviction API sets (``EvictionByEvictionAPI``)."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "DisruptionTarget" and c.get("reason") == "EvictionByEvictionAPI" for c in conditions)
 
 
 def scheduler_annotations(original: Mapping[str, Any], final: Mapping[str, Any]) -> dict[str, str]:

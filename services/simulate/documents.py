@@ -31,9 +31,17 @@ COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
 API_VERSIONS: dict[str, tuple[str, ...]] = {
     "PriorityClass": (PRIORITY_CLASS_API,),
     "PodGroup": (*POD_GROUP_APIS, COSCHEDULING_API),
+    "Deployment": ("apps/v1",),
+    "ReplicaSet": ("apps/v1",),
+    "StatefulSet": ("apps/v1",),
+    "Job": ("batch/v1",),
+    "PodDisruptionBudget": ("policy/v1",),
+    "Eviction": ("policy/v1",),
 }
 """The apiVersions accepted for the kinds outside the core group (every other kind is ``v1``)."""
-NAMESPACED = frozenset({"Pod", "ResourceQuota", "PodGroup"})
+CONTROLLER_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "Job")
+"""The workload controllers a workload file may hold (:mod:`.controllers`)."""
+NAMESPACED = frozenset({"Pod", "ResourceQuota", "PodGroup", "PodDisruptionBudget", "Eviction", *CONTROLLER_KINDS})
 
 
 def either(options: tuple[str, ...]) -> str:

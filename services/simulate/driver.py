@@ -32,7 +32,10 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    ``Failed``, then the final delete; the preemptor is retried then and binds to the devices held for it;
 7. **gangs**: the members of a v1.36 PodGroup with ``gang.minCount`` wait until ``minCount`` of them exist; then one
    group pass filters each in turn, and binds the members that passed only when at least ``minCount`` did;
-   otherwise it forgets them all (the extender, told nothing, releases their reservations itself).
+   otherwise it forgets them all (the extender, told nothing, releases their reservations itself);
+8. **kube-controller-manager** (:mod:`.kcm`): a deleted pod a controller owns is replaced by a new pod, queued as
+   any other, ``controller_delay_s`` later; PodDisruptionBudgets' status is kept; :meth:`Driver.evict` (and the
+   workload's ``Eviction`` documents, at their time) evicts through the API server's Eviction API.
 
 Everything travels over HTTP with the exact JSON bodies the real components send (:mod:`.kubehttp`); admission is
 :mod:`.admission`, the scheduler's timing and contention counters :mod:`.timing`.
@@ -46,9 +49,12 @@ import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from vgpu_scheduler.services.simulate.admission import Admit, Admitted, local_admission, webhook_admission
+from vgpu_scheduler.services.simulate.controllers import Replace
 from vgpu_scheduler.services.simulate.cycles import (
+    EVICTED,
     Assume,
     Bound,
     CycleOutcome,
@@ -57,9 +63,12 @@ from vgpu_scheduler.services.simulate.cycles import (
     PodCycles,
     Queued,
     Unschedulable,
+    as_evicted,
     effective_policies,
     scheduler_annotations,
 )
+from vgpu_scheduler.services.simulate.disruption import ScheduledEviction
+from vgpu_scheduler.services.simulate.kcm import owned
 from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
 from vgpu_scheduler.services.simulate.nodefit import candidate_names, pod_key
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
@@ -125,8 +134,10 @@ class Driver(PodCycles):
         """Schedule ``pods``; the results of those finished, in workload order (all of them unless ``stop`` was
         set: then no new pod is taken, binds in flight finish and pods in backoff are left out)."""
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = self._started = loop.time()
         queue = [Queued(i, p) for i, p in enumerate(pods)]
+        replacements: list[Queued] = []
+        """Pods controllers created in place of deleted ones (:mod:`.kcm`)."""
         arrivals = collections.deque(queue)
         ready: collections.deque[Queued] = collections.deque()
         wake = asyncio.Event()
@@ -146,10 +157,11 @@ class Driver(PodCycles):
 
         def finish(q: Queued, result: PodResult) -> None:
             nonlocal finished
-            if q.result is None:
+            workload = q.index < len(pods)
+            if q.result is None and workload:
                 finished += 1
             q.result = result
-            if progress is not None:
+            if progress is not None and workload:
                 progress(finished, len(pods), result)
             wake.set()
 
@@ -224,6 +236,7 @@ class Driver(PodCycles):
             error = await self._bind(q.created, node)
             if error is None:
                 finish(q, await self._settled(q, node))
+                await self.kcm.sync_budgets()
                 nonlocal activity
                 activity += 1
                 requeue_unschedulable(deleted=False)
@@ -234,20 +247,75 @@ class Driver(PodCycles):
         async def settle_only(q: Queued, node: str) -> None:
             nonlocal activity
             finish(q, await self._settled(q, node))
+            await self.kcm.sync_budgets()
             activity += 1
             requeue_unschedulable(deleted=False)
 
+        creations: collections.deque[tuple[float, Queued]] = collections.deque()
+        """Replacements decided, each created (queued) at its time, in the order decided (a reproducible run)."""
+
+        def recreate(deleted: KubeObject) -> None:
+            """kube-controller-manager: decide the replacement of an owned pod deleted; it is created after the
+            controller's delay."""
+            old = by_key.get(pod_key(deleted))
+            due = loop.time() + self.kcm.delay_s
+            made = self.kcm.replacement(deleted, old.original if old is not None else deleted, due - start)
+            if made is None:
+                return
+            new = Queued(len(pods) + len(replacements), made, replaces=pod_key(deleted))
+            replacements.append(new)
+            if old is not None:
+                old.replaced_by = pod_key(made)
+            creations.append((due, new))
+            if len(creations) == 1:
+                spawn(create_replacements(), "simulate:controllers")
+
+        async def create_replacements() -> None:
+            while creations:
+                due, new = creations[0]
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                creations.popleft()
+                ready.append(new)
+                wake.set()
+
+        async def evicted(before: KubeObject) -> None:
+            """A pod the Eviction API deleted (``before``: its state before): one terminating is the kubelet's, one
+            deleted at once (its grace period 0, or not yet bound) is gone; its controller replaces it."""
+            q = by_key.get(pod_key(before))
+            try:
+                await self.kube.get_pod(before["metadata"]["namespace"], before["metadata"]["name"])
+            except DriverError as e:
+                if e.status != 404:
+                    raise
+                bound = bool((before.get("spec") or {}).get("nodeName"))
+                if owned(before, Replace.ON_DELETION) or (not bound and owned(before, Replace.WHEN_GONE)):
+                    recreate(before)
+                if bound:
+                    await ended(as_evicted(before))  # a StatefulSet's replacement follows from there
+                elif q is not None:
+                    q.deleted = True
+                    result = self._result(q, None, {}, {ADMISSION: f"{EVICTED} before it was bound"})
+                    finish(q, replace(result, evicted=True, via_eviction_api=True))
+                return
+            await kubelet_sync()
+
         async def terminate(pod: KubeObject) -> None:
             """The kubelet of a pod being deleted; then kube-scheduler hears of the deletion."""
-            nonlocal activity
             meta = pod["metadata"]
-            last = await self.node_side.terminate(meta["namespace"], meta["name"])
+            await ended(await self.node_side.terminate(meta["namespace"], meta["name"]))
+
+        async def ended(last: KubeObject | None) -> None:
+            """A pod bound to a node is gone (its last state, None if unknown): kube-scheduler hears of it."""
+            nonlocal activity
             activity += 1
             if last is not None:
                 ledger.forget(last)
                 if self.after_terminate is not None:
                     await self.after_terminate(last)
                 await self._record_eviction(last, by_key.get(pod_key(last)), finish, loop.time() - start)
+                if owned(last, Replace.WHEN_GONE):
+                    recreate(last)
+            await self.kcm.sync_budgets()
             requeue_unschedulable(deleted=True)
 
         async def kubelet_sync() -> None:
@@ -261,6 +329,8 @@ class Driver(PodCycles):
                 if meta.get("deletionTimestamp") and spec.get("nodeName") and key not in terminating:
                     terminating.add(key)
                     spawn(terminate(pod), f"simulate:terminate:{key}")
+                    if owned(pod, Replace.ON_DELETION):
+                        recreate(pod)
 
         def handle(q: Queued, outcome: CycleOutcome) -> None:
             if isinstance(outcome, PodResult):
@@ -320,6 +390,19 @@ class Driver(PodCycles):
         ledger = await self.ledger()
         for g in self.pod_groups:
             await self.kube.create_namespaced(g, "podgroups")
+        self.kcm.count([*await self.kube.list_pods(), *pods])
+        await self.kcm.start()
+        self._evicted = evicted
+
+        async def evict_scheduled(evictions: Sequence[ScheduledEviction]) -> None:
+            """The workload's evictions, one after the other in time and file order (a run stays reproducible)."""
+            for e in evictions:
+                await asyncio.sleep(max(0.0, start + e.at_s - loop.time()))
+                await self.evict(e.namespace, e.name, by="workload")
+
+        if self.scheduled_evictions:
+            ordered = sorted(self.scheduled_evictions, key=lambda e: e.at_s)
+            spawn(evict_scheduled(ordered), "simulate:evictions")
         try:
             while True:
                 if failures:
@@ -330,6 +413,8 @@ class Driver(PodCycles):
                     q = ready.popleft()
                 elif not stopping and arrivals:
                     q = arrivals.popleft()
+                if q is not None and q.deleted:
+                    continue
                 if q is not None:
                     if q.created is None:
                         refused = await self._admit_and_create(q)
@@ -348,6 +433,8 @@ class Driver(PodCycles):
                         continue
                     outcome = await self._scheduling_cycle(q)
                     handle(q, outcome)
+                    if isinstance(outcome, Unschedulable) and outcome.by_extender and self.on_unschedulable:
+                        await self.on_unschedulable(q.created or q.original)  # e.g. a defrag planner's moves
                     if isinstance(outcome, Unschedulable) and self._may_preempt(q):
                         await kubelet_sync()  # the extender preempts for it off the request path
                     continue
@@ -371,6 +458,7 @@ class Driver(PodCycles):
                 wake.clear()
                 await wake.wait()
         finally:
+            self._evicted = None
             for task in list(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -385,7 +473,8 @@ class Driver(PodCycles):
                     have = len(waiting) + gang_bound[group]
                     why = f"pod group {group[1]}: waiting for minCount {self.gangs[group]} members, {have} exist"
                     finish(m, self._result(m, None, {}, {ADMISSION: why}))
-        return [q.result for q in queue if q.result is not None]
+        self.replacements = [replace(q.result, replaced_by=q.replaced_by) for q in replacements if q.result is not None]
+        return [replace(q.result, replaced_by=q.replaced_by) for q in queue if q.result is not None]
 
 
 async def schedule_all(

@@ -258,6 +258,10 @@ class EmbeddedCluster:
             vendors=vendors,
             priority=PriorityAdmission(workload.priority_classes if workload is not None else ()),
             pod_groups=workload.pod_groups if workload is not None else (),
+            controllers=workload.controllers if workload is not None else (),
+            budgets=workload.budgets if workload is not None else (),
+            evictions=workload.evictions if workload is not None else (),
+            controller_delay_s=self.timing.scheduler.controller_delay_s,
             idle=self.extender_idle,
             after_terminate=self.released,
         )

@@ -24,10 +24,21 @@ class DriverError(TransientError):
     """An HTTP call of the driver failed (status and body in the message; ``status`` is the HTTP status when the
     server answered, None when it did not)."""
 
-    def __init__(self, message: str, *, status: int | None = None, timed_out: bool = False) -> None:
+    def __init__(self, message: str, *, status: int | None = None, timed_out: bool = False, reason: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.timed_out = timed_out
+        self.reason = reason
+        """The API server's own message (its ``Status``), when it answered with one."""
+
+
+def _status_message(text: bytes) -> str:
+    """The ``message`` of a Kubernetes ``Status`` body ("" when the body is not one)."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return ""
+    return str(body.get("message") or "") if isinstance(body, dict) and body.get("kind") == "Status" else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -57,6 +68,7 @@ class KubeHttp:
                     raise DriverError(
                         f"{method} {path}: HTTP {resp.status}: {text[:300].decode(errors='replace')}",
                         status=resp.status,
+                        reason=_status_message(text),
                     )
                 return json.loads(text) if text else None
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
@@ -115,6 +127,29 @@ class KubeHttp:
             "POST", f"/apis/{obj['apiVersion']}/namespaces/{ns}/{plural}", dict(obj), root=True
         )
         return created
+
+    async def list_group(self, api_version: str, plural: str) -> list[KubeObject]:
+        """Every object of another API group's resource (``policy/v1``, ``poddisruptionbudgets``)."""
+        body = await self._call("GET", f"/apis/{api_version}/{plural}", root=True)
+        return list(body.get("items") or [])
+
+    async def put_status(self, obj: Mapping[str, Any], plural: str) -> None:
+        """PUT an object of another API group on its ``/status`` (a controller's write)."""
+        meta = obj["metadata"]
+        path = f"/apis/{obj['apiVersion']}/namespaces/{meta['namespace']}/{plural}/{meta['name']}/status"
+        await self._call("PUT", path, dict(obj), root=True)
+
+    async def evict_pod(self, namespace: str, name: str) -> tuple[int, str]:
+        """POST a ``policy/v1`` Eviction for the pod: ``(201, "")`` when it is being deleted, else the API server's
+        HTTP status and message (``429`` when a PodDisruptionBudget forbids it, ``404`` when there is no such pod)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        try:
+            await self._call("POST", f"/namespaces/{namespace}/pods/{name}/eviction", body)
+        except DriverError as e:
+            if e.status is None or not e.reason:
+                raise
+            return e.status, e.reason
+        return 201, ""
 
 
 class Extenders:

@@ -196,7 +196,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         cluster, workload = _inputs(args, settings)
     progress = ProgressLine(sys.stderr, tty=sys.stderr.isatty()) if (args.progress or sys.stderr.isatty()) else None
-    scheduler = SchedulerTiming(allocate_latency_s=args.allocate_latency, http_timeout_s=args.extender_http_timeout)
+    scheduler = SchedulerTiming(
+        allocate_latency_s=args.allocate_latency,
+        http_timeout_s=args.extender_http_timeout,
+        controller_delay_s=args.controller_delay,
+    )
     timing = HarnessTiming(scheduler=scheduler)
     # Every party of an embedded run on the embedded store lives in this process: it runs on the simulated clock
     simulated = not external and settings.common.redis_url is None
@@ -274,7 +278,7 @@ def _emit_single(args: argparse.Namespace, outcome: Outcome, source: str) -> int
     else:
         print(source)
         print()
-        print(render_pods(outcome.results))
+        print(render_pods(outcome.results, outcome.replacements))
         print()
         print(render_summary(summary))
     if args.plot:
@@ -436,19 +440,14 @@ async def drive_deployed(
             vendors=vendors,
             priority=PriorityAdmission(workload.priority_classes),
             pod_groups=workload.pod_groups,
+            controllers=workload.controllers,
+            budgets=workload.budgets,
+            evictions=workload.evictions,
+            controller_delay_s=timing.controller_delay_s,
         )
         results = await schedule_all(driver, list(workload.pods), stop=stop, progress=progress)
         nodes, pods = await kube.list_nodes(), await kube.list_pods()
-    return outcome_of(
-        settings,
-        workload,
-        results,
-        nodes,
-        pods,
-        contention=driver.contention.to_json(),
-        preemptions=driver.preemptions,
-        gangs=driver.gangs,
-    )
+    return outcome_of(settings, workload, results, nodes, pods, driver=driver)
 
 
 async def _no_quota(namespace: str) -> None:

@@ -34,7 +34,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from vgpu_scheduler.services.simulate.controllers import (
+    ControllerSpec,
+    check_controller,
+    check_owner_references,
+    expand,
+)
+from vgpu_scheduler.services.simulate.disruption import ScheduledEviction, check_budget, scheduled_eviction
 from vgpu_scheduler.services.simulate.documents import (
+    CONTROLLER_KINDS,
     COSCHEDULING_API,
     POD_GROUP_APIS,
     KubeObject,
@@ -64,7 +72,7 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 NVIDIA = "NVIDIA"
 
 CLUSTER_KINDS = frozenset({"Node", NODE_POOL, "Pod", "ResourceQuota", "Namespace"})
-WORKLOAD_KINDS = frozenset({"Pod", "PriorityClass", "PodGroup"})
+WORKLOAD_KINDS = frozenset({"Pod", "PriorityClass", "PodGroup", "PodDisruptionBudget", "Eviction", *CONTROLLER_KINDS})
 
 HIGHEST_USER_DEFINABLE_PRIORITY = 1_000_000_000
 PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
@@ -103,13 +111,20 @@ class Cluster:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """The pods to schedule, in order; the PriorityClasses their ``priorityClassName`` names (the API server's
-    Priority admission resolves them, :mod:`.priority`); the PodGroups of their gangs (created before the pods)."""
+    """The pods to schedule, in order (a controller document's pods at its place); the PriorityClasses their
+    ``priorityClassName`` names (the API server's Priority admission resolves them, :mod:`.priority`); the PodGroups
+    of their gangs (created before the pods); PodDisruptionBudgets and the evictions to request."""
 
     pods: tuple[KubeObject, ...]
     source: str = ""
     priority_classes: tuple[KubeObject, ...] = ()
     pod_groups: tuple[KubeObject, ...] = ()
+    controllers: tuple[ControllerSpec, ...] = ()
+    """The controller documents (their pods are in ``pods``, :mod:`.controllers`)."""
+    budgets: tuple[KubeObject, ...] = ()
+    """PodDisruptionBudgets (created before the first pod, :mod:`.disruption`)."""
+    evictions: tuple[ScheduledEviction, ...] = ()
+    """Evictions to request during the run, from ``Eviction`` documents."""
 
 
 def _annotation_field(key: str) -> str:
@@ -364,8 +379,8 @@ def _check_scheduling_fields(loc: Located, groups: set[tuple[str, str]]) -> None
 
 
 def load_workload(path: str | Path) -> Workload:
-    """Read and check a workload file: Pods, not yet placed, scheduled in file order; the PriorityClasses and
-    PodGroups they name."""
+    """Read and check a workload file: Pods, not yet placed, scheduled in file order (controller documents stand for
+    their pods); the PriorityClasses and PodGroups they name; PodDisruptionBudgets; Evictions to request."""
     p = Path(path)
     items = located(p, WORKLOAD_KINDS)
     check_unique(items)
@@ -384,7 +399,22 @@ def load_workload(path: str | Path) -> Workload:
         _check_pod_group(loc)
         loc.obj["metadata"].setdefault("namespace", "default")
     native = {(loc.namespace, loc.name) for loc in groups if loc.api_version in POD_GROUP_APIS}
-    pods = [loc for loc in items if loc.kind == "Pod"]
+    controllers: list[ControllerSpec] = []
+    pods: list[Located] = []
+    for loc in items:
+        if loc.kind == "Pod":
+            check_owner_references(loc)
+            pods.append(loc)
+        elif loc.kind in CONTROLLER_KINDS:
+            check_controller(loc)
+            spec, made = expand(loc.obj)
+            controllers.append(spec)
+            pods += [Located(pod, f"{loc.where} (pod {pod['metadata']['name']})") for pod in made]
+    check_unique(pods)
+    budgets = [loc for loc in items if loc.kind == "PodDisruptionBudget"]
+    for loc in budgets:
+        check_budget(loc)
+        loc.obj["metadata"].setdefault("namespace", "default")
     for loc in pods:
         _check_pod(loc, running=False)
         _check_scheduling_fields(loc, native)
@@ -399,4 +429,7 @@ def load_workload(path: str | Path) -> Workload:
         source=str(p),
         priority_classes=tuple(loc.obj for loc in classes),
         pod_groups=tuple(loc.obj for loc in groups),
+        controllers=tuple(controllers),
+        budgets=tuple(loc.obj for loc in budgets),
+        evictions=tuple(scheduled_eviction(loc) for loc in items if loc.kind == "Eviction"),
     )

@@ -60,18 +60,24 @@ def _why(reasons: Mapping[str, str]) -> str:
     return shown or "no candidate node"
 
 
-def render_pods(results: Sequence[PodResult]) -> str:
-    """One line per workload pod: where it went and on which devices, or why not."""
-    width = max([len(f"{r.namespace}/{r.name}") for r in results] + [3])
-    node_width = max([len(r.node or "-") for r in results] + [4])
+def render_pods(results: Sequence[PodResult], replacements: Sequence[PodResult] = ()) -> str:
+    """One line per workload pod, then per pod a controller created in place of a deleted one: where it went and on
+    which devices, or why not."""
+    every = [*results, *replacements]
+    width = max([len(f"{r.namespace}/{r.name}") for r in every] + [3])
+    node_width = max([len(r.node or "-") for r in every] + [4])
     lines = [f"{'POD':<{width}}  {'NODE':<{node_width}}  DEVICES / WHY NOT"]
-    for r in results:
+    for r in every:
         tail = _why(r.reasons)
         if r.placed:
             tail = _devices_text(r.annotations) if r.gpu else _no_device_text(r.other)
         elif r.evicted:
             [(node, text)] = list(r.reasons.items())[:1] or [("-", "evicted")]
             tail = f"{node}: {text}; it held {_devices_text(r.annotations)}"
+        if r.replaced_by:
+            tail += f"; replaced by {r.replaced_by}"
+        if r.replaces:
+            tail += f" (replaces {r.replaces})"
         lines.append(f"{r.namespace + '/' + r.name:<{width}}  {r.node or '-':<{node_width}}  {tail}")
     return "\n".join(lines)
 
@@ -139,9 +145,33 @@ def _vendor_lines(summary: Mapping[str, Any]) -> list[str]:
     return [
         f"  {name:<{width}}  memory {v['memory_allocated_mib']}/{v['memory_mib']} MiB "
         f"({_pct(v['memory_utilisation'])}), cores {v['cores_allocated']}/{v['cores']} "
-        f"({_pct(v['core_utilisation'])}), {v['devices_used']}/{v['devices']} devices in use"
+        f"({_pct(v['core_utilisation'])}), {v['devices_used']}/{v['devices']} devices in use, "
+        f"fragmentation {_pct(v['fragmentation']['ratio'])}"
         for name, v in by_vendor.items()
     ]
+
+
+def _disruption_lines(summary: Mapping[str, Any]) -> list[str]:
+    """``controllers:`` (owned pods deleted, recreated, where the replacements ended, and those not recreated) and
+    ``evictions:`` (requests through the Eviction API, each refusal with the API server's message)."""
+    lines = []
+    c = summary.get("controllers") or {}
+    if c.get("deleted"):
+        ended = ", ".join(f"{n} {k}" for k, n in c["replacements"].items() if n)
+        lines.append(
+            f"controllers: {c['deleted']} owned pod(s) deleted, {c['recreated']} recreated"
+            + (f" (replacements: {ended})" if ended else "")
+        )
+        lines += [
+            f"  not recreated: {r['pod']} ({r['owner']}): {r['skipped']}" for r in c["recreations"] if r["skipped"]
+        ]
+    e = summary.get("evictions") or {}
+    if e.get("requested"):
+        lines.append(
+            f"evictions (Eviction API): {e['requested']} requested, {e['evicted']} evicted, {e['refused']} refused"
+        )
+        lines += [f"  {r['pod']} at {r['at_s']:g} s: {r['message']}" for r in e["requests"] if not r["evicted"]]
+    return lines
 
 
 def _preemption_lines(preemption: Mapping[str, Any]) -> list[str]:
@@ -166,7 +196,8 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     lines = [
         f"policies: node {summary['policies']['node']}, gpu {summary['policies']['gpu']}",
         f"placed {summary['placed']}/{summary['pods']}, pending {summary['pending']}"
-        + (f", preempted {summary['preempted']}" if summary.get("preempted") else ""),
+        + (f", preempted {summary['preempted']}" if summary.get("preempted") else "")
+        + (f", evicted {summary['evicted']}" if summary.get("evicted") else ""),
         "by pod policy (node/gpu): "
         + ", ".join(f"{k} {v['placed']}/{v['pods']} placed" for k, v in summary["by_policy"].items()),
         f"GPU memory {gpu['memory_allocated_mib']}/{gpu['memory_mib']} MiB ({_pct(gpu['memory_utilisation'])}), "
@@ -179,6 +210,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     ]
     lines += pending_lines(summary["pending_reasons"])
     lines += _preemption_lines(summary.get("preemption") or {})
+    lines += _disruption_lines(summary)
     for group, g in (summary.get("gangs") or {}).items():
         whole = "whole" if g["bound"] >= g["min_count"] else ("none bound" if not g["bound"] else "PARTLY BOUND")
         lines.append(f"gang {group}: {g['bound']}/{g['members']} members bound, minCount {g['min_count']} ({whole})")

@@ -77,6 +77,14 @@ class PodResult:
     """It was placed, then deleted by a preemption (``reasons`` names its node); it holds nothing at the end."""
     preempted_by: str | None = None
     """``namespace/name`` of the pod it was preempted for, when the extender's ``Preempted`` Event says."""
+    via_eviction_api: bool = False
+    """``evicted`` through the Eviction API (an operator's drain, a defrag move), not by a preemption."""
+    owner: str | None = None
+    """Its controller, ``<kind>/<name>`` (None: a bare pod)."""
+    replaces: str | None = None
+    """A controller's replacement: the ``namespace/name`` of the deleted pod it replaces."""
+    replaced_by: str | None = None
+    """Deleted, then replaced by its controller: the replacement's ``namespace/name``."""
 
     @property
     def placed(self) -> bool:
@@ -84,7 +92,7 @@ class PodResult:
 
     def to_json(self) -> dict[str, Any]:
         """The interface shape: ``namespace``, ``name``, ``node``, ``annotations``, ``reasons``; added:
-        ``priority``, ``pod_group``, ``preempted_by``."""
+        ``priority``, ``pod_group``, ``preempted_by``, then ``evicted``, ``owner``, ``replaces``, ``replaced_by``."""
         return {
             "namespace": self.namespace,
             "name": self.name,
@@ -94,6 +102,10 @@ class PodResult:
             "priority": self.priority,
             "pod_group": self.pod_group,
             "preempted_by": self.preempted_by,
+            "evicted": self.via_eviction_api,
+            "owner": self.owner,
+            "replaces": self.replaces,
+            "replaced_by": self.replaced_by,
         }
 
 
@@ -297,11 +309,17 @@ def summarize(
     gpu_policy: str,
     preemptions: Sequence[Preemption] = (),
     gangs: Mapping[tuple[str, str], int] | None = None,
+    controllers: Mapping[str, Any] | None = None,
+    evictions: Sequence[Mapping[str, Any]] = (),
+    replacements: Sequence[PodResult] = (),
 ) -> dict[str, Any]:
     """The ``summary`` object of the JSON output (see the module docstring for the definitions). ``preemptions``:
-    every pod a preemption evicted; ``gangs``: each native gang's ``minCount``."""
+    every pod a preemption evicted; ``gangs``: each native gang's ``minCount``; ``controllers``: what the
+    controllers recreated (:func:`controllers_json`); ``evictions``: the Eviction API requests; ``replacements``: the
+    pods the controllers created (a preemptor may be one)."""
     placed = [r for r in results if r.placed]
     evicted = [r for r in results if r.evicted]
+    by_api = [r for r in evicted if r.via_eviction_api]
     by_policy: dict[str, dict[str, int]] = {}
     for r in results:
         row = by_policy.setdefault(policy_label(r.node_policy, r.gpu_policy), {"pods": 0, "placed": 0, "pending": 0})
@@ -317,19 +335,52 @@ def summarize(
         "pods": len(results),
         "placed": len(placed),
         "pending": len(results) - len(placed) - len(evicted),
-        "preempted": len(evicted),
+        "preempted": len(evicted) - len(by_api),
+        "evicted": len(by_api),
         "policies": {"node": node_policy, "gpu": gpu_policy},
         "by_policy": {k: by_policy[k] for k in sorted(by_policy)},
         "gpu": _device_figures(usable),
-        "by_vendor": {name: _device_figures([s for s in usable if s.vendor == name]) for name in vendor_names},
+        "by_vendor": {name: _vendor_figures([s for s in usable if s.vendor == name]) for name in vendor_names},
         "fragmentation": fragmentation(usable).to_json(),
         "nodes_touched": len({r.node for r in placed if r.gpu}),
         "nodes_in_use": len({s.node for s in states.values() if s.used > 0}),
         "pending_reasons": dict(sorted(reasons.items())),
         "over_capacity": audit(states),
-        "preemption": _preemption_json(results, preemptions),
+        "preemption": _preemption_json([*results, *replacements], preemptions),
         "gangs": _gangs_json(results, gangs or {}),
+        "controllers": dict(controllers) if controllers is not None else controllers_json(results, (), ()),
+        "evictions": {
+            "requested": len(evictions),
+            "evicted": sum(1 for e in evictions if e["evicted"]),
+            "refused": sum(1 for e in evictions if not e["evicted"]),
+            "requests": list(evictions),
+        },
     }
+
+
+def controllers_json(
+    results: Sequence[PodResult], replacements: Sequence[PodResult], recreations: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """What the controllers did: the workload pods they own, the owned pods deleted (by a preemption or an
+    eviction), the replacements created and where they ended (``placed``, ``pending``, ``preempted``,
+    ``evicted``: each replacement once, by its final state), and every deletion with its replacement or why none
+    (``recreations``)."""
+    ended = Counter(
+        "evicted" if r.via_eviction_api else "preempted" if r.evicted else "placed" if r.placed else "pending"
+        for r in replacements
+    )
+    return {
+        "owned_pods": sum(1 for r in results if r.owner is not None),
+        "deleted": len(recreations),
+        "recreated": sum(1 for r in recreations if r["replacement"] is not None),
+        "replacements": {k: ended.get(k, 0) for k in ("placed", "pending", "preempted", "evicted")},
+        "recreations": list(recreations),
+    }
+
+
+def _vendor_figures(usable: Sequence[DeviceState]) -> dict[str, Any]:
+    """:func:`_device_figures` and the vendor's own fragmentation."""
+    return {**_device_figures(usable), "fragmentation": fragmentation(usable).to_json()}
 
 
 def _preemption_json(results: Sequence[PodResult], preemptions: Sequence[Preemption]) -> dict[str, Any]:

@@ -23,6 +23,9 @@ class SchedulerTiming:
     """``podMaxInUnschedulablePodsDuration``: a pod unschedulable this long is tried again without any event (the
     driver does it on the simulated clock once the run is otherwise quiet and a pod that may preempt waits, as long
     as the previous flush changed something)."""
+    controller_delay_s: float = 1.0
+    """kube-controller-manager: from an owned pod's deletion (a StatefulSet's: its end) to the creation of its
+    replacement (``--controller-delay``, :mod:`services.simulate.kcm`)."""
     max_attempts: int = 20
     """A simulation must end: a pod still failing to bind after this many scheduling attempts is reported pending
     (kube-scheduler would go on retrying it every ``max_backoff_s``)."""

@@ -86,6 +86,14 @@ def parse_go_duration(text: str) -> float:
     return float(sign * total_ns / Decimal(1_000_000_000))
 
 
+def parse_seconds(text: str) -> float:
+    """Plain seconds (``1.5``) or a Go duration (``1500ms``), in seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        return parse_go_duration(text)
+
+
 def format_go_duration(seconds: float) -> str:
     """The shortest Go-style spelling of a duration, for help texts and docs (``300s`` -> ``5m``)."""
     if seconds == 0:

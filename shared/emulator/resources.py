@@ -1,6 +1,7 @@
 """The resource types the emulator serves: core/v1 nodes, pods, resourcequotas, events, namespaces; and, for gang
 scheduling, ``scheduling.k8s.io`` PodGroups (``v1beta1`` as Kubernetes v1.37 serves them, ``v1alpha2`` as v1.36
-does) and scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` PodGroups (coscheduling)."""
+does) and scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` PodGroups (coscheduling); ``policy/v1``
+PodDisruptionBudgets."""
 
 from __future__ import annotations
 
@@ -93,8 +94,10 @@ GROUP_RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.k8s.io/v1beta1"),
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.k8s.io/v1alpha2"),
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.x-k8s.io/v1alpha1"),
+    ResourceType("poddisruptionbudgets", "PodDisruptionBudget", True, _META, True, CreateStatus.KEEP, "policy/v1"),
 )
-"""The resource types of other API groups (read by the extender's gang handling, docs/gangs.md)."""
+"""The resource types of other API groups (PodGroups: read by the extender's gang handling, docs/gangs.md;
+PodDisruptionBudgets: read by preemption, honoured by the pods' ``eviction`` subresource)."""
 
 
 def by_plural(group_version: str = "v1") -> dict[str, ResourceType]:

@@ -156,3 +156,21 @@ def parse_field_selector(text: str | None, supported: frozenset[str]) -> FieldSe
             raise bad_request(f"field label not supported: {field}")
         reqs.append(FieldRequirement(field, value.strip(), op == "!="))
     return FieldSelector(text, tuple(reqs))
+
+
+def structured_selector(selector: Mapping[str, Any] | None) -> LabelSelector:
+    """A ``metav1.LabelSelector`` (``matchLabels``, ``matchExpressions`` with ``In``, ``NotIn``, ``Exists``,
+    ``DoesNotExist``) as ``LabelSelectorAsSelector`` reads it; None or empty gives an empty selector (callers
+    decide what an empty one selects). A malformed one raises a 400 ``ApiError``."""
+    if not selector:
+        return LabelSelector("", ())
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for e in selector.get("matchExpressions") or []:
+        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({','.join(str(v) for v in values)})")
+        elif op in ("Exists", "DoesNotExist"):
+            parts.append(f"{'!' if op == 'DoesNotExist' else ''}{key}")
+        else:
+            raise bad_request(f"{op!r} is not a valid label selector operator")
+    return parse_label_selector(",".join(parts))

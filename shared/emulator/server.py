@@ -1,11 +1,12 @@
 """The Kubernetes API emulator: a real aiohttp server speaking core/v1 REST as kube-apiserver does, so
 kubernetes-asyncio runs unmodified against it. Also the in-process helpers tests and the simulator use.
 
-Served: ``nodes``, ``pods`` (+ ``/status``, ``/binding``), ``resourcequotas`` (+ ``/status``), ``events``,
-``namespaces``, and ``podgroups`` of ``scheduling.k8s.io/v1beta1``, ``…/v1alpha2`` and
-``scheduling.x-k8s.io/v1alpha1`` under ``/apis/<group>/<version>``; list (label/field selectors), watch
-(newline-delimited JSON events, ``timeoutSeconds``, ``allowWatchBookmarks``, 410 ``Expired`` past the history
-window), get, create, update, patch (merge, strategic-as-merge, JSON patch), delete. Nothing else.
+Served: ``nodes``, ``pods`` (+ ``/status``, ``/binding``, ``/eviction``: :mod:`.eviction`), ``resourcequotas``
+(+ ``/status``), ``events``, ``namespaces``, ``podgroups`` of ``scheduling.k8s.io/v1beta1``, ``…/v1alpha2`` and
+``scheduling.x-k8s.io/v1alpha1``, and ``policy/v1`` ``poddisruptionbudgets``, under ``/apis/<group>/<version>``;
+list (label/field selectors), watch (newline-delimited JSON events, ``timeoutSeconds``, ``allowWatchBookmarks``,
+410 ``Expired`` past the history window), get, create, update, patch (merge, strategic-as-merge, JSON patch),
+delete. Nothing else.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from vgpu_scheduler.shared.emulator.eviction import evict
 from vgpu_scheduler.shared.emulator.patch import merge_patch
 from vgpu_scheduler.shared.emulator.resources import ResourceType, by_plural, resolve
 from vgpu_scheduler.shared.emulator.selectors import parse_field_selector, parse_label_selector
@@ -35,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 _TRUE = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 _BATCH = 512  # watch frames written per socket write at most
+_POD_POSTS = frozenset({"binding", "eviction"})
 
 
 class WriteVerb(enum.Enum):
@@ -325,7 +328,7 @@ class Emulator:
         name = rest[0] if rest else None
         sub = rest[1] if len(rest) == 2 else None
         if sub is not None and not (
-            (sub == "status" and rtype.has_status) or (sub == "binding" and rtype.kind == "Pod")
+            (sub == "status" and rtype.has_status) or (sub in _POD_POSTS and rtype.kind == "Pod")
         ):
             raise missing
         return _Target(rtype, ns, name, sub)
@@ -371,12 +374,14 @@ class Emulator:
                 return _json_response(obj, 201)
             raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
         assert ns is not None
-        if t.sub == "binding":
+        if t.sub in _POD_POSTS:
             if method != "POST":
                 raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
             body = await self._body(request)
-            obj = store.bind(t.rtype, ns, t.name, body)
-            self._hook(WriteVerb.BIND, t, obj, body, request)
+            if t.sub == "eviction":
+                evict(store, (t.rtype, resolve("poddisruptionbudgets", "policy/v1")), ns, t.name, body)
+            else:
+                self._hook(WriteVerb.BIND, t, store.bind(t.rtype, ns, t.name, body), body, request)
             return _json_response(success_status(201), 201)
         if method == "GET":
             return _json_response(store.get(t.rtype, ns, t.name))

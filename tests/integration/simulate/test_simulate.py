@@ -18,10 +18,14 @@ from vgpu_scheduler.services.simulate.main import EXAMPLE_CLUSTER, EXAMPLE_DEVIC
 from vgpu_scheduler.services.simulate.manifests import load_cluster, load_workload
 from vgpu_scheduler.shared.codec.register import decode_register
 
-POD_KEYS = ["namespace", "name", "node", "annotations", "reasons", "priority", "pod_group", "preempted_by"]
+POD_KEYS = [
+    "namespace", "name", "node", "annotations", "reasons", "priority", "pod_group", "preempted_by",
+    "evicted", "owner", "replaces", "replaced_by",
+]  # fmt: skip
 SUMMARY_KEYS = {
     "pods", "placed", "pending", "policies", "by_policy", "gpu", "fragmentation", "nodes_touched", "nodes_in_use",
     "pending_reasons", "over_capacity", "contention", "by_vendor", "preempted", "preemption", "gangs",
+    "evicted", "controllers", "evictions",
 }  # fmt: skip
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
@@ -53,7 +57,8 @@ def comparison(plot_dir: Path) -> dict[str, Any]:
 
 def test_the_json_output_has_exactly_the_interface_shape(single: dict[str, Any]) -> None:
     workload = load_workload(EXAMPLE_WORKLOAD)
-    assert list(single) == ["pods", "summary"]
+    assert list(single) == ["pods", "summary", "replacements"]  # the keys added come after the first two
+    assert single["replacements"] == []
     assert [(p["namespace"], p["name"]) for p in single["pods"]] == [
         (p["metadata"]["namespace"], p["metadata"]["name"]) for p in workload.pods
     ]

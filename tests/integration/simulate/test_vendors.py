@@ -262,12 +262,14 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
 
 def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any]) -> None:
     summary = result["summary"]
-    assert set(summary) == OLD_SUMMARY_KEYS | {"by_vendor", "preempted", "preemption", "gangs"}
+    added = {"by_vendor", "preempted", "preemption", "gangs", "evicted", "controllers", "evictions"}
+    assert set(summary) == OLD_SUMMARY_KEYS | added
     assert set(summary["gpu"]) == GPU_KEYS
     by_vendor = summary["by_vendor"]
     assert list(by_vendor) == VENDOR_ORDER
     for figures in by_vendor.values():
-        assert set(figures) == GPU_KEYS
+        assert set(figures) == GPU_KEYS | {"fragmentation"}
+        assert set(figures["fragmentation"]) == set(summary["fragmentation"])
     assert {k: v["devices"] for k, v in by_vendor.items()} == {
         "NVIDIA": 3, "AMD": 2, "Ascend910B3": 3, "Biren": 2, "DCU": 3, "MLU": 2, "MR-V100": 3, "Mthreads": 3,
         "Vastai": 2, "GCU": 2, "Enflame": 1, "AWSNeuron": 4, "kunlun": 8, "XPU": 8,
@@ -293,7 +295,12 @@ def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any
             "priority",
             "pod_group",
             "preempted_by",
+            "evicted",
+            "owner",
+            "replaces",
+            "replaced_by",
         ]
+    assert result["replacements"] == []
 
 
 def test_neuron_cores_and_device_runs(result: dict[str, Any]) -> None:

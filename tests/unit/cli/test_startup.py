@@ -129,3 +129,4 @@ def test_simulate_flag_defaults_are_the_drivers() -> None:
 
     assert SchedulerTiming().allocate_latency_s == command.DEFAULT_ALLOCATE_LATENCY_S
     assert SchedulerTiming().http_timeout_s == command.DEFAULT_EXTENDER_HTTP_TIMEOUT_S
+    assert SchedulerTiming().controller_delay_s == command.DEFAULT_CONTROLLER_DELAY_S

@@ -58,11 +58,14 @@ def test_the_bundled_examples_load_and_the_repository_copies_are_identical() -> 
         "device-config.yaml",
         "priority-cluster.yaml",
         "priority-workload.yaml",
+        "disruption-workload.yaml",
     ):
         assert (EXAMPLES_DIR / name).read_bytes() == (REPO / "examples" / name).read_bytes(), name
     priority = load_workload(EXAMPLES_DIR / "priority-workload.yaml")
     assert len(priority.priority_classes) == 4 and len(priority.pod_groups) == 2
     assert len(load_cluster(EXAMPLES_DIR / "priority-cluster.yaml").nodes) == 3
+    disruption = load_workload(EXAMPLES_DIR / "disruption-workload.yaml")
+    assert (len(disruption.controllers), len(disruption.budgets), len(disruption.evictions)) == (3, 2, 6)
 
 
 def test_multi_document_yaml_a_list_and_json_all_load(tmp_path: Path) -> None:
@@ -211,7 +214,10 @@ def test_bad_cluster_files_give_one_line_naming_file_document_and_field(
 
 BAD_WORKLOAD = [
     pytest.param(
-        NODE, "document 1: kind: 'Node' is not accepted here (expected Pod, PodGroup, PriorityClass)", id="node"
+        NODE,
+        "document 1: kind: 'Node' is not accepted here (expected Deployment, Eviction, Job, Pod, "
+        "PodDisruptionBudget, PodGroup, PriorityClass, ReplicaSet, StatefulSet)",
+        id="node",
     ),
     pytest.param("kind: Pod\nmetadata: {name: p}\nspec: {}\n", "document 1: spec.containers: a pod needs", id="empty"),
     pytest.param(POD.replace("- name: main", "- image: x"), "spec.containers[0].name: missing", id="no-ctr-name"),

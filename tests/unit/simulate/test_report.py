@@ -7,7 +7,16 @@ from typing import Any
 import pytest
 
 from tests.builders import gpu
-from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult, audit, device_states, reason_types, summarize
+from vgpu_scheduler.services.simulate.report import (
+    ADMISSION,
+    PodResult,
+    Preemption,
+    audit,
+    controllers_json,
+    device_states,
+    reason_types,
+    summarize,
+)
 from vgpu_scheduler.shared.codec.register import encode_register_json
 
 
@@ -121,9 +130,14 @@ def test_summary_figures_follow_their_definitions() -> None:
 def test_pod_result_json_has_exactly_the_interface_keys() -> None:
     r = PodResult("ns", "p", None, {"hami.io/b": "2", "hami.io/a": "1"}, {"n2": "x", "n1": "y"}, "binpack", "spread")
     out = r.to_json()
-    # the original five keys first, in order; then the keys added with priorities and gangs (issue 26)
-    assert list(out) == ["namespace", "name", "node", "annotations", "reasons", "priority", "pod_group", "preempted_by"]
+    # the original five keys first, in order; then the keys added with priorities and gangs (issue 26), then with
+    # controllers and evictions (issue 37)
+    assert list(out) == [
+        "namespace", "name", "node", "annotations", "reasons", "priority", "pod_group", "preempted_by",
+        "evicted", "owner", "replaces", "replaced_by",
+    ]  # fmt: skip
     assert (out["priority"], out["pod_group"], out["preempted_by"]) == (0, None, None)
+    assert (out["evicted"], out["owner"], out["replaces"], out["replaced_by"]) == (False, None, None, None)
     assert list(out["annotations"]) == ["hami.io/a", "hami.io/b"] and list(out["reasons"]) == ["n1", "n2"]
 
 
@@ -146,3 +160,30 @@ def test_pod_result_json_has_exactly_the_interface_keys() -> None:
 )
 def test_reason_types(reasons: dict[str, str], expected: set[str]) -> None:
     assert reason_types(reasons) == expected
+
+
+def test_a_replacement_that_preempts_is_named_with_its_priority_and_node_and_counted_by_its_end() -> None:
+    """A controller's replacement is a pod like any other: it may preempt in turn, and the report finds it."""
+    victim = PodResult("ml", "v", None, {}, {"n1": "preempted"}, evicted=True, preempted_by="ml/web-2", owner="Job/j")
+    web = PodResult("ml", "web-1", None, {}, {"n2": "preempted"}, evicted=True, owner="ReplicaSet/web")
+    new = PodResult("ml", "web-2", "n1", priority=100, owner="ReplicaSet/web", replaces="ml/web-1")
+    pending = PodResult("ml", "j-2", None, {}, {"n1": "x"}, owner="Job/j", replaces="ml/v")
+    gone = Preemption("ml/v", "n1", "ml/web-2", 10, 5.0, workload=True)
+    recreations = [
+        {"pod": "ml/web-1", "owner": "ReplicaSet/web", "at_s": 1.0, "replacement": "ml/web-2", "skipped": None},
+        {"pod": "ml/v", "owner": "Job/j", "at_s": 6.0, "replacement": "ml/j-2", "skipped": None},
+    ]
+    s = summarize(
+        [victim, web],
+        {},
+        node_policy="binpack",
+        gpu_policy="spread",
+        preemptions=[gone],
+        replacements=[new, pending],
+        controllers=controllers_json([victim, web], [new, pending], recreations),
+    )
+    assert s["preemption"]["preemptors"] == {"ml/web-2": {"priority": 100, "node": "n1", "victims": ["ml/v"]}}
+    assert s["controllers"]["replacements"] == {"placed": 1, "pending": 1, "preempted": 0, "evicted": 0}
+    assert (s["controllers"]["owned_pods"], s["controllers"]["deleted"], s["controllers"]["recreated"]) == (2, 2, 2)
+    assert (s["pods"], s["placed"], s["pending"], s["preempted"], s["evicted"]) == (2, 0, 0, 2, 0)
+    assert s["evictions"] == {"requested": 0, "evicted": 0, "refused": 0, "requests": []}
