@@ -4,20 +4,26 @@ scores by name), while the binds run in parallel; spread, the same burst, uses e
 kube-scheduler filters the burst's pods one after another and binds them asynchronously; each node takes one bind
 at a time (HAMi's node lock). The extender passes over a node only once its lock cannot serve the binds queued
 there within most of a bind's wait (services/extender/bindlimit.py); a node of two cards never reaches that, so
-the burst fills nodes two by two, in order. The bench (benchmarks/bench_cluster.py) measures the same at size,
-beside the minimum (tests/controlplane/density.py).
+the burst fills nodes two by two, in order. ``simulate`` plays the same burst on the same nodes
+the same way. The bench (benchmarks/bench_cluster.py) measures it at size, beside the minimum
+(tests/controlplane/density.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.controlplane.control import ApiServer, Cleanup
 from tests.controlplane.density import minimum_nodes
-from tests.controlplane.harness import NodeShape, Settings, gpu_pod
+from tests.controlplane.harness import NodeShape, Settings, gpu_node, gpu_pod
 from tests.controlplane.scenario import Scenario, run_scenario
 
 pytestmark = pytest.mark.timeout(300)
@@ -46,6 +52,10 @@ async def test_a_binpack_burst_fills_the_fewest_nodes_in_order(
     assert set(per_node.values()) == {SHAPE.gpus}  # every node it opened is full
     names = sorted(per_node)
     assert [n.rsplit("-n", 1)[1] for n in names] == [f"{i:04d}" for i in range(6)]  # the first six by name
+    if replicas == 1:  # simulate, the same nodes and burst: the same nodes, each as full
+        simulated = await _simulate(tmp_path, pods)
+        assert Counter(n.rsplit("-n", 1)[1] for n in simulated) == Counter(n.rsplit("-n", 1)[1] for n in per_node)
+        assert Counter(simulated.values()) == Counter(per_node.values())
 
 
 async def test_a_spread_burst_uses_every_node(
@@ -57,3 +67,23 @@ async def test_a_spread_burst_uses_every_node(
     outcome.report.check()
     assert outcome.bound == len(pods)
     assert len({p["spec"]["nodeName"] for p in outcome.pods}) == NODES
+
+
+async def _simulate(tmp: Path, pods: list[dict[str, Any]]) -> Counter[str]:
+    """``vgpu-scheduler simulate`` of the burst on ``NODES`` nodes of ``SHAPE``: pods per node."""
+    nodes = [gpu_node(f"sim-n{i:04d}", SHAPE, {}) for i in range(NODES)]
+    workload = [{**p, "metadata": {**p["metadata"], "namespace": "default"}} for p in pods]
+    for p in workload:
+        p["spec"] = {k: v for k, v in p["spec"].items() if k != "schedulerName"}
+    (tmp / "cluster.yaml").write_text(yaml.safe_dump_all(nodes))
+    (tmp / "workload.yaml").write_text(yaml.safe_dump_all(workload))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "vgpu_scheduler.services.cli", "simulate", "--cluster", str(tmp / "cluster.yaml"),
+        "--workload", str(tmp / "workload.yaml"), "--output", "json", "--log-level", "warning",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["summary"]["placed"] == len(pods)
+    return Counter(p["node"] for p in report["pods"])
