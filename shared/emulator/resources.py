@@ -1,6 +1,8 @@
-"""The resource types the emulator serves: core/v1 nodes, pods, resourcequotas, events, namespaces; and, for gang
+"""The resource types the emulator serves: core/v1 nodes, pods, resourcequotas, events, namespaces; for gang
 scheduling, ``scheduling.k8s.io`` PodGroups (``v1beta1`` as Kubernetes v1.37 serves them, ``v1alpha2`` as v1.36
-does) and scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` PodGroups (coscheduling)."""
+does) and scheduler-plugins' ``scheduling.x-k8s.io/v1alpha1`` PodGroups (coscheduling); and ``policy/v1``
+PodDisruptionBudgets (read by preemption and honoured by ``pods/eviction``; their ``status`` is kept on create,
+since no disruption controller runs)."""
 
 from __future__ import annotations
 
@@ -93,8 +95,9 @@ GROUP_RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.k8s.io/v1beta1"),
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.k8s.io/v1alpha2"),
     ResourceType("podgroups", "PodGroup", True, _META, True, CreateStatus.KEEP, "scheduling.x-k8s.io/v1alpha1"),
+    ResourceType("poddisruptionbudgets", "PodDisruptionBudget", True, _META, True, CreateStatus.KEEP, "policy/v1"),
 )
-"""The resource types of other API groups (read by the extender's gang handling, docs/gangs.md)."""
+"""The resource types of other API groups (the extender's gang handling, docs/gangs.md; PodDisruptionBudgets)."""
 
 
 def by_plural(group_version: str = "v1") -> dict[str, ResourceType]:

@@ -1,9 +1,10 @@
 """The Kubernetes API emulator: a real aiohttp server speaking core/v1 REST as kube-apiserver does, so
 kubernetes-asyncio runs unmodified against it. Also the in-process helpers tests and the simulator use.
 
-Served: ``nodes``, ``pods`` (+ ``/status``, ``/binding``), ``resourcequotas`` (+ ``/status``), ``events``,
-``namespaces``, and ``podgroups`` of ``scheduling.k8s.io/v1beta1``, ``…/v1alpha2`` and
-``scheduling.x-k8s.io/v1alpha1`` under ``/apis/<group>/<version>``; list (label/field selectors), watch
+Served: ``nodes``, ``pods`` (+ ``/status``, ``/binding``, ``/eviction``: ``shared/emulator/eviction.py``),
+``resourcequotas`` (+ ``/status``), ``events``, ``namespaces``, ``podgroups`` of ``scheduling.k8s.io/v1beta1``,
+``…/v1alpha2`` and ``scheduling.x-k8s.io/v1alpha1`` and ``poddisruptionbudgets`` of ``policy/v1`` under
+``/apis/<group>/<version>``; list (label/field selectors), watch
 (newline-delimited JSON events, ``timeoutSeconds``, ``allowWatchBookmarks``, 410 ``Expired`` past the history
 window), get, create, update, patch (merge, strategic-as-merge, JSON patch), delete. Nothing else.
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from vgpu_scheduler.shared.emulator.eviction import evict
 from vgpu_scheduler.shared.emulator.patch import merge_patch
 from vgpu_scheduler.shared.emulator.resources import ResourceType, by_plural, resolve
 from vgpu_scheduler.shared.emulator.selectors import parse_field_selector, parse_label_selector
@@ -325,7 +327,7 @@ class Emulator:
         name = rest[0] if rest else None
         sub = rest[1] if len(rest) == 2 else None
         if sub is not None and not (
-            (sub == "status" and rtype.has_status) or (sub == "binding" and rtype.kind == "Pod")
+            (sub == "status" and rtype.has_status) or (sub in ("binding", "eviction") and rtype.kind == "Pod")
         ):
             raise missing
         return _Target(rtype, ns, name, sub)
@@ -377,6 +379,13 @@ class Emulator:
             body = await self._body(request)
             obj = store.bind(t.rtype, ns, t.name, body)
             self._hook(WriteVerb.BIND, t, obj, body, request)
+            return _json_response(success_status(201), 201)
+        if t.sub == "eviction":
+            if method != "POST":
+                raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
+            body = await self._body(request)
+            obj = evict(store, ns, t.name, body)
+            self._hook(WriteVerb.DELETE, t, obj, body, request)
             return _json_response(success_status(201), 201)
         if method == "GET":
             return _json_response(store.get(t.rtype, ns, t.name))

@@ -145,6 +145,10 @@ class Store:
 
     # ---- reads -------------------------------------------------------------------------------------------------
 
+    def now(self) -> float:
+        """The store's clock (seconds since the epoch; the simulator's simulated one)."""
+        return self._now()
+
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
         obj = self._objects.get(rtype.key, {}).get((namespace, name))
         if obj is None:
