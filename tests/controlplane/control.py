@@ -1,9 +1,10 @@
-"""A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-scheduler on demand) from the
-binaries in ``$KUBEBUILDER_ASSETS``, with openssl-generated certificates. Plain context managers, so the pytest
-fixtures and ``benchmarks/bench_cluster.py`` share them.
+"""A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-scheduler, + kube-controller-manager
+on demand) from the binaries in ``$KUBEBUILDER_ASSETS``, with openssl-generated certificates. Plain context
+managers, so the pytest fixtures and ``benchmarks/bench_cluster.py`` share them.
 
-No controller-manager and no kubelet run: Nodes are created with their ``status``, pods never run, a namespace
-is finalized by hand (``Cleanup``)."""
+No kubelet runs: Nodes are created with their ``status``, pods never run, a namespace is finalized by hand
+(``Cleanup``). kube-controller-manager runs only where a test starts it (``tests/controlplane/controllers.py``).
+"""
 
 from __future__ import annotations
 
