@@ -7,22 +7,12 @@ marks it running."""
 from __future__ import annotations
 
 import contextlib
-import ssl
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.controlplane.control import (
-    SKIP_REASON,
-    ApiServer,
-    ControlPlaneError,
-    _binary,
-    _loopback_env,
-    _start_listening,
-    _stop,
-    assets_dir,
-)
+from tests.controlplane.control import SKIP_REASON, ApiServer, ControlPlaneError, assets_dir, start_component
 
 CONTROLLER_MANAGER = "kube-controller-manager"
 WORKLOAD_CONTROLLERS = (
@@ -66,37 +56,14 @@ def start_controller_manager(
         raise ControlPlaneError(SKIP_REASON)
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "kube-controller-manager.log"
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed on the fly
-
-    def launch(ports: list[int]) -> tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]:
-        (port,) = ports
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    _binary(assets, CONTROLLER_MANAGER),
-                    f"--kubeconfig={api.kubeconfig}",
-                    f"--authentication-kubeconfig={api.kubeconfig}",
-                    f"--authorization-kubeconfig={api.kubeconfig}",
-                    f"--controllers={','.join(controllers)}",
-                    f"--service-account-private-key-file={api.cert_dir / 'sa.key'}",
-                    f"--root-ca-file={api.ca_file}",
-                    "--leader-elect=false",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={port}",
-                    "--kube-api-qps=100",
-                    "--kube-api-burst=200",
-                    "--v=2",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_loopback_env(),
-            )
-        return proc, f"https://127.0.0.1:{port}/healthz", insecure
-
-    proc, (port,) = _start_listening(1, launch, log, CONTROLLER_MANAGER)
-    try:
+    args = [
+        f"--kubeconfig={api.kubeconfig}",
+        f"--controllers={','.join(controllers)}",
+        f"--service-account-private-key-file={api.cert_dir / 'sa.key'}",
+        f"--root-ca-file={api.ca_file}",
+        "--leader-elect=false",
+        "--kube-api-qps=100",
+        "--kube-api-burst=200",
+    ]
+    with start_component(api, assets, CONTROLLER_MANAGER, args, log) as (proc, port):
         yield ControllerManager(proc=proc, log=log, port=port)
-    finally:
-        _stop(proc)
