@@ -28,7 +28,6 @@ cancellation does too, and is then re-raised.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move
 from vgpu_scheduler.shared.errors import NotFoundError, VgpuError
 from vgpu_scheduler.shared.k8s import Api, DisruptionBudgetError, EventType, KubeObject
 from vgpu_scheduler.shared.k8s.objects import meta, name_of, namespace_of, pod_ref, uid_of
+from vgpu_scheduler.shared.runtime import cancel_until_done
 from vgpu_scheduler.shared.store import Store
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class ExecuteResult:
 
     def state_lines(self) -> list[str]:
         """The state reached, for an operator (printed at the end of a run that stopped)."""
-        lines = [f"stopped: {self.failed.key if self.failed else 'before any move'}: {self.reason}"]
+        lines = [f"stopped: {self.failed.key}: {self.reason}" if self.failed else f"stopped: {self.reason}"]
         if self.evicted:
             done = [
                 m.key + (f" (replacement {self.replacements[m.uid]})" if m.uid in self.replacements else "")
@@ -238,35 +238,45 @@ class _Run:
     # ---- execution -----------------------------------------------------------------------------------------------
 
     async def execute(self) -> None:
-        target = self.plan.target
-        if target is not None:
-            self.hold = await self._prepare(reserve=True)
-            if self.hold is None:
-                self.out(f"cannot: {self.result.reason}")
-                return
-            self.result.hold = "kept"
-            self.out(f"holding node {self.hold.node}'s cards {_cards(self.hold.devices)} for pod {self.hold.key}")
-            moved = ", ".join(m.key for m in self.plan.moves)
-            await self._event(
-                pod_ref(self.hold.namespace, self.hold.name, self.hold.uid),
-                MAKING_ROOM,
-                f"Moving {len(self.plan.moves)} pod(s) ({moved}) {self._purpose()}",
-                EventType.NORMAL,
-            )
-        renewer = asyncio.create_task(self._renew(), name="defrag-renew-hold") if self.hold is not None else None
+        renewer: asyncio.Task[None] | None = None
         try:
+            if self.plan.target is not None:
+                await _shielded(self._hold())  # a hold is made whole or not at all, cancelled or not
+                if self.hold is None:
+                    self.out(f"cannot: {self.result.reason}")
+                    return
+                renewer = asyncio.create_task(self._renew(), name="defrag-renew-hold")
+                await self._making_room(self.hold)
             await self._carry_out()
         except asyncio.CancelledError:
             if self.result.ok:
                 self._fail(None, "cancelled")
-            await _despite_cancellation(self._finish())
+            await _shielded(self._finish())
+            raise
+        except Exception as e:  # an outage or a bug: the hold is settled all the same, then the error goes on
+            if self.result.ok:
+                self._fail(None, f"{type(e).__name__}: {e}")
+            await self._finish()
             raise
         finally:
             if renewer is not None:
-                renewer.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await renewer
+                await cancel_until_done([renewer])
         await self._finish()
+
+    async def _hold(self) -> None:
+        self.hold = await self._prepare(reserve=True)
+        if self.hold is not None:
+            self.result.hold = "kept"
+
+    async def _making_room(self, hold: Hold) -> None:
+        self.out(f"holding node {hold.node}'s cards {_cards(hold.devices)} for pod {hold.key}")
+        moved = ", ".join(m.key for m in self.plan.moves)
+        await self._event(
+            pod_ref(hold.namespace, hold.name, hold.uid),
+            MAKING_ROOM,
+            f"Moving {len(self.plan.moves)} pod(s) ({moved}) {self._purpose()}",
+            EventType.NORMAL,
+        )
 
     async def _carry_out(self) -> None:
         namespaces = {m.namespace for m in self.plan.moves}
@@ -281,6 +291,8 @@ class _Run:
                     await self._await_bound(watch, self.hold)
         except Stopped:
             self._fail(None, "stopped (SIGTERM)")
+        except TimeoutError:  # the waits of the waves and of the pod's bind catch their own
+            self._fail(None, "the pods could not be watched (list and watch on pods are needed)")
 
     async def _wave(self, watch: PodWatch, moves: Sequence[Move]) -> bool:
         """Evict ``moves``, then wait until they settle; False on a failure (recorded)."""
@@ -401,14 +413,19 @@ def _not_as_planned(pod: KubeObject | None, move: Move) -> str | None:
     return None
 
 
-async def _despite_cancellation(work: Awaitable[None]) -> None:
-    """Run ``work`` to its end although the caller keeps being cancelled (a supervisor re-cancels until done):
-    the hold must not be left half-made."""
+async def _shielded(work: Awaitable[None]) -> None:
+    """Run ``work`` to its end although the caller is cancelled meanwhile (a supervisor may cancel again and again
+    until it is done), then let the cancellation go on: a hold is never left half-made or half-released."""
     task = asyncio.ensure_future(work)
+    cancelled = False
     while not task.done():
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
     task.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def execute_plan(

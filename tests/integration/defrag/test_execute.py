@@ -217,4 +217,4 @@ async def test_a_cancelled_run_leaves_no_hold_behind(
     else:
         raise AssertionError("the cancellation was swallowed")
     assert await store.reservations.get(big["metadata"]["uid"]) is None
-    assert "stopped: before any move: cancelled" in lines and "hold: released" in lines
+    assert "stopped: cancelled" in lines and "hold: released" in lines
