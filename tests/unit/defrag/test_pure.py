@@ -9,21 +9,19 @@ from typing import Any
 
 import pytest
 
-from tests.integration.extender.filter_harness import node
+from tests import builders as b
 from vgpu_scheduler.services.defrag.execute import ExecuteOptions, freed_cards
 from vgpu_scheduler.services.defrag.hold import fit_on_cards
 from vgpu_scheduler.services.defrag.waves import Wave
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move
-from vgpu_scheduler.shared.domain.model import DeviceCharge, DeviceUsage, NvidiaConfig, PodRequest
+from vgpu_scheduler.shared.domain.model import DeviceCharge, NvidiaConfig, PodConstraints
 from vgpu_scheduler.shared.domain.plan import Decision
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
+from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY
 from vgpu_scheduler.shared.errors import TransientError
 from vgpu_scheduler.shared.k8s import DisruptionBudgetError
 from vgpu_scheduler.shared.k8s.errors import error_for
-from vgpu_scheduler.shared.protocol.constraints import pod_constraints
-from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
-from vgpu_scheduler.shared.vendors.pods import vendors_pod_request
 
 RS = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web", "uid": "rs-1", "controller": True}
 
@@ -114,42 +112,28 @@ def test_options_refuse_what_cannot_run(options: dict[str, Any], error: str) -> 
         ExecuteOptions(**options)
 
 
-def _request(mem: int) -> PodRequest:
-    body = {
-        "spec": {
-            "containers": [
-                {"name": "m", "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem)}}}
-            ]
-        }
-    }
-    return vendors_pod_request(body, enabled_vendors(NvidiaConfig()))
-
-
-def _fit(snapshot: NodeSnapshot, freed: list[DeviceCharge], cards: set[str], mem: int = 16384) -> Decision | str:
-    vendors = enabled_vendors(NvidiaConfig())
+def _fit(snapshot: NodeSnapshot, freed: list[DeviceCharge], cards: set[str], mem: int = 8000) -> Decision | str:
     return fit_on_cards(
-        _request(mem),
-        pod_constraints({}, vendors),
+        b.pod(b.req(1, mem)),
+        PodConstraints(),
         snapshot,
         freed,
         cards,
         policies=Policies(),
         config=NvidiaConfig(),
-        rules=vendors.rules,
+        rules=NVIDIA_ONLY,
     )
 
 
 def test_the_pod_fits_only_on_the_planned_cards_once_the_moved_pods_charges_are_freed() -> None:
-    inv = node("n1", 2)
-    used = DeviceUsage(used=1, used_mem_mib=4000, used_cores=0)
-    snap = NodeSnapshot(inv, {"GPU-n1-0": used, "GPU-n1-1": used})
-    charge = DeviceCharge(uuid="GPU-n1-0", slots=1, mem_mib=4000, cores_pct=0)
-    assert isinstance(_fit(snap, [], {"GPU-n1-0"}), str)  # nothing moved: no room
-    placed = _fit(snap, [charge], {"GPU-n1-0"})
+    full = b.snap("n1", n=2, usage={0: b.use(1, 2000), 1: b.use(1, 2000)})
+    charge = DeviceCharge(uuid="GPU-n1-0", slots=1, mem_mib=2000, cores_pct=0)
+    assert isinstance(_fit(full, [], {"GPU-n1-0"}), str)  # nothing moved: no room
+    placed = _fit(full, [charge], {"GPU-n1-0"})
     assert isinstance(placed, Decision) and [d.uuid for c in placed.devices for d in c] == ["GPU-n1-0"]
-    assert isinstance(_fit(snap, [charge], {"GPU-n1-1"}), str)  # the room is on another card than planned
-    idle = NodeSnapshot(inv, {"GPU-n1-0": used})
-    only = _fit(idle, [], {"GPU-n1-0"}, mem=1000)
+    assert isinstance(_fit(full, [charge], {"GPU-n1-1"}), str)  # the room is on another card than planned
+    one_idle = b.snap("n1", n=2, usage={0: b.use(1, 2000)})
+    only = _fit(one_idle, [], {"GPU-n1-0"}, mem=1000)
     assert isinstance(only, Decision) and [d.uuid for c in only.devices for d in c] == ["GPU-n1-0"]  # not the idle one
 
 
