@@ -17,6 +17,9 @@ Executing, in order:
 3. The helped pod is awaited bound (``bind_timeout_s``; not binding in time is reported, not a failure of the
    moves: kube-scheduler retries it and the hold keeps its cards).
 
+A plan that frees cards (no waiting pod) holds the cards to free the same way while it runs, and releases them when
+it ends (``prepare_card_holds``): the moved pods' replacements cannot land back on them.
+
 A progress line per move (evicted, then settled) goes to ``out``; an Event is recorded on every moved pod
 (``DefragMoved``) and on the helped pod (``DefragMakingRoom``, ``DefragFailed``). The first failure stops the run,
 and the state reached is printed: the moves made, the failing one and why, what remains. The hold is released when
@@ -29,11 +32,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-from vgpu_scheduler.services.defrag.hold import Hold, Placement, moved_pods_left, prepare_hold, release_hold
+from vgpu_scheduler.services.defrag.hold import (
+    Hold,
+    Placement,
+    moved_pods_left,
+    prepare_card_holds,
+    prepare_hold,
+    release_hold,
+)
+from vgpu_scheduler.services.defrag.result import ExecuteOptions, ExecuteResult, freed_cards
 from vgpu_scheduler.services.defrag.waves import PodWatch, Stopped, Wave
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move
 from vgpu_scheduler.shared.errors import NotFoundError, VgpuError
@@ -42,6 +52,11 @@ from vgpu_scheduler.shared.k8s.objects import meta, name_of, namespace_of, pod_r
 from vgpu_scheduler.shared.runtime import cancel_until_done
 from vgpu_scheduler.shared.store import Store
 
+__all__ = ["DRY_RUN", "ExecuteOptions", "ExecuteResult", "execute_plan"]
+
+DRY_RUN = ExecuteOptions()
+"""The default: nothing is evicted."""
+
 logger = logging.getLogger(__name__)
 
 MOVED = "DefragMoved"
@@ -49,105 +64,8 @@ MAKING_ROOM = "DefragMakingRoom"
 FAILED = "DefragFailed"
 
 
-@dataclass(frozen=True, slots=True)
-class ExecuteOptions:
-    """``execute``: evict (default: a dry run). ``wave_size``: evictions at once (``--wave-size``).
-    ``wave_timeout_s``: how long a wave may take to settle. ``bind_timeout_s``: how long the helped pod is awaited
-    bound after the last wave. ``renew_every_s``: how often the hold's reservation is renewed."""
-
-    execute: bool = False
-    wave_size: int = 2
-    wave_timeout_s: float = 600.0
-    bind_timeout_s: float = 120.0
-    renew_every_s: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.wave_size < 1:
-            raise ValueError(f"--wave-size must be 1 or more, not {self.wave_size}")
-        for name in ("wave_timeout_s", "bind_timeout_s", "renew_every_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
-
-
-@dataclass
-class ExecuteResult:
-    """What a run did. ``evicted``: the moves whose pod was evicted; ``settled``: those whose pod is gone and whose
-    replacement is bound (``replacements``: ``ns/name on node``). ``failed``/``reason``: the move that failed and
-    why (``failed`` None with a ``reason``: the run stopped before any move, e.g. the hold was refused).
-    ``hold``: ``none`` (no target), ``checked`` (dry run: it would be made), ``kept``, ``released``."""
-
-    executed: bool
-    moves: tuple[Move, ...]
-    evicted: list[Move] = field(default_factory=list)
-    settled: list[Move] = field(default_factory=list)
-    replacements: dict[str, str] = field(default_factory=dict)
-    failed: Move | None = None
-    reason: str = ""
-    hold: str = "none"
-    target_bound: str | None = None
-    """The node the helped pod was seen bound to (None: not seen bound, or no target)."""
-    cards_freed: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.reason
-
-    @property
-    def moved(self) -> int:
-        return len(self.evicted)
-
-    @property
-    def failures(self) -> int:
-        return 0 if self.ok else 1
-
-    @property
-    def remaining(self) -> list[Move]:
-        done = {m.uid for m in self.evicted}
-        return [m for m in self.moves if m.uid not in done]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "executed": self.executed,
-            "ok": self.ok,
-            "moved": self.moved,
-            "settled": [m.key for m in self.settled],
-            "replacements": {m.key: self.replacements[m.uid] for m in self.settled if m.uid in self.replacements},
-            "failed": None if self.failed is None else self.failed.key,
-            "reason": self.reason or None,
-            "remaining": [m.key for m in self.remaining],
-            "hold": self.hold,
-            "target_bound": self.target_bound,
-            "cards_freed": self.cards_freed,
-        }
-
-    def state_lines(self) -> list[str]:
-        """The state reached, for an operator (printed at the end of a run that stopped)."""
-        lines = [f"stopped: {self.failed.key}: {self.reason}" if self.failed else f"stopped: {self.reason}"]
-        if self.evicted:
-            done = [
-                m.key + (f" (replacement {self.replacements[m.uid]})" if m.uid in self.replacements else "")
-                for m in self.evicted
-            ]
-            lines.append(f"moved ({len(done)}): {', '.join(done)}")
-        rest = [m.key for m in self.remaining if m is not self.failed]
-        lines.append(f"not moved ({len(rest)}): {', '.join(rest) if rest else 'none'}")
-        if self.hold != "none":
-            lines.append(f"hold: {self.hold}")
-        return lines
-
-
 def _cards(devices: Sequence[str]) -> str:
     return ", ".join(devices) if devices else "no card"
-
-
-def freed_cards(plan: DefragPlan, moved: Sequence[Move]) -> int:
-    """How many of the plan's freed cards every pod planned off them has left (``moved``)."""
-    gone = {m.uid for m in moved}
-    return sum(
-        1
-        for node, uuid in plan.freed
-        if all(m.uid in gone for m in plan.moves if m.source == node and uuid in m.source_devices)
-    )
 
 
 class _Run:
@@ -168,6 +86,7 @@ class _Run:
         self.options, self.out, self.stop = options, out, stop
         self.result = ExecuteResult(executed=options.execute, moves=plan.moves)
         self.hold: Hold | None = None
+        self.card_holds: list[Hold] = []
         self._index = {m.uid: i + 1 for i, m in enumerate(plan.moves)}
         self._reported: set[str] = set()
 
@@ -212,6 +131,9 @@ class _Run:
                 f"would hold node {checked.node}'s cards {_cards(checked.devices)} for pod {checked.key} "
                 f"before the first eviction"
             )
+        elif self.plan.freed:
+            cards = ", ".join(f"{n}/{u}" for n, u in self.plan.freed)
+            self.out(f"would hold the cards to free ({cards}) while the moves are made")
         for number, wave in enumerate(self._waves(), 1):
             self.out(f"wave {number}:")
             for m in wave:
@@ -240,13 +162,15 @@ class _Run:
     async def execute(self) -> None:
         renewer: asyncio.Task[None] | None = None
         try:
-            if self.plan.target is not None:
-                await _shielded(self._hold())  # a hold is made whole or not at all, cancelled or not
-                if self.hold is None:
-                    self.out(f"cannot: {self.result.reason}")
-                    return
-                renewer = asyncio.create_task(self._renew(), name="defrag-renew-hold")
+            await _shielded(self._hold())  # a hold is made whole or not at all, cancelled or not
+            if not self.result.ok:
+                self.out(f"cannot: {self.result.reason}")
+                return
+            renewer = asyncio.create_task(self._renew(), name="defrag-renew-hold")
+            if self.hold is not None:
                 await self._making_room(self.hold)
+            for held in self.card_holds:
+                self.out(f"holding node {held.node}'s cards {_cards(held.devices)} while the moves are made")
             await self._carry_out()
         except asyncio.CancelledError:
             if self.result.ok:
@@ -264,9 +188,21 @@ class _Run:
         await self._finish()
 
     async def _hold(self) -> None:
-        self.hold = await self._prepare(reserve=True)
-        if self.hold is not None:
-            self.result.hold = "kept"
+        if self.plan.target is not None:
+            self.hold = await self._prepare(reserve=True)
+            if self.hold is not None:
+                self.result.hold = "kept"
+            return
+        if not self.plan.freed:
+            return
+        held = await prepare_card_holds(
+            self.plan.moves, self.plan.freed, store=self.store, placement=self.placement, token=secrets.token_hex(4)
+        )
+        if isinstance(held, str):
+            self._fail(None, held)
+            return
+        self.card_holds = held
+        self.result.hold = "held"
 
     async def _making_room(self, hold: Hold) -> None:
         self.out(f"holding node {hold.node}'s cards {_cards(hold.devices)} for pod {hold.key}")
@@ -372,18 +308,28 @@ class _Run:
         self.result.target_bound = node
         self.out(f"pod {hold.key} is bound on node {node}")
 
+    def _holds(self) -> list[Hold]:
+        return [*([self.hold] if self.hold is not None else []), *self.card_holds]
+
     async def _renew(self) -> None:
-        assert self.hold is not None
         while True:
             await asyncio.sleep(self.options.renew_every_s)  # a keep-alive, not a wait for state
-            try:
-                await self.store.reservations.renew(self.hold.uid, self.hold.node)
-            except VgpuError as e:
-                logger.warning("defrag: the hold was not renewed", extra={"pod": self.hold.key, "error": str(e)})
+            for hold in self._holds():
+                try:
+                    await self.store.reservations.renew(hold.uid, hold.node)
+                except VgpuError as e:
+                    logger.warning("defrag: a hold was not renewed", extra={"pod": hold.key, "error": str(e)})
 
     async def _finish(self) -> None:
         """Release or keep the hold, count the cards freed, print the state reached of a run that stopped."""
         self.result.cards_freed = freed_cards(self.plan, self.result.settled)
+        if self.card_holds:  # nobody waits for them: free for any pod once the run ends
+            for held in self.card_holds:
+                await release_hold(self.store, held)
+            self.card_holds = []
+            self.result.hold = "released"
+            if self.result.ok:
+                self.out(f"released the hold of the {self.result.cards_freed} freed card(s)")
         if self.result.ok:
             return
         hold = self.hold
@@ -434,7 +380,7 @@ async def execute_plan(
     api: Api,
     store: Store,
     placement: Placement,
-    options: ExecuteOptions = ExecuteOptions(),
+    options: ExecuteOptions = DRY_RUN,
     out: Callable[[str], None] = print,
     stop: asyncio.Event | None = None,
 ) -> ExecuteResult:

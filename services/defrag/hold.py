@@ -10,6 +10,12 @@ The devices are chosen again here, by the scheduler's own :func:`~shared.domain.
 snapshot with the moved pods' charges released and every card but the plan's set aside (marked cordoned): the
 reservation then carries exactly the charges ``/filter`` would have computed, and a node that changed since the
 plan so that the pod no longer fits on those cards refuses the hold before anything is evicted.
+
+A plan that frees cards (no pod waits for them) holds them too while it runs (:func:`prepare_card_holds`): per
+node, a reservation for a stand-in pod asking for each freed card whole (all of its memory and cores), under a
+UID and name of its own (``defrag-cards-<token>``, in the namespace of the node's first move), so that the moved
+pods' replacements cannot land back on them. The run releases it when it ends; a run that dies leaves it to the
+informer's ``--reservation-grace`` expiry (no such pod exists).
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ from dataclasses import dataclass
 
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.defragmodel import Move, Target
-from vgpu_scheduler.shared.domain.model import DeviceCharge, NvidiaConfig, PodConstraints, PodRequest
+from vgpu_scheduler.shared.domain.model import (
+    NVIDIA,
+    ContainerRequest,
+    DeviceCharge,
+    NvidiaConfig,
+    PodConstraints,
+    PodRequest,
+)
 from vgpu_scheduler.shared.domain.plan import Decision, plan
 from vgpu_scheduler.shared.domain.preempt import release_charges
 from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
@@ -108,31 +121,81 @@ async def prepare_hold(
         )
     except DecodeError as e:
         return f"pod {key}: {e}"
-    state = (await store.snapshots.load([target.node])).get(target.node)
+    cards = tuple(sorted({uuid for ctr in target.devices for uuid in ctr}))
+    victims = tuple(m.uid for m in moves if m.source == target.node)
+    hold = Hold(target.namespace, target.name, uid_of(pod), target.node, cards, victims)
+    mutex = effective_policy(placement.policies, constraints).mutex
+    why = await _place(hold, request, constraints, store=store, placement=placement, mutex=mutex, reserve=reserve)
+    if why is not None:
+        return f"pod {key} {why}"
+    return hold
+
+
+async def prepare_card_holds(
+    moves: Sequence[Move], freed: Sequence[tuple[str, str]], *, store: Store, placement: Placement, token: str
+) -> list[Hold] | str:
+    """Hold the ``freed`` ``(node, card)`` of a plan without a waiting pod (module docstring): one stand-in pod per
+    node, named ``defrag-cards-<token>``, asking for each of the node's freed cards whole. A string says why not;
+    then nothing is held."""
+    by_node: dict[str, set[str]] = {}
+    for node, card in freed:
+        by_node.setdefault(node, set()).add(card)
+    holds: list[Hold] = []
+    for node, cards in sorted(by_node.items()):
+        namespace = next((m.namespace for m in moves if m.source == node), "default")
+        victims = tuple(m.uid for m in moves if m.source == node)
+        name = f"defrag-cards-{token}"
+        hold = Hold(namespace, name, f"{name}-{node}", node, tuple(sorted(cards)), victims)
+        state = (await store.snapshots.load([node])).get(node)
+        registered = state.inventory.devices if state is not None and state.inventory is not None else ()
+        vendor = next((d.vendor for d in registered if d.id in cards), NVIDIA)
+        each = ContainerRequest(nums=len(cards), mem_pct=100, cores_pct=100, type=vendor)
+        whole = PodRequest(containers=(each,), init_count=0)
+        why = await _place(hold, whole, PodConstraints(), store=store, placement=placement, mutex=True, reserve=True)
+        if why is not None:
+            for done in holds:
+                await release_hold(store, done)
+            return f"a hold of the cards to free {why}"
+        holds.append(hold)
+    return holds
+
+
+async def _place(
+    hold: Hold,
+    request: PodRequest,
+    constraints: PodConstraints,
+    *,
+    store: Store,
+    placement: Placement,
+    mutex: bool,
+    reserve: bool,
+) -> str | None:
+    """Fit ``request`` on ``hold``'s cards once its victims' charges are freed and, with ``reserve``, hold them
+    (:func:`~shared.preemption.hold_devices`); why not, else None."""
+    state = (await store.snapshots.load([hold.node])).get(hold.node)
     snapshot = state.snapshot() if state is not None and state.error is None else None
     if snapshot is None:
-        return f"node {target.node} is not registered in the store (or its data is unreadable)"
-    victims = [m.uid for m in moves if m.source == target.node]
-    freed: list[DeviceCharge] = []
-    for record in await store.reservations.list_by_node(target.node):
-        if record.allocation.pod_uid in victims:
-            freed.extend(record.allocation.charges)
-    cards = {uuid for ctr in target.devices for uuid in ctr}
+        return f"cannot be placed: node {hold.node} is not registered in the store (or its data is unreadable)"
+    freed: list[DeviceCharge] = [
+        c
+        for r in await store.reservations.list_by_node(hold.node)
+        if r.allocation.pod_uid in hold.victims
+        for c in r.allocation.charges
+    ]
     decision = fit_on_cards(
         request,
         constraints,
         snapshot,
         freed,
-        cards,
+        hold.devices,
         policies=placement.policies,
         config=placement.nvidia,
         rules=placement.vendors.rules,
     )
     if not isinstance(decision, Decision):
-        return f"pod {key} does not fit on node {target.node}'s cards {', '.join(sorted(cards))} once moved: {decision}"
-    hold = Hold(target.namespace, target.name, uid_of(pod), target.node, tuple(sorted(cards)), tuple(victims))
+        return f"does not fit on node {hold.node}'s cards {', '.join(hold.devices)} once moved: {decision}"
     if not reserve:
-        return hold
+        return None
     allocation = Allocation(
         pod_uid=hold.uid,
         namespace=hold.namespace,
@@ -145,14 +208,12 @@ async def prepare_hold(
     held = await hold_devices(
         store,
         allocation,
-        victims=victims,
-        mutex=effective_policy(placement.policies, constraints).mutex,
+        victims=hold.victims,
+        mutex=mutex,
         mem_limit_factor=placement.nvidia.memory_factor,
         vendor_names=placement.vendors.names,
     )
-    if isinstance(held, Reserved):
-        return hold
-    return f"the hold of node {hold.node}'s cards for pod {key} was refused: {_refusal(held)}"
+    return None if isinstance(held, Reserved) else f"could not be held on node {hold.node}: {_refusal(held)}"
 
 
 def _refusal(answer: ReserveResult | QuotaExceeded) -> str:

@@ -61,6 +61,9 @@ class Cluster:
     plans: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Per pod name, where its replacement goes (node, card), as the plan says."""
     replaced: list[str] = field(default_factory=list)
+    probe: tuple[str, str] | None = None
+    """A (node, card) another pod tries to take (1,000 MiB) at each replacement: what it got is in ``probes``."""
+    probes: list[object] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def nodes(self, *names: str, gpus: int = 2) -> None:
@@ -120,6 +123,12 @@ class Cluster:
     async def _replace(self, evicted: dict[str, Any], bind_target: str | None) -> None:
         name, uid = evicted["metadata"]["name"], evicted["metadata"]["uid"]
         await self.store.reservations.release(uid, evicted["spec"]["nodeName"])
+        if self.probe is not None:
+            node_name, card = self.probe
+            devices = ((ContainerDevice(uuid=card, used_mem_mib=1000, used_cores=0),),)
+            alloc = Allocation("uid-probe", NS, "probe", node_name, devices, collapse(devices, 0))
+            self.probes.append(await self.store.reservations.reserve(alloc))
+            await self.store.reservations.release("uid-probe", node_name)
         dest, card = self.plans[name]
         new = f"{name}-r"
         pod = self.emulator.put(gpu_pod(new, mem=4000, node_name=dest))

@@ -12,7 +12,7 @@ from vgpu_scheduler.services.defrag.execute import ExecuteOptions, ExecuteResult
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api
-from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.store import ReserveConflict, Store
 
 RUN = ExecuteOptions(execute=True, wave_timeout_s=30, bind_timeout_s=30)
 
@@ -218,3 +218,33 @@ async def test_a_cancelled_run_leaves_no_hold_behind(
         raise AssertionError("the cancellation was swallowed")
     assert await store.reservations.get(big["metadata"]["uid"]) is None
     assert "stopped: cancelled" in lines and "hold: released" in lines
+
+
+async def test_a_plan_that_frees_cards_holds_them_while_it_runs_then_lets_them_go(
+    cluster: Cluster, api: Api, store: Store, emulator: Emulator
+) -> None:
+    _, with_target = await fragmented(cluster)
+    plan = DefragPlan(moves=with_target.moves, target=None, freed=(("n1", "GPU-n1-0"),))
+    cluster.probe = ("n1", "GPU-n1-0")
+    with cluster.actors():
+        result, lines = await run(plan, api, store)
+        await cluster.settle()
+    assert result.ok and (result.moved, result.cards_freed, result.hold) == (1, 1, "released"), lines
+    (probe,) = cluster.probes  # taken once a moved pod had left the card, while the run held it
+    assert isinstance(probe, ReserveConflict) and probe.device == "GPU-n1-0"
+    assert lines[0] == "holding node n1's cards GPU-n1-0 while the moves are made"
+    assert lines[-1] == "released the hold of the 1 freed card(s)"
+    assert [r.allocation.name for r in await store.reservations.list_by_node("n1")] == ["b"]
+    assert "to free cards n1/GPU-n1-0" in events(emulator, "DefragMoved")["a"]
+
+
+async def test_a_plan_that_frees_cards_still_held_by_a_pod_it_does_not_move_is_refused(
+    cluster: Cluster, api: Api, store: Store, emulator: Emulator
+) -> None:
+    _, with_target = await fragmented(cluster)
+    plan = DefragPlan(moves=with_target.moves, target=None, freed=(("n1", "GPU-n1-0"), ("n1", "GPU-n1-1")))
+    result, lines = await run(plan, api, store)
+    assert result.moved == 0, lines
+    assert result.reason.startswith("a hold of the cards to free does not fit on node n1's cards GPU-n1-0, GPU-n1-1")
+    assert emulator.get("Pod", NS, "a") is not None
+    assert [r.allocation.name for r in await store.reservations.list_by_node("n1")] == ["a", "b"]
