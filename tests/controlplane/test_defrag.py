@@ -13,6 +13,9 @@ its own tests): move the pod on one card of one node; the pod fits on that card.
 2. A PodDisruptionBudget with ``maxUnavailable: 0`` (the disruption controller computes ``disruptionsAllowed: 0``):
    the API server refuses the eviction with 429, the run stops cleanly with the state printed, nothing is evicted,
    the hold is released, and the audit is clean.
+3. The same plan for freeing the card (no waiting pod): the spread policies would send the replacement straight
+   back to the idle card (without the hold it went back to the same node); the hold keeps it off, then the card is
+   left idle.
 """
 
 from __future__ import annotations
@@ -153,19 +156,21 @@ PLACEMENT = Placement(
 
 
 async def _waiting_pod(f: Fragmented) -> dict[str, Any]:
-    """Create the whole-card pod and wait until kube-scheduler has found it unschedulable."""
+    """Create the whole-card pod and wait until kube-scheduler has tried it and found no node (no card is idle)."""
     await f.kube.create(f"/api/v1/namespaces/{f.ns}/pods", gpu_pod("big", mem=MEM, cores=None))
+    pod: dict[str, Any] = {}
 
-    async def unschedulable() -> bool:
+    async def tried() -> bool:
+        nonlocal pod
         _, pod = await f.kube.call("GET", f"/api/v1/namespaces/{f.ns}/pods/big")
         return any(
-            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+            c.get("type") == "PodScheduled" and c.get("status") == "False"
             for c in pod.get("status", {}).get("conditions") or []
         )
 
-    await eventually(unschedulable, 60, "kube-scheduler found the whole-card pod unschedulable")
-    _, pod = await f.kube.call("GET", f"/api/v1/namespaces/{f.ns}/pods/big")
-    return dict(pod)
+    await eventually(tried, 120, "kube-scheduler tried the whole-card pod")
+    assert not pod["spec"].get("nodeName"), pod
+    return pod
 
 
 def _plan(f: Fragmented, big: dict[str, Any]) -> tuple[DefragPlan, Move]:
@@ -247,4 +252,22 @@ async def test_a_budget_that_allows_no_disruption_stops_the_move_cleanly(
         assert await f.store.reservations.get(big["metadata"]["uid"]) is None
         events = await f.kube.items(f"/api/v1/namespaces/{f.ns}/events")
         assert any(e["reason"] == "DefragFailed" and e["involvedObject"]["name"] == "big" for e in events)
+        await _audit(f)
+
+
+async def test_a_plan_that_frees_a_card_keeps_the_replacement_off_it(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """Spread policies would send the replacement straight back to the idle card (its node is the emptier one, the
+    card the emptiest): the hold keeps it off until the run ends."""
+    async with fragmented(kube_apiserver, kube_cleanup, redis_url, tmp_path, budget=False) as f:
+        planned, move = _plan(f, {"metadata": {"uid": ""}})
+        plan = DefragPlan(moves=planned.moves, target=None, freed=planned.freed)
+        result, lines = await _execute(f, plan)
+        assert result.ok and (result.moved, result.cards_freed, result.hold) == (1, 1, "released"), lines
+        replacement = result.replacements[move.uid].split(" ")[0].split("/")[1]
+        await eventually(lambda: allocated(f.finisher.last.get(replacement, {"metadata": {}})), 60, "allocated")
+        assert card_of(f.finisher.last[replacement]) != move.source_devices[0]
+        pods = await f.kube.items(f"/api/v1/namespaces/{f.ns}/pods")
+        assert all(card_of(p) != move.source_devices[0] for p in pods), "the freed card is idle"
         await _audit(f)
