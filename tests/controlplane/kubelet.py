@@ -95,7 +95,7 @@ class Finisher:
             now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             ready = [{"type": t, "status": "True", "lastTransitionTime": now} for t in ("Ready", "ContainersReady")]
             running = {"status": {"phase": "Running", "startTime": now, "conditions": ready}}
-            await self._merge_patch(kube, f"/api/v1/namespaces/{self.namespace}/pods/{name}/status", running)
+            await kube.merge_patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}/status", running)
         self.changed.set()
 
     async def _podgroup(self, kube: Kube, kind: str, group: dict[str, Any]) -> None:
@@ -105,18 +105,8 @@ class Finisher:
             path = f"/apis/{group.get('apiVersion')}/namespaces/{self.namespace}/podgroups/{meta.get('name')}"
             rest = [f for f in finalizers if f != PODGROUP_FINALIZER]
             patch = {"metadata": {"finalizers": rest, "resourceVersion": meta.get("resourceVersion")}}
-            await self._merge_patch(kube, path, patch)
+            await kube.merge_patch(path, patch)
         self.changed.set()
-
-    @staticmethod
-    async def _merge_patch(kube: Kube, path: str, patch: dict[str, Any]) -> None:
-        async with kube.session.patch(
-            kube.api.url + path,
-            data=json.dumps(patch),
-            ssl=kube.ssl,
-            headers={**kube.headers, "Content-Type": "application/merge-patch+json"},
-        ) as resp:
-            await resp.read()
 
 
 def _allocated(pod: dict[str, Any]) -> bool:

@@ -32,7 +32,7 @@ import pytest
 
 from tests.controlplane.audit import audit
 from tests.controlplane.control import ApiServer, Cleanup
-from tests.controlplane.controllers import has_controller_manager, start_controller_manager
+from tests.controlplane.controllers import WORKLOAD_CONTROLLERS, has_controller_manager
 from tests.controlplane.harness import RUN_LABEL, Kube, NodeShape, Settings, System, gpu_node, gpu_pod, running_system
 from tests.controlplane.kubelet import Finisher
 from tests.waiting import eventually
@@ -92,7 +92,7 @@ async def fragmented(
     ns = cleanup.namespace(run_id, labels)
     nodes = [f"{run_id}-n{i}" for i in range(2)]
     template = gpu_pod("web", mem=SHARE, cores=10)
-    deployment = {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "web"},
@@ -102,50 +102,61 @@ async def fragmented(
             "template": {"metadata": {"labels": {"app": "web", **labels}}, "spec": template["spec"]},
         },
     }
-    settings = Settings(replicas=1, chart=False, webhook=False, node_policy="spread", gpu_policy="spread")
+    settings = Settings(
+        replicas=1,
+        chart=False,
+        webhook=False,
+        node_policy="spread",
+        gpu_policy="spread",
+        controllers=WORKLOAD_CONTROLLERS,
+    )
     async with Kube.open(api) as kube:
         for n in nodes:
             cleanup.node(n)
         await kube.create_all("/api/v1/nodes", [gpu_node(n, NodeShape(gpus=2, mem_mib=MEM), labels) for n in nodes])
         finisher = Finisher(ns, run_pods=True)
-        with start_controller_manager(api, tmp / run_id / "kcm"):
-            async with running_system(
-                api, redis_url, tmp / run_id, settings, run_id=run_id, node_selector=f"{RUN_LABEL}={run_id}"
-            ) as system:
-                watch = asyncio.create_task(finisher.run(kube), name="kubelet-finisher")
-                store = Store.create(connect(redis_url), prefix=f"vgpu-{run_id}")
-                try:
-                    if budget:
-                        await kube.create(
-                            f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
-                            {
-                                "metadata": {"name": "web"},
-                                "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 0},
-                            },
-                        )
-                    await kube.create(f"/apis/apps/v1/namespaces/{ns}/deployments", deployment)
-
-                    def web() -> dict[str, dict[str, Any]]:
-                        return {
-                            n: p
-                            for n, p in finisher.last.items()
-                            if n.startswith("web-") and not p["metadata"].get("deletionTimestamp")
-                        }
-
-                    await eventually(
-                        lambda: len(web()) == REPLICAS and all(map(allocated, web().values())),
-                        120,
-                        "the Deployment's pods allocated and running",
+        async with running_system(
+            api, redis_url, tmp / run_id, settings, run_id=run_id, node_selector=f"{RUN_LABEL}={run_id}"
+        ) as system:
+            watch = asyncio.create_task(finisher.run(kube), name="kubelet-finisher")
+            store = Store.create(connect(redis_url), prefix=f"vgpu-{run_id}")
+            try:
+                if budget:
+                    await kube.create(
+                        f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+                        {
+                            "metadata": {"name": "web"},
+                            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 0},
+                        },
                     )
-                    async with open_client(KubeSettings(kubeconfig=str(api.kubeconfig), qps=0)) as client:
-                        yield Fragmented(
-                            kube, system, finisher, ns, store, Api(client, component="vgpu-scheduler"), web()
-                        )
-                finally:
-                    watch.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await watch
-                    await store.aclose()
+
+                def web() -> dict[str, dict[str, Any]]:
+                    return {
+                        n: p
+                        for n, p in finisher.last.items()
+                        if n.startswith("web-") and not p["metadata"].get("deletionTimestamp")
+                    }
+
+                # one replica at a time, each placed once the last is allocated: the spread policies then give each
+                # its own card (pods placed at once may share one, the extender's cache not yet showing the others)
+                path = f"/apis/apps/v1/namespaces/{ns}/deployments"
+                for replicas in range(1, REPLICAS + 1):
+                    if replicas == 1:
+                        await kube.create(path, {**deployment, "spec": {**deployment["spec"], "replicas": 1}})
+                    else:
+                        assert await kube.merge_patch(f"{path}/web", {"spec": {"replicas": replicas}}) == 200
+
+                    def placed(n: int = replicas) -> bool:
+                        return len(web()) == n and all(map(allocated, web().values()))
+
+                    await eventually(placed, 120, f"{replicas} pod(s) of the Deployment allocated and running")
+                async with open_client(KubeSettings(kubeconfig=str(api.kubeconfig), qps=0)) as client:
+                    yield Fragmented(kube, system, finisher, ns, store, Api(client, component="vgpu-scheduler"), web())
+            finally:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
+                await store.aclose()
 
 
 PLACEMENT = Placement(
