@@ -226,7 +226,7 @@ class _Run:
                 if self.hold is not None:
                     await self._await_bound(watch, self.hold)
         except Stopped:
-            self._fail(None, "stopped (SIGTERM)")
+            self._fail(None, "stop requested (SIGTERM)")
         except TimeoutError:  # the waits of the waves and of the pod's bind catch their own
             self._fail(None, "the pods could not be watched (list and watch on pods are needed)")
 

@@ -182,7 +182,7 @@ async def test_the_stop_event_ends_the_run_cleanly(cluster: Cluster, api: Api, s
     stop = asyncio.Event()
     stop.set()
     result, lines = await run(plan, api, store, stop=stop)
-    assert result.reason == "stopped (SIGTERM)" and result.moved == 0
+    assert result.reason == "stop requested (SIGTERM)" and result.moved == 0
     assert result.hold == "released" and await store.reservations.get(big["metadata"]["uid"]) is None
     assert lines[-1] == "hold: released"
 
@@ -248,3 +248,20 @@ async def test_a_plan_that_frees_cards_still_held_by_a_pod_it_does_not_move_is_r
     assert result.reason.startswith("a hold of the cards to free does not fit on node n1's cards GPU-n1-0, GPU-n1-1")
     assert emulator.get("Pod", NS, "a") is not None
     assert [r.allocation.name for r in await store.reservations.list_by_node("n1")] == ["a", "b"]
+
+
+async def test_sigterm_while_a_wave_waits_stops_with_the_state_reached(
+    cluster: Cluster, api: Api, store: Store, emulator: Emulator
+) -> None:
+    big, plan = await fragmented(cluster)  # no actors: the wave waits for a replacement that never comes
+    stop = asyncio.Event()
+    emulator.hooks.append(lambda record: stop.set() if record.subresource == "eviction" else None)
+    result, lines = await run(plan, api, store, stop=stop)
+    assert result.reason == "stop requested (SIGTERM)" and [m.name for m in result.evicted] == ["a"]
+    assert lines[-4:] == [
+        "stopped: stop requested (SIGTERM)",
+        "moved (1): default/a",
+        "not moved (0): none",
+        "hold: released",
+    ]
+    assert await store.reservations.get(big["metadata"]["uid"]) is None  # a still holds its charges: no room yet
