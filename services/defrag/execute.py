@@ -120,7 +120,7 @@ class _Run:
     # ---- dry run -------------------------------------------------------------------------------------------------
 
     async def dry_run(self) -> None:
-        self.out("dry run: nothing is evicted (execute the plan to carry it out)")
+        self.out("dry run: nothing is evicted (--execute carries the plan out)")
         if self.plan.target is not None:
             checked = await self._prepare(reserve=False)
             if checked is None:
