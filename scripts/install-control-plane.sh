@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Put a real Kubernetes control plane into one directory, the layout controller-runtime's envtest expects:
 #
-#   DIR/kube-apiserver, DIR/kube-scheduler   built with this machine's Go from the k8s.io/kubernetes module
-#                                            of one release (fetched through the Go module proxy)
+#   DIR/kube-apiserver, DIR/kube-scheduler,  built with this machine's Go from the k8s.io/kubernetes module
+#   DIR/kube-controller-manager              of one release (fetched through the Go module proxy)
 #   DIR/etcd                                 the etcd on the PATH, else Debian's etcd-server (apt-get)
 #   DIR/.k8s-version                         the release DIR holds, written last
 #
@@ -10,14 +10,16 @@
 #         K8S_VERSION=v1.36.3 (the default) picks the release
 # Then:   export KUBEBUILDER_ASSETS=DIR                  the tests/controlplane suite runs when this is set
 #
-# A DIR that already holds the release is left as it is (no Go needed). The first build took 13 minutes on a
-# busy 2-core machine with Go's caches empty; Go's module and build caches stay in their default places, so
-# building the same release again, into another DIR, took 30 seconds.
+# A DIR that already holds the release (all three commands) is left as it is (no Go needed); one that holds the
+# release but misses a command (a DIR made before kube-controller-manager was added) gets only what it misses.
+# The first build took 13 minutes on a busy 2-core machine with Go's caches empty; Go's module and build caches
+# stay in their default places, so building the same release again, into another DIR, took 30 seconds.
 set -euo pipefail
 
 readonly prog=${0##*/}
 readonly default_version=v1.36.3
 readonly go_floor=1.26 # the minimum when the release's go.mod names none
+readonly commands=(kube-apiserver kube-scheduler kube-controller-manager)
 
 die() {
     echo "$prog: $*" >&2
@@ -40,23 +42,34 @@ staging_version=v0.${version#v1.} # k8s.io/api, k8s.io/client-go, ... publish v0
 mkdir -p "$1" || die "cannot create $1"
 dir=$(cd "$1" && pwd)
 
-# The build module's only source: imports of the two commands, so that go mod tidy resolves what they need.
+# The build module's only source: imports of the commands, so that go mod tidy resolves what they need.
 write_tools_go() {
-    cat >tools.go <<'EOF'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-EOF
+    {
+        printf '//go:build tools\n\npackage tools\n\nimport (\n'
+        printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "${commands[@]}"
+        printf ')\n'
+    } >tools.go
 }
 
+# missing: the commands DIR lacks for the release, one a line (all of them when it holds another release or none)
+missing() {
+    local c
+    if [ "$(cat "$dir/.k8s-version" 2>/dev/null)" != "$version" ]; then
+        printf '%s\n' "${commands[@]}"
+        return
+    fi
+    for c in "${commands[@]}"; do
+        [ -x "$dir/$c" ] || printf '%s\n' "$c"
+    done
+}
+
+# build CMD...: build these commands of the release into DIR
 build() {
+    local wanted=("$@") names
+    names=$(printf '%s, ' "${wanted[@]}")
+    names=${names%, }
     command -v go >/dev/null 2>&1 ||
-        die "needs Go ($go_floor or newer) on the PATH to build kube-apiserver and kube-scheduler $version (https://go.dev/dl)"
+        die "needs Go ($go_floor or newer) on the PATH to build $names $version (https://go.dev/dl)"
     # The Go that is checked is the Go that builds: no automatic toolchain download, no go.work, no vendoring.
     export GOTOOLCHAIN=local GOWORK=off GOFLAGS=-mod=mod CGO_ENABLED=0
     local have
@@ -101,25 +114,30 @@ build() {
     { go mod init local/control-plane && go mod edit "${edits[@]}" && write_tools_go && go mod tidy; } >"$log" 2>&1 ||
         { tail -n 20 "$log" >&2; die "cannot resolve the modules of k8s.io/kubernetes@$version (log above)"; }
 
-    # The version both binaries and /version report (Kubernetes' own builds set these the same way).
-    local ldflags="-s -w" pkg
+    # The version the binaries and /version report (Kubernetes' own builds set these the same way).
+    local ldflags="-s -w" pkg c pkgs=()
     for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
     done
+    for c in "${wanted[@]}"; do
+        pkgs+=("k8s.io/kubernetes/cmd/$c")
+    done
     mkdir bin
-    go build -trimpath -tags=notest -ldflags "$ldflags" -o bin/ \
-        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler >"$log" 2>&1 ||
-        { tail -n 20 "$log" >&2; die "go build of kube-apiserver and kube-scheduler $version failed (log above)"; }
+    go build -trimpath -tags=notest -ldflags "$ldflags" -o bin/ "${pkgs[@]}" >"$log" 2>&1 ||
+        { tail -n 20 "$log" >&2; die "go build of $names $version failed (log above)"; }
 
-    # Replace DIR's binaries only once both are built; .k8s-version goes last, so an interrupted run rebuilds.
+    # Replace DIR's binaries only once all are built; .k8s-version goes last, so an interrupted run rebuilds.
     rm -f "$dir/.k8s-version"
-    mv -f bin/kube-apiserver bin/kube-scheduler "$dir/"
+    for c in "${wanted[@]}"; do
+        mv -f "bin/$c" "$dir/"
+    done
     echo "$version" >"$dir/.k8s-version"
     cd /
 }
 
-if [ "$(cat "$dir/.k8s-version" 2>/dev/null)" != "$version" ] || [ ! -x "$dir/kube-apiserver" ] || [ ! -x "$dir/kube-scheduler" ]; then
-    (build)
+mapfile -t wanted < <(missing)
+if [ ${#wanted[@]} -gt 0 ]; then
+    (build "${wanted[@]}")
 fi
 
 if [ ! -x "$dir/etcd" ]; then

@@ -10,6 +10,9 @@ creation. PodDisruptionBudgets are read from ``policy/v1`` and spent pod by pod 
 The API is read only where eviction can help: a candidate node whose records in the store, all of them evicted,
 would still not make room for the pod (or that holds no record) is judged from the store alone; only the other
 nodes' pods are listed, one ``spec.nodeName`` field-selected list per node (:func:`plan_preemption`).
+
+:func:`hold_devices` is the hold itself: the pod's quota charged, then its devices reserved with the evicted pods'
+charges counted as freed. The extender's preemption and ``defrag --execute`` (``services/defrag``) both hold so.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import DEFAULT_NVIDIA_CONFIG, NvidiaConfig, PodConstraints, PodRequest
 from vgpu_scheduler.shared.domain.preempt import (
     NO_LOWER_PRIORITY,
@@ -35,7 +39,7 @@ from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
 from vgpu_scheduler.shared.k8s import Api
-from vgpu_scheduler.shared.store import AllocationRecord, Store
+from vgpu_scheduler.shared.store import AllocationRecord, QuotaExceeded, Reserved, ReserveResult, Store
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -276,3 +280,36 @@ async def _hopeless(
         request, constraints, snap, optimistic, priority=priority, policies=policies, config=config, rules=rules
     )
     return found.reason if isinstance(found, NoVictims) else None
+
+
+async def hold_devices(
+    store: Store,
+    allocation: Allocation,
+    *,
+    victims: Sequence[str],
+    mutex: bool,
+    mem_limit_factor: int,
+    vendor_names: Collection[str],
+    epoch: str | None = None,
+    hint: str = "",
+) -> ReserveResult | QuotaExceeded:
+    """Hold ``allocation``'s devices for its pod while ``victims`` (pod UIDs) leave its node: the namespace's quota
+    charged first when it has limits (as ``/filter`` charges it), then ``Reservations.reserve(victims=...)``. Any
+    answer but :class:`Reserved` leaves nothing behind (the quota charge is refunded)."""
+    namespace, uid = allocation.namespace, allocation.pod_uid
+    limited = (await store.quota.get(namespace)).limited
+    if limited:
+        charged = await store.quota.charge(
+            namespace,
+            uid,
+            allocation.quota_mem_mib,
+            allocation.quota_cores_pct,
+            mem_limit_factor=max(mem_limit_factor, 1),
+            others=allocation.quota_others_of(vendor_names),
+        )
+        if isinstance(charged, QuotaExceeded):
+            return charged
+    held = await store.reservations.reserve(allocation, mutex=mutex, epoch=epoch, hint=hint, victims=victims)
+    if not isinstance(held, Reserved) and limited and await store.reservations.node_of(uid) is None:
+        await store.quota.refund(namespace, uid)
+    return held

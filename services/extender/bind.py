@@ -72,7 +72,7 @@ from vgpu_scheduler.services.extender.bindwrites import (
     create_binding,
     foreign_allocation,
 )
-from vgpu_scheduler.services.extender.events import EventSink, pod_ref
+from vgpu_scheduler.services.extender.events import EventSink
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics
 from vgpu_scheduler.services.extender.vendorlock import (
     DSMLU_LOCK,
@@ -88,7 +88,7 @@ from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
 from vgpu_scheduler.shared.errors import ConflictError, NotFoundError, VgpuError
 from vgpu_scheduler.shared.k8s import Api, KubeObject, StaleVersionError
-from vgpu_scheduler.shared.k8s.objects import resource_version_of
+from vgpu_scheduler.shared.k8s.objects import pod_ref, resource_version_of
 from vgpu_scheduler.shared.protocol.events import PodEvent, bind_failure_event, bind_success_event
 from vgpu_scheduler.shared.protocol.extender import ExtenderBindingArgs
 from vgpu_scheduler.shared.store import Claimed, ClaimRefused, Store

@@ -42,16 +42,6 @@ def api_poster(api: Api, *, timeout_s: float = 5.0) -> PostEvent:
     return post
 
 
-def pod_ref(namespace: str, name: str, uid: str = "", resource_version: str = "") -> dict[str, Any]:
-    """The minimal pod object an Event needs (``involvedObject``): namespace, name, uid and resourceVersion."""
-    meta: dict[str, Any] = {"namespace": namespace, "name": name}
-    if uid:
-        meta["uid"] = uid
-    if resource_version:
-        meta["resourceVersion"] = resource_version
-    return {"metadata": meta}
-
-
 class EventSink:
     """A bounded queue of pod events and the worker that posts them."""
 

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
-from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.filtercommit import Committer, Kept, Waiting, owned_error
 from vgpu_scheduler.services.extender.filterplan import Planner
 from vgpu_scheduler.services.extender.filterpod import FilterError, FilterPod, body_too_large_message, decode_pod
@@ -47,6 +46,7 @@ from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, PermanentError, TransientError
+from vgpu_scheduler.shared.k8s.objects import pod_ref
 from vgpu_scheduler.shared.protocol.events import (
     filter_failure_events,
     filter_success_event,

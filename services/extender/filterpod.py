@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpu_scheduler.services.extender.bindhint import bind_hint_for
-from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.metrics import FilterOutcome
 from vgpu_scheduler.shared.codec.gang import coscheduling_group, pod_group_name
 from vgpu_scheduler.shared.domain.model import PodConstraints, PodRequest
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError
+from vgpu_scheduler.shared.k8s.objects import pod_ref
 from vgpu_scheduler.shared.protocol.constraints import pod_constraints
 from vgpu_scheduler.shared.protocol.extender import MAX_BODY_BYTES, ExtenderArgs
 from vgpu_scheduler.shared.vendors.pods import vendors_pod_request

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter
 
-from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.gang import cannot_be_whole, coscheduling_min_member, gang_min_count, live_members
 from vgpu_scheduler.shared.errors import VgpuError
+from vgpu_scheduler.shared.k8s.objects import pod_ref
 from vgpu_scheduler.shared.protocol.events import EventType
 from vgpu_scheduler.shared.runtime import cancel_until_done
 from vgpu_scheduler.shared.store import Owned

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import Counter
 
-from vgpu_scheduler.services.extender.events import pod_ref
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
@@ -41,12 +40,13 @@ from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import PodConstraints, PodRequest
 from vgpu_scheduler.shared.domain.preempt import VictimSet
-from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.scoring import Policies, effective_policy
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError
+from vgpu_scheduler.shared.k8s.objects import pod_ref
 from vgpu_scheduler.shared.preemption import (
     Preemption,
+    hold_devices,
     may_preempt,
     plan_preemption,
     pod_priority,
@@ -273,30 +273,20 @@ class Preemptor:
             charges=decision.charges,
             mig=decision.mig,
         )
-        quota: QuotaState = await self._store.quota.get(namespace)
-        if quota.limited:
-            charged = await self._store.quota.charge(
-                namespace,
-                uid,
-                allocation.quota_mem_mib,
-                allocation.quota_cores_pct,
-                mem_limit_factor=max(self._deps.nvidia.memory_factor, 1),
-                others=allocation.quota_others_of(self._vendors.names),
-            )
-            if isinstance(charged, QuotaExceeded):
-                logger.info("preemption: the pod's quota refuses it", extra={"pod": f"{namespace}/{name}"})
-                return False
-        mutex = effective_policy(self._policies, constraints).mutex
-        held = await self._store.reservations.reserve(
+        held = await hold_devices(
+            self._store,
             allocation,
-            mutex=mutex,
+            victims=[v.uid for v in best.victims],
+            mutex=effective_policy(self._policies, constraints).mutex,
+            mem_limit_factor=self._deps.nvidia.memory_factor,
+            vendor_names=self._vendors.names,
             epoch=self._cache.epoch,
             hint=bind_hint,
-            victims=[v.uid for v in best.victims],
         )
+        if isinstance(held, QuotaExceeded):
+            logger.info("preemption: the pod's quota refuses it", extra={"pod": f"{namespace}/{name}"})
+            return False
         if not isinstance(held, Reserved):
-            if quota.limited and await self._store.reservations.node_of(uid) is None:
-                await self._store.quota.refund(namespace, uid)
             logger.info("preemption: the hold was refused", extra={"pod": f"{namespace}/{name}", "answer": repr(held)})
             return False
         await self._cache.refresh([decision.node])

@@ -4,8 +4,9 @@ it, over the emulator's store: PodDisruptionBudgets (``policy/v1``) are honoured
 * A pod that is ``Pending``, ``Succeeded`` or ``Failed``, or already being deleted, is deleted without looking at
   budgets (``canIgnorePDB``).
 * Otherwise the budgets of its namespace whose selector matches its labels are found (an empty selector matches
-  nothing). More than one: ``500``, as the API server refuses to choose. One with ``status.disruptionsAllowed``
-  of 0 (or absent): ``429 TooManyRequests`` ``Cannot evict pod as it would violate the pod's disruption budget.``
+  nothing). More than one: ``500``, as the API server refuses to choose. One whose ``status.observedGeneration``
+  lags its ``metadata.generation`` (the disruption controller has not computed it yet), or with
+  ``status.disruptionsAllowed`` of 0 (or absent): ``429 TooManyRequests`` ``Cannot evict pod as it would violate the pod's disruption budget.``
   with a ``DisruptionBudget`` cause naming the budget's desired and current healthy pods. Otherwise the budget's
   ``disruptionsAllowed`` is decremented and the pod recorded in its ``disruptedPods``.
 * The pod then gets the ``DisruptionTarget`` condition (``EvictionByEvictionAPI``) and is deleted with the
@@ -58,6 +59,9 @@ def _budgets_of(store: Store, pdbs: ResourceType, pod: Obj) -> list[Obj]:
 def _spend(store: Store, pdbs: ResourceType, pdb: Obj, pod_name: str) -> None:
     """``checkAndDecrement``: 429 when the budget allows no disruption, else one disruption spent."""
     status = pdb.get("status") or {}
+    if int(status.get("observedGeneration") or 0) < int(pdb["metadata"].get("generation") or 0):
+        cause = f"The disruption budget {pdb['metadata']['name']} is still being processed by the server."
+        raise ApiError(429, VIOLATES, details={"causes": [{"reason": "DisruptionBudget", "message": cause}]})
     allowed = status.get("disruptionsAllowed")
     allowed = allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0
     if allowed < 0:
@@ -75,9 +79,9 @@ def _spend(store: Store, pdbs: ResourceType, pdb: Obj, pod_name: str) -> None:
     store.put(pdbs, spent)
 
 
-def evict(store: Store, types: tuple[ResourceType, ResourceType], namespace: str, name: str, body: Any) -> None:
-    """``POST pods/{name}/eviction`` (module docstring); ``types``: pods and poddisruptionbudgets. An ``ApiError``
-    when the eviction is refused."""
+def evict(store: Store, types: tuple[ResourceType, ResourceType], namespace: str, name: str, body: Any) -> Obj:
+    """``POST pods/{name}/eviction`` (module docstring); ``types``: pods and poddisruptionbudgets. The pod as the
+    delete left it (gone, or terminating with its grace period); an ``ApiError`` when the eviction is refused."""
     pods, pdbs = types
     options = _check_body(name, body)
     pod = store.get(pods, namespace, name)
@@ -104,4 +108,4 @@ def evict(store: Store, types: tuple[ResourceType, ResourceType], namespace: str
         )
         status["conditions"] = conditions
         store.put(pods, marked)
-    store.delete(pods, namespace, name, options)
+    return store.delete(pods, namespace, name, options)

@@ -379,7 +379,8 @@ class Emulator:
                 raise ApiError(405, f"the server does not allow this method on the requested resource ({method})")
             body = await self._body(request)
             if t.sub == "eviction":
-                evict(store, (t.rtype, resolve("poddisruptionbudgets", "policy/v1")), ns, t.name, body)
+                evicted = evict(store, (t.rtype, resolve("poddisruptionbudgets", "policy/v1")), ns, t.name, body)
+                self._hook(WriteVerb.DELETE, t, evicted, body, request)
             else:
                 self._hook(WriteVerb.BIND, t, store.bind(t.rtype, ns, t.name, body), body, request)
             return _json_response(success_status(201), 201)

@@ -143,11 +143,11 @@ class Store:
         self._history: deque[HistoryEntry] = deque()
         self._watchers: dict[Watcher, None] = {}  # insertion-ordered: events reach watchers in a fixed order
 
-    def now(self) -> float:
-        """The store's clock (epoch seconds), as timestamps it writes read it."""
-        return self._now()
-
     # ---- reads -------------------------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The store's clock (seconds since the epoch; the simulator's simulated one)."""
+        return self._now()
 
     def get(self, rtype: ResourceType, namespace: str, name: str) -> Obj:
         obj = self._objects.get(rtype.key, {}).get((namespace, name))

@@ -8,6 +8,7 @@ from vgpu_scheduler.shared.k8s.api import Api, metadata_patch
 from vgpu_scheduler.shared.k8s.client import KubeClient, KubeSettings, TokenBucket, load_configuration, open_client
 from vgpu_scheduler.shared.k8s.errors import (
     AlreadyBoundError,
+    DisruptionBudgetError,
     ExpiredError,
     KubeRequestError,
     StaleVersionError,
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_CALL_TIMEOUT_S",
     "AlreadyBoundError",
     "Api",
+    "DisruptionBudgetError",
     "EventKind",
     "EventType",
     "ExpiredError",

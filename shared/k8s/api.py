@@ -1,9 +1,10 @@
 """Thin typed calls our services make: get/list pods and nodes, list resourcequotas, metadata merge patches
-(optionally guarded by a resourceVersion), the pod ``binding`` subresource, and Events. Objects in and out are
-plain JSON dicts.
+(optionally guarded by a resourceVersion), the pod ``binding`` and ``eviction`` subresources, and Events. Objects
+in and out are plain JSON dicts.
 
 Errors (``shared.k8s.errors``): 404 NotFoundError, 409 ConflictError (AlreadyBoundError from ``bind_pod``),
-network/429/5xx/deadline TransientError, other 4xx KubeRequestError. Every call has a deadline.
+network/429/5xx/deadline TransientError (DisruptionBudgetError: ``evict_pod`` refused by a PodDisruptionBudget),
+other 4xx KubeRequestError. Every call has a deadline.
 """
 
 from __future__ import annotations
@@ -129,6 +130,11 @@ class Api:
         self.instance = instance
         self._clock = clock
         self._pod_group_version: str | None = None
+
+    @property
+    def client(self) -> KubeClient:
+        """The connection the calls go through (an :class:`~shared.k8s.informer.Informer` shares it)."""
+        return self._client
 
     # ---- reads -------------------------------------------------------------------------------------------------
 
@@ -300,13 +306,11 @@ class Api:
             "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
-        await self._client.call_raw(
-            f"bind pod {namespace}/{name} to {node}",
-            "POST",
-            _pod_path(namespace, name) + "/binding",
-            _dumps(body),
-            timeout_s=timeout_s,
-        )
+        what = f"bind pod {namespace}/{name} to {node}"
+        await self._post_subresource(what, _pod_path(namespace, name) + "/binding", body, timeout_s)
+
+    async def _post_subresource(self, what: str, path: str, body: Mapping[str, Any], timeout_s: float | None) -> None:
+        await self._client.call_raw(what, "POST", path, _dumps(body), timeout_s=timeout_s)
 
     # ---- events ------------------------------------------------------------------------------------------------
 
@@ -367,6 +371,24 @@ class Api:
             await self._client.call_raw(what, "DELETE", _pod_path(namespace, name), _dumps(body), timeout_s=timeout_s)
         except NotFoundError:
             return
+
+    async def evict_pod(
+        self, namespace: str, name: str, *, uid: str | None = None, timeout_s: float | None = None
+    ) -> None:
+        """``POST pods/{name}/eviction`` (policy/v1): the API server deletes the pod (its own grace period) only if
+        its PodDisruptionBudget allows it, else :class:`~shared.k8s.errors.DisruptionBudgetError` (429). With
+        ``uid`` a re-created namesake is refused (409, UidMismatchError). A pod already gone: NotFoundError."""
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": options,
+        }
+        what = f"evict pod {namespace}/{name}"
+        await self._post_subresource(what, _pod_path(namespace, name) + "/eviction", body, timeout_s)
 
     async def patch_pod_status(
         self, namespace: str, name: str, status: Mapping[str, Any], *, timeout_s: float | None = None

@@ -5,7 +5,8 @@
                            for a write whose resourceVersion precondition failed, UidMismatchError for one whose UID
                            precondition failed: the object was deleted and re-created under its name)
 410 Gone/Expired         → ExpiredError (a TransientError with delay 0: re-list, never retry the version)
-429, 5xx, network, time  → TransientError (delay from Retry-After when given)
+429, 5xx, network, time  → TransientError (delay from Retry-After when given); a 429 whose cause is a
+                           PodDisruptionBudget (an eviction it forbids) → DisruptionBudgetError
 other 4xx                → KubeRequestError (a PermanentError carrying code and reason)
 """
 
@@ -49,6 +50,11 @@ class ExpiredError(TransientError):
         super().__init__(message, delay=0.0)
 
 
+class DisruptionBudgetError(TransientError):
+    """429 from ``pods/eviction``: a PodDisruptionBudget allows no disruption now (or the disruption controller
+    has not computed it yet). It may allow one later; the message carries the API server's cause."""
+
+
 class KubeRequestError(PermanentError):
     """A 4xx answer that retrying will not fix (bad request, forbidden, invalid, unsupported)."""
 
@@ -70,6 +76,22 @@ def status_message(body: bytes | Mapping[str, Any]) -> tuple[str, str]:
     if isinstance(parsed, Mapping):
         return str(parsed.get("reason") or ""), str(parsed.get("message") or "")
     return "", str(parsed)[:300]
+
+
+def _budget_cause(body: bytes | Mapping[str, Any]) -> str | None:
+    """The message of a Status cause of type ``DisruptionBudget`` (``policyv1.DisruptionBudgetCause``), or None."""
+    parsed: Any = body
+    if isinstance(body, bytes | bytearray):
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return None
+    details = parsed.get("details") if isinstance(parsed, Mapping) else None
+    causes = details.get("causes") if isinstance(details, Mapping) else None
+    for cause in causes if isinstance(causes, list) else []:
+        if isinstance(cause, Mapping) and cause.get("reason") == "DisruptionBudget":
+            return str(cause.get("message") or "")
+    return None
 
 
 def _retry_after(headers: Mapping[str, str] | None) -> float:
@@ -99,6 +121,8 @@ def error_for(
         return ConflictError(text)
     if code == 410:
         return ExpiredError(text)
+    if code == 429 and (cause := _budget_cause(body)) is not None:
+        return DisruptionBudgetError(f"{text} ({cause})" if cause else text, delay=_retry_after(headers))
     if code == 429 or code >= 500:
         return TransientError(text, delay=_retry_after(headers))
     return KubeRequestError(text, code, reason)

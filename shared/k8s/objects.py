@@ -50,3 +50,23 @@ def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
 def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     a = meta(obj).get("labels")
     return a if isinstance(a, Mapping) else {}
+
+
+def pod_ref(namespace: str, name: str, uid: str = "", resource_version: str = "") -> KubeObject:
+    """The minimal pod object an Event needs (``involvedObject``): namespace, name, uid and resourceVersion."""
+    m: dict[str, Any] = {"namespace": namespace, "name": name}
+    if uid:
+        m["uid"] = uid
+    if resource_version:
+        m["resourceVersion"] = resource_version
+    return {"metadata": m}
+
+
+def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The owner reference marked ``controller: true`` (the ReplicaSet, StatefulSet, Job... that recreates the
+    object), or None."""
+    refs = meta(obj).get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return ref
+    return None

@@ -1,9 +1,10 @@
-"""A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-scheduler on demand) from the
-binaries in ``$KUBEBUILDER_ASSETS``, with openssl-generated certificates. Plain context managers, so the pytest
-fixtures and ``benchmarks/bench_cluster.py`` share them.
+"""A real Kubernetes control plane on loopback: etcd + kube-apiserver (+ kube-scheduler, + kube-controller-manager
+on demand) from the binaries in ``$KUBEBUILDER_ASSETS``, with openssl-generated certificates. Plain context
+managers, so the pytest fixtures and ``benchmarks/bench_cluster.py`` share them.
 
-No controller-manager and no kubelet run: Nodes are created with their ``status``, pods never run, a namespace
-is finalized by hand (``Cleanup``)."""
+No kubelet runs: Nodes are created with their ``status``, pods never run, a namespace is finalized by hand
+(``Cleanup``). kube-controller-manager runs only where a test starts it (``tests/controlplane/controllers.py``).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -462,6 +463,46 @@ class Scheduler:
         return self.log.read_text(errors="replace")
 
 
+Popen = subprocess.Popen[bytes]
+
+
+@contextlib.contextmanager
+def start_component(
+    api: ApiServer, assets: Path, name: str, args: Sequence[str], log: Path
+) -> Iterator[tuple[Popen, int]]:
+    """Run control-plane component ``name`` (kube-scheduler, kube-controller-manager) with ``args``, serving on a
+    free loopback port and authenticating its callers through ``api``; wait for its ``/healthz``; yield the process
+    and its port; SIGTERM it on exit."""
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed on the fly
+
+    def launch(ports: list[int]) -> tuple[Popen, str, ssl.SSLContext | None]:
+        (port,) = ports
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    _binary(assets, name),
+                    *args,
+                    "--bind-address=127.0.0.1",
+                    f"--secure-port={port}",
+                    f"--authentication-kubeconfig={api.kubeconfig}",
+                    f"--authorization-kubeconfig={api.kubeconfig}",
+                    "--v=2",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=_loopback_env(),
+            )
+        return proc, f"https://127.0.0.1:{port}/healthz", insecure
+
+    proc, (port,) = _start_listening(1, launch, log, name)
+    try:
+        yield proc, port
+    finally:
+        _stop(proc)
+
+
 @contextlib.contextmanager
 def start_scheduler(
     api: ApiServer, config: Mapping[str, Any], tmp: Path, *, feature_gates: str = ""
@@ -476,35 +517,9 @@ def start_scheduler(
     config_file = tmp / "kube-scheduler-config.yaml"
     config_file.write_text(yaml.safe_dump(scheduler_config(api, config)))
     log = tmp / "kube-scheduler.log"
-    insecure = ssl.create_default_context()
-    insecure.check_hostname = False
-    insecure.verify_mode = ssl.CERT_NONE  # its serving cert is self-signed on the fly
-
-    def launch(ports: list[int]) -> tuple[subprocess.Popen[bytes], str, ssl.SSLContext | None]:
-        (port,) = ports
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    _binary(assets, "kube-scheduler"),
-                    f"--config={config_file}",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={port}",
-                    f"--authentication-kubeconfig={api.kubeconfig}",
-                    f"--authorization-kubeconfig={api.kubeconfig}",
-                    "--v=2",
-                    *([f"--feature-gates={feature_gates}"] if feature_gates else []),
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=_loopback_env(),
-            )
-        return proc, f"https://127.0.0.1:{port}/healthz", insecure
-
-    proc, (port,) = _start_listening(1, launch, log, "kube-scheduler")
-    try:
+    args = [f"--config={config_file}", *([f"--feature-gates={feature_gates}"] if feature_gates else [])]
+    with start_component(api, assets, "kube-scheduler", args, log) as (proc, port):
         yield Scheduler(proc=proc, log=log, port=port, config_file=config_file)
-    finally:
-        _stop(proc)
 
 
 class Cleanup:

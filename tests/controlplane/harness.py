@@ -2,7 +2,8 @@
 real processes (registrar, informer, N extender replicas over TLS behind a round-robin TCP balancer, as a
 Service spreads connections; ``/filter`` and ``/bind`` only to kube-scheduler's client certificate, as the chart
 deploys them), kube-scheduler configured from the chart's rendered KubeSchedulerConfiguration,
-the chart's MutatingWebhookConfiguration pointed at the balancer, and the device-plugin emulator.
+the chart's MutatingWebhookConfiguration pointed at the balancer, the device-plugin emulator, and
+kube-controller-manager where ``Settings.controllers`` asks for controllers.
 
 Used by the scenarios (``tests/controlplane/test_scenarios.py``) and ``benchmarks/bench_cluster.py``.
 """
@@ -33,6 +34,7 @@ import yaml
 
 from tests.certs import Issued, make_ca
 from tests.controlplane.control import ApiServer, Scheduler, make_serving_cert, start_scheduler
+from tests.controlplane.controllers import ControllerManager, start_controller_manager
 from tests.controlplane.devplugin import DEFAULT_ALLOCATE_LATENCY_S, HamiDevicePlugin
 from tests.process import listening_addresses
 from vgpu_scheduler.services.simulate.pools import SimulatedPlugin
@@ -448,6 +450,18 @@ class Kube:
 
         await asyncio.gather(*(one(b) for b in bodies))
 
+    async def merge_patch(self, path: str, patch: Mapping[str, Any]) -> int:
+        """A JSON merge patch (``Kube.call`` sends plain JSON, which PATCH refuses); the answer's status."""
+        async with self.session.patch(
+            self.api.url + path,
+            data=json.dumps(patch),
+            ssl=self.ssl,
+            headers={**self.headers, "Content-Type": "application/merge-patch+json"},
+            timeout=aiohttp.ClientTimeout(total=60),
+        ) as resp:
+            await resp.read()
+            return resp.status
+
     async def text(self, path: str) -> str:
         """A plain-text GET (``/metrics``); empty on any error status."""
         async with self.session.get(
@@ -600,6 +614,9 @@ class Settings:
     enable_flags: tuple[str, ...] = ()
     """HAMi's flags enabling opt-in families (``enable-ascend``), given to every service as the chart's
     ``deviceConfig.enableAscend`` gives them."""
+    controllers: tuple[str, ...] = ()
+    """kube-controller-manager's controllers to run beside the system (``controllers.WORKLOAD_CONTROLLERS``:
+    Deployments, ReplicaSets, the disruption controller, the garbage collector); empty: no controller-manager."""
 
     def device_document(self) -> dict[str, Any] | None:
         """The device config the services read (None: none, every flag at its default)."""
@@ -633,6 +650,8 @@ class System:
     scheduler_client: Issued | None = None
     """kube-scheduler's client certificate (``cert``/``key`` paths): what another caller of /filter and /bind
     must present, as a second scheduler would."""
+    controller_manager: ControllerManager | None = None
+    """kube-controller-manager, when ``Settings.controllers`` names controllers."""
 
     def extenders(self) -> list[Service]:
         return [s for s in self.services if s.name.startswith("extender")]
@@ -830,13 +849,27 @@ async def running_system(
                     api, sched_config, tmp / "kube-scheduler", feature_gates=settings.scheduler_feature_gates
                 )
             )
+            manager = (
+                stack.enter_context(start_controller_manager(api, tmp / "kcm", controllers=settings.controllers))
+                if settings.controllers
+                else None
+            )
             kube_client = await stack.enter_async_context(
                 open_client(KubeSettings(kubeconfig=str(api.kubeconfig), qps=0, burst=1, user_agent="devplugin"))
             )
             plugin = HamiDevicePlugin(kube_client, latency_s=settings.allocate_latency_s, vendors=settings.vendors())
             plugin_task = asyncio.create_task(plugin.run(), name="device-plugin")
             try:
-                yield System(api, services, balancer, scheduler, plugin, urls, scheduler_client=client_cert)
+                yield System(
+                    api,
+                    services,
+                    balancer,
+                    scheduler,
+                    plugin,
+                    urls,
+                    scheduler_client=client_cert,
+                    controller_manager=manager,
+                )
             finally:
                 plugin_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -1,9 +1,11 @@
 """What a kubelet would do that the tests need without running one: finish a pod's graceful deletion (a kubelet
-stops the containers, then deletes the pod with grace 0), and what a controller-manager would do: remove a
-deleted PodGroup's ``scheduling.k8s.io/podgroup-protection`` finalizer.
+stops the containers, then deletes the pod with grace 0), optionally report a pod running and ready once the device
+plugin has allocated it (``run_pods``: PodDisruptionBudgets count only ready pods, and the API server's eviction
+ignores budgets for pods still ``Pending``), and what a controller-manager would do: remove a deleted PodGroup's
+``scheduling.k8s.io/podgroup-protection`` finalizer.
 
-:class:`Finisher` watches one namespace and does both as soon as an object is marked for deletion; it remembers
-the last state of every pod it saw (``last``), so a test can read a deleted pod's allocation afterwards.
+:class:`Finisher` watches one namespace and does these as soon as an object calls for them; it remembers the last
+state of every pod it saw (``last``), so a test can read a deleted pod's allocation afterwards.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
 from tests.controlplane.harness import Kube
+from vgpu_scheduler.shared.codec.annotations import BIND_PHASE
 
 PODGROUP_FINALIZER = "scheduling.k8s.io/podgroup-protection"
 
@@ -31,6 +35,8 @@ class Finisher:
     last: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The last state of every pod seen, by name (kept after deletion)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    run_pods: bool = False
+    """Report every pod the device plugin allocated (bind phase ``success``) ``Running`` and ``Ready``."""
 
     async def run(self, kube: Kube, *, podgroups: str | None = None) -> None:
         """Watch the namespace's pods and, given their API path (the release's ``GangApi.podgroups``), its
@@ -80,6 +86,16 @@ class Finisher:
             )
             if status in (200, 202) and name not in self.finished:
                 self.finished.append(name)
+        elif (
+            kind != "DELETED"
+            and self.run_pods
+            and _allocated(pod)
+            and (pod.get("status") or {}).get("phase") != "Running"
+        ):
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            ready = [{"type": t, "status": "True", "lastTransitionTime": now} for t in ("Ready", "ContainersReady")]
+            running = {"status": {"phase": "Running", "startTime": now, "conditions": ready}}
+            await kube.merge_patch(f"/api/v1/namespaces/{self.namespace}/pods/{name}/status", running)
         self.changed.set()
 
     async def _podgroup(self, kube: Kube, kind: str, group: dict[str, Any]) -> None:
@@ -89,11 +105,10 @@ class Finisher:
             path = f"/apis/{group.get('apiVersion')}/namespaces/{self.namespace}/podgroups/{meta.get('name')}"
             rest = [f for f in finalizers if f != PODGROUP_FINALIZER]
             patch = {"metadata": {"finalizers": rest, "resourceVersion": meta.get("resourceVersion")}}
-            async with kube.session.patch(
-                kube.api.url + path,
-                data=json.dumps(patch),
-                ssl=kube.ssl,
-                headers={**kube.headers, "Content-Type": "application/merge-patch+json"},
-            ) as resp:
-                await resp.read()
+            await kube.merge_patch(path, patch)
         self.changed.set()
+
+
+def _allocated(pod: dict[str, Any]) -> bool:
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return bool((pod.get("spec") or {}).get("nodeName")) and annotations.get(BIND_PHASE) == "success"

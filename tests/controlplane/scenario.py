@@ -189,7 +189,7 @@ async def run_scenario(
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
-        # every process is stopped (SIGTERM) here: their exit codes are known
+        # every process is stop requested (SIGTERM) here: their exit codes are known
         pods = await kube.items(f"/api/v1/namespaces/{ns}/pods")
         nodes = await kube.items(f"/api/v1/nodes?labelSelector={RUN_LABEL}%3D{run_id}")
         quotas = await kube.items(f"/api/v1/namespaces/{ns}/resourcequotas")

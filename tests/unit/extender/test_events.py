@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.services.extender.events import EventSink, pod_ref
+from vgpu_scheduler.services.extender.events import EventSink
 from vgpu_scheduler.shared.errors import TransientError
+from vgpu_scheduler.shared.k8s.objects import pod_ref
 from vgpu_scheduler.shared.protocol.events import EventReason, EventType, PodEvent
 
 E1 = PodEvent(EventType.WARNING, EventReason.FILTERING_FAILED, "2 nodes CardInsufficientMemory(a,b)")

@@ -1,6 +1,7 @@
 """scripts/install-control-plane.sh without a real build: its argument errors, the one-line refusal when Go is
 missing or older than the release needs (a fake ``go`` on a PATH that holds only the tools the script uses), and
-its idempotency (a DIR that already holds the release is left alone, and Go is never called)."""
+its idempotency (a DIR that already holds the release is left alone, and Go is never called; one missing a command
+builds only that command)."""
 
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ def sandbox(tmp_path: Path) -> Sandbox:
 def holding(directory: Path, version: str = DEFAULT, *, etcd: bool = True) -> Path:
     """``directory`` as a finished install of ``version`` left it (the binaries are stand-ins)."""
     directory.mkdir(parents=True, exist_ok=True)
-    names = ["kube-apiserver", "kube-scheduler", *(["etcd"] if etcd else [])]
+    names = ["kube-apiserver", "kube-scheduler", "kube-controller-manager", *(["etcd"] if etcd else [])]
     for name in names:
         (directory / name).write_text(f"#!{BASH}\necho {name} {version}\n")
         (directory / name).chmod(0o755)
@@ -150,7 +151,8 @@ def test_a_file_where_the_directory_should_be_is_refused(sandbox: Sandbox) -> No
 def test_without_go_the_error_says_go_is_needed(sandbox: Sandbox) -> None:
     target = sandbox.root / "cp"
     error = one_line_error(sandbox.run(str(target)))
-    assert f"needs Go (1.26 or newer) on the PATH to build kube-apiserver and kube-scheduler {DEFAULT}" in error
+    commands = "kube-apiserver, kube-scheduler, kube-controller-manager"
+    assert f"needs Go (1.26 or newer) on the PATH to build {commands} {DEFAULT}" in error
     assert not (target / ".k8s-version").exists()
 
 
@@ -212,6 +214,15 @@ def test_a_directory_not_holding_the_release_is_rebuilt(sandbox: Sandbox, stale:
         (target / ".k8s-version").unlink()
     assert "needs Go" in one_line_error(sandbox.run(str(target)))
     assert (target / "kube-apiserver").read_text().endswith("v1.35.4\n" if stale == "other release" else f"{DEFAULT}\n")
+
+
+def test_a_directory_made_before_kube_controller_manager_gets_only_that_built(sandbox: Sandbox) -> None:
+    """Without Go the build fails, and the error names the one command it was to build."""
+    target = holding(sandbox.root / "cp")
+    (target / "kube-controller-manager").unlink()
+    error = one_line_error(sandbox.run(str(target)))
+    assert f"on the PATH to build kube-controller-manager {DEFAULT}" in error
+    assert (target / "kube-apiserver").exists() and (target / ".k8s-version").exists()
 
 
 def test_k8s_version_picks_the_release_the_directory_must_hold(sandbox: Sandbox) -> None:
