@@ -6,9 +6,9 @@ it, over the emulator's store: PodDisruptionBudgets (``policy/v1``) are honoured
 * Otherwise the budgets of its namespace whose selector matches its labels are found (an empty selector matches
   nothing). More than one: ``500``, as the API server refuses to choose. One whose ``status.observedGeneration``
   lags its ``metadata.generation`` (the disruption controller has not computed it yet), or with
-  ``status.disruptionsAllowed`` of 0 (or absent): ``429 TooManyRequests`` ``Cannot evict pod as it would violate the pod's disruption budget.``
-  with a ``DisruptionBudget`` cause naming the budget's desired and current healthy pods. Otherwise the budget's
-  ``disruptionsAllowed`` is decremented and the pod recorded in its ``disruptedPods``.
+  ``status.disruptionsAllowed`` of 0 (or absent): ``429 TooManyRequests`` ``Cannot evict pod as it would violate the
+  pod's disruption budget.`` with a ``DisruptionBudget`` cause naming the budget's desired and current healthy pods.
+  Otherwise the budget's ``disruptionsAllowed`` is decremented and the pod recorded in its ``disruptedPods``.
 * The pod then gets the ``DisruptionTarget`` condition (``EvictionByEvictionAPI``) and is deleted with the
   Eviction's ``deleteOptions`` (a pod bound to a node terminates with its grace period when the emulator deletes
   gracefully). The answer is a ``Status`` of success, code 201.
