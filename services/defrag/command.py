@@ -15,11 +15,13 @@ from vgpu_scheduler.shared.config import Service, add_options
 
 DESCRIPTION = "Which pods to move so that a waiting pod fits, or so that whole cards or nodes become idle."
 PLAN_DESCRIPTION = (
-    "Plan a defragmentation (reserves and evicts nothing): which pods to move, from where to where, so that the "
-    "pending pod named by --for fits, or so that --free-cards N cards / --free-nodes N nodes are idle. Reads the "
-    "live state (Redis and the API server, as explain does), or runs a simulate cluster and workload file to its "
-    "end and plans on that (--cluster, --workload). Exit status: 0 a plan, 1 no plan (cannot: ...) or a failure, "
-    "2 a usage error."
+    "Plan a defragmentation: which pods to move, from where to where, so that the pending pod named by --for fits, "
+    "or so that --free-cards N cards / --free-nodes N nodes are idle. Reads the live state (Redis and the API "
+    "server, as explain does), or runs a simulate cluster and workload file to its end and plans on that "
+    "(--cluster, --workload). Reserves and evicts nothing unless --execute is given: then the plan is carried out "
+    "on the live cluster (the cards held, evictions through the Eviction API in waves, each awaited until the "
+    "replacements are bound). Exit status: 0 a plan (carried out, with --execute), 1 no plan (cannot: ...), a run "
+    "that stopped, or a failure, 2 a usage error."
 )
 
 
@@ -50,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """The ``plan`` parser: the goal, the selection, the output, the simulated cluster, then the settings
     shared with ``explain`` (Redis, the API server, the extender's policies, the device config)."""
-    plan = sub.add_parser("plan", help="Plan which pods to move (evicts nothing).", description=PLAN_DESCRIPTION)
+    plan = sub.add_parser("plan", help="Plan which pods to move (--execute: move them).", description=PLAN_DESCRIPTION)
     goal = plan.add_argument_group("goal (one of)")
     one = goal.add_mutually_exclusive_group(required=True)
     one.add_argument(
@@ -97,6 +99,20 @@ def add_plan_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     s.add_argument("--cluster", type=Path, metavar="FILE", default=None, help="A simulate cluster file.")
     s.add_argument(
         "--workload", type=Path, metavar="FILE", default=None, help="A simulate workload file, run to its end first."
+    )
+    x = plan.add_argument_group("carrying the plan out (live cluster only)")
+    x.add_argument(
+        "--execute",
+        action="store_true",
+        help="Carry the plan out: hold the cards, evict the moved pods through the Eviction API (PodDisruptionBudgets "
+        "honoured), wait for their replacements to bind. Without it nothing is reserved or evicted (a dry run).",
+    )
+    x.add_argument(
+        "--wave-size",
+        type=_positive,
+        metavar="N",
+        default=2,
+        help="--execute: evictions at once; the next wave waits until these pods' replacements are bound [default: 2].",
     )
     add_options(plan, Service.DEFRAG)
     plan.set_defaults(run=deferred("vgpu_scheduler.services.defrag.main:run_plan", settings_of=Service.DEFRAG))

@@ -4,8 +4,13 @@ Live: the store at ``--redis-url`` and the API server found as ``explain`` finds
 Offline (``--cluster``): simulate's embedded cluster on the simulated clock (:mod:`.offline`). Either way
 :func:`.planning.make_plan` plans, and the plan is printed as text (:mod:`.render`) or as its ``to_json``.
 
-Exit status: 0 a plan (perhaps of no move), 1 no plan (``cannot: <reason>`` on stdout) or a failure reported on
-one line on stderr (Redis or the API server unreachable), 2 a usage or configuration error.
+With ``--execute`` (live only) the plan is printed, then carried out by :func:`.execute.execute_plan` under the
+extender's policies, a progress line per move (on stderr with ``-o json``, whose one document is then
+``{"plan": ..., "execution": ...}``); SIGTERM stops the run with the state it reached.
+
+Exit status: 0 a plan (perhaps of no move; carried out, with ``--execute``), 1 no plan (``cannot: <reason>`` on
+stdout), a run that stopped (its state printed), or a failure reported on one line on stderr (Redis or the API
+server unreachable), 2 a usage or configuration error.
 """
 
 from __future__ import annotations
@@ -17,17 +22,21 @@ import os
 import sys
 
 from vgpu_scheduler.services.cli import program
+from vgpu_scheduler.services.defrag.execute import ExecuteOptions, execute_plan
+from vgpu_scheduler.services.defrag.hold import Placement
 from vgpu_scheduler.services.defrag.planning import PlanAsk, PlanOutcome, make_plan
 from vgpu_scheduler.services.defrag.render import render_text
 from vgpu_scheduler.services.inspect.connect import InspectError, kube_settings, one_line, open_api, open_store
 from vgpu_scheduler.services.inspect.explain import parse_target
 from vgpu_scheduler.shared.config import OPTIONS_BY_NAME, InspectSettings, LogLevel, Service, settings_from_args
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan
+from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.errors import ConfigError, VgpuError
 from vgpu_scheduler.shared.k8s import Api, KubeSettings
 from vgpu_scheduler.shared.logs import configure_logging
 from vgpu_scheduler.shared.runtime import run_service
 from vgpu_scheduler.shared.store import Store
+from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 EXIT_CANNOT = 1
 EXIT_FAILED = 1
@@ -51,6 +60,8 @@ def ask_of(args: argparse.Namespace) -> PlanAsk:
         raise ConfigError("give --node or -l/--selector, not both")
     if args.workload is not None and args.cluster is None:
         raise ConfigError("--workload needs --cluster (the simulated cluster it runs on)")
+    if args.execute and args.cluster is not None:
+        raise ConfigError("--execute carries a plan out on the live cluster: it does not go with --cluster")
     for_pod = None
     if args.for_pod is not None:
         try:
@@ -81,6 +92,8 @@ def run_plan(args: argparse.Namespace) -> int:
                     "--redis-url is required to plan on the live cluster (or give --cluster to plan on a simulated one)"
                 )
             kube = kube_settings(settings.common, os.environ)
+            if args.execute:
+                return _execute(settings, kube, ask, args.output, args.wave_size)
             outcome = asyncio.run(_live(settings, kube, ask))
     except ConfigError:
         raise
@@ -99,6 +112,37 @@ def emit(outcome: PlanOutcome, output: str) -> int:
     else:
         print(render_text(outcome))
     return 0 if isinstance(outcome.result, DefragPlan) else EXIT_CANNOT
+
+
+def _execute(settings: InspectSettings, kube: KubeSettings, ask: PlanAsk, output: str, wave_size: int) -> int:
+    """Plan on the live cluster, print the plan, carry it out (SIGTERM stops it cleanly); the exit status."""
+    codes: list[int] = []
+    progress = (lambda line: print(line, file=sys.stderr, flush=True)) if output == "json" else print
+
+    async def main(stop: asyncio.Event) -> None:
+        async with open_store(settings.common) as store, open_api(kube) as api:
+            outcome = await make_plan(settings, store, api, ask)
+            plan = outcome.result
+            if not isinstance(plan, DefragPlan) or output != "json":
+                codes.append(emit(outcome, output))
+            if not isinstance(plan, DefragPlan):
+                return
+            common = settings.common
+            placement = Placement(
+                vendors=enabled_vendors(common.nvidia, common.device_sections, common.enable_flags),
+                nvidia=common.nvidia,
+                policies=Policies(settings.node_policy, settings.gpu_policy),
+            )
+            options = ExecuteOptions(execute=True, wave_size=wave_size)
+            result = await execute_plan(
+                plan, api=api, store=store, placement=placement, options=options, out=progress, stop=stop
+            )
+            if output == "json":
+                print(json.dumps({"plan": plan.to_json(), "execution": result.to_json()}, indent=2))
+            codes[:] = [0 if result.ok else EXIT_FAILED]
+
+    code = run_service(main)
+    return code or (codes[0] if codes else EXIT_FAILED)
 
 
 async def _live(settings: InspectSettings, kube: KubeSettings, ask: PlanAsk) -> PlanOutcome:

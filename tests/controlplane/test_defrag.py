@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -281,4 +283,66 @@ async def test_a_plan_that_frees_a_card_keeps_the_replacement_off_it(
         assert card_of(f.finisher.last[replacement]) != move.source_devices[0]
         pods = await f.kube.items(f"/api/v1/namespaces/{f.ns}/pods")
         assert all(card_of(p) != move.source_devices[0] for p in pods), "the freed card is idle"
+        await _audit(f)
+
+
+async def _defrag_cli(f: Fragmented, api: ApiServer, redis_url: str, *args: str) -> tuple[int, str, str]:
+    """``vgpu-scheduler defrag plan`` as an operator runs it, against this run's store and API server."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "vgpu_scheduler.services.cli", "defrag", "plan", *args,
+        f"--redis-url={redis_url}", f"--key-prefix=vgpu-{f.ns}", f"--kubeconfig={api.kubeconfig}",
+        "--node-scheduler-policy=spread", "--gpu-scheduler-policy=spread",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    print(out.decode(), err.decode())
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_defrag_plan_for_then_execute_makes_room_for_the_waiting_pod(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """The planner and the executor together, as the command runs them: the plan moves one Deployment pod, the
+    waiting pod binds on the card it freed, the moved pod's replacement binds elsewhere, the audit is clean."""
+    async with fragmented(kube_apiserver, kube_cleanup, redis_url, tmp_path, budget=False) as f:
+        await _waiting_pod(f)
+        code, out, _ = await _defrag_cli(
+            f, kube_apiserver, redis_url, "--for", f"{f.ns}/big", "-o", "json", "--execute"
+        )
+        assert code == 0
+        report = json.loads(out)
+        assert report["plan"]["feasible"] and len(report["plan"]["moves"]) == 1
+        execution = report["execution"]
+        assert execution["ok"] and execution["moved"] == 1 and execution["failed"] is None
+        (move,) = report["plan"]["moves"]
+        await eventually(lambda: allocated(f.finisher.last.get("big", {"metadata": {}})), 60, "big allocated")
+        big = f.finisher.last["big"]
+        assert big["spec"]["nodeName"] == report["plan"]["target"]["node"] == move["from"]["node"]
+        assert card_of(big) in move["from"]["devices"]
+        moved = move["pod"].split("/")[1]
+        replacement = execution["replacements"][move["pod"]].split("/")[1].split(" ")[0]
+        assert replacement != moved and allocated(f.finisher.last[replacement])
+        await _audit(f)
+
+
+async def test_defrag_plan_says_why_when_every_move_is_forbidden_by_a_budget(
+    kube_apiserver: ApiServer, kube_cleanup: Cleanup, redis_url: str, tmp_path: Path
+) -> None:
+    """A PodDisruptionBudget allowing no disruption covers every pod that could move: no plan, the reason given,
+    nothing evicted (``--execute`` has nothing to carry out)."""
+    async with fragmented(kube_apiserver, kube_cleanup, redis_url, tmp_path, budget=True) as f:
+        await _waiting_pod(f)
+
+        async def computed() -> bool:
+            _, pdb = await f.kube.call("GET", f"/apis/policy/v1/namespaces/{f.ns}/poddisruptionbudgets/web")
+            return bool(pdb.get("status", {}).get("observedGeneration") == pdb["metadata"].get("generation"))
+
+        await eventually(computed, 60, "the disruption controller computed the budget")
+        code, out, _ = await _defrag_cli(f, kube_apiserver, redis_url, "--for", f"{f.ns}/big", "--execute")
+        assert code == 1
+        assert out.startswith("cannot:") or "\ncannot:" in out
+        assert "disruption" in out.lower()
+        assert set(f.pods) <= set(f.finisher.last)  # nothing evicted
+        assert not any(p["metadata"].get("deletionTimestamp") for p in f.finisher.last.values())
         await _audit(f)

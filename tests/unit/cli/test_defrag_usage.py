@@ -18,6 +18,8 @@ CASES = [
     (["--for", "a/b", "-n", "c"], "names namespace 'a' but -n says 'c'"),
     (["--free-cards", "1", "--workload", "w.yaml"], "--workload needs --cluster"),
     (["--free-cards", "1", "--free-nodes", "1"], "not allowed with argument"),
+    (["--for", "a/b", "--execute", "--cluster", "c.yaml"], "--execute carries a plan out on the live cluster"),
+    (["--for", "a/b", "--execute", "--wave-size", "0"], "expected a positive integer"),
     ([], "one of the arguments --for --free-cards --free-nodes is required"),
     (["--free-cards", "1"], "--redis-url is required to plan on the live cluster"),
     (
