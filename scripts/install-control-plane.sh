@@ -7,7 +7,7 @@
 #   DIR/.k8s-version                         the release DIR holds, written last
 #
 # Usage:  scripts/install-control-plane.sh DIR          prints DIR (absolute) and nothing else on success
-#         K8S_VERSION=v1.36.3 (the default) picks the release
+#         K8S_VERSION=v1.37.2 (the default) picks the release
 # Then:   export KUBEBUILDER_ASSETS=DIR                  the tests/controlplane suite runs when this is set
 #
 # A DIR that already holds the release (all three commands) is left as it is (no Go needed); one that holds the
@@ -17,7 +17,7 @@
 set -euo pipefail
 
 readonly prog=${0##*/}
-readonly default_version=v1.36.3
+readonly default_version=v1.37.2
 readonly go_floor=1.26 # the minimum when the release's go.mod names none
 readonly commands=(kube-apiserver kube-scheduler kube-controller-manager)
 

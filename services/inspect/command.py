@@ -17,7 +17,7 @@ from vgpu_scheduler.services.cli import deferred, main
 from vgpu_scheduler.shared.config import Service, add_service_parser
 
 KUBECTL_PROG: Final = "kubectl vgpu"
-KUBECTL_COMMANDS: Final = ("explain", "usage")
+KUBECTL_COMMANDS: Final = ("explain", "usage", "defrag")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -65,15 +65,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    """The ``kubectl-vgpu`` console script: ``kubectl vgpu explain …`` / ``kubectl vgpu usage …``."""
+    """The ``kubectl-vgpu`` console script: ``kubectl vgpu explain …`` / ``usage …`` / ``defrag plan …``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in KUBECTL_COMMANDS:
         if args and args[0] in ("-h", "--help"):
             print(
-                f"usage: {KUBECTL_PROG} {{explain NAMESPACE/POD | usage}} [options]"
+                f"usage: {KUBECTL_PROG} {{explain NAMESPACE/POD | usage | defrag plan}} [options]"
                 "  (--help after a command lists them)"
             )
             return 0
-        print(f"{KUBECTL_PROG}: error: expected a command: explain NAMESPACE/POD, or usage", file=sys.stderr)
+        print(
+            f"{KUBECTL_PROG}: error: expected a command: explain NAMESPACE/POD, usage, or defrag plan", file=sys.stderr
+        )
         return 2
     return main(args, prog=KUBECTL_PROG)

@@ -44,12 +44,20 @@ def test_a_failure_names_kubectl_vgpu(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_no_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert kubectl_main([]) == 2
-    assert capsys.readouterr().err == "kubectl vgpu: error: expected a command: explain NAMESPACE/POD, or usage\n"
+    err = capsys.readouterr().err
+    assert err == "kubectl vgpu: error: expected a command: explain NAMESPACE/POD, usage, or defrag plan\n"
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert kubectl_main(["--help"]) == 0
-    assert capsys.readouterr().out.startswith("usage: kubectl vgpu {explain NAMESPACE/POD | usage}")
+    assert capsys.readouterr().out.startswith("usage: kubectl vgpu {explain NAMESPACE/POD | usage | defrag plan}")
+
+
+def test_defrag_plan_is_a_kubectl_vgpu_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        kubectl_main(["defrag", "plan", "--help"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: kubectl vgpu defrag plan ")
 
 
 def test_explain_help_is_kubectl_vgpu_explain(capsys: pytest.CaptureFixture[str]) -> None:

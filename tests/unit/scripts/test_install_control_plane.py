@@ -18,7 +18,7 @@ SCRIPT = REPO / "scripts" / "install-control-plane.sh"
 BASH = shutil.which("bash") or "/bin/bash"
 # Everything the script runs besides bash builtins, go, etcd and apt-get.
 TOOLS = ("cat", "mkdir", "sed", "grep", "sort", "head", "tail", "mktemp", "rm", "mv", "ln")
-DEFAULT = "v1.36.3"
+DEFAULT = "v1.37.2"
 
 # A release's go.mod as far as the script reads it: the go directive, a godebug line, the ./staging replaces.
 GO_MOD = """module k8s.io/kubernetes
