@@ -8,13 +8,14 @@ less the time its API calls need). How long a cycle takes is not a setting: it g
 the device plugin's latency. So the limit is computed from cycles as they are measured:
 
 * every replica sees every lock taken and released on the store's change feed; the time between the two is one
-  cycle (:meth:`BindLimit.observe_cycle`), averaged (exponentially, ``CYCLE_WEIGHT``);
+  cycle (:meth:`BindLimit.observe_cycle`), averaged (exponentially, ``CYCLE_WEIGHT``) with its variance: a queue
+  is a sum of cycles, so it is planned on the average plus one deviation (a few slow Allocates shorten it);
 * a pod reserved on a node by ``/filter`` reaches the node's lock only when kube-scheduler's asynchronous binding
   cycle calls ``/bind``: the *dispatch* delay, measured from the reservation to the bind's first try for the lock
   (:meth:`BindLimit.reserved`, :meth:`BindLimit.queued`; pods whose filter and bind reach different replicas are
   not measured), and averaged the same way. Meanwhile the lock serves ``dispatch ÷ cycle`` of the binds ahead;
 * so a pod admitted behind ``n`` binds in flight waits about ``n × cycle − dispatch``, and the limit is
-  ``1 + ⌊(QUEUE_SHARE × lock wait + dispatch) ÷ cycle⌋``, between 1 and ``--max-binds-per-node``: a bind
+  ``1 + ⌊(QUEUE_SHARE × lock wait + dispatch) ÷ (cycle + deviation)⌋``, between 1 and ``--max-binds-per-node``: a bind
   admitted behind a full queue waits at most that share of its budget;
 * a bind that gave up waiting shows that cycles are longer than measured (or that more binds queue there than
   this replica knows): the estimate is raised by ``TIMEOUT_RAISE`` at once, and measured cycles bring it back.
@@ -57,6 +58,8 @@ class BindLimit:
         self._on_change = on_change
         self.cycle_s: float | None = None
         """The average lock cycle (None until one is measured: the limit is the ceiling)."""
+        self.cycle_var = 0.0
+        """The cycles' variance, averaged the same way: a queue is planned on the average plus one deviation."""
         self.dispatch_s = 0.0
         """The average time from a pod's reservation to its bind's first try for the lock."""
         self._pending: dict[str, float] = {}
@@ -80,7 +83,12 @@ class BindLimit:
         if cycle_s < 0 or self._queue_s <= 0:
             return
         previous = self.cycle_s
-        self.cycle_s = cycle_s if previous is None else previous + CYCLE_WEIGHT * (cycle_s - previous)
+        if previous is None:
+            self.cycle_s = cycle_s
+        else:
+            diff = cycle_s - previous
+            self.cycle_s = previous + CYCLE_WEIGHT * diff
+            self.cycle_var = (1 - CYCLE_WEIGHT) * (self.cycle_var + CYCLE_WEIGHT * diff * diff)
         self._update(cycle_s)
 
     def observe(self, waited_s: float, *, timed_out: bool = False) -> None:
@@ -94,7 +102,8 @@ class BindLimit:
     def _update(self, sample_s: float) -> None:
         if not self.cycle_s:
             return
-        value = max(1, min(self.ceiling, 1 + math.floor((self._queue_s + self.dispatch_s) / self.cycle_s)))
+        cycle = self.cycle_s + math.sqrt(self.cycle_var)
+        value = max(1, min(self.ceiling, 1 + math.floor((self._queue_s + self.dispatch_s) / cycle)))
         if value == self.value:
             return
         logger.info(
