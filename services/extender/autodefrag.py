@@ -109,6 +109,13 @@ class AutoDefrag:
         )
         self._cooldown = Cooldown(COOLDOWN_S)
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._waiting: set[str] = set()
+        """The pods whose run waits for others (the moved pods' replacements, the pod's bind)."""
+        self._changed = asyncio.Event()
+        self.moves: list[dict[str, object]] = []
+        """Every move evicted here, recorded when its run ends: ``pod``, ``from`` and ``to`` (node and cards as
+        planned), ``for`` (the pod it made room for), ``replacement`` (``ns/name on node`` once bound, else None);
+        ``simulate`` reports them."""
         self.stopping = asyncio.Event()
         registry = deps.registry
         self.attempts = Counter(
@@ -136,9 +143,19 @@ class AutoDefrag:
         await cancel_until_done(tasks)
 
     async def idle(self) -> None:
-        """Wait until no plan is being worked out or carried out here (``simulate``)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+        """Wait until every plan here is carried out, or waits for others (the moved pods' replacements, the
+        helped pod's bind: ``simulate``, which plays them in this process, then lets them act)."""
+        while busy := [t for uid, t in self._tasks.items() if uid not in self._waiting]:
+            self._changed.clear()
+            changed = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait([*busy, changed], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
+
+    def _set_waiting(self, uid: str, waiting: bool) -> None:
+        (self._waiting.add if waiting else self._waiting.discard)(uid)
+        self._changed.set()
 
     def consider(self, unplaced: Unplaced) -> None:
         """``/filter`` found no node for the pod: plan and move for it off the request path, or preempt for it
@@ -158,7 +175,12 @@ class AutoDefrag:
             self._defrag(uid, key, lambda: self._preemptor.consider(unplaced)), name=f"defrag:{uid}"
         )
         self._tasks[uid] = task
-        task.add_done_callback(lambda _: self._tasks.pop(uid, None))
+
+        def done(_: object) -> None:
+            self._tasks.pop(uid, None)
+            self._set_waiting(uid, False)
+
+        task.add_done_callback(done)
 
     async def _defrag(self, uid: str, key: tuple[str, str], fallback: Callable[[], None]) -> None:
         store, owner = self._deps.store, self._deps.instance_id
@@ -174,7 +196,7 @@ class AutoDefrag:
                 self.attempts.labels("elsewhere").inc()
                 return  # another replica acts for the pod (a plan, or a preemption)
             try:
-                await self._carry_out(plan, key)
+                await self._carry_out(plan, uid, key)
             finally:
                 await store.reservations.end_preemption(uid, owner)
         except VgpuError as e:
@@ -184,7 +206,7 @@ class AutoDefrag:
             self.attempts.labels("error").inc()
             logger.exception("defrag failed", extra={"pod": "/".join(key)})
 
-    async def _carry_out(self, plan: DefragPlan, key: tuple[str, str]) -> None:
+    async def _carry_out(self, plan: DefragPlan, uid: str, key: tuple[str, str]) -> None:
         refused = self.budget.admit([m.source for m in plan.moves])
         if refused is not None:
             self.attempts.labels("rate_limited").inc()
@@ -204,7 +226,18 @@ class AutoDefrag:
             options=OPTIONS,
             out=out,
             stop=self.stopping,
+            on_wait=lambda waiting: self._set_waiting(uid, waiting),
         )
+        for m in result.evicted:
+            self.moves.append(
+                {
+                    "pod": m.key,
+                    "from": {"node": m.source, "devices": list(m.source_devices)},
+                    "to": {"node": m.dest, "devices": list(m.dest_devices)},
+                    "for": "/".join(key),
+                    "replacement": result.replacements.get(m.uid),
+                }
+            )
         self.executed.inc(result.moved)
         self.failed.inc(result.failures)
         self.cards_freed.inc(result.cards_freed)
