@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 COOLDOWN_S = 10.0
 """A pod is considered at most once in this time per replica (kube-scheduler retries it)."""
 MAX_RUNNING = 4
-"""Plans carried out at once per replica."""
+"""Plans worked out or carried out at once per replica; another pod waits for kube-scheduler's next retry."""
 WINDOW_S = 60.0
 """The window of the move budgets (per minute)."""
 OPTIONS = ExecuteOptions(execute=True, wave_size=2)
@@ -165,11 +165,11 @@ class AutoDefrag:
         uid = str(meta.get("uid") or "")
         if not uid or uid in self._tasks or self.stopping.is_set():
             return
-        if pod_group_name(unplaced.pod) is not None or len(self._tasks) >= MAX_RUNNING:
+        if pod_group_name(unplaced.pod) is not None:  # a gang member: preemption's rules (it waits for its gang)
             self._preemptor.consider(unplaced)
             return
-        if not self._cooldown.admit(uid):
-            return
+        if len(self._tasks) >= MAX_RUNNING or not self._cooldown.admit(uid):
+            return  # kube-scheduler retries the pod
         key = (str(meta.get("namespace")), str(meta.get("name")))
         task = asyncio.get_running_loop().create_task(
             self._defrag(uid, key, lambda: self._preemptor.consider(unplaced)), name=f"defrag:{uid}"
