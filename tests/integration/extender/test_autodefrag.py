@@ -135,3 +135,28 @@ async def test_stopping_the_replica_stops_a_run_cleanly_and_releases_its_hold(
     assert await store.reservations.get(WHOLE_UID) is None
     failed = [e for e in emulator.list("Event") if e.get("reason") == "DefragFailed"]
     assert [e["involvedObject"]["name"] for e in failed] == ["whole"] and "stop requested" in failed[0]["message"]
+
+
+async def test_another_replica_acting_for_the_pod_or_a_spent_budget_moves_nothing_and_kills_nobody(
+    store: Store, api: Api, emulator: Emulator
+) -> None:
+    await fragmented(store, emulator)
+    high = emulator.put(pod_obj("high", 0, whole=True, priority=1000))  # it may preempt: it is not let to
+    await store.reservations.begin_preemption("uid-high", "other-replica", 60)
+    limited = settings(auto_defrag=True, defrag_moves_per_minute=1)
+    async with running_extender(store, api, extender_settings=limited) as r:
+        defrag = r.service.autodefrag
+        assert defrag is not None
+        await r.filter(body(high))
+        await defrag.idle()
+        assert r.metric("vgpu_defrag_attempts_total", outcome="elsewhere") == 1
+        assert defrag.budget.admit(["gpu-node-x"]) is None  # this minute's move is spent
+        other = emulator.put(pod_obj("other", 0, whole=True, priority=1000))
+        await r.filter(body(other))
+        await defrag.idle()
+        assert r.metric("vgpu_defrag_attempts_total", outcome="rate_limited") == 1
+        await r.service.preemptor.idle()
+        assert r.metric("vgpu_defrag_moves_planned_total") == 0
+        assert r.metric("vgpu_preemption_attempts_total", outcome="preempted") == 0
+    assert {"a0", "a1", "a2", "b0", "b1", "b2"} <= names(emulator)
+    assert await store.reservations.get("uid-high") is None and await store.reservations.get("uid-other") is None
