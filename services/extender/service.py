@@ -16,9 +16,9 @@ import asyncio
 import gc
 import logging
 import ssl
+from typing import TYPE_CHECKING
 
 from vgpu_scheduler.services.extender.app import Handler, create_app, create_webhook_app
-from vgpu_scheduler.services.extender.autodefrag import AutoDefrag
 from vgpu_scheduler.services.extender.bindhttp import BindHandler
 from vgpu_scheduler.services.extender.bindlimit import BindLimit
 from vgpu_scheduler.services.extender.bindlock import lock_wait_budget
@@ -36,6 +36,9 @@ from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.errors import ConfigError, TransientError
 from vgpu_scheduler.shared.ops import RunningServer, start_server
 from vgpu_scheduler.shared.runtime import cancel_until_done
+
+if TYPE_CHECKING:
+    from vgpu_scheduler.services.extender.autodefrag import AutoDefrag
 
 __all__ = ["ExtenderDeps", "ExtenderService"]
 """``ExtenderDeps`` is defined in :mod:`.deps` (so that the handlers can name it without importing this module);
@@ -98,8 +101,12 @@ class ExtenderService:
             on_sampled_out=self.metrics.events_sampled_out.inc,
         )
         self.preemptor = Preemptor(settings, deps, self.cache)
-        self.autodefrag = AutoDefrag(settings, deps, self.preemptor) if settings.auto_defrag else None
+        self.autodefrag: AutoDefrag | None = None
         """``--auto-defrag``: pods that fit nowhere get a defragmentation plan before preemption is considered."""
+        if settings.auto_defrag:  # the planner and executor are loaded only when asked for
+            from vgpu_scheduler.services.extender.autodefrag import AutoDefrag
+
+            self.autodefrag = AutoDefrag(settings, deps, self.preemptor)
         self.gangs = GangKeeper(deps, self.cache)
         self.filter = FilterHandler(
             settings,
