@@ -9,9 +9,9 @@ pod handed to the GPU-aware preemption (:class:`~.preempt.Preemptor`).
 Bounds:
 
 * one plan in flight per pod: per replica (the running tasks), and across replicas the pod's preemption right in
-  the store (``Reservations.begin_preemption``, the key preemption takes), held for as long as a run may last and
-  given back when it ends; a pod already holding a reservation (being bound, or held by an earlier run) is never
-  planned for (``pod_goal`` refuses it);
+  the store (``Reservations.begin_preemption``, the key preemption takes), renewed while the run lasts and given
+  back when it ends (a replica that dies leaves it to expire within :data:`RIGHT_TTL_S`); a pod already holding a
+  reservation (being bound, or held by an earlier run) is never planned for (``pod_goal`` refuses it);
 * moves per minute, overall and off any one node, per replica (:class:`MoveBudget`): a plan that would exceed
   either waits for a later ``/filter`` (and nobody is preempted meanwhile);
 * a pod is considered at most once per :data:`COOLDOWN_S` per replica, and :data:`MAX_RUNNING` plans run at once;
@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -54,6 +53,8 @@ MAX_RUNNING = 4
 """Plans worked out or carried out at once per replica; another pod waits for kube-scheduler's next retry."""
 WINDOW_S = 60.0
 """The window of the move budgets (per minute)."""
+RIGHT_TTL_S = 60.0
+"""How long the pod's right (its preemption key in the store) outlives this replica's last renewal."""
 OPTIONS = ExecuteOptions(execute=True, wave_size=2)
 """How the extender carries a plan out: the executor's defaults, evicting."""
 
@@ -84,12 +85,6 @@ class MoveBudget:
         now = self._clock()
         self._moves.extend((now, node) for node in sources)
         return None
-
-
-def _run_bound_s(plan: DefragPlan) -> float:
-    """How long carrying ``plan`` out may take at most (the store's right to act for the pod lasts that long)."""
-    waves = math.ceil(len(plan.moves) / OPTIONS.wave_size)
-    return waves * OPTIONS.wave_timeout_s + OPTIONS.bind_timeout_s + 60.0
 
 
 class AutoDefrag:
@@ -192,12 +187,14 @@ class AutoDefrag:
                 logger.info("defrag: no plan, preemption may act", extra={"pod": "/".join(key), "why": str(plan)})
                 fallback()
                 return
-            if not await store.reservations.begin_preemption(uid, owner, _run_bound_s(plan)):
+            if not await store.reservations.begin_preemption(uid, owner, RIGHT_TTL_S):
                 self.attempts.labels("elsewhere").inc()
                 return  # another replica acts for the pod (a plan, or a preemption)
+            renewer = asyncio.create_task(self._keep_right(uid), name=f"defrag-right:{uid}")
             try:
                 await self._carry_out(plan, uid, key)
             finally:
+                await cancel_until_done([renewer])
                 await store.reservations.end_preemption(uid, owner)
         except VgpuError as e:
             self.attempts.labels("error").inc()
@@ -205,6 +202,16 @@ class AutoDefrag:
         except Exception:
             self.attempts.labels("error").inc()
             logger.exception("defrag failed", extra={"pod": "/".join(key)})
+
+    async def _keep_right(self, uid: str) -> None:
+        """Renew the pod's right every third of :data:`RIGHT_TTL_S` while its run lasts (a replica that dies leaves
+        it to expire)."""
+        while True:
+            await asyncio.sleep(RIGHT_TTL_S / 3)  # a keep-alive, not a wait for state
+            try:
+                await self._deps.store.reservations.renew_preemption(uid, self._deps.instance_id, RIGHT_TTL_S)
+            except VgpuError as e:
+                logger.warning("defrag: the pod's right was not renewed", extra={"pod_uid": uid, "error": str(e)})
 
     async def _carry_out(self, plan: DefragPlan, uid: str, key: tuple[str, str]) -> None:
         refused = self.budget.admit([m.source for m in plan.moves])
