@@ -44,7 +44,7 @@ from vgpu_scheduler.services.defrag.hold import (
     release_hold,
 )
 from vgpu_scheduler.services.defrag.result import ExecuteOptions, ExecuteResult, freed_cards
-from vgpu_scheduler.services.defrag.waves import PodWatch, Stopped, Wave
+from vgpu_scheduler.services.defrag.waves import PodWatch, Stopped, T, Wave
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move
 from vgpu_scheduler.shared.errors import NotFoundError, VgpuError
 from vgpu_scheduler.shared.k8s import Api, DisruptionBudgetError, EventType, KubeObject
@@ -81,9 +81,11 @@ class _Run:
         options: ExecuteOptions,
         out: Callable[[str], None],
         stop: asyncio.Event | None,
+        on_wait: Callable[[bool], None] | None = None,
     ) -> None:
         self.plan, self.api, self.store, self.placement = plan, api, store, placement
         self.options, self.out, self.stop = options, out, stop
+        self.on_wait = on_wait
         self.result = ExecuteResult(executed=options.execute, moves=plan.moves)
         self.hold: Hold | None = None
         self.card_holds: list[Hold] = []
@@ -261,7 +263,7 @@ class _Run:
                 EventType.NORMAL,
             )
         try:
-            await watch.until(lambda: self._settled(watch, wave), self.options.wave_timeout_s)
+            await self._until(watch, lambda: self._settled(watch, wave), self.options.wave_timeout_s)
         except TimeoutError:
             settled, waiting = wave.progress(watch.pods())
             first = next(m for m in wave.moves if m.uid not in settled)
@@ -269,6 +271,16 @@ class _Run:
                 first, f"the wave did not settle within {self.options.wave_timeout_s:g}s: {'; '.join(waiting)}"
             )
         return True
+
+    async def _until(self, watch: PodWatch, check: Callable[[], T | None], timeout_s: float) -> T:
+        """``watch.until``, telling ``on_wait`` that the run waits for others (True) and then goes on (False)."""
+        if self.on_wait is not None:
+            self.on_wait(True)
+        try:
+            return await watch.until(check, timeout_s)
+        finally:
+            if self.on_wait is not None:
+                self.on_wait(False)
 
     def _settled(self, watch: PodWatch, wave: Wave) -> bool | None:
         """Report the moves of ``wave`` that settled since last asked; True once all have."""
@@ -295,7 +307,7 @@ class _Run:
             return str(node) if node else None
 
         try:
-            node = await watch.until(bound, self.options.bind_timeout_s)
+            node = await self._until(watch, bound, self.options.bind_timeout_s)
         except TimeoutError:
             self.out(
                 f"every move is made; pod {hold.key} is not bound yet after {self.options.bind_timeout_s:g}s "
@@ -383,10 +395,13 @@ async def execute_plan(
     options: ExecuteOptions = DRY_RUN,
     out: Callable[[str], None] = print,
     stop: asyncio.Event | None = None,
+    on_wait: Callable[[bool], None] | None = None,
 ) -> ExecuteResult:
     """Carry out ``plan`` (the module docstring); a dry run unless ``options.execute``. Progress lines go to
-    ``out``. ``stop`` set (SIGTERM) ends the run cleanly; the result says how far it went."""
-    run = _Run(plan, api=api, store=store, placement=placement, options=options, out=out, stop=stop)
+    ``out``. ``stop`` set (SIGTERM) ends the run cleanly; the result says how far it went. ``on_wait`` is told when
+    the run starts (True) and stops (False) waiting for others: the moved pods' replacements, the helped pod's bind
+    (``simulate`` plays those others in the same process, and lets them act meanwhile)."""
+    run = _Run(plan, api=api, store=store, placement=placement, options=options, out=out, stop=stop, on_wait=on_wait)
     if options.execute:
         await run.execute()
     else:

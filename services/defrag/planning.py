@@ -1,21 +1,18 @@
 """What ``vgpu-scheduler defrag plan`` does once it reaches a store and an API server (the live ones, or a simulated
-cluster's, :mod:`.offline`): read the state (``shared/defragread.py``), build the goal, run the pure planner
-(``shared/domain/defrag.py``) under the extender's policies and device config. A replacement (and the ``--for``
-pod) goes only to the nodes kube-scheduler's own NodeUnschedulable and node selector filters leave it (the same
-filters ``simulate`` plays, ``services/simulate/nodefit.py``). Reserves nothing, evicts nothing.
+cluster's, :mod:`.offline`): build the goal from the flags, read the state and run the pure planner under the
+extender's policies and device config (:mod:`.reading`, which the extender's automatic mode shares).
+Reserves nothing, evicts nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from vgpu_scheduler.services.defrag.reading import plan_live
 from vgpu_scheduler.services.inspect.connect import store_warning
-from vgpu_scheduler.services.simulate.nodefit import candidate_names
 from vgpu_scheduler.shared.config import InspectSettings
-from vgpu_scheduler.shared.defragread import NotPlannable, nodes_selected, pod_goal, read_state
-from vgpu_scheduler.shared.domain.defrag import FreeCards, FreeNodes, Goal, Placement, plan_defrag
+from vgpu_scheduler.shared.defragread import DefragState, Where, nodes_selected, pod_goal
+from vgpu_scheduler.shared.domain.defrag import FreeCards, FreeNodes, Goal, Placement
 from vgpu_scheduler.shared.domain.defragmodel import Cannot, DefragPlan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.k8s import Api
@@ -59,38 +56,25 @@ async def make_plan(settings: InspectSettings, store: Store, api: Api, ask: Plan
     """Read, then plan (module docstring)."""
     common = settings.common
     vendors = enabled_vendors(common.nvidia, common.device_sections, common.enable_flags)
-    warnings: list[str] = []
     stale = store_warning(await store.meta.status())
-    if stale:
-        warnings.append(stale)
-    node_objects = await api.list_nodes()
+    unknown: list[str] = []
 
-    def where(pod: Mapping[str, Any]) -> frozenset[str]:
-        return frozenset(candidate_names(pod, node_objects))
-
-    state = await read_state(store, api, vendors, where=where)
-    warnings += state.warnings
-    registered = {s.name for s in state.snapshots}
-    nodes = ask.nodes
-    if ask.selector is not None:
-        nodes = await nodes_selected(api, ask.selector)
-    warnings += [f"node {n} is not a registered GPU node" for n in sorted((ask.nodes or frozenset()) - registered)]
-    goal: Goal
-    if ask.for_pod is not None:
-        try:
-            goal = await pod_goal(store, api, *ask.for_pod, vendors, where=where)
-        except NotPlannable as e:
-            return PlanOutcome(ask, Cannot(str(e)), tuple(warnings))
-    elif ask.free_cards is not None:
-        goal = FreeCards(ask.free_cards, ask.card_type, nodes)
-    else:
+    async def goal(where: Where, state: DefragState) -> Goal:
+        registered = {s.name for s in state.snapshots}
+        nodes = ask.nodes
+        if ask.selector is not None:
+            nodes = await nodes_selected(api, ask.selector)
+        unknown.extend(
+            f"node {n} is not a registered GPU node" for n in sorted((ask.nodes or frozenset()) - registered)
+        )
+        if ask.for_pod is not None:
+            return await pod_goal(store, api, *ask.for_pod, vendors, where=where)
+        if ask.free_cards is not None:
+            return FreeCards(ask.free_cards, ask.card_type, nodes)
         assert ask.free_nodes is not None
-        goal = FreeNodes(ask.free_nodes, nodes)
-    result = plan_defrag(
-        goal,
-        state.snapshots,
-        state.candidates,
-        placement=Placement(Policies(settings.node_policy, settings.gpu_policy), common.nvidia, vendors.rules),
-        allowances=state.allowances,
-    )
-    return PlanOutcome(ask, result, tuple(warnings))
+        return FreeNodes(ask.free_nodes, nodes)
+
+    placement = Placement(Policies(settings.node_policy, settings.gpu_policy), common.nvidia, vendors.rules)
+    planned = await plan_live(store, api, vendors, placement, goal)
+    warnings = ([stale] if stale else []) + planned.state.warnings + unknown
+    return PlanOutcome(ask, planned.result, tuple(warnings))

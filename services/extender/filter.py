@@ -37,6 +37,7 @@ from vgpu_scheduler.services.extender.filterplan import Planner
 from vgpu_scheduler.services.extender.filterpod import FilterError, FilterPod, body_too_large_message, decode_pod
 from vgpu_scheduler.services.extender.metrics import ExtenderMetrics, FilterOutcome
 from vgpu_scheduler.services.extender.nodes import NODE_UNREGISTERED, node_name, vendor_inventory_from_node
+from vgpu_scheduler.services.extender.preempt import Unplaced
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
 from vgpu_scheduler.shared.codec.resources import ResourceRequestError
 from vgpu_scheduler.shared.config import ExtenderSettings
@@ -69,6 +70,7 @@ from vgpu_scheduler.shared.store import (
 )
 
 if TYPE_CHECKING:
+    from vgpu_scheduler.services.extender.autodefrag import AutoDefrag
     from vgpu_scheduler.services.extender.gang import GangKeeper
     from vgpu_scheduler.services.extender.preempt import Preemptor
 
@@ -92,10 +94,13 @@ class FilterHandler:
         *,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         preemptor: Preemptor | None = None,
+        defrag: AutoDefrag | None = None,
         gangs: GangKeeper | None = None,
         on_reserved: Callable[[str], None] | None = None,
     ) -> None:
-        self._preemptor = preemptor
+        self._unplaced = defrag or preemptor
+        """Told of each pod that fits nowhere: automatic defragmentation first (it preempts when no plan exists),
+        else preemption."""
         self._gangs = gangs
         self._settings = settings
         self._deps = deps
@@ -413,8 +418,8 @@ class FilterHandler:
         if logger.isEnabledFor(logging.DEBUG):
             for node, text in sorted(failed.items()):
                 logger.debug("node refused pod", extra={"pod": pod.key, "node": node, "reason": text})
-        if outcome is FilterOutcome.UNSCHEDULABLE and self._preemptor is not None and pod.obj is not None:
-            self._preemptor.consider(pod.obj, pod.request, pod.constraints, names, pod.bind_hint)
+        if outcome is FilterOutcome.UNSCHEDULABLE and self._unplaced is not None and pod.obj is not None:
+            self._unplaced.consider(Unplaced(pod.obj, pod.request, pod.constraints, names, pod.bind_hint))
         gang = pod.gang
         if outcome is FilterOutcome.UNSCHEDULABLE and self._gangs is not None and gang is not None:
             self._gangs.failed(

@@ -28,6 +28,7 @@ import asyncio
 import datetime
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -86,6 +87,36 @@ def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A pod ``/filter`` found no node for, as ``/filter`` read it: its object, requests and constraints, the
+    candidate nodes kube-scheduler sent, and its bind hint."""
+
+    pod: Mapping[str, Any]
+    request: PodRequest
+    constraints: PodConstraints
+    names: Sequence[str]
+    bind_hint: str
+
+
+class Cooldown:
+    """Admits a pod at most once per ``seconds`` (kube-scheduler retries it), on the running loop's clock (the
+    simulator's simulated one); forgets pods admitted longer ago once it remembers many."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._recent: dict[str, float] = {}
+
+    def admit(self, uid: str) -> bool:
+        now = asyncio.get_running_loop().time()
+        if now - self._recent.get(uid, -self.seconds) < self.seconds:
+            return False
+        self._recent[uid] = now
+        if len(self._recent) > 10_000:
+            self._recent = {k: t for k, t in self._recent.items() if now - t < self.seconds}
+        return True
+
+
 class Preemptor:
     """Device-aware preemption for one extender replica (module docstring)."""
 
@@ -96,7 +127,7 @@ class Preemptor:
         self._cache = cache
         self._vendors = deps.vendor_set
         self._policies = Policies(node=settings.node_policy, gpu=settings.gpu_policy)
-        self._recent: dict[str, float] = {}
+        self._cooldown = Cooldown(COOLDOWN_S)
         self._owner = deps.instance_id
         self._tasks: set[asyncio.Task[None]] = set()
         self.victims = Counter(
@@ -128,31 +159,26 @@ class Preemptor:
         """How many pods preempted for ``pod_uid``'s hold on ``node`` still hold their devices (0: go ahead)."""
         return await self._store.reservations.preemption_waiting(pod_uid, node)
 
-    def consider(
-        self,
-        pod: Mapping[str, Any],
-        request: PodRequest,
-        constraints: PodConstraints,
-        names: Sequence[str],
-        bind_hint: str,
-    ) -> None:
-        """``/filter`` found no node for ``pod``: preempt for it off the request path, if it may and no attempt for
+    def consider(self, unplaced: Unplaced) -> None:
+        """``/filter`` found no node for the pod: preempt for it off the request path, if it may and no attempt for
         it ran in the last :data:`COOLDOWN_S` here. Never waits, never raises."""
+        pod = unplaced.pod
         priority = pod_priority(pod)
         uid = str(_meta(pod).get("uid") or "")
         if priority <= 0 or not uid or not may_preempt(pod) or len(self._tasks) >= MAX_RUNNING:
             return
         if pod_group_name(pod) is not None:
             return  # a gang member: evicting for one member cannot tell whether the gang can be whole (docs)
-        now = asyncio.get_running_loop().time()
-        if now - self._recent.get(uid, -COOLDOWN_S) < COOLDOWN_S:
+        if not self._cooldown.admit(uid):
             return
-        self._recent[uid] = now
-        if len(self._recent) > 10_000:
-            self._recent = {k: t for k, t in self._recent.items() if now - t < COOLDOWN_S}
         task = asyncio.get_running_loop().create_task(
             self._preempt(
-                pod, request=request, constraints=constraints, names=list(names), bind_hint=bind_hint, priority=priority
+                pod,
+                request=unplaced.request,
+                constraints=unplaced.constraints,
+                names=list(unplaced.names),
+                bind_hint=unplaced.bind_hint,
+                priority=priority,
             ),
             name=f"preempt:{uid}",
         )

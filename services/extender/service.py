@@ -16,6 +16,7 @@ import asyncio
 import gc
 import logging
 import ssl
+from typing import TYPE_CHECKING
 
 from vgpu_scheduler.services.extender.app import Handler, create_app, create_webhook_app
 from vgpu_scheduler.services.extender.bindhttp import BindHandler
@@ -23,6 +24,7 @@ from vgpu_scheduler.services.extender.bindlimit import BindLimit
 from vgpu_scheduler.services.extender.bindlock import lock_wait_budget
 from vgpu_scheduler.services.extender.deps import ExtenderDeps
 from vgpu_scheduler.services.extender.filter import FilterHandler
+from vgpu_scheduler.services.extender.fragmetrics import FragmentationCollector
 from vgpu_scheduler.services.extender.gang import GangKeeper
 from vgpu_scheduler.services.extender.metrics import AllocationCollector, ExtenderMetrics, QuotaView
 from vgpu_scheduler.services.extender.preempt import Preemptor
@@ -34,6 +36,9 @@ from vgpu_scheduler.shared.config import ExtenderSettings
 from vgpu_scheduler.shared.errors import ConfigError, TransientError
 from vgpu_scheduler.shared.ops import RunningServer, start_server
 from vgpu_scheduler.shared.runtime import cancel_until_done
+
+if TYPE_CHECKING:
+    from vgpu_scheduler.services.extender.autodefrag import AutoDefrag
 
 __all__ = ["ExtenderDeps", "ExtenderService"]
 """``ExtenderDeps`` is defined in :mod:`.deps` (so that the handlers can name it without importing this module);
@@ -89,12 +94,19 @@ class ExtenderService:
                 legacy=settings.legacy_metrics,
             )
         )
+        deps.registry.register(FragmentationCollector(self.cache.snapshots))
         deps.event_sink.set_hooks(
             on_posted=self.metrics.events_posted.inc,
             on_dropped=self.metrics.events_dropped.inc,
             on_sampled_out=self.metrics.events_sampled_out.inc,
         )
         self.preemptor = Preemptor(settings, deps, self.cache)
+        self.autodefrag: AutoDefrag | None = None
+        """``--auto-defrag``: pods that fit nowhere get a defragmentation plan before preemption is considered."""
+        if settings.auto_defrag:  # the planner and executor are loaded only when asked for
+            from vgpu_scheduler.services.extender.autodefrag import AutoDefrag
+
+            self.autodefrag = AutoDefrag(settings, deps, self.preemptor)
         self.gangs = GangKeeper(deps, self.cache)
         self.filter = FilterHandler(
             settings,
@@ -102,6 +114,7 @@ class ExtenderService:
             self.metrics,
             self.cache,
             preemptor=self.preemptor,
+            defrag=self.autodefrag,
             gangs=self.gangs,
             on_reserved=lambda uid: self.bind_limit.reserved(uid, loop_time()),
         )
@@ -168,7 +181,10 @@ class ExtenderService:
                 if not await self.deps.event_sink.flush(min(2.0, self.drain_timeout_s)):
                     logger.warning("events still queued at shutdown", extra={"pending": self.deps.event_sink.pending})
                 self.cache.close()
-                await asyncio.gather(self.preemptor.aclose(), self.gangs.aclose())
+                closing = [self.preemptor.aclose(), self.gangs.aclose()]
+                if self.autodefrag is not None:  # the runs stop at their next step, their holds settled
+                    closing.append(self.autodefrag.aclose(self.drain_timeout_s))
+                await asyncio.gather(*closing)
                 await cancel_until_done([readiness, sink, follower])  # one cancel() can be lost on 3.11
 
     async def readiness(self) -> tuple[bool, str]:

@@ -157,6 +157,8 @@ def outcome_of(
         evictions=[e.to_json() for e in driver.eviction_requests] if driver is not None else (),
         replacements=driver.replacements if driver is not None else (),
     )
+    moves = list(driver.defrag_moves) if driver is not None else []
+    summary["defrag"] = {"auto": ext.auto_defrag, "moved": len(moves), "moves": moves}
     if driver is not None:
         summary["contention"] = driver.contention.to_json()
     replacements = tuple(driver.replacements) if driver is not None else ()

@@ -185,6 +185,11 @@ class PodCycles:
         """Waits until the extender has no preemption or gang check under way (embedded runs)."""
         self.after_terminate = after_terminate
         """Runs after the kubelet deleted a pod for good (embedded runs: until the informer released it)."""
+        self.moves_in_background = False
+        """The extender may move pods by itself for a pod it found no node for (``--auto-defrag``): the driver then
+        waits for it (``idle``) after each such pod, as after one that may preempt."""
+        self.defrag_moves: Sequence[Mapping[str, Any]] = ()
+        """The moves the extender made by itself (embedded runs with ``--auto-defrag``: the extender's own list)."""
         self.on_unschedulable: Hook | None = None
         """Runs when the extender found no node for a pod, before the next pod is taken: where a defragmentation
         planner makes its moves (:meth:`~.driver.Driver.evict` for each, docs/simulate.md)."""

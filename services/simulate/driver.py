@@ -435,8 +435,10 @@ class Driver(PodCycles):
                     handle(q, outcome)
                     if isinstance(outcome, Unschedulable) and outcome.by_extender and self.on_unschedulable:
                         await self.on_unschedulable(q.created or q.original)  # e.g. a defrag planner's moves
-                    if isinstance(outcome, Unschedulable) and self._may_preempt(q):
-                        await kubelet_sync()  # the extender preempts for it off the request path
+                    if isinstance(outcome, Unschedulable) and (
+                        self._may_preempt(q) or (outcome.by_extender and self.moves_in_background)
+                    ):
+                        await kubelet_sync()  # the extender preempts or moves pods for it off the request path
                     continue
                 live = [t for t in tasks if not (stopping and t.get_name().startswith(_WAITING_TASKS))]
                 if not live and not stopping:

@@ -240,7 +240,7 @@ class EmbeddedCluster:
 
         simulated = isinstance(asyncio.get_running_loop(), VirtualClockLoop)
         vendors = self.vendors
-        return Driver(
+        driver = Driver(
             KubeHttp(self.session, self.emulator.url),
             Extenders(self.session, [self.extender_url], timeout_s=self.timing.scheduler.http_timeout_s),
             local_admission(
@@ -265,9 +265,18 @@ class EmbeddedCluster:
             idle=self.extender_idle,
             after_terminate=self.released,
         )
+        defrag = self.extender.autodefrag
+        if defrag is not None:
+            driver.moves_in_background = True
+            driver.defrag_moves = defrag.moves
+        return driver
 
     async def extender_idle(self) -> None:
-        """Wait until the extender works out no preemption and checks no gang in the background."""
+        """Wait until the extender works out no preemption, checks no gang and carries out no defragmentation plan
+        in the background (a plan waiting for the moved pods' replacements or the helped pod's bind counts as done:
+        the driver plays those)."""
+        if self.extender.autodefrag is not None:  # first: a pod it finds no plan for goes to the preemptor
+            await self.extender.autodefrag.idle()
         await self.extender.preemptor.idle()
         await self.extender.gangs.idle()
 

@@ -152,8 +152,9 @@ def _vendor_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 def _disruption_lines(summary: Mapping[str, Any]) -> list[str]:
-    """``controllers:`` (owned pods deleted, recreated, where the replacements ended, and those not recreated) and
-    ``evictions:`` (requests through the Eviction API, each refusal with the API server's message)."""
+    """``controllers:`` (owned pods deleted, recreated, where the replacements ended, and those not recreated),
+    ``evictions:`` (requests through the Eviction API, each refusal with the API server's message) and ``defrag:``
+    (the moves the extender made by itself)."""
     lines = []
     c = summary.get("controllers") or {}
     if c.get("deleted"):
@@ -171,6 +172,14 @@ def _disruption_lines(summary: Mapping[str, Any]) -> list[str]:
             f"evictions (Eviction API): {e['requested']} requested, {e['evicted']} evicted, {e['refused']} refused"
         )
         lines += [f"  {r['pod']} at {r['at_s']:g} s: {r['message']}" for r in e["requests"] if not r["evicted"]]
+    d = summary.get("defrag") or {}
+    if d.get("moves"):
+        lines.append(f"defrag (--auto-defrag): {d['moved']} pod(s) moved")
+        lines += [
+            f"  {m['pod']} {m['from']['node']} -> {m['to']['node']} for {m['for']}"
+            + (f" (replacement {m['replacement']})" if m["replacement"] else "")
+            for m in d["moves"]
+        ]
     return lines
 
 

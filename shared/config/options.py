@@ -198,6 +198,14 @@ OPTIONS: tuple[Option, ...] = (
          "flight (the one being allocated and those queued behind its lock) is passed over while another node "
          "fits; 1 spreads binds the most, larger values pack tighter during bursts and wait longer.", _EXT_SIM,
          _int_min(1), metavar="N", group="scheduling"),
+    Option("auto-defrag", Kind.BOOL, "false", "For a pod that fits nowhere only because free GPU shares are "
+         "fragmented, move pods that their controllers recreate (a defragmentation plan, carried out in the "
+         "background) before preempting anyone (docs/defrag.md, \"Automatic mode\").", _EXT_SIM, parse_go_bool,
+         group="scheduling"),
+    Option("defrag-moves-per-minute", Kind.INT, "10", "With --auto-defrag, pods one replica may move in any "
+         "minute; a plan needing more waits.", _EXT_SIM, _int_min(1), metavar="N", group="scheduling"),
+    Option("defrag-moves-per-node-per-minute", Kind.INT, "4", "With --auto-defrag, pods one replica may move off "
+         "one node in any minute.", _EXT_SIM, _int_min(1), metavar="N", group="scheduling"),
     Option("success-event-rate", Kind.NUMBER, "1", "Normal Events (FilteringSucceed, BindingSucceed) posted per "
          "second per replica at most; the rest are skipped and counted (0: no limit). Warnings are never skipped.",
          _EXT, parse_float, metavar="PER_S", group="scheduling"),

@@ -113,6 +113,9 @@ class ExtenderSettings:
     bind_timeout_s: float = 4.0
     bind_aware_placement: bool = True
     max_binds_per_node: int = 4
+    auto_defrag: bool = False
+    defrag_moves_per_minute: int = 10
+    defrag_moves_per_node_per_minute: int = 4
     success_event_rate: float = 10.0
     reservation_grace_s: float = 120.0
     legacy_metrics: bool = False
@@ -301,6 +304,9 @@ def _extender(common: CommonSettings, r: Resolved) -> ExtenderSettings:
         bind_timeout_s=r.number("bind-timeout"),
         bind_aware_placement=r.flag("bind-aware-placement"),
         max_binds_per_node=r.integer("max-binds-per-node"),
+        auto_defrag=r.flag("auto-defrag"),
+        defrag_moves_per_minute=r.integer("defrag-moves-per-minute"),
+        defrag_moves_per_node_per_minute=r.integer("defrag-moves-per-node-per-minute"),
         success_event_rate=r.number("success-event-rate"),
         reservation_grace_s=r.number("reservation-grace"),
         legacy_metrics=r.flag("legacy-metrics"),

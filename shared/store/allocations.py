@@ -252,6 +252,14 @@ class Reservations(AllocationReads):
             )
         return bool(taken)
 
+    async def renew_preemption(self, pod_uid: str, owner: str, ttl_s: float) -> bool:
+        """Extend the right of :meth:`begin_preemption` to ``ttl_s`` from now, if still ours (False: it is not)."""
+        key = self._ctx.keys.preempting(pod_uid)
+        async with self._ctx.translated("renew preemption"):
+            if text(await self._ctx.client.get(key) or b"") != owner:
+                return False
+            return bool(await self._ctx.client.pexpire(key, max(1, round(ttl_s * 1000))))
+
     async def end_preemption(self, pod_uid: str, owner: str) -> None:
         """Give back the right taken by :meth:`begin_preemption` (an attempt that evicted nobody), if still ours."""
         key = self._ctx.keys.preempting(pod_uid)

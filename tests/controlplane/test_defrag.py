@@ -87,8 +87,9 @@ def allocated(pod: dict[str, Any]) -> bool:
 
 @contextlib.asynccontextmanager
 async def fragmented(
-    api: ApiServer, cleanup: Cleanup, redis_url: str, tmp: Path, *, budget: bool
+    api: ApiServer, cleanup: Cleanup, redis_url: str, tmp: Path, *, budget: bool, extra: tuple[str, ...] = ()
 ) -> AsyncIterator[Fragmented]:
+    """The fragmented cluster (module docstring); ``extra``: flags of the extender (``--auto-defrag``)."""
     run_id = f"defrag-{uuid.uuid4().hex[:6]}"
     labels = {RUN_LABEL: run_id}
     ns = cleanup.namespace(run_id, labels)
@@ -111,6 +112,7 @@ async def fragmented(
         node_policy="spread",
         gpu_policy="spread",
         controllers=WORKLOAD_CONTROLLERS,
+        extra=extra,
     )
     async with Kube.open(api) as kube:
         for n in nodes:

@@ -25,7 +25,7 @@ POD_KEYS = [
 SUMMARY_KEYS = {
     "pods", "placed", "pending", "policies", "by_policy", "gpu", "fragmentation", "nodes_touched", "nodes_in_use",
     "pending_reasons", "over_capacity", "contention", "by_vendor", "preempted", "preemption", "gangs",
-    "evicted", "controllers", "evictions",
+    "evicted", "controllers", "evictions", "defrag",
 }  # fmt: skip
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 

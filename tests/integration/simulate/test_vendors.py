@@ -262,7 +262,7 @@ def test_a_refused_pod_names_the_vendors_devices(result: dict[str, Any]) -> None
 
 def test_per_vendor_figures_and_the_json_only_gains_fields(result: dict[str, Any]) -> None:
     summary = result["summary"]
-    added = {"by_vendor", "preempted", "preemption", "gangs", "evicted", "controllers", "evictions"}
+    added = {"by_vendor", "preempted", "preemption", "gangs", "evicted", "controllers", "evictions", "defrag"}
     assert set(summary) == OLD_SUMMARY_KEYS | added
     assert set(summary["gpu"]) == GPU_KEYS
     by_vendor = summary["by_vendor"]

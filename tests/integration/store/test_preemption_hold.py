@@ -76,3 +76,7 @@ async def test_one_replica_at_a_time_preempts_for_a_pod(s: Store) -> None:
     assert await s.reservations.begin_preemption("high", "replica-a", 60)
     assert not await s.reservations.begin_preemption("high", "replica-b", 60)
     assert await s.reservations.begin_preemption("other", "replica-b", 60)
+    assert await s.reservations.renew_preemption("high", "replica-a", 120)
+    assert not await s.reservations.renew_preemption("high", "replica-b", 120)
+    await s.reservations.end_preemption("high", "replica-a")
+    assert not await s.reservations.renew_preemption("high", "replica-a", 120)

@@ -26,6 +26,11 @@ METRICS = {
     "hami_gpu_memory_limit_bytes",
     "hami_gpu_core_allocated_ratio",
     "hami_gpu_shared_count",
+    "vgpu_fragmentation_ratio",
+    "vgpu_defrag_moves_planned_total",
+    "vgpu_defrag_moves_executed_total",
+    "vgpu_defrag_moves_failed_total",
+    "vgpu_defrag_cards_freed_total",
 }
 
 

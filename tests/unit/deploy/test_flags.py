@@ -100,6 +100,23 @@ def test_the_node_label_selector_value_reaches_the_registrar(chart: Any, files: 
     assert settings.node_label_selector == (("gpu", "on"), ("zone", "a"))
 
 
+def test_auto_defrag_values_reach_the_extender_with_the_rights_they_need(
+    chart: Any, manifests: Objects, files: dict[str, str]
+) -> None:
+    from tests.unit.deploy.conftest import render_objects
+
+    off = settings_of(manifests, "extender", files)
+    assert isinstance(off, ExtenderSettings) and not off.auto_defrag
+    values = {"extender": {"autoDefrag": {"enabled": True, "movesPerMinute": 6, "movesPerNodePerMinute": 2}}}
+    objs = render_objects(chart, values)
+    on = settings_of(objs, "extender", files)
+    assert isinstance(on, ExtenderSettings)
+    assert (on.auto_defrag, on.defrag_moves_per_minute, on.defrag_moves_per_node_per_minute) == (True, 6, 2)
+    rules = objs.get("ClusterRole", f"{FULL}-extender")["rules"]
+    assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in rules
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["watch"]} in rules
+
+
 # --------------------------------------------------------------------------------------------
 # docker-compose.yml
 # --------------------------------------------------------------------------------------------
