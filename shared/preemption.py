@@ -12,7 +12,7 @@ would still not make room for the pod (or that holds no record) is judged from t
 nodes' pods are listed, one ``spec.nodeName`` field-selected list per node (:func:`plan_preemption`).
 
 :func:`hold_devices` is the hold itself: the pod's quota charged, then its devices reserved with the evicted pods'
-charges counted as freed. The extender's preemption and ``defrag --execute`` (``services/defrag``) both hold so.
+charges counted as freed. The extender's preemption and ``defrag --execute`` (``shared/defrag``) both hold so.
 """
 
 from __future__ import annotations

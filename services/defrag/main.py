@@ -4,8 +4,8 @@ Live: the store at ``--redis-url`` and the API server found as ``explain`` finds
 Offline (``--cluster``): simulate's embedded cluster on the simulated clock (:mod:`.offline`). Either way
 :func:`.planning.make_plan` plans, and the plan is printed as text (:mod:`.render`) or as its ``to_json``.
 
-With ``--execute`` (live only) the plan is printed, then carried out by :func:`.execute.execute_plan` under the
-extender's policies, a progress line per move (on stderr with ``-o json``, whose one document is then
+With ``--execute`` (live only) the plan is printed, then carried out by :func:`shared.defrag.execute.execute_plan`
+under the extender's policies, a progress line per move (on stderr with ``-o json``, whose one document is then
 ``{"plan": ..., "execution": ...}``); SIGTERM stops the run with the state it reached.
 
 Exit status: 0 a plan (perhaps of no move; carried out, with ``--execute``), 1 no plan (``cannot: <reason>`` on
@@ -22,13 +22,13 @@ import os
 import sys
 
 from vgpu_scheduler.services.cli import program
-from vgpu_scheduler.services.defrag.execute import ExecuteOptions, execute_plan
-from vgpu_scheduler.services.defrag.hold import Placement
 from vgpu_scheduler.services.defrag.planning import PlanAsk, PlanOutcome, make_plan
 from vgpu_scheduler.services.defrag.render import render_text
 from vgpu_scheduler.services.inspect.connect import InspectError, kube_settings, one_line, open_api, open_store
 from vgpu_scheduler.services.inspect.explain import parse_target
 from vgpu_scheduler.shared.config import OPTIONS_BY_NAME, InspectSettings, LogLevel, Service, settings_from_args
+from vgpu_scheduler.shared.defrag.execute import ExecuteOptions, execute_plan
+from vgpu_scheduler.shared.defrag.hold import Placement
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan
 from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.errors import ConfigError, VgpuError

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vgpu_scheduler.services.defrag.reading import plan_live
 from vgpu_scheduler.services.inspect.connect import store_warning
 from vgpu_scheduler.shared.config import InspectSettings
-from vgpu_scheduler.shared.defragread import DefragState, Where, nodes_selected, pod_goal
+from vgpu_scheduler.shared.defrag.read import DefragState, Where, nodes_selected, pod_goal
+from vgpu_scheduler.shared.defrag.reading import plan_live
 from vgpu_scheduler.shared.domain.defrag import FreeCards, FreeNodes, Goal, Placement
 from vgpu_scheduler.shared.domain.defragmodel import Cannot, DefragPlan
 from vgpu_scheduler.shared.domain.scoring import Policies

@@ -1,8 +1,8 @@
 """Automatic defragmentation (``--auto-defrag``; docs/defrag.md, "Automatic mode").
 
 When ``/filter`` finds no node for a pod, :meth:`AutoDefrag.consider` works out, off the request path, the
-defragmentation plan that lets the pod fit (``services/defrag/reading.py``, the plan ``defrag plan --for`` makes)
-and carries it out (``services/defrag/execute.py``: the pod's cards held, evictions through the Eviction API in
+defragmentation plan that lets the pod fit (``shared/defrag/reading.py``, the plan ``defrag plan --for`` makes)
+and carries it out (``shared/defrag/execute.py``: the pod's cards held, evictions through the Eviction API in
 waves, each moved pod's replacement awaited bound). Moving is preferred to killing: only when no plan exists is the
 pod handed to the GPU-aware preemption (:class:`~.preempt.Preemptor`).
 
@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
-from vgpu_scheduler.services.defrag.execute import ExecuteOptions, ExecuteResult, execute_plan
-from vgpu_scheduler.services.defrag.hold import Placement as HoldPlacement
-from vgpu_scheduler.services.defrag.reading import plan_for_pod
 from vgpu_scheduler.services.extender.preempt import Cooldown, Preemptor, Unplaced
 from vgpu_scheduler.shared.codec.gang import pod_group_name
 from vgpu_scheduler.shared.config import ExtenderSettings
+from vgpu_scheduler.shared.defrag.execute import ExecuteOptions, ExecuteResult, execute_plan
+from vgpu_scheduler.shared.defrag.hold import Placement as HoldPlacement
+from vgpu_scheduler.shared.defrag.reading import plan_for_pod
 from vgpu_scheduler.shared.domain.defrag import Placement
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan
 from vgpu_scheduler.shared.domain.scoring import Policies

@@ -23,9 +23,7 @@ from vgpu_scheduler.services.simulate.disruption import ScheduledEviction
 from vgpu_scheduler.services.simulate.documents import POD_GROUP_APIS
 from vgpu_scheduler.services.simulate.kcm import DEFAULT_CONTROLLER_DELAY_S, ControllerManager
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, Extenders, KubeHttp
-from vgpu_scheduler.services.simulate.nodefit import REASON_SEPARATOR, Ledger, kube_filters, pod_key, pod_request
 from vgpu_scheduler.services.simulate.nodeside import NodeSide
-from vgpu_scheduler.services.simulate.podvalidation import is_extended, pod_invalid
 from vgpu_scheduler.services.simulate.pools import ALL_VENDORS
 from vgpu_scheduler.services.simulate.priority import Forbidden, PriorityAdmission
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult, Preemption
@@ -36,6 +34,8 @@ from vgpu_scheduler.shared.codec.resources import pod_requests_managed_resource
 from vgpu_scheduler.shared.codec.selectors import decode_gpu_policy, decode_node_policy
 from vgpu_scheduler.shared.domain.model import GpuPolicy, NodePolicy, NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.k8s.nodefit import REASON_SEPARATOR, Ledger, kube_filters, pod_key, pod_request
+from vgpu_scheduler.shared.k8s.podvalidation import is_extended, pod_invalid
 from vgpu_scheduler.shared.preemption import may_preempt, pod_priority
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.pods import vendors_manage_pod
@@ -224,7 +224,7 @@ class PodCycles:
 
     async def ledger(self) -> Ledger:
         """What kube-scheduler's cache knows the nodes' pods request: the pods bound when the run starts, then the
-        pods it assumes on their chosen node (see :class:`~services.simulate.nodefit.Ledger`)."""
+        pods it assumes on their chosen node (see :class:`~shared.k8s.nodefit.Ledger`)."""
         if self._ledger is None:
             self._ledger = Ledger(await self.nodes(), await self.kube.list_pods())
         return self._ledger

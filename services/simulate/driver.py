@@ -6,12 +6,12 @@ For each workload pod, in order (:meth:`Driver.schedule`):
    pure :func:`~shared.protocol.webhook.mutate_pod` + :func:`~shared.protocol.jsonpatch.apply_patch` (embedded runs)
    or an AdmissionReview POSTed to an extender's ``/webhook`` (a deployed extender). A denied pod is reported as
    unschedulable with the denial message;
-2. the API server's **validation** of the mutated pod (:mod:`.podvalidation`): a pod it would refuse is reported
-   unschedulable with its message (``Pod "x" is invalid: ...``) and never created; otherwise the pod is
+2. the API server's **validation** of the mutated pod (:mod:`shared.k8s.podvalidation`): a pod it would refuse is
+   reported unschedulable with its message (``Pod "x" is invalid: ...``) and never created; otherwise the pod is
    **created** in the API server (``POST pods``);
 3. **kube-scheduler**: its own filters first (NodeUnschedulable, ``nodeSelector``, NodeResourcesFit:
-   :mod:`.nodefit`; no node left: the pod stays Pending with kube-scheduler's reasons), then ``POST /filter`` with
-   ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` naming the nodes they left, then ``POST /bind``
+   :mod:`shared.k8s.nodefit`; no node left: the pod stays Pending with kube-scheduler's reasons), then ``POST /filter``
+   with ``ExtenderArgs {"Pod": pod, "Nodes": null, "NodeNames": [...]}`` naming the nodes they left, then ``POST /bind``
    with ``ExtenderBindingArgs`` for the single node returned (assumed on it meanwhile). With several extender
    URLs, filter and bind alternate between them (any replica binds what another filtered). A failed bind is
    retried from the filter, as kube-scheduler re-queues a pod;
@@ -70,9 +70,9 @@ from vgpu_scheduler.services.simulate.cycles import (
 from vgpu_scheduler.services.simulate.disruption import ScheduledEviction
 from vgpu_scheduler.services.simulate.kcm import owned
 from vgpu_scheduler.services.simulate.kubehttp import MERGE_PATCH, REQUEST_TIMEOUT_S, DriverError, Extenders, KubeHttp
-from vgpu_scheduler.services.simulate.nodefit import candidate_names, pod_key
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult
 from vgpu_scheduler.services.simulate.timing import Contention, SchedulerTiming
+from vgpu_scheduler.shared.k8s.nodefit import candidate_names, pod_key
 
 __all__ = [
     "MERGE_PATCH",

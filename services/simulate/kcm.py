@@ -18,8 +18,8 @@ from typing import Any
 from vgpu_scheduler.services.simulate.controllers import ControllerSpec, Owner, Replace, owner_of, replacement
 from vgpu_scheduler.services.simulate.disruption import budget_status
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, KubeHttp
-from vgpu_scheduler.services.simulate.nodefit import pod_key
 from vgpu_scheduler.services.simulate.timing import SchedulerTiming
+from vgpu_scheduler.shared.k8s.nodefit import pod_key
 
 KubeObject = dict[str, Any]
 

@@ -6,7 +6,7 @@ document (1-based, plus ``items[i]`` inside a List) and the field::
 
     cluster.yaml: document 3: metadata.annotations[hami.io/node-nvidia-register]: ... (a ManifestError)
 
-A running Pod of the cluster file that the API server would refuse (:mod:`services.simulate.podvalidation`) stops
+A running Pod of the cluster file that the API server would refuse (:mod:`shared.k8s.podvalidation`) stops
 the command the same way, with the API server's message after the location::
 
     cluster.yaml: document 9: Pod "x" is invalid: spec.containers[0].resources.limits: Required value: ...
@@ -56,7 +56,6 @@ from vgpu_scheduler.services.simulate.documents import (
     mapping_at,
     type_name,
 )
-from vgpu_scheduler.services.simulate.podvalidation import pod_invalid
 from vgpu_scheduler.services.simulate.pools import KIND as NODE_POOL
 from vgpu_scheduler.services.simulate.pools import PoolError, expand_pool
 from vgpu_scheduler.shared.codec import annotations as keys
@@ -65,6 +64,7 @@ from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.codec.register import decode_register
 from vgpu_scheduler.shared.codec.topology import decode_topology
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.k8s.podvalidation import pod_invalid
 from vgpu_scheduler.shared.vendors.catalog import enable_flag_of
 from vgpu_scheduler.shared.vendors.registration import Invalid, NodeView
 from vgpu_scheduler.shared.vendors.registry import Vendors

@@ -24,9 +24,9 @@ from vgpu_scheduler.services.simulate.devplugin import (
     vendor_allocation_problems,
 )
 from vgpu_scheduler.services.simulate.kubehttp import DriverError, KubeHttp
-from vgpu_scheduler.services.simulate.nodefit import pod_request
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
+from vgpu_scheduler.shared.k8s.nodefit import pod_request
 from vgpu_scheduler.shared.vendors.base import NodeLockKind
 from vgpu_scheduler.shared.vendors.registry import Vendors
 

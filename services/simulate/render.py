@@ -12,9 +12,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vgpu_scheduler.services.simulate.nodefit import fit_error, is_scheduler_reason, node_reasons
 from vgpu_scheduler.services.simulate.report import ADMISSION, PodResult, reason_types
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.k8s.nodefit import fit_error, is_scheduler_reason, node_reasons
 
 
 def _pct(x: float) -> str:

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from vgpu_scheduler.services.simulate.nodefit import node_reasons
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import NVIDIA_READER, AllocatedReader, decode_allocation
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
@@ -39,6 +38,7 @@ from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.fragmentation import fragmentation
 from vgpu_scheduler.shared.domain.model import NvidiaConfig
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.k8s.nodefit import node_reasons
 from vgpu_scheduler.shared.vendors.base import Vendor
 from vgpu_scheduler.shared.vendors.registration import NodeView, Registered
 from vgpu_scheduler.shared.vendors.registry import Vendors

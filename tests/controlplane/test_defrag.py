@@ -38,10 +38,10 @@ from tests.controlplane.controllers import WORKLOAD_CONTROLLERS, has_controller_
 from tests.controlplane.harness import RUN_LABEL, Kube, NodeShape, Settings, System, gpu_node, gpu_pod, running_system
 from tests.controlplane.kubelet import Finisher
 from tests.waiting import eventually
-from vgpu_scheduler.services.defrag.execute import ExecuteOptions, ExecuteResult, execute_plan
-from vgpu_scheduler.services.defrag.hold import Placement
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.podannotations import decode_allocation
+from vgpu_scheduler.shared.defrag.execute import ExecuteOptions, ExecuteResult, execute_plan
+from vgpu_scheduler.shared.defrag.hold import Placement
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move, Target
 from vgpu_scheduler.shared.domain.model import NodePolicy, NvidiaConfig
 from vgpu_scheduler.shared.domain.scoring import SPREAD, Policies

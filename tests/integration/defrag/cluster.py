@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.integration.extender.filter_harness import node, seed
-from vgpu_scheduler.services.defrag.hold import Placement
+from vgpu_scheduler.shared.defrag.hold import Placement
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move, Target

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from tests.integration.defrag.cluster import NS, PLACEMENT, Cluster, gpu_pod
-from vgpu_scheduler.services.defrag.execute import ExecuteOptions, ExecuteResult, execute_plan
+from vgpu_scheduler.shared.defrag.execute import ExecuteOptions, ExecuteResult, execute_plan
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api

@@ -1,4 +1,4 @@
-"""``defrag plan``'s read side and flow (``shared/defragread.py``, ``services/defrag/planning.py``) in process,
+"""``defrag plan``'s read side and flow (``shared/defrag/read.py``, ``services/defrag/planning.py``) in process,
 against the API emulator and the real redis-server: which pods may move and why not, the ``--for`` pod as
 ``/filter`` reads it, and plans made from what the store and the API hold."""
 
@@ -10,7 +10,7 @@ from tests.integration.defrag.planbuild import A, B, fragmented, gpu_nodes, plac
 from tests.integration.extender.filter_harness import node, seed
 from vgpu_scheduler.services.defrag.planning import PlanAsk, make_plan
 from vgpu_scheduler.shared.config import CommonSettings, InspectSettings, Service
-from vgpu_scheduler.shared.defragread import STATIC_POD, read_state
+from vgpu_scheduler.shared.defrag.read import STATIC_POD, read_state
 from vgpu_scheduler.shared.domain.defragmodel import OPT_OUT_ANNOTATION, Cannot, DefragPlan
 from vgpu_scheduler.shared.domain.defragwork import BARE_POD, DAEMON_SET, NOT_NEEDED, OPTED_OUT
 from vgpu_scheduler.shared.domain.model import DEFAULT_NVIDIA_CONFIG

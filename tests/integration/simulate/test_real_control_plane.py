@@ -16,8 +16,8 @@ import pytest
 
 from tests.controlplane.control import SKIP_REASON, ApiServer, assets_dir, control_plane, start_scheduler
 from tests.unit.simulate.test_podvalidation import INVALID
-from vgpu_scheduler.services.simulate.nodefit import Ledger, fit_error
-from vgpu_scheduler.services.simulate.podvalidation import pod_invalid
+from vgpu_scheduler.shared.k8s.nodefit import Ledger, fit_error
+from vgpu_scheduler.shared.k8s.podvalidation import pod_invalid
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from tests import builders as b
-from vgpu_scheduler.services.defrag.hold import fit_on_cards
-from vgpu_scheduler.services.defrag.result import ExecuteOptions, freed_cards
-from vgpu_scheduler.services.defrag.waves import Wave
+from vgpu_scheduler.shared.defrag.hold import fit_on_cards
+from vgpu_scheduler.shared.defrag.result import ExecuteOptions, freed_cards
+from vgpu_scheduler.shared.defrag.waves import Wave
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move
 from vgpu_scheduler.shared.domain.model import DeviceCharge, NvidiaConfig, PodConstraints
 from vgpu_scheduler.shared.domain.plan import Decision

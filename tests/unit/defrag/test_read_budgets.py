@@ -1,4 +1,4 @@
-"""The read side's pure parts (``shared/defragread.py``): who may move by owner and annotation, and which
+"""The read side's pure parts (``shared/defrag/read.py``): who may move by owner and annotation, and which
 PodDisruptionBudgets select a pod, by name, with what they still allow."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.shared.defragread import STATIC_POD, budgets_of, named_budgets, owner_verdict
+from vgpu_scheduler.shared.defrag.read import STATIC_POD, budgets_of, named_budgets, owner_verdict
 from vgpu_scheduler.shared.domain.defragmodel import OPT_OUT_ANNOTATION
 from vgpu_scheduler.shared.domain.defragwork import BARE_POD, DAEMON_SET, OPTED_OUT
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vgpu_scheduler.services.simulate.nodefit import (
+from vgpu_scheduler.shared.k8s.nodefit import (
     Ledger,
     Resources,
     fit_error,

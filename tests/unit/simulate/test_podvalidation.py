@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vgpu_scheduler.services.simulate.podvalidation import (
+from vgpu_scheduler.shared.k8s.podvalidation import (
     FieldError,
     canonical_quantity,
     invalid_message,

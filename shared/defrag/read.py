@@ -15,7 +15,7 @@ that holds a record in the store there. Whether it may ever move is read from th
 * requests or annotations the scheduler cannot read: never (its replacement could not be placed either).
 
 The priority rule (never above the helped pod's) is the planner's. Where a replacement (or the ``--for`` pod) may go
-beyond its devices is the caller's ``where`` (``services/defrag``: kube-scheduler's NodeUnschedulable and node
+beyond its devices is the caller's ``where`` (``shared/defrag/reading.py``: kube-scheduler's NodeUnschedulable and node
 selector filters). Every PodDisruptionBudget of the pod's
 namespace whose selector selects it is named ``namespace/name`` on the candidate, and ``status.disruptionsAllowed``
 is that budget's allowance; the planner spends it move by move.
@@ -112,7 +112,7 @@ def budgets_of(pod: Mapping[str, Any], budgets: Sequence[NamedBudget]) -> tuple[
 
 
 Where = Callable[[Mapping[str, Any]], frozenset[str] | None]
-"""The nodes kube-scheduler's own filters leave a pod (None: every node); the caller's (``services/defrag``)."""
+"""The nodes kube-scheduler's own filters leave a pod (None: every node); the caller's (``reading.py``)."""
 
 
 def everywhere(pod: Mapping[str, Any]) -> frozenset[str] | None:

@@ -1,7 +1,7 @@
 """Read the live state and plan on it: the one path from a store and an API server to a plan, shared by
 ``vgpu-scheduler defrag plan`` (:mod:`.planning`) and the extender's automatic mode
 (``services/extender/autodefrag.py``). A replacement (and a helped pod) goes only to the nodes kube-scheduler's own
-NodeUnschedulable and node selector filters leave it (``services/simulate/nodefit.py``, as ``simulate`` plays
+NodeUnschedulable and node selector filters leave it (``shared/k8s/nodefit.py``, as ``simulate`` plays
 them). Reads only: reserves nothing, evicts nothing.
 """
 
@@ -11,11 +11,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu_scheduler.services.simulate.nodefit import candidate_names
-from vgpu_scheduler.shared.defragread import DefragState, NotPlannable, Where, pod_goal, read_state
+from vgpu_scheduler.shared.defrag.read import DefragState, NotPlannable, Where, pod_goal, read_state
 from vgpu_scheduler.shared.domain.defrag import Goal, Placement, plan_defrag
 from vgpu_scheduler.shared.domain.defragmodel import Cannot, DefragPlan
 from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.k8s.nodefit import candidate_names
 from vgpu_scheduler.shared.store import Store
 from vgpu_scheduler.shared.vendors.registry import Vendors
 
@@ -35,7 +35,7 @@ async def plan_live(
     placement: Placement,
     goal_of: Callable[[Where, DefragState], Awaitable[Goal]],
 ) -> Planned:
-    """Read the nodes, the state (``shared/defragread.py``) and the goal ``goal_of`` builds on them, then plan.
+    """Read the nodes, the state (``shared/defrag/read.py``) and the goal ``goal_of`` builds on them, then plan.
     :class:`NotPlannable` from ``goal_of`` is the plan's ``Cannot``."""
     node_objects = await api.list_nodes()
 

@@ -1,5 +1,6 @@
-"""kube-scheduler's own filters as the driver plays them: NodeUnschedulable, the ``nodeSelector`` part of NodeAffinity
-and NodeResourcesFit, with kube-scheduler v1.36's reason strings, and its ``FitError`` summary.
+"""kube-scheduler's own filters as `simulate`'s driver plays them and `defrag` checks a destination with them:
+NodeUnschedulable, the ``nodeSelector`` part of NodeAffinity and NodeResourcesFit, with kube-scheduler v1.36's
+reason strings, and its ``FitError`` summary.
 
 **NodeResourcesFit** (``pkg/scheduler/framework/plugins/noderesources/fit.go``). A pod's request is computed as
 ``computePodResourceRequest`` does: each container's ``requests`` (after the API server's defaulting, which copies a
@@ -38,9 +39,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from vgpu_scheduler.services.simulate.podvalidation import defaulted_requests, is_extended, is_hugepages
 from vgpu_scheduler.shared.codec.quantity import parse_quantity
 from vgpu_scheduler.shared.errors import DecodeError
+from vgpu_scheduler.shared.k8s.podvalidation import defaulted_requests, is_extended, is_hugepages
 
 TOO_MANY_PODS: Final = "Too many pods"
 INSUFFICIENT: Final = "Insufficient "

@@ -6,14 +6,14 @@ prints what would be done.
 Executing, in order:
 
 1. **Hold** (a plan ``--for`` a pod): the pod's cards are reserved on its node with the charges of the pods moved
-   off that node counted as freed (``services/defrag/hold.py``, the preemption hold), before the first eviction.
+   off that node counted as freed (``shared/defrag/hold.py``, the preemption hold), before the first eviction.
    A refused hold stops everything before anything is evicted. The hold's reservation is renewed every
    ``renew_every_s`` while the plan runs, so that the informer's ``--reservation-grace`` expiry does not take it.
 2. **Waves** of at most ``wave_size`` moves: each pod is checked to be the one planned (same UID, still on its
    node, not being deleted) and evicted through the Eviction API (``pods/eviction``): the API server enforces
    PodDisruptionBudgets, and a 429 is a failure of that move. Then the wave waits, on watch events, until every
    evicted pod is gone and a replacement of each (a new pod of its controller) is bound
-   (``services/defrag/waves.py``), within ``wave_timeout_s``; then the next wave.
+   (``shared/defrag/waves.py``), within ``wave_timeout_s``; then the next wave.
 3. The helped pod is awaited bound (``bind_timeout_s``; not binding in time is reported, not a failure of the
    moves: kube-scheduler retries it and the hold keeps its cards).
 
@@ -35,7 +35,7 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 
-from vgpu_scheduler.services.defrag.hold import (
+from vgpu_scheduler.shared.defrag.hold import (
     Hold,
     Placement,
     moved_pods_left,
@@ -43,8 +43,8 @@ from vgpu_scheduler.services.defrag.hold import (
     prepare_hold,
     release_hold,
 )
-from vgpu_scheduler.services.defrag.result import ExecuteOptions, ExecuteResult, freed_cards
-from vgpu_scheduler.services.defrag.waves import PodWatch, Stopped, T, Wave
+from vgpu_scheduler.shared.defrag.result import ExecuteOptions, ExecuteResult, freed_cards
+from vgpu_scheduler.shared.defrag.waves import PodWatch, Stopped, T, Wave
 from vgpu_scheduler.shared.domain.defragmodel import DefragPlan, Move
 from vgpu_scheduler.shared.errors import NotFoundError, VgpuError
 from vgpu_scheduler.shared.k8s import Api, DisruptionBudgetError, EventType, KubeObject
