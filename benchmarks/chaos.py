@@ -59,6 +59,7 @@ def report(o: ChaosOutcome) -> list[str]:
     kinds = " ".join(f"{k} {n}" for k, n in o.by_kind.items())
     lines.append(
         f"pods created {o.created} ({kinds}), bound {o.bound}, deleted while binding {o.deleted_in_bind}, "
+        f"preempted {o.preempted}, "
         f"create failures {len(o.failed_creates)}"
     )
     lines.append(
@@ -82,7 +83,7 @@ def main() -> None:
     p.add_argument("--duration", type=float, default=300.0, help="seconds over which the pods are created")
     p.add_argument("--replicas", type=int, default=3, help="extender replicas (at least 2)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--fill", type=float, default=1.1, help="cards the live pods would hold / the cluster's")
+    p.add_argument("--fill", type=float, default=2.0, help="cards the live pods would hold / the cluster's")
     p.add_argument("--stall", type=float, default=70.0, help="seconds one extender is cut off from Redis")
     p.add_argument("--pause", type=float, default=70.0, help="seconds one extender is SIGSTOPped")
     p.add_argument("--audit-every", type=float, default=30.0)

@@ -49,7 +49,7 @@ class ChaosSpec:
     """Pods are created evenly over this window; faults fall in its first three quarters."""
     replicas: int = 3
     seed: int = 1
-    fill: float = 1.1
+    fill: float = 2.0
     """The cards the pods alive at once would hold, over the cluster's (> 1: a full cluster, preemption)."""
     stall_s: float = 70.0
     pause_s: float = 70.0
@@ -75,6 +75,7 @@ class ChaosOutcome:
     created: int = 0
     bound: int = 0
     deleted_in_bind: int = 0
+    preempted: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
     scheduler_errors: int = 0
     """kube-scheduler's error lines (a filter answered "not ready", a bind failed …): each pod is retried."""
@@ -256,6 +257,7 @@ class _Run:
         out.created = workload.created
         out.bound = len(out.latencies_s)
         out.deleted_in_bind = sum(1 for p in workload.lives.values() if p.deleted_in_bind)
+        out.preempted = sum(1 for p in workload.lives.values() if p.preempted)
         out.by_kind = {k: workload.count(k) for k in ("shared", "whole", "multi", "quota", "high", "gang")}
         out.failed_creates = workload.failed_creates
         logs = "\n".join(p.read_text(errors="replace") for p in self.scheduler_logs if p.exists())

@@ -27,6 +27,7 @@ import aiohttp
 from tests.controlplane.gangapi import GangApi
 from tests.controlplane.harness import Kube, NodeShape, gpu_container, gpu_pod, watch_objects
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.domain.model import BindPhase
 
 KINDS: dict[str, float] = {"shared": 0.36, "whole": 0.18, "multi": 0.14, "quota": 0.1, "high": 0.1, "gang": 0.12}
 """Each kind's share of the draws (a ``gang`` draw creates three pods)."""
@@ -73,6 +74,8 @@ class PodLife:
     deleted: float | None = None
     bind_seen: bool = False
     deleted_in_bind: bool = False
+    preempted: bool = False
+    """Deleted by kube-scheduler to make room for a pod of higher priority (its ``DisruptionTarget`` condition)."""
 
 
 @dataclass
@@ -201,14 +204,17 @@ class Workload:
                 return
             if kind == "DELETED":
                 life.deleted = time.monotonic()
+                life.preempted = any(
+                    c.get("type") == "DisruptionTarget" and c.get("reason") == "PreemptionByScheduler"
+                    for c in (pod.get("status") or {}).get("conditions") or []
+                )
                 return
             node = (pod.get("spec") or {}).get("nodeName")
             if node and life.bound is None:
                 life.bound, life.node = time.monotonic(), node
-            elif (
-                not node and not life.bind_seen and (meta.get("annotations") or {}).get(keys.BIND_PHASE) == "allocating"
-            ):
-                life.bind_seen = True  # one draw per pod
+            phase = (meta.get("annotations") or {}).get(keys.BIND_PHASE)
+            if not life.bind_seen and phase == BindPhase.ALLOCATING.value:
+                life.bind_seen = True  # one draw per pod: its bind, or its Allocate, is in flight
                 if self.rng.random() < self.delete_in_bind:
                     life.deleted_in_bind = True
                     await self.delete(ns, str(meta.get("name")))
