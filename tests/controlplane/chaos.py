@@ -163,6 +163,8 @@ class _Run:
     """Told each audit's line as it is made (the benchmark prints them)."""
     start: float = field(default_factory=time.monotonic)
     scheduler_logs: list[Path] = field(default_factory=list)
+    fit_since: dict[str, float] = field(default_factory=dict)
+    """Pods every check has found pending although they fit, and since when (:func:`check_api`)."""
 
     async def drive(self, redis: SentinelGroup, proxy: StallProxy, bodies: dict[str, dict[str, Any]]) -> None:
         spec, system = self.spec, self.system
@@ -232,13 +234,11 @@ class _Run:
             pods += await _items(self.kube, f"/api/v1/namespaces/{ns}/pods")
             quotas += await _items(self.kube, f"/api/v1/namespaces/{ns}/resourcequotas")
         nodes = await _items(self.kube, f"/api/v1/nodes?labelSelector={RUN_LABEL}%3D{self.namespaces[0]}")
-        created = {k: p.created for k, p in self.workload.lives.items()}
         extra: dict[str, Any] = {"vendors": self.settings.vendors()}
         if final:
             extra.update(plugin_failures=list(self.system.plugin.failures), crashed=self.system.crashed())
-        before = self.outcome.checks[-1] if self.outcome.checks else None
         check = await asyncio.to_thread(
-            check_api, now - self.start, pods, nodes, quotas, created_at=created, now=now, before=before, final=final,
+            check_api, now - self.start, pods, nodes, quotas, fit_since=self.fit_since, now=now, final=final,
             **extra,
         )  # fmt: skip
         if final:

@@ -5,8 +5,8 @@ prints, plus what only Redis shows once the run has settled.
 From the API, at every check: devices over capacity; pods bound without their allocation (no device list, one not
 on the node, a node without devices, ``hami.io/vgpu-node`` naming another node); other correctness findings; a
 namespace's quota over its limit (GPU memory summed over its holding pods); pods pending although something fits
-them (the scheduling core, exhaustively, on that state) — counted as *stuck* when the check before found the same
-pod so (30 s) and it was created more than a minute ago.
+them (the scheduling core, exhaustively, on that state) — counted as *stuck* once every check for more than a
+minute has found the same pod so.
 
 At the end (settled: no pod created or deleted, the kubelets idle) also: pending pods carrying an allocation, binds
 never settled, node locks left on nodes (annotations) and in Redis, records in Redis without a pod in the API
@@ -68,14 +68,13 @@ def check_api(
     nodes: Sequence[Mapping[str, Any]],
     quotas: Sequence[Mapping[str, Any]],
     *,
-    created_at: Mapping[str, float],
+    fit_since: dict[str, float],
     now: float,
-    before: Check | None,
     final: bool = False,
     **audit_args: Any,
 ) -> Check:
-    """One check from the API's objects (module docstring). ``created_at``: ``<ns>/<name>`` → when the run created
-    it (monotonic, as ``now``); ``before``: the previous check."""
+    """One check from the API's objects (module docstring). ``fit_since``: ``<ns>/<name>`` → since when (monotonic,
+    as ``now``) every check has found the pod pending although it fits; updated here."""
     report: AuditReport = audit(pods, nodes, quotas, **audit_args)
     check = Check(at_s, pods=report.pods, bound=report.bound, pending=report.pods - report.bound)
     for finding in report.correctness:
@@ -89,11 +88,12 @@ def check_api(
         if " pending, but fits on " in finding:
             key = finding.split(" ", 1)[0]
             check.pending_fit.add(key)
-            old = before is not None and key in before.pending_fit
-            if old and now - created_at.get(key, now) > 60:
+            if now - fit_since.setdefault(key, now) > 60:
                 check.stuck.append(finding)
         elif final:
             check.other.append(finding)
+    for key in set(fit_since) - check.pending_fit:
+        del fit_since[key]
     check.quota_over, over = quota_over(pods, quotas)
     check.detail.extend(over)
     return check
