@@ -5,7 +5,8 @@ kube-scheduler from the chart's configuration and the HAMi device-plugin emulato
 injected at a random (seeded) moment; the audit (:mod:`tests.controlplane.chaos_checks`) every ``audit_every_s``
 and at the end, once settled. One extender replica reaches Redis through a proxy the run can stall
 (:mod:`tests.controlplane.stallproxy`); it follows the primary as a plain-URL client with
-``--redis-wait-replicas=1`` does.
+``--redis-wait-replicas=1`` does. The chart's readiness probe takes a replica that is not ready out of the balancer
+(:mod:`tests.controlplane.readiness`), as a Service does.
 
 Runs on a control plane of its own (the run restarts its API server). Used by ``benchmarks/chaos.py`` and
 ``tests/controlplane/test_chaos.py``."""
@@ -30,6 +31,7 @@ from tests.controlplane.chaos_faults import Injected, Injector, fault_names, nod
 from tests.controlplane.chaos_workload import Workload, call, mean_lifetime_s
 from tests.controlplane.control import ApiServer, Cleanup, start_scheduler
 from tests.controlplane.harness import RUN_LABEL, Kube, NodeShape, Settings, System, running_system
+from tests.controlplane.readiness import probe_readiness
 from tests.controlplane.rss import RssLog
 from tests.controlplane.scenario import count_scheduler_errors, scheduler_error_kinds
 from tests.controlplane.stallproxy import StallProxy
@@ -183,6 +185,7 @@ class _Run:
         churn = asyncio.create_task(self.workload.run(), name="chaos-workload")
         faults = asyncio.create_task(injector.run(names, spec.duration_s), name="chaos-faults")
         auditor = asyncio.create_task(self._audit_every(), name="chaos-audit")
+        prober = asyncio.create_task(probe_readiness(system), name="readiness-probe")
         try:
             while not self.workload.created_all.is_set() or not faults.done():
                 await asyncio.sleep(1.0)  # polls the three tasks' progress
@@ -193,9 +196,9 @@ class _Run:
             auditor.cancel()
             await self._settle()
         finally:
-            for task in (churn, faults, auditor):
+            for task in (churn, faults, auditor, prober):
                 task.cancel()
-            await asyncio.gather(churn, faults, auditor, return_exceptions=True)
+            await asyncio.gather(churn, faults, auditor, prober, return_exceptions=True)
             await asyncio.to_thread(stack.close)
         self._figures(injector.log)
 

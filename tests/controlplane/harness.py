@@ -518,6 +518,8 @@ class TcpBalancer:
     def __init__(self, backends: Sequence[tuple[str, int]]) -> None:
         self.backends = list(backends)
         self.down: set[int] = set()
+        self.unready: set[int] = set()
+        """Backends failing their readiness probe (:mod:`tests.controlplane.readiness`): no new connection either."""
         self._next = itertools.count()
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
@@ -559,7 +561,7 @@ class TcpBalancer:
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         for _ in range(len(self.backends)):
             i = next(self._next) % len(self.backends)
-            if i in self.down:
+            if i in self.down or i in self.unready:
                 continue
             try:
                 return await asyncio.open_connection(*self.backends[i])
