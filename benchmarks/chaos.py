@@ -62,6 +62,7 @@ def report(o: ChaosOutcome) -> list[str]:
         f"preempted {o.preempted}, "
         f"create failures {len(o.failed_creates)}"
     )
+    lines.extend(f"  create refused: {f[:300]}" for f in o.failed_creates[:3])
     lines.append(
         f"time to bind: p50 {percentile(lat, 50):.2f}s p99 {percentile(lat, 99):.2f}s max {max(lat, default=0):.1f}s"
     )
