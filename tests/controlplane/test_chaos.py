@@ -20,6 +20,7 @@ import pytest
 
 from benchmarks.chaos import report
 from tests.controlplane.chaos import ChaosSpec, run_chaos
+from tests.controlplane.chaos_faults import fault_names
 from tests.controlplane.control import ApiServer
 from tests.controlplane.fixtures import own_control_plane
 
@@ -34,8 +35,9 @@ def api() -> Iterator[ApiServer]:
 async def _run_clean(api: ApiServer, tmp: Path, spec: ChaosSpec) -> None:
     outcome = await run_chaos(api, tmp, spec)
     print("\n" + "\n".join(report(outcome)))
+    wanted = spec.faults or fault_names(spec.replicas, spec.node_reboots, spec.card_faults)
+    assert sorted(f.name for f in outcome.faults) == sorted(wanted)
     assert [f for f in outcome.faults if f.error] == []
-    assert len(outcome.faults) == len(spec.faults or ()) or spec.faults is None
     assert outcome.crashed == []
     assert outcome.final is not None
     assert outcome.final.clean(), outcome.final.line() + "\n" + "\n".join(outcome.final.other + outcome.final.stuck)
