@@ -816,6 +816,8 @@ async def running_system(
 
     services: list[Service] = []
     balancer = TcpBalancer([])
+    hooks = TcpBalancer([])  # the webhook's Service (publishNotReadyAddresses): the same replicas, readiness ignored
+    hooks.backends, hooks.down = balancer.backends, balancer.down
     webhook_name = f"vgpu-{run_id}"
     stack = contextlib.AsyncExitStack()
     try:
@@ -865,12 +867,14 @@ async def running_system(
                 urls.append(f"https://{tls}")
                 await _ready(session, f"https://{tls}/readyz", ctx, s)
             await balancer.start()
+            await hooks.start()
             # One replica: kube-scheduler calls it directly, as through a Service's kernel-level balancing; the
             # balancer (bytes relayed in this Python process) would cost as much CPU as the extender itself.
             front = urls[0] if len(urls) == 1 else f"https://127.0.0.1:{balancer.port}"
             if settings.webhook:
+                hook_url = urls[0] if len(urls) == 1 else f"https://127.0.0.1:{hooks.port}"
                 hook = chart_webhook(
-                    webhook_name, front, api.ca_file.read_bytes(), (RUN_LABEL, run_id), vendor_resources
+                    webhook_name, hook_url, api.ca_file.read_bytes(), (RUN_LABEL, run_id), vendor_resources
                 )
                 api.request("POST", _WEBHOOKS, hook)
             sched_config = chart_scheduler_config(
@@ -900,6 +904,7 @@ async def running_system(
             with contextlib.suppress(Exception):
                 api.request("DELETE", f"{_WEBHOOKS}/{webhook_name}")
         await balancer.stop()
+        await hooks.stop()
         for s in reversed(services):
             await _stop(s)
 

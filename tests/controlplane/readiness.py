@@ -1,6 +1,8 @@
 """The chart's readiness probe on the extender replicas (``readinessProbe``: ``GET /readyz`` every 5 s, 5 s timeout,
-unready after 2 failures in a row, ready again after one success), acting on the harness' balancer as a Service's
-endpoints do: a replica that is not ready gets no new connection; the ones open stay open."""
+unready after 2 failures in a row, ready again after one success), acting on the harness' balancer as the
+extenders' Service's endpoints do: a replica that is not ready gets no new connection; the ones open stay open.
+The webhook's balancer is not gated: the chart's webhook Service publishes replicas that are not ready (admission
+needs no Redis)."""
 
 from __future__ import annotations
 
