@@ -31,7 +31,8 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.harness import Http, extender_process, free_port, informer_process, process, redis_server, rss_mib
+from benchmarks.harness import Http, extender_process, free_port, informer_process, process, redis_server
+from tests.controlplane.rss import rss_mib
 from vgpu_scheduler.shared.domain.accounting import collapse
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import ContainerDevice, DeviceInfo, NodeInventory

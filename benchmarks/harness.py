@@ -105,13 +105,6 @@ def informer_process(redis_url: str, kube_url: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 class Http:
     """One keep-alive HTTP/1.1 connection; POST/GET with a Content-Length body. Low overhead on purpose."""
 

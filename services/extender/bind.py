@@ -101,6 +101,7 @@ __all__ = ["BindOutcome", "BindResult", "Binder"]
 """``BindOutcome`` and ``BindResult`` live in :mod:`.bindresult`; they stay importable from here."""
 
 logger = logging.getLogger(__name__)
+_Wait = tuple[float, float | None]  # how long a bind waits for a busy node lock, how often it retries (see _wait)
 
 
 class Binder:
@@ -212,14 +213,14 @@ class Binder:
         await self._finish(args, token)
         return BindResult(BindOutcome.BOUND), pod
 
-    def _wait(self, gang: bool) -> tuple[float, float | None]:
+    def _wait(self, gang: bool) -> _Wait:
         """How long the bind waits for a busy node lock, and how often it retries (None: backoff). PodGroup members
         retry every 100 ms until --node-lock-retry-timeout (0 disables that, as in HAMi)."""
         if gang and self._pod_group_wait_s > 0:
             return self._pod_group_wait_s, POD_GROUP_RETRY_S
         return self._lock_wait_s, None
 
-    def _claim_ttl(self, wait: tuple[float, float | None]) -> float:
+    def _claim_ttl(self, wait: _Wait) -> float:
         return wait[0] + 2 * self._call_timeout_s + self.claim_ttl_s
 
     async def _start(
@@ -239,10 +240,7 @@ class Binder:
         hint = parse_bind_hint(claim.hint)
         if hint is not None:
             wait = self._wait(hint.pod_group)
-            if wait != normal and not await self._store.reservations.check_claim(
-                uid, node, token, self._claim_ttl(wait)
-            ):
-                raise claim_lost(args)
+            await self._extend(args, claim, token, wait, normal)
             return _Started(claim, None, hint.resource_version, wait)
         try:
             pod = await self._api.get_pod(args.pod_namespace, args.pod_name, timeout_s=self._call_timeout_s)
@@ -256,9 +254,20 @@ class Binder:
             await self._finish(args, token)
             return BindResult(BindOutcome.ALREADY_BOUND), pod
         wait = self._wait(is_pod_group_member(pod))
-        if wait != normal and not await self._store.reservations.check_claim(uid, node, token, self._claim_ttl(wait)):
-            raise claim_lost(args)
+        await self._extend(args, claim, token, wait, normal)
         return _Started(claim, pod, resource_version_of(pod), wait)
+
+    async def _extend(self, args: ExtenderBindingArgs, claim: Claimed, token: str, wait: _Wait, was: _Wait) -> None:
+        """Extend the claim (made for ``was``) to a gang's wait; a store error drops it (kept, it refused retries)."""
+        if wait == was:
+            return
+        try:
+            if await self._store.reservations.check_claim(args.pod_uid, args.node, token, self._claim_ttl(wait)):
+                return
+        except BaseException:
+            await self._drop_claimed(claim.allocation, token)
+            raise
+        raise claim_lost(args)
 
     async def _read_then_claim(
         self, args: ExtenderBindingArgs, token: str
@@ -287,9 +296,7 @@ class Binder:
             raise claim_refused(args, claim)
         return _Started(claim, pod, resource_version_of(pod), wait)
 
-    async def _lock(
-        self, args: ExtenderBindingArgs, alloc: Allocation, token: str, wait: tuple[float, float | None]
-    ) -> _Held:
+    async def _lock(self, args: ExtenderBindingArgs, alloc: Allocation, token: str, wait: _Wait) -> _Held:
         """Take the node locks the pod's devices need (:func:`lock_kinds`): HAMi's ``hami.io/mutex.lock`` when a
         vendor of the pod uses it, Cambricon's ``cambricon.com/dsmlu.lock`` when one uses that, none otherwise. On
         failure nothing stays held and the claimed reservation is dropped."""
@@ -456,12 +463,8 @@ class Binder:
     def _report(self, args: ExtenderBindingArgs, result: BindResult, pod: Mapping[str, Any] | None) -> None:
         if self._metrics is not None:
             self._metrics.bind_outcomes.labels(result.outcome.value).inc()
-        extra = {
-            "pod": f"{args.pod_namespace}/{args.pod_name}",
-            "pod_uid": args.pod_uid,
-            "node": args.node,
-            "outcome": result.outcome.value,
-        }
+        key = f"{args.pod_namespace}/{args.pod_name}"
+        extra = {"pod": key, "pod_uid": args.pod_uid, "node": args.node, "outcome": result.outcome.value}
         event: PodEvent
         if result.outcome.success:
             logger.info("pod bound", extra=extra)
@@ -484,7 +487,7 @@ class _Started:
     claim: Claimed
     pod: Mapping[str, Any] | None
     resource_version: str
-    wait: tuple[float, float | None]
+    wait: _Wait
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ Plan, then commit (docs/store.md, Consistency, hami-wire §5.1 with differences 
    node without the GPU. Bad input, an invalid policy or weights annotation → an ``Error`` answer.
 2. Full ``Nodes`` (autoscaler simulation): evaluate the given nodes' annotations with zero usage, reserve
    nothing, answer the best node plus the failed ones.
-3. ``NodeNames``: refuse with an ``Error`` while the snapshot or the store is not ready (never guess). A pod that
+3. ``NodeNames``: refuse with an ``Error`` while the snapshot or the store is not ready (never guess), and close the
+   connection after that answer (kube-scheduler's next call may then reach another replica). A pod that
    already holds a record (a re-filter, a duplicate from a second scheduler, a proxy retry) keeps it: its node is
    answered again when it is a candidate; otherwise a plain reservation is given back (atomically, only while no
    bind owns it) and the pod re-planned, and one a bind owns is never moved (an ``Error``). Then read the
@@ -76,6 +77,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+NOT_READY = "extender not ready: "
+"""How every "not ready" answer begins; its HTTP connection is closed after it."""
+
 DEFAULT_MAX_ATTEMPTS = 5
 _MAX_LOCAL_REPLANS = 50
 """Re-plans because the chosen node changed in this process before the commit (progress elsewhere; bounded)."""
@@ -141,7 +145,14 @@ class FilterHandler:
         if not body:
             self._metrics.filter_outcome(FilterOutcome.BAD_REQUEST)
             return web.Response(status=400, text=EMPTY_BODY_MESSAGE + "\n")
-        return _answer(await self.filter_body(body))
+        result = await self.filter_body(body)
+        response = _answer(result)
+        if result.error.startswith(NOT_READY):
+            # This replica cannot serve (a store it cannot reach, a snapshot not loaded): close the connection, so
+            # that kube-scheduler's next call opens a new one, which the Service may send to a replica that can.
+            # Kept open, kube-scheduler would send every pod here over it until this replica recovers.
+            response.force_close()
+        return response
 
     async def filter_body(self, body: bytes) -> ExtenderFilterResult:
         """Decode ``body`` and filter; every failure becomes an ``Error`` answer (the process keeps serving)."""
@@ -179,7 +190,7 @@ class FilterHandler:
         except TransientError as e:
             self._metrics.filter_outcome(FilterOutcome.NOT_READY)
             logger.warning("filter failed: store unavailable", extra={"error": str(e)})
-            return ExtenderFilterResult.from_error(f"extender not ready: {e}")
+            return ExtenderFilterResult.from_error(f"{NOT_READY}{e}")
         except PermanentError as e:
             self._metrics.filter_outcome(FilterOutcome.ERROR)
             logger.error("filter failed", extra={"error": str(e)})
@@ -247,7 +258,7 @@ class FilterHandler:
     async def _schedule(self, pod: FilterPod, names: Sequence[str]) -> ExtenderFilterResult:
         reason = self._cache.not_ready_reason()
         if reason is not None:
-            raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
+            raise FilterError(f"{NOT_READY}{reason}", FilterOutcome.NOT_READY)
         if not pod.uid:
             raise FilterError("extender args: Pod.metadata.uid is missing", FilterOutcome.BAD_REQUEST)
         gang = pod.gang
@@ -379,7 +390,7 @@ class FilterHandler:
         if conflict.dimension is ConflictDimension.NODE_UNKNOWN:
             reason = await self._cache.verify()
             if reason is not None:
-                raise FilterError(f"extender not ready: {reason}", FilterOutcome.NOT_READY)
+                raise FilterError(f"{NOT_READY}{reason}", FilterOutcome.NOT_READY)
         await self._cache.refresh([conflict.node])
 
     def _scheduled(self, pod: FilterPod, decision: Decision, reserved: Reserved, retries: int) -> ExtenderFilterResult:

@@ -102,6 +102,11 @@ class Reconciler:
         self._orphans: set[tuple[str, str]] = set()  # (namespace, uid) quota charges orphaned in the last pass
         self._undecodable_logged: set[tuple[str, str, str]] = set()  # (uid, node, error) logged this term
 
+    @property
+    def suspected_orphans(self) -> bool:
+        """Whether the last pass found quota charges of no pod (refunded by the next pass if still orphaned)."""
+        return bool(self._orphans)
+
     async def run_pass(self) -> ReconcileReport:
         started = time.perf_counter()
         status = await self._store.meta.status()

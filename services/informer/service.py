@@ -70,6 +70,7 @@ class InformerTuning:
     reservation_sweep_s: float | None = None  # min(reservation-grace / 4, 15 s)
     epoch_check_s: float = 5.0
     retry_s: float = 5.0  # after a failed reconcile pass
+    orphan_recheck_s: float = 30.0  # after a pass that found quota charges of no pod: the pass that refunds them
     list_timeout_s: float = 60.0
     plugin_release_grace_s: float = 3.0  # the device plugin removes a settled holder's lock annotation itself
 
@@ -436,7 +437,9 @@ class _Term:
                 logger.info("reconcile pass succeeded again", extra={"failures": failures})
             if not report.synced:
                 continue  # flushed during the pass: again, at once
-            await _wait(self.reconcile_trigger, interval_s)
+            # a charge of no pod may be a filter's between charge and reserve: the next pass refunds it, and comes soon
+            soon = self.reconciler.suspected_orphans
+            await _wait(self.reconcile_trigger, min(interval_s, self.tuning.orphan_recheck_s) if soon else interval_s)
             self.reconcile_trigger.clear()
 
     async def _epoch_loop(self) -> None:

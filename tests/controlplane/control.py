@@ -167,6 +167,9 @@ class ApiServer:
     audit_log: Path | None = None
     """The API server's audit log (one JSON line per request, metadata only; ``control_plane(audit=True)``):
     who asked what, by user agent (:func:`tests.controlplane.apicalls.calls_by_client`)."""
+    restart: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    """Stop kube-apiserver (SIGTERM) and start it again on the same port and etcd; returns once it is ready.
+    Blocking: call it from a thread in asynchronous code."""
 
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
@@ -392,6 +395,12 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
         procs.append(apiserver)
         url = f"https://127.0.0.1:{api_port}"
 
+        def restart() -> None:
+            _stop(procs[1])
+            proc, health, tls = launch_apiserver([api_port])
+            procs[1] = proc
+            _wait_http_ok(health, tls, proc, api_log, "kube-apiserver (restarted)")
+
         kubeconfig = root / "admin.kubeconfig"
         kubeconfig.write_text(
             yaml.safe_dump(
@@ -406,7 +415,14 @@ def control_plane(assets: Path, workdir: Path | None = None, *, audit: bool = Fa
             )
         )
         api = ApiServer(
-            url=url, kubeconfig=kubeconfig, ca_file=ca[0], token=token, cert_dir=certs, gang=gang, audit_log=audit_log
+            url=url,
+            kubeconfig=kubeconfig,
+            ca_file=ca[0],
+            token=token,
+            cert_dir=certs,
+            gang=gang,
+            audit_log=audit_log,
+            restart=restart,
         )
         _wait_default_namespace(api)
         yield api

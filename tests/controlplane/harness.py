@@ -24,7 +24,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -488,30 +488,38 @@ class BindWatch:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def run(self, kube: Kube, namespace: str) -> None:
-        rv = "0"
-        while True:
-            url = f"{kube.api.url}/api/v1/namespaces/{namespace}/pods?watch=1&allowWatchBookmarks=false"
-            if rv != "0":
-                url += f"&resourceVersion={rv}"
-            try:
-                async with kube.session.get(
-                    url, ssl=kube.ssl, headers=kube.headers, timeout=aiohttp.ClientTimeout(total=None, sock_read=120)
-                ) as resp:
-                    async for line in resp.content:
-                        event = json.loads(line)
-                        obj = event.get("object") or {}
-                        if event.get("type") == "ERROR":
-                            rv = "0"
-                            break
-                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                        name = obj.get("metadata", {}).get("name", "")
-                        node_name = (obj.get("spec") or {}).get("nodeName")
-                        if node_name and name not in self.bound:
-                            self.bound[name] = time.monotonic()
-                            self.nodes[name] = node_name
-                            self.changed.set()
-            except (aiohttp.ClientError, TimeoutError, ValueError):
-                await asyncio.sleep(0.2)  # the watch dropped: re-open it
+        await watch_objects(kube, f"/api/v1/namespaces/{namespace}/pods", self._seen)
+
+    async def _seen(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj.get("metadata", {}).get("name", "")
+        node_name = (obj.get("spec") or {}).get("nodeName")
+        if node_name and name not in self.bound:
+            self.bound[name] = time.monotonic()
+            self.nodes[name] = node_name
+            self.changed.set()
+
+
+async def watch_objects(kube: Kube, path: str, handle: Callable[[str, dict[str, Any]], Awaitable[None]]) -> None:
+    """Watch ``path`` for ever: ``handle(event type, object)`` for each event; re-opened where it stopped when it
+    drops (an API server restart), re-listed (from resourceVersion 0) on an ERROR (410 Gone)."""
+    rv = "0"
+    while True:
+        url = f"{kube.api.url}{path}?watch=1&allowWatchBookmarks=false"
+        if rv != "0":
+            url += f"&resourceVersion={rv}"
+        try:
+            timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
+            async with kube.session.get(url, ssl=kube.ssl, headers=kube.headers, timeout=timeout) as resp:
+                async for line in resp.content:
+                    event = json.loads(line)
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        rv = "0"
+                        break
+                    rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                    await handle(str(event.get("type")), obj)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError):
+            await asyncio.sleep(0.2)  # the watch dropped: re-open it
 
 
 # --- a Service: round-robin over the extender replicas, per connection --------------------------------------
@@ -524,6 +532,8 @@ class TcpBalancer:
     def __init__(self, backends: Sequence[tuple[str, int]]) -> None:
         self.backends = list(backends)
         self.down: set[int] = set()
+        self.unready: set[int] = set()
+        """Backends failing their readiness probe (:mod:`tests.controlplane.readiness`): no new connection either."""
         self._next = itertools.count()
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
@@ -565,7 +575,7 @@ class TcpBalancer:
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
         for _ in range(len(self.backends)):
             i = next(self._next) % len(self.backends)
-            if i in self.down:
+            if i in self.down or i in self.unready:
                 continue
             try:
                 return await asyncio.open_connection(*self.backends[i])
@@ -573,10 +583,13 @@ class TcpBalancer:
                 continue
         return None
 
-    @staticmethod
-    async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _flowing(self) -> None:
+        """Awaited before each write: a subclass holds the bytes back here (a network partition)."""
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         try:
             while data := await src.read(65536):
+                await self._flowing()
                 dst.write(data)
                 await dst.drain()
         except (ConnectionError, OSError):
@@ -617,6 +630,9 @@ class Settings:
     controllers: tuple[str, ...] = ()
     """kube-controller-manager's controllers to run beside the system (``controllers.WORKLOAD_CONTROLLERS``:
     Deployments, ReplicaSets, the disruption controller, the garbage collector); empty: no controller-manager."""
+    replica_redis: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    """Extender replica index → its Redis flags instead of the run's ``--redis-url`` (a replica reaching Redis
+    through a proxy the chaos run can stall)."""
 
     def device_document(self) -> dict[str, Any] | None:
         """The device config the services read (None: none, every flag at its default)."""
@@ -635,6 +651,9 @@ class Service:
     log: Path
     killed: bool = False
     exit_code: int | None = None
+    args: tuple[str, ...] = ()
+    """Its command-line arguments (to start it again as a Deployment replaces a pod)."""
+    starts: int = 1
 
 
 @dataclass
@@ -658,11 +677,44 @@ class System:
 
     async def kill_extender(self, index: int) -> None:
         """SIGKILL one replica (a node failure: no drain); the balancer stops sending it new connections."""
-        service = self.extenders()[index]
+        await self.kill(self.extenders()[index].name)
+
+    def service(self, name: str) -> Service:
+        for s in self.services:
+            if s.name == name:
+                return s
+        raise LookupError(f"no service {name}")
+
+    async def kill(self, name: str) -> None:
+        """SIGKILL the service ``name`` (a node failure: no drain); an extender leaves the balancer."""
+        service = self.service(name)
         service.killed = True
-        self.balancer.down.add(index)
+        if name.startswith("extender"):
+            self.balancer.down.add(self.extenders().index(service))
         service.proc.kill()
         await service.proc.wait()
+
+    async def restart(self, name: str) -> None:
+        """Start the (killed) service ``name`` again with its arguments, logging to a new file, as a Deployment
+        replaces a pod; an extender rejoins the balancer at its new address once ready."""
+        old = self.service(name)
+        log = old.log.with_name(f"{name}.{old.starts}.log")
+        new = await _start(name, log, old.args)
+        new.starts = old.starts + 1
+        self.services[self.services.index(old)] = new
+        async with aiohttp.ClientSession(trust_env=False) as session:
+            if not name.startswith("extender"):
+                (metrics,) = (await _listening(new, 1))[:1]
+                await _ready(session, f"http://{metrics}/healthz", None, new)
+                return
+            index = self.extenders().index(new)
+            await _listening(new, 2)
+            tls = _tls_address(new.log)
+            host, port = tls.rsplit(":", 1)
+            await _ready(session, f"https://{tls}/readyz", self.api.ssl_context(), new)
+            self.balancer.backends[index] = (host, int(port))
+            self.extender_urls[index] = f"https://{tls}"
+            self.balancer.down.discard(index)
 
     def crashed(self) -> list[str]:
         out = []
@@ -692,7 +744,7 @@ async def _start(name: str, log: Path, args: Sequence[str]) -> Service:
             env=env,
         )
     _profile(name, proc.pid)
-    return Service(name, proc, log)
+    return Service(name, proc, log, args=tuple(args))
 
 
 PROFILE_ENV = "VGPU_PROFILE_DIR"
@@ -783,6 +835,8 @@ async def running_system(
 
     services: list[Service] = []
     balancer = TcpBalancer([])
+    hooks = TcpBalancer([])  # the webhook's Service (publishNotReadyAddresses): the same replicas, readiness ignored
+    hooks.backends, hooks.down = balancer.backends, balancer.down
     webhook_name = f"vgpu-{run_id}"
     stack = contextlib.AsyncExitStack()
     try:
@@ -801,12 +855,13 @@ async def running_system(
             if settings.gpu_policy:
                 policy.append(f"--gpu-scheduler-policy={settings.gpu_policy}")
             for i in range(settings.replicas):
+                redis = settings.replica_redis.get(i)
                 ext = await _start(
                     f"extender-{i}",
                     tmp / f"extender-{i}.log",
                     [
                         "extender",
-                        *common,
+                        *(common if redis is None else [*redis, *common[1:]]),
                         *flags("extender"),
                         "--http_bind=127.0.0.1:0",
                         f"--cert_file={cert}",
@@ -831,12 +886,14 @@ async def running_system(
                 urls.append(f"https://{tls}")
                 await _ready(session, f"https://{tls}/readyz", ctx, s)
             await balancer.start()
+            await hooks.start()
             # One replica: kube-scheduler calls it directly, as through a Service's kernel-level balancing; the
             # balancer (bytes relayed in this Python process) would cost as much CPU as the extender itself.
             front = urls[0] if len(urls) == 1 else f"https://127.0.0.1:{balancer.port}"
             if settings.webhook:
+                hook_url = urls[0] if len(urls) == 1 else f"https://127.0.0.1:{hooks.port}"
                 hook = chart_webhook(
-                    webhook_name, front, api.ca_file.read_bytes(), (RUN_LABEL, run_id), vendor_resources
+                    webhook_name, hook_url, api.ca_file.read_bytes(), (RUN_LABEL, run_id), vendor_resources
                 )
                 api.request("POST", _WEBHOOKS, hook)
             sched_config = chart_scheduler_config(
@@ -880,6 +937,7 @@ async def running_system(
             with contextlib.suppress(Exception):
                 api.request("DELETE", f"{_WEBHOOKS}/{webhook_name}")
         await balancer.stop()
+        await hooks.stop()
         for s in reversed(services):
             await _stop(s)
 

@@ -100,6 +100,7 @@ class SentinelGroup:
         self.killed: list[int] = []
         """Ports of the servers killed and not yet revived."""
         self.kills = 0
+        self.restarts = 0
 
     @property
     def url(self) -> str:
@@ -245,6 +246,24 @@ class SentinelGroup:
                 return
             await asyncio.sleep(0.02)  # external processes syncing: nothing to await
         raise RuntimeError(f"the revived replicas did not come online: {info.decode(errors='replace')}")
+
+    async def restart_empty(self, down_s: float = 0.2) -> int:
+        """SIGKILL every data server and start them again with nothing in them (a Redis StatefulSet restarted
+        without persistence): the primary on its port first, the others as its replicas; the primary's port."""
+        primary = await self.agreed_primary()
+        for port in list(self._procs):
+            if port in self.data_ports:
+                proc = self._procs.pop(port)
+                proc.kill()
+                await proc.wait()
+        await asyncio.sleep(down_s)  # down for a moment: requests fail meanwhile
+        await self._start_server(primary, None)
+        for port in self.data_ports:
+            if port != primary:
+                await self._start_server(port, primary)
+        self.killed.clear()
+        self.restarts += 1
+        return primary
 
     async def __aenter__(self) -> SentinelGroup:
         try:

@@ -12,6 +12,7 @@ from tests.integration.extender.test_bind import args_for
 from vgpu_scheduler.services.extender.bind import BindOutcome
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.emulator import WriteRecord
+from vgpu_scheduler.shared.errors import TransientError
 from vgpu_scheduler.shared.store import Claimed, ReservationState
 
 NODE = "gpu-node-1"
@@ -120,3 +121,26 @@ async def test_a_retry_after_an_expired_claim_takes_over_and_binds(h: Harness) -
         result = await binder.bind(args_for(pod))
     assert result.outcome is BindOutcome.BOUND
     assert h.pod("p1")["spec"]["nodeName"] == NODE
+
+
+async def test_a_gang_member_whose_claim_cannot_be_extended_gives_its_reservation_back(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PodGroup member's bind extends its claim to the gang's longer lock wait. When the store fails right then
+    (a replica not acknowledging in time), the bind gives the reservation back as any failed bind does: kept
+    claimed, every retry of the pod was refused ("another bind owns its devices") until the claim expired (the
+    chaos run: 900 retries of one gang member in 45 s)."""
+    pod = h.create_pod(pod_obj("p1", labels={keys.POD_GROUP_LABEL: "gang-1"}))
+    alloc = allocation(pod, NODE, (0, 1000, 10))
+    await h.reserve_pod(pod, alloc)
+
+    async def shortfall(*args: Any, **kwargs: Any) -> bool:
+        raise TransientError("0 of 1 Redis replicas acknowledged it within 250 ms")
+
+    monkeypatch.setattr(h.store.reservations, "check_claim", shortfall)
+    failed = await h.binder().bind(args_for(pod))
+    monkeypatch.undo()
+    assert failed.outcome is BindOutcome.ERROR
+    assert await h.store.reservations.get(pod["metadata"]["uid"]) is None
+    await h.reserve_pod(pod, alloc)  # kube-scheduler filters the pod again
+    assert (await h.binder().bind(args_for(pod))).outcome is BindOutcome.BOUND

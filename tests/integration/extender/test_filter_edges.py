@@ -136,6 +136,30 @@ async def test_redis_down_answers_not_ready(api: Api) -> None:
     assert health == (200, "ok\n")
 
 
+async def _filter_connection(ext: Any) -> tuple[dict[str, Any], str | None]:
+    """POST /filter; the answer and its ``Connection`` header."""
+    headers = {"Content-Type": "application/json"}
+    async with ext.http.post(ext.url + "/filter", data=wire("001-filter.json"), headers=headers) as r:
+        return await r.json(), r.headers.get("Connection")
+
+
+async def test_a_not_ready_answer_closes_its_connection(store: Store, api: Api) -> None:
+    """kube-scheduler keeps its connection to the extenders' Service open: a replica that cannot serve closes it
+    after its "not ready" answer, so the next call may reach another replica (the chaos run found a replica cut off
+    from Redis failing every pod for the whole cut while two others could serve); a ready answer keeps it."""
+    dead = Store.create(connect("redis://127.0.0.1:1/0"), prefix="x")
+    try:
+        async with running_extender(dead, api, wait_ready=False) as ext:
+            refused, closed = await _filter_connection(ext)
+    finally:
+        await dead.aclose()
+    await seed(store)
+    async with running_extender(store, api) as ext:
+        answer, kept = await _filter_connection(ext)
+    assert refused["Error"].startswith("extender not ready: ") and closed == "close"
+    assert answer["NodeNames"] == ["gpu-node-1"] and kept is None
+
+
 async def test_a_store_failure_mid_request_is_an_error_answer(store: Store, api: Api) -> None:
     await seed(store)
 

@@ -3,9 +3,11 @@ and the store marked synced again (the extender's readiness) without any restart
 
 from __future__ import annotations
 
+import dataclasses
+
 import redis as sync_redis
 
-from tests.integration.informer.conftest import Harness, fake_allocation, metric, settings
+from tests.integration.informer.conftest import TUNING, Harness, fake_allocation, metric, settings
 from tests.unit.informer.builders import pod, quota
 from tests.waiting import eventually
 from vgpu_scheduler.services.informer.metrics import RepairKind
@@ -126,3 +128,21 @@ async def test_flushed_redis_is_rebuilt_without_restart(harness: Harness, redis_
 async def test_periodic_reconcile(harness: Harness) -> None:
     async with harness.run(settings(reconcile_s=0.05)) as svc:
         await eventually(lambda: metric(svc, "vgpu_informer_reconciles_total", mode="reconcile") >= 2)
+
+
+async def test_a_pass_that_suspects_an_orphaned_charge_is_followed_soon_by_the_one_that_refunds_it(
+    harness: Harness,
+) -> None:
+    """A quota charge of no pod (an extender that charged, then could not reserve nor refund: cut off from Redis)
+    is refunded by the second pass that finds it; that pass comes ``orphan_recheck_s`` after the first, not a whole
+    ``--reconcile-interval`` later (the chaos run: pods of a namespace at its quota waited nine minutes)."""
+    store = harness.store
+    tuning = dataclasses.replace(TUNING, orphan_recheck_s=0.05)
+    async with harness.run(settings(reconcile_s=3600), tuning=tuning) as svc:
+        await store.quota.record("ns", "nobody", 5000, 50)
+        svc.term.reconcile_trigger.set()  # the periodic pass, now
+
+        async def refunded() -> bool:
+            return (await store.quota.get("ns")).used_mem_mib == 0
+
+        await eventually(refunded, 10, what="the orphaned charge refunded")

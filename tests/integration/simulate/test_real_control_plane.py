@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.controlplane.control import SKIP_REASON, ApiServer, assets_dir, control_plane, start_scheduler
+from tests.controlplane.control import ApiServer, start_scheduler
+from tests.controlplane.fixtures import own_control_plane
 from tests.unit.simulate.test_podvalidation import INVALID
 from vgpu_scheduler.shared.k8s.nodefit import Ledger, fit_error
 from vgpu_scheduler.shared.k8s.podvalidation import pod_invalid
@@ -22,10 +23,7 @@ from vgpu_scheduler.shared.k8s.podvalidation import pod_invalid
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[ApiServer]:
-    assets = assets_dir()
-    if assets is None:
-        pytest.skip(SKIP_REASON)
-    with control_plane(assets) as server:
+    with own_control_plane() as server:
         yield server
 
 

@@ -1,0 +1,127 @@
+"""The chaos run's audit (``tests/controlplane/chaos.py``), every 30 s and at the end: the control-plane audit
+(:func:`tests.controlplane.audit.audit`, from the API's pods, nodes and quotas) sorted into the figures the run
+prints, plus what only Redis shows once the run has settled.
+
+From the API, at every check: devices over capacity; pods bound without their allocation (no device list, one not
+on the node, a node without devices, ``hami.io/vgpu-node`` naming another node); other correctness findings; a
+namespace's quota over its limit (GPU memory summed over its holding pods); pods pending although something fits
+them (the scheduling core, exhaustively, on that state) — counted as *stuck* once every check for more than a
+minute has found the same pod so.
+
+At the end (settled: no pod created or deleted, the kubelets idle) also: pending pods carrying an allocation, binds
+never settled, node locks left on nodes (annotations) and in Redis, records in Redis without a pod in the API
+(allocations without a pod), records never confirmed (reservations left behind), and nodes whose usage in Redis
+differs from the usage the API's pods amount to (:func:`tests.audit.usage_from_pods`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.audit import quota_usage_from_pods, store_usage, usage_from_pods
+from tests.controlplane.audit import AuditReport, audit
+from vgpu_scheduler.services.informer.quotas import read_quota
+from vgpu_scheduler.shared.domain.model import DEFAULT_NVIDIA_CONFIG
+from vgpu_scheduler.shared.store import Store
+
+_BOUND_WITHOUT = ("which has no registered device", "but hami.io/vgpu-node is", "but has no", "does not decode")
+_TRANSIENT = ("pending but carries an allocation", "bind-phase failed")
+"""Findings that a check in the middle of a bind sees (the bind writes the pod before the Binding; a pod deleted
+with its node fails its Allocate): counted at the end only."""
+
+
+@dataclass
+class Check:
+    at_s: float
+    pods: int = 0
+    bound: int = 0
+    pending: int = 0
+    over_capacity: int = 0
+    bound_without_allocation: int = 0
+    quota_over: int = 0
+    pending_fit: set[str] = field(default_factory=set)
+    stuck: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)
+    """Every other correctness finding (and, at the end, the liveness ones), as the audit words them."""
+    redis: dict[str, int] | None = None
+    """End only: ``locks``, ``allocations_without_pod``, ``reservations_left``, ``usage_drift`` (nodes)."""
+    detail: list[str] = field(default_factory=list)
+
+    def clean(self) -> bool:
+        figures = (self.over_capacity, self.bound_without_allocation, self.quota_over, len(self.stuck))
+        return not any(figures) and not self.other and not any((self.redis or {}).values())
+
+    def line(self) -> str:
+        redis = " ".join(f"{k} {v}" for k, v in (self.redis or {}).items())
+        return (
+            f"{self.at_s:>6.0f}s pods {self.pods:>5} bound {self.bound:>5} pending {self.pending:>4} | over-capacity "
+            f"{self.over_capacity} bound-without-allocation {self.bound_without_allocation} quota-over "
+            f"{self.quota_over} pending-fit {len(self.pending_fit)} stuck>1min {len(self.stuck)} other "
+            f"{len(self.other)}" + (f" | redis: {redis}" if redis else "")
+        )
+
+
+def check_api(
+    at_s: float,
+    pods: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    quotas: Sequence[Mapping[str, Any]],
+    *,
+    fit_since: dict[str, float],
+    now: float,
+    final: bool = False,
+    **audit_args: Any,
+) -> Check:
+    """One check from the API's objects (module docstring). ``fit_since``: ``<ns>/<name>`` → since when (monotonic,
+    as ``now``) every check has found the pod pending although it fits; updated here."""
+    report: AuditReport = audit(pods, nodes, quotas, **audit_args)
+    check = Check(at_s, pods=report.pods, bound=report.bound, pending=report.pods - report.bound)
+    for finding in report.correctness:
+        if "over capacity" in finding:
+            check.over_capacity += 1
+        elif any(w in finding for w in _BOUND_WITHOUT):
+            check.bound_without_allocation += 1
+        elif final or not any(w in finding for w in _TRANSIENT):
+            check.other.append(finding)
+    for finding in report.liveness:
+        if " pending, but fits on " in finding:
+            key = finding.split(" ", 1)[0]
+            check.pending_fit.add(key)
+            if now - fit_since.setdefault(key, now) > 60:
+                check.stuck.append(finding)
+        elif final:
+            check.other.append(finding)
+    for key in set(fit_since) - check.pending_fit:
+        del fit_since[key]
+    check.quota_over, over = quota_over(pods, quotas)
+    check.detail.extend(over)
+    return check
+
+
+def quota_over(pods: Sequence[Mapping[str, Any]], quotas: Sequence[Mapping[str, Any]]) -> tuple[int, list[str]]:
+    """Namespaces whose holding pods' GPU memory exceeds their quota's ``limits.nvidia.com/gpumem``."""
+    used = quota_usage_from_pods(pods, skip_unreadable=True)
+    out = []
+    for q in quotas:
+        ns = q["metadata"]["namespace"]
+        limit = read_quota(q, DEFAULT_NVIDIA_CONFIG).limits.mem_mib
+        if limit is not None and used.get(ns, (0, 0))[0] > limit:
+            out.append(f"{ns}: GPU memory {used[ns][0]} MiB over its quota {limit}")
+    return len(out), out
+
+
+async def check_redis(store: Store, pods: Sequence[Mapping[str, Any]], nodes: Sequence[str]) -> dict[str, int]:
+    """What Redis holds that it should not, once settled (module docstring)."""
+    live = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
+    records = [r for recs in (await store.reservations.list_all()).values() for r in recs]
+    locks = await store.locks.inspect_many(list(nodes))
+    expected = usage_from_pods(pods, skip_unreadable=True)
+    held = await store_usage(store, nodes)
+    drift = sorted(n for n in set(expected) | set(held) if expected.get(n, {}) != held.get(n, {}))
+    return {
+        "locks": len(locks),
+        "allocations_without_pod": sum(1 for r in records if r.allocation.pod_uid not in live),
+        "reservations_left": len(await store.reservations.list_unconfirmed()),
+        "usage_drift": len(drift),
+    }
