@@ -138,10 +138,8 @@ class Binder:
         self._clock = clock
         self._events = events
         self._metrics = metrics
-        self._on_lock_wait = on_lock_wait
-        self._on_lock_queue = on_lock_queue
-        """Told the UID of every ordinary pod whose bind starts waiting for HAMi's node lock (the bind limit)."""
-        """``(waited_s, timed_out)`` of every ordinary pod's wait for HAMi's node lock (the adaptive bind limit)."""
+        self._on_lock_wait, self._on_lock_queue = on_lock_wait, on_lock_queue
+        """The bind limit's hooks (ordinary pods): each HAMi node-lock wait's ``(waited_s, timed_out)``, its pod UID."""
         self.locker = NodeLocker(
             api,
             NodeLock(store.locks, ttl_s=node_lock_timeout_s),
@@ -161,7 +159,7 @@ class Binder:
 
     async def bind(self, args: ExtenderBindingArgs) -> BindResult:
         """Bind the pod (see the module docstring); never raises for expected failures."""
-        pod_key = f"{args.pod_namespace}/{args.pod_name}"
+        pod_key = args.pod_key
         async with self._one_at_a_time(args.pod_uid):
             pod: Mapping[str, Any] | None = None
             try:
@@ -248,7 +246,7 @@ class Binder:
         except BaseException as e:
             await self._drop_claimed(claim.allocation, token)  # it was a plain reservation: what _drop_unowned drops
             if isinstance(e, NotFoundError):
-                raise BindFailed(BindOutcome.POD_GONE, f"pod {args.pod_namespace}/{args.pod_name} not found") from None
+                raise BindFailed(BindOutcome.POD_GONE, f"pod {args.pod_key} not found") from None
             raise
         if bound:
             await self._finish(args, token)
@@ -359,9 +357,7 @@ class Binder:
         try:
             await self._store.reservations.finish_claim(args.pod_uid, args.node, token)
         except VgpuError as e:
-            logger.warning(
-                "bind claim not finished", extra={"pod": f"{args.pod_namespace}/{args.pod_name}", "error": str(e)}
-            )
+            logger.warning("bind claim not finished", extra={"pod": args.pod_key, "error": str(e)})
 
     async def _bind_annotated(
         self,
@@ -463,8 +459,7 @@ class Binder:
     def _report(self, args: ExtenderBindingArgs, result: BindResult, pod: Mapping[str, Any] | None) -> None:
         if self._metrics is not None:
             self._metrics.bind_outcomes.labels(result.outcome.value).inc()
-        key = f"{args.pod_namespace}/{args.pod_name}"
-        extra = {"pod": key, "pod_uid": args.pod_uid, "node": args.node, "outcome": result.outcome.value}
+        extra = {"pod": args.pod_key, "pod_uid": args.pod_uid, "node": args.node, "outcome": result.outcome.value}
         event: PodEvent
         if result.outcome.success:
             logger.info("pod bound", extra=extra)

@@ -111,6 +111,6 @@ def claim_lost(args: ExtenderBindingArgs) -> BindFailed:
     """The claim this bind held on the pod's record is gone: nothing more is written."""
     return BindFailed(
         BindOutcome.NOT_OWNER,
-        f"pod {args.pod_namespace}/{args.pod_name}: this bind no longer owns its devices on node {args.node} "
+        f"pod {args.pod_key}: this bind no longer owns its devices on node {args.node} "
         "(taken over, released or Redis restarted); nothing written, the pod will be retried",
     )

@@ -92,6 +92,11 @@ class ExtenderBindingArgs:
     pod_uid: str
     node: str
 
+    @property
+    def pod_key(self) -> str:
+        """``namespace/name``, as logs and messages name the pod."""
+        return f"{self.pod_namespace}/{self.pod_name}"
+
 
 def parse_extender_args(body: bytes | str) -> ExtenderArgs:
     """Decode an ``ExtenderArgs`` body; raise :class:`DecodeError` (or :class:`MissingPodError`) on bad input."""
