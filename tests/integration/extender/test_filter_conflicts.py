@@ -173,7 +173,10 @@ async def test_conflicts_on_every_attempt_end_in_a_clear_error(store: Store, api
 async def test_two_replicas_racing_for_the_last_cards_never_over_commit(
     store: Store, other_store: Store, api: Api
 ) -> None:
-    """Two replicas, 12 whole-card pods at once for 8 single-slot cards: exactly 8 placed, 4 refused."""
+    """Two replicas, 12 whole-card pods at once for 8 single-slot cards: exactly 8 placed, the other 4 refused.
+
+    A filter that loses the store's race on every one of its attempts answers "retry the pod" instead (the
+    kube-scheduler retries it); it never takes a card, so the 8 cards still go to 8 pods."""
     await seed(store, [node("n1", 4, count=1), node("n2", 4, count=1)])
     async with running_extender(store, api) as a, running_extender(other_store, api) as b:
         answers = await asyncio.gather(
@@ -183,8 +186,9 @@ async def test_two_replicas_racing_for_the_last_cards_never_over_commit(
     refused = [x for x in answers if x["FailedNodes"]]
     errors = [x for x in answers if x["Error"]]
     assert len(placed) + len(refused) + len(errors) == 12
-    assert (len(placed), len(refused), errors) == (8, 4, [])
-    assert {x["FailedNodes"]["n1"] for x in refused} == {"4/4 CardTimeSlicingExhausted"}
+    assert (len(placed), len(refused) + len(errors)) == (8, 4)
+    assert all(x["Error"].endswith("retry the pod") for x in errors), errors
+    assert all(x["FailedNodes"]["n1"] == "4/4 CardTimeSlicingExhausted" for x in refused), refused
     for n in ("n1", "n2"):
         usage = await store.usage.node_usage(n)
         assert sorted(u.used for u in usage.values()) == [1, 1, 1, 1]
