@@ -177,6 +177,7 @@ class _Run:
             system, self.api, self.kube, redis, proxy, lambda: self._restart_scheduler(stack), self.nodes, bodies,
             NodeShape(gpus=spec.gpus), rng, spec.stall_s, spec.pause_s,
             stalled_replica=spec.replicas - 1, paused_replica=1 % spec.replicas, progress=self.progress,
+            occupied=self.workload.occupied,
         )  # fmt: skip
         names = (
             spec.faults if spec.faults is not None else fault_names(spec.replicas, spec.node_reboots, spec.card_faults)

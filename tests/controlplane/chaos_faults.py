@@ -25,7 +25,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,9 @@ class Injector:
     log: list[Injected] = field(default_factory=list)
     progress: Callable[[str], None] = field(default=lambda _: None)
     """Told each fault once injected."""
+    occupied: Callable[[], Collection[str]] = field(default=lambda: ())
+    """The nodes holding the workload's pods now: a reboot or a sick card strikes one of them when there is one
+    (an idle node's reboot takes nothing with it)."""
     start: float = field(default_factory=time.monotonic)
 
     async def run(self, names: Sequence[str], window_s: float) -> None:
@@ -90,6 +93,9 @@ class Injector:
 
         async def one(name: str, at_s: float, node: str) -> None:
             await asyncio.sleep(max(0.0, self.start + at_s - time.monotonic()))  # its random moment
+            occupied = sorted(self.occupied())
+            if occupied and name in ("node-reboot", "card-unhealthy"):
+                node = self.rng.choice(occupied)
             target = node if name in ("node-reboot", "card-unhealthy") else _target(name, self)
             async with busy.setdefault(target, asyncio.Lock()):
                 began = time.monotonic()

@@ -1,11 +1,12 @@
 """The chaos run's workload (``tests/controlplane/chaos.py``): pods created at a steady rate for the whole run, each
 of a kind drawn (seeded) from a mix, and deleted once bound after a lifetime of their own (a job ending):
 
-* ``shared``: one container, 1-4 GB and 10-30 % of a card; ``whole``: one container, a whole card's memory and
-  cores; ``multi``: two GPU containers and one without; ``quota``: a shared pod in a second namespace under a
-  ResourceQuota on GPU memory; ``high``: a whole-card pod of a PriorityClass of value 1000 (on a full cluster
-  kube-scheduler asks our ``/preempt`` for GPU-aware victims); ``gang``: three whole-card pods of one PodGroup
-  (the release's gang API, minCount 3), when the API server serves it.
+* ``shared``: one container, 1-4 GB and 10-30 % of a card; ``whole``: one container, whole cards' memory and
+  cores, 1, 2, 4 or 8 cards (:data:`WHOLE_CARDS`, those a node has); ``multi``: two GPU containers and one
+  without; ``quota``: a shared pod in a second namespace under a ResourceQuota on GPU memory; ``high``: a
+  ``whole`` pod of a PriorityClass of value 1000 (on a full cluster kube-scheduler asks our ``/preempt`` for
+  GPU-aware victims); ``gang``: three one-card pods of one PodGroup (the release's gang API, minCount 3), when
+  the API server serves it.
 * A share of the pods (5 %) is deleted the moment its bind is in flight (``hami.io/bind-phase: allocating`` seen:
   the bind is writing it or the device plugin has not allocated it yet).
 
@@ -32,7 +33,11 @@ from vgpu_scheduler.shared.domain.model import BindPhase
 KINDS: dict[str, float] = {"shared": 0.36, "whole": 0.18, "multi": 0.14, "quota": 0.1, "high": 0.1, "gang": 0.12}
 """Each kind's share of the draws (a ``gang`` draw creates three pods)."""
 CARD_SHARE = {"shared": 0.2, "whole": 1.0, "multi": 0.3, "quota": 0.2, "high": 1.0, "gang": 3.0}
-"""Roughly what a draw of each kind holds, in cards (to size the lifetimes to the cluster)."""
+"""Roughly what a draw of each kind holds, in cards (to size the lifetimes to the cluster); ``whole`` and ``high``
+per card they ask for (:func:`whole_cards`)."""
+WHOLE_CARDS: dict[int, float] = {1: 0.4, 2: 0.2, 4: 0.2, 8: 0.2}
+"""How many cards a ``whole`` or ``high`` pod asks for, with each count's share of the draws (a training job's
+1-8): only the counts a node has are drawn, so that every pod fits an empty node."""
 GANG_SIZE = 3
 _DELETE = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
 
@@ -107,6 +112,10 @@ class Workload:
     def latencies_s(self) -> list[float]:
         return [p.bound - p.created for p in self.lives.values() if p.bound is not None]
 
+    def occupied(self) -> set[str]:
+        """The nodes its bound pods, not yet deleted, are on."""
+        return {p.node for p in self.lives.values() if p.node is not None and p.deleted is None}
+
     def count(self, kind: str) -> int:
         return sum(1 for p in self.lives.values() if p.kind == kind)
 
@@ -169,13 +178,16 @@ class Workload:
         group = f"g{i:05d}"
         out: list[tuple[str, dict[str, Any]]] = [(ns, _pod_group(self.gang, group))]
         for k in range(GANG_SIZE):
-            pod = self._whole(f"p{i + k:05d}")
+            pod = self._whole(f"p{i + k:05d}", 1)
             pod["spec"]["schedulingGroup"] = {"podGroupName": group}
             out.append((ns, pod))
         return out
 
-    def _whole(self, name: str) -> dict[str, Any]:
-        return gpu_pod(name, mem=self.shape.mem_mib, cores=self.shape.cores)
+    def _whole(self, name: str, gpus: int | None = None) -> dict[str, Any]:
+        if gpus is None:
+            counts = whole_cards(self.shape.gpus)
+            gpus = self.rng.choices(list(counts), list(counts.values()))[0]
+        return gpu_pod(name, gpus=gpus, mem=self.shape.mem_mib, cores=self.shape.cores)
 
     async def _create_in_order(self, kind: str, bodies: list[tuple[str, dict[str, Any]]]) -> None:
         """A gang's PodGroup before its pods; the pods at once."""
@@ -245,9 +257,17 @@ def _pod_group(gang: GangApi, name: str) -> dict[str, Any]:
     return {"apiVersion": gang.api_version, "kind": "PodGroup", "metadata": {"name": name}, "spec": spec}
 
 
+def whole_cards(gpus: int) -> dict[int, float]:
+    """The card counts of :data:`WHOLE_CARDS` a node of ``gpus`` cards holds, with their shares."""
+    return {n: w for n, w in WHOLE_CARDS.items() if n <= gpus} or {1: 1.0}
+
+
 def mean_lifetime_s(nodes: int, gpus: int, pods: int, duration_s: float, fill: float) -> float:
     """The mean lifetime at which the pods alive at once would hold ``fill`` times the cluster's cards."""
-    per_draw = sum(KINDS[k] * CARD_SHARE[k] for k in KINDS) / sum(KINDS.values())
+    counts = whole_cards(gpus)
+    cards = sum(n * w for n, w in counts.items()) / sum(counts.values())
+    share = {k: v * cards if k in ("whole", "high") else v for k, v in CARD_SHARE.items()}
+    per_draw = sum(KINDS[k] * share[k] for k in KINDS) / sum(KINDS.values())
     pods_per_draw = 1 + (GANG_SIZE - 1) * KINDS["gang"] / sum(KINDS.values())
     draws_per_s = pods / pods_per_draw / max(duration_s, 1.0)
     return fill * nodes * gpus / max(draws_per_s * per_draw, 1e-6)
