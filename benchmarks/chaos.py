@@ -73,6 +73,7 @@ def report(o: ChaosOutcome) -> list[str]:
     lines.extend(f"  {c}" for c in o.crashed)
     lines.append("RSS over the run:")
     lines.extend(f"  {line}" for line in o.rss.table())
+    lines.extend(f"  {line}" for line in o.rss.timeline())
     return lines
 
 

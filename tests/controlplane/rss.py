@@ -62,5 +62,21 @@ class RssLog:
             )
         return lines
 
+    def timeline(self, points: int = 7) -> list[str]:
+        """One line per process: its RSS at ``points`` samples evenly spread over the run (the first and the last
+        among them), to show how it moves over a long run."""
+        if not self.samples:
+            return []
+        count = len(self.samples)
+        picks = sorted({round(i * (count - 1) / max(1, points - 1)) for i in range(points)})
+        header = "".join(f"{self.samples[i][0]:>7.0f}s" for i in picks)
+        lines = [f"{'PROCESS':<16}{header}  (MiB at seconds into the run)"]
+        for name in sorted({n for _, s in self.samples for n in s}):
+            row = "".join(
+                f"{self.samples[i][1][name]:>8.0f}" if name in self.samples[i][1] else f"{'-':>8}" for i in picks
+            )
+            lines.append(f"{name:<16}{row}")
+        return lines
+
     def series(self, name: str) -> list[tuple[float, float]]:
         return [(t, s[name]) for t, s in self.samples if name in s]
