@@ -258,6 +258,7 @@ def audit(
     pending_gangs = _pending_gangs(pods, vendors)
     for members in pending_gangs.values():
         _audit_gang(members, snapshots, policies or Policies(), cfg, vendors, report)
+    planned: dict[str, Any] = {}  # pending pods of one shape on one state get one answer: plan it once
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") or not _ours(pod, vendors):
             continue
@@ -272,16 +273,19 @@ def audit(
         try:
             request = vendors_pod_request(pod, vendors)
             constraints = decode_vendor_constraints(annos, vendors)
-            result = plan(
-                request,
-                constraints,
-                snapshots,
-                policies=policies or Policies(),
-                quota=quota,
-                config=cfg,
-                exhaustive=True,
-                rules=vendors.rules,
-            )
+            shape = repr((request, constraints, quota))  # their dataclass fields, all of them (a dict among them)
+            if shape not in planned:
+                planned[shape] = plan(
+                    request,
+                    constraints,
+                    snapshots,
+                    policies=policies or Policies(),
+                    quota=quota,
+                    config=cfg,
+                    exhaustive=True,
+                    rules=vendors.rules,
+                )
+            result = planned[shape]
         except VgpuError as e:
             report.unschedulable += 1  # a pod the scheduler rightly refuses: its request is invalid
             report.notes.append(f"{_key(pod)}: invalid request: {e}")
