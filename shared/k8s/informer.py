@@ -12,6 +12,9 @@ Delivery: ``await on_event(ev)`` for each event, in order, one at a time (backpr
 while the handler runs). The known set and the resume version advance only after the handler returns, so a
 handler that raises ``TransientError`` gets the same event again after a backoff (at-least-once). Any other
 handler exception ends ``run()``: it is a bug the supervisor should see.
+
+Objects are kept and delivered without ``metadata.managedFields`` (as client-go's informers are commonly
+transformed): nothing here reads them, and on a pod that several writers touched they are a large part of it.
 """
 
 from __future__ import annotations
@@ -281,6 +284,7 @@ class Informer:
         kind = self.resource.kind
         fresh: dict[ObjectKey, KubeObject] = {}
         for item in items:
+            _slim(item)
             item.setdefault("kind", kind)
             item.setdefault("apiVersion", "v1")
             fresh[key_of(item)] = item
@@ -371,6 +375,7 @@ class Informer:
         if etype == "ERROR":
             code = obj.get("code")
             raise _ApiFailure(error_for(self._what("watch"), code if isinstance(code, int) else 500, obj))
+        _slim(obj)
         rv = resource_version_of(obj)
         if etype == "BOOKMARK":
             if rv:
@@ -395,3 +400,10 @@ class Informer:
             self._known[key] = obj
         self._rv = rv
         self._progress = True
+
+
+def _slim(obj: KubeObject) -> None:
+    """Drop what no consumer reads before the object is kept (module docstring)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)

@@ -245,3 +245,24 @@ async def test_cancellation_closes_the_watch(emulator: Emulator, kube: KubeClien
 def test_cluster_scoped_resource_takes_no_namespace(kube: KubeClient) -> None:
     with pytest.raises(ValueError, match="cluster-scoped"):
         Informer(kube, Resource.NODES, Recorder(), namespace="x")
+
+
+async def test_objects_are_kept_and_delivered_without_managed_fields(emulator: Emulator, kube: KubeClient) -> None:
+    managed = [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]
+    listed = make_pod("listed")
+    listed["metadata"]["managedFields"] = managed
+    emulator.put(listed)
+    rec = Recorder()
+    informer = Informer(kube, Resource.PODS, rec, settings=FAST)
+    async with running(informer):
+        first = await rec.until_relisted()
+        assert "managedFields" not in first[0].obj["metadata"]
+        await emulator.wait_for(lambda: emulator.open_watches("pods") == 1)
+        watched = make_pod("watched")
+        watched["metadata"]["managedFields"] = managed
+        emulator.put(watched)
+        ev = await rec.next()
+        assert (ev.kind, ev.obj["metadata"]["name"]) == (EventKind.ADDED, "watched")
+        assert "managedFields" not in ev.obj["metadata"]
+        assert all("managedFields" not in o["metadata"] for o in informer.objects())
+        assert informer.get("watched", "default") is not None
