@@ -158,19 +158,25 @@ class Injector:
         return f"{service.name} paused {self.pause_s:.0f}s"
 
     async def _reboot(self, node: str) -> str:
-        status, data = await call(self.kube, "GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")
         await call(self.kube, "DELETE", f"/api/v1/nodes/{node}", _DELETE)
-        pods = (data or {}).get("items", []) if status == 200 else []
-        for pod in pods:  # the pod garbage collector deletes the pods of a deleted node
-            meta = pod["metadata"]
-            await call(self.kube, "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", _DELETE)
+        deleted = await self._collect_pods_of(node)
         await asyncio.sleep(self.rng.uniform(2.0, 5.0))  # the machine reboots
+        deleted += await self._collect_pods_of(node)  # a bind in flight may have landed on the deleted node
         body = self.node_bodies[node]
         bare = {**body, "metadata": {**body["metadata"], "annotations": {}}}
         await call(self.kube, "POST", "/api/v1/nodes", bare)
         await asyncio.sleep(self.rng.uniform(3.0, 8.0))  # kubelet registered the node; the device plugin starts
         await self._register(node, body["metadata"]["annotations"][keys.NODE_NVIDIA_REGISTER])
-        return f"{node}: {len(pods)} pods deleted with it, registered again"
+        return f"{node}: {deleted} pods deleted with it, registered again"
+
+    async def _collect_pods_of(self, node: str) -> int:
+        """Delete the pods bound to ``node``, gone, as the pod garbage collector does; how many."""
+        status, data = await call(self.kube, "GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{node}")
+        pods = (data or {}).get("items", []) if status == 200 else []
+        for pod in pods:
+            meta = pod["metadata"]
+            await call(self.kube, "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", _DELETE)
+        return len(pods)
 
     async def _unhealthy(self, node: str) -> str:
         devices = node_devices(node, self.shape)

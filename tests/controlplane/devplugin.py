@@ -167,7 +167,10 @@ class HamiDevicePlugin:
 
     async def allocate(self, node: str, ns: str, name: str) -> None:
         """One admission of ``ns/name`` on ``node``: Allocate on the plugin of every vendor the pod asks for."""
-        node_obj = await self.api.get_node(node)
+        try:
+            node_obj = await self.api.get_node(node)
+        except NotFoundError:
+            return  # the node is gone (deleted, its machine rebooting): no kubelet runs there to admit the pod
         registered = self._registered_on(node, node_obj)
         if not registered:
             return  # no device plugin on the node: the kubelet would refuse the pod, nothing to allocate
