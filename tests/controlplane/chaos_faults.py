@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.controlplane.chaos_workload import call, patch_merge
+from tests.controlplane.chaos_workload import DELETE_NOW, call, patch_merge
 from tests.controlplane.control import ApiServer
 from tests.controlplane.harness import Kube, NodeShape, System, gpu_node, node_devices
 from tests.controlplane.stallproxy import StallProxy
@@ -37,7 +37,8 @@ from tests.e2e.redisproc import SentinelGroup
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.register import encode_register_json
 
-_DELETE = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+_NODE_FAULTS = ("node-reboot", "card-unhealthy")
+"""The faults that strike one node (:attr:`Injector.occupied` picks it)."""
 
 
 def fault_names(replicas: int, node_reboots: int = 2, card_faults: int = 2) -> list[str]:
@@ -93,10 +94,9 @@ class Injector:
 
         async def one(name: str, at_s: float, node: str) -> None:
             await asyncio.sleep(max(0.0, self.start + at_s - time.monotonic()))  # its random moment
-            occupied = sorted(self.occupied())
-            if occupied and name in ("node-reboot", "card-unhealthy"):
+            if name in _NODE_FAULTS and (occupied := sorted(self.occupied())):
                 node = self.rng.choice(occupied)
-            target = node if name in ("node-reboot", "card-unhealthy") else _target(name, self)
+            target = node if name in _NODE_FAULTS else _target(name, self)
             async with busy.setdefault(target, asyncio.Lock()):
                 began = time.monotonic()
                 entry = Injected(name, began - self.start, 0.0)
@@ -158,7 +158,7 @@ class Injector:
         return f"{service.name} paused {self.pause_s:.0f}s"
 
     async def _reboot(self, node: str) -> str:
-        await call(self.kube, "DELETE", f"/api/v1/nodes/{node}", _DELETE)
+        await call(self.kube, "DELETE", f"/api/v1/nodes/{node}", DELETE_NOW)
         deleted = await self._collect_pods_of(node)
         await asyncio.sleep(self.rng.uniform(2.0, 5.0))  # the machine reboots
         deleted += await self._collect_pods_of(node)  # a bind in flight may have landed on the deleted node
@@ -175,7 +175,7 @@ class Injector:
         pods = (data or {}).get("items", []) if status == 200 else []
         for pod in pods:
             meta = pod["metadata"]
-            await call(self.kube, "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", _DELETE)
+            await call(self.kube, "DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", DELETE_NOW)
         return len(pods)
 
     async def _unhealthy(self, node: str) -> str:

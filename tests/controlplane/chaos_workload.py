@@ -39,7 +39,8 @@ WHOLE_CARDS: dict[int, float] = {1: 0.4, 2: 0.2, 4: 0.2, 8: 0.2}
 """How many cards a ``whole`` or ``high`` pod asks for, with each count's share of the draws (a training job's
 1-8): only the counts a node has are drawn, so that every pod fits an empty node."""
 GANG_SIZE = 3
-_DELETE = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+DELETE_NOW = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0}
+"""Delete options without a grace period (the workload's ends and the faults' deletions)."""
 
 
 async def call(kube: Kube, method: str, path: str, body: Any = None, *, attempts: int = 60) -> tuple[int, Any]:
@@ -234,7 +235,7 @@ class Workload:
         await watch_objects(self.kube, f"/api/v1/namespaces/{ns}/pods", handle)
 
     async def delete(self, ns: str, name: str) -> None:
-        status, _ = await call(self.kube, "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", _DELETE)
+        status, _ = await call(self.kube, "DELETE", f"/api/v1/namespaces/{ns}/pods/{name}", DELETE_NOW)
         life = self.lives.get(f"{ns}/{name}")
         if life is not None and status in (200, 202, 404) and life.deleted is None:
             life.deleted = time.monotonic()
