@@ -217,7 +217,7 @@ class FilterHandler:
         self._deps.event_sink.submit(
             ref, [invalid_request_event(message)], once_key=(args.pod_uid or key, "invalid_request", message)
         )
-        return ExtenderFilterResult.failure(dict.fromkeys(names, message))
+        return ExtenderFilterResult.refusal(dict.fromkeys(names, message))
 
     # ---- full Nodes: simulation, nothing reserved ---------------------------------------------------------------
 
@@ -266,7 +266,7 @@ class FilterHandler:
             why = await self._gangs.blocked(pod.namespace, gang[0], label=gang[1])
             if why is not None:  # the group cannot be placed whole now: reserve nothing for it (docs/gangs.md)
                 self._metrics.filter_outcome(FilterOutcome.UNSCHEDULABLE)
-                return ExtenderFilterResult.failure(dict.fromkeys(names, why))
+                return ExtenderFilterResult.refusal(dict.fromkeys(names, why))
         # Plan first: most pods hold no record and their namespace no quota, and then the reservation checks that
         # in the same atomic step (one round trip); a pod no node fits reads its context now (it may hold a record).
         planned = self._plan(pod, names, None)
@@ -353,6 +353,8 @@ class FilterHandler:
         logger.info(
             "pod waits for its preemption", extra={"pod": pod.key, "node": waiting.node, "victims": waiting.victims}
         )
+        # FailedNodes, not unresolvable: kube-scheduler then sees the victims terminating on the nominated node and
+        # leaves the nomination our preemption made (unresolvable, it would clear it)
         return ExtenderFilterResult.failure(dict.fromkeys(names, text))
 
     def _gang_fitted(self, pod: FilterPod) -> None:
@@ -443,7 +445,7 @@ class FilterHandler:
         once_key = (pod.uid or pod.key, outcome.value, ",".join(sorted(kinds)))
         if not self._deps.event_sink.suppressed(once_key):  # kube-scheduler retries: build the events once
             self._deps.event_sink.submit(pod.ref, filter_failure_events(failed, len(names)), once_key=once_key)
-        return ExtenderFilterResult.failure(failed)
+        return ExtenderFilterResult.refusal(failed)
 
     def _count_reasons(self, failed: Mapping[str, str]) -> dict[str, int]:
         counts: collections.Counter[str] = collections.Counter()

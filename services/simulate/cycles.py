@@ -387,8 +387,8 @@ class PodCycles:
             return self._result(q, None, {}, {ADMISSION: f"filter error: {answer['Error']}"})
         chosen = answer.get("NodeNames") or []
         if not chosen:
-            failed = answer.get("FailedNodes") or {}
-            refused.update((str(k), str(v)) for k, v in failed.items())
+            for key in ("FailedNodes", "FailedAndUnresolvableNodes"):
+                refused.update((str(k), str(v)) for k, v in (answer.get(key) or {}).items())
             return Unschedulable(self._result(q, None, {}, refused or {ADMISSION: "no candidate node"}))
         return Assume(str(chosen[0]))
 

@@ -223,8 +223,21 @@ class ExtenderFilterResult:
 
     @classmethod
     def failure(cls, failed_nodes: Mapping[str, str]) -> ExtenderFilterResult:
-        """No node fits: every candidate with its reason (``NodeNames`` stays null, as in HAMi)."""
+        """No node fits now, kube-scheduler's preemption may apply: every candidate with its reason in
+        ``FailedNodes`` (``NodeNames`` stays null, as in HAMi)."""
         return cls(failed_nodes=dict(failed_nodes))
+
+    @classmethod
+    def refusal(cls, failed_nodes: Mapping[str, str]) -> ExtenderFilterResult:
+        """No node fits, and kube-scheduler's preemption cannot change that: every candidate with its reason in
+        ``FailedAndUnresolvableNodes``.
+
+        kube-scheduler sends an extender only nodes its own filter plugins passed, and its preemption dry run asks
+        those plugins alone (docs/preemption.md), so on a node we refuse it never finds a victim. Listed as
+        unresolvable, the node is left out of that dry run, which otherwise costs a filter pass per node and
+        lower-priority pod on every attempt of every pending pod. Device-aware preemption is ours
+        (:mod:`vgpu_scheduler.services.extender.preempt`) and does not depend on this status."""
+        return cls(failed_and_unresolvable_nodes=dict(failed_nodes))
 
     @classmethod
     def from_error(cls, message: str) -> ExtenderFilterResult:

@@ -93,7 +93,10 @@ async def test_filter_makes_no_api_server_write(store: Store, api: Api, emulator
     async with running_extender(store, api) as ext:
         assert (await ext.filter(wire("001-filter.json")))["NodeNames"] == ["gpu-node-1"]
         failed = await ext.filter(too_big)
-        assert failed["FailedNodes"] == {"gpu-node-1": "NodeInsufficientDevice", "gpu-node-2": "NodeInsufficientDevice"}
+        assert failed["FailedAndUnresolvableNodes"] == {
+            "gpu-node-1": "NodeInsufficientDevice",
+            "gpu-node-2": "NodeInsufficientDevice",
+        }
         assert [e.message for _, e in await ext.flushed_events()] == [
             "find fit node(gpu-node-1), 0 nodes not fit, 1 nodes fit(gpu-node-1:0.00)",
             "2 nodes NodeInsufficientDevice(gpu-node-1,gpu-node-2)",
@@ -214,7 +217,7 @@ async def test_consecutive_pods_fill_the_cluster_then_fail_with_every_reason(
     assert [a["NodeNames"] for a in placed[:4]] == [[n] for n in nodes]
     last = placed[4]
     assert last["NodeNames"] is None and last["Error"] == ""
-    assert last["FailedNodes"] == {
+    assert last["FailedAndUnresolvableNodes"] == {
         "gpu-node-1": "2/2 CardInsufficientMemory",
         "gpu-node-2": "2/2 CardInsufficientMemory",
     }
@@ -259,5 +262,5 @@ async def test_unknown_candidates_are_unregistered_and_do_not_block_a_fit(store:
         body["Pod"]["metadata"]["uid"] = "other"
         body["NodeNames"] = ["ghost", "phantom"]
         answer = await ext.filter(body)
-    assert answer["FailedNodes"] == {"ghost": "node unregistered", "phantom": "node unregistered"}
+    assert answer["FailedAndUnresolvableNodes"] == {"ghost": "node unregistered", "phantom": "node unregistered"}
     assert answer["Error"] == ""

@@ -133,7 +133,7 @@ async def test_when_the_thief_takes_everything_the_filter_fails_with_reasons(
     async with running_extender(patched(store, reservations=spy), api) as ext:
         answer = await ext.filter(whole_card_pod("p1", ["n1", "n2"]))
     assert answer["NodeNames"] is None and answer["Error"] == ""
-    assert set(answer["FailedNodes"]) == {"n1", "n2"}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"n1", "n2"}
     assert await store.reservations.node_of("p1") is None
     for n in ("n1", "n2"):  # never over-committed: one whole-card task per single-slot card
         assert [u.used for u in (await store.usage.node_usage(n)).values()] == [1]
@@ -183,12 +183,12 @@ async def test_two_replicas_racing_for_the_last_cards_never_over_commit(
             *((a if i % 2 else b).filter(whole_card_pod(f"p{i}", ["n1", "n2"])) for i in range(12))
         )
     placed = [x for x in answers if x["NodeNames"]]
-    refused = [x for x in answers if x["FailedNodes"]]
+    refused = [x for x in answers if x["FailedAndUnresolvableNodes"]]
     errors = [x for x in answers if x["Error"]]
     assert len(placed) + len(refused) + len(errors) == 12
     assert (len(placed), len(refused) + len(errors)) == (8, 4)
     assert all(x["Error"].endswith("retry the pod") for x in errors), errors
-    assert all(x["FailedNodes"]["n1"] == "4/4 CardTimeSlicingExhausted" for x in refused), refused
+    assert all(x["FailedAndUnresolvableNodes"]["n1"] == "4/4 CardTimeSlicingExhausted" for x in refused), refused
     for n in ("n1", "n2"):
         usage = await store.usage.node_usage(n)
         assert sorted(u.used for u in usage.values()) == [1, 1, 1, 1]
@@ -214,7 +214,7 @@ async def test_the_namespace_quota_is_charged_and_enforced(store: Store, api: Ap
         first = await ext.filter(quota_pod("q1", "3000", ["n1"]))
         second = await ext.filter(quota_pod("q2", "3000", ["n1"]))
     assert first["NodeNames"] == ["n1"]
-    assert second["FailedNodes"] == {"n1": "2/2 ResourceQuotaNotFit"}  # the plan's own quota check
+    assert second["FailedAndUnresolvableNodes"] == {"n1": "2/2 ResourceQuotaNotFit"}  # the plan's own quota check
     state = await store.quota.get("default")
     assert (state.used_mem_mib, state.used_cores_pct) == (3000, 10)
 
@@ -242,7 +242,7 @@ async def test_a_quota_race_lost_at_the_store_fails_every_node_with_resource_quo
     async with running_extender(racing, api) as ext:
         answer = await ext.filter(quota_pod("q1", "3000", ["n1", "n2"]))
         quota_exceeded = ext.metric("vgpu_filter_outcomes_total", outcome="quota_exceeded")
-    assert answer["FailedNodes"] == {"n1": "ResourceQuotaNotFit", "n2": "ResourceQuotaNotFit"}
+    assert answer["FailedAndUnresolvableNodes"] == {"n1": "ResourceQuotaNotFit", "n2": "ResourceQuotaNotFit"}
     assert quota_exceeded == 1
     assert await store.reservations.node_of("q1") is None
     assert "q1" not in await store.quota.pod_charges("default")
@@ -254,7 +254,7 @@ async def test_a_device_conflict_refunds_the_quota_charge(store: Store, other_st
     spy = Intercepted(store.reservations, steal(other_store, "thief"))
     async with running_extender(patched(store, reservations=spy), api) as ext:
         answer = await ext.filter(quota_pod("q1", "3000", ["n1"]))
-    assert set(answer["FailedNodes"]) == {"n1"}
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"n1"}
     assert "q1" not in await store.quota.pod_charges("default")
 
 
@@ -272,7 +272,7 @@ async def test_quota_limits_scale_with_the_memory_factor(store: Store, api: Api)
         first = await ext.filter(quota_pod("q1", "1000", ["n1"]))
         second = await ext.filter(quota_pod("q2", "1", ["n1"]))
     assert first["NodeNames"] == ["n1"]
-    assert second["FailedNodes"] == {"n1": "2/2 ResourceQuotaNotFit"}
+    assert second["FailedAndUnresolvableNodes"] == {"n1": "2/2 ResourceQuotaNotFit"}
     state = await store.quota.get("default")
     assert state.used_mem_mib == 4000
     record = await store.reservations.get("q1")

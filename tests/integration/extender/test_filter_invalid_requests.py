@@ -80,8 +80,10 @@ async def test_every_candidate_is_refused_with_what_to_write(
             outcomes = ext.metric("vgpu_filter_outcomes_total", outcome="invalid_request")
     expected = f'container "main": {message}' if message.startswith("nvidia.com") else None
     assert answer["Error"] == "" and answer["NodeNames"] is None
-    assert set(answer["FailedNodes"]) == {"gpu-node-1", "gpu-node-2"}, "every candidate carries the reason"
-    for text in answer["FailedNodes"].values():
+    assert set(answer["FailedAndUnresolvableNodes"]) == {"gpu-node-1", "gpu-node-2"}, (
+        "every candidate carries the reason"
+    )
+    for text in answer["FailedAndUnresolvableNodes"].values():
         assert message in text
         assert text.startswith('container "main": ')
         if expected is not None:
@@ -103,7 +105,7 @@ async def test_full_nodes_form_is_refused_on_every_node_too(store: Store, api: A
     async with running_extender(store, api) as ext:
         answer = await ext.filter(body)
     assert answer["Nodes"] is None and answer["Error"] == ""
-    assert answer["FailedNodes"] == dict.fromkeys(
+    assert answer["FailedAndUnresolvableNodes"] == dict.fromkeys(
         ["a", "b"],
         'container "main": nvidia.com/gpumem is in MiB: "20Gi" would be 21474836480 MiB; did you mean 20480?',
     )
@@ -114,7 +116,7 @@ async def test_a_valid_pod_still_schedules_after_a_refusal(store: Store, api: Ap
     async with running_extender(store, api) as ext:
         refused = await ext.filter(_pod_body({GPU: "-1"}))
         placed = await ext.filter(_pod_body({GPU: "1", MEM: "1000"}))
-    assert refused["FailedNodes"] and not refused["NodeNames"]
+    assert refused["FailedAndUnresolvableNodes"] and not refused["NodeNames"]
     assert len(placed["NodeNames"]) == 1 and placed["Error"] == ""
 
 

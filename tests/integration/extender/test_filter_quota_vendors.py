@@ -48,7 +48,7 @@ async def test_a_dcu_limit_refuses_a_dcu_pod_beyond_it_and_not_an_nvidia_pod(sto
         three = await ext.filter({"Pod": gpu, "NodeNames": ["m1"], "Nodes": None})
     assert one["NodeNames"] == ["m1"], one
     assert two["NodeNames"] in (None, []), two
-    assert two["FailedNodes"] == {"m1": "2/2 ResourceQuotaNotFit"}
+    assert two["FailedAndUnresolvableNodes"] == {"m1": "2/2 ResourceQuotaNotFit"}
     assert three["NodeNames"] == ["m1"], three
     charges = await store.quota.pod_charges("team")
     assert charges[_uid(first)] == PodQuotaCharge(0, 0, (("DCU", QuotaUse(3000, 10)),))

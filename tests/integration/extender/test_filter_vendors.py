@@ -96,7 +96,7 @@ async def test_bad_values_of_any_vendor_refuse_every_candidate(store: Store, api
     pod = _pod("p", bad, {"name": "d", "resources": {"limits": {"mlu.com/num": "-1"}}})
     async with running_extender(store, api, vendors=VENDORS) as ext:
         answer = await ext.filter({"Pod": pod, "NodeNames": ["a"], "Nodes": None})
-    message = answer["FailedNodes"]["a"]
+    message = answer["FailedAndUnresolvableNodes"]["a"]
     assert "dcu.com/mem" in message and "mlu.com/num" in message
 
 

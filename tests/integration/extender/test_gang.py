@@ -56,12 +56,12 @@ async def test_a_gang_that_cannot_be_whole_leaves_nothing_reserved(store: Store,
         for p in pods[:2]:
             assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["NodeNames"] == [NODE]
         failed = await r.filter({"Pod": pods[2], "NodeNames": [NODE]})
-        assert failed["FailedNodes"], failed
+        assert failed["FailedAndUnresolvableNodes"], failed
         await eventually(lambda: r.metric("vgpu_gang_reservations_released_total") == 2, 10, "the gang released")
         assert all([await store.reservations.get(f"uid-m{i}") is None for i in range(3)])
         # its members are refused without reserving, naming the member that fits nowhere
         again = await r.filter({"Pod": pods[0], "NodeNames": [NODE]})
-        assert "cannot be placed whole: member m2 fits on no node" in again["FailedNodes"][NODE], again
+        assert "cannot be placed whole: member m2 fits on no node" in again["FailedAndUnresolvableNodes"][NODE], again
         assert await store.reservations.get("uid-m0") is None
         # the room it held goes to a pod that fits
         plain = emulator.put(member("plain", group=None))
@@ -79,7 +79,7 @@ async def test_a_gang_that_can_still_reach_min_count_keeps_its_reservations(
     async with running_extender(store, api) as r:
         for p in pods[:2]:
             assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["NodeNames"] == [NODE]
-        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedNodes"]
+        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedAndUnresolvableNodes"]
         # the check ran (one member fits nowhere) and left the group alone: two of three reach minCount 2
         await eventually(
             lambda: r.metric("vgpu_gang_checks_total", verdict="can_be_whole") == 1, 10, "the gang checked"
@@ -119,14 +119,14 @@ async def test_a_gang_below_its_size_is_released_once_too_many_members_fit_nowhe
         for p in pods[:2]:
             assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["NodeNames"] == [NODE]
         for n, p in enumerate(pods[2:4], start=1):
-            assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["FailedNodes"]
+            assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["FailedAndUnresolvableNodes"]
 
             def checked(n: int = n) -> bool:
                 return r.metric("vgpu_gang_checks_total", verdict="can_be_whole") == n
 
             await eventually(checked, 10, "checked")
         assert await store.reservations.get("uid-m0") is not None and await store.reservations.get("uid-m1") is not None
-        assert (await r.filter({"Pod": pods[4], "NodeNames": [NODE]}))["FailedNodes"]
+        assert (await r.filter({"Pod": pods[4], "NodeNames": [NODE]}))["FailedAndUnresolvableNodes"]
         await eventually(lambda: r.metric("vgpu_gang_reservations_released_total") == 2, 10, "the gang released")
         assert await store.reservations.get("uid-m0") is None and await store.reservations.get("uid-m1") is None
         why = await store.reservations.gang_failed("default", "train")
@@ -140,7 +140,7 @@ async def test_a_member_that_fits_again_no_longer_counts_as_failing(store: Store
     async with running_extender(store, api) as r:
         assert (await r.filter({"Pod": pods[0], "NodeNames": [NODE]}))["NodeNames"] == [NODE]
         assert (await r.filter({"Pod": pods[1], "NodeNames": [NODE]}))["NodeNames"] == [NODE]
-        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedNodes"]
+        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedAndUnresolvableNodes"]
         await eventually(lambda: r.metric("vgpu_gang_checks_total", verdict="can_be_whole") == 1, 10, "checked")
         # m2's failure is noted; once m2 finds a node (m1 gone), it is forgotten
         await store.reservations.release("uid-m1", NODE)
@@ -177,9 +177,9 @@ async def test_a_coscheduling_group_is_sized_by_its_pod_groups_min_member(
     async with running_extender(store, api) as r:
         for p in pods[:2]:
             assert (await r.filter({"Pod": p, "NodeNames": [NODE]}))["NodeNames"] == [NODE]
-        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedNodes"]
+        assert (await r.filter({"Pod": pods[2], "NodeNames": [NODE]}))["FailedAndUnresolvableNodes"]
         await eventually(lambda: r.metric("vgpu_gang_reservations_released_total") == 2, 10, "the group released")
         again = await r.filter({"Pod": pods[0], "NodeNames": [NODE]})
-        assert "pod group ring cannot be placed whole" in again["FailedNodes"][NODE], again
+        assert "pod group ring cannot be placed whole" in again["FailedAndUnresolvableNodes"][NODE], again
         # the native group of the same name is another group
         assert await store.reservations.gang_failed("default", "ring") is None

@@ -71,7 +71,7 @@ async def test_a_high_priority_pod_preempts_exactly_the_pods_holding_the_devices
     body = {"Pod": high, "NodeNames": [NODE]}
     async with running_extender(store, api) as r:
         first = await r.filter(body)
-        assert first["FailedNodes"][NODE].endswith("CardInsufficientMemory"), first
+        assert first["FailedAndUnresolvableNodes"][NODE].endswith("CardInsufficientMemory"), first
         # off the request path: two victims deleted, the pod nominated, its devices held
         await emulator.wait_for(
             lambda: len([p for p in emulator.list("Pod") if p["metadata"]["name"].startswith("low")]) == 2
@@ -165,8 +165,8 @@ async def test_a_gang_member_is_not_preempted_for_on_its_own(store: Store, api: 
     member = emulator.put(member)
     high = emulator.put(pod_obj("high", priority=1000))
     async with running_extender(store, api) as r:
-        assert (await r.filter({"Pod": member, "NodeNames": [NODE]}))["FailedNodes"]
-        assert (await r.filter({"Pod": high, "NodeNames": [NODE]}))["FailedNodes"]
+        assert (await r.filter({"Pod": member, "NodeNames": [NODE]}))["FailedAndUnresolvableNodes"]
+        assert (await r.filter({"Pod": high, "NodeNames": [NODE]}))["FailedAndUnresolvableNodes"]
         await eventually(lambda: r.metric("vgpu_preemption_attempts_total", outcome="preempted") == 1, 10, "preempted")
         assert len([p for p in emulator.list("Pod") if p["metadata"]["name"].startswith("low")]) == 1
         assert await store.reservations.get("uid-member") is None

@@ -234,6 +234,11 @@ GOLDEN = [
         b'"n2":"2/4 CardInsufficientMemory, 2/4 CardNotHealth"},"FailedAndUnresolvableNodes":null,"Error":""}',
     ),
     (
+        ExtenderFilterResult.refusal({"n2": "8/8 CardInsufficientMemory", "n1": "ResourceQuotaNotFit"}),
+        b'{"Nodes":null,"NodeNames":null,"FailedNodes":null,"FailedAndUnresolvableNodes":{"n1":"ResourceQuotaNotFit",'
+        b'"n2":"8/8 CardInsufficientMemory"},"Error":""}',
+    ),
+    (
         ExtenderFilterResult.failure({}),
         b'{"Nodes":null,"NodeNames":null,"FailedNodes":{},"FailedAndUnresolvableNodes":null,"Error":""}',
     ),
@@ -261,7 +266,9 @@ GOLDEN = [
 
 
 @pytest.mark.parametrize(
-    ("result", "golden"), GOLDEN, ids=["fit", "failure", "failure-empty", "error", "fit-node", "escapes", "utf8"]
+    ("result", "golden"),
+    GOLDEN,
+    ids=["fit", "failure", "refusal", "failure-empty", "error", "fit-node", "escapes", "utf8"],
 )
 def test_filter_result_golden(result: ExtenderFilterResult, golden: bytes) -> None:
     assert result.to_json() == golden
