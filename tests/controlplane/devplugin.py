@@ -39,7 +39,7 @@ from vgpu_scheduler.services.simulate.devplugin import lock_kinds_of, vendor_all
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.codec.nodelock import parse_node_lock
 from vgpu_scheduler.shared.codec.resources import pod_containers
-from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, VgpuError
+from vgpu_scheduler.shared.errors import ConflictError, DecodeError, NotFoundError, TransientError, VgpuError
 from vgpu_scheduler.shared.k8s import Api, EventKind, Informer, InformerSettings, KubeClient, Resource, WatchEvent
 from vgpu_scheduler.shared.k8s.objects import annotations_of, name_of, namespace_of, resource_version_of, uid_of
 from vgpu_scheduler.shared.vendors.base import NodeLockKind, Vendor
@@ -51,6 +51,8 @@ from vgpu_scheduler.shared.vendors.registry import Vendors
 logger = logging.getLogger(__name__)
 
 DEFAULT_ALLOCATE_LATENCY_S = 0.2
+API_ATTEMPTS = 40
+"""Passes of one admission while the API server cannot be reached (about 70 s: longer than its restart)."""
 _WATCH = InformerSettings(watch_timeout_s=60, read_grace_s=10, backoff_initial_s=0.05, backoff_max_s=0.5)
 
 
@@ -160,10 +162,21 @@ class HamiDevicePlugin:
     async def _kubelet(self, node: str, ns: str, name: str) -> None:
         async with self._node_locks.setdefault(node, asyncio.Lock()):
             await asyncio.sleep(self.latency_s)  # the kubelet's admission and Allocate round trip
-            try:
-                await self.allocate(node, ns, name)
-            except VgpuError as e:
-                self.failures.append(f"{ns}/{name} on {node}: API error during Allocate: {e}")
+            for attempt in range(API_ATTEMPTS):
+                try:
+                    await self.allocate(node, ns, name)
+                    return
+                except TransientError as e:
+                    # The API server cannot be reached (restarting): the kubelet's pod sync tries the pod again.
+                    # allocate() starts over from what the API shows, so a pass cut short after its patch only
+                    # releases the lock the next time.
+                    if attempt + 1 == API_ATTEMPTS:
+                        self.failures.append(f"{ns}/{name} on {node}: API unreachable during Allocate: {e}")
+                        return
+                    await asyncio.sleep(min(2.0, 0.2 * (attempt + 1)))  # no event says it is back: poll
+                except VgpuError as e:
+                    self.failures.append(f"{ns}/{name} on {node}: API error during Allocate: {e}")
+                    return
 
     async def allocate(self, node: str, ns: str, name: str) -> None:
         """One admission of ``ns/name`` on ``node``: Allocate on the plugin of every vendor the pod asks for."""
@@ -178,6 +191,10 @@ class HamiDevicePlugin:
             pod = await self.api.get_pod(ns, name)
         except NotFoundError:
             return  # deleted before the kubelet got to it
+        if annotations_of(pod).get(keys.BIND_PHASE) in ("success", "failed"):
+            # decided by an earlier pass cut off by the API server before it released the node lock
+            await self._release_locks(node, ns, name, lock_kinds_of(pod, self.vendors))
+            return
         asked = asked_vendors(pod, self.vendors)
         kinds = lock_kinds_of(pod, self.vendors)
         why = self._no_plugin(asked, registered, node) or await self._found_by_lock(node_obj, pod, kinds)
