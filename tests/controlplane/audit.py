@@ -256,8 +256,9 @@ def audit(
         limits.setdefault(q["metadata"]["namespace"], []).append(read_quota(q, cfg).limits)
     used = quota_usage_from_pods(pods, skip_unreadable=True)
     pending_gangs = _pending_gangs(pods, vendors)
+    gang_fits: dict[str, int | None] = {}  # gangs of one shape on one state get one answer: place them once
     for members in pending_gangs.values():
-        _audit_gang(members, snapshots, policies or Policies(), cfg, vendors, report)
+        _audit_gang(members, snapshots, policies or Policies(), cfg, vendors, report, gang_fits)
     planned: dict[str, Any] = {}  # pending pods of one shape on one state get one answer: plan it once
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") or not _ours(pod, vendors):
@@ -316,27 +317,46 @@ def _audit_gang(
     cfg: NvidiaConfig,
     vendors: Vendors,
     report: AuditReport,
+    answers: dict[str, int | None],
 ) -> None:
     """Pending members of one PodGroup: a liveness finding only if they fit together (placed one after another on
-    the final state), since kube-scheduler binds a gang whole or not at all."""
-    nodes = list(snapshots)
-    for pod in members:
-        annos = pod["metadata"].get("annotations") or {}
-        result = plan(
+    the final state), since kube-scheduler binds a gang whole or not at all. ``answers`` keeps, per gang shape (its
+    members' requests and constraints, in order), the index of the first member that does not fit (None: all do)."""
+    asks = [
+        (
             vendors_pod_request(pod, vendors),
-            decode_vendor_constraints(annos, vendors),
-            nodes,
-            policies=policies,
-            config=cfg,
-            exhaustive=True,
-            rules=vendors.rules,
+            decode_vendor_constraints(pod["metadata"].get("annotations") or {}, vendors),
         )
-        if not isinstance(result, Decision):
-            report.unschedulable += len(members)
-            report.notes.append(f"gang of {len(members)} pending: {_key(pod)} does not fit with the others placed")
-            return
-        nodes = [apply_decision(n, result) if n.name == result.node else n for n in nodes]
+        for pod in members
+    ]
+    shape = repr(asks)
+    if shape not in answers:
+        answers[shape] = _first_misfit(asks, snapshots, policies, cfg, vendors)
+    misfit = answers[shape]
+    if misfit is not None:
+        report.unschedulable += len(members)
+        report.notes.append(
+            f"gang of {len(members)} pending: {_key(members[misfit])} does not fit with the others placed"
+        )
+        return
     report.liveness.append(f"gang of {len(members)} pending, but its members fit together")
+
+
+def _first_misfit(
+    asks: Sequence[tuple[Any, Any]],
+    snapshots: Sequence[NodeSnapshot],
+    policies: Policies,
+    cfg: NvidiaConfig,
+    vendors: Vendors,
+) -> int | None:
+    """Place the members one after another: the index of the first that fits nowhere, None when all fit."""
+    nodes = list(snapshots)
+    for i, (request, constraints) in enumerate(asks):
+        result = plan(request, constraints, nodes, policies=policies, config=cfg, exhaustive=True, rules=vendors.rules)
+        if not isinstance(result, Decision):
+            return i
+        nodes = [apply_decision(n, result) if n.name == result.node else n for n in nodes]
+    return None
 
 
 def _key(pod: Mapping[str, Any]) -> str:

@@ -60,3 +60,32 @@ def test_pods_under_a_quota_are_planned_with_their_namespace_quota(monkeypatch: 
     assert report.liveness == []
     assert report.unschedulable == 2
     assert len(calls) == 1
+
+
+def gang(group: str, size: int, **kwargs: Any) -> list[dict[str, Any]]:
+    members = [pending(f"{group}-{i}", **kwargs) for i in range(size)]
+    for pod in members:
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return members
+
+
+def test_pending_gangs_of_one_shape_are_placed_once_and_each_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting_plan(monkeypatch)
+    pods = [pod for g in ("g1", "g2", "g3", "g4") for pod in gang(g, 3, gpus=1)]
+    report = audit_module.audit(pods, nodes(2))
+    assert report.liveness == ["gang of 3 pending, but its members fit together"] * 4
+    assert len(calls) == 3  # the three members of one gang, placed one after another, once
+
+
+def test_a_gang_whose_last_member_does_not_fit_is_unschedulable(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting_plan(monkeypatch)
+    whole = {"gpus": 2, "mem": None, "cores": 100}
+    pods = gang("g1", 3, **whole) + gang("g2", 3, **whole) + gang("g3", 1, **whole)
+    report = audit_module.audit(pods, nodes(2))
+    assert report.liveness == ["gang of 1 pending, but its members fit together"]
+    assert report.unschedulable == 6
+    assert sorted(n for n in report.notes if n.startswith("gang")) == [
+        "gang of 3 pending: ns/g1-2 does not fit with the others placed",
+        "gang of 3 pending: ns/g2-2 does not fit with the others placed",
+    ]
+    assert len(calls) == 3 + 1
