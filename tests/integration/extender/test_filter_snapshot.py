@@ -349,9 +349,9 @@ async def test_every_lock_taken_then_released_on_the_feed_is_timed_as_one_cycle(
         assert await other_store.locks.release("b", "default/early", early.token)
         await cache.wait_until(lambda: (cache.generation("b") or 0) > before, WAIT_S)
         assert cycles == []  # its acquisition was before the follower: not a cycle
+        taken = cache.generation("a") or 0  # read before: the follower may apply the acquisition before it returns
         held = await other_store.locks.acquire("a", "default/p1", 30.0)
         assert isinstance(held, LockAcquired)
-        taken = cache.generation("a") or 0
         await cache.wait_until(lambda: (cache.generation("a") or 0) > taken, WAIT_S)
         await asyncio.sleep(0.05)  # the lock is held for a while after the follower saw it taken: the cycle covers it
         assert await other_store.locks.release("a", "default/p1", held.token)
