@@ -21,7 +21,7 @@ from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
 from vgpu_scheduler.shared.ops import create_ops_app, serve
 from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
-from vgpu_scheduler.shared.store import Store, connect
+from vgpu_scheduler.shared.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +41,7 @@ async def serve_all_in_one(
     common = settings.common
     if common.redis_url is None:
         logger.warning(EMBEDDED_STORE_WARNING)
-    store = Store.create(
-        connect(common.redis_url, password_file=common.redis_password_file),
-        prefix=common.key_prefix,
-        wait_replicas=common.redis_wait_replicas,
-        wait_timeout_s=common.redis_wait_timeout_s,
-    )
+    store = Store.for_service(common)
     try:
         async with open_client(kube_settings_from(common)) as kube:
             registry = new_registry()

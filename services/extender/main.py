@@ -22,7 +22,7 @@ from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
 from vgpu_scheduler.shared.ops import create_ops_app, serve
 from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
-from vgpu_scheduler.shared.store import Store, connect
+from vgpu_scheduler.shared.store import Store
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
 
 logger = logging.getLogger(__name__)
@@ -50,12 +50,7 @@ async def serve_extender(settings: ExtenderSettings, stop: asyncio.Event) -> Non
             "the API rate limit caps this replica's binds",
             extra={"kube_qps": common.kube.qps, "binds_per_s": round(ceiling, 2), "hint": "raise --kube-qps"},
         )
-    store = Store.create(
-        connect(common.redis_url, password_file=common.redis_password_file),
-        prefix=common.key_prefix,
-        wait_replicas=common.redis_wait_replicas,
-        wait_timeout_s=common.redis_wait_timeout_s,
-    )
+    store = Store.for_service(common)
     try:
         async with open_client(kube_settings_from(common)) as kube:
             api = Api(kube, component=settings.scheduler_name or DEFAULT_COMPONENT, instance=common.instance_id)

@@ -19,7 +19,7 @@ from vgpu_scheduler.shared.logs import configure_from_settings
 from vgpu_scheduler.shared.metrics import new_registry, register_build_info
 from vgpu_scheduler.shared.ops import create_ops_app, serve
 from vgpu_scheduler.shared.runtime import RootTask, fast_loop_factory, run_service, supervise
-from vgpu_scheduler.shared.store import Store, connect
+from vgpu_scheduler.shared.store import Store
 
 DEFAULT_KUBE_TIMEOUT_S = 30.0
 """The per-call deadline used when ``--kube-timeout`` is 0 (HAMi: no timeout; we always keep a deadline)."""
@@ -36,12 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     async def main(stop: asyncio.Event) -> None:
         common = settings.common
-        store = Store.create(
-            connect(common.redis_url, password_file=common.redis_password_file),
-            prefix=common.key_prefix,
-            wait_replicas=common.redis_wait_replicas,
-            wait_timeout_s=common.redis_wait_timeout_s,
-        )
+        store = Store.for_service(common)
         try:
             async with open_client(kube_settings_from(common, default_timeout_s=DEFAULT_KUBE_TIMEOUT_S)) as kube:
                 registry = new_registry()

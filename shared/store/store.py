@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
@@ -10,7 +11,7 @@ from redis.exceptions import NoScriptError
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.store._base import Durability, StoreContext, translated
 from vgpu_scheduler.shared.store.allocations import Reservations
-from vgpu_scheduler.shared.store.connection import aclose_client, is_embedded, is_sentinel, primary_check
+from vgpu_scheduler.shared.store.connection import aclose_client, connect, is_embedded, is_sentinel, primary_check
 from vgpu_scheduler.shared.store.feed import ChangeFeed
 from vgpu_scheduler.shared.store.inventory import InventoryRepo
 from vgpu_scheduler.shared.store.keys import Keys
@@ -20,6 +21,9 @@ from vgpu_scheduler.shared.store.quota import QuotaRepo
 from vgpu_scheduler.shared.store.scripts import Scripts
 from vgpu_scheduler.shared.store.types import Fence, PodQuotaCharge, RecordResult
 from vgpu_scheduler.shared.store.usage import SnapshotRepo, UsageRepo
+
+if TYPE_CHECKING:
+    from vgpu_scheduler.shared.config import CommonSettings
 
 DEFAULT_WAIT_TIMEOUT_S = 0.25
 
@@ -39,6 +43,17 @@ class Store:
     meta: MetaRepo
     leases: LeaseStore
     locks: NodeLockStore
+
+    @classmethod
+    def for_service(cls, common: CommonSettings) -> Store:
+        """A long-running service's store: ``--redis-url`` (embedded when unset) with its password file, key prefix
+        and replica acknowledgement (``--redis-wait-replicas``, ``--redis-wait-timeout``)."""
+        return cls.create(
+            connect(common.redis_url, password_file=common.redis_password_file),
+            prefix=common.key_prefix,
+            wait_replicas=common.redis_wait_replicas,
+            wait_timeout_s=common.redis_wait_timeout_s,
+        )
 
     @classmethod
     def create(

@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.redisproc import SentinelGroup
 from tests.integration.store.conftest import alloc, gpu, node
+from vgpu_scheduler.shared.config import CommonSettings, Service
 from vgpu_scheduler.shared.errors import TransientError
 from vgpu_scheduler.shared.store import (
     Claimed,
@@ -161,5 +162,24 @@ async def test_a_reservation_planned_in_another_store_epoch_writes_nothing(redis
             await store.reservations.reserve(A, epoch="an-older-epoch")
         assert await store.reservations.get("p1") is None and await store.usage.raw("n1") == {}
         assert isinstance(await store.reservations.reserve(A, epoch=epoch), Reserved)
+    finally:
+        await store.aclose()
+
+
+async def test_a_service_store_takes_the_url_prefix_and_replica_wait_from_its_settings(redis_url: str) -> None:
+    common = CommonSettings(
+        service=Service.EXTENDER,
+        instance_id="t",
+        redis_url=redis_url,
+        key_prefix="svc",
+        redis_wait_replicas=1,
+        redis_wait_timeout_s=0.02,
+    )
+    store = Store.for_service(common)
+    try:
+        assert store.keys.prefix == "svc"
+        await store.inventory.put(node("n1", gpu("GPU-a")))
+        with pytest.raises(ReplicationShortfall):  # a lone redis-server: WAIT 1 is not met within 20 ms
+            await store.reservations.reserve(A)
     finally:
         await store.aclose()
