@@ -249,7 +249,7 @@ async def _latency(url: str, nodes: int, requests: int, label: str) -> None:
             t = time.perf_counter()
             status, answer = await http.request("POST", "/filter", failing)
             fails.append(time.perf_counter() - t)
-            assert b'"FailedNodes":{' in answer
+            assert b'"FailedAndUnresolvableNodes":{' in answer
     finally:
         await http.close()
     body_kib = len(bodies[-1]) / 1024

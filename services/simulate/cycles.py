@@ -37,6 +37,7 @@ from vgpu_scheduler.shared.errors import DecodeError
 from vgpu_scheduler.shared.k8s.nodefit import REASON_SEPARATOR, Ledger, kube_filters, pod_key, pod_request
 from vgpu_scheduler.shared.k8s.podvalidation import is_extended, pod_invalid
 from vgpu_scheduler.shared.preemption import may_preempt, pod_priority
+from vgpu_scheduler.shared.protocol.extender import refused_nodes
 from vgpu_scheduler.shared.vendors.nvidia import NvidiaVendor
 from vgpu_scheduler.shared.vendors.pods import vendors_manage_pod
 from vgpu_scheduler.shared.vendors.registry import Vendors
@@ -387,8 +388,7 @@ class PodCycles:
             return self._result(q, None, {}, {ADMISSION: f"filter error: {answer['Error']}"})
         chosen = answer.get("NodeNames") or []
         if not chosen:
-            for key in ("FailedNodes", "FailedAndUnresolvableNodes"):
-                refused.update((str(k), str(v)) for k, v in (answer.get(key) or {}).items())
+            refused.update(refused_nodes(answer))
             return Unschedulable(self._result(q, None, {}, refused or {ADMISSION: "no candidate node"}))
         return Assume(str(chosen[0]))
 

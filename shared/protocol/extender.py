@@ -264,6 +264,17 @@ class ExtenderFilterResult:
         return gojson.dumps(self.to_dict())
 
 
+def refused_nodes(answer: Mapping[str, Any]) -> dict[str, str]:
+    """Every node a decoded ``/filter`` answer refuses, with its reason: ``FailedNodes`` and
+    ``FailedAndUnresolvableNodes`` together, as kube-scheduler reads them (an unresolvable reason wins a tie)."""
+    refused: dict[str, str] = {}
+    for key in ("FailedNodes", "FailedAndUnresolvableNodes"):
+        value = answer.get(key)
+        if isinstance(value, Mapping):
+            refused.update((str(k), str(v)) for k, v in value.items())
+    return refused
+
+
 def binding_result(error: str = "") -> bytes:
     """The ``/bind`` answer ``{"Error":"<msg>"}``; an empty string means success."""
     return gojson.dumps({"Error": error})

@@ -265,7 +265,7 @@ async def test_a_failed_filter_records_hamis_filtering_failed_events_and_writes_
         emulator.raw.clear()
         answer = await ext.post("filter", {"Pod": created, "Nodes": None, "NodeNames": [NODE]})
         await ext.flush_events()
-    assert answer["FailedNodes"] == {NODE: "4/4 CardInsufficientMemory"}
+    assert answer["FailedAndUnresolvableNodes"] == {NODE: "4/4 CardInsufficientMemory"}
     assert not answer.get("NodeNames")
     assert emulator.writes() == []
     events = [w.doc for w in emulator.raw if w.is_event]

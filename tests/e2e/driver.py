@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 
 from tests.e2e.cluster import Cluster
+from vgpu_scheduler.shared.protocol.extender import refused_nodes
 from vgpu_scheduler.shared.protocol.jsonpatch import apply_patch
 
 
@@ -201,7 +202,7 @@ class SchedulerDriver:
             elif result["Error"]:
                 self.report.filter_errors[_kind(result["Error"])] += 1
             elif not result["NodeNames"]:
-                failed = result["FailedNodes"] or {}
+                failed = refused_nodes(result)
                 self.report.unschedulable[spec.name] = next(iter(failed.values()), "no nodes")
                 if not self.retry_unschedulable:
                     return

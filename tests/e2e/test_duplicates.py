@@ -18,6 +18,7 @@ from tests.e2e.cluster import Cluster, ClusterSpec, eventually, running_cluster
 from tests.e2e.driver import PodSpec, SchedulerDriver, random_specs
 from tests.e2e.redisproc import RedisProcess
 from vgpu_scheduler.shared.codec import annotations as keys
+from vgpu_scheduler.shared.protocol.extender import refused_nodes
 
 MODES = ("two-schedulers", "replayed-bind", "double-filter")
 
@@ -72,7 +73,7 @@ class DuplicatingScheduler:
             self.out.errors["filter: " + result["Error"][:60]] += 1
             return None, ""
         if not result["NodeNames"]:
-            return None, next(iter((result["FailedNodes"] or {}).values()), "no nodes")
+            return None, next(iter(refused_nodes(result).values()), "no nodes")
         (node,) = result["NodeNames"]
         return node, ""
 

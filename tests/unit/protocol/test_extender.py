@@ -23,6 +23,7 @@ from vgpu_scheduler.shared.protocol.extender import (
     binding_result,
     parse_binding_args,
     parse_extender_args,
+    refused_nodes,
 )
 
 WIRE = Path(__file__).resolve().parents[2] / "data" / "kube-scheduler-wire"
@@ -443,3 +444,18 @@ def test_pod_identity_rejects_wrong_types(pod: dict[str, object], message: str) 
     args = parse_extender_args(json.dumps({"Pod": pod}).encode())
     with pytest.raises(DecodeError, match=message):
         _ = args.pod_name
+
+
+def test_refused_nodes_reads_both_maps_as_kube_scheduler_does() -> None:
+    answer = {
+        "NodeNames": None,
+        "FailedNodes": {"a": "waiting for 2 preempted pod(s) to leave node a", "b": "x"},
+        "FailedAndUnresolvableNodes": {"b": "2/2 CardInsufficientMemory", "c": "node unregistered"},
+        "Error": "",
+    }
+    assert refused_nodes(answer) == {
+        "a": "waiting for 2 preempted pod(s) to leave node a",
+        "b": "2/2 CardInsufficientMemory",
+        "c": "node unregistered",
+    }
+    assert refused_nodes({"NodeNames": ["a"], "FailedNodes": None, "FailedAndUnresolvableNodes": None}) == {}
