@@ -41,7 +41,9 @@ from vgpu_scheduler.shared.domain.model import (
     DeviceUsage,
     NodeInventory,
     NvidiaConfig,
+    PodConstraints,
     PodDevices,
+    PodRequest,
 )
 from vgpu_scheduler.shared.domain.plan import Decision, apply_decision, plan
 from vgpu_scheduler.shared.domain.quota import QuotaState
@@ -343,7 +345,7 @@ def _audit_gang(
 
 
 def _first_misfit(
-    asks: Sequence[tuple[Any, Any]],
+    asks: Sequence[tuple[PodRequest, PodConstraints]],
     snapshots: Sequence[NodeSnapshot],
     policies: Policies,
     cfg: NvidiaConfig,
