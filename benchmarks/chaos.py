@@ -69,6 +69,8 @@ def report(o: ChaosOutcome) -> list[str]:
     lines.append(f"kube-scheduler errors (each pod retried): {o.scheduler_errors}, of which binds: {o.binds_retried}")
     for kind, n in sorted(o.error_kinds.items(), key=lambda kv: -kv[1])[:6]:
         lines.append(f"  {n:>5} x {kind[:200]}")
+    if o.cleanup_error:
+        lines.append(f"cleanup after the run failed: {o.cleanup_error}")
     lines.append(f"crashed processes: {len(o.crashed)}")
     lines.extend(f"  {c}" for c in o.crashed)
     lines.append("RSS over the run:")

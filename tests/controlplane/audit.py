@@ -84,6 +84,9 @@ class AuditReport:
     correctness: list[str] = field(default_factory=list)
     liveness: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    fits: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """The liveness findings of pending work as data: a pending pod (``<ns>/<name>``) or gang (``<ns>/<group>``)
+    something fits → the nodes the scheduling core placed it on."""
     by_vendor: dict[str, int] = field(default_factory=dict)
     """Bound pods per vendor they asked for (a pod asking two vendors counts for both)."""
 
@@ -258,7 +261,7 @@ def audit(
         limits.setdefault(q["metadata"]["namespace"], []).append(read_quota(q, cfg).limits)
     used = quota_usage_from_pods(pods, skip_unreadable=True)
     pending_gangs = _pending_gangs(pods, vendors)
-    gang_fits: dict[str, int | None] = {}  # gangs of one shape on one state get one answer: place them once
+    gang_fits: dict[str, int | tuple[str, ...]] = {}  # gangs of one shape on one state get one answer: place them once
     for members in pending_gangs.values():
         _audit_gang(members, snapshots, policies or Policies(), cfg, vendors, report, gang_fits)
     planned: dict[str, Any] = {}  # pending pods of one shape on one state get one answer: plan it once
@@ -295,6 +298,7 @@ def audit(
             continue
         if isinstance(result, Decision):
             report.liveness.append(f"{_key(pod)} pending, but fits on {result.node}")
+            report.fits[_key(pod)] = (result.node,)
         else:
             report.unschedulable += 1
             reasons = sorted(set(result.reasons.values()))
@@ -319,11 +323,12 @@ def _audit_gang(
     cfg: NvidiaConfig,
     vendors: Vendors,
     report: AuditReport,
-    answers: dict[str, int | None],
+    answers: dict[str, int | tuple[str, ...]],
 ) -> None:
     """Pending members of one PodGroup: a liveness finding only if they fit together (placed one after another on
     the final state), since kube-scheduler binds a gang whole or not at all. ``answers`` keeps, per gang shape (its
-    members' requests and constraints, in order), the index of the first member that does not fit (None: all do)."""
+    members' requests and constraints, in order), the index of the first member that does not fit, or the nodes they
+    were placed on when all do."""
     asks = [
         (
             vendors_pod_request(pod, vendors),
@@ -334,14 +339,16 @@ def _audit_gang(
     shape = repr(asks)
     if shape not in answers:
         answers[shape] = _first_misfit(asks, snapshots, policies, cfg, vendors)
-    misfit = answers[shape]
-    if misfit is not None:
+    answer = answers[shape]
+    if isinstance(answer, int):
         report.unschedulable += len(members)
         report.notes.append(
-            f"gang of {len(members)} pending: {_key(members[misfit])} does not fit with the others placed"
+            f"gang of {len(members)} pending: {_key(members[answer])} does not fit with the others placed"
         )
         return
-    report.liveness.append(f"gang of {len(members)} pending, but its members fit together")
+    key = f"{members[0]['metadata']['namespace']}/{pod_group_name(members[0])}"
+    report.liveness.append(f"gang {key} of {len(members)} pending, but its members fit together")
+    report.fits[key] = answer
 
 
 def _first_misfit(
@@ -350,15 +357,18 @@ def _first_misfit(
     policies: Policies,
     cfg: NvidiaConfig,
     vendors: Vendors,
-) -> int | None:
-    """Place the members one after another: the index of the first that fits nowhere, None when all fit."""
+) -> int | tuple[str, ...]:
+    """Place the members one after another: the index of the first that fits nowhere, or, when all fit, the nodes
+    they were placed on (in order)."""
     nodes = list(snapshots)
+    placed: list[str] = []
     for i, (request, constraints) in enumerate(asks):
         result = plan(request, constraints, nodes, policies=policies, config=cfg, exhaustive=True, rules=vendors.rules)
         if not isinstance(result, Decision):
             return i
+        placed.append(result.node)
         nodes = [apply_decision(n, result) if n.name == result.node else n for n in nodes]
-    return None
+    return tuple(placed)
 
 
 def _key(pod: Mapping[str, Any]) -> str:

@@ -39,6 +39,7 @@ SKIP_REASON = (
 )
 _READY_TIMEOUT_S = 90.0
 _STOP_TIMEOUT_S = 15.0
+_COLLECTION_DELETE_TIMEOUT_S = 600.0
 
 
 class ControlPlaneError(RuntimeError):
@@ -174,15 +175,18 @@ class ApiServer:
     def ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
-        """One synchronous API call; the decoded JSON answer. Raises ``urllib.error.HTTPError`` on a 4xx/5xx."""
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 30.0
+    ) -> Any:
+        """One synchronous API call; the decoded JSON answer. Raises ``urllib.error.HTTPError`` on a 4xx/5xx and
+        ``TimeoutError`` when no answer came within ``timeout`` seconds."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self.token}")
         req.add_header("Accept", "application/json")
         if data is not None:
             req.add_header("Content-Type", content_type)
-        with urllib.request.urlopen(req, context=self.ssl_context(), timeout=30) as resp:
+        with urllib.request.urlopen(req, context=self.ssl_context(), timeout=timeout) as resp:
             raw = resp.read()
         return json.loads(raw) if raw else None
 
@@ -583,9 +587,9 @@ def delete_namespace(api: ApiServer, ns: str) -> None:
     for pod in pods:
         with contextlib.suppress(urllib.error.HTTPError):
             api.request("DELETE", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", options)
-    for kind in ("resourcequotas", "events", "configmaps"):
+    for kind in ("resourcequotas", "events", "configmaps"):  # a long run's events take minutes to delete
         with contextlib.suppress(urllib.error.HTTPError):
-            api.request("DELETE", f"/api/v1/namespaces/{ns}/{kind}")
+            api.request("DELETE", f"/api/v1/namespaces/{ns}/{kind}", timeout=_COLLECTION_DELETE_TIMEOUT_S)
     try:
         api.request("DELETE", f"/api/v1/namespaces/{ns}")
         body = api.request("GET", f"/api/v1/namespaces/{ns}")

@@ -39,6 +39,7 @@ async def _run_clean(api: ApiServer, tmp: Path, spec: ChaosSpec) -> None:
     assert sorted(f.name for f in outcome.faults) == sorted(wanted)
     assert [f for f in outcome.faults if f.error] == []
     assert outcome.crashed == []
+    assert outcome.cleanup_error is None
     assert outcome.final is not None
     assert outcome.final.clean(), outcome.final.line() + "\n" + "\n".join(outcome.final.other + outcome.final.stuck)
     assert all(c.over_capacity == 0 and c.bound_without_allocation == 0 and c.quota_over == 0 for c in outcome.checks)

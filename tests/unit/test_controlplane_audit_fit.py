@@ -40,6 +40,7 @@ def test_pending_pods_of_one_shape_are_planned_once_and_each_reported(monkeypatc
     report = audit_module.audit(pods, nodes(3))
     fits = sorted(f.split(" ", 1)[0] for f in report.liveness if " pending, but fits on " in f)
     assert fits == ["ns/p0", "ns/p1", "ns/p2", "ns/p3", "ns/p4", "ns/q"]
+    assert sorted(report.fits) == fits and all(len(on) == 1 for on in report.fits.values())
     assert len(calls) == 2
 
 
@@ -73,7 +74,10 @@ def test_pending_gangs_of_one_shape_are_placed_once_and_each_reported(monkeypatc
     calls = counting_plan(monkeypatch)
     pods = [pod for g in ("g1", "g2", "g3", "g4") for pod in gang(g, 3, gpus=1)]
     report = audit_module.audit(pods, nodes(2))
-    assert report.liveness == ["gang of 3 pending, but its members fit together"] * 4
+    groups = ("g1", "g2", "g3", "g4")
+    assert report.liveness == [f"gang ns/{g} of 3 pending, but its members fit together" for g in groups]
+    assert set(report.fits) == {f"ns/{g}" for g in groups}
+    assert all(len(on) == 3 and set(on) <= {"n0", "n1"} for on in report.fits.values())  # each member's node
     assert len(calls) == 3  # the three members of one gang, placed one after another, once
 
 
@@ -82,7 +86,8 @@ def test_a_gang_whose_last_member_does_not_fit_is_unschedulable(monkeypatch: pyt
     whole = {"gpus": 2, "mem": None, "cores": 100}
     pods = gang("g1", 3, **whole) + gang("g2", 3, **whole) + gang("g3", 1, **whole)
     report = audit_module.audit(pods, nodes(2))
-    assert report.liveness == ["gang of 1 pending, but its members fit together"]
+    assert report.liveness == ["gang ns/g3 of 1 pending, but its members fit together"]
+    assert list(report.fits) == ["ns/g3"]
     assert report.unschedulable == 6
     assert sorted(n for n in report.notes if n.startswith("gang")) == [
         "gang of 3 pending: ns/g1-2 does not fit with the others placed",
