@@ -9,7 +9,9 @@ creation. PodDisruptionBudgets are read from ``policy/v1`` and spent pod by pod 
 
 The API is read only where eviction can help: a candidate node whose records in the store, all of them evicted,
 would still not make room for the pod (or that holds no record) is judged from the store alone; only the other
-nodes' pods are listed, one ``spec.nodeName`` field-selected list per node (:func:`plan_preemption`).
+nodes' pods are listed, one ``spec.nodeName`` field-selected list per node, up to :data:`PER_NODE_LISTS` nodes;
+past that (a full cluster of lower-priority pods, where every node could make room), one list of every pod
+(:func:`plan_preemption`).
 
 :func:`hold_devices` is the hold itself: the pod's quota charged, then its devices reserved with the evicted pods'
 charges counted as freed. The extender's preemption and ``defrag --execute`` (``shared/defrag``) both hold so.
@@ -18,7 +20,7 @@ charges counted as freed. The extender's preemption and ``defrag --execute`` (``
 from __future__ import annotations
 
 import datetime
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +44,9 @@ from vgpu_scheduler.shared.k8s import Api
 from vgpu_scheduler.shared.store import AllocationRecord, QuotaExceeded, Reserved, ReserveResult, Store
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+PER_NODE_LISTS = 8
+"""The most nodes whose pods a preemption reads one field-selected list each; past this, one list of every pod."""
+PodLister = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
 
 
 def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -199,36 +204,38 @@ async def plan_preemption(
     rules: RuleSet = NVIDIA_ONLY,
     required: Mapping[str, Collection[str]] | None = None,
     all_pods: Sequence[Mapping[str, Any]] | None = None,
+    list_all: PodLister | None = None,
 ) -> Preemption:
     """Victim sets on every node of ``snapshots`` and the one kube-scheduler's rules pick. ``required``: per
     node, victims already chosen (kube-scheduler's, ``/preempt``); then only those nodes are looked at.
 
-    ``all_pods``: the cluster's pods, when the caller has them. Otherwise the API is read per node, and only for
-    the nodes where evicting every pod holding a record there would make room (module docstring): a node where
-    even that does not help is answered from the store, without a request."""
+    ``all_pods``: the cluster's pods, when the caller has them. Otherwise the API is read only for the nodes where
+    evicting every pod holding a record there would make room (module docstring; a node where even that does not
+    help is answered from the store, without a request): one field-selected list per node, or, past
+    :data:`PER_NODE_LISTS` such nodes, ``list_all()`` once (default: ``api.list_pods()``)."""
     by_node = pods_by_node(all_pods) if all_pods is not None else None
-    budgets: list[Budget] | None = None
     out = Preemption(best=None)
+    todo: list[tuple[str, NodeSnapshot, Collection[str]]] = []
     for node, snap in snapshots.items():
         if required is not None and node not in required:
             continue
         forced = (required or {}).get(node, ())
-        if by_node is not None:
-            node_pods = by_node.get(node, [])
-        else:
-            hopeless = (
-                None
-                if forced
-                else await _hopeless(
-                    store, request, constraints, snap, priority=priority, policies=policies, config=config, rules=rules
-                )
+        if by_node is None and not forced:
+            hopeless = await _hopeless(
+                store, request, constraints, snap, priority=priority, policies=policies, config=config, rules=rules
             )
             if hopeless is not None:
                 out.reasons[node] = hopeless
                 continue
+        todo.append((node, snap, forced))
+    if by_node is None and len(todo) > PER_NODE_LISTS:
+        by_node = pods_by_node(await (list_all or api.list_pods)())
+    budgets = await read_budgets(api) if todo else []
+    for node, snap, forced in todo:
+        if by_node is not None:
+            node_pods = by_node.get(node, [])
+        else:
             node_pods = pods_by_node(await api.list_pods(node_name=node)).get(node, [])
-        if budgets is None:
-            budgets = await read_budgets(api)
         found = select_victims(
             request,
             constraints,

@@ -46,6 +46,7 @@ from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.errors import DecodeError, VgpuError
 from vgpu_scheduler.shared.k8s.objects import pod_ref
 from vgpu_scheduler.shared.preemption import (
+    PodLister,
     Preemption,
     hold_devices,
     may_preempt,
@@ -69,6 +70,8 @@ COOLDOWN_S = 10.0
 measured on the event loop's clock (the simulator's simulated one)."""
 MAX_RUNNING = 4
 """Preemptions worked out at once per replica; more unschedulable pods wait for the next retry."""
+RECENT_PODS_S = 5.0
+"""How long one list of the cluster's pods serves the preemptions worked out here (:class:`RecentPods`)."""
 JSON = "application/json"
 
 
@@ -117,6 +120,34 @@ class Cooldown:
         return True
 
 
+class RecentPods:
+    """The cluster's pods for the preemptions worked out at once here: one list serves every caller for
+    ``max_age_s`` (on a full cluster of lower-priority pods each preemption would otherwise list every pod). A pod
+    bound since the list is no victim (its record's charges stay counted: the hold only errs on the safe side); one
+    deleted since fails its eviction harmlessly."""
+
+    def __init__(self, list_pods: PodLister, max_age_s: float) -> None:
+        self._list_pods = list_pods
+        self.max_age_s = max_age_s
+        self._listing: asyncio.Task[Sequence[Mapping[str, Any]]] | None = None
+        self._at = 0.0
+
+    async def get(self) -> Sequence[Mapping[str, Any]]:
+        now = asyncio.get_running_loop().time()
+        task = self._listing
+        stale = task is None or (
+            task.done() and (task.cancelled() or task.exception() is not None or now - self._at > self.max_age_s)
+        )
+        if stale:
+            self._at = now
+            task = self._listing = asyncio.get_running_loop().create_task(self._fetch(), name="preemption-pods")
+        assert task is not None
+        return await asyncio.shield(task)  # a caller cancelled does not cancel the list the others await
+
+    async def _fetch(self) -> Sequence[Mapping[str, Any]]:
+        return await self._list_pods()
+
+
 class Preemptor:
     """Device-aware preemption for one extender replica (module docstring)."""
 
@@ -130,6 +161,7 @@ class Preemptor:
         self._cooldown = Cooldown(COOLDOWN_S)
         self._owner = deps.instance_id
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pods = RecentPods(self._api.list_pods, RECENT_PODS_S)
         self.victims = Counter(
             "vgpu_preemption_victims_total",
             "Pods evicted so that a higher-priority pod's device share fits, by who evicted them",
@@ -283,6 +315,7 @@ class Preemptor:
             config=self._deps.nvidia,
             rules=self._vendors.rules,
             required=required,
+            list_all=self._pods.get,
         )
 
     async def _hold(self, pod: Mapping[str, Any], constraints: PodConstraints, best: VictimSet, bind_hint: str) -> bool:

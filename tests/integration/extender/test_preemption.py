@@ -15,6 +15,7 @@ from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import ContainerDevice
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.preemption import PER_NODE_LISTS
 from vgpu_scheduler.shared.store import Store
 
 NODE = "gpu-node-1"
@@ -176,7 +177,7 @@ async def test_a_gang_member_is_not_preempted_for_on_its_own(store: Store, api: 
 async def test_preemption_reads_only_the_pods_of_the_nodes_where_eviction_can_help(
     store: Store, api: Api, emulator: Emulator
 ) -> None:
-    """Review follow-up: no list of the whole cluster's pods. Of five candidate nodes, one holds low-priority pods
+    """Few nodes to read, no list of the whole cluster's pods. Of five candidate nodes, one holds low-priority pods
     whose eviction makes room; two hold no record (nothing to evict, their one GPU unhealthy); two have GPUs too
     small for the pod even empty. Only the first node's pods are read, field-selected on ``spec.nodeName``
     (before: one list of every pod in the cluster, 27 here)."""
@@ -215,3 +216,37 @@ async def test_preemption_reads_only_the_pods_of_the_nodes_where_eviction_can_he
     pod_lists = [q for q in emulator.requests if q.method == "GET" and q.path == "/api/v1/pods"]
     assert [q.query.get("fieldSelector") for q in pod_lists] == [f"spec.nodeName={NODE}"], pod_lists
     assert len([p for p in emulator.list("Pod") if p["metadata"]["name"].startswith("low")]) == 1
+
+
+async def test_a_full_cluster_of_lower_priority_pods_is_read_in_one_list_not_one_per_node(
+    store: Store, api: Api, emulator: Emulator
+) -> None:
+    """Found by the 1,000-node chaos run: with every node full of priority-0 pods, every node could make room, and
+    each preemption listed the pods of every node, one request each (about four a second from the three replicas'
+    preemptions, each list taking seconds on the saturated API server). Past PER_NODE_LISTS nodes to read, one
+    list of every pod serves them all."""
+    names = [f"full-{i}" for i in range(PER_NODE_LISTS + 1)]
+    await seed(store, [node(n, 1) for n in names])
+    for n in names:
+        pod = emulator.put(pod_obj(f"{n}-low", priority=0, node_name=n))
+        devices = ((ContainerDevice(uuid=f"GPU-{n}-0", used_mem_mib=16384, used_cores=0),),)
+        allocation = Allocation(
+            pod_uid=pod["metadata"]["uid"],
+            namespace="default",
+            name=f"{n}-low",
+            node=n,
+            devices=devices,
+            charges=collapse(devices, 0),
+        )
+        await store.reservations.record(allocation)
+    high = emulator.put(pod_obj("high", priority=1000))
+    async with running_extender(store, api) as r:
+        emulator.requests.clear()
+        assert (await r.filter({"Pod": high, "NodeNames": names}))["FailedAndUnresolvableNodes"]
+        await eventually(
+            lambda: r.metric("vgpu_preemption_attempts_total", outcome="preempted") == 1, 10, "the preemption done"
+        )
+    pod_lists = [q for q in emulator.requests if q.method == "GET" and q.path == "/api/v1/pods"]
+    assert [q.query.get("fieldSelector") for q in pod_lists] == [None], pod_lists
+    lows = [p for p in emulator.list("Pod") if p["metadata"]["name"].endswith("-low")]
+    assert len(lows) == len(names) - 1  # one victim, on the node kube-scheduler's rules pick
