@@ -124,7 +124,8 @@ class RecentPods:
     """The cluster's pods for the preemptions worked out at once here: one list serves every caller for
     ``max_age_s`` (on a full cluster of lower-priority pods each preemption would otherwise list every pod). A pod
     bound since the list is no victim (its record's charges stay counted: the hold only errs on the safe side); one
-    deleted since fails its eviction harmlessly."""
+    deleted since fails its eviction harmlessly. Once stale the list is let go (thousands of decoded pods are not
+    kept between preemptions)."""
 
     def __init__(self, list_pods: PodLister, max_age_s: float) -> None:
         self._list_pods = list_pods
@@ -145,7 +146,14 @@ class RecentPods:
         return await asyncio.shield(task)  # a caller cancelled does not cancel the list the others await
 
     async def _fetch(self) -> Sequence[Mapping[str, Any]]:
-        return await self._list_pods()
+        pods = await self._list_pods()
+        listing = self._listing
+        asyncio.get_running_loop().call_later(self.max_age_s, self._let_go, listing)
+        return pods
+
+    def _let_go(self, listing: asyncio.Task[Sequence[Mapping[str, Any]]] | None) -> None:
+        if self._listing is listing:
+            self._listing = None
 
 
 class Preemptor:

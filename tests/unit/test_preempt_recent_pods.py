@@ -70,3 +70,19 @@ async def test_a_cancelled_caller_does_not_cancel_the_list_the_others_await() ->
     lister.release.set()
     assert (await other)[0]["metadata"]["name"] == "list-1"
     assert lister.calls == 1
+
+
+def holds(pods: RecentPods) -> bool:
+    return pods._listing is not None
+
+
+async def test_a_stale_list_is_let_go() -> None:
+    lister = Lister()
+    lister.release.set()
+    pods = RecentPods(lister, max_age_s=0.01)
+    await pods.get()
+    assert holds(pods)
+    await asyncio.sleep(0.05)  # the let-go is a timer of max_age_s: nothing else to await
+    assert not holds(pods)
+    await pods.get()
+    assert lister.calls == 2
