@@ -10,8 +10,8 @@ creation. PodDisruptionBudgets are read from ``policy/v1`` and spent pod by pod 
 The API is read only where eviction can help: a candidate node whose records in the store, all of them evicted,
 would still not make room for the pod (or that holds no record) is judged from the store alone; only the other
 nodes' pods are listed, one ``spec.nodeName`` field-selected list per node, up to :data:`PER_NODE_LISTS` nodes;
-past that (a full cluster of lower-priority pods, where every node could make room), one list of every pod
-(:func:`plan_preemption`).
+past that (a full cluster of lower-priority pods, where every node could make room), one list of every pod placed
+and not ended, read a page at a time and cut to the fields read here (:func:`placed_pods`, :func:`plan_preemption`).
 
 :func:`hold_devices` is the hold itself: the pod's quota charged, then its devices reserved with the evicted pods'
 charges counted as freed. The extender's preemption and ``defrag --execute`` (``shared/defrag``) both hold so.
@@ -41,12 +41,20 @@ from vgpu_scheduler.shared.domain.scoring import Policies
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
 from vgpu_scheduler.shared.domain.vendor import NVIDIA_ONLY, RuleSet
 from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.k8s.objects import NOT_ENDED, KubeObject
 from vgpu_scheduler.shared.store import AllocationRecord, QuotaExceeded, Reserved, ReserveResult, Store
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 PER_NODE_LISTS = 8
 """The most nodes whose pods a preemption reads one field-selected list each; past this, one list of every pod."""
 PodLister = Callable[[], Awaitable[Sequence[Mapping[str, Any]]]]
+PLACED = f"spec.nodeName!=,{NOT_ENDED}"
+"""The field selector of the pods placed on a node and not ended: the only ones that can be victims."""
+
+
+async def placed_pods(api: Api) -> list[KubeObject]:
+    """Every pod placed on a node and not ended, as summaries (``objects.pod_summary``), a page at a time."""
+    return await api.list_pod_summaries(field_selector=PLACED)
 
 
 def _mapping(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -212,7 +220,7 @@ async def plan_preemption(
     ``all_pods``: the cluster's pods, when the caller has them. Otherwise the API is read only for the nodes where
     evicting every pod holding a record there would make room (module docstring; a node where even that does not
     help is answered from the store, without a request): one field-selected list per node, or, past
-    :data:`PER_NODE_LISTS` such nodes, ``list_all()`` once (default: ``api.list_pods()``)."""
+    :data:`PER_NODE_LISTS` such nodes, ``list_all()`` once (default: :func:`placed_pods`)."""
     by_node = pods_by_node(all_pods) if all_pods is not None else None
     out = Preemption(best=None)
     todo: list[tuple[str, NodeSnapshot, Collection[str]]] = []
@@ -229,7 +237,7 @@ async def plan_preemption(
                 continue
         todo.append((node, snap, forced))
     if by_node is None and len(todo) > PER_NODE_LISTS:
-        by_node = pods_by_node(await (list_all or api.list_pods)())
+        by_node = pods_by_node(await (list_all() if list_all is not None else placed_pods(api)))
     budgets = await read_budgets(api) if todo else []
     for node, snap, forced in todo:
         if by_node is not None:

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import Counter
 
 from vgpu_scheduler.services.extender.snapshot import SnapshotCache
+from vgpu_scheduler.shared.codec.annotations import POD_GROUP_LABEL
 from vgpu_scheduler.shared.codec.gang import cannot_be_whole, coscheduling_min_member, gang_min_count, live_members
 from vgpu_scheduler.shared.errors import VgpuError
-from vgpu_scheduler.shared.k8s.objects import pod_ref
+from vgpu_scheduler.shared.k8s.objects import NOT_ENDED, KubeObject, pod_ref
 from vgpu_scheduler.shared.protocol.events import EventType
 from vgpu_scheduler.shared.runtime import cancel_until_done
 from vgpu_scheduler.shared.store import Owned
@@ -131,6 +132,16 @@ class GangKeeper:
         podgroup = await self._api.get_pod_group(namespace, group)
         return gang_min_count(podgroup) if podgroup is not None else None
 
+    async def _members(self, namespace: str, group: str, label: bool) -> list[KubeObject]:
+        """The namespace's pods not ended that may belong to the group, as summaries, a page at a time (a
+        coscheduling group's by its label; a native group's membership is in the pod's spec, which no selector
+        reaches, so every pod of the namespace)."""
+        return await self._api.list_pod_summaries(
+            namespace=namespace,
+            label_selector=f"{POD_GROUP_LABEL}={group}" if label else None,
+            field_selector=NOT_ENDED,
+        )
+
     async def _check(self, namespace: str, group: str, queued: Mapping[str, str], *, label: bool) -> None:
         gid = _gid(group, label)
         try:
@@ -138,7 +149,7 @@ class GangKeeper:
             if min_count is None:
                 self.checks.labels("not_a_gang").inc()
                 return  # not a gang (basic policy) or no PodGroup: members are scheduled one by one
-            members = live_members(await self._api.list_pods(namespace=namespace), group, label=label)
+            members = live_members(await self._members(namespace, group, label), group, label=label)
             names = {str((p.get("metadata") or {}).get("name") or "") for p in members}
             failing: set[str] = set()
             for name in queued:

@@ -50,6 +50,7 @@ from vgpu_scheduler.shared.preemption import (
     Preemption,
     hold_devices,
     may_preempt,
+    placed_pods,
     plan_preemption,
     pod_priority,
     terminating_on,
@@ -169,7 +170,7 @@ class Preemptor:
         self._cooldown = Cooldown(COOLDOWN_S)
         self._owner = deps.instance_id
         self._tasks: set[asyncio.Task[None]] = set()
-        self._pods = RecentPods(self._api.list_pods, RECENT_PODS_S)
+        self._pods = RecentPods(lambda: placed_pods(self._api), RECENT_PODS_S)
         self.victims = Counter(
             "vgpu_preemption_victims_total",
             "Pods evicted so that a higher-priority pod's device share fits, by who evicted them",

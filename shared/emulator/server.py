@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from vgpu_scheduler.shared.emulator.eviction import evict
+from vgpu_scheduler.shared.emulator.paging import page
 from vgpu_scheduler.shared.emulator.patch import merge_patch
 from vgpu_scheduler.shared.emulator.resources import ResourceType, by_plural, resolve
 from vgpu_scheduler.shared.emulator.selectors import parse_field_selector, parse_label_selector
@@ -427,11 +428,11 @@ class Emulator:
 
     def _list(self, request: web.Request, t: _Target) -> web.Response:
         labels, fields = self._selectors(request, t)
-        items, rv = self._store.select(t.rtype, t.namespace, labels, fields)
+        items, list_meta = page(*self._store.select(t.rtype, t.namespace, labels, fields), request.query)
         body = {
             "kind": t.rtype.list_kind,
             "apiVersion": t.rtype.group_version,
-            "metadata": {"resourceVersion": str(rv)},
+            "metadata": list_meta,
             "items": [_for_list(o) for o in items],
         }
         return _json_response(body)

@@ -18,13 +18,22 @@ from urllib.parse import quote
 from vgpu_scheduler.shared.codec.gang import POD_GROUP_VERSIONS
 from vgpu_scheduler.shared.errors import NotFoundError, TransientError
 from vgpu_scheduler.shared.k8s.client import Budget, KubeClient
-from vgpu_scheduler.shared.k8s.errors import KubeRequestError
-from vgpu_scheduler.shared.k8s.objects import KubeObject, name_of, namespace_of, resource_version_of, uid_of
+from vgpu_scheduler.shared.k8s.errors import ExpiredError, KubeRequestError
+from vgpu_scheduler.shared.k8s.objects import (
+    KubeObject,
+    name_of,
+    namespace_of,
+    pod_summary,
+    resource_version_of,
+    uid_of,
+)
 from vgpu_scheduler.shared.protocol.events import EventType
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+LIST_PAGE = 500
+"""Pods per page of :meth:`Api.list_pod_summaries` (kubectl's default chunk size)."""
 EVENT_MESSAGE_MAX = 1024  # events.k8s.io's note limit; core/v1 messages are cut the same way
 
 
@@ -169,11 +178,56 @@ class Api:
     ) -> list[KubeObject]:
         """Pods of one namespace or all; ``node_name`` adds the field selector ``spec.nodeName=<node>``."""
         fields = [f for f in (f"spec.nodeName={node_name}" if node_name is not None else None, field_selector) if f]
+        body = await self._pod_list(namespace, label_selector, ",".join(fields), timeout_s)
+        return _with_kind(list(body.get("items") or []), "Pod")
+
+    async def list_pod_summaries(
+        self,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[KubeObject]:
+        """Pods of one namespace or all, each cut to its summary (``objects.pod_summary``), read
+        :data:`LIST_PAGE` at a time: thousands of whole pods are never decoded at once. ``timeout_s`` is each
+        page's. A list whose continuation expired (410: compacted since its first page) is read again, once."""
+        for again in (False, True):
+            out: list[KubeObject] = []
+            token = ""
+            try:
+                while True:
+                    body = await self._pod_list(
+                        namespace, label_selector, field_selector, timeout_s, limit=LIST_PAGE, token=token
+                    )
+                    out += (pod_summary(p) for p in _with_kind(list(body.get("items") or []), "Pod"))
+                    token = str((body.get("metadata") or {}).get("continue") or "")
+                    if not token:
+                        return out
+            except ExpiredError:
+                if again:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _pod_list(
+        self,
+        namespace: str | None,
+        label_selector: str | None,
+        field_selector: str | None,
+        timeout_s: float | None,
+        *,
+        limit: int = 0,
+        token: str = "",
+    ) -> dict[str, Any]:
         kwargs: dict[str, Any] = {}
-        if fields:
-            kwargs["field_selector"] = ",".join(fields)
+        if field_selector:
+            kwargs["field_selector"] = field_selector
         if label_selector:
             kwargs["label_selector"] = label_selector
+        if limit:
+            kwargs["limit"] = limit
+        if token:
+            kwargs["_continue"] = token
         if namespace is None:
             body = await self._client.call_json(
                 "list pods", self._core.list_pod_for_all_namespaces, timeout_s=timeout_s, **kwargs
@@ -182,7 +236,7 @@ class Api:
             body = await self._client.call_json(
                 f"list pods in {namespace}", self._core.list_namespaced_pod, namespace, timeout_s=timeout_s, **kwargs
             )
-        return _with_kind(list(body.get("items") or []), "Pod")
+        return body if isinstance(body, dict) else {}
 
     async def list_nodes(
         self, *, label_selector: str | None = None, timeout_s: float | None = None

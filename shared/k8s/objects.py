@@ -70,3 +70,26 @@ def controller_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if isinstance(ref, Mapping) and ref.get("controller") is True:
             return ref
     return None
+
+
+NOT_ENDED = "status.phase!=Succeeded,status.phase!=Failed"
+"""The field selector of the pods that have not ended."""
+
+_SUMMARY_FIELDS = {
+    "metadata": ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp"),
+    "spec": ("nodeName", "priority", "preemptionPolicy", "schedulingGroup"),
+    "status": ("phase", "startTime"),
+}
+
+
+def pod_summary(pod: Mapping[str, Any]) -> KubeObject:
+    """``pod`` cut down to who it is, where it runs and in which state: its kind and apiVersion, and of
+    ``metadata`` name, namespace, uid, labels, creationTimestamp, deletionTimestamp; of ``spec`` nodeName,
+    priority, preemptionPolicy, schedulingGroup; of ``status`` phase, startTime. What preemption and gang checks
+    read of thousands of pods at once: a whole pod decodes to about 10 KiB (annotations, containers,
+    managedFields), its summary to a tenth of that."""
+    out: KubeObject = {k: pod[k] for k in ("kind", "apiVersion") if k in pod}
+    for part, keys in _SUMMARY_FIELDS.items():
+        src = pod.get(part)
+        out[part] = {k: src[k] for k in keys if k in src} if isinstance(src, Mapping) else {}
+    return out

@@ -9,8 +9,11 @@ from typing import Any
 
 from tests.integration.extender.filter_harness import node, running_extender, seed
 from tests.waiting import eventually
+from vgpu_scheduler.shared.codec.annotations import POD_GROUP_LABEL
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api
+from vgpu_scheduler.shared.k8s.api import LIST_PAGE
+from vgpu_scheduler.shared.k8s.objects import NOT_ENDED
 from vgpu_scheduler.shared.store import Store
 
 NODE = "gpu-node-1"
@@ -68,6 +71,9 @@ async def test_a_gang_that_cannot_be_whole_leaves_nothing_reserved(store: Store,
         assert (await r.filter({"Pod": plain, "NodeNames": [NODE]}))["NodeNames"] == [NODE]
         events = [e for e in emulator.list("Event") if e.get("reason") == "GangUnschedulable"]
         assert [e["involvedObject"]["name"] for e in events] == ["m2"]
+    # the members were read as summaries a page at a time, the ended pods left to the API server
+    lists = [q.query for q in emulator.requests if q.path == "/api/v1/namespaces/default/pods"]
+    assert lists and all(q == {"fieldSelector": NOT_ENDED, "limit": str(LIST_PAGE)} for q in lists), lists
 
 
 async def test_a_gang_that_can_still_reach_min_count_keeps_its_reservations(
@@ -183,3 +189,6 @@ async def test_a_coscheduling_group_is_sized_by_its_pod_groups_min_member(
         assert "pod group ring cannot be placed whole" in again["FailedAndUnresolvableNodes"][NODE], again
         # the native group of the same name is another group
         assert await store.reservations.gang_failed("default", "ring") is None
+    # only the group's pods were read, by its label
+    lists = [q.query for q in emulator.requests if q.path == "/api/v1/namespaces/default/pods"]
+    assert lists and all(q.get("labelSelector") == f"{POD_GROUP_LABEL}=ring" for q in lists), lists

@@ -15,7 +15,8 @@ from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.domain.model import ContainerDevice
 from vgpu_scheduler.shared.emulator import Emulator
 from vgpu_scheduler.shared.k8s import Api
-from vgpu_scheduler.shared.preemption import PER_NODE_LISTS
+from vgpu_scheduler.shared.k8s.api import LIST_PAGE
+from vgpu_scheduler.shared.preemption import PER_NODE_LISTS, PLACED
 from vgpu_scheduler.shared.store import Store
 
 NODE = "gpu-node-1"
@@ -247,6 +248,6 @@ async def test_a_full_cluster_of_lower_priority_pods_is_read_in_one_list_not_one
             lambda: r.metric("vgpu_preemption_attempts_total", outcome="preempted") == 1, 10, "the preemption done"
         )
     pod_lists = [q for q in emulator.requests if q.method == "GET" and q.path == "/api/v1/pods"]
-    assert [q.query.get("fieldSelector") for q in pod_lists] == [None], pod_lists
+    assert [(q.query.get("fieldSelector"), q.query.get("limit")) for q in pod_lists] == [(PLACED, str(LIST_PAGE))]
     lows = [p for p in emulator.list("Pod") if p["metadata"]["name"].endswith("-low")]
     assert len(lows) == len(names) - 1  # one victim, on the node kube-scheduler's rules pick
