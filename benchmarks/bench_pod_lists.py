@@ -37,9 +37,7 @@ def _pod(i: int) -> dict[str, Any]:
                 "name": "main",
                 "image": "registry.example/train:1.0",
                 "command": ["python", "train.py"],
-                "resources": {
-                    "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "25"}
-                },
+                "resources": {"limits": LIMITS},
             }
         ],
     }

@@ -17,15 +17,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vgpu_scheduler.shared.emulator.status import bad_request
-from vgpu_scheduler.shared.emulator.store import Obj
+from vgpu_scheduler.shared.emulator.store import Key, Obj
 
 
-def _token(rv: int, key: tuple[str, str]) -> str:
-    raw = json.dumps({"rv": rv, "start": list(key)}, separators=(",", ":")).encode()
+def _token(key: Key) -> str:
+    raw = json.dumps({"start": list(key)}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode()
 
 
-def _start_after(token: str) -> tuple[str, str]:
+def _start_after(token: str) -> Key:
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
         ns, name = data["start"]
@@ -34,7 +34,7 @@ def _start_after(token: str) -> tuple[str, str]:
         raise bad_request(f"continue key is not valid: {e}") from None
 
 
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+def _key(obj: Mapping[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
@@ -55,6 +55,6 @@ def page(items: Sequence[Obj], rv: int, query: Mapping[str, str]) -> tuple[list[
     if limit <= 0 or len(items) <= limit:
         return list(items), meta
     out = list(items[:limit])
-    meta["continue"] = _token(rv, _key(out[-1]))
+    meta["continue"] = _token(_key(out[-1]))
     meta["remainingItemCount"] = len(items) - limit
     return out, meta

@@ -192,22 +192,24 @@ class Api:
         """Pods of one namespace or all, each cut to its summary (``objects.pod_summary``), read
         :data:`LIST_PAGE` at a time: thousands of whole pods are never decoded at once. ``timeout_s`` is each
         page's. A list whose continuation expired (410: compacted since its first page) is read again, once."""
-        for again in (False, True):
-            out: list[KubeObject] = []
-            token = ""
-            try:
-                while True:
-                    body = await self._pod_list(
-                        namespace, label_selector, field_selector, timeout_s, limit=LIST_PAGE, token=token
-                    )
-                    out += (pod_summary(p) for p in _with_kind(list(body.get("items") or []), "Pod"))
-                    token = str((body.get("metadata") or {}).get("continue") or "")
-                    if not token:
-                        return out
-            except ExpiredError:
-                if again:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return await self._summary_pages(namespace, label_selector, field_selector, timeout_s)
+        except ExpiredError:
+            return await self._summary_pages(namespace, label_selector, field_selector, timeout_s)
+
+    async def _summary_pages(
+        self, namespace: str | None, label_selector: str | None, field_selector: str | None, timeout_s: float | None
+    ) -> list[KubeObject]:
+        out: list[KubeObject] = []
+        token = ""
+        while True:
+            body = await self._pod_list(
+                namespace, label_selector, field_selector, timeout_s, limit=LIST_PAGE, token=token
+            )
+            out += (pod_summary(p) for p in _with_kind(list(body.get("items") or []), "Pod"))
+            token = str((body.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return out
 
     async def _pod_list(
         self,
@@ -219,15 +221,8 @@ class Api:
         limit: int = 0,
         token: str = "",
     ) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {}
-        if field_selector:
-            kwargs["field_selector"] = field_selector
-        if label_selector:
-            kwargs["label_selector"] = label_selector
-        if limit:
-            kwargs["limit"] = limit
-        if token:
-            kwargs["_continue"] = token
+        given = {"field_selector": field_selector, "label_selector": label_selector, "limit": limit, "_continue": token}
+        kwargs: dict[str, Any] = {k: v for k, v in given.items() if v}
         if namespace is None:
             body = await self._client.call_json(
                 "list pods", self._core.list_pod_for_all_namespaces, timeout_s=timeout_s, **kwargs

@@ -86,8 +86,8 @@ def pod_summary(pod: Mapping[str, Any]) -> KubeObject:
     """``pod`` cut down to who it is, where it runs and in which state: its kind and apiVersion, and of
     ``metadata`` name, namespace, uid, labels, creationTimestamp, deletionTimestamp; of ``spec`` nodeName,
     priority, preemptionPolicy, schedulingGroup; of ``status`` phase, startTime. What preemption and gang checks
-    read of thousands of pods at once: a whole pod decodes to about 10 KiB (annotations, containers,
-    managedFields), its summary to a tenth of that."""
+    read of thousands of pods at once: a whole pod decodes to about 12 KiB (annotations, containers,
+    managedFields), its summary to under a sixth of that."""
     out: KubeObject = {k: pod[k] for k in ("kind", "apiVersion") if k in pod}
     for part, keys in _SUMMARY_FIELDS.items():
         src = pod.get(part)
