@@ -324,7 +324,9 @@ async def test_defrag_plan_for_then_execute_makes_room_for_the_waiting_pod(
         assert card_of(big) in move["from"]["devices"]
         moved = move["pod"].split("/")[1]
         replacement = execution["replacements"][move["pod"]].split("/")[1].split(" ")[0]
-        assert replacement != moved and allocated(f.finisher.last[replacement])
+        assert replacement != moved
+        # the executor waits for the replacement's bind; its allocation and start follow on the node
+        await eventually(lambda: allocated(f.finisher.last.get(replacement, {"metadata": {}})), 60, "allocated")
         await _audit(f)
 
 
