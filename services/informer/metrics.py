@@ -90,7 +90,8 @@ class InformerMetrics:
         )
         self.reservations_expired = Counter(
             "vgpu_informer_reservations_expired",
-            "Reservations released because no pod annotation confirmed them within --reservation-grace.",
+            "Reservations released because no pod annotation confirmed them within --reservation-grace, or made for a "
+            "pod already deleted.",
             registry=registry,
         )
         self.reconcile_repairs = Counter(

@@ -7,7 +7,8 @@ within one lease TTL. A leadership *term*:
   annotation, :mod:`services.informer.locks`);
 * reconciles Redis against fresh API lists once all three caches are loaded, then every
   ``--reconcile-interval`` (:mod:`services.informer.reconcile`), and marks the store synced for the extender;
-* collects reservations never confirmed within ``--reservation-grace``;
+* collects reservations never confirmed within ``--reservation-grace``, or made for a pod already deleted
+  (:mod:`services.informer.expiry`);
 * sweeps node locks for timeouts (``--node-lock-timeout``) and for releases it may have missed;
 * watches the store epoch: a flushed Redis is rebuilt at once (the lease goes with the flush, so the term also
   ends and a new one — here or on a standby — starts with a full rebuild).
@@ -29,6 +30,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from vgpu_scheduler.services.informer.accounting import Accountant
+from vgpu_scheduler.services.informer.expiry import ReservationExpiry
 from vgpu_scheduler.services.informer.labels import PodLabeler
 from vgpu_scheduler.services.informer.locks import NodeLockReleaser
 from vgpu_scheduler.services.informer.metrics import (
@@ -38,17 +40,17 @@ from vgpu_scheduler.services.informer.metrics import (
     Malformed,
     PodAllocationCollector,
 )
-from vgpu_scheduler.services.informer.pods import PodStatus, pod_facts
+from vgpu_scheduler.services.informer.pods import pod_facts
 from vgpu_scheduler.services.informer.quotas import combine, limited_namespaces, namespace_limits, read_quota
 from vgpu_scheduler.services.informer.reconcile import Reconciler, ReconcileReport
 from vgpu_scheduler.services.informer.reporting import ProblemReporter
 from vgpu_scheduler.shared.codec import annotations as keys
 from vgpu_scheduler.shared.config import InformerSettings
 from vgpu_scheduler.shared.coord import Lease, LeaseKeeper
-from vgpu_scheduler.shared.errors import DecodeError, NotFoundError, TransientError
+from vgpu_scheduler.shared.errors import TransientError
 from vgpu_scheduler.shared.k8s import Api, EventKind, Informer, KubeClient, KubeObject, Resource, WatchEvent
 from vgpu_scheduler.shared.k8s import InformerSettings as WatchSettings
-from vgpu_scheduler.shared.k8s.objects import annotations_of, key_of, name_of, namespace_of, uid_of
+from vgpu_scheduler.shared.k8s.objects import annotations_of, key_of, name_of, namespace_of
 from vgpu_scheduler.shared.runtime import FailureStreak, cancel_until_done
 from vgpu_scheduler.shared.store import Fence, StaleFenceError, Store, SyncMarker
 from vgpu_scheduler.shared.vendors.catalog import enabled_vendors
@@ -229,6 +231,16 @@ class _Term:
             node_names=lambda: [name_of(o) for o in self.nodes.objects()],
             still_leader=self.still_leader,
         )
+        self.expiry = ReservationExpiry(
+            store=deps.store,
+            api=deps.api,
+            accountant=self.accountant,
+            metrics=self.metrics,
+            fence=fence,
+            mutex=self.mutex,
+            clock=deps.clock,
+            grace_s=settings.reservation_grace_s,
+        )
         self.reconciler = Reconciler(
             store=deps.store,
             fence=fence,
@@ -295,6 +307,7 @@ class _Term:
         facts = pod_facts(ev.obj)
         async with self.mutex:
             if deleted:
+                self.expiry.pod_deleted(facts.uid)
                 await self.accountant.deleted(ev.obj, facts)
             else:
                 await self.accountant.observe(ev.obj, facts=facts)
@@ -367,48 +380,8 @@ class _Term:
         return report
 
     async def expire_reservations(self) -> int:
-        """Release reservations unconfirmed for ``--reservation-grace`` whose pod holds nothing; returns how many."""
-        grace_ms = self.service.settings.reservation_grace_s * 1000
-        now_ms = self.clock() * 1000
-        stale = [
-            r
-            # undecodable records are skipped (never released here): reconcile logs and counts them
-            for r in await self.store.reservations.list_unconfirmed(errors=[])
-            if now_ms - r.reserved_at_ms >= grace_ms
-        ]
-        expired = 0
-        for rec in stale:
-            a = rec.allocation
-            try:
-                pod: KubeObject | None = await self.api.get_pod(a.namespace, a.name)
-            except NotFoundError:
-                pod = None
-            async with self.mutex:
-                if pod is not None and uid_of(pod) == a.pod_uid and pod_facts(pod).status is PodStatus.HOLDS:
-                    await self.accountant.observe(pod, force=True)  # its annotations are there: confirm
-                    continue
-                try:
-                    current = await self.store.reservations.get(a.pod_uid)
-                except DecodeError:
-                    continue  # rewritten meanwhile in a form we cannot read (a newer replica's): not ours to expire
-                if current is None or not current.state.unconfirmed or current.reserved_at_ms != rec.reserved_at_ms:
-                    continue  # confirmed or reserved again meanwhile
-                # never under a bind that holds a live claim on it: that bind owns the devices until it ends
-                if not await self.store.reservations.release_unclaimed(a.pod_uid, a.node, fence=self.fence):
-                    continue
-                await self.store.quota.refund(a.namespace, a.pod_uid, self.fence)
-            expired += 1
-            self.metrics.reservations_expired.inc()
-            logger.info(
-                "reservation expired",
-                extra={
-                    "pod": f"{a.namespace}/{a.name}",
-                    "pod_uid": a.pod_uid,
-                    "node": a.node,
-                    "pod_exists": pod is not None,
-                },
-            )
-        return expired
+        """One sweep of unconfirmed reservations (:mod:`services.informer.expiry`); returns how many expired."""
+        return await self.expiry.sweep()
 
     # ---- loops -------------------------------------------------------------------------------------------------
 

@@ -78,6 +78,31 @@ async def test_reservation_of_a_deleted_pod_expires(harness: Harness) -> None:
         await harness.assert_audit()
 
 
+async def test_a_reservation_made_after_its_pod_was_deleted_goes_at_the_next_sweep(harness: Harness) -> None:
+    """kube-scheduler filters from its cache, so a ``/filter`` in flight can reserve for a pod whose delete event
+    the informer has already handled: that record goes at the next sweep, not after the grace. A live pod's
+    reservation made at the same moment stays."""
+    em, store = harness.emulator, harness.store
+    await harness.put_inventory("n1")
+    async with harness.run(settings(grace_s=GRACE_S)) as svc:
+        gone, alive = em.put(pod("gone", "ns", phase="Pending")), em.put(pod("alive", "ns", phase="Pending"))
+        await eventually(lambda: svc.term.pods.get("gone", "ns") is not None, what="the informer saw the pod")
+        em.delete("pods", "ns", "gone")
+        # the informer's known set moves only once the handler has returned
+        await eventually(lambda: svc.term.pods.get("gone", "ns") is None, what="the delete handled")
+        late = await reserve_like_the_extender(store, gone, "n1", [("GPU-n1-0", 2000, 20)])
+        kept = await reserve_like_the_extender(store, alive, "n1", [("GPU-n1-1", 1000, 10)])
+
+        await eventually(lambda: _gone(store, late.pod_uid), what="released well within the grace")
+        assert metric(svc, "vgpu_informer_reservations_expired_total") == 1
+        assert await svc.term.expire_reservations() == 0
+        assert await _state(store, kept.pod_uid, ReservationState.RESERVED)
+        assert await store.usage.node_usage("n1") == {"GPU-n1-1": DeviceUsage(1, 1000, 10)}
+        assert (await store.quota.get("ns")).used_mem_mib == 1000
+        em.delete("pods", "ns", "alive")  # released by its delete event: the books end even
+        await eventually(lambda: _gone(store, kept.pod_uid), what="released with its pod")
+
+
 async def test_reservation_confirmed_by_the_pod_annotations(harness: Harness) -> None:
     em, store = harness.emulator, harness.store
     await harness.put_inventory("n1")
