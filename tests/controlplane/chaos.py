@@ -229,6 +229,8 @@ class _Run:
             await asyncio.sleep(min(15.0, self.spec.audit_every_s))  # settling takes time: nothing to await
             final = await self._check(final=True)
             self.progress("settling: " + final.line())
+            for finding in (final.stuck + final.other + final.detail)[:20]:
+                self.progress(f"    {finding}")
             self.outcome.final = final
             if final.clean():
                 self.outcome.settled_after_s = time.monotonic() - began
@@ -253,7 +255,8 @@ class _Run:
         )  # fmt: skip
         if final:
             try:
-                check.redis = await check_redis(self.store, pods, [n["metadata"]["name"] for n in nodes])
+                names = [n["metadata"]["name"] for n in nodes]
+                check.redis = await check_redis(self.store, pods, names, check.detail)
             except Exception as e:  # Redis unreadable at that moment: a finding, not a crash
                 check.other.append(f"redis unreadable: {e}")
         self.outcome.rss.sample(now - self.start, _pids(self.system))

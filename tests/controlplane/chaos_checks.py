@@ -154,17 +154,35 @@ def quota_over(pods: Sequence[Mapping[str, Any]], quotas: Sequence[Mapping[str, 
     return len(out), out
 
 
-async def check_redis(store: Store, pods: Sequence[Mapping[str, Any]], nodes: Sequence[str]) -> dict[str, int]:
-    """What Redis holds that it should not, once settled (module docstring)."""
+async def check_redis(
+    store: Store, pods: Sequence[Mapping[str, Any]], nodes: Sequence[str], detail: list[str] | None = None
+) -> dict[str, int]:
+    """What Redis holds that it should not, once settled (module docstring); ``detail`` is told which records and
+    nodes those are (pod, node, state, age in s; a node's usage in Redis against the API's)."""
     live = {p["metadata"]["uid"] for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")}
     records = [r for recs in (await store.reservations.list_all()).values() for r in recs]
     locks = await store.locks.inspect_many(list(nodes))
     expected = usage_from_pods(pods, skip_unreadable=True)
     held = await store_usage(store, nodes)
     drift = sorted(n for n in set(expected) | set(held) if expected.get(n, {}) != held.get(n, {}))
+    unconfirmed = await store.reservations.list_unconfirmed()
+    orphans = [r for r in records if r.allocation.pod_uid not in live]
+    if detail is not None:
+        now_ms = max((r.reserved_at_ms for r in records), default=0)
+        for what, recs in (("without a pod", orphans), ("unconfirmed", unconfirmed)):
+            for r in recs[:10]:
+                a = r.allocation
+                detail.append(
+                    f"redis: record {what}: {a.namespace}/{a.name} uid {a.pod_uid[:8]} on {a.node} "
+                    f"{r.state.value}, reserved {(now_ms - r.reserved_at_ms) / 1000:.0f}s before the newest record"
+                )
+        for n in drift[:10]:
+            want, got = expected.get(n, {}), held.get(n, {})
+            for d in sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k)):
+                detail.append(f"redis: usage of {n} {d}: redis {got.get(d)} api {want.get(d)}")
     return {
         "locks": len(locks),
-        "allocations_without_pod": sum(1 for r in records if r.allocation.pod_uid not in live),
-        "reservations_left": len(await store.reservations.list_unconfirmed()),
+        "allocations_without_pod": len(orphans),
+        "reservations_left": len(unconfirmed),
         "usage_drift": len(drift),
     }
