@@ -60,8 +60,9 @@ def report(o: ChaosOutcome) -> list[str]:
     lines.append(
         f"pods created {o.created} ({kinds}), bound {o.bound}, deleted while binding {o.deleted_in_bind}, "
         f"preempted {o.preempted}, "
-        f"create failures {len(o.failed_creates)}"
+        f"create failures {len(o.failed_creates)}, failed at admission {len(o.refused_at_admission)}"
     )
+    lines.extend(f"  failed at admission (no device plugin registered yet): {p}" for p in o.refused_at_admission[:5])
     lines.extend(f"  create refused: {f[:300]}" for f in o.failed_creates[:3])
     lines.append(
         f"time to bind: p50 {percentile(lat, 50):.2f}s p99 {percentile(lat, 99):.2f}s max {max(lat, default=0):.1f}s"

@@ -13,7 +13,8 @@ Two kinds of finding, raised as two exception types so a scenario can expect one
 * :class:`Collapse` — liveness: a pod left pending although something could fit it (checked with the
   scheduling core, exhaustively, on the final state, with every enabled vendor's rules; the pending members of a
   PodGroup together, one after another, as kube-scheduler binds a gang whole or not at all), a bound pod never
-  settled, a node lock left behind (HAMi's or Cambricon's).
+  settled (an ended pod's bind phase is not looked at: a kubelet that refuses a pod at admission ends it still
+  ``allocating``), a node lock left behind (HAMi's or Cambricon's).
 
 Nodes are read with every enabled vendor's registration (:func:`shared.vendors.catalog.observe_node`), as the
 registrar reads them.
@@ -412,6 +413,8 @@ def _audit_pod(
                 f"{_key(pod)} on {node}: {vendor.allocated_key} written, but the pod asks for no {vendor.name}"
             )
     phase = annos.get(keys.BIND_PHASE)
+    if (pod.get("status") or {}).get("phase") in _TERMINAL:
+        return  # ended (a kubelet that refused it at admission ends it still allocating): its bind phase is moot
     if phase == "failed":
         report.correctness.append(f"{_key(pod)} on {node}: bind-phase failed")
     elif phase != "success":

@@ -89,6 +89,8 @@ class ChaosOutcome:
     settled_after_s: float | None = None
     crashed: list[str] = field(default_factory=list)
     failed_creates: list[str] = field(default_factory=list)
+    refused_at_admission: list[str] = field(default_factory=list)
+    """Pods the kubelet failed at admission: bound to a node whose device plugin had not registered (a reboot)."""
     elapsed_s: float = 0.0
     cleanup_error: str | None = None
     """Deleting what the run created failed (the run's own control plane is torn down after it anyway)."""
@@ -273,6 +275,7 @@ class _Run:
         out.preempted = sum(1 for p in workload.lives.values() if p.preempted)
         out.by_kind = {k: workload.count(k) for k in ("shared", "whole", "multi", "quota", "high", "gang")}
         out.failed_creates = workload.failed_creates
+        out.refused_at_admission = list(self.system.plugin.refused)
         logs = "\n".join(p.read_text(errors="replace") for p in self.scheduler_logs if p.exists())
         out.scheduler_errors = count_scheduler_errors(logs)
         out.error_kinds = scheduler_error_kinds(logs)

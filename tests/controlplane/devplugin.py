@@ -18,7 +18,9 @@ this node. On success: the to-allocate lists emptied (one ``;`` per container, a
 consumed), ``bind-phase: success``, HAMi's lock removed (owner-checked, resourceVersion-guarded) and Cambricon's
 lock removed (our assumption of what Cambricon's plugin does after Allocate: the scheduler leaves it in place).
 When a check fails the pod is marked ``failed``, the locks are released and the failure is counted in
-:attr:`HamiDevicePlugin.failures`.
+:attr:`HamiDevicePlugin.failures`. A pod on a node where no plugin has registered at all (a node rebooted, its
+plugin not back yet) is failed by the kubelet's admission instead, as a real kubelet does: ``Failed``,
+``UnexpectedAdmissionError``, no plugin called (:attr:`HamiDevicePlugin.refused`).
 
 Everything goes through the real API server with ``shared.k8s`` (the kubeconfig of the control-plane fixture).
 """
@@ -98,6 +100,9 @@ class HamiDevicePlugin:
     """``<ns>/<name>`` of every pod allocated."""
     failures: list[str] = field(default_factory=list)
     """One line per failed Allocate: which pod, which node, why."""
+    refused: list[str] = field(default_factory=list)
+    """Pods the kubelet failed at admission, no device plugin being registered on their node (``<ns>/<name> on
+    <node>``): what a real node does, so not a failure of the system's."""
 
     def __post_init__(self) -> None:
         self.api = Api(self.kube, component="device-plugin", instance="controlplane-test")
@@ -186,7 +191,8 @@ class HamiDevicePlugin:
             return  # the node is gone (deleted, its machine rebooting): no kubelet runs there to admit the pod
         registered = self._registered_on(node, node_obj)
         if not registered:
-            return  # no device plugin on the node: the kubelet would refuse the pod, nothing to allocate
+            await self._refuse(node, ns, name)
+            return
         try:
             pod = await self.api.get_pod(ns, name)
         except NotFoundError:
@@ -214,6 +220,22 @@ class HamiDevicePlugin:
             return
         self.succeeded.add(f"{ns}/{name}")
         await self._release_locks(node, ns, name, kinds)
+
+    async def _refuse(self, node: str, ns: str, name: str) -> None:
+        """The kubelet's admission of a pod asking for a resource no device plugin on its node has registered (a
+        node just rebooted, its plugin not back yet): it fails at once, the pod ends ``Failed`` with reason
+        ``UnexpectedAdmissionError``. No plugin is called, so the pod keeps ``bind-phase: allocating`` and its
+        node lock: giving those back is the scheduler's side's to do."""
+        status = {
+            "phase": "Failed",
+            "reason": "UnexpectedAdmissionError",
+            "message": f"Allocate failed: no device plugin has registered the pod's resources on node {node}",
+        }
+        try:
+            await self.api.patch_pod_status(ns, name, status)
+        except NotFoundError:
+            return  # deleted before the kubelet got to it
+        self.refused.append(f"{ns}/{name} on {node}")
 
     def _registered_on(self, node: str, node_obj: Mapping[str, Any]) -> dict[str, frozenset[str]]:
         locks = (keys.NODE_LOCK, NodeLockKind.CAMBRICON.value)
