@@ -237,8 +237,9 @@ async def test_a_plan_executed_frees_the_card_the_pod_binds_there_and_the_moved_
         assert replacement.startswith(f"{f.ns}/web-") and not replacement.startswith(f"{f.ns}/{move.name} ")
         await eventually(lambda: allocated(f.finisher.last.get("big", {"metadata": {}})), 60, "big allocated")
         assert card_of(f.finisher.last["big"]) == move.source_devices[0]
-        replaced = f.finisher.last[replacement.split("/")[1].split(" ")[0]]
-        assert card_of(replaced) != move.source_devices[0]
+        name = replacement.split("/")[1].split(" ")[0]
+        await eventually(lambda: allocated(f.finisher.last.get(name, {"metadata": {}})), 60, "replacement allocated")
+        assert card_of(f.finisher.last[name]) != move.source_devices[0]
         events = await f.kube.items(f"/api/v1/namespaces/{f.ns}/events")
         reasons = {(e["reason"], e["involvedObject"]["name"]) for e in events}
         assert ("DefragMoved", move.name) in reasons and ("DefragMakingRoom", "big") in reasons
