@@ -19,6 +19,7 @@ from importlib import metadata
 from typing import cast
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.platform_collector import PlatformCollector
@@ -95,6 +96,15 @@ def gauge_header(name: str, documentation: str) -> str:
     """The ``# HELP`` and ``# TYPE`` lines of a gauge family, as prometheus_client writes them."""
     doc = documentation.replace("\\", r"\\").replace("\n", r"\n")
     return f"# HELP {name} {doc}\n# TYPE {name} gauge\n"
+
+
+class LabelledGaugeFamily(GaugeMetricFamily):
+    """A ``GaugeMetricFamily`` that says which label names it was made with (prometheus_client keeps them
+    private), for a collector that formats its lines itself (:class:`SampleLines`)."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        super().__init__(name, documentation, labels=list(labels))
+        self.labelnames = tuple(labels)
 
 
 class SampleLines:

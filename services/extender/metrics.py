@@ -20,7 +20,14 @@ from prometheus_client.samples import Sample
 
 from vgpu_scheduler.shared.domain.quota import QuotaState
 from vgpu_scheduler.shared.domain.snapshot import NodeSnapshot
-from vgpu_scheduler.shared.metrics import HAMI_ZONE, SampleLines, TextGaugeFamily, escape_label_value, gauge_header
+from vgpu_scheduler.shared.metrics import (
+    HAMI_ZONE,
+    LabelledGaugeFamily,
+    SampleLines,
+    TextGaugeFamily,
+    escape_label_value,
+    gauge_header,
+)
 
 MIB = 1 << 20
 
@@ -251,7 +258,7 @@ class AllocationCollector(Collector):
         legacy_families = self._legacy_families()[:-1] if legacy else ()
         self._device_families = (*families, *legacy_families)
         """The families rendered per node: the current device families, then (``legacy``) HAMi's old ones."""
-        self._formats = tuple(SampleLines(f.name, f._labelnames) for f in self._device_families)
+        self._formats = tuple(SampleLines(f.name, f.labelnames) for f in self._device_families)
         self._headers = tuple(gauge_header(f.name, f.documentation) for f in self._device_families)
         self._state: tuple[dict[str, tuple[NodeSnapshot, tuple[str, ...]]], tuple[bytes, ...] | None] = ({}, None)
         """Per node, the snapshot last rendered and its lines of each device family; and each device family's
@@ -376,36 +383,34 @@ class AllocationCollector(Collector):
         return (*families, *legacy)
 
     @staticmethod
-    def _legacy_families() -> tuple[GaugeMetricFamily, ...]:
+    def _legacy_families() -> tuple[LabelledGaugeFamily, ...]:
         """HAMi's pre-rename names, exported too with ``--legacy-metrics`` (hami-wire §10.4)."""
         dev = ["nodeid", "deviceuuid", "deviceidx", "devicetype", "zone"]
         allocated = ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicetype", "zone"]
         overview = ["nodeid", "deviceuuid", "deviceidx", "devicecores", "devicememorylimit", "devicetype", "zone"]
         return (
-            GaugeMetricFamily("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", labels=dev),
-            GaugeMetricFamily("GPUDeviceCoreLimit", "Device core limit for a certain GPU", labels=dev),
-            GaugeMetricFamily(
-                "GPUDeviceMemoryAllocated", "Device memory allocated for a certain GPU", labels=allocated
-            ),
-            GaugeMetricFamily("GPUDeviceSharedNum", "Number of containers sharing this GPU", labels=dev),
-            GaugeMetricFamily("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", labels=dev),
-            GaugeMetricFamily("nodeGPUOverview", "GPU overview on a certain node", labels=overview),
-            GaugeMetricFamily(
+            LabelledGaugeFamily("GPUDeviceMemoryLimit", "Device memory limit for a certain GPU", dev),
+            LabelledGaugeFamily("GPUDeviceCoreLimit", "Device core limit for a certain GPU", dev),
+            LabelledGaugeFamily("GPUDeviceMemoryAllocated", "Device memory allocated for a certain GPU", allocated),
+            LabelledGaugeFamily("GPUDeviceSharedNum", "Number of containers sharing this GPU", dev),
+            LabelledGaugeFamily("GPUDeviceCoreAllocated", "Device core allocated for a certain GPU", dev),
+            LabelledGaugeFamily("nodeGPUOverview", "GPU overview on a certain node", overview),
+            LabelledGaugeFamily(
                 "nodeGPUMemoryPercentage",
                 "GPU Memory Allocated Percentage on a certain GPU",
-                labels=["nodeid", "deviceuuid", "deviceidx", "zone"],
+                ["nodeid", "deviceuuid", "deviceidx", "zone"],
             ),
-            GaugeMetricFamily(
+            LabelledGaugeFamily(
                 "QuotaUsed",
                 "ResourceQuota usage for a certain device",
-                labels=["quotanamespace", "quotaName", "limit", "zone"],
+                ["quotanamespace", "quotaName", "limit", "zone"],
             ),
         )
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, ...]:
-        def g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, doc, labels=labels)
+    def _families() -> tuple[LabelledGaugeFamily, ...]:
+        def g(name: str, doc: str, labels: list[str]) -> LabelledGaugeFamily:
+            return LabelledGaugeFamily(name, doc, labels)
 
         return (
             g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEVICE_LABELS),

@@ -21,7 +21,14 @@ from prometheus_client.samples import Sample
 from vgpu_scheduler.shared.codec.register import decode_register
 from vgpu_scheduler.shared.domain.allocation import Allocation
 from vgpu_scheduler.shared.errors import DecodeError
-from vgpu_scheduler.shared.metrics import HAMI_ZONE, SampleLines, TextGaugeFamily, escape_label_value, gauge_header
+from vgpu_scheduler.shared.metrics import (
+    HAMI_ZONE,
+    LabelledGaugeFamily,
+    SampleLines,
+    TextGaugeFamily,
+    escape_label_value,
+    gauge_header,
+)
 
 MIB = 1 << 20
 
@@ -293,7 +300,7 @@ class PodAllocationCollector(Collector):
         families = self._families()
         self._text_families = (families[0], families[1], *(families[3:5] if legacy else ()))
         """The families rendered per pod: memory and cores, then (``legacy``) HAMi's old names of the two."""
-        self._formats = tuple(SampleLines(f.name, f._labelnames) for f in self._text_families)
+        self._formats = tuple(SampleLines(f.name, f.labelnames) for f in self._text_families)
         self._headers = tuple(gauge_header(f.name, f.documentation) for f in self._text_families)
         self._state: tuple[dict[str, _PodEntry], tuple[bytes, ...] | None] = ({}, None)
         """Per pod uid, the allocation last rendered and its lines; and each text family's whole text for those
@@ -395,29 +402,25 @@ class PodAllocationCollector(Collector):
                 node, uuid, index, _, profile, gi = m[:6]
                 legacy[2].add_metric([node, uuid, index, f"{profile}-{gi}", HAMI_ZONE], 1.0)
 
-    def _families(self) -> tuple[GaugeMetricFamily, ...]:
+    def _families(self) -> tuple[LabelledGaugeFamily, ...]:
         families = (
-            GaugeMetricFamily(
-                "hami_vgpu_memory_allocated_bytes", "vGPU memory allocated from a container", labels=_VGPU_LABELS
+            LabelledGaugeFamily(
+                "hami_vgpu_memory_allocated_bytes", "vGPU memory allocated from a container", _VGPU_LABELS
             ),
-            GaugeMetricFamily(
-                "hami_vgpu_core_allocated_ratio", "vGPU core allocated from a container", labels=_VGPU_LABELS
-            ),
-            GaugeMetricFamily(
-                "hami_node_gpu_mig_instance_info", "MIG instance created on a GPU (value 1)", labels=_MIG_LABELS
+            LabelledGaugeFamily("hami_vgpu_core_allocated_ratio", "vGPU core allocated from a container", _VGPU_LABELS),
+            LabelledGaugeFamily(
+                "hami_node_gpu_mig_instance_info", "MIG instance created on a GPU (value 1)", _MIG_LABELS
             ),
         )
         if not self._legacy:
             return families
         return (
             *families,
-            GaugeMetricFamily(
-                "vGPUMemoryAllocated", "vGPU memory allocated from a container", labels=_LEGACY_VGPU_LABELS
-            ),
-            GaugeMetricFamily("vGPUCoreAllocated", "vGPU core allocated from a container", labels=_LEGACY_VGPU_LABELS),
-            GaugeMetricFamily(
+            LabelledGaugeFamily("vGPUMemoryAllocated", "vGPU memory allocated from a container", _LEGACY_VGPU_LABELS),
+            LabelledGaugeFamily("vGPUCoreAllocated", "vGPU core allocated from a container", _LEGACY_VGPU_LABELS),
+            LabelledGaugeFamily(
                 "nodeGPUMigInstance",
                 "MIG instance created on a GPU (value 1)",
-                labels=_LEGACY_MIG_LABELS,
+                _LEGACY_MIG_LABELS,
             ),
         )
