@@ -79,12 +79,16 @@ class ReservationExpiry:
                 expired += 1
         return expired
 
+    async def _pod(self, namespace: str, name: str) -> KubeObject | None:
+        try:
+            return await self._api.get_pod(namespace, name)
+        except NotFoundError:
+            return None
+
     async def _expire(self, rec: AllocationRecord) -> bool:
         a = rec.allocation
-        try:
-            pod: KubeObject | None = await self._api.get_pod(a.namespace, a.name)
-        except NotFoundError:
-            pod = None
+        deleted = a.pod_uid in self._deleted
+        pod = None if deleted else await self._pod(a.namespace, a.name)  # a UID never comes back: no need to ask
         async with self._mutex:
             if pod is not None and uid_of(pod) == a.pod_uid and pod_facts(pod).status is PodStatus.HOLDS:
                 await self._accountant.observe(pod, force=True)  # its annotations are there: confirm
@@ -106,7 +110,7 @@ class ReservationExpiry:
                 "pod_uid": a.pod_uid,
                 "node": a.node,
                 "pod_exists": pod is not None,
-                "pod_deleted": a.pod_uid in self._deleted,
+                "pod_deleted": deleted,
             },
         )
         return True
