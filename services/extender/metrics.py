@@ -409,8 +409,7 @@ class AllocationCollector(Collector):
 
     @staticmethod
     def _families() -> tuple[LabelledGaugeFamily, ...]:
-        def g(name: str, doc: str, labels: list[str]) -> LabelledGaugeFamily:
-            return LabelledGaugeFamily(name, doc, labels)
+        g = LabelledGaugeFamily
 
         return (
             g("hami_gpu_memory_limit_bytes", "Device memory limit for a certain GPU", _DEVICE_LABELS),
