@@ -165,7 +165,7 @@ async def check_redis(
     expected = usage_from_pods(pods, skip_unreadable=True)
     held = await store_usage(store, nodes)
     drift = sorted(n for n in set(expected) | set(held) if expected.get(n, {}) != held.get(n, {}))
-    unconfirmed = await store.reservations.list_unconfirmed()
+    unconfirmed = [r for r in records if r.state.unconfirmed]
     orphans = [r for r in records if r.allocation.pod_uid not in live]
     if detail is not None:
         now_ms = max((r.reserved_at_ms for r in records), default=0)
